@@ -1,0 +1,93 @@
+# Remediator build, test and demo entry points. `make demo` and `make test` are the
+# two commands a fresh machine needs; everything else is built on demand.
+SHELL := /usr/bin/env bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := build
+
+ROOT       := $(abspath .)
+BIN        := $(ROOT)/bin
+GO         ?= go
+KUBE_VERSION := v1.34.2
+KWOK_VERSION := v0.7.0
+
+# Kubernetes binaries built offline from the Go module proxy by the test tools module.
+TOOLS_MOD   := test/tools
+TOOLS_SRC   := $(TOOLS_MOD)/go.mod $(TOOLS_MOD)/go.sum $(wildcard $(TOOLS_MOD)/*/main.go)
+KUBE_BINS   := kube-apiserver kube-controller-manager kube-scheduler kubectl etcd
+KUBE_LDFLAGS := -s -w \
+	-X k8s.io/component-base/version.gitVersion=$(KUBE_VERSION) \
+	-X k8s.io/component-base/version.gitMajor=1 \
+	-X k8s.io/component-base/version.gitMinor=34 \
+	-X k8s.io/client-go/pkg/version.gitVersion=$(KUBE_VERSION) \
+	-X k8s.io/client-go/pkg/version.gitMajor=1 \
+	-X k8s.io/client-go/pkg/version.gitMinor=34
+
+.PHONY: bins
+bins: $(addprefix $(BIN)/,$(KUBE_BINS)) $(BIN)/kwok $(BIN)/kwokctl ## Build the Kubernetes, etcd and kwok binaries into bin/
+
+$(addprefix $(BIN)/,$(KUBE_BINS)): $(BIN)/%: $(TOOLS_SRC)
+	@mkdir -p $(BIN)
+	cd $(TOOLS_MOD) && $(GO) build -trimpath -ldflags '$(KUBE_LDFLAGS)' -o $@ ./$*
+
+$(BIN)/kwok $(BIN)/kwokctl: $(BIN)/%:
+	@mkdir -p $(BIN)
+	GOBIN=$(BIN) $(GO) install -trimpath sigs.k8s.io/kwok/cmd/$*@$(KWOK_VERSION)
+
+# ---------------------------------------------------------------------------
+# Code generation (controller-gen runs as a `go tool`, pinned in go.mod).
+CRD_DIR    ?= charts/remediator/crds
+RBAC_DIR   ?= charts/remediator/files/rbac
+OBJECT_OUT ?=
+
+.PHONY: generate
+generate: ## Generate deepcopy code for the API types
+	$(GO) tool controller-gen object paths=./api/... $(if $(OBJECT_OUT),output:object:dir=$(OBJECT_OUT))
+
+.PHONY: manifests
+manifests: ## Generate the CRD into charts/remediator/crds and the controller's ClusterRole
+	$(GO) tool controller-gen crd paths=./api/... output:crd:artifacts:config=$(CRD_DIR)
+	$(GO) tool controller-gen rbac:roleName=remediator-controller paths=./controllers/... output:rbac:artifacts:config=$(RBAC_DIR)
+
+# ---------------------------------------------------------------------------
+# Build.
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+
+.PHONY: build
+build: ## Build bin/remediator
+	$(GO) build -ldflags '-X main.version=$(VERSION)' -o $(BIN)/remediator ./cmd/remediator
+
+# ---------------------------------------------------------------------------
+# Tests. `make test` is the one command CI runs (.ci/run).
+GOTEST ?= $(GO) test
+TEST_FLAGS ?= -count=1
+
+.PHONY: test
+test: bins test-unit test-e2e ## Build what the tests need, then run unit, envtest and e2e tests
+
+.PHONY: test-unit
+test-unit: bins ## Unit and envtest integration tests (real kube-apiserver + etcd from bin/)
+	$(GOTEST) $(TEST_FLAGS) -race ./...
+
+.PHONY: test-e2e
+test-e2e: bins build ## End-to-end tests on the local kwok cluster (started and stopped if not already up)
+	$(GOTEST) $(TEST_FLAGS) -tags e2e -timeout 20m -v ./test/e2e/...
+
+# ---------------------------------------------------------------------------
+# Local cluster: real etcd, kube-apiserver, kube-controller-manager, kube-scheduler
+# and kwok, run as processes by kwokctl. Kubeconfig: bin/cluster/kubeconfig.
+.PHONY: cluster
+cluster: bins ## Start the local cluster (3 Ready kwok nodes, trident namespace, trident-csi DaemonSet, CRDs)
+	ROOT=$(ROOT) BIN=$(BIN) CRD_DIR=$(ROOT)/$(CRD_DIR) test/cluster/up.sh
+
+.PHONY: cluster-down
+cluster-down: ## Stop the local cluster and everything the demo started
+	ROOT=$(ROOT) BIN=$(BIN) test/cluster/down.sh
+
+# ---------------------------------------------------------------------------
+.PHONY: demo
+demo: bins build cluster ## Start the cluster and the controller, apply the example requests, print their facts
+	ROOT=$(ROOT) BIN=$(BIN) test/demo.sh
+
+.PHONY: help
+help: ## Show the targets
+	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "%-14s %s\n", $$1, $$2}'

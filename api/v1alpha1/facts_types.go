@@ -1,0 +1,178 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// NodeState is the runbook's classification of a node, the core of the policy input.
+// +kubebuilder:validation:Enum=Shutdown;Unreachable;Healthy;Unknown
+type NodeState string
+
+const (
+	// NodeShutdown: Ready is not True and the node carries a shutdown taint
+	// (out-of-service or the cloud provider's shutdown taint), or the Node is gone.
+	NodeShutdown NodeState = "Shutdown"
+	// NodeUnreachable: the node lost the control plane (Ready Unknown, a stale
+	// kube-node-lease renewal or the unreachable taint) and carries no shutdown taint.
+	// It may still be running workloads.
+	NodeUnreachable NodeState = "Unreachable"
+	// NodeHealthy: Ready is True and the node Lease is fresh.
+	NodeHealthy NodeState = "Healthy"
+	// NodeUnknown is anything else; the policy rejects it.
+	NodeUnknown NodeState = "Unknown"
+)
+
+// Taint keys that decide the node state.
+const (
+	TaintOutOfService  = "node.kubernetes.io/out-of-service"
+	TaintCloudShutdown = "node.cloudprovider.kubernetes.io/shutdown"
+	TaintUnreachable   = "node.kubernetes.io/unreachable"
+)
+
+// Facts is the read-only evidence gathered from the cluster for one request. It is the
+// whole input of the policy, so that a decision can be explained from status alone.
+type Facts struct {
+	// GatheredAt is when the facts were read; every age below is relative to it.
+	GatheredAt metav1.Time `json:"gatheredAt"`
+	// TridentNamespace is the namespace Leases and node-plugin pods were looked up in.
+	TridentNamespace string `json:"tridentNamespace"`
+	// DriverName is the CSI driver name looked for on CSINodes.
+	DriverName string `json:"driverName"`
+	// Target is how the request's target resolved.
+	Target TargetFacts `json:"target"`
+	// Lease describes the Trident Lease named after the PV (release-luks-lease only).
+	// +optional
+	Lease *LeaseFacts `json:"lease,omitempty"`
+	// Node describes the Lease holder node (release-luks-lease) or the target node
+	// (reregister-csi-driver).
+	// +optional
+	Node *NodeFacts `json:"node,omitempty"`
+	// AffectedPods are the pods on the holder node that mount the PVC, sorted.
+	// +listType=atomic
+	// +optional
+	AffectedPods []PodFacts `json:"affectedPods,omitempty"`
+	// CSI describes the driver registration on the target node (reregister-csi-driver only).
+	// +optional
+	CSI *CSIFacts `json:"csi,omitempty"`
+}
+
+// TargetFacts records the resolution chain pod -> PVC -> PV -> Lease.
+type TargetFacts struct {
+	// Ref is the target as written in the spec, e.g. "PersistentVolumeClaim app/data".
+	Ref string `json:"ref"`
+	// Found is false when the target, or any link of its resolution chain, is missing.
+	Found bool `json:"found"`
+	// Message says plainly what is missing or ambiguous, when something is.
+	// +optional
+	Message string `json:"message,omitempty"`
+	// PersistentVolumeClaim is the resolved claim, as namespace/name.
+	// +optional
+	PersistentVolumeClaim string `json:"persistentVolumeClaim,omitempty"`
+	// PersistentVolume is the resolved PV name.
+	// +optional
+	PersistentVolume string `json:"persistentVolume,omitempty"`
+	// Node is the target node (reregister-csi-driver).
+	// +optional
+	Node string `json:"node,omitempty"`
+}
+
+// LeaseFacts describes the Trident Lease guarding a LUKS volume.
+type LeaseFacts struct {
+	// Namespace and Name locate the Lease (the name is the PV name).
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	// Exists is false when no such Lease exists: nothing is stuck.
+	Exists bool `json:"exists"`
+	// UID and ResourceVersion are the preconditions for deleting it.
+	// +optional
+	UID string `json:"uid,omitempty"`
+	// +optional
+	ResourceVersion string `json:"resourceVersion,omitempty"`
+	// HolderIdentity is the node that holds the Lease.
+	// +optional
+	HolderIdentity string `json:"holderIdentity,omitempty"`
+	// AcquireTime is spec.acquireTime, when Trident set it.
+	// +optional
+	AcquireTime *metav1.Time `json:"acquireTime,omitempty"`
+	// CreationTimestamp is metadata.creationTimestamp.
+	// +optional
+	CreationTimestamp *metav1.Time `json:"creationTimestamp,omitempty"`
+	// AgeSeconds is measured from the acquire time, or the creation time without one.
+	// +optional
+	AgeSeconds int64 `json:"ageSeconds,omitempty"`
+	// RetainedEvents counts LeaseRetained Warning events on the Lease.
+	// +optional
+	RetainedEvents int32 `json:"retainedEvents,omitempty"`
+	// LastRetainedMessage is the message of the newest LeaseRetained event.
+	// +optional
+	LastRetainedMessage string `json:"lastRetainedMessage,omitempty"`
+	// LastRetainedAt is when the newest LeaseRetained event was last seen.
+	// +optional
+	LastRetainedAt *metav1.Time `json:"lastRetainedAt,omitempty"`
+}
+
+// NodeFacts is the evidence for a node's state.
+type NodeFacts struct {
+	Name string `json:"name"`
+	// Exists is false when the Node object is gone.
+	Exists bool `json:"exists"`
+	// State is Shutdown, Unreachable, Healthy or Unknown.
+	State NodeState `json:"state"`
+	// StateReason is the evidence that decided State, in words.
+	StateReason string `json:"stateReason"`
+	// Ready is the status of the Ready condition: True, False, Unknown, or empty.
+	// +optional
+	Ready string `json:"ready,omitempty"`
+	// ReadySince is the Ready condition's last transition time.
+	// +optional
+	ReadySince *metav1.Time `json:"readySince,omitempty"`
+	// ReadyAgeSeconds is how long Ready has had its current status.
+	// +optional
+	ReadyAgeSeconds int64 `json:"readyAgeSeconds,omitempty"`
+	// Taints lists the state-relevant taint keys present (out-of-service, cloud
+	// shutdown, unreachable), sorted.
+	// +listType=atomic
+	// +optional
+	Taints []string `json:"taints,omitempty"`
+	// Unschedulable is spec.unschedulable (cordoned).
+	// +optional
+	Unschedulable bool `json:"unschedulable,omitempty"`
+	// LeaseRenewTime is when the node's kube-node-lease Lease was last renewed.
+	// +optional
+	LeaseRenewTime *metav1.Time `json:"leaseRenewTime,omitempty"`
+	// LeaseRenewAgeSeconds is the age of that renewal; -1 when the node has no Lease.
+	LeaseRenewAgeSeconds int64 `json:"leaseRenewAgeSeconds"`
+}
+
+// PodFacts describes one pod the remediation cares about.
+type PodFacts struct {
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	UID       string `json:"uid"`
+	// +optional
+	Node string `json:"node,omitempty"`
+	// Phase is the pod phase.
+	// +optional
+	Phase string `json:"phase,omitempty"`
+	// Ready is the pod's Ready condition.
+	Ready bool `json:"ready"`
+	// DeletionTimestamp is set when the pod is terminating.
+	// +optional
+	DeletionTimestamp *metav1.Time `json:"deletionTimestamp,omitempty"`
+}
+
+// CSIFacts describes the CSI driver registration on a node.
+type CSIFacts struct {
+	// CSINodeExists is false when the node has no CSINode object.
+	CSINodeExists bool `json:"csiNodeExists"`
+	// DriverRegistered is true when the CSINode lists the driver in spec.drivers.
+	DriverRegistered bool `json:"driverRegistered"`
+	// Drivers are the driver names the CSINode lists, sorted.
+	// +listType=atomic
+	// +optional
+	Drivers []string `json:"drivers,omitempty"`
+	// PluginPods are the node-plugin pods on the node, sorted by name.
+	// +listType=atomic
+	// +optional
+	PluginPods []PodFacts `json:"pluginPods,omitempty"`
+}

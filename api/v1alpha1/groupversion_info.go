@@ -1,0 +1,23 @@
+// Package v1alpha1 owns the remediator.io/v1alpha1 API: the RemediationRequest
+// type, its admission-time validation (kubebuilder and CEL markers), and the
+// condition types and reasons that operators, Argo CD and the docs rely on.
+//
+// +kubebuilder:object:generate=true
+// +groupName=remediator.io
+package v1alpha1
+
+import (
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/controller-runtime/pkg/scheme"
+)
+
+var (
+	// GroupVersion is the API group and version of every type in this package.
+	GroupVersion = schema.GroupVersion{Group: "remediator.io", Version: "v1alpha1"}
+
+	// SchemeBuilder registers the types of this package with a runtime.Scheme.
+	SchemeBuilder = &scheme.Builder{GroupVersion: GroupVersion}
+
+	// AddToScheme adds the types of this package to a runtime.Scheme.
+	AddToScheme = SchemeBuilder.AddToScheme
+)

@@ -1,0 +1,299 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Remediation names the problem a request asks to fix.
+// +kubebuilder:validation:Enum=release-luks-lease;reregister-csi-driver
+type Remediation string
+
+const (
+	// RemediationReleaseLUKSLease releases a Trident Lease that serialises cryptsetup
+	// on a LUKS ReadWriteMany volume and was left behind by a failed or dead holder.
+	RemediationReleaseLUKSLease Remediation = "release-luks-lease"
+	// RemediationReregisterCSIDriver restarts a node's Trident node-plugin pod so that
+	// kubelet registers csi.trident.netapp.io again.
+	RemediationReregisterCSIDriver Remediation = "reregister-csi-driver"
+)
+
+// Mode says whether a request may act on the cluster.
+// +kubebuilder:validation:Enum=Apply;DryRun
+type Mode string
+
+const (
+	// ModeApply decides and, when allowed, runs the playbook.
+	ModeApply Mode = "Apply"
+	// ModeDryRun decides and records the plan, but acts on nothing.
+	ModeDryRun Mode = "DryRun"
+)
+
+// FencingMethod is how the operator made sure an unreachable holder can no longer
+// run cryptsetup.
+// +kubebuilder:validation:Enum=NodeShutdown;TridentNodeContainerStopped;LogsVerified
+type FencingMethod string
+
+const (
+	// FencingNodeShutdown: the node was powered off or shut down out of band.
+	FencingNodeShutdown FencingMethod = "NodeShutdown"
+	// FencingTridentNodeContainerStopped: the Trident node container on the node was stopped.
+	FencingTridentNodeContainerStopped FencingMethod = "TridentNodeContainerStopped"
+	// FencingLogsVerified: the trident-main logs show the node can neither acquire nor
+	// delete the Lease and is not running cryptsetup.
+	FencingLogsVerified FencingMethod = "LogsVerified"
+)
+
+// RemediationRequestSpec is what an operator commits to Git and a reviewer approves.
+//
+// +kubebuilder:validation:XValidation:rule="self.remediation != 'reregister-csi-driver' || has(self.target.node)",message="remediation reregister-csi-driver needs spec.target.node",fieldPath=".target"
+// +kubebuilder:validation:XValidation:rule="self.remediation != 'release-luks-lease' || !has(self.target.node)",message="remediation release-luks-lease needs spec.target.persistentVolume, spec.target.persistentVolumeClaim or spec.target.pod, not spec.target.node",fieldPath=".target"
+type RemediationRequestSpec struct {
+	// Remediation is the problem to fix. It cannot change once created: a different
+	// problem is a different request with its own review.
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.remediation is immutable; create a new request"
+	// +required
+	Remediation Remediation `json:"remediation"`
+
+	// Target is the object the remediation is about. Exactly one field is set. The
+	// controller resolves pod -> PVC -> PV -> Lease the way the Trident runbook does.
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.target is immutable; create a new request"
+	// +required
+	Target Target `json:"target"`
+
+	// Reason says why the operator asks. It is kept for the audit trail.
+	// +kubebuilder:validation:MinLength=10
+	// +kubebuilder:validation:MaxLength=4096
+	// +required
+	Reason string `json:"reason"`
+
+	// Mode is Apply (the default) or DryRun. DryRun decides and shows the plan, but
+	// acts on nothing.
+	// +kubebuilder:default=Apply
+	// +optional
+	Mode Mode `json:"mode,omitempty"`
+
+	// Fencing is the operator's reviewed statement that an unreachable holder node can
+	// no longer run cryptsetup.
+	// +optional
+	Fencing *Fencing `json:"fencing,omitempty"`
+
+	// MaintenanceWindow restricts when playbook steps may start.
+	// +optional
+	MaintenanceWindow *MaintenanceWindow `json:"maintenanceWindow,omitempty"`
+
+	// TridentNamespace overrides the controller's --trident-namespace for this request.
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	// +optional
+	TridentNamespace string `json:"tridentNamespace,omitempty"`
+
+	// DriverName overrides the controller's --driver-name (the CSI driver) for this request.
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-zA-Z0-9]([-a-zA-Z0-9.]*[a-zA-Z0-9])?$`
+	// +optional
+	DriverName string `json:"driverName,omitempty"`
+}
+
+// Target names the object a remediation is about.
+//
+// +kubebuilder:validation:XValidation:rule="[has(self.persistentVolume), has(self.persistentVolumeClaim), has(self.pod), has(self.node)].filter(x, x).size() == 1",message="exactly one of spec.target.persistentVolume, spec.target.persistentVolumeClaim, spec.target.pod or spec.target.node must be set"
+type Target struct {
+	// PersistentVolume is a PV name; the Trident Lease has the same name.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +optional
+	PersistentVolume string `json:"persistentVolume,omitempty"`
+
+	// PersistentVolumeClaim is resolved to its bound PV.
+	// +optional
+	PersistentVolumeClaim *ObjectReference `json:"persistentVolumeClaim,omitempty"`
+
+	// Pod is resolved through its PVC volumes to a PV.
+	// +optional
+	Pod *ObjectReference `json:"pod,omitempty"`
+
+	// Node is the node whose CSI driver registration is repaired.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +optional
+	Node string `json:"node,omitempty"`
+}
+
+// ObjectReference names a namespaced object.
+type ObjectReference struct {
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +required
+	Namespace string `json:"namespace"`
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +required
+	Name string `json:"name"`
+}
+
+// Fencing records that an unreachable node was isolated before its Lease is deleted.
+//
+// +kubebuilder:validation:XValidation:rule="!self.confirmed || has(self.method)",message="spec.fencing.method is required when spec.fencing.confirmed is true"
+type Fencing struct {
+	// Confirmed is true once the operator has fenced the holder node.
+	// +required
+	Confirmed bool `json:"confirmed"`
+	// Method is how the node was fenced.
+	// +optional
+	Method FencingMethod `json:"method,omitempty"`
+}
+
+// MaintenanceWindow is a recurring window in which playbook steps may start.
+type MaintenanceWindow struct {
+	// Schedule is a cron expression (robfig/cron syntax: five fields, descriptors such
+	// as @daily, and an optional CRON_TZ= prefix) for the start of each window.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=256
+	// +required
+	Schedule string `json:"schedule"`
+	// Duration is how long each window stays open, as a Go duration such as 2h or 90m.
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
+	// +kubebuilder:validation:Type=string
+	// +required
+	Duration metav1.Duration `json:"duration"`
+}
+
+// Phase summarises where a request is.
+// +kubebuilder:validation:Enum=Pending;Rejected;Waiting;Running;Succeeded;Failed
+type Phase string
+
+const (
+	PhasePending   Phase = "Pending"
+	PhaseRejected  Phase = "Rejected"
+	PhaseWaiting   Phase = "Waiting"
+	PhaseRunning   Phase = "Running"
+	PhaseSucceeded Phase = "Succeeded"
+	PhaseFailed    Phase = "Failed"
+)
+
+// RemediationRequestStatus is the controller's account of the request.
+type RemediationRequestStatus struct {
+	// ObservedGeneration is the spec generation the last successful reconcile acted on.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// Phase is one of Pending, Rejected, Waiting, Running, Succeeded or Failed.
+	// +optional
+	Phase Phase `json:"phase,omitempty"`
+
+	// Facts is the live evidence the decision was made on.
+	// +optional
+	Facts *Facts `json:"facts,omitempty"`
+
+	// Decision is the policy outcome.
+	// +optional
+	Decision *Decision `json:"decision,omitempty"`
+
+	// Steps is the journal of the playbook: one entry per step, in order.
+	// +listType=atomic
+	// +optional
+	Steps []StepStatus `json:"steps,omitempty"`
+
+	// Conditions are Accepted, Progressing and Succeeded.
+	// +listType=map
+	// +listMapKey=type
+	// +optional
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// Decision is what the policy concluded from the facts.
+type Decision struct {
+	// Allowed is true when a playbook may run.
+	Allowed bool `json:"allowed"`
+	// Playbook is the playbook chosen when allowed.
+	// +optional
+	Playbook string `json:"playbook,omitempty"`
+	// Rule is the policy rule that fired.
+	Rule string `json:"rule"`
+	// Reasons lists the facts that made the rule fire.
+	// +listType=atomic
+	// +optional
+	Reasons []string `json:"reasons,omitempty"`
+	// Message explains a rejection and says what the operator should do next.
+	// +optional
+	Message string `json:"message,omitempty"`
+	// PolicyDigest identifies the policy source the decision was made with.
+	PolicyDigest string `json:"policyDigest"`
+	// RecheckAt is when a rejection or wait should be re-evaluated, if ever.
+	// +optional
+	RecheckAt *metav1.Time `json:"recheckAt,omitempty"`
+	// DecidedAt is when the decision was made.
+	DecidedAt metav1.Time `json:"decidedAt"`
+}
+
+// StepState is where one playbook step is.
+// +kubebuilder:validation:Enum=Pending;Running;Succeeded;Failed;Skipped
+type StepState string
+
+const (
+	StepPending   StepState = "Pending"
+	StepRunning   StepState = "Running"
+	StepSucceeded StepState = "Succeeded"
+	StepFailed    StepState = "Failed"
+	StepSkipped   StepState = "Skipped"
+)
+
+// StepStatus is one journal entry of the playbook.
+type StepStatus struct {
+	// Name is the step's name in the playbook.
+	Name string `json:"name"`
+	// State is Pending, Running, Succeeded, Failed or Skipped.
+	State StepState `json:"state"`
+	// StartedAt is written once, when the step first runs; timeouts count from it.
+	// +optional
+	StartedAt *metav1.Time `json:"startedAt,omitempty"`
+	// CompletedAt is when the step reached Succeeded, Failed or Skipped.
+	// +optional
+	CompletedAt *metav1.Time `json:"completedAt,omitempty"`
+	// Message says what the step did or is waiting for.
+	// +optional
+	Message string `json:"message,omitempty"`
+	// Object is the object acted on, as Kind namespace/name.
+	// +optional
+	Object string `json:"object,omitempty"`
+	// ObjectUID is the UID of the object acted on.
+	// +optional
+	ObjectUID string `json:"objectUID,omitempty"`
+	// ObjectResourceVersion is the resourceVersion of the object acted on.
+	// +optional
+	ObjectResourceVersion string `json:"objectResourceVersion,omitempty"`
+}
+
+// RemediationRequest asks the controller to fix one Trident storage incident. It is
+// committed to Git, reviewed, synced, and then decided by policy from live facts.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=rr,categories=remediator
+// +kubebuilder:printcolumn:name="Remediation",type=string,JSONPath=`.spec.remediation`
+// +kubebuilder:printcolumn:name="Target",type=string,JSONPath=`.status.facts.target.ref`
+// +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Decision",type=string,JSONPath=`.status.decision.rule`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type RemediationRequest struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// +required
+	Spec RemediationRequestSpec `json:"spec"`
+	// +optional
+	Status RemediationRequestStatus `json:"status,omitempty"`
+}
+
+// RemediationRequestList is a list of RemediationRequests.
+//
+// +kubebuilder:object:root=true
+type RemediationRequestList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []RemediationRequest `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&RemediationRequest{}, &RemediationRequestList{})
+}

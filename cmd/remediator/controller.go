@@ -1,0 +1,148 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/remediator/remediator/api/v1alpha1"
+	"github.com/remediator/remediator/controllers"
+	"github.com/remediator/remediator/controllers/facts"
+)
+
+type controllerOptions struct {
+	kubeconfig           string
+	metricsAddr          string
+	probeAddr            string
+	leaderElect          bool
+	leaderElectionNS     string
+	requestNamespaces    []string
+	tridentNamespace     string
+	driverName           string
+	nodePluginSelector   string
+	nodeLeaseGracePeriod time.Duration
+}
+
+func newControllerCommand() *cobra.Command {
+	o := controllerOptions{}
+	cmd := &cobra.Command{
+		Use:   "controller",
+		Short: "Run the RemediationRequest controller manager",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runController(cmd, o)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.kubeconfig, "kubeconfig", "", "Path to a kubeconfig; empty uses $KUBECONFIG or the in-cluster config")
+	f.StringVar(&o.metricsAddr, "metrics-bind-address", ":8080", "Address the Prometheus metrics endpoint binds to; 0 disables it")
+	f.StringVar(&o.probeAddr, "health-probe-bind-address", ":8081", "Address the /healthz and /readyz probes bind to")
+	f.BoolVar(&o.leaderElect, "leader-elect", false, "Elect a leader so that only one replica reconciles")
+	f.StringVar(&o.leaderElectionNS, "leader-election-namespace", "", "Namespace of the leader-election Lease; empty means the pod's namespace")
+	f.StringSliceVar(&o.requestNamespaces, "request-namespaces", nil, "Namespaces whose RemediationRequests are reconciled; empty means all")
+	f.StringVar(&o.tridentNamespace, "trident-namespace", facts.DefaultTridentNamespace, "Namespace of Trident's Leases and node-plugin pods")
+	f.StringVar(&o.driverName, "driver-name", facts.DefaultDriverName, "CSI driver name Trident registers on CSINodes")
+	f.StringVar(&o.nodePluginSelector, "node-plugin-selector", facts.DefaultNodePluginSelector, "Label selector of Trident's node-plugin pods")
+	f.DurationVar(&o.nodeLeaseGracePeriod, "node-lease-grace-period", facts.DefaultNodeLeaseGracePeriod,
+		"Age of a kube-node-lease renewal after which a node counts as unreachable; match kube-controller-manager's --node-monitor-grace-period")
+	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
+	klog.InitFlags(klogFlags)
+	f.AddGoFlagSet(klogFlags)
+	return cmd
+}
+
+func runController(cmd *cobra.Command, o controllerOptions) error {
+	ctrl.SetLogger(klog.NewKlogr())
+	log := ctrl.Log.WithName("setup")
+
+	sel, err := labels.Parse(o.nodePluginSelector)
+	if err != nil {
+		return fmt.Errorf("parsing --node-plugin-selector %q: %w", o.nodePluginSelector, err)
+	}
+	if o.nodeLeaseGracePeriod <= 0 {
+		return fmt.Errorf("--node-lease-grace-period must be positive, got %s", o.nodeLeaseGracePeriod)
+	}
+	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(
+		&clientcmd.ClientConfigLoadingRules{ExplicitPath: o.kubeconfig, Precedence: kubeconfigPrecedence()},
+		&clientcmd.ConfigOverrides{}).ClientConfig()
+	if err != nil {
+		return fmt.Errorf("loading kubeconfig: %w", err)
+	}
+
+	scheme := runtime.NewScheme()
+	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
+	utilruntime.Must(v1alpha1.AddToScheme(scheme))
+
+	cacheOpts := cache.Options{}
+	if len(o.requestNamespaces) > 0 {
+		cacheOpts.DefaultNamespaces = map[string]cache.Config{}
+		for _, ns := range o.requestNamespaces {
+			cacheOpts.DefaultNamespaces[strings.TrimSpace(ns)] = cache.Config{}
+		}
+	}
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                  scheme,
+		Cache:                   cacheOpts,
+		Metrics:                 metricsserver.Options{BindAddress: o.metricsAddr},
+		HealthProbeBindAddress:  o.probeAddr,
+		LeaderElection:          o.leaderElect,
+		LeaderElectionID:        "remediator.remediator.io",
+		LeaderElectionNamespace: o.leaderElectionNS,
+		Client: client.Options{Cache: &client.CacheOptions{
+			// Facts are read live, never from informers: a cached Pod, Node or Lease
+			// could be stale at decision time, and caching every Pod does not scale.
+			DisableFor: []client.Object{
+				&corev1.Pod{}, &corev1.Node{}, &corev1.Event{}, &corev1.PersistentVolume{},
+				&corev1.PersistentVolumeClaim{}, &coordinationv1.Lease{}, &storagev1.CSINode{},
+			},
+		}},
+	})
+	if err != nil {
+		return fmt.Errorf("creating manager: %w", err)
+	}
+
+	fc := facts.Config{
+		TridentNamespace:     o.tridentNamespace,
+		DriverName:           o.driverName,
+		NodePluginSelector:   sel,
+		NodeLeaseGracePeriod: o.nodeLeaseGracePeriod,
+		RetainedEventReason:  facts.DefaultRetainedEventReason,
+	}
+	if err := (&controllers.RemediationRequestReconciler{
+		Client:   mgr.GetClient(),
+		Gatherer: &facts.Gatherer{Reader: mgr.GetAPIReader(), Config: fc},
+	}).SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("setting up the RemediationRequest controller: %w", err)
+	}
+	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
+		return fmt.Errorf("adding health check: %w", err)
+	}
+	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
+		return fmt.Errorf("adding readiness check: %w", err)
+	}
+
+	log.Info("Starting manager", "version", version, "tridentNamespace", o.tridentNamespace,
+		"driver", o.driverName, "requestNamespaces", o.requestNamespaces, "leaderElect", o.leaderElect)
+	return mgr.Start(ctrl.SetupSignalHandler())
+}
+
+func kubeconfigPrecedence() []string {
+	return clientcmd.NewDefaultClientConfigLoadingRules().Precedence
+}

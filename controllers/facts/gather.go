@@ -1,0 +1,495 @@
+// Package facts owns the read-only side of a remediation: it resolves a request's
+// target the way the Trident runbook does (pod -> PVC -> PV -> Lease), reads the holder
+// or target node, its kube-node-lease Lease, LeaseRetained events, CSINode drivers and
+// node-plugin pods, and returns them as a plain v1alpha1.Facts value for the policy.
+//
+// It never writes, and a missing object is a fact rather than an error. It reads
+// through an uncached client.Reader and lists pods only by node, so that the
+// controller never holds every Pod of the cluster in memory.
+package facts
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/remediator/remediator/api/v1alpha1"
+)
+
+// Defaults follow Trident's own names (domain.md).
+const (
+	DefaultTridentNamespace     = "trident"
+	DefaultDriverName           = "csi.trident.netapp.io"
+	DefaultNodePluginSelector   = "app=node.csi.trident.netapp.io"
+	DefaultRetainedEventReason  = "LeaseRetained"
+	DefaultNodeLeaseGracePeriod = 40 * time.Second
+
+	nodeLeaseNamespace = corev1.NamespaceNodeLease
+)
+
+// Config holds the controller-wide defaults; a request may override the Trident
+// namespace and driver name.
+type Config struct {
+	TridentNamespace   string
+	DriverName         string
+	NodePluginSelector labels.Selector
+	// NodeLeaseGracePeriod is how old a kube-node-lease renewal may be before the
+	// node counts as unreachable; it should match kube-controller-manager's
+	// --node-monitor-grace-period.
+	NodeLeaseGracePeriod time.Duration
+	RetainedEventReason  string
+}
+
+// DefaultConfig returns the Trident defaults.
+func DefaultConfig() Config {
+	sel, _ := labels.Parse(DefaultNodePluginSelector)
+	return Config{
+		TridentNamespace:     DefaultTridentNamespace,
+		DriverName:           DefaultDriverName,
+		NodePluginSelector:   sel,
+		NodeLeaseGracePeriod: DefaultNodeLeaseGracePeriod,
+		RetainedEventReason:  DefaultRetainedEventReason,
+	}
+}
+
+// Gatherer reads live facts for requests.
+type Gatherer struct {
+	// Reader should be uncached (the manager's APIReader): facts must be current at
+	// decision time, and pods must not be cached cluster-wide.
+	Reader client.Reader
+	Config Config
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+}
+
+// Gather reads the facts for one request. It returns an error only when the API
+// could not answer (so the reconcile is retried); missing objects are recorded.
+func (g *Gatherer) Gather(ctx context.Context, rr *v1alpha1.RemediationRequest) (*v1alpha1.Facts, error) {
+	now := time.Now()
+	if g.Now != nil {
+		now = g.Now()
+	}
+	f := &v1alpha1.Facts{
+		GatheredAt:       metav1.NewTime(now.Truncate(time.Second)),
+		TridentNamespace: firstNonEmpty(rr.Spec.TridentNamespace, g.Config.TridentNamespace),
+		DriverName:       firstNonEmpty(rr.Spec.DriverName, g.Config.DriverName),
+		Target:           v1alpha1.TargetFacts{Ref: TargetRef(rr.Spec.Target)},
+	}
+	s := &gathering{g: g, f: f, now: f.GatheredAt.Time}
+	var err error
+	switch rr.Spec.Remediation {
+	case v1alpha1.RemediationReleaseLUKSLease:
+		err = s.lease(ctx, rr.Spec.Target)
+	case v1alpha1.RemediationReregisterCSIDriver:
+		err = s.csi(ctx, rr.Spec.Target.Node)
+	default:
+		// Admission refuses unknown remediations; this guards a CRD installed without
+		// its schema.
+		f.Target.Message = fmt.Sprintf("unknown remediation %q", rr.Spec.Remediation)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+// TargetRef renders a target as "Kind namespace/name" for status and messages.
+func TargetRef(t v1alpha1.Target) string {
+	switch {
+	case t.PersistentVolume != "":
+		return "PersistentVolume " + t.PersistentVolume
+	case t.PersistentVolumeClaim != nil:
+		return "PersistentVolumeClaim " + t.PersistentVolumeClaim.Namespace + "/" + t.PersistentVolumeClaim.Name
+	case t.Pod != nil:
+		return "Pod " + t.Pod.Namespace + "/" + t.Pod.Name
+	case t.Node != "":
+		return "Node " + t.Node
+	}
+	return "none"
+}
+
+// gathering is the state of one Gather call.
+type gathering struct {
+	g   *Gatherer
+	f   *v1alpha1.Facts
+	now time.Time
+}
+
+// get reads one object; found is false on NotFound.
+func (s *gathering) get(ctx context.Context, key types.NamespacedName, obj client.Object) (bool, error) {
+	if err := s.g.Reader.Get(ctx, key, obj); err != nil {
+		if apierrors.IsNotFound(err) {
+			return false, nil
+		}
+		return false, fmt.Errorf("reading %T %s: %w", obj, key, err)
+	}
+	return true, nil
+}
+
+// lease gathers facts for release-luks-lease.
+func (s *gathering) lease(ctx context.Context, t v1alpha1.Target) error {
+	claim, pv, err := s.resolveVolume(ctx, t)
+	if err != nil || pv == "" {
+		return err
+	}
+	s.f.Target.PersistentVolume = pv
+	if claim != nil {
+		s.f.Target.PersistentVolumeClaim = claim.String()
+	}
+
+	lf := &v1alpha1.LeaseFacts{Namespace: s.f.TridentNamespace, Name: pv}
+	s.f.Lease = lf
+	lease := &coordinationv1.Lease{}
+	found, err := s.get(ctx, types.NamespacedName{Namespace: lf.Namespace, Name: lf.Name}, lease)
+	if err != nil || !found {
+		return err
+	}
+	lf.Exists = true
+	lf.UID = string(lease.UID)
+	lf.ResourceVersion = lease.ResourceVersion
+	created := lease.CreationTimestamp
+	lf.CreationTimestamp = &created
+	since := created.Time
+	if lease.Spec.AcquireTime != nil {
+		acquired := metav1.NewTime(lease.Spec.AcquireTime.Time)
+		lf.AcquireTime = &acquired
+		since = acquired.Time
+	}
+	lf.AgeSeconds = ageSeconds(s.now, since)
+	if lease.Spec.HolderIdentity != nil {
+		lf.HolderIdentity = *lease.Spec.HolderIdentity
+	}
+	if err := s.retainedEvents(ctx, lease, lf); err != nil {
+		return err
+	}
+	if lf.HolderIdentity == "" {
+		return nil
+	}
+	if err := s.node(ctx, lf.HolderIdentity); err != nil {
+		return err
+	}
+	if claim != nil {
+		return s.affectedPods(ctx, lf.HolderIdentity, *claim)
+	}
+	return nil
+}
+
+// resolveVolume follows pod -> PVC -> PV. It returns an empty PV name, with
+// Target.Message set, when the chain breaks.
+func (s *gathering) resolveVolume(ctx context.Context, t v1alpha1.Target) (*types.NamespacedName, string, error) {
+	switch {
+	case t.PersistentVolume != "":
+		pv := &corev1.PersistentVolume{}
+		found, err := s.get(ctx, types.NamespacedName{Name: t.PersistentVolume}, pv)
+		if err != nil {
+			return nil, "", err
+		}
+		if !found {
+			// The Lease is named after the PV, so it can outlive a deleted PV and is
+			// still worth reporting.
+			s.f.Target.Message = fmt.Sprintf("PersistentVolume %s not found; the Lease of that name is still looked up", t.PersistentVolume)
+			return nil, t.PersistentVolume, nil
+		}
+		s.f.Target.Found = true
+		if ref := pv.Spec.ClaimRef; ref != nil {
+			return &types.NamespacedName{Namespace: ref.Namespace, Name: ref.Name}, pv.Name, nil
+		}
+		return nil, pv.Name, nil
+
+	case t.PersistentVolumeClaim != nil:
+		key := types.NamespacedName{Namespace: t.PersistentVolumeClaim.Namespace, Name: t.PersistentVolumeClaim.Name}
+		pv, err := s.claimVolume(ctx, key)
+		if err != nil || pv == "" {
+			return nil, "", err
+		}
+		s.f.Target.Found = true
+		return &key, pv, nil
+
+	case t.Pod != nil:
+		return s.resolvePod(ctx, types.NamespacedName{Namespace: t.Pod.Namespace, Name: t.Pod.Name})
+	}
+	s.f.Target.Message = "release-luks-lease needs a PersistentVolume, PersistentVolumeClaim or Pod target"
+	return nil, "", nil
+}
+
+// claimVolume returns the PV a claim is bound to, or "" with Target.Message set.
+func (s *gathering) claimVolume(ctx context.Context, key types.NamespacedName) (string, error) {
+	pvc := &corev1.PersistentVolumeClaim{}
+	found, err := s.get(ctx, key, pvc)
+	if err != nil {
+		return "", err
+	}
+	if !found {
+		s.f.Target.Message = fmt.Sprintf("PersistentVolumeClaim %s not found", key)
+		return "", nil
+	}
+	if pvc.Spec.VolumeName == "" {
+		s.f.Target.Message = fmt.Sprintf("PersistentVolumeClaim %s is not bound to a PersistentVolume", key)
+		return "", nil
+	}
+	return pvc.Spec.VolumeName, nil
+}
+
+// resolvePod follows a pod's PVC volumes to the one PV that has a Trident Lease.
+func (s *gathering) resolvePod(ctx context.Context, key types.NamespacedName) (*types.NamespacedName, string, error) {
+	pod := &corev1.Pod{}
+	found, err := s.get(ctx, key, pod)
+	if err != nil {
+		return nil, "", err
+	}
+	if !found {
+		s.f.Target.Message = fmt.Sprintf("Pod %s not found", key)
+		return nil, "", nil
+	}
+	var claims []string
+	for _, v := range pod.Spec.Volumes {
+		if v.PersistentVolumeClaim != nil && !slices.Contains(claims, v.PersistentVolumeClaim.ClaimName) {
+			claims = append(claims, v.PersistentVolumeClaim.ClaimName)
+		}
+	}
+	slices.Sort(claims)
+	if len(claims) == 0 {
+		s.f.Target.Message = fmt.Sprintf("Pod %s mounts no PersistentVolumeClaim", key)
+		return nil, "", nil
+	}
+
+	// A pod can mount several claims; the runbook cares about the one whose PV has a
+	// Lease. Several candidates are ambiguous and the operator must pick one.
+	type candidate struct {
+		claim types.NamespacedName
+		pv    string
+	}
+	var bound, leased []candidate
+	var problems []string
+	for _, name := range claims {
+		ck := types.NamespacedName{Namespace: pod.Namespace, Name: name}
+		pv, err := s.claimVolume(ctx, ck)
+		if err != nil {
+			return nil, "", err
+		}
+		if pv == "" {
+			problems = append(problems, s.f.Target.Message)
+			continue
+		}
+		c := candidate{claim: ck, pv: pv}
+		bound = append(bound, c)
+		found, err := s.get(ctx, types.NamespacedName{Namespace: s.f.TridentNamespace, Name: pv}, &coordinationv1.Lease{})
+		if err != nil {
+			return nil, "", err
+		}
+		if found {
+			leased = append(leased, c)
+		}
+	}
+	s.f.Target.Message = ""
+	var pick *candidate
+	switch {
+	case len(leased) == 1:
+		pick = &leased[0]
+	case len(leased) > 1:
+		var names []string
+		for _, c := range leased {
+			names = append(names, c.claim.Name+" ("+c.pv+")")
+		}
+		s.f.Target.Message = fmt.Sprintf("Pod %s mounts %d claims whose PersistentVolumes have Trident Leases: %s; target the PersistentVolumeClaim instead", key, len(leased), strings.Join(names, ", "))
+		return nil, "", nil
+	case len(bound) == 1:
+		pick = &bound[0]
+	case len(bound) == 0:
+		s.f.Target.Message = strings.Join(problems, "; ")
+		return nil, "", nil
+	default:
+		var names []string
+		for _, c := range bound {
+			names = append(names, c.pv)
+		}
+		s.f.Target.Found = true
+		s.f.Target.Message = fmt.Sprintf("none of the PersistentVolumes mounted by Pod %s (%s) has a Lease in namespace %s", key, strings.Join(names, ", "), s.f.TridentNamespace)
+		return nil, "", nil
+	}
+	s.f.Target.Found = true
+	return &pick.claim, pick.pv, nil
+}
+
+// retainedEvents counts the LeaseRetained Warning events Trident emitted on this
+// Lease. Events of an earlier Lease of the same name (another UID) are not evidence
+// about this one.
+func (s *gathering) retainedEvents(ctx context.Context, lease *coordinationv1.Lease, lf *v1alpha1.LeaseFacts) error {
+	events := &corev1.EventList{}
+	if err := s.g.Reader.List(ctx, events, client.InNamespace(lease.Namespace), client.MatchingFields{
+		"involvedObject.kind": "Lease",
+		"involvedObject.name": lease.Name,
+		"reason":              s.g.Config.RetainedEventReason,
+		"type":                corev1.EventTypeWarning,
+	}); err != nil {
+		return fmt.Errorf("listing %s events of Lease %s/%s: %w", s.g.Config.RetainedEventReason, lease.Namespace, lease.Name, err)
+	}
+	var last time.Time
+	for i := range events.Items {
+		ev := &events.Items[i]
+		if ev.InvolvedObject.UID != "" && ev.InvolvedObject.UID != lease.UID {
+			continue
+		}
+		lf.RetainedEvents += eventCount(ev)
+		if seen := eventLastSeen(ev); lf.LastRetainedAt == nil || seen.After(last) || (seen.Equal(last) && ev.Message > lf.LastRetainedMessage) {
+			last = seen
+			at := metav1.NewTime(seen)
+			lf.LastRetainedAt = &at
+			lf.LastRetainedMessage = ev.Message
+		}
+	}
+	return nil
+}
+
+// eventCount is how many occurrences one (possibly deduplicated) event stands for.
+func eventCount(ev *corev1.Event) int32 {
+	n := max(ev.Count, 1)
+	if ev.Series != nil {
+		n = max(n, ev.Series.Count)
+	}
+	return n
+}
+
+func eventLastSeen(ev *corev1.Event) time.Time {
+	switch {
+	case ev.Series != nil && !ev.Series.LastObservedTime.IsZero():
+		return ev.Series.LastObservedTime.Time
+	case !ev.LastTimestamp.IsZero():
+		return ev.LastTimestamp.Time
+	case !ev.EventTime.IsZero():
+		return ev.EventTime.Time
+	}
+	return ev.CreationTimestamp.Time
+}
+
+// node records the state of the named node.
+func (s *gathering) node(ctx context.Context, name string) error {
+	node := &corev1.Node{}
+	found, err := s.get(ctx, types.NamespacedName{Name: name}, node)
+	if err != nil {
+		return err
+	}
+	var nodeLease *coordinationv1.Lease
+	if found {
+		l := &coordinationv1.Lease{}
+		leaseFound, err := s.get(ctx, types.NamespacedName{Namespace: nodeLeaseNamespace, Name: name}, l)
+		if err != nil {
+			return err
+		}
+		if leaseFound {
+			nodeLease = l
+		}
+	} else {
+		node = nil
+	}
+	nf := ClassifyNode(name, node, nodeLease, s.now, s.g.Config.NodeLeaseGracePeriod)
+	s.f.Node = &nf
+	return nil
+}
+
+// affectedPods lists the pods on node that mount claim. Listing by node keeps the
+// read proportional to one node, not the cluster.
+func (s *gathering) affectedPods(ctx context.Context, node string, claim types.NamespacedName) error {
+	pods, err := s.podsOnNode(ctx, node, client.InNamespace(claim.Namespace))
+	if err != nil {
+		return err
+	}
+	for i := range pods {
+		for _, v := range pods[i].Spec.Volumes {
+			if v.PersistentVolumeClaim != nil && v.PersistentVolumeClaim.ClaimName == claim.Name {
+				s.f.AffectedPods = append(s.f.AffectedPods, podFacts(&pods[i]))
+				break
+			}
+		}
+	}
+	return nil
+}
+
+// podsOnNode lists pods by spec.nodeName on the API server, sorted by namespace/name.
+func (s *gathering) podsOnNode(ctx context.Context, node string, opts ...client.ListOption) ([]corev1.Pod, error) {
+	list := &corev1.PodList{}
+	opts = append(opts, client.MatchingFields{"spec.nodeName": node})
+	if err := s.g.Reader.List(ctx, list, opts...); err != nil {
+		return nil, fmt.Errorf("listing pods on node %s: %w", node, err)
+	}
+	slices.SortFunc(list.Items, func(a, b corev1.Pod) int {
+		return strings.Compare(a.Namespace+"/"+a.Name, b.Namespace+"/"+b.Name)
+	})
+	return list.Items, nil
+}
+
+// csi gathers facts for reregister-csi-driver.
+func (s *gathering) csi(ctx context.Context, nodeName string) error {
+	s.f.Target.Node = nodeName
+	if err := s.node(ctx, nodeName); err != nil {
+		return err
+	}
+	if !s.f.Node.Exists {
+		s.f.Target.Message = fmt.Sprintf("Node %s not found", nodeName)
+		return nil
+	}
+	s.f.Target.Found = true
+
+	cf := &v1alpha1.CSIFacts{}
+	s.f.CSI = cf
+	csiNode := &storagev1.CSINode{}
+	found, err := s.get(ctx, types.NamespacedName{Name: nodeName}, csiNode)
+	if err != nil {
+		return err
+	}
+	if found {
+		cf.CSINodeExists = true
+		for _, d := range csiNode.Spec.Drivers {
+			cf.Drivers = append(cf.Drivers, d.Name)
+		}
+		slices.Sort(cf.Drivers)
+		cf.DriverRegistered = slices.Contains(cf.Drivers, s.f.DriverName)
+	}
+
+	pods, err := s.podsOnNode(ctx, nodeName, client.InNamespace(s.f.TridentNamespace),
+		client.MatchingLabelsSelector{Selector: s.g.Config.NodePluginSelector})
+	if err != nil {
+		return err
+	}
+	for i := range pods {
+		cf.PluginPods = append(cf.PluginPods, podFacts(&pods[i]))
+	}
+	return nil
+}
+
+func podFacts(p *corev1.Pod) v1alpha1.PodFacts {
+	pf := v1alpha1.PodFacts{
+		Namespace:         p.Namespace,
+		Name:              p.Name,
+		UID:               string(p.UID),
+		Node:              p.Spec.NodeName,
+		Phase:             string(p.Status.Phase),
+		DeletionTimestamp: p.DeletionTimestamp,
+	}
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			pf.Ready = c.Status == corev1.ConditionTrue
+		}
+	}
+	return pf
+}
+
+func firstNonEmpty(vals ...string) string {
+	for _, v := range vals {
+		if v != "" {
+			return v
+		}
+	}
+	return ""
+}

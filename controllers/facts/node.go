@@ -1,0 +1,110 @@
+package facts
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/remediator/remediator/api/v1alpha1"
+)
+
+// stateTaints are the taints that decide a node's state; others are not recorded
+// because the policy must not depend on them.
+var stateTaints = []string{v1alpha1.TaintCloudShutdown, v1alpha1.TaintOutOfService, v1alpha1.TaintUnreachable}
+
+// ClassifyNode turns a Node and its kube-node-lease Lease into NodeFacts, following
+// domain.md's three node states. node == nil means the Node object does not exist;
+// nodeLease == nil means the node has no Lease in kube-node-lease. It is pure so that
+// every branch can be table-tested.
+func ClassifyNode(name string, node *corev1.Node, nodeLease *coordinationv1.Lease, now time.Time, grace time.Duration) v1alpha1.NodeFacts {
+	nf := v1alpha1.NodeFacts{Name: name, LeaseRenewAgeSeconds: -1}
+	if node == nil {
+		nf.State = v1alpha1.NodeShutdown
+		nf.StateReason = fmt.Sprintf("Node %s no longer exists", name)
+		return nf
+	}
+	nf.Exists = true
+	nf.Unschedulable = node.Spec.Unschedulable
+
+	for _, c := range node.Status.Conditions {
+		if c.Type != corev1.NodeReady {
+			continue
+		}
+		nf.Ready = string(c.Status)
+		if !c.LastTransitionTime.IsZero() {
+			since := c.LastTransitionTime
+			nf.ReadySince = &since
+			nf.ReadyAgeSeconds = ageSeconds(now, since.Time)
+		}
+	}
+	for _, t := range node.Spec.Taints {
+		if slices.Contains(stateTaints, t.Key) && !slices.Contains(nf.Taints, t.Key) {
+			nf.Taints = append(nf.Taints, t.Key)
+		}
+	}
+	slices.Sort(nf.Taints)
+
+	leaseFresh := false
+	if nodeLease != nil && nodeLease.Spec.RenewTime != nil {
+		renew := metav1.NewTime(nodeLease.Spec.RenewTime.Time)
+		nf.LeaseRenewTime = &renew
+		nf.LeaseRenewAgeSeconds = ageSeconds(now, renew.Time)
+		leaseFresh = now.Sub(renew.Time) <= grace
+	}
+
+	shutdownTaint := slices.Contains(nf.Taints, v1alpha1.TaintOutOfService) || slices.Contains(nf.Taints, v1alpha1.TaintCloudShutdown)
+	readyTrue := nf.Ready == string(corev1.ConditionTrue)
+	evidence := nodeEvidence(&nf, nodeLease != nil, grace)
+
+	switch {
+	case shutdownTaint && !readyTrue:
+		nf.State = v1alpha1.NodeShutdown
+	case shutdownTaint:
+		// A shutdown taint on a node whose kubelet still reports Ready means someone
+		// tainted a live node: the evidence conflicts, so nobody may act on it.
+		nf.State = v1alpha1.NodeUnknown
+		evidence = "conflicting evidence: shutdown taint on a node that reports Ready=True; " + evidence
+	case nf.Ready == string(corev1.ConditionUnknown) || slices.Contains(nf.Taints, v1alpha1.TaintUnreachable) || (nodeLease != nil && !leaseFresh):
+		nf.State = v1alpha1.NodeUnreachable
+	case readyTrue && leaseFresh:
+		nf.State = v1alpha1.NodeHealthy
+	default:
+		nf.State = v1alpha1.NodeUnknown
+	}
+	nf.StateReason = evidence
+	return nf
+}
+
+// nodeEvidence describes the facts behind a node state in one deterministic line.
+func nodeEvidence(nf *v1alpha1.NodeFacts, hasLease bool, grace time.Duration) string {
+	var parts []string
+	if nf.Ready == "" {
+		parts = append(parts, "no Ready condition")
+	} else {
+		parts = append(parts, fmt.Sprintf("Ready=%s for %s", nf.Ready, time.Duration(nf.ReadyAgeSeconds)*time.Second))
+	}
+	if len(nf.Taints) > 0 {
+		parts = append(parts, "taints "+strings.Join(nf.Taints, ","))
+	}
+	switch {
+	case !hasLease:
+		parts = append(parts, "no node Lease in kube-node-lease")
+	case nf.LeaseRenewTime == nil:
+		parts = append(parts, "node Lease never renewed")
+	default:
+		parts = append(parts, fmt.Sprintf("node Lease renewed %s ago (grace %s)", time.Duration(nf.LeaseRenewAgeSeconds)*time.Second, grace))
+	}
+	return strings.Join(parts, "; ")
+}
+
+func ageSeconds(now, t time.Time) int64 {
+	if now.Before(t) {
+		return 0
+	}
+	return int64(now.Sub(t) / time.Second)
+}

@@ -1,0 +1,92 @@
+package facts
+
+import (
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/remediator/remediator/api/v1alpha1"
+)
+
+func TestClassifyNode(t *testing.T) {
+	now := time.Date(2026, 11, 19, 5, 47, 54, 0, time.UTC)
+	grace := 40 * time.Second
+	node := func(ready corev1.ConditionStatus, taints ...string) *corev1.Node {
+		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n"}}
+		if ready != "" {
+			n.Status.Conditions = []corev1.NodeCondition{{
+				Type: corev1.NodeReady, Status: ready, LastTransitionTime: metav1.NewTime(now.Add(-90 * time.Second)),
+			}}
+		}
+		for _, k := range taints {
+			n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: k, Effect: corev1.TaintEffectNoExecute})
+		}
+		return n
+	}
+	lease := func(age time.Duration) *coordinationv1.Lease {
+		renew := metav1.NewMicroTime(now.Add(-age))
+		return &coordinationv1.Lease{Spec: coordinationv1.LeaseSpec{RenewTime: &renew}}
+	}
+	cases := []struct {
+		name  string
+		node  *corev1.Node
+		lease *coordinationv1.Lease
+		want  v1alpha1.NodeState
+	}{
+		{"node gone", nil, nil, v1alpha1.NodeShutdown},
+		{"out-of-service and NotReady", node(corev1.ConditionFalse, v1alpha1.TaintOutOfService), lease(time.Hour), v1alpha1.NodeShutdown},
+		{"cloud shutdown and Unknown", node(corev1.ConditionUnknown, v1alpha1.TaintCloudShutdown, v1alpha1.TaintUnreachable), lease(time.Hour), v1alpha1.NodeShutdown},
+		{"shutdown taint but Ready", node(corev1.ConditionTrue, v1alpha1.TaintOutOfService), lease(time.Second), v1alpha1.NodeUnknown},
+		{"Ready Unknown", node(corev1.ConditionUnknown), lease(time.Second), v1alpha1.NodeUnreachable},
+		{"unreachable taint only", node(corev1.ConditionTrue, v1alpha1.TaintUnreachable), lease(time.Second), v1alpha1.NodeUnreachable},
+		{"stale node lease", node(corev1.ConditionTrue), lease(grace + time.Second), v1alpha1.NodeUnreachable},
+		{"lease exactly at grace is fresh", node(corev1.ConditionTrue), lease(grace), v1alpha1.NodeHealthy},
+		{"healthy", node(corev1.ConditionTrue), lease(2 * time.Second), v1alpha1.NodeHealthy},
+		{"Ready without node lease", node(corev1.ConditionTrue), nil, v1alpha1.NodeUnknown},
+		{"kubelet reports NotReady", node(corev1.ConditionFalse), lease(time.Second), v1alpha1.NodeUnknown},
+		{"no Ready condition", node(""), lease(time.Second), v1alpha1.NodeUnknown},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got := ClassifyNode("n", tc.node, tc.lease, now, grace)
+			if got.State != tc.want {
+				t.Fatalf("state = %s (%s), want %s", got.State, got.StateReason, tc.want)
+			}
+			if got.StateReason == "" {
+				t.Error("state has no evidence")
+			}
+			if got.Exists != (tc.node != nil) {
+				t.Errorf("exists = %v", got.Exists)
+			}
+		})
+	}
+}
+
+func TestClassifyNodeEvidence(t *testing.T) {
+	now := time.Date(2026, 11, 19, 5, 47, 54, 0, time.UTC)
+	n := &corev1.Node{
+		Spec: corev1.NodeSpec{Unschedulable: true, Taints: []corev1.Taint{
+			{Key: v1alpha1.TaintUnreachable, Effect: corev1.TaintEffectNoSchedule},
+			{Key: "example.com/other"},
+			{Key: v1alpha1.TaintUnreachable, Effect: corev1.TaintEffectNoExecute},
+		}},
+		Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{
+			Type: corev1.NodeReady, Status: corev1.ConditionUnknown, LastTransitionTime: metav1.NewTime(now.Add(-75 * time.Second)),
+		}}},
+	}
+	renew := metav1.NewMicroTime(now.Add(-80 * time.Second))
+	got := ClassifyNode("kwok-node-2", n, &coordinationv1.Lease{Spec: coordinationv1.LeaseSpec{RenewTime: &renew}}, now, 40*time.Second)
+	want := "Ready=Unknown for 1m15s; taints node.kubernetes.io/unreachable; node Lease renewed 1m20s ago (grace 40s)"
+	if got.StateReason != want {
+		t.Errorf("reason:\n got %q\nwant %q", got.StateReason, want)
+	}
+	if got.ReadyAgeSeconds != 75 || got.LeaseRenewAgeSeconds != 80 || !got.Unschedulable {
+		t.Errorf("evidence fields: %+v", got)
+	}
+	if len(got.Taints) != 1 {
+		t.Errorf("taints = %v, want only the unreachable key once", got.Taints)
+	}
+}
