@@ -25,13 +25,16 @@ KUBE_LDFLAGS := -s -w \
 .PHONY: bins
 bins: $(addprefix $(BIN)/,$(KUBE_BINS)) $(BIN)/kwok $(BIN)/kwokctl ## Build the Kubernetes, etcd and kwok binaries into bin/
 
-$(addprefix $(BIN)/,$(KUBE_BINS)): $(BIN)/%: $(TOOLS_SRC)
+# One `go build` for all of them: the binaries share most packages, and a single
+# invocation compiles each package once instead of once per concurrent build.
+$(addprefix $(BIN)/,$(KUBE_BINS)) &: $(TOOLS_SRC)
 	@mkdir -p $(BIN)
-	cd $(TOOLS_MOD) && $(GO) build -trimpath -ldflags '$(KUBE_LDFLAGS)' -o $@ ./$*
+	cd $(TOOLS_MOD) && $(GO) build -trimpath -ldflags '$(KUBE_LDFLAGS)' -o $(BIN)/ $(addprefix ./,$(KUBE_BINS))
+	@touch $(addprefix $(BIN)/,$(KUBE_BINS))
 
-$(BIN)/kwok $(BIN)/kwokctl: $(BIN)/%:
+$(BIN)/kwok $(BIN)/kwokctl &:
 	@mkdir -p $(BIN)
-	GOBIN=$(BIN) $(GO) install -trimpath sigs.k8s.io/kwok/cmd/$*@$(KWOK_VERSION)
+	GOBIN=$(BIN) $(GO) install -trimpath sigs.k8s.io/kwok/cmd/kwok@$(KWOK_VERSION) sigs.k8s.io/kwok/cmd/kwokctl@$(KWOK_VERSION)
 
 # ---------------------------------------------------------------------------
 # Code generation (controller-gen runs as a `go tool`, pinned in go.mod).
@@ -81,6 +84,7 @@ cluster: bins ## Start the local cluster (3 Ready kwok nodes, trident namespace,
 
 .PHONY: cluster-down
 cluster-down: ## Stop the local cluster and everything the demo started
+	ROOT=$(ROOT) BIN=$(BIN) test/demo.sh stop
 	ROOT=$(ROOT) BIN=$(BIN) test/cluster/down.sh
 
 # ---------------------------------------------------------------------------

@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# Tear down the Remediator local cluster created by test/cluster/up.sh and make sure none of its
+# processes survive. Idempotent: succeeds (and does nothing) when no cluster exists.
+#
+# Usage: test/cluster/down.sh   (no arguments)
+#   ROOT   repo root                      (default: two directories above this script)
+#   BIN    directory holding the binaries (default: $ROOT/bin); the cluster lives in $BIN/cluster
+set -euo pipefail
+
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+ROOT="$(cd "${ROOT:-$HERE/../..}" && pwd)"
+BIN="${BIN:-$ROOT/bin}"
+
+CLUSTER_NAME=remediator
+CLUSTER_DIR="$BIN/cluster"
+WORKDIR="$CLUSTER_DIR/clusters/$CLUSTER_NAME"
+
+log() { printf '[cluster down] %s\n' "$*" >&2; }
+die() { printf '[cluster down] ERROR: %s\n' "$*" >&2; exit 1; }
+
+if [[ ! -d "$CLUSTER_DIR" ]]; then
+  log "no cluster under $CLUSTER_DIR; nothing to do"
+  exit 0
+fi
+
+exec 9>"$CLUSTER_DIR/.lock"
+flock -w 600 9 || die "timed out waiting for another up.sh/down.sh holding $CLUSTER_DIR/.lock"
+
+# kwokctl starts every component through a symlink under $WORKDIR/bin, so a command line that
+# starts with that absolute path identifies this cluster's processes and nothing else (not even
+# e.g. a `tail -f` on its logs).
+cluster_pids() {
+  local pid
+  for pid in $(pgrep -f -- "^$WORKDIR/bin/" || true); do
+    # Skip ourselves and processes that are already exiting (zombies keep no cmdline anyway).
+    [[ "$pid" == "$$" ]] && continue
+    [[ "$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null)" == Z ]] && continue
+    echo "$pid"
+  done
+}
+
+# Remember the pids before kwokctl deletes the pid files with the workdir.
+pids=()
+if [[ -d "$WORKDIR/pids" ]]; then
+  for f in "$WORKDIR"/pids/*.pid; do
+    [[ -f "$f" ]] && pids+=("$(cat "$f")")
+  done
+fi
+
+if [[ -f "$WORKDIR/kwok.yaml" ]]; then
+  log "deleting cluster $CLUSTER_NAME"
+  # --kubeconfig: kwokctl removes the cluster's context from this file (its default is
+  # ~/.kube/config, which up.sh never writes to). KWOK_WORKDIR: where up.sh created it.
+  KWOK_WORKDIR="$CLUSTER_DIR" "$BIN/kwokctl" --name "$CLUSTER_NAME" delete cluster \
+    --kubeconfig="$CLUSTER_DIR/kubeconfig" </dev/null 9>&- \
+    || log "kwokctl delete cluster failed; killing the processes directly"
+fi
+
+# kwokctl sends SIGKILL but does not wait for processes it did not start itself, and a crashed
+# kwokctl can leave processes without pid files: sweep both sources until nothing is left.
+mapfile -t leftover < <( { printf '%s\n' "${pids[@]}"; cluster_pids; } | sort -un | grep -v '^$' || true)
+for pid in "${leftover[@]}"; do
+  # Only kill pids that still belong to this cluster (a pid from a stale file may be reused).
+  if [[ "$(tr '\0' ' ' 2>/dev/null <"/proc/$pid/cmdline")" == "$WORKDIR/bin/"* ]]; then
+    log "killing leftover process $pid: $(tr '\0' ' ' 2>/dev/null <"/proc/$pid/cmdline" | cut -c1-120)"
+    kill -KILL "$pid" 2>/dev/null || true
+  fi
+done
+for _ in $(seq 50); do
+  [[ -z "$(cluster_pids)" ]] && break
+  sleep 0.2
+done
+if [[ -n "$(cluster_pids)" ]]; then
+  die "processes of cluster $CLUSTER_NAME still running: $(cluster_pids | tr '\n' ' ')"
+fi
+
+# Remove the rest of the state up.sh created (kubeconfig, fingerprint, kwokctl's cache dir).
+rm -rf "$WORKDIR" "$CLUSTER_DIR/kubeconfig" "$CLUSTER_DIR/kubeconfig.tmp" \
+  "$CLUSTER_DIR/fingerprint" "$CLUSTER_DIR/get-kubeconfig.err" "$CLUSTER_DIR/kubectl-cache"
+rmdir "$CLUSTER_DIR/clusters" 2>/dev/null || true
+log "cluster $CLUSTER_NAME is down; no process left"

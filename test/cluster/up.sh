@@ -1,0 +1,221 @@
+#!/usr/bin/env bash
+# Bring up the Remediator local cluster: a real kube-apiserver/etcd/controller-manager/scheduler
+# run by `kwokctl --runtime binary` from the binaries in $BIN, with kwok simulating the kubelets
+# of three nodes, plus a stand-in for Trident's CSI node-plugin DaemonSet.
+#
+# Usage: test/cluster/up.sh            (no arguments; configured through the environment)
+#   ROOT         repo root                      (default: two directories above this script)
+#   BIN          directory holding the binaries (default: $ROOT/bin; build them with `make bins`)
+#   CRD_DIR      CRDs to apply, relative to ROOT or absolute (default: charts/remediator/crds;
+#                skipped if missing or empty)
+#   UP_TIMEOUT   seconds to wait for nodes, DaemonSet and CRDs (default: 180)
+#
+# Result: admin kubeconfig at $BIN/cluster/kubeconfig; cluster state (pki, etcd data, pid files,
+# component logs) under $BIN/cluster/clusters/remediator. Nothing is written to ~/.kwok, and
+# ~/.kube/config is left alone.
+#
+# Idempotent: if the cluster is already up and reachable it only re-applies the manifests (which
+# also restores the baseline, e.g. a node a test took out of kwok's management) and waits.
+# If test/cluster/kwokctl.yaml changed since the cluster was created, the cluster is recreated.
+set -euo pipefail
+
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+ROOT="$(cd "${ROOT:-$HERE/../..}" && pwd)"
+BIN="${BIN:-$ROOT/bin}"
+CRD_DIR="${CRD_DIR:-charts/remediator/crds}"
+UP_TIMEOUT="${UP_TIMEOUT:-180}"
+
+CLUSTER_NAME=remediator
+CLUSTER_DIR="$BIN/cluster"
+KUBECONFIG_OUT="$CLUSTER_DIR/kubeconfig"
+MANIFESTS="$HERE/manifests"
+KWOKCTL_CONFIG="$HERE/kwokctl.yaml"
+# Nodes declared in manifests/10-nodes.yaml; the DaemonSet must have one ready pod on each.
+EXPECTED_NODES=3
+
+log() { printf '[cluster up] %s\n' "$*" >&2; }
+die() { printf '[cluster up] ERROR: %s\n' "$*" >&2; exit 1; }
+
+[[ "$CRD_DIR" = /* ]] || CRD_DIR="$ROOT/$CRD_DIR"
+
+for b in etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok kwokctl; do
+  [[ -x "$BIN/$b" ]] || die "missing binary $BIN/$b; build the binaries with 'make bins'"
+done
+mkdir -p "$CLUSTER_DIR"
+
+# kwokctl keeps all its state (clusters/, cache/, default kwok.yaml) in KWOK_WORKDIR, which would
+# otherwise be ~/.kwok.
+export KWOK_WORKDIR="$CLUSTER_DIR"
+# kwokctl shells out to `kubectl` (health checks) and looks it up in PATH before trying to
+# download one; make sure it finds ours.
+export PATH="$BIN:$PATH"
+export KWOK_KUBECTL_BINARY="$BIN/kubectl"
+# kubectl's discovery cache would otherwise go to ~/.kube/cache.
+export KUBECACHEDIR="$CLUSTER_DIR/kubectl-cache"
+
+# Serialise concurrent callers (e.g. several e2e test packages running in parallel).
+exec 9>"$CLUSTER_DIR/.lock"
+flock -w 600 9 || die "timed out waiting for another up.sh/down.sh holding $CLUSTER_DIR/.lock"
+
+# </dev/null and 9>&-: the components kwokctl forks outlive this script and inherit kwokctl's
+# open files; they must not keep our stdin or the lock (fd 9) open.
+kwokctl() { "$BIN/kwokctl" --name "$CLUSTER_NAME" "$@" </dev/null 9>&-; }
+kc() { "$BIN/kubectl" --kubeconfig "$KUBECONFIG_OUT" "$@"; }
+
+# Where kwokctl puts the logs; named in error messages.
+LOGS="$CLUSTER_DIR/clusters/$CLUSTER_NAME/logs"
+
+# A fingerprint of what the cluster was created from. kwokctl only reads --config when it
+# creates a cluster, so a changed config (or different binaries) means recreate.
+fingerprint() {
+  {
+    sha256sum "$KWOKCTL_CONFIG"
+    for b in etcd kube-apiserver kube-controller-manager kube-scheduler kwok kwokctl; do
+      printf '%s %s\n' "$b" "$(stat -c '%s %Y' "$BIN/$b")"
+    done
+  } | sha256sum | cut -d' ' -f1
+}
+FINGERPRINT_FILE="$CLUSTER_DIR/fingerprint"
+
+# (Re)write the admin kubeconfig from kwokctl's own. Writing it ourselves, instead of letting
+# `create cluster` merge a context into a kubeconfig, keeps ~/.kube/config untouched and gives a
+# stand-alone file with exactly one context. Its cert paths point into the cluster's pki dir.
+write_kubeconfig() {
+  kwokctl get kubeconfig >"$KUBECONFIG_OUT.tmp" 2>"$CLUSTER_DIR/get-kubeconfig.err" || return 1
+  chmod 600 "$KUBECONFIG_OUT.tmp"
+  mv "$KUBECONFIG_OUT.tmp" "$KUBECONFIG_OUT"
+}
+
+reachable() {
+  write_kubeconfig && kc get --raw /readyz --request-timeout=5s >/dev/null 2>&1
+}
+
+# wait_until DESCRIPTION COMMAND...: poll COMMAND every second until it succeeds or UP_TIMEOUT
+# (counted from the start of the waiting phase) runs out.
+wait_until() {
+  local what="$1"; shift
+  until "$@"; do
+    if (( SECONDS >= WAIT_DEADLINE )); then
+      return 1
+    fi
+    sleep 1
+  done
+  log "$what ($((SECONDS - WAIT_START))s)"
+}
+
+start=$SECONDS
+cluster_exists=false
+[[ -f "$CLUSTER_DIR/clusters/$CLUSTER_NAME/kwok.yaml" ]] && cluster_exists=true
+
+if $cluster_exists && [[ "$(cat "$FINGERPRINT_FILE" 2>/dev/null)" != "$(fingerprint)" ]]; then
+  log "kwokctl.yaml or the binaries changed since the cluster was created; recreating it"
+  flock -u 9
+  "$HERE/down.sh"
+  flock -w 600 9 || die "timed out re-taking $CLUSTER_DIR/.lock"
+  cluster_exists=false
+fi
+
+if $cluster_exists && reachable; then
+  log "cluster $CLUSTER_NAME already up; re-applying manifests"
+else
+  if $cluster_exists; then
+    # kwokctl restarts the components of an existing cluster whose processes are gone
+    # (e.g. after a reboot) instead of recreating it.
+    log "cluster $CLUSTER_NAME exists but is not reachable; restarting its components"
+  else
+    log "creating cluster $CLUSTER_NAME (kwokctl --runtime binary, state in $CLUSTER_DIR)"
+  fi
+  # --kubeconfig= : do not merge a context into ~/.kube/config (see write_kubeconfig).
+  # --timeout bounds kwokctl itself; it already waits up to 2m for the apiserver to serve.
+  if ! kwokctl create cluster \
+      --config="$KWOKCTL_CONFIG" \
+      --runtime=binary \
+      --kubeconfig= \
+      --timeout=5m \
+      --etcd-binary="$BIN/etcd" \
+      --kube-apiserver-binary="$BIN/kube-apiserver" \
+      --kube-controller-manager-binary="$BIN/kube-controller-manager" \
+      --kube-scheduler-binary="$BIN/kube-scheduler" \
+      --kwok-controller-binary="$BIN/kwok"; then
+    die "kwokctl create cluster failed; component logs are in $LOGS"
+  fi
+  fingerprint >"$FINGERPRINT_FILE"
+  write_kubeconfig || die "kwokctl get kubeconfig failed: $(cat "$CLUSTER_DIR/get-kubeconfig.err")"
+  WAIT_START=$SECONDS WAIT_DEADLINE=$((SECONDS + UP_TIMEOUT))
+  apiserver_ready() { kc get --raw /readyz --request-timeout=5s >/dev/null 2>&1; }
+  wait_until "apiserver ready" apiserver_ready \
+    || die "kube-apiserver not ready after ${UP_TIMEOUT}s; see $LOGS/kube-apiserver.log"
+fi
+
+# --- CRDs ------------------------------------------------------------------------------------
+# Server-side apply: generated CRDs can exceed the 256KiB last-applied annotation client-side
+# apply needs.
+crds=()
+if [[ -d "$CRD_DIR" ]] && compgen -G "$CRD_DIR/*.y*ml" >/dev/null; then
+  log "applying CRDs from $CRD_DIR"
+  out=$(kc apply --server-side --force-conflicts --field-manager=remediator-test-cluster \
+    -f "$CRD_DIR" -o name) || die "applying the CRDs in $CRD_DIR failed"
+  mapfile -t crds <<<"$out"
+else
+  log "no CRDs in $CRD_DIR; skipping"
+fi
+
+# --- Nodes, namespace, Trident DaemonSet -----------------------------------------------------
+kc apply -f "$MANIFESTS/00-namespace.yaml" >/dev/null || die "applying $MANIFESTS/00-namespace.yaml failed"
+out=$(kc apply -f "$MANIFESTS/10-nodes.yaml" -o name) || die "applying $MANIFESTS/10-nodes.yaml failed"
+mapfile -t nodes <<<"$out"
+(( ${#nodes[@]} == EXPECTED_NODES )) \
+  || die "expected $EXPECTED_NODES nodes in $MANIFESTS/10-nodes.yaml, got ${#nodes[@]}"
+for n in "${nodes[@]}"; do
+  kc patch "$n" --subresource=status --type=merge \
+    --patch-file="$MANIFESTS/patches/node-status.yaml" >/dev/null \
+    || die "patching the status of $n failed"
+done
+# Reconnect nodes a test disconnected (cluster.Disconnect takes over the node's Lease with this
+# holder): deleting the Lease lets kwok recreate and renew it.
+disconnected=$(kc -n kube-node-lease get leases \
+  -o jsonpath='{range .items[?(@.spec.holderIdentity=="remediator-test/disconnected")]}{.metadata.name}{" "}{end}') \
+  || die "listing node Leases failed"
+if [[ -n "$disconnected" ]]; then
+  log "reconnecting disconnected nodes: $disconnected"
+  # shellcheck disable=SC2086 # one Lease name per word
+  kc -n kube-node-lease delete lease $disconnected >/dev/null || die "deleting Leases $disconnected failed"
+fi
+kc apply -f "$MANIFESTS/20-trident-csi.yaml" >/dev/null || die "applying $MANIFESTS/20-trident-csi.yaml failed"
+
+# --- Wait for the baseline -------------------------------------------------------------------
+WAIT_START=$SECONDS WAIT_DEADLINE=$((SECONDS + UP_TIMEOUT))
+
+if (( ${#crds[@]} > 0 )); then
+  crds_established() { kc wait --for=condition=Established --timeout=5s "${crds[@]}" >/dev/null 2>&1; }
+  wait_until "${#crds[@]} CRD(s) established" crds_established \
+    || die "CRDs not Established after ${UP_TIMEOUT}s: $(kc get "${crds[@]}" -o wide 2>&1)"
+fi
+
+nodes_ready() {
+  local ready
+  ready=$(kc get "${nodes[@]}" \
+    -o jsonpath='{range .items[*]}{.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}' 2>/dev/null \
+    | grep -cx True) || true
+  (( ready == EXPECTED_NODES ))
+}
+wait_until "$EXPECTED_NODES nodes Ready" nodes_ready \
+  || die "nodes not Ready after ${UP_TIMEOUT}s (kwok-controller heartbeats them; see $LOGS/kwok-controller.log):
+$(kc get nodes -o wide 2>&1)"
+
+# Ready pods >= 3 rather than == desired: a test may leave extra (unmanaged) nodes behind, whose
+# DaemonSet pods never start. observedGeneration guards against reading a stale status right
+# after a template change.
+ds_ready() {
+  local s gen obs ready updated
+  s=$(kc -n trident get ds trident-csi \
+    -o jsonpath='{.metadata.generation} {.status.observedGeneration} {.status.numberReady} {.status.updatedNumberScheduled}' 2>/dev/null) || return 1
+  read -r gen obs ready updated <<<"$s"
+  [[ "$gen" == "$obs" ]] && (( ${ready:-0} >= EXPECTED_NODES && ${updated:-0} >= EXPECTED_NODES ))
+}
+wait_until "DaemonSet trident/trident-csi has $EXPECTED_NODES ready pods" ds_ready \
+  || die "DaemonSet trident/trident-csi not ready after ${UP_TIMEOUT}s:
+$(kc -n trident get ds,pods -o wide 2>&1)
+(scheduling: $LOGS/kube-scheduler.log, pod creation: $LOGS/kube-controller-manager.log, Running/Ready: $LOGS/kwok-controller.log)"
+
+log "cluster $CLUSTER_NAME ready in $((SECONDS - start))s; KUBECONFIG=$KUBECONFIG_OUT"

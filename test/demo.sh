@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# The main job (`make demo`): on the local cluster that `make cluster` started, run the
+# controller, stage incident A the way Trident leaves it, apply the example requests and
+# print the facts the controller gathered for each.
+#
+#   test/demo.sh        run the demo (the controller keeps running afterwards)
+#   test/demo.sh stop   stop the demo controller (make cluster-down calls this)
+set -euo pipefail
+
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+ROOT="$(cd "${ROOT:-$HERE/..}" && pwd)"
+BIN="${BIN:-$ROOT/bin}"
+STATE="$BIN/cluster"
+KUBECONFIG="$STATE/kubeconfig"
+PIDFILE="$STATE/remediator.pid"
+LOG="$STATE/remediator.log"
+PROBE="127.0.0.1:${DEMO_PROBE_PORT:-18081}"
+METRICS="127.0.0.1:${DEMO_METRICS_PORT:-18080}"
+export KUBECONFIG
+
+say() { printf '\n\033[1m==> %s\033[0m\n' "$*"; }
+die() { printf 'demo: ERROR: %s\n' "$*" >&2; exit 1; }
+kc() { "$BIN/kubectl" "$@"; }
+
+stop_controller() {
+  [[ -f "$PIDFILE" ]] || return 0
+  local pid; pid="$(cat "$PIDFILE")"
+  if kill -0 "$pid" 2>/dev/null; then
+    kill -INT "$pid"
+    for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
+    kill -0 "$pid" 2>/dev/null && kill -KILL "$pid"
+  fi
+  rm -f "$PIDFILE"
+}
+
+if [[ "${1:-}" == stop ]]; then
+  stop_controller
+  exit 0
+fi
+
+[[ -s "$KUBECONFIG" ]] || die "no cluster at $KUBECONFIG; run 'make cluster' (make demo does)"
+[[ -x "$BIN/remediator" ]] || die "no $BIN/remediator; run 'make build'"
+
+say "Starting the controller (log: $LOG)"
+stop_controller # a re-run picks up a rebuilt binary
+"$BIN/remediator" controller --kubeconfig "$KUBECONFIG" \
+  --health-probe-bind-address "$PROBE" --metrics-bind-address "$METRICS" \
+  --node-lease-grace-period 20s >"$LOG" 2>&1 </dev/null &
+echo $! >"$PIDFILE"
+for i in $(seq 1 120); do
+  curl -fsS "http://$PROBE/readyz" >/dev/null 2>&1 && break
+  kill -0 "$(cat "$PIDFILE")" 2>/dev/null || { tail -20 "$LOG" >&2; die "the controller exited"; }
+  [[ $i == 120 ]] && { tail -20 "$LOG" >&2; die "the controller did not become ready on $PROBE"; }
+  sleep 0.5
+done
+echo "ready on http://$PROBE/readyz, metrics on http://$METRICS/metrics"
+
+say "Staging incident A: LUKS volumes whose Leases Trident retained 40 minutes ago"
+acquired="$(date -u -d '-40 min' +%Y-%m-%dT%H:%M:%S.000000Z)"
+sed "s/ACQUIRED_AT/$acquired/" "$HERE/demo/incident-a.yaml" | kc apply -f -
+for attempt in 1 2 3; do
+  # Trident's own Warning events on the retained Lease, as `kubectl describe lease` shows them.
+  kc create -f - <<YAML >/dev/null
+apiVersion: v1
+kind: Event
+metadata: {generateName: pvc-75a6fd7f-7aee-45e8-a5fa-d4500272528e., namespace: trident}
+involvedObject: {apiVersion: coordination.k8s.io/v1, kind: Lease, namespace: trident, name: pvc-75a6fd7f-7aee-45e8-a5fa-d4500272528e}
+reason: LeaseRetained
+type: Warning
+count: 1
+firstTimestamp: "$(date -u +%Y-%m-%dT%H:%M:%SZ)"
+lastTimestamp: "$(date -u +%Y-%m-%dT%H:%M:%SZ)"
+source: {component: trident-node, host: kwok-node-1}
+message: "Retaining lease after failed LUKS operation on kwok-node-1: cryptsetup luksOpen exited with status 5 (attempt $attempt)"
+YAML
+done
+kc get lease -n trident
+
+say "Applying the example requests from examples/requests"
+kc create namespace remediator --dry-run=client -o yaml | kc apply -f -
+# Re-running the demo starts the requests afresh.
+kc delete rr -n remediator --all --ignore-not-found --wait=true >/dev/null
+kc apply -f "$ROOT/examples/requests/"
+
+say "Waiting for the controller to gather facts"
+for i in $(seq 1 60); do
+  pending="$(kc get rr -n remediator -o jsonpath='{range .items[?(@.status.facts)]}{.metadata.name}{"\n"}{end}' | wc -l)"
+  total="$(kc get rr -n remediator --no-headers | wc -l)"
+  [[ "$pending" == "$total" ]] && break
+  [[ $i == 60 ]] && die "only $pending of $total requests have facts; see $LOG"
+  sleep 1
+done
+kc get rr -n remediator
+
+say "Facts per request"
+for rr in $(kc get rr -n remediator -o name); do
+  echo "--- $rr"
+  kc get "$rr" -n remediator -o go-template='target:  {{.status.facts.target.ref}} (found={{.status.facts.target.found}}){{with .status.facts.target.message}} - {{.}}{{end}}
+{{with .status.facts.lease}}lease:   {{.namespace}}/{{.name}} exists={{.exists}}{{if .exists}} holder={{.holderIdentity}} age={{.ageSeconds}}s LeaseRetained={{.retainedEvents}}{{with .lastRetainedMessage}}
+         last: {{.}}{{end}}{{end}}
+{{end}}{{with .status.facts.node}}node:    {{.name}} {{.state}} ({{.stateReason}})
+{{end}}{{range .status.facts.affectedPods}}pod:     {{.namespace}}/{{.name}} {{.phase}} on {{.node}}
+{{end}}{{with .status.facts.csi}}csi:     csinode={{.csiNodeExists}} driverRegistered={{.driverRegistered}} pluginPods={{len .pluginPods}}
+{{end}}phase:   {{.status.phase}}
+'
+done
+
+say "Done"
+cat <<MSG
+The controller keeps running (pid $(cat "$PIDFILE")). Explore with:
+  export KUBECONFIG=$KUBECONFIG
+  $BIN/kubectl get rr -A
+  $BIN/kubectl get rr -n remediator release-lease-app-data -o yaml
+Stop everything with: make cluster-down
+MSG

@@ -1,0 +1,192 @@
+//go:build e2e
+
+// Package e2e runs Remediator end to end on the local kwok cluster (test/cluster):
+// a real control plane with kwok-simulated kubelets, and bin/remediator running as
+// its own process, the way an operator would run it.
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/remediator/remediator/api/v1alpha1"
+	"github.com/remediator/remediator/test/cluster"
+)
+
+var (
+	root       string
+	kubeconfig string
+	k8s        client.Client
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	var err error
+	if root, err = cluster.Root(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	// Leave a cluster someone else started (make cluster) running; stop one we start.
+	startedHere := !reachable(cluster.Kubeconfig(root))
+	if kubeconfig, err = cluster.Up(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "starting the local cluster:", err)
+		return 1
+	}
+	if startedHere && os.Getenv("E2E_KEEP_CLUSTER") == "" {
+		defer func() {
+			if err := cluster.Down(context.Background()); err != nil {
+				fmt.Fprintln(os.Stderr, "stopping the local cluster:", err)
+			}
+		}()
+	}
+	utilruntime.Must(v1alpha1.AddToScheme(scheme.Scheme))
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	if k8s, err = client.New(cfg, client.Options{Scheme: scheme.Scheme}); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	return m.Run()
+}
+
+func reachable(kubeconfig string) bool {
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return false
+	}
+	cfg.Timeout = 2 * time.Second
+	c, err := client.New(cfg, client.Options{})
+	if err != nil {
+		return false
+	}
+	return c.List(context.Background(), &corev1.NamespaceList{}) == nil
+}
+
+// controller is a bin/remediator controller process.
+type controller struct {
+	cmd  *exec.Cmd
+	done chan error
+}
+
+// startController runs bin/remediator controller against the local cluster and waits
+// until it reports ready. It is stopped when the test ends.
+func startController(t *testing.T, extraArgs ...string) *controller {
+	t.Helper()
+	probe := freeAddr(t)
+	logPath := filepath.Join(t.TempDir(), "controller.log")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := append([]string{"controller",
+		"--kubeconfig", kubeconfig,
+		"--metrics-bind-address", "0",
+		"--health-probe-bind-address", probe,
+		// The local cluster's controller-manager uses a 20s node-monitor grace period.
+		"--node-lease-grace-period", "20s",
+	}, extraArgs...)
+	cmd := exec.Command(filepath.Join(root, "bin", "remediator"), args...)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("starting bin/remediator (run `make build`): %v", err)
+	}
+	c := &controller{cmd: cmd, done: make(chan error, 1)}
+	go func() { c.done <- cmd.Wait(); logFile.Close() }()
+	t.Cleanup(func() {
+		c.stop()
+		if t.Failed() {
+			if out, err := os.ReadFile(logPath); err == nil {
+				t.Logf("controller log:\n%s", out)
+			}
+		}
+	})
+	eventually(t, 60*time.Second, "controller ready on "+probe, func() (bool, string) {
+		select {
+		case err := <-c.done:
+			out, _ := os.ReadFile(logPath)
+			t.Fatalf("controller exited: %v\n%s", err, out)
+		default:
+		}
+		resp, err := http.Get("http://" + probe + "/readyz")
+		if err != nil {
+			return false, err.Error()
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, resp.Status
+	})
+	return c
+}
+
+func (c *controller) stop() {
+	if c.cmd.ProcessState != nil {
+		return
+	}
+	_ = c.cmd.Process.Signal(os.Interrupt)
+	select {
+	case <-c.done:
+	case <-time.After(15 * time.Second):
+		_ = c.cmd.Process.Kill()
+		<-c.done
+	}
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// eventually polls cond until it holds; state describes the last observation.
+func eventually(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	last := ""
+	for {
+		ok, state := cond()
+		if ok {
+			return
+		}
+		last = state
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s; last state: %s", timeout, what, last)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+// namespace creates a namespace for one test and deletes it afterwards.
+func namespace(t *testing.T, prefix string) string {
+	t.Helper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: prefix + "-"}}
+	if err := k8s.Create(context.Background(), ns); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = k8s.Delete(context.Background(), ns) })
+	return ns.Name
+}
