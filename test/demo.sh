@@ -96,7 +96,7 @@ say "Facts per request"
 for rr in $(kc get rr -n remediator -o name); do
   echo "--- $rr"
   kc get "$rr" -n remediator -o go-template='target:  {{.status.facts.target.ref}} (found={{.status.facts.target.found}}){{with .status.facts.target.message}} - {{.}}{{end}}
-{{with .status.facts.lease}}lease:   {{.namespace}}/{{.name}} exists={{.exists}}{{if .exists}} holder={{.holderIdentity}} age={{.ageSeconds}}s LeaseRetained={{.retainedEvents}}{{with .lastRetainedMessage}}
+{{with .status.facts.lease}}lease:   {{.namespace}}/{{.name}} exists={{.exists}}{{if .exists}} holder={{.holderIdentity}} age={{.ageSeconds}}s LeaseRetained={{or .retainedEvents 0}}{{with .lastRetainedMessage}}
          last: {{.}}{{end}}{{end}}
 {{end}}{{with .status.facts.node}}node:    {{.name}} {{.state}} ({{.stateReason}})
 {{end}}{{range .status.facts.affectedPods}}pod:     {{.namespace}}/{{.name}} {{.phase}} on {{.node}}
