@@ -65,7 +65,17 @@ GOTEST ?= $(GO) test
 TEST_FLAGS ?= -count=1
 
 .PHONY: test
-test: bins test-unit test-e2e ## Build what the tests need, then run unit, envtest and e2e tests
+test: bins policy-test test-unit test-e2e ## Build what the tests need, then run policy, unit, envtest and e2e tests
+
+# cue ignores *_test.cue files given as paths, so each case file goes in on stdin,
+# unified with the policy package.
+POLICY_FILES := $(filter-out %_test.cue,$(wildcard policies/*.cue))
+.PHONY: policy-test
+policy-test: ## Run the CUE policy cases (policies/*_test.cue) with cue vet
+	@for t in policies/*_test.cue; do \
+		echo "cue vet -c policies $$t"; \
+		$(GO) tool cue vet -c $(POLICY_FILES) - < $$t || exit 1; \
+	done
 
 .PHONY: test-unit
 test-unit: bins ## Unit and envtest integration tests (real kube-apiserver + etcd from bin/)

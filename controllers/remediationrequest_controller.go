@@ -1,15 +1,23 @@
 // Package controllers owns the RemediationRequest reconciler: it fetches a request,
-// guards it with a finalizer, runs small phase functions (gather facts, ...) and
-// writes the status back in one merge patch at the end of every reconcile.
+// guards it with a finalizer, runs small phase functions (decide from freshly gathered
+// facts, then advance the playbook one step) and writes the status back in one merge
+// patch at the end of every reconcile.
 package controllers
 
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
+	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kerrors "k8s.io/apimachinery/pkg/util/errors"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -19,27 +27,64 @@ import (
 
 	"github.com/remediator/remediator/api/v1alpha1"
 	"github.com/remediator/remediator/controllers/facts"
+	"github.com/remediator/remediator/policies"
+	"github.com/remediator/remediator/remediations"
 )
 
 // +kubebuilder:rbac:groups=remediator.io,resources=remediationrequests,verbs=get;list;watch;update;patch
 // +kubebuilder:rbac:groups=remediator.io,resources=remediationrequests/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=remediator.io,resources=remediationrequests/finalizers,verbs=update
-// +kubebuilder:rbac:groups="",resources=pods;persistentvolumeclaims;persistentvolumes;nodes,verbs=get;list
+// +kubebuilder:rbac:groups="",resources=pods;persistentvolumeclaims;persistentvolumes,verbs=get;list
+// +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;patch
+// +kubebuilder:rbac:groups="",resources=pods/eviction,verbs=create
 // +kubebuilder:rbac:groups="",resources=events,verbs=list;create;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
-// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list
+// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;delete
 // +kubebuilder:rbac:groups=storage.k8s.io,resources=csinodes,verbs=get;list
+
+// Event reasons on RemediationRequests.
+const (
+	EventAccepted = "Accepted"
+	EventRejected = "Rejected"
+	EventWaiting  = "Waiting"
+	// Step transitions get a reason per kind so that the event correlator, which
+	// folds more than ten similar events of one reason, keeps each one readable.
+	EventStepStarted   = "StepStarted"
+	EventStepSucceeded = "StepSucceeded"
+	EventFailed        = "Failed"
+	EventDone          = "Succeeded"
+)
+
+// Condition reasons besides the playbook and rule names.
+const (
+	ReasonPlaybookRunning   = "PlaybookRunning"
+	ReasonPlaybookCompleted = "PlaybookCompleted"
+	ReasonDryRun            = "DryRun"
+	ReasonRejected          = "Rejected"
+	ReasonWaiting           = "Waiting"
+	ReasonFailed            = "Failed"
+)
 
 // RemediationRequestReconciler reconciles RemediationRequests.
 type RemediationRequestReconciler struct {
-	Client   client.Client
-	Gatherer *facts.Gatherer
+	Client client.Client
+	// Reader reads live state (the manager's APIReader): other requests when checking
+	// for conflicts, and the objects steps act on.
+	Reader    client.Reader
+	Gatherer  *facts.Gatherer
+	Policy    *policies.Engine
+	Playbooks remediations.Playbooks
+	Timeouts  remediations.Timeouts
+	Recorder  record.EventRecorder
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
 }
 
 // scope carries one reconcile's request and the copy its status patch is computed from.
 type scope struct {
 	rr   *v1alpha1.RemediationRequest
 	base *v1alpha1.RemediationRequest
+	now  time.Time
 }
 
 // phase is one small step of a reconcile. A phase that returns a non-zero result or
@@ -59,21 +104,24 @@ func (r *RemediationRequestReconciler) SetupWithManager(mgr ctrl.Manager) error 
 
 // Reconcile is fetch -> ensure finalizer -> phases -> one deferred status patch.
 func (r *RemediationRequestReconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, retErr error) {
+	// Read live, not from the cache: the journal must be current before any step acts,
+	// and requests are few enough that this costs nothing.
 	rr := &v1alpha1.RemediationRequest{}
-	if err := r.Client.Get(ctx, req.NamespacedName, rr); err != nil {
+	if err := r.Reader.Get(ctx, req.NamespacedName, rr); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	log := ctrl.LoggerFrom(ctx).WithValues("remediationRequest", klog.KObj(rr))
 	ctx = ctrl.LoggerInto(ctx, log)
 
+	if rr.DeletionTimestamp.IsZero() {
+		if err := r.ensureFinalizer(ctx, rr); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+	s := &scope{rr: rr, base: rr.DeepCopy(), now: r.clock()}
 	if !rr.DeletionTimestamp.IsZero() {
-		return r.reconcileDelete(ctx, rr)
+		return r.reconcileDelete(ctx, s)
 	}
-	if err := r.ensureFinalizer(ctx, rr); err != nil {
-		return ctrl.Result{}, err
-	}
-
-	s := &scope{rr: rr, base: rr.DeepCopy()}
 	defer func() {
 		if retErr == nil {
 			rr.Status.ObservedGeneration = rr.Generation
@@ -83,13 +131,20 @@ func (r *RemediationRequestReconciler) Reconcile(ctx context.Context, req ctrl.R
 		}
 	}()
 
-	for _, p := range []phase{r.gatherFacts, r.awaitDecision} {
+	for _, p := range []phase{r.decide, r.runPlaybook} {
 		res, err := p(ctx, s)
 		if err != nil || !res.IsZero() {
 			return res, err
 		}
 	}
 	return ctrl.Result{}, nil
+}
+
+func (r *RemediationRequestReconciler) clock() time.Time {
+	if r.Now != nil {
+		return r.Now()
+	}
+	return time.Now()
 }
 
 // ensureFinalizer adds the restore finalizer before anything can act, so that a
@@ -106,11 +161,31 @@ func (r *RemediationRequestReconciler) ensureFinalizer(ctx context.Context, rr *
 	return nil
 }
 
-// reconcileDelete releases the finalizer. Nothing has been changed on the cluster at
-// this stage of the project, so there is nothing to restore first.
-func (r *RemediationRequestReconciler) reconcileDelete(ctx context.Context, rr *v1alpha1.RemediationRequest) (ctrl.Result, error) {
+// reconcileDelete restores what a running playbook changed, journals it, and only
+// then releases the finalizer.
+func (r *RemediationRequestReconciler) reconcileDelete(ctx context.Context, s *scope) (ctrl.Result, error) {
+	rr := s.rr
 	if !controllerutil.ContainsFinalizer(rr, v1alpha1.Finalizer) {
 		return ctrl.Result{}, nil
+	}
+	if rr.Status.Phase == v1alpha1.PhaseRunning {
+		msg, err := remediations.Restore(ctx, r.run(s), "the request was deleted")
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		for i := range rr.Status.Steps {
+			if st := &rr.Status.Steps[i]; st.State == v1alpha1.StepPending || st.State == v1alpha1.StepRunning {
+				st.State = v1alpha1.StepSkipped
+				st.Message = "Skipped: the request was deleted"
+			}
+		}
+		rr.Status.Phase = v1alpha1.PhaseFailed
+		r.setCondition(rr, v1alpha1.ConditionSucceeded, metav1.ConditionFalse, v1alpha1.ReasonAborted, "The request was deleted mid-run; "+orDefault(msg, "nothing needed restoring"))
+		r.setCondition(rr, v1alpha1.ConditionProgressing, metav1.ConditionFalse, v1alpha1.ReasonAborted, "Aborted")
+		r.Recorder.Event(rr, corev1.EventTypeWarning, EventFailed, "Aborted: the request was deleted mid-run; "+orDefault(msg, "nothing needed restoring"))
+		if err := r.patchStatus(ctx, s); err != nil {
+			return ctrl.Result{}, err
+		}
 	}
 	before := rr.DeepCopy()
 	controllerutil.RemoveFinalizer(rr, v1alpha1.Finalizer)
@@ -121,22 +196,213 @@ func (r *RemediationRequestReconciler) reconcileDelete(ctx context.Context, rr *
 	return ctrl.Result{}, nil
 }
 
-// gatherFacts reads the live facts the policy will decide on.
-func (r *RemediationRequestReconciler) gatherFacts(ctx context.Context, s *scope) (ctrl.Result, error) {
-	f, err := r.Gatherer.Gather(ctx, s.rr)
+// needsDecision: a new request, a changed spec (unless a playbook is under way or
+// over), or a rejection or wait whose recheck time has come. Otherwise a decision
+// stands.
+func needsDecision(rr *v1alpha1.RemediationRequest, now time.Time) bool {
+	switch rr.Status.Phase {
+	case v1alpha1.PhaseRunning, v1alpha1.PhaseSucceeded, v1alpha1.PhaseFailed:
+		return false
+	}
+	d := rr.Status.Decision
+	if d == nil || rr.Status.ObservedGeneration != rr.Generation {
+		return true
+	}
+	return d.RecheckAt != nil && !now.Before(d.RecheckAt.Time)
+}
+
+// decide gathers live facts and asks the policy.
+func (r *RemediationRequestReconciler) decide(ctx context.Context, s *scope) (ctrl.Result, error) {
+	rr := s.rr
+	if !needsDecision(rr, s.now) {
+		if d := rr.Status.Decision; d != nil && d.RecheckAt != nil && rr.Status.Phase != v1alpha1.PhaseRunning {
+			return ctrl.Result{RequeueAfter: max(d.RecheckAt.Sub(s.now), time.Second)}, nil
+		}
+		return ctrl.Result{}, nil
+	}
+	f, err := r.Gatherer.Gather(ctx, rr)
 	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("gathering facts: %w", err)
 	}
-	s.rr.Status.Facts = f
+	rr.Status.Facts = f
+	conflicts, err := r.conflicts(ctx, rr)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	d, err := r.Policy.Decide(policies.Input{
+		Remediation: rr.Spec.Remediation, Mode: rr.Spec.Mode, Fencing: rr.Spec.Fencing, Facts: f, Conflicts: conflicts,
+	})
+	if err != nil {
+		return ctrl.Result{}, fmt.Errorf("deciding: %w", err)
+	}
+	now := metav1.NewTime(s.now)
+	dec := &v1alpha1.Decision{
+		Allowed: d.Allowed, Playbook: d.Playbook, Rule: d.Rule, Reasons: d.Reasons,
+		Message: d.Message, PolicyDigest: d.Digest, DecidedAt: now,
+	}
+	if d.RecheckAfterSeconds > 0 {
+		at := metav1.NewTime(s.now.Add(time.Duration(d.RecheckAfterSeconds) * time.Second))
+		dec.RecheckAt = &at
+		dec.Message += " Re-evaluated at " + at.UTC().Format(time.RFC3339) + "."
+	}
+	rr.Status.Decision = dec
+	rr.Status.Steps = nil
+	log := ctrl.LoggerFrom(ctx)
+
+	switch {
+	case d.Allowed:
+		plan, err := r.Playbooks.Plan(d.Playbook)
+		if err != nil {
+			return ctrl.Result{}, fmt.Errorf("policy chose playbook %q: %w", d.Playbook, err)
+		}
+		rr.Status.Steps = plan
+		r.setCondition(rr, v1alpha1.ConditionAccepted, metav1.ConditionTrue, reason(d.Playbook), d.Message)
+		meta.RemoveStatusCondition(&rr.Status.Conditions, v1alpha1.ConditionSucceeded)
+		names := make([]string, 0, len(plan))
+		for _, st := range plan {
+			names = append(names, st.Name)
+		}
+		if rr.Spec.Mode == v1alpha1.ModeDryRun {
+			rr.Status.Phase = v1alpha1.PhasePending
+			msg := fmt.Sprintf("DryRun: playbook %s would run %s; nothing was changed. Set spec.mode: Apply to run it.", d.Playbook, strings.Join(names, " -> "))
+			r.setCondition(rr, v1alpha1.ConditionProgressing, metav1.ConditionFalse, ReasonDryRun, msg)
+			r.Recorder.Event(rr, corev1.EventTypeNormal, EventAccepted, msg)
+			log.Info("Decided (dry run)", "playbook", d.Playbook, "rule", d.Rule)
+			return ctrl.Result{}, nil
+		}
+		rr.Status.Phase = v1alpha1.PhaseRunning
+		r.setCondition(rr, v1alpha1.ConditionProgressing, metav1.ConditionTrue, ReasonPlaybookRunning,
+			fmt.Sprintf("Running playbook %s: %s", d.Playbook, strings.Join(names, " -> ")))
+		r.Recorder.Eventf(rr, corev1.EventTypeNormal, EventAccepted, "Policy rule %s chose playbook %s: %s", d.Rule, d.Playbook, d.Message)
+		log.Info("Accepted", "playbook", d.Playbook, "rule", d.Rule)
+		return ctrl.Result{}, nil
+	case d.Wait:
+		rr.Status.Phase = v1alpha1.PhaseWaiting
+		r.setCondition(rr, v1alpha1.ConditionAccepted, metav1.ConditionUnknown, reason(d.Rule), dec.Message)
+		r.setCondition(rr, v1alpha1.ConditionProgressing, metav1.ConditionTrue, ReasonWaiting, dec.Message)
+		r.Recorder.Event(rr, corev1.EventTypeNormal, EventWaiting, dec.Message)
+		log.Info("Waiting", "rule", d.Rule)
+	default:
+		rr.Status.Phase = v1alpha1.PhaseRejected
+		r.setCondition(rr, v1alpha1.ConditionAccepted, metav1.ConditionFalse, reason(d.Rule), dec.Message)
+		r.setCondition(rr, v1alpha1.ConditionProgressing, metav1.ConditionFalse, ReasonRejected, "Rejected by policy rule "+d.Rule)
+		r.Recorder.Eventf(rr, corev1.EventTypeWarning, EventRejected, "Policy rule %s: %s", d.Rule, dec.Message)
+		log.Info("Rejected", "rule", d.Rule)
+	}
+	if dec.RecheckAt != nil {
+		return ctrl.Result{RequeueAfter: dec.RecheckAt.Sub(s.now)}, nil
+	}
 	return ctrl.Result{}, nil
 }
 
-// awaitDecision keeps a gathered request Pending until a policy decides it.
-func (r *RemediationRequestReconciler) awaitDecision(_ context.Context, s *scope) (ctrl.Result, error) {
-	if s.rr.Status.Phase == "" {
-		s.rr.Status.Phase = v1alpha1.PhasePending
+// conflicts lists other running requests on the same node or Lease. It reads live
+// so that a request another reconcile just started is seen.
+func (r *RemediationRequestReconciler) conflicts(ctx context.Context, rr *v1alpha1.RemediationRequest) ([]string, error) {
+	f := rr.Status.Facts
+	list := &v1alpha1.RemediationRequestList{}
+	if err := r.Reader.List(ctx, list); err != nil {
+		return nil, fmt.Errorf("listing requests: %w", err)
 	}
-	return ctrl.Result{}, nil
+	var out []string
+	for i := range list.Items {
+		o := &list.Items[i]
+		if o.UID == rr.UID || o.Status.Phase != v1alpha1.PhaseRunning || o.Status.Facts == nil {
+			continue
+		}
+		of := o.Status.Facts
+		switch {
+		case f.Lease != nil && of.Lease != nil && f.Lease.Namespace == of.Lease.Namespace && f.Lease.Name == of.Lease.Name:
+			out = append(out, fmt.Sprintf("%s/%s (Running, on Lease %s/%s)", o.Namespace, o.Name, of.Lease.Namespace, of.Lease.Name))
+		case f.Node != nil && of.Node != nil && f.Node.Name == of.Node.Name:
+			out = append(out, fmt.Sprintf("%s/%s (Running, on node %s)", o.Namespace, o.Name, of.Node.Name))
+		}
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// runPlaybook advances a running playbook by one step.
+func (r *RemediationRequestReconciler) runPlaybook(ctx context.Context, s *scope) (ctrl.Result, error) {
+	rr := s.rr
+	if rr.Status.Phase != v1alpha1.PhaseRunning {
+		return ctrl.Result{}, nil
+	}
+	run := r.run(s)
+	p, err := remediations.Advance(ctx, run)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	log := ctrl.LoggerFrom(ctx)
+	if p.Transition != "" {
+		log.Info(p.Transition)
+	}
+	switch {
+	case p.Failure != nil:
+		msg := p.Failure.Message
+		restored, err := remediations.Restore(ctx, run, "the failure")
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		if restored != "" {
+			msg += "; restored: " + restored
+		}
+		rr.Status.Phase = v1alpha1.PhaseFailed
+		r.setCondition(rr, v1alpha1.ConditionSucceeded, metav1.ConditionFalse, p.Failure.Reason, msg)
+		r.setCondition(rr, v1alpha1.ConditionProgressing, metav1.ConditionFalse, ReasonFailed, msg)
+		r.Recorder.Event(rr, corev1.EventTypeWarning, EventFailed, msg)
+		return ctrl.Result{}, nil
+	case p.Finished:
+		rr.Status.Phase = v1alpha1.PhaseSucceeded
+		msg := fmt.Sprintf("Playbook %s completed", rr.Status.Decision.Playbook)
+		r.setCondition(rr, v1alpha1.ConditionSucceeded, metav1.ConditionTrue, ReasonPlaybookCompleted, msg)
+		r.setCondition(rr, v1alpha1.ConditionProgressing, metav1.ConditionFalse, ReasonPlaybookCompleted, msg)
+		r.Recorder.Event(rr, corev1.EventTypeNormal, EventDone, msg)
+		return ctrl.Result{}, nil
+	}
+	if p.Transition != "" {
+		reason := EventStepSucceeded
+		if p.Started {
+			reason = EventStepStarted
+		}
+		r.Recorder.Event(rr, corev1.EventTypeNormal, reason, p.Transition)
+		// One step per reconcile: the journal is written before the next one starts.
+		return ctrl.Result{RequeueAfter: 10 * time.Millisecond}, nil
+	}
+	return ctrl.Result{RequeueAfter: p.RequeueAfter}, nil
+}
+
+func (r *RemediationRequestReconciler) run(s *scope) *remediations.Run {
+	return &remediations.Run{
+		RR: s.rr, Client: r.Client, Reader: r.Reader,
+		NodeLeaseGracePeriod: r.Gatherer.Config.NodeLeaseGracePeriod,
+		Now:                  s.now, Timeouts: r.Timeouts,
+	}
+}
+
+func (r *RemediationRequestReconciler) setCondition(rr *v1alpha1.RemediationRequest, t string, st metav1.ConditionStatus, reason, msg string) {
+	meta.SetStatusCondition(&rr.Status.Conditions, metav1.Condition{
+		Type: t, Status: st, Reason: reason, Message: msg, ObservedGeneration: rr.Generation,
+	})
+}
+
+// reason turns a policy name such as "node-shutdown" into a condition reason
+// ("NodeShutdown"), which must be CamelCase.
+func reason(name string) string {
+	var b strings.Builder
+	for _, part := range strings.FieldsFunc(name, func(r rune) bool { return r == '-' || r == '_' || r == ' ' }) {
+		b.WriteString(strings.ToUpper(part[:1]) + part[1:])
+	}
+	if b.Len() == 0 {
+		return "Unknown"
+	}
+	return b.String()
+}
+
+func orDefault(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
 }
 
 // patchStatus writes the status once, as a merge patch guarded by the resourceVersion
@@ -149,5 +415,7 @@ func (r *RemediationRequestReconciler) patchStatus(ctx context.Context, s *scope
 	if err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("patching status: %w", err)
 	}
+	// A second patch in the same reconcile (deletion) diffs from what was written.
+	s.base = s.rr.DeepCopy()
 	return nil
 }

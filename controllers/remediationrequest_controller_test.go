@@ -2,21 +2,30 @@ package controllers_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/remediator/remediator/api/v1alpha1"
 	"github.com/remediator/remediator/controllers"
 	"github.com/remediator/remediator/controllers/facts"
+	"github.com/remediator/remediator/policies"
+	"github.com/remediator/remediator/remediations"
 	"github.com/remediator/remediator/test/testenv"
 )
 
@@ -30,13 +39,28 @@ func startManager(t *testing.T) {
 	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
 		Scheme:  scheme.Scheme,
 		Metrics: metricsserver.Options{BindAddress: "0"},
+		// Each test starts its own manager in this process.
+		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
+	policy, err := policies.Embedded()
+	if err != nil {
+		t.Fatal(err)
+	}
+	playbooks, err := remediations.DefaultPlaybooks()
+	if err != nil {
+		t.Fatal(err)
+	}
 	r := &controllers.RemediationRequestReconciler{
-		Client:   mgr.GetClient(),
-		Gatherer: &facts.Gatherer{Reader: mgr.GetAPIReader(), Config: facts.DefaultConfig()},
+		Client:    mgr.GetClient(),
+		Reader:    mgr.GetAPIReader(),
+		Gatherer:  &facts.Gatherer{Reader: mgr.GetAPIReader(), Config: facts.DefaultConfig()},
+		Policy:    policy,
+		Playbooks: playbooks,
+		Timeouts:  remediations.DefaultTimeouts,
+		Recorder:  mgr.GetEventRecorderFor("remediator-test"),
 	}
 	if err := r.SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
@@ -98,8 +122,11 @@ func TestReconcileRecordsFacts(t *testing.T) {
 		return got.Status.Facts != nil && got.Status.ObservedGeneration == got.Generation, ""
 	})
 	f := got.Status.Facts
-	if got.Status.Phase != v1alpha1.PhasePending {
-		t.Errorf("phase = %q, want Pending", got.Status.Phase)
+	if got.Status.Phase != v1alpha1.PhaseRejected || got.Status.Decision == nil || got.Status.Decision.Rule != "target-unresolved" {
+		t.Errorf("phase = %q, decision = %+v; want Rejected by target-unresolved", got.Status.Phase, got.Status.Decision)
+	}
+	if c := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionAccepted); c == nil || c.Status != metav1.ConditionFalse || c.Reason != "TargetUnresolved" {
+		t.Errorf("Accepted condition = %+v", c)
 	}
 	if f.Target.Found || f.Target.Ref != "PersistentVolume pvc-does-not-exist" ||
 		f.Target.Message != "PersistentVolume pvc-does-not-exist not found; the Lease of that name is still looked up" {
@@ -141,4 +168,80 @@ func TestReconcileRecordsFacts(t *testing.T) {
 		err := c.Get(ctx, key, got)
 		return apierrors.IsNotFound(err), "still there"
 	})
+}
+
+// TestShutdownHolderReleasesLease runs the node-shutdown playbook against a real API
+// server: the Lease is deleted with its decision-time preconditions.
+func TestShutdownHolderReleasesLease(t *testing.T) {
+	ctx := context.Background()
+	c := env.Client
+	for _, ns := range []string{"remediator", "trident", corev1.NamespaceNodeLease} {
+		if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Fatal(err)
+		}
+	}
+	startManager(t)
+
+	node := &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: "envtest-shutdown"},
+		Spec:       corev1.NodeSpec{Taints: []corev1.Taint{{Key: v1alpha1.TaintOutOfService, Value: "nodeshutdown", Effect: corev1.TaintEffectNoExecute}}},
+	}
+	if err := c.Create(ctx, node); err != nil {
+		t.Fatal(err)
+	}
+	node.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionFalse, Reason: "KubeletNotReady", LastTransitionTime: metav1.Now()}}
+	if err := c.Status().Update(ctx, node); err != nil {
+		t.Fatal(err)
+	}
+	holder := node.Name
+	lease := &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "trident", Name: "pvc-envtest-shutdown"},
+		Spec:       coordinationv1.LeaseSpec{HolderIdentity: &holder, AcquireTime: &metav1.MicroTime{Time: time.Now().Add(-time.Hour)}},
+	}
+	if err := c.Create(ctx, lease); err != nil {
+		t.Fatal(err)
+	}
+	pv := &corev1.PersistentVolume{
+		ObjectMeta: metav1.ObjectMeta{Name: lease.Name},
+		Spec: corev1.PersistentVolumeSpec{
+			Capacity:               corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
+			AccessModes:            []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany},
+			PersistentVolumeSource: corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{Driver: facts.DefaultDriverName, VolumeHandle: lease.Name}},
+		},
+	}
+	if err := c.Create(ctx, pv); err != nil {
+		t.Fatal(err)
+	}
+	rr := &v1alpha1.RemediationRequest{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "remediator", Name: "shutdown"},
+		Spec: v1alpha1.RemediationRequestSpec{
+			Remediation: v1alpha1.RemediationReleaseLUKSLease,
+			Target:      v1alpha1.Target{PersistentVolume: lease.Name},
+			Reason:      "holder was powered off",
+		},
+	}
+	if err := c.Create(ctx, rr); err != nil {
+		t.Fatal(err)
+	}
+	got := &v1alpha1.RemediationRequest{}
+	eventually(t, "request Succeeded", func() (bool, string) {
+		if err := c.Get(ctx, client.ObjectKeyFromObject(rr), got); err != nil {
+			return false, err.Error()
+		}
+		return got.Status.Phase == v1alpha1.PhaseSucceeded, fmt.Sprintf("%s %+v", got.Status.Phase, got.Status.Steps)
+	})
+	if err := c.Get(ctx, client.ObjectKeyFromObject(lease), &coordinationv1.Lease{}); !apierrors.IsNotFound(err) {
+		t.Errorf("Lease still there: %v", err)
+	}
+	if d := got.Status.Decision; d.Playbook != "node-shutdown" || d.Rule != "holder-shutdown" || d.PolicyDigest == "" {
+		t.Errorf("decision = %+v", d)
+	}
+	st := got.Status.Steps
+	if len(st) != 1 || st[0].Name != "deleteLease" || st[0].State != v1alpha1.StepSucceeded || st[0].ObjectUID != string(lease.UID) ||
+		st[0].StartedAt == nil || st[0].CompletedAt == nil {
+		t.Errorf("journal = %+v", st)
+	}
+	if c := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionSucceeded); c == nil || c.Status != metav1.ConditionTrue {
+		t.Errorf("Succeeded condition = %+v", c)
+	}
 }

@@ -25,19 +25,24 @@ import (
 	"github.com/remediator/remediator/api/v1alpha1"
 	"github.com/remediator/remediator/controllers"
 	"github.com/remediator/remediator/controllers/facts"
+	"github.com/remediator/remediator/policies"
+	"github.com/remediator/remediator/remediations"
 )
 
 type controllerOptions struct {
-	kubeconfig           string
-	metricsAddr          string
-	probeAddr            string
-	leaderElect          bool
-	leaderElectionNS     string
-	requestNamespaces    []string
-	tridentNamespace     string
-	driverName           string
-	nodePluginSelector   string
-	nodeLeaseGracePeriod time.Duration
+	kubeconfig            string
+	metricsAddr           string
+	probeAddr             string
+	leaderElect           bool
+	leaderElectionNS      string
+	requestNamespaces     []string
+	tridentNamespace      string
+	driverName            string
+	nodePluginSelector    string
+	nodeLeaseGracePeriod  time.Duration
+	policiesDir           string
+	evictionTimeout       time.Duration
+	podTerminationTimeout time.Duration
 }
 
 func newControllerCommand() *cobra.Command {
@@ -62,6 +67,9 @@ func newControllerCommand() *cobra.Command {
 	f.StringVar(&o.nodePluginSelector, "node-plugin-selector", facts.DefaultNodePluginSelector, "Label selector of Trident's node-plugin pods")
 	f.DurationVar(&o.nodeLeaseGracePeriod, "node-lease-grace-period", facts.DefaultNodeLeaseGracePeriod,
 		"Age of a kube-node-lease renewal after which a node counts as unreachable; match kube-controller-manager's --node-monitor-grace-period")
+	f.StringVar(&o.policiesDir, "policies-dir", "", "Directory of CUE policies to use instead of the embedded ones (e.g. a ConfigMap synced from Git)")
+	f.DurationVar(&o.evictionTimeout, "eviction-timeout", remediations.DefaultTimeouts.Eviction, "How long evictions refused by a PodDisruptionBudget are retried before the playbook fails")
+	f.DurationVar(&o.podTerminationTimeout, "pod-termination-timeout", remediations.DefaultTimeouts.PodTermination, "How long to wait for evicted pods to terminate before the playbook fails")
 	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
 	klog.InitFlags(klogFlags)
 	f.AddGoFlagSet(klogFlags)
@@ -78,6 +86,14 @@ func runController(cmd *cobra.Command, o controllerOptions) error {
 	}
 	if o.nodeLeaseGracePeriod <= 0 {
 		return fmt.Errorf("--node-lease-grace-period must be positive, got %s", o.nodeLeaseGracePeriod)
+	}
+	policy, err := policies.Load(o.policiesDir)
+	if err != nil {
+		return fmt.Errorf("loading policies: %w", err)
+	}
+	playbooks, err := remediations.DefaultPlaybooks()
+	if err != nil {
+		return err
 	}
 	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(
 		&clientcmd.ClientConfigLoadingRules{ExplicitPath: o.kubeconfig, Precedence: kubeconfigPrecedence()},
@@ -126,8 +142,13 @@ func runController(cmd *cobra.Command, o controllerOptions) error {
 		RetainedEventReason:  facts.DefaultRetainedEventReason,
 	}
 	if err := (&controllers.RemediationRequestReconciler{
-		Client:   mgr.GetClient(),
-		Gatherer: &facts.Gatherer{Reader: mgr.GetAPIReader(), Config: fc},
+		Client:    mgr.GetClient(),
+		Reader:    mgr.GetAPIReader(),
+		Gatherer:  &facts.Gatherer{Reader: mgr.GetAPIReader(), Config: fc},
+		Policy:    policy,
+		Playbooks: playbooks,
+		Timeouts:  remediations.Timeouts{Eviction: o.evictionTimeout, PodTermination: o.podTerminationTimeout},
+		Recorder:  mgr.GetEventRecorderFor("remediator"),
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the RemediationRequest controller: %w", err)
 	}
@@ -139,7 +160,7 @@ func runController(cmd *cobra.Command, o controllerOptions) error {
 	}
 
 	log.Info("Starting manager", "version", version, "tridentNamespace", o.tridentNamespace,
-		"driver", o.driverName, "requestNamespaces", o.requestNamespaces, "leaderElect", o.leaderElect)
+		"driver", o.driverName, "policyDigest", policy.Digest(), "requestNamespaces", o.requestNamespaces, "leaderElect", o.leaderElect)
 	return mgr.Start(ctrl.SetupSignalHandler())
 }
 

@@ -121,13 +121,14 @@ func TestFactsForHealthyHolderFromPodTarget(t *testing.T) {
 
 	key := request(t, ns, v1alpha1.RemediationRequestSpec{
 		Remediation: v1alpha1.RemediationReleaseLUKSLease,
+		Mode:        v1alpha1.ModeDryRun, // facts only: nothing may act here
 		Target:      v1alpha1.Target{Pod: &v1alpha1.ObjectReference{Namespace: ns, Name: "db-0"}},
 		Reason:      "db-0 stuck in ContainerCreating behind a retained Lease",
 	})
 	rr := factsOf(t, key)
 	f := rr.Status.Facts
-	if rr.Status.Phase != v1alpha1.PhasePending {
-		t.Errorf("phase = %s, want Pending", rr.Status.Phase)
+	if rr.Status.Phase != v1alpha1.PhasePending || rr.Status.Decision == nil || rr.Status.Decision.Playbook != "healthy-move-workload" {
+		t.Errorf("dry run: phase = %s decision %+v, want Pending with the healthy-move-workload plan", rr.Status.Phase, rr.Status.Decision)
 	}
 	if !f.Target.Found || f.Target.PersistentVolume != pv || f.Target.PersistentVolumeClaim != ns+"/"+pvc {
 		t.Errorf("target = %+v", f.Target)
@@ -147,22 +148,10 @@ func TestFactsForHealthyHolderFromPodTarget(t *testing.T) {
 func TestFactsForUnreachableHolder(t *testing.T) {
 	startController(t)
 	ns := namespace(t, "e2e-unreachable")
-	// A node without kwok's management annotation gets no heartbeats, so the real
-	// kube-controller-manager marks it NotReady and taints it unreachable.
-	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{
-		Name:   "e2e-lost-" + rand.String(5),
-		Labels: map[string]string{"type": "kwok", "kubernetes.io/os": "linux"},
-	}}
-	create(t, node)
-	eventually(t, 90*time.Second, "node "+node.Name+" tainted unreachable", func() (bool, string) {
-		n := &corev1.Node{}
-		if err := k8s.Get(context.Background(), client.ObjectKeyFromObject(node), n); err != nil {
-			return false, err.Error()
-		}
-		return slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == v1alpha1.TaintUnreachable }),
-			fmt.Sprintf("taints %v conditions %v", n.Spec.Taints, n.Status.Conditions)
-	})
-	pv, _ := luksVolume(t, ns, node.Name, 3*time.Minute, 0)
+	// The node's heartbeats stop, so the real kube-controller-manager marks it
+	// NotReady and taints it unreachable.
+	node := unreachableNode(t)
+	pv, _ := luksVolume(t, ns, node, 3*time.Minute, 0)
 
 	key := request(t, ns, v1alpha1.RemediationRequestSpec{
 		Remediation: v1alpha1.RemediationReleaseLUKSLease,
@@ -173,7 +162,7 @@ func TestFactsForUnreachableHolder(t *testing.T) {
 	if f.Node == nil || f.Node.State != v1alpha1.NodeUnreachable || !slices.Contains(f.Node.Taints, v1alpha1.TaintUnreachable) {
 		t.Fatalf("holder node = %+v", f.Node)
 	}
-	if f.Lease == nil || f.Lease.RetainedEvents != 0 || f.Lease.HolderIdentity != node.Name {
+	if f.Lease == nil || f.Lease.RetainedEvents != 0 || f.Lease.HolderIdentity != node {
 		t.Errorf("lease = %+v", f.Lease)
 	}
 }

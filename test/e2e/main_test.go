@@ -139,6 +139,15 @@ func startController(t *testing.T, extraArgs ...string) *controller {
 	return c
 }
 
+// kill ends the process at once, as a crash or an OOM kill would.
+func (c *controller) kill() {
+	if c.cmd.ProcessState != nil {
+		return
+	}
+	_ = c.cmd.Process.Kill()
+	<-c.done
+}
+
 func (c *controller) stop() {
 	if c.cmd.ProcessState != nil {
 		return

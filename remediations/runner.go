@@ -1,0 +1,124 @@
+package remediations
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/remediator/remediator/api/v1alpha1"
+)
+
+// Progress is what one Advance did.
+type Progress struct {
+	// Finished is true when every step has succeeded.
+	Finished bool
+	// Failure is set when the playbook failed; the journal is already updated.
+	Failure *Failure
+	// Transition describes a step state change, for an Event; empty when none.
+	Transition string
+	// Started is true when the transition started a step.
+	Started bool
+	// RequeueAfter is when to advance again; zero with Finished false means now.
+	RequeueAfter time.Duration
+}
+
+// Advance moves the request's journal (status.steps) by at most one transition:
+// it starts the next step (journaling StartedAt before anything is done), or checks
+// and runs the running one. A step already done in the cluster, for instance by a
+// process that crashed before writing status, is recorded without acting again.
+func Advance(ctx context.Context, r *Run) (Progress, error) {
+	steps := r.RR.Status.Steps
+	for i := range steps {
+		st := &steps[i]
+		switch st.State {
+		case v1alpha1.StepSucceeded, v1alpha1.StepSkipped:
+			continue
+		case v1alpha1.StepFailed:
+			return Progress{Failure: &Failure{Reason: v1alpha1.ReasonStepFailed, Message: st.Message}}, nil
+		case v1alpha1.StepPending, "":
+			now := metav1.NewTime(r.Now)
+			st.State = v1alpha1.StepRunning
+			st.StartedAt = &now
+			st.Message = "Started"
+			return Progress{Started: true, Transition: fmt.Sprintf("Step %d/%d %s started", i+1, len(steps), st.Name)}, nil
+		}
+
+		step, ok := library[st.Name]
+		if !ok {
+			return failStep(steps, i, r.Now, &Failure{Reason: v1alpha1.ReasonStepFailed, Message: fmt.Sprintf("unknown step %q", st.Name)}), nil
+		}
+		out, err := step.Done(ctx, r)
+		if err == nil && !out.Done {
+			if t := step.Timeout(r); t > 0 && st.StartedAt != nil && r.Now.Sub(st.StartedAt.Time) > t {
+				msg := fmt.Sprintf("step %s timed out after %s: %s", st.Name, t, st.Message)
+				return failStep(steps, i, r.Now, &Failure{Reason: v1alpha1.ReasonTimeout, Message: msg}), nil
+			}
+			out, err = step.Run(ctx, r)
+		}
+		if err != nil {
+			if f, ok := IsFailure(err); ok {
+				return failStep(steps, i, r.Now, f), nil
+			}
+			return Progress{}, fmt.Errorf("step %s: %w", st.Name, err)
+		}
+		st.Message = out.Message
+		if !out.Done {
+			return Progress{RequeueAfter: max(out.RequeueAfter, time.Second)}, nil
+		}
+		now := metav1.NewTime(r.Now)
+		st.State = v1alpha1.StepSucceeded
+		st.CompletedAt = &now
+		st.Object, st.ObjectUID, st.ObjectResourceVersion = out.Object, out.UID, out.ResourceVersion
+		return Progress{Transition: fmt.Sprintf("Step %d/%d %s succeeded: %s", i+1, len(steps), st.Name, out.Message)}, nil
+	}
+	return Progress{Finished: true}, nil
+}
+
+// failStep marks step i Failed and every later step Skipped.
+func failStep(steps []v1alpha1.StepStatus, i int, at time.Time, f *Failure) Progress {
+	now := metav1.NewTime(at)
+	steps[i].State = v1alpha1.StepFailed
+	steps[i].CompletedAt = &now
+	steps[i].Message = f.Message
+	for j := i + 1; j < len(steps); j++ {
+		steps[j].State = v1alpha1.StepSkipped
+		steps[j].Message = "Skipped: step " + steps[i].Name + " failed"
+	}
+	return Progress{Failure: f, Transition: fmt.Sprintf("Step %s failed: %s", steps[i].Name, f.Message)}
+}
+
+// Restore undoes what a playbook changed and that the playbook will no longer undo
+// itself: today, the cordon. It is safe to call at any time: it only uncordons a node
+// this request cordoned. The restore is journaled on the playbook's uncordon step.
+func Restore(ctx context.Context, r *Run, why string) (string, error) {
+	if r.RR.Status.Facts == nil || r.RR.Status.Facts.Lease == nil || r.RR.Status.Facts.Lease.HolderIdentity == "" {
+		return "", nil
+	}
+	hasCordon := false
+	for _, st := range r.RR.Status.Steps {
+		hasCordon = hasCordon || st.Name == "cordon"
+	}
+	if !hasCordon {
+		return "", nil
+	}
+	out, err := uncordon{}.Run(ctx, r)
+	if err != nil {
+		return "", fmt.Errorf("restoring: %w", err)
+	}
+	now := metav1.NewTime(r.Now)
+	for i := range r.RR.Status.Steps {
+		st := &r.RR.Status.Steps[i]
+		if st.Name == "uncordon" && st.State != v1alpha1.StepSucceeded {
+			st.State = v1alpha1.StepSucceeded
+			if st.StartedAt == nil {
+				st.StartedAt = &now
+			}
+			st.CompletedAt = &now
+			st.Message = "Restore after " + why + ": " + out.Message
+			st.Object, st.ObjectUID, st.ObjectResourceVersion = out.Object, out.UID, out.ResourceVersion
+		}
+	}
+	return out.Message, nil
+}

@@ -1,0 +1,414 @@
+package remediations
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/remediator/remediator/api/v1alpha1"
+	"github.com/remediator/remediator/controllers/facts"
+)
+
+// CordonedByAnnotation marks a node this controller cordoned, with the request that
+// did it, so that only that request uncordons it, even after a restart.
+const CordonedByAnnotation = "remediator.io/cordoned-by"
+
+// Run is what a step sees of one request and the cluster.
+type Run struct {
+	RR *v1alpha1.RemediationRequest
+	// Client writes; Reader reads live (uncached) state.
+	Client client.Client
+	Reader client.Reader
+	// NodeLeaseGracePeriod classifies the holder node again before a Lease delete.
+	NodeLeaseGracePeriod time.Duration
+	Now                  time.Time
+	Timeouts             Timeouts
+}
+
+// Timeouts bound the steps that wait on the cluster.
+type Timeouts struct {
+	// Eviction is how long deleteAffectedPods keeps retrying evictions a
+	// PodDisruptionBudget refuses.
+	Eviction time.Duration
+	// PodTermination is how long waitPodsGone waits for evicted pods to go.
+	PodTermination time.Duration
+}
+
+// DefaultTimeouts are generous: a wait that times out restores and fails the request.
+var DefaultTimeouts = Timeouts{Eviction: 10 * time.Minute, PodTermination: 10 * time.Minute}
+
+func (r *Run) owner() string { return r.RR.Namespace + "/" + r.RR.Name }
+
+// Outcome is what a step reports.
+type Outcome struct {
+	Done    bool
+	Message string
+	// Object, UID and ResourceVersion identify what the step acted on.
+	Object, UID, ResourceVersion string
+	// RequeueAfter asks to check again later when not done.
+	RequeueAfter time.Duration
+}
+
+// Failure ends a playbook: the runner restores and marks the request Failed.
+type Failure struct {
+	Reason  string
+	Message string
+}
+
+func (f *Failure) Error() string { return f.Message }
+
+func fail(format string, args ...any) error {
+	return &Failure{Reason: v1alpha1.ReasonStepFailed, Message: fmt.Sprintf(format, args...)}
+}
+
+// Step is one entry of the step library.
+type Step interface {
+	// Done reads live state and reports whether the step's effect is in place.
+	Done(ctx context.Context, r *Run) (Outcome, error)
+	// Run acts, idempotently; an already-done effect is a success.
+	Run(ctx context.Context, r *Run) (Outcome, error)
+	// Timeout bounds the step from its StartedAt; zero means none.
+	Timeout(r *Run) time.Duration
+}
+
+var library = map[string]Step{
+	"cordon":             cordon{},
+	"deleteAffectedPods": deleteAffectedPods{},
+	"waitPodsGone":       waitPodsGone{},
+	"deleteLease":        deleteLease{},
+	"uncordon":           uncordon{},
+}
+
+func holder(r *Run) (string, error) {
+	f := r.RR.Status.Facts
+	if f == nil || f.Lease == nil || f.Lease.HolderIdentity == "" {
+		return "", fail("the decision's facts name no Lease holder")
+	}
+	return f.Lease.HolderIdentity, nil
+}
+
+func getNode(ctx context.Context, r *Run, name string) (*corev1.Node, error) {
+	n := &corev1.Node{}
+	if err := r.Reader.Get(ctx, types.NamespacedName{Name: name}, n); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("reading node %s: %w", name, err)
+	}
+	return n, nil
+}
+
+func nodeOutcome(n *corev1.Node, msg string) Outcome {
+	return Outcome{Done: true, Message: msg, Object: "Node " + n.Name, UID: string(n.UID), ResourceVersion: n.ResourceVersion}
+}
+
+// cordon marks the holder unschedulable, recording on the node that this request did
+// it. A node that was already cordoned is left as it is and will stay cordoned.
+type cordon struct{}
+
+func (cordon) Timeout(*Run) time.Duration { return 0 }
+
+func (cordon) Done(ctx context.Context, r *Run) (Outcome, error) {
+	name, err := holder(r)
+	if err != nil {
+		return Outcome{}, err
+	}
+	n, err := getNode(ctx, r, name)
+	if err != nil || n == nil {
+		return Outcome{}, err
+	}
+	switch {
+	case n.Spec.Unschedulable && n.Annotations[CordonedByAnnotation] == r.owner():
+		return nodeOutcome(n, fmt.Sprintf("Cordoned node %s", name)), nil
+	case n.Spec.Unschedulable:
+		return nodeOutcome(n, fmt.Sprintf("Node %s was already cordoned; it stays cordoned afterwards", name)), nil
+	}
+	return Outcome{}, nil
+}
+
+func (s cordon) Run(ctx context.Context, r *Run) (Outcome, error) {
+	name, err := holder(r)
+	if err != nil {
+		return Outcome{}, err
+	}
+	n, err := getNode(ctx, r, name)
+	if err != nil {
+		return Outcome{}, err
+	}
+	if n == nil {
+		return Outcome{}, fail("node %s no longer exists; the playbook for a healthy holder cannot continue", name)
+	}
+	if out, err := s.Done(ctx, r); err != nil || out.Done {
+		return out, err
+	}
+	before := n.DeepCopy()
+	n.Spec.Unschedulable = true
+	if n.Annotations == nil {
+		n.Annotations = map[string]string{}
+	}
+	n.Annotations[CordonedByAnnotation] = r.owner()
+	if err := r.Client.Patch(ctx, n, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
+		return Outcome{}, fmt.Errorf("cordoning node %s: %w", name, err)
+	}
+	return nodeOutcome(n, fmt.Sprintf("Cordoned node %s", name)), nil
+}
+
+// uncordon undoes cordon, only when this request cordoned the node.
+type uncordon struct{}
+
+func (uncordon) Timeout(*Run) time.Duration { return 0 }
+
+func (uncordon) Done(ctx context.Context, r *Run) (Outcome, error) {
+	name, err := holder(r)
+	if err != nil {
+		return Outcome{}, err
+	}
+	n, err := getNode(ctx, r, name)
+	if err != nil {
+		return Outcome{}, err
+	}
+	if n == nil {
+		return Outcome{Done: true, Message: fmt.Sprintf("Node %s no longer exists", name)}, nil
+	}
+	if n.Annotations[CordonedByAnnotation] != r.owner() {
+		return nodeOutcome(n, fmt.Sprintf("Node %s left as found (not cordoned by this request)", name)), nil
+	}
+	return Outcome{}, nil
+}
+
+func (s uncordon) Run(ctx context.Context, r *Run) (Outcome, error) {
+	if out, err := s.Done(ctx, r); err != nil || out.Done {
+		return out, err
+	}
+	name, _ := holder(r)
+	n, err := getNode(ctx, r, name)
+	if err != nil || n == nil {
+		return Outcome{}, err
+	}
+	before := n.DeepCopy()
+	n.Spec.Unschedulable = false
+	delete(n.Annotations, CordonedByAnnotation)
+	if err := r.Client.Patch(ctx, n, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
+		return Outcome{}, fmt.Errorf("uncordoning node %s: %w", name, err)
+	}
+	return nodeOutcome(n, fmt.Sprintf("Uncordoned node %s", name)), nil
+}
+
+// affected returns the pods recorded at decision time, by UID.
+func affected(r *Run) []v1alpha1.PodFacts {
+	if r.RR.Status.Facts == nil {
+		return nil
+	}
+	return r.RR.Status.Facts.AffectedPods
+}
+
+// podState reads one recorded pod: gone (deleted or replaced by a pod with another
+// UID), terminating, or live.
+func podState(ctx context.Context, r *Run, p v1alpha1.PodFacts) (*corev1.Pod, bool, error) {
+	pod := &corev1.Pod{}
+	err := r.Reader.Get(ctx, types.NamespacedName{Namespace: p.Namespace, Name: p.Name}, pod)
+	if apierrors.IsNotFound(err) {
+		return nil, true, nil
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("reading pod %s/%s: %w", p.Namespace, p.Name, err)
+	}
+	if string(pod.UID) != p.UID {
+		return nil, true, nil
+	}
+	return pod, false, nil
+}
+
+// deleteAffectedPods evicts the affected pods through the Eviction API, so that
+// PodDisruptionBudgets are honoured and each pod keeps its own grace period. It never
+// sets a grace period and never forces.
+type deleteAffectedPods struct{}
+
+func (deleteAffectedPods) Timeout(r *Run) time.Duration { return r.Timeouts.Eviction }
+
+func (deleteAffectedPods) Done(ctx context.Context, r *Run) (Outcome, error) {
+	var pending []string
+	for _, p := range affected(r) {
+		pod, gone, err := podState(ctx, r, p)
+		if err != nil {
+			return Outcome{}, err
+		}
+		if !gone && pod.DeletionTimestamp == nil {
+			pending = append(pending, p.Namespace+"/"+p.Name)
+		}
+	}
+	if len(pending) > 0 {
+		return Outcome{Message: "Pods not yet evicted: " + strings.Join(pending, ", ")}, nil
+	}
+	return Outcome{Done: true, Message: fmt.Sprintf("Evicted %d affected pod(s) gracefully", len(affected(r)))}, nil
+}
+
+func (s deleteAffectedPods) Run(ctx context.Context, r *Run) (Outcome, error) {
+	var blocked []string
+	for _, p := range affected(r) {
+		pod, gone, err := podState(ctx, r, p)
+		if err != nil {
+			return Outcome{}, err
+		}
+		if gone || pod.DeletionTimestamp != nil {
+			continue
+		}
+		uid := pod.UID
+		ev := &policyv1.Eviction{
+			ObjectMeta: metav1.ObjectMeta{Namespace: pod.Namespace, Name: pod.Name},
+			// The UID precondition keeps a replacement pod of the same name safe.
+			// No GracePeriodSeconds: the pod's own terminationGracePeriodSeconds applies.
+			DeleteOptions: &metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}},
+		}
+		err = r.Client.SubResource("eviction").Create(ctx, pod, ev)
+		switch {
+		case err == nil, apierrors.IsNotFound(err), apierrors.IsConflict(err):
+		case apierrors.IsTooManyRequests(err):
+			blocked = append(blocked, fmt.Sprintf("%s/%s (%s)", pod.Namespace, pod.Name, err.Error()))
+		default:
+			return Outcome{}, fmt.Errorf("evicting pod %s/%s: %w", pod.Namespace, pod.Name, err)
+		}
+	}
+	if len(blocked) > 0 {
+		slices.Sort(blocked)
+		return Outcome{
+			Message:      "Eviction refused, retrying: " + strings.Join(blocked, "; "),
+			RequeueAfter: 5 * time.Second,
+		}, nil
+	}
+	out, err := s.Done(ctx, r)
+	if err == nil && !out.Done {
+		out.RequeueAfter = time.Second
+	}
+	return out, err
+}
+
+// waitPodsGone waits until the evicted pods have terminated.
+type waitPodsGone struct{}
+
+func (waitPodsGone) Timeout(r *Run) time.Duration { return r.Timeouts.PodTermination }
+
+func (waitPodsGone) Done(ctx context.Context, r *Run) (Outcome, error) {
+	var remaining []string
+	for _, p := range affected(r) {
+		_, gone, err := podState(ctx, r, p)
+		if err != nil {
+			return Outcome{}, err
+		}
+		if !gone {
+			remaining = append(remaining, p.Namespace+"/"+p.Name)
+		}
+	}
+	if len(remaining) > 0 {
+		return Outcome{Message: "Waiting for pods to terminate: " + strings.Join(remaining, ", "), RequeueAfter: 2 * time.Second}, nil
+	}
+	return Outcome{Done: true, Message: fmt.Sprintf("All %d affected pod(s) terminated", len(affected(r)))}, nil
+}
+
+func (s waitPodsGone) Run(ctx context.Context, r *Run) (Outcome, error) { return s.Done(ctx, r) }
+
+// deleteLease deletes the Trident Lease with the UID and resourceVersion observed at
+// decision time, after re-checking the holder and its node. A Lease that changed is
+// left alone and the request fails with the reason.
+type deleteLease struct{}
+
+func (deleteLease) Timeout(*Run) time.Duration { return 0 }
+
+func (deleteLease) Done(ctx context.Context, r *Run) (Outcome, error) {
+	f := r.RR.Status.Facts
+	if f == nil || f.Lease == nil || f.Lease.UID == "" {
+		return Outcome{}, fail("the decision's facts hold no Lease to delete")
+	}
+	l := &coordinationv1.Lease{}
+	err := r.Reader.Get(ctx, types.NamespacedName{Namespace: f.Lease.Namespace, Name: f.Lease.Name}, l)
+	if apierrors.IsNotFound(err) {
+		return Outcome{Done: true, Message: fmt.Sprintf("Lease %s/%s is gone", f.Lease.Namespace, f.Lease.Name),
+			Object: "Lease " + f.Lease.Namespace + "/" + f.Lease.Name, UID: f.Lease.UID, ResourceVersion: f.Lease.ResourceVersion}, nil
+	}
+	if err != nil {
+		return Outcome{}, fmt.Errorf("reading Lease %s/%s: %w", f.Lease.Namespace, f.Lease.Name, err)
+	}
+	return Outcome{}, nil
+}
+
+func (s deleteLease) Run(ctx context.Context, r *Run) (Outcome, error) {
+	if out, err := s.Done(ctx, r); err != nil || out.Done {
+		return out, err
+	}
+	f := r.RR.Status.Facts
+	want := f.Lease
+	key := types.NamespacedName{Namespace: want.Namespace, Name: want.Name}
+	l := &coordinationv1.Lease{}
+	if err := r.Reader.Get(ctx, key, l); err != nil {
+		if apierrors.IsNotFound(err) {
+			return s.Done(ctx, r)
+		}
+		return Outcome{}, fmt.Errorf("reading Lease %s: %w", key, err)
+	}
+	holderNow := ""
+	if l.Spec.HolderIdentity != nil {
+		holderNow = *l.Spec.HolderIdentity
+	}
+	switch {
+	case string(l.UID) != want.UID:
+		return Outcome{}, fail("Lease %s was re-created since the decision (uid %s, holder %q); it was left alone", key, l.UID, holderNow)
+	case holderNow != want.HolderIdentity:
+		return Outcome{}, fail("Lease %s was re-acquired by %q since the decision (holder was %q); it was left alone", key, holderNow, want.HolderIdentity)
+	case l.ResourceVersion != want.ResourceVersion:
+		return Outcome{}, fail("Lease %s changed since the decision (resourceVersion %s, now %s); it was left alone", key, want.ResourceVersion, l.ResourceVersion)
+	}
+
+	// The holder's state is what made deletion safe: check it again, live.
+	if f.Node != nil {
+		n, err := getNode(ctx, r, want.HolderIdentity)
+		if err != nil {
+			return Outcome{}, err
+		}
+		var nodeLease *coordinationv1.Lease
+		if n != nil {
+			nl := &coordinationv1.Lease{}
+			err := r.Reader.Get(ctx, types.NamespacedName{Namespace: corev1.NamespaceNodeLease, Name: n.Name}, nl)
+			switch {
+			case err == nil:
+				nodeLease = nl
+			case !apierrors.IsNotFound(err):
+				return Outcome{}, fmt.Errorf("reading node Lease %s: %w", n.Name, err)
+			}
+		}
+		now := facts.ClassifyNode(want.HolderIdentity, n, nodeLease, r.Now, r.NodeLeaseGracePeriod)
+		if now.State != f.Node.State {
+			return Outcome{}, fail("holder node %s is now %s (%s), not %s as when decided; Lease %s was left alone",
+				want.HolderIdentity, now.State, now.StateReason, f.Node.State, key)
+		}
+	}
+
+	uid, rv := types.UID(want.UID), want.ResourceVersion
+	err := r.Client.Delete(ctx, l, client.Preconditions{UID: &uid, ResourceVersion: &rv})
+	switch {
+	case err == nil, apierrors.IsNotFound(err):
+	case apierrors.IsConflict(err):
+		return Outcome{}, fail("Lease %s changed at the moment of deletion (%v); it was left alone", key, err)
+	default:
+		return Outcome{}, fmt.Errorf("deleting Lease %s: %w", key, err)
+	}
+	return Outcome{Done: true, Message: fmt.Sprintf("Deleted Lease %s held by %s", key, want.HolderIdentity),
+		Object: "Lease " + key.String(), UID: want.UID, ResourceVersion: want.ResourceVersion}, nil
+}
+
+// IsFailure reports whether err ends the playbook.
+func IsFailure(err error) (*Failure, bool) {
+	var f *Failure
+	ok := errors.As(err, &f)
+	return f, ok
+}
