@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The main job (`make demo`): on the local cluster that `make cluster` started, run the
-# controller, stage incident A the way Trident leaves it, apply the example requests and
-# print the facts the controller gathered for each.
+# controller, stage incident A the way Trident leaves it (one holder healthy, one cut off
+# from the control plane), apply the example requests and print, for each, the facts,
+# the policy's decision and the playbook's journal.
 #
 #   test/demo.sh        run the demo (the controller keeps running afterwards)
 #   test/demo.sh stop   stop the demo controller (make cluster-down calls this)
@@ -76,40 +77,58 @@ YAML
 done
 kc get lease -n trident
 
+say "Cutting kwok-node-2 off the control plane (its heartbeats stop)"
+# Take over the node's Lease in kube-node-lease, as test/cluster's Disconnect does;
+# kwok then stops heartbeating for it and the real kube-controller-manager marks it
+# unreachable (~21s). A warm `make cluster` reconnects it.
+kc patch lease -n kube-node-lease kwok-node-2 --type merge -p \
+  "{\"spec\":{\"holderIdentity\":\"remediator-test/disconnected\",\"leaseDurationSeconds\":86400,\"renewTime\":\"$(date -u +%Y-%m-%dT%H:%M:%S.000000Z)\"}}" >/dev/null
+for i in $(seq 1 90); do
+  taints="$(kc get node kwok-node-2 -o jsonpath='{.spec.taints[*].key}')"
+  [[ "$taints" == *node.kubernetes.io/unreachable* ]] && break
+  [[ $i == 90 ]] && die "kwok-node-2 did not become unreachable"
+  sleep 1
+done
+kc get nodes
+
 say "Applying the example requests from examples/requests"
 kc create namespace remediator --dry-run=client -o yaml | kc apply -f -
 # Re-running the demo starts the requests afresh.
 kc delete rr -n remediator --all --ignore-not-found --wait=true >/dev/null
 kc apply -f "$ROOT/examples/requests/"
 
-say "Waiting for the controller to gather facts"
-for i in $(seq 1 60); do
-  pending="$(kc get rr -n remediator -o jsonpath='{range .items[?(@.status.facts)]}{.metadata.name}{"\n"}{end}' | wc -l)"
-  total="$(kc get rr -n remediator --no-headers | wc -l)"
-  [[ "$pending" == "$total" ]] && break
-  [[ $i == 60 ]] && die "only $pending of $total requests have facts; see $LOG"
+say "Waiting for decisions and playbooks to settle"
+for i in $(seq 1 90); do
+  unsettled="$(kc get rr -n remediator -o jsonpath='{range .items[*]}{.status.phase}{"\n"}{end}' | grep -cvE '^(Succeeded|Failed|Rejected|Pending|Waiting)$' || true)"
+  [[ "$unsettled" == 0 ]] && break
+  [[ $i == 90 ]] && die "$unsettled requests still running; see $LOG"
   sleep 1
 done
 kc get rr -n remediator
 
-say "Facts per request"
+say "Outcome per request (facts -> decision -> steps)"
 for rr in $(kc get rr -n remediator -o name); do
   echo "--- $rr"
-  kc get "$rr" -n remediator -o go-template='target:  {{.status.facts.target.ref}} (found={{.status.facts.target.found}}){{with .status.facts.target.message}} - {{.}}{{end}}
-{{with .status.facts.lease}}lease:   {{.namespace}}/{{.name}} exists={{.exists}}{{if .exists}} holder={{.holderIdentity}} age={{.ageSeconds}}s LeaseRetained={{or .retainedEvents 0}}{{with .lastRetainedMessage}}
-         last: {{.}}{{end}}{{end}}
-{{end}}{{with .status.facts.node}}node:    {{.name}} {{.state}} ({{.stateReason}})
-{{end}}{{range .status.facts.affectedPods}}pod:     {{.namespace}}/{{.name}} {{.phase}} on {{.node}}
-{{end}}{{with .status.facts.csi}}csi:     csinode={{.csiNodeExists}} driverRegistered={{.driverRegistered}} pluginPods={{len .pluginPods}}
-{{end}}phase:   {{.status.phase}}
-'
+  kc get "$rr" -n remediator -o go-template='target:   {{.status.facts.target.ref}} (found={{.status.facts.target.found}}){{with .status.facts.target.message}} - {{.}}{{end}}
+{{with .status.facts.lease}}lease:    {{.namespace}}/{{.name}} exists={{.exists}}{{if .exists}} holder={{.holderIdentity}} age={{.ageSeconds}}s LeaseRetained={{or .retainedEvents 0}}{{end}}
+{{end}}{{with .status.facts.node}}node:     {{.name}} {{.state}} ({{.stateReason}})
+{{end}}{{range .status.facts.affectedPods}}pod:      {{.namespace}}/{{.name}} {{.phase}} on {{.node}}
+{{end}}{{with .status.facts.csi}}csi:      csinode={{.csiNodeExists}} driverRegistered={{.driverRegistered}} pluginPods={{len .pluginPods}}
+{{end}}phase:    {{.status.phase}}
+{{with .status.decision}}decision: allowed={{.allowed}} rule={{.rule}}{{with .playbook}} playbook={{.}}{{end}}
+          {{.message}}
+{{end}}{{range .status.steps}}step:     {{.name}} {{.state}}{{with .message}} - {{.}}{{end}}
+{{end}}'
 done
+echo
+kc get lease -n trident
+kc get nodes
 
 say "Done"
 cat <<MSG
 The controller keeps running (pid $(cat "$PIDFILE")). Explore with:
   export KUBECONFIG=$KUBECONFIG
   $BIN/kubectl get rr -A
-  $BIN/kubectl get rr -n remediator release-lease-app-data -o yaml
+  $BIN/kubectl describe rr -n remediator release-lease-pvc-75a6fd7f
 Stop everything with: make cluster-down
 MSG
