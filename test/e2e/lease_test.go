@@ -544,3 +544,43 @@ func TestDryRunChangesNothing(t *testing.T) {
 		t.Errorf("dry run touched the pod: %v", err)
 	}
 }
+
+func TestDeletedMidRunRestores(t *testing.T) {
+	startController(t)
+	ctx := context.Background()
+	ns := namespace(t, "e2e-abort")
+	const node = "kwok-node-0"
+	pv, _ := blockedWorkload(t, ns, node)
+	key := request(t, ns, v1alpha1.RemediationRequestSpec{
+		Remediation: v1alpha1.RemediationReleaseLUKSLease,
+		Target:      v1alpha1.Target{PersistentVolume: pv},
+		Reason:      "retained Lease on the db volume, withdrawn in review",
+	})
+	rr := waitStep(t, key, "deleteAffectedPods", v1alpha1.StepRunning)
+	n := &corev1.Node{}
+	if err := k8s.Get(ctx, types.NamespacedName{Name: node}, n); err != nil || !n.Spec.Unschedulable {
+		t.Fatalf("node %s should be cordoned mid-run: %v", node, err)
+	}
+	if err := k8s.Delete(ctx, rr); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "request gone", func() (bool, string) {
+		err := k8s.Get(ctx, key, &v1alpha1.RemediationRequest{})
+		return apierrors.IsNotFound(err), fmt.Sprint(err)
+	})
+	if err := k8s.Get(ctx, types.NamespacedName{Name: node}, n); err != nil || n.Spec.Unschedulable || n.Annotations[remediations.CordonedByAnnotation] != "" {
+		t.Errorf("node %s not restored: unschedulable=%v annotations=%v", node, n.Spec.Unschedulable, n.Annotations)
+	}
+	if !leaseExists(t, pv) {
+		t.Error("an aborted request deleted the Lease")
+	}
+	events := &corev1.EventList{}
+	if err := k8s.List(ctx, events, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(events.Items, func(e corev1.Event) bool {
+		return e.InvolvedObject.Name == key.Name && strings.Contains(e.Message, "Aborted: the request was deleted mid-run; Uncordoned node "+node)
+	}) {
+		t.Error("no Aborted event saying what was restored")
+	}
+}

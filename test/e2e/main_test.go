@@ -45,6 +45,12 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
+	// The tests run their own controller processes: one left by `make demo` would
+	// reconcile the same requests.
+	if out, err := exec.CommandContext(ctx, "bash", filepath.Join(root, "test", "demo.sh"), "stop").CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "stopping the demo controller: %v\n%s", err, out)
+		return 1
+	}
 	// Leave a cluster someone else started (make cluster) running; stop one we start.
 	startedHere := !reachable(cluster.Kubeconfig(root))
 	if kubeconfig, err = cluster.Up(ctx); err != nil {
