@@ -373,9 +373,8 @@ func (r *RemediationRequestReconciler) runPlaybook(ctx context.Context, s *scope
 
 func (r *RemediationRequestReconciler) run(s *scope) *remediations.Run {
 	return &remediations.Run{
-		RR: s.rr, Client: r.Client, Reader: r.Reader,
-		NodeLeaseGracePeriod: r.Gatherer.Config.NodeLeaseGracePeriod,
-		Now:                  s.now, Timeouts: r.Timeouts,
+		RR: s.rr, Client: r.Client, Reader: r.Reader, Gatherer: r.Gatherer,
+		Now: s.now, Timeouts: r.Timeouts,
 	}
 }
 

@@ -30,10 +30,10 @@ type Run struct {
 	// Client writes; Reader reads live (uncached) state.
 	Client client.Client
 	Reader client.Reader
-	// NodeLeaseGracePeriod classifies the holder node again before a Lease delete.
-	NodeLeaseGracePeriod time.Duration
-	Now                  time.Time
-	Timeouts             Timeouts
+	// Gatherer classifies the holder node again before a Lease delete.
+	Gatherer *facts.Gatherer
+	Now      time.Time
+	Timeouts Timeouts
 }
 
 // Timeouts bound the steps that wait on the cluster.
@@ -371,22 +371,10 @@ func (s deleteLease) Run(ctx context.Context, r *Run) (Outcome, error) {
 
 	// The holder's state is what made deletion safe: check it again, live.
 	if f.Node != nil {
-		n, err := getNode(ctx, r, want.HolderIdentity)
+		now, err := r.Gatherer.Node(ctx, want.HolderIdentity)
 		if err != nil {
 			return Outcome{}, err
 		}
-		var nodeLease *coordinationv1.Lease
-		if n != nil {
-			nl := &coordinationv1.Lease{}
-			err := r.Reader.Get(ctx, types.NamespacedName{Namespace: corev1.NamespaceNodeLease, Name: n.Name}, nl)
-			switch {
-			case err == nil:
-				nodeLease = nl
-			case !apierrors.IsNotFound(err):
-				return Outcome{}, fmt.Errorf("reading node Lease %s: %w", n.Name, err)
-			}
-		}
-		now := facts.ClassifyNode(want.HolderIdentity, n, nodeLease, r.Now, r.NodeLeaseGracePeriod)
 		if now.State != f.Node.State {
 			return Outcome{}, fail("holder node %s is now %s (%s), not %s as when decided; Lease %s was left alone",
 				want.HolderIdentity, now.State, now.StateReason, f.Node.State, key)

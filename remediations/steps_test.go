@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/remediator/remediator/api/v1alpha1"
+	"github.com/remediator/remediator/controllers/facts"
 	"github.com/remediator/remediator/test/testenv"
 )
 
@@ -51,7 +52,8 @@ func shutdownHolder(t *testing.T) (*Run, *coordinationv1.Lease) {
 			ResourceVersion: lease.ResourceVersion, HolderIdentity: node.Name},
 		Node: &v1alpha1.NodeFacts{Name: node.Name, Exists: true, State: v1alpha1.NodeShutdown},
 	}
-	return &Run{RR: rr, Client: env.Client, Reader: env.Client, NodeLeaseGracePeriod: 40 * time.Second, Now: time.Now(), Timeouts: DefaultTimeouts}, lease
+	return &Run{RR: rr, Client: env.Client, Reader: env.Client,
+		Gatherer: &facts.Gatherer{Reader: env.Client, Config: facts.DefaultConfig()}, Now: time.Now(), Timeouts: DefaultTimeouts}, lease
 }
 
 func leaseGone(t *testing.T, l *coordinationv1.Lease) bool {

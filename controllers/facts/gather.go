@@ -375,17 +375,37 @@ func eventLastSeen(ev *corev1.Event) time.Time {
 
 // node records the state of the named node.
 func (s *gathering) node(ctx context.Context, name string) error {
+	nf, err := s.g.nodeFacts(ctx, name, s.now)
+	if err != nil {
+		return err
+	}
+	s.f.Node = nf
+	return nil
+}
+
+// Node reads and classifies one node now. Steps use it to re-check a holder right
+// before a destructive call.
+func (g *Gatherer) Node(ctx context.Context, name string) (*v1alpha1.NodeFacts, error) {
+	now := time.Now()
+	if g.Now != nil {
+		now = g.Now()
+	}
+	return g.nodeFacts(ctx, name, now)
+}
+
+func (g *Gatherer) nodeFacts(ctx context.Context, name string, now time.Time) (*v1alpha1.NodeFacts, error) {
+	s := &gathering{g: g}
 	node := &corev1.Node{}
 	found, err := s.get(ctx, types.NamespacedName{Name: name}, node)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	var nodeLease *coordinationv1.Lease
 	if found {
 		l := &coordinationv1.Lease{}
 		leaseFound, err := s.get(ctx, types.NamespacedName{Namespace: nodeLeaseNamespace, Name: name}, l)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if leaseFound {
 			nodeLease = l
@@ -393,9 +413,8 @@ func (s *gathering) node(ctx context.Context, name string) error {
 	} else {
 		node = nil
 	}
-	nf := ClassifyNode(name, node, nodeLease, s.now, s.g.Config.NodeLeaseGracePeriod)
-	s.f.Node = &nf
-	return nil
+	nf := ClassifyNode(name, node, nodeLease, now, g.Config.NodeLeaseGracePeriod)
+	return &nf, nil
 }
 
 // affectedPods lists the pods on node that mount claim. Listing by node keeps the
