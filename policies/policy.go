@@ -36,6 +36,7 @@ const (
 	PlaybookNodeShutdown        = "node-shutdown"
 	PlaybookFencedUnreachable   = "fenced-unreachable"
 	PlaybookHealthyMoveWorkload = "healthy-move-workload"
+	PlaybookRestartNodePlugin   = "restart-node-plugin"
 )
 
 // Input is what a policy decides on: the facts, the spec fields a policy may weigh,

@@ -93,7 +93,7 @@ func failStep(steps []v1alpha1.StepStatus, i int, at time.Time, f *Failure) Prog
 // itself: today, the cordon. It is safe to call at any time: it only uncordons a node
 // this request cordoned. The restore is journaled on the playbook's uncordon step.
 func Restore(ctx context.Context, r *Run, why string) (string, error) {
-	if r.RR.Status.Facts == nil || r.RR.Status.Facts.Lease == nil || r.RR.Status.Facts.Lease.HolderIdentity == "" {
+	if _, err := holder(r); err != nil {
 		return "", nil
 	}
 	hasCordon := false

@@ -43,10 +43,13 @@ type Timeouts struct {
 	Eviction time.Duration
 	// PodTermination is how long waitPodsGone waits for evicted pods to go.
 	PodTermination time.Duration
+	// PluginRestart bounds each wait for the replacement node-plugin pod and for
+	// the driver's registration on the CSINode.
+	PluginRestart time.Duration
 }
 
 // DefaultTimeouts are generous: a wait that times out restores and fails the request.
-var DefaultTimeouts = Timeouts{Eviction: 10 * time.Minute, PodTermination: 10 * time.Minute}
+var DefaultTimeouts = Timeouts{Eviction: 10 * time.Minute, PodTermination: 10 * time.Minute, PluginRestart: 5 * time.Minute}
 
 func (r *Run) owner() string { return r.RR.Namespace + "/" + r.RR.Name }
 
@@ -83,19 +86,28 @@ type Step interface {
 }
 
 var library = map[string]Step{
-	"cordon":             cordon{},
-	"deleteAffectedPods": deleteAffectedPods{},
-	"waitPodsGone":       waitPodsGone{},
-	"deleteLease":        deleteLease{},
-	"uncordon":           uncordon{},
+	"cordon":               cordon{},
+	"deleteAffectedPods":   deleteAffectedPods{},
+	"waitPodsGone":         waitPodsGone{},
+	"deleteLease":          deleteLease{},
+	"uncordon":             uncordon{},
+	"deletePluginPod":      deletePluginPod{},
+	"waitPluginPodReady":   waitPluginPodReady{},
+	"waitDriverRegistered": waitDriverRegistered{},
 }
 
+// holder is the node a playbook works on: the target node of reregister-csi-driver,
+// or the Lease holder of release-luks-lease, as recorded at decision time.
 func holder(r *Run) (string, error) {
 	f := r.RR.Status.Facts
-	if f == nil || f.Lease == nil || f.Lease.HolderIdentity == "" {
-		return "", fail("the decision's facts name no Lease holder")
+	switch {
+	case f == nil:
+	case f.Target.Node != "":
+		return f.Target.Node, nil
+	case f.Lease != nil && f.Lease.HolderIdentity != "":
+		return f.Lease.HolderIdentity, nil
 	}
-	return f.Lease.HolderIdentity, nil
+	return "", fail("the decision's facts name no node to act on")
 }
 
 func getNode(ctx context.Context, r *Run, name string) (*corev1.Node, error) {
@@ -264,20 +276,12 @@ func (s deleteAffectedPods) Run(ctx context.Context, r *Run) (Outcome, error) {
 		if gone || pod.DeletionTimestamp != nil {
 			continue
 		}
-		uid := pod.UID
-		ev := &policyv1.Eviction{
-			ObjectMeta: metav1.ObjectMeta{Namespace: pod.Namespace, Name: pod.Name},
-			// The UID precondition keeps a replacement pod of the same name safe.
-			// No GracePeriodSeconds: the pod's own terminationGracePeriodSeconds applies.
-			DeleteOptions: &metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}},
+		refused, err := evict(ctx, r, pod)
+		if err != nil {
+			return Outcome{}, err
 		}
-		err = r.Client.SubResource("eviction").Create(ctx, pod, ev)
-		switch {
-		case err == nil, apierrors.IsNotFound(err), apierrors.IsConflict(err):
-		case apierrors.IsTooManyRequests(err):
-			blocked = append(blocked, fmt.Sprintf("%s/%s (%s)", pod.Namespace, pod.Name, err.Error()))
-		default:
-			return Outcome{}, fmt.Errorf("evicting pod %s/%s: %w", pod.Namespace, pod.Name, err)
+		if refused != "" {
+			blocked = append(blocked, refused)
 		}
 	}
 	if len(blocked) > 0 {
@@ -292,6 +296,26 @@ func (s deleteAffectedPods) Run(ctx context.Context, r *Run) (Outcome, error) {
 		out.RequeueAfter = time.Second
 	}
 	return out, err
+}
+
+// evict asks the Eviction API to delete pod gracefully. The UID precondition keeps a
+// replacement pod of the same name safe; no GracePeriodSeconds is set, so the pod's
+// own terminationGracePeriodSeconds applies. A refusal (a PodDisruptionBudget) is
+// returned as a description to retry later, not as an error.
+func evict(ctx context.Context, r *Run, pod *corev1.Pod) (refused string, err error) {
+	uid := pod.UID
+	ev := &policyv1.Eviction{
+		ObjectMeta:    metav1.ObjectMeta{Namespace: pod.Namespace, Name: pod.Name},
+		DeleteOptions: &metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}},
+	}
+	err = r.Client.SubResource("eviction").Create(ctx, pod, ev)
+	switch {
+	case err == nil, apierrors.IsNotFound(err), apierrors.IsConflict(err):
+		return "", nil
+	case apierrors.IsTooManyRequests(err):
+		return fmt.Sprintf("%s/%s (%s)", pod.Namespace, pod.Name, err.Error()), nil
+	}
+	return "", fmt.Errorf("evicting pod %s/%s: %w", pod.Namespace, pod.Name, err)
 }
 
 // waitPodsGone waits until the evicted pods have terminated.

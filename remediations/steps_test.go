@@ -202,7 +202,7 @@ func TestPlaybooksAreValid(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for name, want := range map[string]int{"node-shutdown": 1, "fenced-unreachable": 1, "healthy-move-workload": 5} {
+	for name, want := range map[string]int{"node-shutdown": 1, "fenced-unreachable": 1, "healthy-move-workload": 5, "restart-node-plugin": 5} {
 		plan, err := pb.Plan(name)
 		if err != nil || len(plan) != want {
 			t.Errorf("%s: %d steps, %v", name, len(plan), err)

@@ -43,6 +43,7 @@ type controllerOptions struct {
 	policiesDir           string
 	evictionTimeout       time.Duration
 	podTerminationTimeout time.Duration
+	pluginRestartTimeout  time.Duration
 }
 
 func newControllerCommand() *cobra.Command {
@@ -70,6 +71,7 @@ func newControllerCommand() *cobra.Command {
 	f.StringVar(&o.policiesDir, "policies-dir", "", "Directory of CUE policies to use instead of the embedded ones (e.g. a ConfigMap synced from Git)")
 	f.DurationVar(&o.evictionTimeout, "eviction-timeout", remediations.DefaultTimeouts.Eviction, "How long evictions refused by a PodDisruptionBudget are retried before the playbook fails")
 	f.DurationVar(&o.podTerminationTimeout, "pod-termination-timeout", remediations.DefaultTimeouts.PodTermination, "How long to wait for evicted pods to terminate before the playbook fails")
+	f.DurationVar(&o.pluginRestartTimeout, "plugin-restart-timeout", remediations.DefaultTimeouts.PluginRestart, "How long to wait for a replacement node-plugin pod, and then for the driver to be registered again")
 	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
 	klog.InitFlags(klogFlags)
 	f.AddGoFlagSet(klogFlags)
@@ -147,8 +149,9 @@ func runController(cmd *cobra.Command, o controllerOptions) error {
 		Gatherer:  &facts.Gatherer{Reader: mgr.GetAPIReader(), Config: fc},
 		Policy:    policy,
 		Playbooks: playbooks,
-		Timeouts:  remediations.Timeouts{Eviction: o.evictionTimeout, PodTermination: o.podTerminationTimeout},
-		Recorder:  mgr.GetEventRecorderFor("remediator"),
+		Timeouts: remediations.Timeouts{Eviction: o.evictionTimeout, PodTermination: o.podTerminationTimeout,
+			PluginRestart: o.pluginRestartTimeout},
+		Recorder: mgr.GetEventRecorderFor("remediator"),
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the RemediationRequest controller: %w", err)
 	}

@@ -1,0 +1,172 @@
+package remediations
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/remediator/remediator/api/v1alpha1"
+)
+
+// pluginPod is the single node-plugin pod recorded at decision time.
+func pluginPod(r *Run) (v1alpha1.PodFacts, error) {
+	f := r.RR.Status.Facts
+	if f == nil || f.CSI == nil || len(f.CSI.PluginPods) != 1 {
+		return v1alpha1.PodFacts{}, fail("the decision's facts do not hold exactly one node-plugin pod")
+	}
+	return f.CSI.PluginPods[0], nil
+}
+
+// deletePluginPod evicts the node's single node-plugin pod, gracefully and with its
+// UID as precondition, so that the DaemonSet starts a fresh one whose registrar
+// registers the driver again.
+type deletePluginPod struct{}
+
+func (deletePluginPod) Timeout(r *Run) time.Duration { return r.Timeouts.Eviction }
+
+func (deletePluginPod) Done(ctx context.Context, r *Run) (Outcome, error) {
+	p, err := pluginPod(r)
+	if err != nil {
+		return Outcome{}, err
+	}
+	pod, gone, err := podState(ctx, r, p)
+	if err != nil {
+		return Outcome{}, err
+	}
+	if gone || pod.DeletionTimestamp != nil {
+		return Outcome{Done: true, Message: fmt.Sprintf("Deleted node-plugin pod %s/%s gracefully", p.Namespace, p.Name),
+			Object: "Pod " + p.Namespace + "/" + p.Name, UID: p.UID}, nil
+	}
+	return Outcome{}, nil
+}
+
+func (s deletePluginPod) Run(ctx context.Context, r *Run) (Outcome, error) {
+	p, err := pluginPod(r)
+	if err != nil {
+		return Outcome{}, err
+	}
+	pod, gone, err := podState(ctx, r, p)
+	if err != nil || gone {
+		return s.Done(ctx, r)
+	}
+	refused, err := evict(ctx, r, pod)
+	if err != nil {
+		return Outcome{}, err
+	}
+	if refused != "" {
+		return Outcome{Message: "Eviction refused, retrying: " + refused, RequeueAfter: 5 * time.Second}, nil
+	}
+	return s.Done(ctx, r)
+}
+
+// pluginPodsOnNode lists the node-plugin pods on the node, live.
+func pluginPodsOnNode(ctx context.Context, r *Run, node string) ([]corev1.Pod, error) {
+	list := &corev1.PodList{}
+	if err := r.Reader.List(ctx, list, client.InNamespace(r.RR.Status.Facts.TridentNamespace),
+		client.MatchingLabelsSelector{Selector: r.Gatherer.Config.NodePluginSelector},
+		client.MatchingFields{"spec.nodeName": node}); err != nil {
+		return nil, fmt.Errorf("listing node-plugin pods on %s: %w", node, err)
+	}
+	slices.SortFunc(list.Items, func(a, b corev1.Pod) int { return strings.Compare(a.Name, b.Name) })
+	return list.Items, nil
+}
+
+func describePods(pods []corev1.Pod) string {
+	if len(pods) == 0 {
+		return "none"
+	}
+	var out []string
+	for _, p := range pods {
+		s := fmt.Sprintf("%s (%s, ready=%v", p.Name, p.Status.Phase, podReady(&p))
+		if p.DeletionTimestamp != nil {
+			s += ", terminating"
+		}
+		out = append(out, s+")")
+	}
+	return strings.Join(out, ", ")
+}
+
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// waitPluginPodReady waits until the old plugin pod is gone and exactly one new one
+// runs Ready on the node: only then can its registrar register without another pod's
+// termination removing the socket again.
+type waitPluginPodReady struct{}
+
+func (waitPluginPodReady) Timeout(r *Run) time.Duration { return r.Timeouts.PluginRestart }
+
+func (waitPluginPodReady) Done(ctx context.Context, r *Run) (Outcome, error) {
+	old, err := pluginPod(r)
+	if err != nil {
+		return Outcome{}, err
+	}
+	node, err := holder(r)
+	if err != nil {
+		return Outcome{}, err
+	}
+	pods, err := pluginPodsOnNode(ctx, r, node)
+	if err != nil {
+		return Outcome{}, err
+	}
+	if len(pods) == 1 && string(pods[0].UID) != old.UID && pods[0].DeletionTimestamp == nil &&
+		pods[0].Status.Phase == corev1.PodRunning && podReady(&pods[0]) {
+		p := pods[0]
+		return Outcome{Done: true, Message: fmt.Sprintf("Replacement node-plugin pod %s is Ready", p.Name),
+			Object: "Pod " + p.Namespace + "/" + p.Name, UID: string(p.UID), ResourceVersion: p.ResourceVersion}, nil
+	}
+	return Outcome{Message: "Waiting for one Ready replacement node-plugin pod; now: " + describePods(pods), RequeueAfter: 2 * time.Second}, nil
+}
+
+func (s waitPluginPodReady) Run(ctx context.Context, r *Run) (Outcome, error) { return s.Done(ctx, r) }
+
+// waitDriverRegistered waits until the node's CSINode lists the driver again.
+type waitDriverRegistered struct{}
+
+func (waitDriverRegistered) Timeout(r *Run) time.Duration { return r.Timeouts.PluginRestart }
+
+func (waitDriverRegistered) Done(ctx context.Context, r *Run) (Outcome, error) {
+	node, err := holder(r)
+	if err != nil {
+		return Outcome{}, err
+	}
+	driver := r.RR.Status.Facts.DriverName
+	cn := &storagev1.CSINode{}
+	err = r.Reader.Get(ctx, types.NamespacedName{Name: node}, cn)
+	if err != nil && !apierrors.IsNotFound(err) {
+		return Outcome{}, fmt.Errorf("reading CSINode %s: %w", node, err)
+	}
+	var drivers []string
+	for _, d := range cn.Spec.Drivers {
+		drivers = append(drivers, d.Name)
+	}
+	slices.Sort(drivers)
+	if slices.Contains(drivers, driver) {
+		return Outcome{Done: true, Message: fmt.Sprintf("CSINode %s lists %s again", node, driver),
+			Object: "CSINode " + node, UID: string(cn.UID), ResourceVersion: cn.ResourceVersion}, nil
+	}
+	pods, err := pluginPodsOnNode(ctx, r, node)
+	if err != nil {
+		return Outcome{}, err
+	}
+	return Outcome{Message: fmt.Sprintf("Waiting for CSINode %s to list %s; drivers now [%s]; node-plugin pods: %s",
+		node, driver, strings.Join(drivers, ", "), describePods(pods)), RequeueAfter: 2 * time.Second}, nil
+}
+
+func (s waitDriverRegistered) Run(ctx context.Context, r *Run) (Outcome, error) {
+	return s.Done(ctx, r)
+}
