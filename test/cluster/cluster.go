@@ -5,8 +5,10 @@
 // manifests/ in this directory; this package only runs those scripts for Go e2e tests.
 //
 // The baseline after Up: nodes kwok-node-0..2 (annotated kwok.x-k8s.io/node=fake, so kwok keeps
-// them Ready) and DaemonSet trident/trident-csi with one Running/Ready pod per node. Up
-// re-applies the baseline when the cluster is already running, so tests may call it freely.
+// them Ready), DaemonSet trident/trident-csi with one Running/Ready pod per node, and each node's
+// CSINode listing csi.trident.netapp.io, kept by the Trident simulator (test/sim) that up.sh runs
+// in place of kubelet's plugin registration. Up re-applies the baseline when the cluster is
+// already running, so tests may call it freely.
 //
 // Disconnect makes a node "control plane unreachable": about 22s later it is Ready=Unknown and
 // tainted node.kubernetes.io/unreachable, and kwok stops acting for it (its pods stay as they

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Tear down the Remediator local cluster created by test/cluster/up.sh and make sure none of its
-# processes survive. Idempotent: succeeds (and does nothing) when no cluster exists.
+# Tear down the Remediator local cluster created by test/cluster/up.sh, and the Trident simulator
+# it started, and make sure none of their processes survive. Idempotent: succeeds (and does
+# nothing) when no cluster exists.
 #
 # Usage: test/cluster/down.sh   (no arguments)
 #   ROOT   repo root                      (default: two directories above this script)
@@ -25,6 +26,16 @@ fi
 
 exec 9>"$CLUSTER_DIR/.lock"
 flock -w 600 9 || die "timed out waiting for another up.sh/down.sh holding $CLUSTER_DIR/.lock"
+
+# The Trident simulator first, while the apiserver it watches is still there.
+# shellcheck source=trident-sim.sh
+. "$HERE/trident-sim.sh"
+sim_stop || die "trident-sim (pid $(sim_pid)) would not stop"
+# A simulator whose pid file is gone would still be running from $SIM; none may be left.
+for pid in $(pgrep -f -- "^$SIM " || true); do
+  log "killing leftover trident-sim $pid"
+  kill -KILL "$pid" 2>/dev/null || true
+done
 
 # kwokctl starts every component through a symlink under $WORKDIR/bin, so a command line that
 # starts with that absolute path identifies this cluster's processes and nothing else (not even
@@ -72,6 +83,9 @@ for _ in $(seq 50); do
 done
 if [[ -n "$(cluster_pids)" ]]; then
   die "processes of cluster $CLUSTER_NAME still running: $(cluster_pids | tr '\n' ' ')"
+fi
+if pgrep -f -- "^$SIM " >/dev/null; then
+  die "trident-sim still running: $(pgrep -f -- "^$SIM " | tr '\n' ' ')"
 fi
 
 # Remove the rest of the state up.sh created (kubeconfig, fingerprint, kwokctl's cache dir).

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Bring up the Remediator local cluster: a real kube-apiserver/etcd/controller-manager/scheduler
 # run by `kwokctl --runtime binary` from the binaries in $BIN, with kwok simulating the kubelets
-# of three nodes, plus a stand-in for Trident's CSI node-plugin DaemonSet.
+# of three nodes, plus a stand-in for Trident's CSI node-plugin DaemonSet and, in place of the
+# kubelets' CSI plugin registration, the Trident simulator test/sim (built into $BIN/trident-sim).
 #
 # Usage: test/cluster/up.sh            (no arguments; configured through the environment)
 #   ROOT         repo root                      (default: two directories above this script)
@@ -11,12 +12,17 @@
 #   UP_TIMEOUT   seconds to wait for nodes, DaemonSet and CRDs (default: 180)
 #
 # Result: admin kubeconfig at $BIN/cluster/kubeconfig; cluster state (pki, etcd data, pid files,
-# component logs) under $BIN/cluster/clusters/remediator. Nothing is written to ~/.kwok, and
+# component logs) under $BIN/cluster/clusters/remediator; the simulator's pid file and log at
+# $BIN/cluster/trident-sim.{pid,log}. Nothing is written to ~/.kwok, and
 # ~/.kube/config is left alone.
 #
 # Idempotent: if the cluster is already up and reachable it only re-applies the manifests (which
 # also restores the baseline, e.g. a node a test took out of kwok's management) and waits.
 # If test/cluster/kwokctl.yaml changed since the cluster was created, the cluster is recreated.
+# The simulator is rebuilt on every run (Go's build cache makes that quick) and restarted if it is
+# not running or its binary changed. The baseline includes every node's CSINode listing
+# csi.trident.netapp.io; a node a test left deregistered (seed B) gets its node-plugin pod
+# restarted, the fix from the seed.
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -41,7 +47,10 @@ die() { printf '[cluster up] ERROR: %s\n' "$*" >&2; exit 1; }
 for b in etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok kwokctl; do
   [[ -x "$BIN/$b" ]] || die "missing binary $BIN/$b; build the binaries with 'make bins'"
 done
+command -v go >/dev/null || die "go is needed to build the Trident simulator (test/sim)"
 mkdir -p "$CLUSTER_DIR"
+# shellcheck source=trident-sim.sh
+. "$HERE/trident-sim.sh"
 
 # kwokctl keeps all its state (clusters/, cache/, default kwok.yaml) in KWOK_WORKDIR, which would
 # otherwise be ~/.kwok.
@@ -115,9 +124,13 @@ if $cluster_exists && [[ "$(cat "$FINGERPRINT_FILE" 2>/dev/null)" != "$(fingerpr
   cluster_exists=false
 fi
 
+# The simulator is restarted whenever the control plane was (re)started below: it should not
+# carry a watch from a previous apiserver over.
+restart_sim=false
 if $cluster_exists && reachable; then
   log "cluster $CLUSTER_NAME already up; re-applying manifests"
 else
+  restart_sim=true
   if $cluster_exists; then
     # kwokctl restarts the components of an existing cluster whose processes are gone
     # (e.g. after a reboot) instead of recreating it.
@@ -183,6 +196,31 @@ if [[ -n "$disconnected" ]]; then
 fi
 kc apply -f "$MANIFESTS/20-trident-csi.yaml" >/dev/null || die "applying $MANIFESTS/20-trident-csi.yaml failed"
 
+# --- Trident registration simulator ----------------------------------------------------------
+# Started before waiting for the DaemonSet, so that it sees the node-plugin pods turn Ready.
+(cd "$ROOT" && go build -o "$SIM" ./test/sim) || die "building the Trident simulator (go build ./test/sim) failed"
+if ! pid=$(sim_pid); then
+  sim_start "$KUBECONFIG_OUT"
+elif $restart_sim || [[ "$(sha256sum "$SIM" | cut -d' ' -f1)" != "$(cat "$SIM_SUMFILE" 2>/dev/null)" ]]; then
+  log "restarting trident-sim (control plane restarted or binary changed)"
+  sim_stop || die "trident-sim (pid $pid) would not stop"
+  sim_start "$KUBECONFIG_OUT"
+else
+  log "trident-sim already running (pid $pid)"
+fi
+# DaemonSets a test copied from trident-csi (seed B's trident-csi-2) are not part of the
+# baseline. Foreground deletion returns once their pods are gone, so that none of them
+# terminates (and deregisters the driver) after the baseline is restored below.
+strays=$(kc -n trident get ds -l app=node.csi.trident.netapp.io \
+  -o jsonpath='{range .items[?(@.metadata.name!="trident-csi")]}{.metadata.name}{" "}{end}') \
+  || die "listing DaemonSets in namespace trident failed"
+if [[ -n "$strays" ]]; then
+  log "deleting DaemonSets left over by tests: $strays"
+  # shellcheck disable=SC2086 # one DaemonSet name per word
+  kc -n trident delete ds $strays --cascade=foreground --timeout=60s >/dev/null \
+    || die "deleting DaemonSets $strays failed"
+fi
+
 # --- Wait for the baseline -------------------------------------------------------------------
 WAIT_START=$SECONDS WAIT_DEADLINE=$((SECONDS + UP_TIMEOUT))
 
@@ -217,5 +255,39 @@ wait_until "DaemonSet trident/trident-csi has $EXPECTED_NODES ready pods" ds_rea
   || die "DaemonSet trident/trident-csi not ready after ${UP_TIMEOUT}s:
 $(kc -n trident get ds,pods -o wide 2>&1)
 (scheduling: $LOGS/kube-scheduler.log, pod creation: $LOGS/kube-controller-manager.log, Running/Ready: $LOGS/kwok-controller.log)"
+
+# Every baseline node's CSINode lists the driver. The simulator registers it when a node-plugin
+# pod turns Ready, so give it a few seconds after the DaemonSet is ready; a node still without
+# it was deregistered earlier (seed B, e.g. by an interrupted test), and the fix is the one from
+# the seed: restart its node-plugin pod, whose registrar then registers again.
+node_names=("${nodes[@]#node/}")
+unregistered() {
+  local out n
+  out=$(kc get csinodes -o jsonpath='{range .items[*]}{.metadata.name}{":"}{.spec.drivers[*].name}{" \n"}{end}' 2>/dev/null) \
+    || { printf '%s\n' "${node_names[@]}"; return; }
+  for n in "${node_names[@]}"; do
+    grep -qE "^$n:(.* )?$TRIDENT_DRIVER " <<<"$out" || echo "$n"
+  done
+}
+drivers_registered() {
+  sim_pid >/dev/null || die "trident-sim exited; see $SIM_LOG:
+$(tail -20 "$SIM_LOG")"
+  [[ -z "$(unregistered)" ]]
+}
+REG_START=$SECONDS
+until drivers_registered || (( SECONDS - REG_START >= 10 )); do sleep 1; done
+if missing=$(unregistered) && [[ -n "$missing" ]]; then
+  for n in $missing; do
+    log "CSINode $n lacks $TRIDENT_DRIVER; restarting its node-plugin pod"
+    kc -n trident delete pod -l app=node.csi.trident.netapp.io --field-selector "spec.nodeName=$n" \
+      --wait=false >/dev/null || die "deleting the node-plugin pod on $n failed"
+  done
+  wait_until "DaemonSet trident/trident-csi ready again" ds_ready \
+    || die "DaemonSet trident/trident-csi not ready again after restarting pods on: $missing"
+fi
+wait_until "every node's CSINode lists $TRIDENT_DRIVER" drivers_registered \
+  || die "CSINodes of $(unregistered | tr '\n' ' ')lack $TRIDENT_DRIVER after ${UP_TIMEOUT}s; see $SIM_LOG:
+$(kc get csinodes -o wide 2>&1)
+$(tail -20 "$SIM_LOG")"
 
 log "cluster $CLUSTER_NAME ready in $((SECONDS - start))s; KUBECONFIG=$KUBECONFIG_OUT"

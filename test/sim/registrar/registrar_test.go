@@ -1,0 +1,307 @@
+package registrar
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
+)
+
+const driver = "csi.trident.netapp.io"
+
+// Pod states on node n1, named after the DaemonSet they belong to.
+var (
+	oldStarting = Pod{UID: "old", Name: "trident/trident-csi-a", Node: "n1"}
+	oldRunning  = Pod{UID: "old", Name: "trident/trident-csi-a", Node: "n1", Running: true}
+	oldReady    = Pod{UID: "old", Name: "trident/trident-csi-a", Node: "n1", Running: true, Ready: true}
+	oldTerm     = Pod{UID: "old", Name: "trident/trident-csi-a", Node: "n1", Running: true, Terminating: true}
+	newReady    = Pod{UID: "new", Name: "trident/trident-csi-2-b", Node: "n1", Running: true, Ready: true}
+	newTerm     = Pod{UID: "new", Name: "trident/trident-csi-2-b", Node: "n1", Running: true, Terminating: true}
+	pending     = Pod{UID: "pending", Name: "trident/trident-csi-c"}
+	pendingTerm = Pod{UID: "pending", Name: "trident/trident-csi-c", Terminating: true}
+	otherReady  = Pod{UID: "other", Name: "trident/trident-csi-d", Node: "n2", Running: true, Ready: true}
+)
+
+type op int
+
+const (
+	observe op = iota
+	initial    // observed in the informer's initial list
+	forget     // deleted
+)
+
+type step struct {
+	op  op
+	pod Pod
+}
+
+func node(name string) *corev1.Node {
+	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID("uid-" + name)}}
+}
+
+func csiNode(name string, drivers ...string) *storagev1.CSINode {
+	cn := &storagev1.CSINode{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	for _, d := range drivers {
+		cn.Spec.Drivers = append(cn.Spec.Drivers, storagev1.CSINodeDriver{Name: d, NodeID: name})
+	}
+	return cn
+}
+
+// drivers returns the driver names on node's CSINode, or nil if it does not exist.
+func drivers(t *testing.T, s *Syncer, node string) []string {
+	t.Helper()
+	cn, err := s.Client.StorageV1().CSINodes().Get(context.Background(), node, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := []string{}
+	for _, d := range cn.Spec.Drivers {
+		names = append(names, d.Name)
+	}
+	return names
+}
+
+// TestRegistration feeds pod events through a Tracker and a Syncer on a fake clientset, syncing
+// each affected node after every event as the simulator's queue does, and checks the CSINodes.
+func TestRegistration(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		existing []runtime.Object // besides Nodes n1 and n2
+		steps    []step
+		want     map[string][]string // node -> drivers; nil: no CSINode
+		intents  []Intent            // emitted, in order
+	}{{
+		name:    "pod becomes Ready: CSINode created with the driver",
+		steps:   []step{{observe, oldStarting}, {observe, oldRunning}, {observe, oldReady}},
+		want:    map[string][]string{"n1": {driver}, "n2": nil},
+		intents: []Intent{IntentRegister},
+	}, {
+		name:     "existing CSINode gains the driver next to others",
+		existing: []runtime.Object{csiNode("n1", "other.csi.example.com")},
+		steps:    []step{{observe, oldReady}},
+		want:     map[string][]string{"n1": {"other.csi.example.com", driver}},
+		intents:  []Intent{IntentRegister},
+	}, {
+		name:    "the only pod terminates: driver removed",
+		steps:   []step{{observe, oldReady}, {observe, oldTerm}, {forget, oldTerm}},
+		want:    map[string][]string{"n1": {}},
+		intents: []Intent{IntentRegister, IntentDeregister},
+	}, {
+		name:     "other drivers survive a deregistration",
+		existing: []runtime.Object{csiNode("n1", driver, "other.csi.example.com")},
+		steps:    []step{{initial, oldReady}, {forget, oldReady}},
+		want:     map[string][]string{"n1": {"other.csi.example.com"}},
+		intents:  []Intent{IntentAdopt, IntentDeregister},
+	}, {
+		name: "seed B: copy's pod registers, copy deleted, driver gone while old pod runs",
+		steps: []step{
+			{observe, oldReady}, {observe, newReady},
+			{observe, newTerm}, {forget, newTerm},
+			// Later updates of the still-running old pod must not re-register it.
+			{observe, oldReady},
+		},
+		want:    map[string][]string{"n1": {}},
+		intents: []Intent{IntentRegister, IntentRegister, IntentDeregister},
+	}, {
+		name: "seed B, recreated DaemonSet: old pod terminates after the new one registered",
+		steps: []step{
+			{observe, oldReady}, {observe, newReady}, {observe, oldTerm}, {forget, oldTerm},
+			{observe, newReady},
+		},
+		want:    map[string][]string{"n1": {}},
+		intents: []Intent{IntentRegister, IntentRegister, IntentDeregister},
+	}, {
+		name: "fix: restarting the plugin pod once it no longer overlaps re-registers",
+		steps: []step{
+			{observe, oldReady}, {observe, newReady}, {forget, newTerm},
+			{forget, oldReady}, // the remediation deletes the old pod
+			{observe, Pod{UID: "fresh", Name: "trident/trident-csi-e", Node: "n1", Running: true, Ready: true}},
+		},
+		want:    map[string][]string{"n1": {driver}},
+		intents: []Intent{IntentRegister, IntentRegister, IntentDeregister, IntentDeregister, IntentRegister},
+	}, {
+		name:    "delete without a terminating update (grace period 0) deregisters once",
+		steps:   []step{{observe, oldReady}, {forget, oldReady}, {forget, oldReady}},
+		want:    map[string][]string{"n1": {}},
+		intents: []Intent{IntentRegister, IntentDeregister},
+	}, {
+		name:    "terminating update and delete deregister once",
+		steps:   []step{{observe, oldReady}, {observe, oldTerm}, {observe, oldTerm}, {forget, oldTerm}},
+		want:    map[string][]string{"n1": {}},
+		intents: []Intent{IntentRegister, IntentDeregister},
+	}, {
+		name:     "a pod whose registrar never ran removes nothing",
+		existing: []runtime.Object{csiNode("n1", driver)},
+		steps: []step{
+			{initial, oldReady}, {observe, pending}, {observe, pendingTerm}, {forget, pendingTerm},
+			{observe, Pod{UID: "sched", Name: "trident/trident-csi-f", Node: "n1"}},
+			{forget, Pod{UID: "sched", Name: "trident/trident-csi-f", Node: "n1"}},
+		},
+		want:    map[string][]string{"n1": {driver}},
+		intents: []Intent{IntentAdopt},
+	}, {
+		name:    "Ready again after not Ready registers again",
+		steps:   []step{{observe, oldReady}, {observe, oldRunning}, {observe, oldReady}},
+		want:    map[string][]string{"n1": {driver}},
+		intents: []Intent{IntentRegister, IntentRegister},
+	}, {
+		name:    "a terminating pod never registers",
+		steps:   []step{{observe, Pod{UID: "old", Name: "trident/trident-csi-a", Node: "n1", Running: true, Ready: true, Terminating: true}}},
+		want:    map[string][]string{"n1": nil},
+		intents: []Intent{IntentDeregister},
+	}, {
+		name:    "restart of the simulator: Ready pods create missing CSINodes",
+		steps:   []step{{initial, oldReady}, {initial, otherReady}},
+		want:    map[string][]string{"n1": {driver}, "n2": {driver}},
+		intents: []Intent{IntentAdopt, IntentAdopt},
+	}, {
+		name:     "restart of the simulator does not heal the bug",
+		existing: []runtime.Object{csiNode("n1")},
+		steps:    []step{{initial, oldReady}, {observe, oldReady}},
+		want:     map[string][]string{"n1": {}},
+		intents:  []Intent{IntentAdopt},
+	}, {
+		name:     "initial list: a terminating pod wins over a Ready one",
+		existing: []runtime.Object{csiNode("n1", driver)},
+		steps:    []step{{initial, oldTerm}, {initial, newReady}},
+		want:     map[string][]string{"n1": {}},
+		intents:  []Intent{IntentDeregister, IntentAdopt},
+	}, {
+		name:    "pods on other nodes do not interfere",
+		steps:   []step{{observe, oldReady}, {observe, otherReady}, {forget, oldReady}},
+		want:    map[string][]string{"n1": {}, "n2": {driver}},
+		intents: []Intent{IntentRegister, IntentRegister, IntentDeregister},
+	}, {
+		name:    "no CSINode for a Node that does not exist",
+		steps:   []step{{observe, Pod{UID: "x", Name: "trident/x", Node: "gone", Running: true, Ready: true}}},
+		want:    map[string][]string{"gone": nil},
+		intents: []Intent{IntentRegister},
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			cs := fake.NewClientset(append([]runtime.Object{node("n1"), node("n2")}, tc.existing...)...)
+			s := &Syncer{Client: cs, Driver: driver}
+			tr := NewTracker()
+			var got []Intent
+			for _, st := range tc.steps {
+				var ts []Transition
+				switch st.op {
+				case observe, initial:
+					ts = tr.Observe(st.pod, st.op == initial)
+				case forget:
+					ts = tr.Forget(st.pod)
+				}
+				for _, x := range ts {
+					got = append(got, x.Intent)
+					if _, err := s.Sync(ctx, x.Node, tr.Intent(x.Node)); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			if !slices.Equal(got, tc.intents) {
+				t.Errorf("intents = %v, want %v", got, tc.intents)
+			}
+			for n, want := range tc.want {
+				if d := drivers(t, s, n); !slices.Equal(d, want) || (d == nil) != (want == nil) {
+					t.Errorf("CSINode %s drivers = %#v, want %#v", n, d, want)
+				}
+			}
+		})
+	}
+}
+
+func TestCreatedCSINodeLooksLikeKubelets(t *testing.T) {
+	cs := fake.NewClientset(node("n1"))
+	s := &Syncer{Client: cs, Driver: driver}
+	if changed, err := s.Sync(context.Background(), "n1", IntentRegister); err != nil || !changed {
+		t.Fatalf("Sync = %v, %v", changed, err)
+	}
+	cn, err := cs.StorageV1().CSINodes().Get(context.Background(), "n1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: "n1", UID: "uid-n1"}}
+	if !slices.Equal(cn.OwnerReferences, want) {
+		t.Errorf("ownerReferences = %+v, want %+v", cn.OwnerReferences, want)
+	}
+	d := cn.Spec.Drivers
+	if len(d) != 1 || d[0].Name != driver || d[0].NodeID != "n1" ||
+		!slices.Equal(d[0].TopologyKeys, []string{"topology.kubernetes.io/zone"}) {
+		t.Errorf("drivers = %+v", d)
+	}
+	// Syncing an intent that already holds writes nothing.
+	if changed, err := s.Sync(context.Background(), "n1", IntentRegister); err != nil || changed {
+		t.Errorf("second Sync = %v, %v", changed, err)
+	}
+}
+
+// TestRun drives the whole loop (informer, queue, Syncer) against a fake clientset.
+func TestRun(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cs := fake.NewClientset(node("n1"))
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(ctx, Config{Client: cs, Namespace: "trident", Selector: "app=node.csi.trident.netapp.io",
+			Driver: driver, Log: testWriter{t}})
+	}()
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "trident-csi-a", Namespace: "trident", UID: "a",
+			Labels: map[string]string{"app": "node.csi.trident.netapp.io"}},
+		Spec: corev1.PodSpec{NodeName: "n1"},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning,
+			Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}},
+	}
+	s := &Syncer{Client: cs, Driver: driver}
+	waitDrivers := func(want []string) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			d := drivers(t, s, "n1")
+			if slices.Equal(d, want) && d != nil {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("CSINode n1 drivers = %v, want %v", d, want)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	// The fake watch starts with the informer; give it a moment so the pod arrives as an event
+	// rather than racing the initial list (either way it is registered).
+	time.Sleep(100 * time.Millisecond)
+	if _, err := cs.CoreV1().Pods("trident").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitDrivers([]string{driver})
+	if err := cs.CoreV1().Pods("trident").Delete(ctx, pod.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitDrivers([]string{})
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return after cancel")
+	}
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(string(p[:len(p)-1]))
+	return len(p), nil
+}
