@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The main job (`make demo`): on the local cluster that `make cluster` started, run the
 # controller, stage incident A the way Trident leaves it (one holder healthy, one cut off
-# from the control plane), apply the example requests and print, for each, the facts,
-# the policy's decision and the playbook's journal.
+# from the control plane) and incident B with the seed's own reproduction, apply the
+# example requests and print, for each, the facts, the policy's decision and the
+# playbook's journal.
 #
 #   test/demo.sh        run the demo (the controller keeps running afterwards)
 #   test/demo.sh stop   stop the demo controller (make cluster-down calls this)
@@ -77,6 +78,27 @@ YAML
 done
 kc get lease -n trident
 
+say "Staging incident B (seed 000): run a copy of trident-csi, then delete the copy"
+# The seed's reproduction: `kubectl get ds -n trident trident-csi -o json | jq
+# '.metadata.name|="trident-csi-2"' | kubectl apply -f -`, wait, delete the copy. The
+# copy's terminating registrars remove the shared registration socket, so kubelet (here
+# test/sim) deregisters the driver although the original pods keep running.
+sed '0,/^  name: trident-csi$/s//  name: trident-csi-2/' "$ROOT/test/cluster/manifests/20-trident-csi.yaml" | kc apply -f - >/dev/null
+for i in $(seq 1 60); do
+  [[ "$(kc get ds -n trident trident-csi-2 -o jsonpath='{.status.numberReady}')" == 3 ]] && break
+  [[ $i == 60 ]] && die "trident-csi-2 did not run on every node"
+  sleep 1
+done
+kc get pods -n trident -o wide
+kc delete ds -n trident trident-csi-2 --wait=true >/dev/null
+for i in $(seq 1 30); do
+  [[ "$(kc get csinode kwok-node-0 -o jsonpath='{.spec.drivers[*].name}')" != *csi.trident.netapp.io* ]] && break
+  [[ $i == 30 ]] && die "the driver did not disappear from CSINode kwok-node-0"
+  sleep 1
+done
+kc get csinode -o custom-columns='NODE:.metadata.name,DRIVERS:.spec.drivers[*].name'
+kc get pods -n trident -o wide
+
 say "Cutting kwok-node-2 off the control plane (its heartbeats stop)"
 # Take over the node's Lease in kube-node-lease, as test/cluster's Disconnect does;
 # kwok then stops heartbeating for it and the real kube-controller-manager marks it
@@ -122,6 +144,7 @@ for rr in $(kc get rr -n remediator -o name); do
 done
 echo
 kc get lease -n trident
+kc get csinode -o custom-columns='NODE:.metadata.name,DRIVERS:.spec.drivers[*].name'
 kc get nodes
 
 say "Done"
