@@ -15,7 +15,7 @@ func main() {
 		SilenceUsage:  true,
 		SilenceErrors: false,
 	}
-	root.AddCommand(newControllerCommand(), newVersionCommand())
+	root.AddCommand(newControllerCommand(), newScanCommand(), newVersionCommand())
 	if err := root.Execute(); err != nil {
 		os.Exit(1)
 	}

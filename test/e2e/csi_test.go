@@ -4,7 +4,10 @@ package e2e
 
 import (
 	"context"
+	"os/exec"
+	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -54,6 +57,7 @@ func TestReregisterCSIDriver(t *testing.T) {
 	const node = "kwok-node-1"
 	t.Cleanup(func() { simRestoreBaseline(t) })
 	original := deregisterEverywhere(t)
+	assertScanFindsDeregisteredDrivers(t)
 
 	key := request(t, ns, v1alpha1.RemediationRequestSpec{
 		Remediation: v1alpha1.RemediationReregisterCSIDriver,
@@ -92,5 +96,29 @@ func TestReregisterCSIDriver(t *testing.T) {
 	rr = waitPhase(t, key, 60*time.Second, v1alpha1.PhaseRejected, v1alpha1.PhaseSucceeded, v1alpha1.PhaseRunning)
 	if rr.Status.Decision == nil || rr.Status.Decision.Rule != "driver-registered" {
 		t.Errorf("second request: phase %s decision %+v", rr.Status.Phase, rr.Status.Decision)
+	}
+}
+
+// assertScanFindsDeregisteredDrivers runs `remediator scan` the way an operator would
+// and checks that its manifests name every broken node and pass server-side validation.
+func assertScanFindsDeregisteredDrivers(t *testing.T) {
+	t.Helper()
+	out, err := exec.Command(filepath.Join(root, "bin", "remediator"), "scan", "--kubeconfig", kubeconfig, "-o", "yaml").Output()
+	if err != nil {
+		t.Fatalf("remediator scan: %v\n%s", err, out)
+	}
+	for _, n := range simNodes {
+		if !strings.Contains(string(out), "name: reregister-csi-"+n) {
+			t.Errorf("scan -o yaml does not suggest a request for %s:\n%s", n, out)
+		}
+	}
+	apply := exec.Command(filepath.Join(root, "bin", "kubectl"), "--kubeconfig", kubeconfig, "apply", "--dry-run=server", "-f", "-")
+	apply.Stdin = strings.NewReader(string(out))
+	if res, err := apply.CombinedOutput(); err != nil {
+		t.Errorf("the API server refuses scan's manifests: %v\n%s", err, res)
+	}
+	table, err := exec.Command(filepath.Join(root, "bin", "remediator"), "scan", "--kubeconfig", kubeconfig).Output()
+	if err != nil || !strings.Contains(string(table), "DeregisteredDriver") {
+		t.Errorf("scan table: %v\n%s", err, table)
 	}
 }

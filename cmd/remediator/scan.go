@@ -1,0 +1,186 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	"github.com/remediator/remediator/api/v1alpha1"
+	"github.com/remediator/remediator/controllers/facts"
+)
+
+type scanOptions struct {
+	kubeconfig, tridentNamespace, driverName, nodePluginSelector string
+	nodeLeaseGracePeriod, leaseAge                               time.Duration
+	output, requestNamespace                                     string
+}
+
+func newScanCommand() *cobra.Command {
+	o := scanOptions{}
+	cmd := &cobra.Command{
+		Use:   "scan",
+		Short: "Find stuck Trident Leases and deregistered CSI drivers, and print suggested requests",
+		Long: `scan reads the cluster (read-only) and reports:
+  - stuck Leases: PV-named Leases in the Trident namespace older than --lease-age or
+    with LeaseRetained events, with the holder node's state;
+  - deregistered drivers: nodes whose CSINode lacks the driver while a Ready
+    node-plugin pod runs there;
+  - overlapping node-plugin pods.
+-o yaml prints ready-to-commit RemediationRequest manifests, one per target.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return runScan(cmd.Context(), cmd.OutOrStdout(), o) },
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.kubeconfig, "kubeconfig", "", "Path to a kubeconfig; empty uses $KUBECONFIG or the in-cluster config")
+	f.StringVar(&o.tridentNamespace, "trident-namespace", facts.DefaultTridentNamespace, "Namespace of Trident's Leases and node-plugin pods")
+	f.StringVar(&o.driverName, "driver-name", facts.DefaultDriverName, "CSI driver name Trident registers on CSINodes")
+	f.StringVar(&o.nodePluginSelector, "node-plugin-selector", facts.DefaultNodePluginSelector, "Label selector of Trident's node-plugin pods")
+	f.DurationVar(&o.nodeLeaseGracePeriod, "node-lease-grace-period", facts.DefaultNodeLeaseGracePeriod, "Age of a kube-node-lease renewal after which a node counts as unreachable")
+	f.DurationVar(&o.leaseAge, "lease-age", 10*time.Minute, "Age from which a Lease without LeaseRetained events counts as stuck")
+	f.StringVarP(&o.output, "output", "o", "table", "Output format: table, yaml (RemediationRequest manifests) or json")
+	f.StringVar(&o.requestNamespace, "request-namespace", "remediator", "Namespace of the suggested RemediationRequests")
+	return cmd
+}
+
+func runScan(ctx context.Context, w io.Writer, o scanOptions) error {
+	switch o.output {
+	case "table", "yaml", "json":
+	default:
+		return fmt.Errorf("unknown --output %q: use table, yaml or json", o.output)
+	}
+	sel, err := labels.Parse(o.nodePluginSelector)
+	if err != nil {
+		return fmt.Errorf("parsing --node-plugin-selector %q: %w", o.nodePluginSelector, err)
+	}
+	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(
+		&clientcmd.ClientConfigLoadingRules{ExplicitPath: o.kubeconfig, Precedence: kubeconfigPrecedence()},
+		&clientcmd.ConfigOverrides{}).ClientConfig()
+	if err != nil {
+		return fmt.Errorf("loading kubeconfig: %w", err)
+	}
+	scheme := runtime.NewScheme()
+	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		return fmt.Errorf("creating client: %w", err)
+	}
+	g := &facts.Gatherer{Reader: c, Config: facts.Config{
+		TridentNamespace: o.tridentNamespace, DriverName: o.driverName, NodePluginSelector: sel,
+		NodeLeaseGracePeriod: o.nodeLeaseGracePeriod, RetainedEventReason: facts.DefaultRetainedEventReason,
+	}}
+	findings, err := g.Scan(ctx, facts.ScanOptions{LeaseAge: o.leaseAge})
+	if err != nil {
+		return fmt.Errorf("scanning: %w", err)
+	}
+	switch o.output {
+	case "json":
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		if findings == nil {
+			findings = []facts.Finding{}
+		}
+		return enc.Encode(findings)
+	case "yaml":
+		return writeRequests(w, suggestedRequests(findings, o.requestNamespace))
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "KIND\tNODE\tNODE STATE\tLEASE\tEVIDENCE")
+	for _, f := range findings {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", f.Kind, f.Node, f.NodeState, orDash(f.Lease), f.Evidence)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if len(findings) == 0 {
+		_, err = fmt.Fprintln(w, "No stuck Leases, deregistered drivers or overlapping node-plugin pods found.")
+	}
+	return err
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// suggestedRequests turns findings into one request per target: a Lease's PV, or a
+// node (a node with both overlapping pods and a missing driver gets one request whose
+// reason quotes both).
+func suggestedRequests(findings []facts.Finding, ns string) []map[string]any {
+	var out []map[string]any
+	byNode := map[string]int{}
+	for _, f := range findings {
+		switch f.Kind {
+		case facts.FindingStuckLease:
+			pv := f.Lease[strings.Index(f.Lease, "/")+1:]
+			out = append(out, request(ns, "release-lease-"+pv, v1alpha1.RemediationReleaseLUKSLease,
+				map[string]any{"persistentVolume": pv}, "remediator scan: "+f.Evidence))
+		default:
+			if i, ok := byNode[f.Node]; ok {
+				spec := out[i]["spec"].(map[string]any)
+				spec["reason"] = truncate(spec["reason"].(string)+"; "+f.Evidence, 4096)
+				continue
+			}
+			byNode[f.Node] = len(out)
+			out = append(out, request(ns, "reregister-csi-"+f.Node, v1alpha1.RemediationReregisterCSIDriver,
+				map[string]any{"node": f.Node}, "remediator scan: "+f.Evidence))
+		}
+	}
+	return out
+}
+
+func request(ns, name string, r v1alpha1.Remediation, target map[string]any, reason string) map[string]any {
+	return map[string]any{
+		"apiVersion": v1alpha1.GroupVersion.String(),
+		"kind":       "RemediationRequest",
+		"metadata":   map[string]any{"name": truncate(name, 253), "namespace": ns},
+		"spec": map[string]any{
+			"remediation": string(r),
+			"target":      target,
+			"reason":      truncate(reason, 4096),
+		},
+	}
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n]
+}
+
+func writeRequests(w io.Writer, reqs []map[string]any) error {
+	if len(reqs) == 0 {
+		_, err := fmt.Fprintln(w, "# remediator scan: nothing to remediate")
+		return err
+	}
+	for i, r := range reqs {
+		data, err := yaml.Marshal(r)
+		if err != nil {
+			return fmt.Errorf("encoding request: %w", err)
+		}
+		if i > 0 {
+			if _, err := fmt.Fprintln(w, "---"); err != nil {
+				return err
+			}
+		}
+		if _, err := w.Write(data); err != nil {
+			return err
+		}
+	}
+	return nil
+}
