@@ -3,6 +3,8 @@
 package main
 
 import (
+	"errors"
+	"fmt"
 	"os"
 
 	"github.com/spf13/cobra"
@@ -10,13 +12,19 @@ import (
 
 func main() {
 	root := &cobra.Command{
-		Use:           "remediator",
-		Short:         "Declarative, policy-checked remediation of NetApp Trident storage incidents",
-		SilenceUsage:  true,
-		SilenceErrors: false,
+		Use:          "remediator",
+		Short:        "Declarative, policy-checked remediation of NetApp Trident storage incidents",
+		SilenceUsage: true,
+		// main prints errors itself: scan's findings are an exit code, not an error.
+		SilenceErrors: true,
 	}
 	root.AddCommand(newControllerCommand(), newScanCommand(), newVersionCommand())
 	if err := root.Execute(); err != nil {
+		var f findingsError
+		if errors.As(err, &f) {
+			os.Exit(ExitFindings)
+		}
+		fmt.Fprintln(os.Stderr, "Error:", err)
 		os.Exit(1)
 	}
 }

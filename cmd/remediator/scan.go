@@ -22,6 +22,15 @@ import (
 	"github.com/remediator/remediator/controllers/facts"
 )
 
+// ExitFindings is scan's exit code when it found something to remediate, so that a
+// CI job can gate on it; 0 means nothing was found, 1 means scan itself failed.
+const ExitFindings = 3
+
+// findingsError makes main exit with ExitFindings after the output was written.
+type findingsError struct{ n int }
+
+func (e findingsError) Error() string { return fmt.Sprintf("%d finding(s)", e.n) }
+
 type scanOptions struct {
 	kubeconfig, tridentNamespace, driverName, nodePluginSelector string
 	nodeLeaseGracePeriod, leaseAge                               time.Duration
@@ -39,7 +48,9 @@ func newScanCommand() *cobra.Command {
   - deregistered drivers: nodes whose CSINode lacks the driver while a Ready
     node-plugin pod runs there;
   - overlapping node-plugin pods.
--o yaml prints ready-to-commit RemediationRequest manifests, one per target.`,
+-o yaml prints ready-to-commit RemediationRequest manifests, one per target.
+It only reads. Exit code: 0 when nothing was found, 3 when findings were printed,
+1 when the scan itself failed.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runScan(cmd.Context(), cmd.OutOrStdout(), o) },
 	}
@@ -85,6 +96,16 @@ func runScan(ctx context.Context, w io.Writer, o scanOptions) error {
 	if err != nil {
 		return fmt.Errorf("scanning: %w", err)
 	}
+	if err := writeFindings(w, findings, o); err != nil {
+		return err
+	}
+	if len(findings) > 0 {
+		return findingsError{n: len(findings)}
+	}
+	return nil
+}
+
+func writeFindings(w io.Writer, findings []facts.Finding, o scanOptions) error {
 	switch o.output {
 	case "json":
 		enc := json.NewEncoder(w)
@@ -105,9 +126,10 @@ func runScan(ctx context.Context, w io.Writer, o scanOptions) error {
 		return err
 	}
 	if len(findings) == 0 {
-		_, err = fmt.Fprintln(w, "No stuck Leases, deregistered drivers or overlapping node-plugin pods found.")
+		_, err := fmt.Fprintln(w, "No stuck Leases, deregistered drivers or overlapping node-plugin pods found.")
+		return err
 	}
-	return err
+	return nil
 }
 
 func orDash(s string) string {
