@@ -113,6 +113,9 @@ for i in $(seq 1 90); do
 done
 kc get nodes
 
+say "What remediator scan finds (exit code 3: there are findings)"
+"$BIN/remediator" scan --kubeconfig "$KUBECONFIG" --node-lease-grace-period 20s || [[ $? == 3 ]]
+
 say "Applying the example requests from examples/requests"
 kc create namespace remediator --dry-run=client -o yaml | kc apply -f -
 # Re-running the demo starts the requests afresh.
