@@ -1,0 +1,54 @@
+package controllers
+
+import (
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/remediator/remediator/api/v1alpha1"
+)
+
+func TestReason(t *testing.T) {
+	for in, want := range map[string]string{
+		"node-shutdown":                    "NodeShutdown",
+		"healthy-operation-may-be-running": "HealthyOperationMayBeRunning",
+		"one-remediation-at-a-time":        "OneRemediationAtATime",
+		"":                                 "Unknown",
+	} {
+		if got := reason(in); got != want {
+			t.Errorf("reason(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestNeedsDecision(t *testing.T) {
+	now := time.Date(2026, 11, 19, 6, 0, 0, 0, time.UTC)
+	at := func(d time.Duration) *metav1.Time { t := metav1.NewTime(now.Add(d)); return &t }
+	rr := func(phase v1alpha1.Phase, gen, observed int64, d *v1alpha1.Decision) *v1alpha1.RemediationRequest {
+		r := &v1alpha1.RemediationRequest{}
+		r.Generation, r.Status.ObservedGeneration, r.Status.Phase, r.Status.Decision = gen, observed, phase, d
+		return r
+	}
+	cases := []struct {
+		name string
+		rr   *v1alpha1.RemediationRequest
+		want bool
+	}{
+		{"new request", rr("", 1, 0, nil), true},
+		{"rejection stands", rr(v1alpha1.PhaseRejected, 1, 1, &v1alpha1.Decision{}), false},
+		{"spec changed after rejection", rr(v1alpha1.PhaseRejected, 2, 1, &v1alpha1.Decision{}), true},
+		{"recheck due", rr(v1alpha1.PhaseRejected, 1, 1, &v1alpha1.Decision{RecheckAt: at(-time.Second)}), true},
+		{"recheck at this instant", rr(v1alpha1.PhaseWaiting, 1, 1, &v1alpha1.Decision{RecheckAt: at(0)}), true},
+		{"recheck not yet due", rr(v1alpha1.PhaseWaiting, 1, 1, &v1alpha1.Decision{RecheckAt: at(time.Second)}), false},
+		{"dry run plan stands", rr(v1alpha1.PhasePending, 1, 1, &v1alpha1.Decision{Allowed: true}), false},
+		{"running ignores spec changes", rr(v1alpha1.PhaseRunning, 2, 1, &v1alpha1.Decision{Allowed: true}), false},
+		{"succeeded is final", rr(v1alpha1.PhaseSucceeded, 2, 1, &v1alpha1.Decision{}), false},
+		{"failed is final", rr(v1alpha1.PhaseFailed, 1, 1, &v1alpha1.Decision{RecheckAt: at(-time.Hour)}), false},
+	}
+	for _, tc := range cases {
+		if got := needsDecision(tc.rr, now); got != tc.want {
+			t.Errorf("%s: needsDecision = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
