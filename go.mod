@@ -47,6 +47,7 @@ tool (
 
 require (
 	cuelang.org/go v0.17.1
+	github.com/robfig/cron/v3 v3.0.1
 	github.com/spf13/cobra v1.10.2
 	k8s.io/api v0.34.3
 	k8s.io/apimachinery v0.34.3

@@ -63,6 +63,9 @@ const (
 	ReasonRejected          = "Rejected"
 	ReasonWaiting           = "Waiting"
 	ReasonFailed            = "Failed"
+	ReasonWaitingForWindow  = "WaitingForMaintenanceWindow"
+	// RuleInvalidWindow rejects a request whose maintenance window cannot be parsed.
+	RuleInvalidWindow = "invalid-maintenance-window"
 )
 
 // RemediationRequestReconciler reconciles RemediationRequests.
@@ -269,6 +272,31 @@ func (r *RemediationRequestReconciler) decide(ctx context.Context, s *scope) (ct
 			r.Recorder.Event(rr, corev1.EventTypeNormal, EventAccepted, msg)
 			log.Info("Decided (dry run)", "playbook", d.Playbook, "rule", d.Rule)
 			return ctrl.Result{}, nil
+		}
+		inside, next, err := maintenanceWindow(rr.Spec.MaintenanceWindow, s.now)
+		if err != nil {
+			rr.Status.Phase = v1alpha1.PhaseRejected
+			dec.Allowed, dec.Rule, dec.Playbook = false, RuleInvalidWindow, ""
+			dec.Message = fmt.Sprintf("The maintenance window is invalid (%v); fix spec.maintenanceWindow.", err)
+			rr.Status.Steps = nil
+			r.setCondition(rr, v1alpha1.ConditionAccepted, metav1.ConditionFalse, reason(RuleInvalidWindow), dec.Message)
+			r.setCondition(rr, v1alpha1.ConditionProgressing, metav1.ConditionFalse, ReasonRejected, "Rejected: invalid maintenance window")
+			r.Recorder.Event(rr, corev1.EventTypeWarning, EventRejected, dec.Message)
+			return ctrl.Result{}, nil
+		}
+		if !inside {
+			// Decide again when the window opens, on facts gathered then. Only the start
+			// is gated: a playbook that has begun runs to its end (each wait bounded by
+			// its timeout), because pausing it would leave a node cordoned, pods evicted
+			// and the Lease held until the next window.
+			at := metav1.NewTime(next)
+			dec.RecheckAt = &at
+			rr.Status.Phase = v1alpha1.PhaseWaiting
+			msg := fmt.Sprintf("Playbook %s is allowed but waits for the maintenance window (%s for %s), which opens at %s; the decision is re-evaluated then.",
+				d.Playbook, rr.Spec.MaintenanceWindow.Schedule, rr.Spec.MaintenanceWindow.Duration.Duration, at.UTC().Format(time.RFC3339))
+			r.setCondition(rr, v1alpha1.ConditionProgressing, metav1.ConditionTrue, ReasonWaitingForWindow, msg)
+			r.Recorder.Event(rr, corev1.EventTypeNormal, EventWaiting, msg)
+			return ctrl.Result{RequeueAfter: next.Sub(s.now)}, nil
 		}
 		rr.Status.Phase = v1alpha1.PhaseRunning
 		r.setCondition(rr, v1alpha1.ConditionProgressing, metav1.ConditionTrue, ReasonPlaybookRunning,

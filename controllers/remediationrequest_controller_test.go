@@ -245,3 +245,82 @@ func TestShutdownHolderReleasesLease(t *testing.T) {
 		t.Errorf("Succeeded condition = %+v", c)
 	}
 }
+
+// TestMaintenanceWindowGatesThePlaybook: an allowed request outside its window waits
+// for the window with the Lease untouched; an unparsable window is rejected.
+func TestMaintenanceWindowGatesThePlaybook(t *testing.T) {
+	ctx := context.Background()
+	c := env.Client
+	for _, ns := range []string{"remediator", "trident"} {
+		if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Fatal(err)
+		}
+	}
+	startManager(t)
+	node := &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: "envtest-window"},
+		Spec:       corev1.NodeSpec{Taints: []corev1.Taint{{Key: v1alpha1.TaintOutOfService, Effect: corev1.TaintEffectNoExecute}}},
+	}
+	if err := c.Create(ctx, node); err != nil {
+		t.Fatal(err)
+	}
+	holder := node.Name
+	for _, name := range []string{"pvc-window-later", "pvc-window-bad"} {
+		if err := c.Create(ctx, &coordinationv1.Lease{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "trident", Name: name},
+			Spec:       coordinationv1.LeaseSpec{HolderIdentity: &holder},
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Create(ctx, &corev1.PersistentVolume{
+			ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec: corev1.PersistentVolumeSpec{
+				Capacity:               corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
+				AccessModes:            []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany},
+				PersistentVolumeSource: corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{Driver: facts.DefaultDriverName, VolumeHandle: name}},
+			},
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	opens := time.Now().UTC().Add(3 * time.Hour)
+	mk := func(name, pv, schedule string) client.ObjectKey {
+		rr := &v1alpha1.RemediationRequest{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "remediator", Name: name},
+			Spec: v1alpha1.RemediationRequestSpec{
+				Remediation:       v1alpha1.RemediationReleaseLUKSLease,
+				Target:            v1alpha1.Target{PersistentVolume: pv},
+				Reason:            "holder was powered off; change window only",
+				MaintenanceWindow: &v1alpha1.MaintenanceWindow{Schedule: schedule, Duration: metav1.Duration{Duration: time.Hour}},
+			},
+		}
+		if err := c.Create(ctx, rr); err != nil {
+			t.Fatal(err)
+		}
+		return client.ObjectKeyFromObject(rr)
+	}
+	later := mk("window-later", "pvc-window-later", fmt.Sprintf("CRON_TZ=UTC %d %d * * *", opens.Minute(), opens.Hour()))
+	bad := mk("window-bad", "pvc-window-bad", "whenever it is quiet")
+
+	got := &v1alpha1.RemediationRequest{}
+	eventually(t, "request waiting for its window", func() (bool, string) {
+		if err := c.Get(ctx, later, got); err != nil {
+			return false, err.Error()
+		}
+		return got.Status.Phase == v1alpha1.PhaseWaiting, string(got.Status.Phase)
+	})
+	p := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionProgressing)
+	if p == nil || p.Reason != "WaitingForMaintenanceWindow" || got.Status.Decision.RecheckAt == nil ||
+		!got.Status.Decision.RecheckAt.Time.Equal(opens.Truncate(time.Minute)) {
+		t.Errorf("Progressing = %+v, recheckAt = %v, want the window opening at %s", p, got.Status.Decision.RecheckAt, opens.Truncate(time.Minute))
+	}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: "trident", Name: "pvc-window-later"}, &coordinationv1.Lease{}); err != nil {
+		t.Errorf("the Lease must wait for the window: %v", err)
+	}
+	eventually(t, "invalid window rejected", func() (bool, string) {
+		if err := c.Get(ctx, bad, got); err != nil {
+			return false, err.Error()
+		}
+		return got.Status.Phase == v1alpha1.PhaseRejected && got.Status.Decision.Rule == "invalid-maintenance-window", string(got.Status.Phase)
+	})
+}
