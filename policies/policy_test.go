@@ -131,9 +131,6 @@ func TestConcurrentDecisions(t *testing.T) {
 // TestPolicySuiteCanFail flips one expectation in a copy of the cue vet cases and
 // checks that cue vet then fails, so a green policy-test means something.
 func TestPolicySuiteCanFail(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs go tool cue")
-	}
 	dir := t.TempDir()
 	copyPolicies(t, dir)
 	tests, _ := filepath.Glob("*_test.cue")

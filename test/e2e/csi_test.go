@@ -212,7 +212,9 @@ func TestScanFindsBothIncidents(t *testing.T) {
 	if err := k8s.List(ctx, list, client.InNamespace(ns)); err != nil || len(list.Items) != 4 {
 		t.Fatalf("want 4 requests from scan, got %d (%v)", len(list.Items), err)
 	}
-	t.Cleanup(func() { _ = k8s.DeleteAllOf(context.Background(), &v1alpha1.RemediationRequest{}, client.InNamespace(ns)) })
+	t.Cleanup(func() {
+		_ = k8s.DeleteAllOf(context.Background(), &v1alpha1.RemediationRequest{}, client.InNamespace(ns))
+	})
 	for _, rr := range list.Items {
 		done := waitPhase(t, client.ObjectKeyFromObject(&rr), 120*time.Second, v1alpha1.PhaseSucceeded, v1alpha1.PhaseFailed, v1alpha1.PhaseRejected)
 		if done.Status.Phase != v1alpha1.PhaseSucceeded {
