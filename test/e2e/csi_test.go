@@ -21,6 +21,25 @@ import (
 	"github.com/remediator/remediator/api/v1alpha1"
 )
 
+// copyPluginDaemonSet runs trident-csi-2, a copy of trident-csi under another name, as
+// the seed does with `kubectl get ds -n trident trident-csi -o json | jq
+// '.metadata.name|="trident-csi-2"' | kubectl apply -f -`.
+func copyPluginDaemonSet(t *testing.T) *appsv1.DaemonSet {
+	t.Helper()
+	ds := &appsv1.DaemonSet{}
+	if err := k8s.Get(context.Background(), types.NamespacedName{Namespace: tridentNS, Name: simDS}, ds); err != nil {
+		t.Fatal(err)
+	}
+	cp := &appsv1.DaemonSet{
+		ObjectMeta: metav1.ObjectMeta{Namespace: tridentNS, Name: simDS + "-2", Labels: ds.Labels},
+		Spec:       *ds.Spec.DeepCopy(),
+	}
+	if err := k8s.Create(context.Background(), cp); err != nil {
+		t.Fatal(err)
+	}
+	return cp
+}
+
 // deregisterEverywhere stages incident B with the seed's own steps: copy trident-csi
 // as trident-csi-2, wait until it runs, delete it. Every node then lacks the driver
 // while its original node-plugin pod keeps running.
@@ -29,17 +48,7 @@ func deregisterEverywhere(t *testing.T) map[string]types.UID {
 	ctx := context.Background()
 	simWaitRegistered(t, true, 60*time.Second)
 	original := simWaitPodsReady(t, simDS, 60*time.Second)
-	ds := &appsv1.DaemonSet{}
-	if err := k8s.Get(ctx, types.NamespacedName{Namespace: tridentNS, Name: simDS}, ds); err != nil {
-		t.Fatal(err)
-	}
-	cp := &appsv1.DaemonSet{
-		ObjectMeta: metav1.ObjectMeta{Namespace: tridentNS, Name: simDS + "-2", Labels: ds.Labels},
-		Spec:       *ds.Spec.DeepCopy(),
-	}
-	if err := k8s.Create(ctx, cp); err != nil {
-		t.Fatal(err)
-	}
+	cp := copyPluginDaemonSet(t)
 	simWaitPodsReady(t, cp.Name, 60*time.Second)
 	if err := k8s.Delete(ctx, cp, client.PropagationPolicy(metav1.DeletePropagationBackground)); err != nil {
 		t.Fatal(err)
@@ -115,17 +124,7 @@ func TestReregisterRefusedWhilePluginPodsOverlap(t *testing.T) {
 	t.Cleanup(func() { simRestoreBaseline(t) })
 	simWaitRegistered(t, true, 60*time.Second)
 	original := simWaitPodsReady(t, simDS, 60*time.Second)
-	ds := &appsv1.DaemonSet{}
-	if err := k8s.Get(ctx, types.NamespacedName{Namespace: tridentNS, Name: simDS}, ds); err != nil {
-		t.Fatal(err)
-	}
-	cp := &appsv1.DaemonSet{
-		ObjectMeta: metav1.ObjectMeta{Namespace: tridentNS, Name: simDS + "-2", Labels: ds.Labels},
-		Spec:       *ds.Spec.DeepCopy(),
-	}
-	if err := k8s.Create(ctx, cp); err != nil {
-		t.Fatal(err)
-	}
+	cp := copyPluginDaemonSet(t)
 	copies := simWaitPodsReady(t, cp.Name, 60*time.Second)
 	before, _ := simDrivers(t, node)
 
