@@ -76,6 +76,16 @@ func startManager(t *testing.T) {
 	})
 }
 
+func ensureNamespaces(t *testing.T, names ...string) {
+	t.Helper()
+	for _, ns := range names {
+		err := env.Client.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
+		if err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Fatal(err)
+		}
+	}
+}
+
 // eventually polls cond until it holds or the deadline passes.
 func eventually(t *testing.T, what string, cond func() (bool, string)) {
 	t.Helper()
@@ -95,11 +105,7 @@ func eventually(t *testing.T, what string, cond func() (bool, string)) {
 func TestReconcileRecordsFacts(t *testing.T) {
 	ctx := context.Background()
 	c := env.Client
-	for _, ns := range []string{"remediator", "trident"} {
-		if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil && !apierrors.IsAlreadyExists(err) {
-			t.Fatal(err)
-		}
-	}
+	ensureNamespaces(t, "remediator", "trident")
 	startManager(t)
 
 	rr := &v1alpha1.RemediationRequest{
@@ -175,11 +181,7 @@ func TestReconcileRecordsFacts(t *testing.T) {
 func TestShutdownHolderReleasesLease(t *testing.T) {
 	ctx := context.Background()
 	c := env.Client
-	for _, ns := range []string{"remediator", "trident", corev1.NamespaceNodeLease} {
-		if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil && !apierrors.IsAlreadyExists(err) {
-			t.Fatal(err)
-		}
-	}
+	ensureNamespaces(t, "remediator", "trident", corev1.NamespaceNodeLease)
 	startManager(t)
 
 	node := &corev1.Node{
@@ -251,11 +253,7 @@ func TestShutdownHolderReleasesLease(t *testing.T) {
 func TestMaintenanceWindowGatesThePlaybook(t *testing.T) {
 	ctx := context.Background()
 	c := env.Client
-	for _, ns := range []string{"remediator", "trident"} {
-		if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil && !apierrors.IsAlreadyExists(err) {
-			t.Fatal(err)
-		}
-	}
+	ensureNamespaces(t, "remediator", "trident")
 	startManager(t)
 	node := &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{Name: "envtest-window"},

@@ -121,8 +121,29 @@ func getNode(ctx context.Context, r *Run, name string) (*corev1.Node, error) {
 	return n, nil
 }
 
+// holderNode reads the node the playbook works on; the node is nil when it is gone.
+func holderNode(ctx context.Context, r *Run) (string, *corev1.Node, error) {
+	name, err := holder(r)
+	if err != nil {
+		return "", nil, err
+	}
+	n, err := getNode(ctx, r, name)
+	return name, n, err
+}
+
 func nodeOutcome(n *corev1.Node, msg string) Outcome {
 	return Outcome{Done: true, Message: msg, Object: "Node " + n.Name, UID: string(n.UID), ResourceVersion: n.ResourceVersion}
+}
+
+// patchNode applies change to n under an optimistic lock, so a concurrent edit of
+// the node (by an operator or another controller) is never overwritten.
+func patchNode(ctx context.Context, r *Run, n *corev1.Node, what string, change func(*corev1.Node)) error {
+	before := n.DeepCopy()
+	change(n)
+	if err := r.Client.Patch(ctx, n, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
+		return fmt.Errorf("%s node %s: %w", what, n.Name, err)
+	}
+	return nil
 }
 
 // cordon marks the holder unschedulable, recording on the node that this request did
@@ -131,47 +152,45 @@ type cordon struct{}
 
 func (cordon) Timeout(*Run) time.Duration { return 0 }
 
-func (cordon) Done(ctx context.Context, r *Run) (Outcome, error) {
-	name, err := holder(r)
-	if err != nil {
-		return Outcome{}, err
+// cordoned reports whether n is already cordoned, and by whom.
+func cordoned(r *Run, n *corev1.Node) (Outcome, bool) {
+	switch {
+	case n.Spec.Unschedulable && n.Annotations[CordonedByAnnotation] == r.owner():
+		return nodeOutcome(n, fmt.Sprintf("Cordoned node %s", n.Name)), true
+	case n.Spec.Unschedulable:
+		return nodeOutcome(n, fmt.Sprintf("Node %s was already cordoned; it stays cordoned afterwards", n.Name)), true
 	}
-	n, err := getNode(ctx, r, name)
+	return Outcome{}, false
+}
+
+func (cordon) Done(ctx context.Context, r *Run) (Outcome, error) {
+	_, n, err := holderNode(ctx, r)
 	if err != nil || n == nil {
 		return Outcome{}, err
 	}
-	switch {
-	case n.Spec.Unschedulable && n.Annotations[CordonedByAnnotation] == r.owner():
-		return nodeOutcome(n, fmt.Sprintf("Cordoned node %s", name)), nil
-	case n.Spec.Unschedulable:
-		return nodeOutcome(n, fmt.Sprintf("Node %s was already cordoned; it stays cordoned afterwards", name)), nil
-	}
-	return Outcome{}, nil
+	out, _ := cordoned(r, n)
+	return out, nil
 }
 
-func (s cordon) Run(ctx context.Context, r *Run) (Outcome, error) {
-	name, err := holder(r)
-	if err != nil {
-		return Outcome{}, err
-	}
-	n, err := getNode(ctx, r, name)
+func (cordon) Run(ctx context.Context, r *Run) (Outcome, error) {
+	name, n, err := holderNode(ctx, r)
 	if err != nil {
 		return Outcome{}, err
 	}
 	if n == nil {
 		return Outcome{}, fail("node %s no longer exists; the playbook for a healthy holder cannot continue", name)
 	}
-	if out, err := s.Done(ctx, r); err != nil || out.Done {
-		return out, err
+	if out, ok := cordoned(r, n); ok {
+		return out, nil
 	}
-	before := n.DeepCopy()
-	n.Spec.Unschedulable = true
-	if n.Annotations == nil {
-		n.Annotations = map[string]string{}
-	}
-	n.Annotations[CordonedByAnnotation] = r.owner()
-	if err := r.Client.Patch(ctx, n, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
-		return Outcome{}, fmt.Errorf("cordoning node %s: %w", name, err)
+	if err := patchNode(ctx, r, n, "cordoning", func(n *corev1.Node) {
+		n.Spec.Unschedulable = true
+		if n.Annotations == nil {
+			n.Annotations = map[string]string{}
+		}
+		n.Annotations[CordonedByAnnotation] = r.owner()
+	}); err != nil {
+		return Outcome{}, err
 	}
 	return nodeOutcome(n, fmt.Sprintf("Cordoned node %s", name)), nil
 }
@@ -181,38 +200,39 @@ type uncordon struct{}
 
 func (uncordon) Timeout(*Run) time.Duration { return 0 }
 
-func (uncordon) Done(ctx context.Context, r *Run) (Outcome, error) {
-	name, err := holder(r)
-	if err != nil {
-		return Outcome{}, err
+// leftAlone reports whether there is nothing for uncordon to undo on the node.
+func leftAlone(r *Run, name string, n *corev1.Node) (Outcome, bool) {
+	switch {
+	case n == nil:
+		return Outcome{Done: true, Message: fmt.Sprintf("Node %s no longer exists", name)}, true
+	case n.Annotations[CordonedByAnnotation] != r.owner():
+		return nodeOutcome(n, fmt.Sprintf("Node %s left as found (not cordoned by this request)", name)), true
 	}
-	n, err := getNode(ctx, r, name)
-	if err != nil {
-		return Outcome{}, err
-	}
-	if n == nil {
-		return Outcome{Done: true, Message: fmt.Sprintf("Node %s no longer exists", name)}, nil
-	}
-	if n.Annotations[CordonedByAnnotation] != r.owner() {
-		return nodeOutcome(n, fmt.Sprintf("Node %s left as found (not cordoned by this request)", name)), nil
-	}
-	return Outcome{}, nil
+	return Outcome{}, false
 }
 
-func (s uncordon) Run(ctx context.Context, r *Run) (Outcome, error) {
-	if out, err := s.Done(ctx, r); err != nil || out.Done {
-		return out, err
-	}
-	name, _ := holder(r)
-	n, err := getNode(ctx, r, name)
-	if err != nil || n == nil {
+func (uncordon) Done(ctx context.Context, r *Run) (Outcome, error) {
+	name, n, err := holderNode(ctx, r)
+	if err != nil {
 		return Outcome{}, err
 	}
-	before := n.DeepCopy()
-	n.Spec.Unschedulable = false
-	delete(n.Annotations, CordonedByAnnotation)
-	if err := r.Client.Patch(ctx, n, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
-		return Outcome{}, fmt.Errorf("uncordoning node %s: %w", name, err)
+	out, _ := leftAlone(r, name, n)
+	return out, nil
+}
+
+func (uncordon) Run(ctx context.Context, r *Run) (Outcome, error) {
+	name, n, err := holderNode(ctx, r)
+	if err != nil {
+		return Outcome{}, err
+	}
+	if out, ok := leftAlone(r, name, n); ok {
+		return out, nil
+	}
+	if err := patchNode(ctx, r, n, "uncordoning", func(n *corev1.Node) {
+		n.Spec.Unschedulable = false
+		delete(n.Annotations, CordonedByAnnotation)
+	}); err != nil {
+		return Outcome{}, err
 	}
 	return nodeOutcome(n, fmt.Sprintf("Uncordoned node %s", name)), nil
 }
@@ -349,37 +369,59 @@ type deleteLease struct{}
 
 func (deleteLease) Timeout(*Run) time.Duration { return 0 }
 
-func (deleteLease) Done(ctx context.Context, r *Run) (Outcome, error) {
+// decidedLease is the Lease recorded at decision time.
+func decidedLease(r *Run) (*v1alpha1.LeaseFacts, error) {
 	f := r.RR.Status.Facts
 	if f == nil || f.Lease == nil || f.Lease.UID == "" {
-		return Outcome{}, fail("the decision's facts hold no Lease to delete")
+		return nil, fail("the decision's facts hold no Lease to delete")
 	}
-	l := &coordinationv1.Lease{}
-	err := r.Reader.Get(ctx, types.NamespacedName{Namespace: f.Lease.Namespace, Name: f.Lease.Name}, l)
-	if apierrors.IsNotFound(err) {
-		return Outcome{Done: true, Message: fmt.Sprintf("Lease %s/%s is gone", f.Lease.Namespace, f.Lease.Name),
-			Object: "Lease " + f.Lease.Namespace + "/" + f.Lease.Name, UID: f.Lease.UID, ResourceVersion: f.Lease.ResourceVersion}, nil
-	}
-	if err != nil {
-		return Outcome{}, fmt.Errorf("reading Lease %s/%s: %w", f.Lease.Namespace, f.Lease.Name, err)
-	}
-	return Outcome{}, nil
+	return f.Lease, nil
 }
 
-func (s deleteLease) Run(ctx context.Context, r *Run) (Outcome, error) {
-	if out, err := s.Done(ctx, r); err != nil || out.Done {
-		return out, err
+// readLease reads the decided Lease live; nil means it is gone.
+func readLease(ctx context.Context, r *Run, want *v1alpha1.LeaseFacts) (*coordinationv1.Lease, error) {
+	l := &coordinationv1.Lease{}
+	err := r.Reader.Get(ctx, types.NamespacedName{Namespace: want.Namespace, Name: want.Name}, l)
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading Lease %s/%s: %w", want.Namespace, want.Name, err)
+	}
+	return l, nil
+}
+
+func leaseGoneOutcome(want *v1alpha1.LeaseFacts) Outcome {
+	return Outcome{Done: true, Message: fmt.Sprintf("Lease %s/%s is gone", want.Namespace, want.Name),
+		Object: "Lease " + want.Namespace + "/" + want.Name, UID: want.UID, ResourceVersion: want.ResourceVersion}
+}
+
+func (deleteLease) Done(ctx context.Context, r *Run) (Outcome, error) {
+	want, err := decidedLease(r)
+	if err != nil {
+		return Outcome{}, err
+	}
+	l, err := readLease(ctx, r, want)
+	if err != nil || l != nil {
+		return Outcome{}, err
+	}
+	return leaseGoneOutcome(want), nil
+}
+
+func (deleteLease) Run(ctx context.Context, r *Run) (Outcome, error) {
+	want, err := decidedLease(r)
+	if err != nil {
+		return Outcome{}, err
+	}
+	l, err := readLease(ctx, r, want)
+	if err != nil {
+		return Outcome{}, err
+	}
+	if l == nil {
+		return leaseGoneOutcome(want), nil
 	}
 	f := r.RR.Status.Facts
-	want := f.Lease
 	key := types.NamespacedName{Namespace: want.Namespace, Name: want.Name}
-	l := &coordinationv1.Lease{}
-	if err := r.Reader.Get(ctx, key, l); err != nil {
-		if apierrors.IsNotFound(err) {
-			return s.Done(ctx, r)
-		}
-		return Outcome{}, fmt.Errorf("reading Lease %s: %w", key, err)
-	}
 	holderNow := ""
 	if l.Spec.HolderIdentity != nil {
 		holderNow = *l.Spec.HolderIdentity
@@ -406,7 +448,7 @@ func (s deleteLease) Run(ctx context.Context, r *Run) (Outcome, error) {
 	}
 
 	uid, rv := types.UID(want.UID), want.ResourceVersion
-	err := r.Client.Delete(ctx, l, client.Preconditions{UID: &uid, ResourceVersion: &rv})
+	err = r.Client.Delete(ctx, l, client.Preconditions{UID: &uid, ResourceVersion: &rv})
 	switch {
 	case err == nil, apierrors.IsNotFound(err):
 	case apierrors.IsConflict(err):

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -97,11 +98,9 @@ func runController(cmd *cobra.Command, o controllerOptions) error {
 	if err != nil {
 		return err
 	}
-	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(
-		&clientcmd.ClientConfigLoadingRules{ExplicitPath: o.kubeconfig, Precedence: kubeconfigPrecedence()},
-		&clientcmd.ConfigOverrides{}).ClientConfig()
+	cfg, err := restConfig(o.kubeconfig)
 	if err != nil {
-		return fmt.Errorf("loading kubeconfig: %w", err)
+		return err
 	}
 
 	scheme := runtime.NewScheme()
@@ -167,6 +166,14 @@ func runController(cmd *cobra.Command, o controllerOptions) error {
 	return mgr.Start(ctrl.SetupSignalHandler())
 }
 
-func kubeconfigPrecedence() []string {
-	return clientcmd.NewDefaultClientConfigLoadingRules().Precedence
+// restConfig loads an explicit kubeconfig, else $KUBECONFIG or ~/.kube/config, else
+// the in-cluster config.
+func restConfig(kubeconfig string) (*rest.Config, error) {
+	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(
+		&clientcmd.ClientConfigLoadingRules{ExplicitPath: kubeconfig, Precedence: clientcmd.NewDefaultClientConfigLoadingRules().Precedence},
+		&clientcmd.ConfigOverrides{}).ClientConfig()
+	if err != nil {
+		return nil, fmt.Errorf("loading kubeconfig: %w", err)
+	}
+	return cfg, nil
 }

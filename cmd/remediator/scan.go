@@ -14,7 +14,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
@@ -76,11 +75,9 @@ func runScan(ctx context.Context, w io.Writer, o scanOptions) error {
 	if err != nil {
 		return fmt.Errorf("parsing --node-plugin-selector %q: %w", o.nodePluginSelector, err)
 	}
-	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(
-		&clientcmd.ClientConfigLoadingRules{ExplicitPath: o.kubeconfig, Precedence: kubeconfigPrecedence()},
-		&clientcmd.ConfigOverrides{}).ClientConfig()
+	cfg, err := restConfig(o.kubeconfig)
 	if err != nil {
-		return fmt.Errorf("loading kubeconfig: %w", err)
+		return err
 	}
 	scheme := runtime.NewScheme()
 	utilruntime.Must(clientgoscheme.AddToScheme(scheme))

@@ -128,7 +128,11 @@ type gathering struct {
 
 // get reads one object; found is false on NotFound.
 func (s *gathering) get(ctx context.Context, key types.NamespacedName, obj client.Object) (bool, error) {
-	if err := s.g.Reader.Get(ctx, key, obj); err != nil {
+	return s.g.get(ctx, key, obj)
+}
+
+func (g *Gatherer) get(ctx context.Context, key types.NamespacedName, obj client.Object) (bool, error) {
+	if err := g.Reader.Get(ctx, key, obj); err != nil {
 		if apierrors.IsNotFound(err) {
 			return false, nil
 		}
@@ -170,7 +174,7 @@ func (s *gathering) lease(ctx context.Context, t v1alpha1.Target) error {
 	if lease.Spec.HolderIdentity != nil {
 		lf.HolderIdentity = *lease.Spec.HolderIdentity
 	}
-	if err := s.retainedEvents(ctx, lease, lf); err != nil {
+	if err := s.g.retainedEvents(ctx, lease, lf); err != nil {
 		return err
 	}
 	if lf.HolderIdentity == "" {
@@ -325,15 +329,15 @@ func (s *gathering) resolvePod(ctx context.Context, key types.NamespacedName) (*
 // retainedEvents counts the LeaseRetained Warning events Trident emitted on this
 // Lease. Events of an earlier Lease of the same name (another UID) are not evidence
 // about this one.
-func (s *gathering) retainedEvents(ctx context.Context, lease *coordinationv1.Lease, lf *v1alpha1.LeaseFacts) error {
+func (g *Gatherer) retainedEvents(ctx context.Context, lease *coordinationv1.Lease, lf *v1alpha1.LeaseFacts) error {
 	events := &corev1.EventList{}
-	if err := s.g.Reader.List(ctx, events, client.InNamespace(lease.Namespace), client.MatchingFields{
+	if err := g.Reader.List(ctx, events, client.InNamespace(lease.Namespace), client.MatchingFields{
 		"involvedObject.kind": "Lease",
 		"involvedObject.name": lease.Name,
-		"reason":              s.g.Config.RetainedEventReason,
+		"reason":              g.Config.RetainedEventReason,
 		"type":                corev1.EventTypeWarning,
 	}); err != nil {
-		return fmt.Errorf("listing %s events of Lease %s/%s: %w", s.g.Config.RetainedEventReason, lease.Namespace, lease.Name, err)
+		return fmt.Errorf("listing %s events of Lease %s/%s: %w", g.Config.RetainedEventReason, lease.Namespace, lease.Name, err)
 	}
 	var last time.Time
 	for i := range events.Items {
@@ -394,16 +398,15 @@ func (g *Gatherer) Node(ctx context.Context, name string) (*v1alpha1.NodeFacts, 
 }
 
 func (g *Gatherer) nodeFacts(ctx context.Context, name string, now time.Time) (*v1alpha1.NodeFacts, error) {
-	s := &gathering{g: g}
 	node := &corev1.Node{}
-	found, err := s.get(ctx, types.NamespacedName{Name: name}, node)
+	found, err := g.get(ctx, types.NamespacedName{Name: name}, node)
 	if err != nil {
 		return nil, err
 	}
 	var nodeLease *coordinationv1.Lease
 	if found {
 		l := &coordinationv1.Lease{}
-		leaseFound, err := s.get(ctx, types.NamespacedName{Namespace: nodeLeaseNamespace, Name: name}, l)
+		leaseFound, err := g.get(ctx, types.NamespacedName{Namespace: nodeLeaseNamespace, Name: name}, l)
 		if err != nil {
 			return nil, err
 		}

@@ -81,8 +81,7 @@ func (g *Gatherer) stuckLeases(ctx context.Context, opts ScanOptions, now time.T
 		l := &list.Items[i]
 		// Trident names its cryptsetup Leases after PVs; other Leases in the namespace
 		// (leader election, for instance) are not ours to judge.
-		s := &gathering{g: g, f: &v1alpha1.Facts{}, now: now}
-		found, err := s.get(ctx, types.NamespacedName{Name: l.Name}, &corev1.PersistentVolume{})
+		found, err := g.get(ctx, types.NamespacedName{Name: l.Name}, &corev1.PersistentVolume{})
 		if err != nil {
 			return nil, err
 		}
@@ -95,7 +94,7 @@ func (g *Gatherer) stuckLeases(ctx context.Context, opts ScanOptions, now time.T
 			since = l.Spec.AcquireTime.Time
 		}
 		lf.AgeSeconds = ageSeconds(now, since)
-		if err := s.retainedEvents(ctx, l, lf); err != nil {
+		if err := g.retainedEvents(ctx, l, lf); err != nil {
 			return nil, err
 		}
 		if lf.RetainedEvents == 0 && now.Sub(since) < opts.LeaseAge {
@@ -167,8 +166,7 @@ func (g *Gatherer) pluginFindings(ctx context.Context, now time.Time) ([]Finding
 			continue
 		}
 		cn := &storagev1.CSINode{}
-		s := &gathering{g: g}
-		found, err := s.get(ctx, types.NamespacedName{Name: node}, cn)
+		found, err := g.get(ctx, types.NamespacedName{Name: node}, cn)
 		if err != nil {
 			return nil, err
 		}
