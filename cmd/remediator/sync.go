@@ -1,0 +1,137 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	"k8s.io/klog/v2"
+
+	"github.com/remediator/remediator/controllers/gitsync"
+)
+
+type syncOptions struct {
+	kubeconfig string
+	gitsync.Options
+	interval time.Duration
+	timeout  time.Duration
+}
+
+func newSyncCommand() *cobra.Command {
+	o := syncOptions{}
+	cmd := &cobra.Command{
+		Use:   "sync",
+		Short: "Sync RemediationRequests from a Git repository into the cluster (gitops-engine)",
+		Long: `sync is the built-in GitOps agent for clusters without Argo CD. It clones or fetches
+--repo with git, reads the manifests under --path at --revision, and applies them with
+gitops-engine, the engine Argo CD uses. Requests deleted from Git are pruned; a
+request that is mid-run finishes its restore steps first (its finalizer).
+
+Only remediator.io RemediationRequests in --namespaces are accepted. A revision with
+any other object, a malformed manifest, or a request in another namespace is refused
+whole: nothing of it is applied or pruned, and the sync fails.
+
+Each applied request carries the annotations remediator.io/git-commit (the last
+commit that changed its file) and remediator.io/git-path.
+
+Without --interval it syncs once: exit code 0 when the sync succeeded, 1 otherwise.
+With --interval it loops until interrupted; a failed sync is logged and retried at
+the next interval.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			defer cancel()
+			return runSync(ctx, cmd.OutOrStdout(), o)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.kubeconfig, "kubeconfig", "", "Path to a kubeconfig; empty uses $KUBECONFIG or the in-cluster config")
+	f.StringVar(&o.Repo, "repo", "", "Repository URL or local path (anything git clone accepts)")
+	f.StringVar(&o.Revision, "revision", "HEAD", "Branch, tag or commit to sync; HEAD is the repository's default branch")
+	f.StringVar(&o.Path, "path", ".", "Directory in the repository holding the requests")
+	f.StringSliceVar(&o.Namespaces, "namespaces", []string{"remediator"}, "Namespaces requests may be synced into; the first is the default for manifests without one")
+	f.BoolVar(&o.Prune, "prune", true, "Delete synced requests that were removed from Git")
+	f.StringVar(&o.WorkDir, "work-dir", "", "Directory for the bare clone (default: $TMPDIR/remediator-sync)")
+	f.DurationVar(&o.interval, "interval", 0, "Sync every interval until interrupted; 0 syncs once")
+	f.DurationVar(&o.timeout, "timeout", 5*time.Minute, "Upper bound for one sync, including waiting for pruned requests to finish restoring")
+	_ = cmd.MarkFlagRequired("repo")
+	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
+	klog.InitFlags(klogFlags)
+	f.AddGoFlagSet(klogFlags)
+	return cmd
+}
+
+func runSync(ctx context.Context, out io.Writer, o syncOptions) error {
+	if o.interval < 0 || o.timeout <= 0 {
+		return fmt.Errorf("--interval must be >= 0 and --timeout > 0")
+	}
+	log := klog.NewKlogr().WithName("sync")
+	o.Log = log
+	cfg, err := restConfig(o.kubeconfig)
+	if err != nil {
+		return err
+	}
+	s, err := gitsync.New(cfg, o.Options)
+	if err != nil {
+		return err
+	}
+	stop, err := s.Start()
+	if err != nil {
+		return err
+	}
+	defer stop()
+
+	once := func() error {
+		sctx, cancel := context.WithTimeout(ctx, o.timeout)
+		defer cancel()
+		res, err := s.Sync(sctx)
+		if res != nil {
+			printSync(out, res)
+		}
+		return err
+	}
+	if o.interval == 0 {
+		return once()
+	}
+	t := time.NewTicker(o.interval)
+	defer t.Stop()
+	for {
+		if err := once(); err != nil {
+			log.Error(err, "Sync failed; retrying at the next interval", "interval", o.interval)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+func printSync(w io.Writer, r *gitsync.Result) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "COMMIT\tACTION\tREQUEST: RESULT\n")
+	for _, a := range r.Applied {
+		fmt.Fprintf(tw, "%s\tapply\t%s\n", short(r.Commit), a)
+	}
+	for _, p := range r.Pruned {
+		fmt.Fprintf(tw, "%s\tprune\t%s\n", short(r.Commit), p)
+	}
+	if len(r.Applied)+len(r.Pruned) == 0 {
+		fmt.Fprintf(tw, "%s\t-\tnothing to sync\n", short(r.Commit))
+	}
+	_ = tw.Flush()
+}
+
+func short(sha string) string {
+	if len(sha) > 12 {
+		return sha[:12]
+	}
+	return sha
+}

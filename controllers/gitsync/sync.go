@@ -1,0 +1,329 @@
+// Package gitsync owns the embedded GitOps agent behind `remediator sync`: it fetches
+// the remediation repository with the real git, admits only RemediationRequests in
+// the allowed namespaces, and applies and prunes them through gitops-engine's engine
+// and sync packages, the machinery Argo CD itself uses. Git must not become a back
+// door for arbitrary objects, so a revision with anything else in it is refused
+// whole and nothing of it reaches the cluster.
+package gitsync
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+
+	"github.com/argoproj/gitops-engine/pkg/cache"
+	"github.com/argoproj/gitops-engine/pkg/engine"
+	gsync "github.com/argoproj/gitops-engine/pkg/sync"
+	"github.com/argoproj/gitops-engine/pkg/sync/common"
+	"github.com/argoproj/gitops-engine/pkg/utils/kube"
+	"github.com/go-logr/logr"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+
+	"github.com/remediator/remediator/api/v1alpha1"
+)
+
+// Annotations the sync puts on every request it applies.
+const (
+	// AnnotationGitCommit is the last commit that changed the request's file, so that a
+	// request's status can be traced back to the pull request that asked for it.
+	AnnotationGitCommit = "remediator.io/git-commit"
+	// AnnotationGitPath is the request's file in the repository.
+	AnnotationGitPath = "remediator.io/git-path"
+	// AnnotationSyncSource marks requests this sync manages (a hash of repository and
+	// path). Only marked requests are ever pruned, so requests created by hand or by
+	// another source are never deleted by a sync.
+	AnnotationSyncSource = "remediator.io/sync-source"
+)
+
+// Options configure a Syncer.
+type Options struct {
+	// Repo is a URL or local path git can clone.
+	Repo string
+	// Revision is a branch, tag or commit.
+	Revision string
+	// Path is the directory under the repository root holding the requests.
+	Path string
+	// Namespaces are the namespaces requests may be synced into; the first one is
+	// the default for manifests without a namespace.
+	Namespaces []string
+	// WorkDir holds the bare clone between syncs.
+	WorkDir string
+	// Prune deletes managed requests that are no longer in Git.
+	Prune bool
+	Log   logr.Logger
+}
+
+// Result is what one sync did.
+type Result struct {
+	Commit string
+	// Applied and Pruned list "namespace/name: message", sorted.
+	Applied []string
+	Pruned  []string
+}
+
+// Syncer syncs one repository path into the cluster.
+type Syncer struct {
+	opts    Options
+	mirror  *mirror
+	engine  engine.GitOpsEngine
+	dynamic dynamic.Interface
+	source  string
+}
+
+// New validates the options and prepares the engine; call Start before Sync.
+func New(cfg *rest.Config, o Options) (*Syncer, error) {
+	if o.Repo == "" {
+		return nil, errNoRepo
+	}
+	if o.Revision == "" {
+		o.Revision = "HEAD"
+	}
+	if len(o.Namespaces) == 0 {
+		return nil, fmt.Errorf("no request namespace allowed: give at least one")
+	}
+	for _, ns := range o.Namespaces {
+		if errs := validation.IsDNS1123Label(ns); len(errs) > 0 {
+			return nil, fmt.Errorf("invalid namespace %q: %s", ns, strings.Join(errs, "; "))
+		}
+	}
+	if o.WorkDir == "" {
+		o.WorkDir = filepath.Join(os.TempDir(), "remediator-sync")
+	}
+	repo := o.Repo
+	// A local path is cloned by absolute path so that the mirror does not depend on
+	// the working directory the process was started from.
+	if !strings.Contains(repo, "://") && !strings.Contains(repo, "@") {
+		if abs, err := filepath.Abs(repo); err == nil {
+			repo = abs
+		}
+	}
+	o.Repo = repo
+	sum := sha256.Sum256([]byte(repo + "\x00" + filepath.ToSlash(filepath.Clean(o.Path))))
+	s := &Syncer{opts: o, mirror: newMirror(repo, o.WorkDir), source: hex.EncodeToString(sum[:10])}
+
+	// The cluster cache would otherwise watch every resource type it may list; it
+	// only needs RemediationRequests, and only in the allowed namespaces.
+	clusterCache := cache.NewClusterCache(cfg,
+		cache.SetNamespaces(o.Namespaces),
+		cache.SetClusterResources(false),
+		cache.SetRespectRBAC(cache.RespectRbacNormal),
+		cache.SetSettings(cache.Settings{ResourcesFilter: onlyRequests{}, ResourceHealthOverride: cache.NewNoopSettings()}),
+		cache.SetLogr(o.Log),
+		cache.SetPopulateResourceInfoHandler(func(un *unstructured.Unstructured, _ bool) (any, bool) {
+			// The engine prunes only managed objects whose manifest is cached.
+			src := un.GetAnnotations()[AnnotationSyncSource]
+			return src, src != ""
+		}),
+	)
+	dc, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("creating a dynamic client: %w", err)
+	}
+	s.dynamic = dc
+	s.engine = engine.NewEngine(cfg, clusterCache, engine.WithLogr(o.Log))
+	return s, nil
+}
+
+// Start fills the cluster cache; the returned func releases it.
+func (s *Syncer) Start() (func(), error) {
+	stop, err := s.engine.Run()
+	if err != nil {
+		return nil, fmt.Errorf("starting the gitops engine: %w", err)
+	}
+	return stop, nil
+}
+
+// Sync fetches the revision and makes the cluster's managed requests match it. On
+// any error before the apply (fetch, parse, refused object) nothing in the cluster
+// is changed; the caller retries at its next interval.
+func (s *Syncer) Sync(ctx context.Context) (*Result, error) {
+	log := s.opts.Log
+	if err := s.mirror.fetch(ctx); err != nil {
+		return nil, err
+	}
+	commit, err := s.mirror.resolve(ctx, s.opts.Revision)
+	if err != nil {
+		return nil, err
+	}
+	res := &Result{Commit: commit}
+	files, err := s.mirror.files(ctx, commit, s.opts.Path)
+	if err != nil {
+		return res, err
+	}
+	targets, err := s.admit(files, commit)
+	if err != nil {
+		return res, fmt.Errorf("commit %s refused, nothing applied: %w", short(commit), err)
+	}
+	if err := s.dryRun(ctx, targets); err != nil {
+		return res, fmt.Errorf("commit %s refused by the API server, nothing applied: %w", short(commit), err)
+	}
+	log.Info("Syncing", "commit", commit, "path", s.opts.Path, "requests", len(targets))
+
+	results, err := s.engine.Sync(ctx, targets, func(r *cache.Resource) bool {
+		src, _ := r.Info.(string)
+		return src == s.source
+	}, commit, s.opts.Namespaces[0],
+		gsync.WithPrune(s.opts.Prune),
+		gsync.WithLogr(log),
+		// A request is a request: never delete and recreate it (that would run its
+		// finalizer's restore and lose its journal), and never create it as a hook.
+		gsync.WithReplace(false),
+		// Prune only after every apply succeeded.
+		gsync.WithPruneLast(true),
+		// A request owns nothing, so there are no dependents to wait for; foreground
+		// deletion would only add a finalizer that needs the garbage collector.
+		gsync.WithPrunePropagationPolicy(&background),
+		gsync.WithOperationSettings(false, s.opts.Prune, false, true),
+	)
+	for _, r := range results {
+		line := fmt.Sprintf("%s/%s: %s", r.ResourceKey.Namespace, r.ResourceKey.Name, r.Message)
+		if r.Status == common.ResultCodePruned || r.Status == common.ResultCodePruneSkipped {
+			res.Pruned = append(res.Pruned, line)
+			log.Info("Pruned", "request", klogRef(r.ResourceKey), "commit", commit, "result", r.Status, "message", r.Message)
+			continue
+		}
+		res.Applied = append(res.Applied, line)
+		log.Info("Applied", "request", klogRef(r.ResourceKey), "commit", commit, "result", r.Status, "message", r.Message)
+	}
+	sort.Strings(res.Applied)
+	sort.Strings(res.Pruned)
+	if err != nil {
+		return res, fmt.Errorf("syncing commit %s: %w", short(commit), err)
+	}
+	for _, r := range results {
+		if r.Status == common.ResultCodeSyncFailed {
+			return res, fmt.Errorf("syncing commit %s: %s/%s: %s", short(commit), r.ResourceKey.Namespace, r.ResourceKey.Name, r.Message)
+		}
+	}
+	return res, nil
+}
+
+// dryRun asks the API server to validate every request as it would be applied
+// (schema, CEL rules such as the immutable target) before anything is changed.
+// gitops-engine's own dry run is client-side only, which would let one refused
+// request fail mid-sync after others were applied or pruned.
+func (s *Syncer) dryRun(ctx context.Context, targets []*unstructured.Unstructured) error {
+	var problems []string
+	for _, o := range targets {
+		data, err := json.Marshal(o.Object)
+		if err != nil {
+			return fmt.Errorf("encoding %s/%s: %w", o.GetNamespace(), o.GetName(), err)
+		}
+		_, err = s.dynamic.Resource(requestsGVR).Namespace(o.GetNamespace()).Patch(ctx, o.GetName(), types.ApplyPatchType, data,
+			metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}, FieldManager: "remediator-sync-dry-run", Force: ptr.To(true)})
+		if err != nil {
+			problems = append(problems, fmt.Sprintf("%s (%s/%s): %v", o.GetAnnotations()[AnnotationGitPath], o.GetNamespace(), o.GetName(), err))
+		}
+	}
+	if len(problems) > 0 {
+		sort.Strings(problems)
+		return fmt.Errorf("%s", strings.Join(problems, "; "))
+	}
+	return nil
+}
+
+var requestsGVR = v1alpha1.GroupVersion.WithResource("remediationrequests")
+
+var background = metav1.DeletePropagationBackground
+
+func klogRef(k kube.ResourceKey) string { return k.Namespace + "/" + k.Name }
+
+// refusedAnnotations would let Git change how objects are applied (hooks run
+// arbitrary objects at sync phases, Force deletes and recreates).
+var refusedAnnotations = []string{common.AnnotationKeyHook, common.AnnotationKeyHookDeletePolicy, "helm.sh/hook"}
+
+// admit parses every file and refuses the whole revision if any object is not a
+// RemediationRequest in an allowed namespace. All problems are reported at once,
+// sorted, so that the log names every offending file in one line.
+func (s *Syncer) admit(files []manifestFile, commit string) ([]*unstructured.Unstructured, error) {
+	var (
+		out      []*unstructured.Unstructured
+		problems []string
+		seen     = map[string]string{}
+	)
+	for _, f := range files {
+		objs, err := kube.SplitYAML(f.Data)
+		if err != nil {
+			problems = append(problems, fmt.Sprintf("%s: malformed manifest: %v", f.Path, err))
+			continue
+		}
+		for i, o := range objs {
+			where := fmt.Sprintf("%s (document %d)", f.Path, i+1)
+			gvk := o.GroupVersionKind()
+			if gvk.Group != v1alpha1.GroupVersion.Group || gvk.Kind != "RemediationRequest" {
+				kind := gvk.Kind
+				if kind == "" {
+					kind = "an object without kind"
+				}
+				problems = append(problems, fmt.Sprintf("%s: %s %q is not a RemediationRequest; only remediator.io RemediationRequests may be synced", where, kind, o.GetName()))
+				continue
+			}
+			if gvk.Version != v1alpha1.GroupVersion.Version {
+				problems = append(problems, fmt.Sprintf("%s: apiVersion %s is not served; use %s", where, o.GetAPIVersion(), v1alpha1.GroupVersion))
+				continue
+			}
+			if o.GetName() == "" {
+				problems = append(problems, where+": metadata.name is empty")
+				continue
+			}
+			if o.GetNamespace() == "" {
+				o.SetNamespace(s.opts.Namespaces[0])
+			}
+			if !slices.Contains(s.opts.Namespaces, o.GetNamespace()) {
+				problems = append(problems, fmt.Sprintf("%s: RemediationRequest %s/%s is in namespace %q; allowed: %s", where, o.GetNamespace(), o.GetName(), o.GetNamespace(), strings.Join(s.opts.Namespaces, ", ")))
+				continue
+			}
+			key := o.GetNamespace() + "/" + o.GetName()
+			if prev, dup := seen[key]; dup {
+				problems = append(problems, fmt.Sprintf("%s: RemediationRequest %s is also defined in %s", where, key, prev))
+				continue
+			}
+			seen[key] = where
+			ann := o.GetAnnotations()
+			for _, a := range refusedAnnotations {
+				if _, ok := ann[a]; ok {
+					problems = append(problems, fmt.Sprintf("%s: annotation %s is not allowed on a RemediationRequest", where, a))
+				}
+			}
+			if opts := ann[common.AnnotationSyncOptions]; strings.Contains(opts, "Force=true") || strings.Contains(opts, "Replace=true") {
+				problems = append(problems, fmt.Sprintf("%s: sync options %q would delete and recreate the request; not allowed", where, opts))
+			}
+			if ann == nil {
+				ann = map[string]string{}
+			}
+			ann[AnnotationGitCommit] = f.Commit
+			ann[AnnotationGitPath] = f.Path
+			ann[AnnotationSyncSource] = s.source
+			o.SetAnnotations(ann)
+			// Status belongs to the controller; a status block in Git is ignored by
+			// the API server anyway, but would show as a permanent diff.
+			unstructured.RemoveNestedField(o.Object, "status")
+			out = append(out, o)
+		}
+	}
+	if len(problems) > 0 {
+		sort.Strings(problems)
+		return nil, fmt.Errorf("%d problem(s): %s", len(problems), strings.Join(problems, "; "))
+	}
+	return out, nil
+}
+
+// onlyRequests keeps the cluster cache to RemediationRequests.
+type onlyRequests struct{}
+
+func (onlyRequests) IsExcludedResource(group, kind, _ string) bool {
+	return group != v1alpha1.GroupVersion.Group || kind != "RemediationRequest"
+}
