@@ -3,7 +3,6 @@ package gitsync_test
 import (
 	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -19,66 +18,13 @@ import (
 
 	"github.com/remediator/remediator/api/v1alpha1"
 	"github.com/remediator/remediator/controllers/gitsync"
+	"github.com/remediator/remediator/test/gitrepo"
 	"github.com/remediator/remediator/test/testenv"
 )
 
 var env *testenv.Env
 
 func TestMain(m *testing.M) { testenv.Main(m, &env) }
-
-// repo is an operator's remediation repository: a bare "origin" and a working clone
-// that commits and pushes to it, as a merged pull request would.
-type repo struct {
-	t          *testing.T
-	bare, work string
-}
-
-func newRepo(t *testing.T) *repo {
-	t.Helper()
-	dir := t.TempDir()
-	r := &repo{t: t, bare: filepath.Join(dir, "origin.git"), work: filepath.Join(dir, "work")}
-	r.git(dir, "init", "--quiet", "--bare", "--initial-branch=main", r.bare)
-	r.git(dir, "clone", "--quiet", r.bare, r.work)
-	r.git(r.work, "checkout", "--quiet", "-B", "main")
-	// Git has no empty directories; a README keeps requests/ when the last request goes.
-	r.write("requests/README.md", "Remediation requests, one per file.\n")
-	r.commit("Add requests directory")
-	return r
-}
-
-func (r *repo) git(dir string, args ...string) string {
-	r.t.Helper()
-	cmd := exec.Command("git", args...)
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "GIT_AUTHOR_NAME=Operator", "GIT_AUTHOR_EMAIL=op@example.com",
-		"GIT_COMMITTER_NAME=Operator", "GIT_COMMITTER_EMAIL=op@example.com")
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		r.t.Fatalf("git %s: %v\n%s", strings.Join(args, " "), err, out)
-	}
-	return strings.TrimSpace(string(out))
-}
-
-func (r *repo) write(name, content string) {
-	r.t.Helper()
-	p := filepath.Join(r.work, name)
-	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-		r.t.Fatal(err)
-	}
-	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
-		r.t.Fatal(err)
-	}
-}
-
-func (r *repo) remove(name string) { r.git(r.work, "rm", "--quiet", name) }
-
-// commit commits everything and pushes, returning the commit SHA.
-func (r *repo) commit(msg string) string {
-	r.git(r.work, "add", "-A")
-	r.git(r.work, "commit", "--quiet", "-m", msg)
-	r.git(r.work, "push", "--quiet", "origin", "main")
-	return r.git(r.work, "rev-parse", "HEAD")
-}
 
 func request(ns, name, pv string) string {
 	return `apiVersion: remediator.io/v1alpha1
@@ -142,9 +88,9 @@ func getRR(t *testing.T, ns, name string) (*v1alpha1.RemediationRequest, bool) {
 
 func TestSyncAppliesAnnotatesAndPrunes(t *testing.T) {
 	ns := namespace(t)
-	r := newRepo(t)
-	r.write("requests/a.yaml", request(ns, "release-a", "pvc-a"))
-	first := r.commit("Release the Lease of pvc-a")
+	r := gitrepo.New(t)
+	r.Write("requests/a.yaml", request(ns, "release-a", "pvc-a"))
+	first := r.Commit("Release the Lease of pvc-a")
 
 	// A request created by hand in the same namespace is not the sync's to prune.
 	manual := &v1alpha1.RemediationRequest{
@@ -156,7 +102,7 @@ func TestSyncAppliesAnnotatesAndPrunes(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	s := newSyncer(t, gitsync.Options{Repo: r.bare, Revision: "main", Path: "requests", Namespaces: []string{ns}, Prune: true})
+	s := newSyncer(t, gitsync.Options{Repo: r.Bare, Revision: "main", Path: "requests", Namespaces: []string{ns}, Prune: true})
 	res, err := sync(t, s)
 	if err != nil {
 		t.Fatalf("first sync: %v", err)
@@ -176,8 +122,8 @@ func TestSyncAppliesAnnotatesAndPrunes(t *testing.T) {
 	}
 
 	// A second request: release-a keeps the commit of the pull request that added it.
-	r.write("requests/b.yaml", request(ns, "release-b", "pvc-b"))
-	second := r.commit("Release the Lease of pvc-b")
+	r.Write("requests/b.yaml", request(ns, "release-b", "pvc-b"))
+	second := r.Commit("Release the Lease of pvc-b")
 	if _, err := sync(t, s); err != nil {
 		t.Fatalf("second sync: %v", err)
 	}
@@ -188,8 +134,8 @@ func TestSyncAppliesAnnotatesAndPrunes(t *testing.T) {
 	}
 
 	// Removing a file from Git prunes its request, and only that one.
-	r.remove("requests/a.yaml")
-	r.commit("release-a is done")
+	r.Remove("requests/a.yaml")
+	r.Commit("release-a is done")
 	res, err = sync(t, s)
 	if err != nil {
 		t.Fatalf("prune sync: %v", err)
@@ -221,46 +167,48 @@ rules:
 `
 	cases := []struct {
 		name    string
-		stage   func(r *repo, ns string)
+		stage   func(r *gitrepo.Repo, ns string)
 		opts    func(o *gitsync.Options)
 		wantErr []string
 	}{
 		{
 			name: "cluster role next to a request",
-			stage: func(r *repo, ns string) {
-				r.write("requests/rbac.yaml", clusterRole+"---\n"+request(ns, "new", "pvc-n"))
+			stage: func(r *gitrepo.Repo, ns string) {
+				r.Write("requests/rbac.yaml", clusterRole+"---\n"+request(ns, "new", "pvc-n"))
 			},
 			wantErr: []string{"refused, nothing applied", `requests/rbac.yaml (document 1): ClusterRole "gitsync-backdoor" is not a RemediationRequest`},
 		},
 		{
-			name:    "request in a namespace that is not allowed",
-			stage:   func(r *repo, _ string) { r.write("requests/other.yaml", request("kube-system", "new", "pvc-n")) },
+			name: "request in a namespace that is not allowed",
+			stage: func(r *gitrepo.Repo, _ string) {
+				r.Write("requests/other.yaml", request("kube-system", "new", "pvc-n"))
+			},
 			wantErr: []string{`RemediationRequest kube-system/new is in namespace "kube-system"; allowed:`},
 		},
 		{
 			name: "malformed manifest",
-			stage: func(r *repo, _ string) {
-				r.write("requests/broken.yaml", "apiVersion: remediator.io/v1alpha1\nkind: [oops\n")
+			stage: func(r *gitrepo.Repo, _ string) {
+				r.Write("requests/broken.yaml", "apiVersion: remediator.io/v1alpha1\nkind: [oops\n")
 			},
 			wantErr: []string{"requests/broken.yaml: malformed manifest"},
 		},
 		{
 			name: "hook annotation",
-			stage: func(r *repo, ns string) {
-				r.write("requests/hook.yaml", strings.Replace(request(ns, "new", "pvc-n"), "metadata:\n", "metadata:\n  annotations: {argocd.argoproj.io/hook: PreSync}\n", 1))
+			stage: func(r *gitrepo.Repo, ns string) {
+				r.Write("requests/hook.yaml", strings.Replace(request(ns, "new", "pvc-n"), "metadata:\n", "metadata:\n  annotations: {argocd.argoproj.io/hook: PreSync}\n", 1))
 			},
 			wantErr: []string{"annotation argocd.argoproj.io/hook is not allowed"},
 		},
 		{
 			name: "refused at admission",
-			stage: func(r *repo, ns string) {
-				r.write("requests/short.yaml", strings.Replace(request(ns, "new", "pvc-n"), "reason: Pods stuck", "reason: x\n  #", 1))
+			stage: func(r *gitrepo.Repo, ns string) {
+				r.Write("requests/short.yaml", strings.Replace(request(ns, "new", "pvc-n"), "reason: Pods stuck", "reason: x\n  #", 1))
 			},
 			wantErr: []string{"spec.reason"},
 		},
 		{
 			name:    "target changed (immutable)",
-			stage:   func(r *repo, ns string) { r.write("requests/a2.yaml", request(ns, "release-a", "pvc-other")) },
+			stage:   func(r *gitrepo.Repo, ns string) { r.Write("requests/a2.yaml", request(ns, "release-a", "pvc-other")) },
 			wantErr: []string{"refused by the API server", "immutable"},
 		},
 		{
@@ -282,19 +230,19 @@ rules:
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			ns := namespace(t)
-			r := newRepo(t)
-			r.write("requests/a.yaml", request(ns, "release-a", "pvc-a"))
-			good := r.commit("Release the Lease of pvc-a")
-			o := gitsync.Options{Repo: r.bare, Revision: "main", Path: "requests", Namespaces: []string{ns}, Prune: true}
+			r := gitrepo.New(t)
+			r.Write("requests/a.yaml", request(ns, "release-a", "pvc-a"))
+			good := r.Commit("Release the Lease of pvc-a")
+			o := gitsync.Options{Repo: r.Bare, Revision: "main", Path: "requests", Namespaces: []string{ns}, Prune: true}
 			if _, err := sync(t, newSyncer(t, o)); err != nil {
 				t.Fatalf("baseline sync: %v", err)
 			}
 			// The bad change also removes release-a, so a sync that went ahead would prune it.
-			r.remove("requests/a.yaml")
+			r.Remove("requests/a.yaml")
 			if tc.stage != nil {
 				tc.stage(r, ns)
 			}
-			r.commit("A bad change")
+			r.Commit("A bad change")
 			if tc.opts != nil {
 				tc.opts(&o)
 			}
