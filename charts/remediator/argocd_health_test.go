@@ -1,0 +1,362 @@
+// Package chart_test tests the remediator Helm chart and the files it ships.
+//
+// This file owns the Argo CD health check in files/argocd. It runs health.lua the way
+// Argo CD runs a health script from argocd-cm and checks it against health_test.yaml,
+// the format Argo CD uses for its built-in checks, so that the script can be changed
+// with confidence without an Argo CD at hand.
+package chart_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	lua "github.com/yuin/gopher-lua"
+	"helm.sh/helm/v3/pkg/ignore"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/yaml"
+
+	"github.com/remediator/remediator/api/v1alpha1"
+)
+
+const (
+	argoCDDir = "files/argocd"
+	// healthKey is Argo CD's argocd-cm key for a health check: group_Kind.
+	healthKey = "resource.customizations.health.remediator.io_RemediationRequest"
+)
+
+// healthStatus is Argo CD's health.HealthStatus, as health_test.yaml spells it.
+type healthStatus struct {
+	Status  string `json:"status"`
+	Message string `json:"message,omitempty"`
+}
+
+type healthTestCase struct {
+	HealthStatus healthStatus `json:"healthStatus"`
+	InputPath    string       `json:"inputPath"`
+}
+
+// validStatuses are the statuses Argo CD accepts; it shows any other one as Unknown
+// with "Lua returned an invalid health status", which would hide the script's bug.
+var validStatuses = []string{"Healthy", "Progressing", "Degraded", "Suspended", "Missing", "Unknown"}
+
+func TestArgoCDHealthCheck(t *testing.T) {
+	script := readFile(t, filepath.Join(argoCDDir, "health.lua"))
+	for _, tc := range loadHealthTests(t) {
+		t.Run(strings.TrimSuffix(path.Base(tc.InputPath), ".yaml"), func(t *testing.T) {
+			obj := loadFixture(t, filepath.Join(argoCDDir, filepath.FromSlash(tc.InputPath)))
+			got, err := runHealthScript(script, obj)
+			if err != nil {
+				t.Fatalf("health.lua on %s: %v", tc.InputPath, err)
+			}
+			if got != tc.HealthStatus {
+				t.Errorf("health.lua on %s:\n got  status %s, message %q\n want status %s, message %q",
+					tc.InputPath, got.Status, got.Message, tc.HealthStatus.Status, tc.HealthStatus.Message)
+			}
+		})
+	}
+}
+
+// TestArgoCDHealthCheckSurvivesMalformedObjects feeds shapes no fixture has, since a
+// Lua error in Argo CD replaces the request's health with a stack trace.
+func TestArgoCDHealthCheckSurvivesMalformedObjects(t *testing.T) {
+	script := readFile(t, filepath.Join(argoCDDir, "health.lua"))
+	for name, obj := range map[string]any{
+		"nil object":               nil,
+		"empty object":             map[string]any{},
+		"string metadata":          map[string]any{"metadata": "x", "status": map[string]any{"phase": "Running"}},
+		"string generation":        map[string]any{"metadata": map[string]any{"generation": "2"}, "status": map[string]any{"observedGeneration": "1"}},
+		"string status":            map[string]any{"metadata": map[string]any{"generation": int64(1)}, "status": "Pending"},
+		"empty status":             map[string]any{"metadata": map[string]any{"generation": int64(1)}, "status": map[string]any{"observedGeneration": int64(1)}},
+		"conditions not a list":    map[string]any{"status": map[string]any{"phase": "Rejected", "conditions": "Accepted"}},
+		"conditions of strings":    map[string]any{"status": map[string]any{"phase": "Failed", "conditions": []any{"Succeeded", nil, int64(3)}}},
+		"condition without fields": map[string]any{"status": map[string]any{"phase": "Pending", "conditions": []any{map[string]any{}}}},
+		"condition message number": map[string]any{"status": map[string]any{"phase": "Succeeded", "conditions": []any{map[string]any{"type": "Succeeded", "status": "True", "message": int64(7)}}}},
+		"steps not a list":         map[string]any{"status": map[string]any{"phase": "Running", "steps": "cordon"}},
+		"steps of strings":         map[string]any{"status": map[string]any{"phase": "Running", "steps": []any{"cordon", map[string]any{"state": "Running"}}}},
+		"decision not a map":       map[string]any{"status": map[string]any{"phase": "Rejected", "decision": []any{"no"}}},
+		"phase number":             map[string]any{"status": map[string]any{"phase": int64(3)}},
+		"phase table":              map[string]any{"status": map[string]any{"phase": map[string]any{"name": "Running"}}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			got, err := runHealthScript(script, obj)
+			if err != nil {
+				t.Fatalf("health.lua failed: %v", err)
+			}
+			if got.Message == "" {
+				t.Errorf("health.lua returned %s without a message", got.Status)
+			}
+		})
+	}
+}
+
+// TestArgoCDConfigMapEmbedsHealthScript keeps the argocd-cm snippet, which is what
+// operators install, from drifting away from the script the tests exercise.
+func TestArgoCDConfigMapEmbedsHealthScript(t *testing.T) {
+	script := readFile(t, filepath.Join(argoCDDir, "health.lua"))
+	var cm corev1.ConfigMap
+	if err := yaml.UnmarshalStrict([]byte(readFile(t, filepath.Join(argoCDDir, "argocd-cm.yaml"))), &cm); err != nil {
+		t.Fatalf("argocd-cm.yaml: %v", err)
+	}
+	if cm.APIVersion != "v1" || cm.Kind != "ConfigMap" || cm.Name != "argocd-cm" {
+		t.Errorf("argocd-cm.yaml is %s %s %s, want v1 ConfigMap argocd-cm", cm.APIVersion, cm.Kind, cm.Name)
+	}
+	// Argo CD only reads an argocd-cm that carries this label.
+	if got := cm.Labels["app.kubernetes.io/part-of"]; got != "argocd" {
+		t.Errorf("argocd-cm.yaml has label app.kubernetes.io/part-of=%q, want argocd", got)
+	}
+	embedded, ok := cm.Data[healthKey]
+	if !ok {
+		t.Fatalf("argocd-cm.yaml has no data key %s (keys: %v)", healthKey, mapKeys(cm.Data))
+	}
+	if embedded != script {
+		t.Errorf("argocd-cm.yaml's %s differs from health.lua; copy health.lua into it, indented by four spaces. First difference %s",
+			healthKey, firstDifference(embedded, script))
+	}
+}
+
+// TestEveryArgoCDFixtureIsTested catches a fixture added without its expectation,
+// which would otherwise look covered while testing nothing.
+func TestEveryArgoCDFixtureIsTested(t *testing.T) {
+	referenced := map[string]bool{}
+	for _, tc := range loadHealthTests(t) {
+		referenced[path.Clean(tc.InputPath)] = true
+	}
+	fixtures, err := filepath.Glob(filepath.Join(argoCDDir, "testdata", "*"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(fixtures) == 0 {
+		t.Fatalf("no fixtures in %s/testdata", argoCDDir)
+	}
+	for _, f := range fixtures {
+		rel, err := filepath.Rel(argoCDDir, f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rel = filepath.ToSlash(rel); !referenced[rel] {
+			t.Errorf("%s is not the inputPath of any test in health_test.yaml", rel)
+		}
+	}
+}
+
+// TestHelmignoreKeepsArgoCDTestsOutOfTheChart: the chart ships the health check for
+// operators to install, but its test suite and this Go code are no use in a release.
+func TestHelmignoreKeepsArgoCDTestsOutOfTheChart(t *testing.T) {
+	rules, err := ignore.ParseFile(".helmignore")
+	if err != nil {
+		t.Fatalf(".helmignore: %v", err)
+	}
+	// Walk the chart the way Helm's loader does: an ignored directory is skipped whole.
+	var packaged []string
+	err = filepath.WalkDir(".", func(p string, d fs.DirEntry, err error) error {
+		if err != nil || p == "." {
+			return err
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		if rules.Ignore(filepath.ToSlash(p), fi) {
+			if d.IsDir() {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !d.IsDir() {
+			packaged = append(packaged, filepath.ToSlash(p))
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{argoCDDir + "/health.lua", argoCDDir + "/argocd-cm.yaml"} {
+		if !slices.Contains(packaged, want) {
+			t.Errorf("%s is left out of the chart; packaged: %v", want, packaged)
+		}
+	}
+	for _, p := range packaged {
+		if strings.HasSuffix(p, ".go") || strings.HasPrefix(p, argoCDDir+"/testdata/") || p == argoCDDir+"/health_test.yaml" {
+			t.Errorf("%s would be packaged into the chart", p)
+		}
+	}
+}
+
+func loadHealthTests(t *testing.T) []healthTestCase {
+	t.Helper()
+	var suite struct {
+		Tests []healthTestCase `json:"tests"`
+	}
+	if err := yaml.UnmarshalStrict([]byte(readFile(t, filepath.Join(argoCDDir, "health_test.yaml"))), &suite); err != nil {
+		t.Fatalf("health_test.yaml: %v", err)
+	}
+	if len(suite.Tests) == 0 {
+		t.Fatal("health_test.yaml has no tests")
+	}
+	for i, tc := range suite.Tests {
+		if tc.InputPath == "" || tc.HealthStatus.Status == "" {
+			t.Fatalf("health_test.yaml test %d needs inputPath and healthStatus.status", i)
+		}
+	}
+	return suite.Tests
+}
+
+// loadFixture returns the fixture as Argo CD holds a live object: decoded into an
+// unstructured object, so integers are int64 as in its cluster cache. It also decodes
+// the fixture strictly into the API type, so that a misspelt field cannot make a case
+// pass for the wrong reason.
+func loadFixture(t *testing.T, file string) map[string]any {
+	t.Helper()
+	data := []byte(readFile(t, file))
+	var rr v1alpha1.RemediationRequest
+	if err := yaml.UnmarshalStrict(data, &rr); err != nil {
+		t.Fatalf("%s is not a valid RemediationRequest: %v", file, err)
+	}
+	if gv := v1alpha1.GroupVersion.String(); rr.APIVersion != gv || rr.Kind != "RemediationRequest" {
+		t.Fatalf("%s is %s %s, want %s RemediationRequest", file, rr.APIVersion, rr.Kind, gv)
+	}
+	js, err := yaml.YAMLToJSON(data)
+	if err != nil {
+		t.Fatalf("%s: %v", file, err)
+	}
+	u := &unstructured.Unstructured{}
+	if err := u.UnmarshalJSON(js); err != nil {
+		t.Fatalf("%s: %v", file, err)
+	}
+	return u.Object
+}
+
+// runHealthScript runs a health script as Argo CD does for argocd-cm entries without
+// resource.customizations.useOpenLibs: only the base, table and package libraries are
+// open (Argo CD adds a reduced os library, which the script does not use), so a
+// script that calls string.* fails here as it would there. The one-second budget is
+// Argo CD's too.
+func runHealthScript(script string, obj any) (healthStatus, error) {
+	L := lua.NewState(lua.Options{SkipOpenLibs: true})
+	defer L.Close()
+	for _, lib := range []struct {
+		name string
+		open lua.LGFunction
+	}{
+		{lua.LoadLibName, lua.OpenPackage},
+		{lua.BaseLibName, lua.OpenBase},
+		{lua.TabLibName, lua.OpenTable},
+	} {
+		if err := L.CallByParam(lua.P{Fn: L.NewFunction(lib.open), NRet: 0, Protect: true}, lua.LString(lib.name)); err != nil {
+			return healthStatus{}, fmt.Errorf("opening the %s library: %w", lib.name, err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	L.SetContext(ctx)
+	L.SetGlobal("obj", luaValue(L, obj))
+	if err := L.DoString(script); err != nil {
+		return healthStatus{}, err
+	}
+	ret, ok := L.Get(-1).(*lua.LTable)
+	if !ok {
+		return healthStatus{}, fmt.Errorf("the script returned %s, want a table", L.Get(-1).Type())
+	}
+	// Argo CD reads the table through JSON into health.HealthStatus, where status and
+	// message are strings; anything else fails to decode.
+	status, ok := ret.RawGetString("status").(lua.LString)
+	if !ok {
+		return healthStatus{}, fmt.Errorf("hs.status is %s, want a string", ret.RawGetString("status").Type())
+	}
+	if !slices.Contains(validStatuses, string(status)) {
+		return healthStatus{}, fmt.Errorf("hs.status %q is not one of %v", status, validStatuses)
+	}
+	var message string
+	switch m := ret.RawGetString("message").(type) {
+	case lua.LString:
+		message = string(m)
+	case *lua.LNilType:
+	default:
+		return healthStatus{}, fmt.Errorf("hs.message is %s, want a string", m.Type())
+	}
+	return healthStatus{Status: string(status), Message: message}, nil
+}
+
+// luaValue converts a decoded object the way Argo CD's decodeValue does: maps become
+// tables with string keys, arrays 1-indexed tables, numbers LNumber. json.Number
+// becomes a string there too, which is why fixtures are not decoded with UseNumber.
+func luaValue(L *lua.LState, v any) lua.LValue {
+	switch v := v.(type) {
+	case nil:
+		return lua.LNil
+	case bool:
+		return lua.LBool(v)
+	case string:
+		return lua.LString(v)
+	case json.Number:
+		return lua.LString(v)
+	case float64:
+		return lua.LNumber(v)
+	case int:
+		return lua.LNumber(v)
+	case int32:
+		return lua.LNumber(v)
+	case int64:
+		return lua.LNumber(v)
+	case []any:
+		arr := L.CreateTable(len(v), 0)
+		for _, item := range v {
+			arr.Append(luaValue(L, item))
+		}
+		return arr
+	case map[string]any:
+		tbl := L.CreateTable(0, len(v))
+		for key, item := range v {
+			tbl.RawSetH(lua.LString(key), luaValue(L, item))
+		}
+		return tbl
+	}
+	return lua.LNil
+}
+
+func readFile(t *testing.T, file string) string {
+	t.Helper()
+	data, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(data)
+}
+
+func mapKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+// firstDifference says where two texts part, since a whitespace slip in a long
+// embedded script is hard to spot otherwise.
+func firstDifference(got, want string) string {
+	g, w := strings.Split(got, "\n"), strings.Split(want, "\n")
+	for i := 0; i < max(len(g), len(w)); i++ {
+		var gl, wl string
+		if i < len(g) {
+			gl = g[i]
+		}
+		if i < len(w) {
+			wl = w[i]
+		}
+		if gl != wl || i >= len(g) || i >= len(w) {
+			return fmt.Sprintf("from line %d:\n  argocd-cm.yaml %q\n  health.lua     %q", i+1, gl, wl)
+		}
+	}
+	return ""
+}
