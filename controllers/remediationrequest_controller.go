@@ -228,7 +228,7 @@ func (r *RemediationRequestReconciler) decide(ctx context.Context, s *scope) (ct
 		return ctrl.Result{}, fmt.Errorf("gathering facts: %w", err)
 	}
 	rr.Status.Facts = f
-	conflicts, err := r.conflicts(ctx, rr)
+	conflicts, err := Conflicts(ctx, r.Reader, rr)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -273,7 +273,7 @@ func (r *RemediationRequestReconciler) decide(ctx context.Context, s *scope) (ct
 			log.Info("Decided (dry run)", "playbook", d.Playbook, "rule", d.Rule)
 			return ctrl.Result{}, nil
 		}
-		inside, next, err := maintenanceWindow(rr.Spec.MaintenanceWindow, s.now)
+		inside, next, err := MaintenanceWindow(rr.Spec.MaintenanceWindow, s.now)
 		if err != nil {
 			rr.Status.Phase = v1alpha1.PhaseRejected
 			dec.Allowed, dec.Rule, dec.Playbook = false, RuleInvalidWindow, ""
@@ -323,12 +323,15 @@ func (r *RemediationRequestReconciler) decide(ctx context.Context, s *scope) (ct
 	return ctrl.Result{}, nil
 }
 
-// conflicts lists other running requests on the same node or Lease. It reads live
-// so that a request another reconcile just started is seen.
-func (r *RemediationRequestReconciler) conflicts(ctx context.Context, rr *v1alpha1.RemediationRequest) ([]string, error) {
+// Conflicts lists the other Running requests on the same node or Lease as rr, sorted,
+// in the form the policies take as input. rr.Status.Facts must already hold rr's
+// facts. reader should be live (the manager's APIReader) so that a request another
+// reconcile just started is seen. `remediator plan` calls it too, so that a PR check
+// waits on exactly what the controller would wait on.
+func Conflicts(ctx context.Context, reader client.Reader, rr *v1alpha1.RemediationRequest) ([]string, error) {
 	f := rr.Status.Facts
 	list := &v1alpha1.RemediationRequestList{}
-	if err := r.Reader.List(ctx, list); err != nil {
+	if err := reader.List(ctx, list); err != nil {
 		return nil, fmt.Errorf("listing requests: %w", err)
 	}
 	var out []string

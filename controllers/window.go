@@ -9,11 +9,12 @@ import (
 	"github.com/remediator/remediator/api/v1alpha1"
 )
 
-// maintenanceWindow reports whether now is inside the request's maintenance window
+// MaintenanceWindow reports whether now is inside the request's maintenance window
 // and, when it is not, when the next one opens. A request without a window is always
 // inside. A window is [activation, activation+duration) for each activation of the
-// cron schedule.
-func maintenanceWindow(w *v1alpha1.MaintenanceWindow, now time.Time) (inside bool, next time.Time, err error) {
+// cron schedule. It is pure, so that `remediator plan` can tell whether a request
+// applied at a given time would wait for its window.
+func MaintenanceWindow(w *v1alpha1.MaintenanceWindow, now time.Time) (inside bool, next time.Time, err error) {
 	if w == nil {
 		return true, time.Time{}, nil
 	}

@@ -29,7 +29,7 @@ func TestMaintenanceWindow(t *testing.T) {
 		{"bad schedule", &v1alpha1.MaintenanceWindow{Schedule: "every night", Duration: metav1.Duration{Duration: time.Hour}}, day(1, 0), false, time.Time{}, true},
 	}
 	for _, tc := range cases {
-		inside, next, err := maintenanceWindow(tc.w, tc.now)
+		inside, next, err := MaintenanceWindow(tc.w, tc.now)
 		if (err != nil) != tc.err || inside != tc.inside || !next.Equal(tc.next) {
 			t.Errorf("%s: inside=%v next=%v err=%v; want inside=%v next=%v err=%v", tc.name, inside, next, err, tc.inside, tc.next, tc.err)
 		}

@@ -130,13 +130,19 @@ func TestAdmissionAcceptsValidInput(t *testing.T) {
 }
 
 func TestExamplesAreAccepted(t *testing.T) {
-	files, err := filepath.Glob(filepath.Join(testenv.Root(), "examples", "requests", "*.yaml"))
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no examples found (%v)", err)
+	// The sample requests and the remediation repository template's requests.
+	var files []string
+	for _, dir := range []string{"requests", filepath.Join("remediation-repo", "requests")} {
+		found, err := filepath.Glob(filepath.Join(testenv.Root(), "examples", dir, "*.yaml"))
+		if err != nil || len(found) == 0 {
+			t.Fatalf("no examples found in examples/%s (%v)", dir, err)
+		}
+		files = append(files, found...)
 	}
 	ctx := context.Background()
 	for _, f := range files {
-		t.Run(filepath.Base(f), func(t *testing.T) {
+		rel, _ := filepath.Rel(filepath.Join(testenv.Root(), "examples"), f)
+		t.Run(rel, func(t *testing.T) {
 			data, err := os.ReadFile(f)
 			if err != nil {
 				t.Fatal(err)

@@ -1,0 +1,267 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/spf13/cobra"
+)
+
+// remediationRepo is the template operators copy (examples/remediation-repo).
+const remediationRepo = "../../examples/remediation-repo"
+
+// examplePlaybooks is what the policy must choose for each template request on its
+// saved facts; the files' comment headers say the same in words.
+var examplePlaybooks = map[string]struct{ rule, playbook string }{
+	"release-lease-shutdown-kwok-node-3":           {"holder-shutdown", "node-shutdown"},
+	"release-lease-fenced-unreachable-kwok-node-2": {"unreachable-fenced", "fenced-unreachable"},
+	"release-lease-healthy-kwok-node-1-app-data":   {"healthy-lease-stuck", "healthy-move-workload"},
+	"reregister-csi-driver-kwok-node-0":            {"driver-deregistered", "restart-node-plugin"},
+}
+
+func TestExampleRequestsChooseTheirPlaybooks(t *testing.T) {
+	files, err := filepath.Glob(filepath.Join(remediationRepo, "requests", "*.yaml"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no template requests found (%v)", err)
+	}
+	var names []string
+	for _, f := range files {
+		name := strings.TrimSuffix(filepath.Base(f), ".yaml")
+		names = append(names, name)
+		t.Run(name, func(t *testing.T) {
+			want, ok := examplePlaybooks[name]
+			if !ok {
+				t.Fatalf("%s has no expected playbook in examplePlaybooks", f)
+			}
+			out, code, err := runPlanCommand(t, "", "-o", "json", "-f", f, "--facts", filepath.Join(remediationRepo, "facts", name+".yaml"))
+			if code != 0 {
+				t.Fatalf("exit code %d (%v), want 0:\n%s", code, err, out)
+			}
+			var r planReport
+			if err := json.Unmarshal([]byte(out), &r); err != nil {
+				t.Fatal(err)
+			}
+			res := r.Requests[0]
+			if res.Request.Name != name || res.Request.Namespace != "remediator" {
+				t.Errorf("request %s/%s: the file must be named after the request, in namespace remediator", res.Request.Namespace, res.Request.Name)
+			}
+			if res.Decision.Rule != want.rule || res.Decision.Playbook != want.playbook || res.Decision.Phase != "Running" {
+				t.Errorf("decision = %s/%s (phase %s), want rule %s choosing %s",
+					res.Decision.Rule, res.Decision.Playbook, res.Decision.Phase, want.rule, want.playbook)
+			}
+			if len(res.Steps) == 0 {
+				t.Errorf("no steps planned")
+			}
+		})
+	}
+	for name := range examplePlaybooks {
+		if !slices.Contains(names, name) {
+			t.Errorf("examplePlaybooks names %s, which has no requests/%s.yaml", name, name)
+		}
+	}
+}
+
+// TestPlanHelperProcess is not a test: TestRemediationRepoCheckScript runs this test
+// binary as the remediator binary that ci/check.sh calls, so that the script is
+// tested against this package's plan without building the whole binary.
+func TestPlanHelperProcess(t *testing.T) {
+	if os.Getenv("REMEDIATOR_PLAN_HELPER") != "1" {
+		t.Skip("only runs as ci/check.sh's remediator binary")
+	}
+	args := os.Args
+	if i := slices.Index(args, "--"); i >= 0 {
+		args = args[i+1:]
+	}
+	root := &cobra.Command{Use: "remediator", SilenceUsage: true, SilenceErrors: true}
+	root.AddCommand(newPlanCommand(), newVersionCommand())
+	root.SetArgs(args)
+	err := root.Execute()
+	if _, ok := planExitCode(err); err != nil && !ok {
+		fmt.Fprintln(os.Stderr, "Error:", err)
+	}
+	if code := planExitOf(err); code != 0 {
+		os.Exit(code)
+	}
+}
+
+// TestRemediationRepoCheckScript runs ci/check.sh in a Git copy of the template the
+// way a pull request's CI job would: the changed requests are planned on their saved
+// facts, a rejected one fails the job, and override policies are tested with cue.
+func TestRemediationRepoCheckScript(t *testing.T) {
+	for _, tool := range []string{"bash", "git", "go"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("%s not found: %v", tool, err)
+		}
+	}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	moduleRoot, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmp := t.TempDir()
+	remediator := filepath.Join(tmp, "bin", "remediator")
+	writeFile(t, remediator, fmt.Sprintf("#!/bin/sh\nREMEDIATOR_PLAN_HELPER=1 exec %q -test.run='^TestPlanHelperProcess$' -- \"$@\"\n", self), 0o755)
+
+	repo := filepath.Join(tmp, "repo")
+	copyTree(t, remediationRepo, repo)
+	git := func(args ...string) {
+		t.Helper()
+		cmd := exec.Command("git", args...)
+		cmd.Dir = repo
+		cmd.Env = append(os.Environ(), "GIT_CONFIG_GLOBAL=/dev/null", "GIT_CONFIG_NOSYSTEM=1",
+			"GIT_AUTHOR_NAME=ci", "GIT_AUTHOR_EMAIL=ci@example.com", "GIT_COMMITTER_NAME=ci", "GIT_COMMITTER_EMAIL=ci@example.com")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("git %v: %v\n%s", args, err, out)
+		}
+	}
+	check := func(t *testing.T, env ...string) (string, int) {
+		t.Helper()
+		cmd := exec.Command("bash", "ci/check.sh", "base")
+		cmd.Dir = repo
+		cmd.Env = append(os.Environ(), append([]string{"REMEDIATOR=" + remediator, "KUBECONFIG="}, env...)...)
+		out, err := cmd.CombinedOutput()
+		code := 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("ci/check.sh exit code %d:\n%s", code, out)
+		return string(out), code
+	}
+	expect := func(t *testing.T, out string, want ...string) {
+		t.Helper()
+		for _, w := range want {
+			if !strings.Contains(out, w) {
+				t.Errorf("output lacks %q", w)
+			}
+		}
+	}
+
+	// The base branch has everything but the requests; the pull request adds them.
+	git("init", "-q", "-b", "main")
+	git("add", "README.md", "ci", "argocd", "policies", "facts")
+	git("commit", "-q", "-m", "template")
+	git("branch", "base")
+	git("add", "requests")
+	git("commit", "-q", "-m", "requests")
+
+	t.Run("the template's requests pass", func(t *testing.T) {
+		out, code := check(t)
+		if code != 0 {
+			t.Errorf("exit code %d, want 0", code)
+		}
+		expect(t, out, "4 request file(s) added or changed since base", "policies/ has no .cue files",
+			"ALLOWED by rule holder-shutdown: playbook node-shutdown", "ALLOWED by rule driver-deregistered: playbook restart-node-plugin",
+			"OK: 4 request(s) checked")
+	})
+
+	// A pull request that drops the fencing statement: only that request is planned,
+	// and the policy's rejection fails the job.
+	fenced := filepath.Join(repo, "requests", "release-lease-fenced-unreachable-kwok-node-2.yaml")
+	src, err := os.ReadFile(fenced)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, fenced, strings.Replace(string(src), "  fencing:\n    confirmed: true\n    method: NodeShutdown\n", "", 1), 0o644)
+	git("commit", "-q", "-a", "-m", "unfenced")
+	git("branch", "-f", "base", "HEAD~1")
+	t.Run("a rejected request fails the job", func(t *testing.T) {
+		out, code := check(t)
+		if code != 1 {
+			t.Errorf("exit code %d, want 1", code)
+		}
+		expect(t, out, "1 request file(s) added or changed since base", "REJECTED by rule unreachable-not-fenced",
+			"FAILED: requests/release-lease-fenced-unreachable-kwok-node-2.yaml (rejected)")
+	})
+	git("checkout", "-q", "HEAD~1", "--", "requests")
+	git("commit", "-q", "-a", "-m", "fenced again")
+
+	// Override policies: their cue cases run first, and plan uses them.
+	policies, _ := filepath.Glob(filepath.Join(moduleRoot, "policies", "*.cue"))
+	for _, p := range policies {
+		data, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		writeFile(t, filepath.Join(repo, "policies", filepath.Base(p)), string(data), 0o644)
+	}
+	cue := "REMEDIATOR_CUE=go -C " + moduleRoot + " tool cue"
+	t.Run("override policies are tested and used", func(t *testing.T) {
+		git("branch", "-f", "base", "HEAD~3") // the template commit: every request is new again
+		out, code := check(t, cue)
+		if code != 0 {
+			t.Errorf("exit code %d, want 0", code)
+		}
+		expect(t, out, "Testing the override policies in policies/", "vet -c policies/*.cue - < policies/release_luks_lease_test.cue",
+			"--policies-dir "+filepath.Join(repo, "policies"), "OK: 4 request(s) checked")
+	})
+	t.Run("a failing policy case fails the job", func(t *testing.T) {
+		cases := filepath.Join(repo, "policies", "release_luks_lease_test.cue")
+		src, err := os.ReadFile(cases)
+		if err != nil {
+			t.Fatal(err)
+		}
+		const from = `want: {allowed: true, playbook: "fenced-unreachable", rule: "unreachable-fenced"}`
+		if !strings.Contains(string(src), from) {
+			t.Fatalf("release_luks_lease_test.cue no longer contains %q", from)
+		}
+		writeFile(t, cases, strings.Replace(string(src), from, `want: {allowed: false, rule: "unreachable-lease-too-young"}`, 1), 0o644)
+		out, code := check(t, cue)
+		if code != 1 {
+			t.Errorf("exit code %d, want 1", code)
+		}
+		expect(t, out, "policy cases in policies/release_luks_lease_test.cue failed")
+		if strings.Contains(out, "remediator plan") || strings.Contains(out, "== RemediationRequest") {
+			t.Errorf("requests were planned with failing policies")
+		}
+	})
+}
+
+func writeFile(t *testing.T, p, content string, mode fs.FileMode) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, []byte(content), mode); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func copyTree(t *testing.T, from, to string) {
+	t.Helper()
+	err := filepath.WalkDir(from, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(from, p)
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			return os.MkdirAll(filepath.Join(to, rel), 0o755)
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		data, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(filepath.Join(to, rel), data, info.Mode().Perm())
+	})
+	if err != nil {
+		t.Fatalf("copying %s: %v", from, err)
+	}
+}
