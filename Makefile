@@ -99,8 +99,8 @@ cluster-down: ## Stop the local cluster and everything the demo started
 
 # ---------------------------------------------------------------------------
 .PHONY: demo
-demo: bins build cluster ## Start the cluster and the controller, apply the example requests, print their facts
-	ROOT=$(ROOT) BIN=$(BIN) test/demo.sh
+demo: bins build cluster ## The GitOps path end to end on the local cluster: incidents, PRs with plan, sync, controller, summary (KEEP=1 keeps the cluster)
+	ROOT=$(ROOT) BIN=$(BIN) KEEP=$(KEEP) test/demo.sh
 
 .PHONY: help
 help: ## Show the targets

@@ -1,12 +1,19 @@
 #!/usr/bin/env bash
-# The main job (`make demo`): on the local cluster that `make cluster` started, run the
-# controller, stage incident A the way Trident leaves it (one holder healthy, one cut off
-# from the control plane) and incident B with the seed's own reproduction, apply the
-# example requests and print, for each, the facts, the policy's decision and the
-# playbook's journal.
+# The main job (`make demo`): the whole GitOps path on the local cluster that `make
+# cluster` started.
 #
-#   test/demo.sh        run the demo (the controller keeps running afterwards)
-#   test/demo.sh stop   stop the demo controller (make cluster-down calls this)
+#   1. stage incident A (Leases retained on LUKS volumes: holder kwok-node-3 shut down,
+#      kwok-node-2 cut off from the control plane, kwok-node-1 healthy with
+#      LeaseRetained events) and incident B (seed 000's DaemonSet copy and delete);
+#   2. create a remediation repository from examples/remediation-repo and open one
+#      "pull request" per request, each checked by the template's CI script
+#      (ci/check.sh: `remediator plan` on live facts) before it is merged;
+#   3. run `remediator sync` (gitops-engine) and `remediator controller`;
+#   4. show each request's phase and conditions as they change, then a summary table;
+#   5. check every outcome against the runbook, and stop the cluster unless KEEP=1.
+#
+#   test/demo.sh        run the demo; exit code 1 if any outcome differs from the runbook
+#   test/demo.sh stop   stop the demo's controller and sync (make cluster-down calls this)
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -14,52 +21,83 @@ ROOT="$(cd "${ROOT:-$HERE/..}" && pwd)"
 BIN="${BIN:-$ROOT/bin}"
 STATE="$BIN/cluster"
 KUBECONFIG="$STATE/kubeconfig"
-PIDFILE="$STATE/remediator.pid"
-LOG="$STATE/remediator.log"
+REPO="$STATE/demo-repo"
 PROBE="127.0.0.1:${DEMO_PROBE_PORT:-18081}"
 METRICS="127.0.0.1:${DEMO_METRICS_PORT:-18080}"
+NS=remediator
 export KUBECONFIG
 
 say() { printf '\n\033[1m==> %s\033[0m\n' "$*"; }
 die() { printf 'demo: ERROR: %s\n' "$*" >&2; exit 1; }
 kc() { "$BIN/kubectl" "$@"; }
 
-stop_controller() {
-  [[ -f "$PIDFILE" ]] || return 0
-  local pid; pid="$(cat "$PIDFILE")"
+# stop_process NAME: stop a background process the demo started ($STATE/NAME.pid).
+stop_process() {
+  local pidfile="$STATE/$1.pid" pid
+  [[ -f "$pidfile" ]] || return 0
+  pid="$(cat "$pidfile")"
   if kill -0 "$pid" 2>/dev/null; then
     kill -INT "$pid"
     for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
     kill -0 "$pid" 2>/dev/null && kill -KILL "$pid"
   fi
-  rm -f "$PIDFILE"
+  rm -f "$pidfile"
+}
+
+stop_all() {
+  stop_process sync
+  stop_process remediator
 }
 
 if [[ "${1:-}" == stop ]]; then
-  stop_controller
+  stop_all
   exit 0
 fi
 
 [[ -s "$KUBECONFIG" ]] || die "no cluster at $KUBECONFIG; run 'make cluster' (make demo does)"
 [[ -x "$BIN/remediator" ]] || die "no $BIN/remediator; run 'make build'"
 
-say "Starting the controller (log: $LOG)"
-stop_controller # a re-run picks up a rebuilt binary
+finish() {
+  local rc=$?
+  if [[ "${KEEP:-}" == 1 ]]; then
+    printf '\nKEEP=1: the cluster, controller and sync keep running. Explore with:\n'
+    printf '  export KUBECONFIG=%s\n  %s/kubectl get rr -A\n  git -C %s/work log --oneline\n' "$KUBECONFIG" "$BIN" "$REPO"
+    printf 'Stop everything with: make cluster-down\n'
+  else
+    say "Stopping the controller, the sync and the cluster (KEEP=1 keeps them)"
+    stop_all
+    ROOT="$ROOT" BIN="$BIN" "$ROOT/test/cluster/down.sh" >/dev/null 2>&1 || echo "demo: warning: stopping the cluster failed; run make cluster-down" >&2
+  fi
+  exit "$rc"
+}
+trap finish EXIT
+
+T0=$SECONDS
+elapsed() { printf '%02d:%02d' $(((SECONDS - T0) / 60)) $(((SECONDS - T0) % 60)); }
+
+say "Starting the controller (log: $STATE/remediator.log)"
+stop_all # a re-run picks up a rebuilt binary
 "$BIN/remediator" controller --kubeconfig "$KUBECONFIG" \
   --health-probe-bind-address "$PROBE" --metrics-bind-address "$METRICS" \
-  --node-lease-grace-period 20s >"$LOG" 2>&1 </dev/null &
-echo $! >"$PIDFILE"
+  --node-lease-grace-period 20s >"$STATE/remediator.log" 2>&1 </dev/null &
+echo $! >"$STATE/remediator.pid"
 for i in $(seq 1 120); do
   curl -fsS "http://$PROBE/readyz" >/dev/null 2>&1 && break
-  kill -0 "$(cat "$PIDFILE")" 2>/dev/null || { tail -20 "$LOG" >&2; die "the controller exited"; }
-  [[ $i == 120 ]] && { tail -20 "$LOG" >&2; die "the controller did not become ready on $PROBE"; }
+  kill -0 "$(cat "$STATE/remediator.pid")" 2>/dev/null || { tail -20 "$STATE/remediator.log" >&2; die "the controller exited"; }
+  [[ $i == 120 ]] && { tail -20 "$STATE/remediator.log" >&2; die "the controller did not become ready on $PROBE"; }
   sleep 0.5
 done
 echo "ready on http://$PROBE/readyz, metrics on http://$METRICS/metrics"
 
+# A re-run (KEEP=1 before) starts from scratch: the running controller releases the
+# old requests' finalizers, and kwok-node-3 is created anew.
+kc create namespace "$NS" --dry-run=client -o yaml | kc apply -f - >/dev/null
+kc delete rr -n "$NS" --all --ignore-not-found --wait=true --timeout=60s >/dev/null
+kc delete node kwok-node-3 --ignore-not-found >/dev/null
+
 say "Staging incident A: LUKS volumes whose Leases Trident retained 40 minutes ago"
 acquired="$(date -u -d '-40 min' +%Y-%m-%dT%H:%M:%S.000000Z)"
-sed "s/ACQUIRED_AT/$acquired/" "$HERE/demo/incident-a.yaml" | kc apply -f -
+sed "s/ACQUIRED_AT/$acquired/" "$HERE/demo/incident-a.yaml" | kc apply -f - >/dev/null
 for attempt in 1 2 3; do
   # Trident's own Warning events on the retained Lease, as `kubectl describe lease` shows them.
   kc create -f - <<YAML >/dev/null
@@ -76,7 +114,7 @@ source: {component: trident-node, host: kwok-node-1}
 message: "Retaining lease after failed LUKS operation on kwok-node-1: cryptsetup luksOpen exited with status 5 (attempt $attempt)"
 YAML
 done
-kc get lease -n trident
+kc get lease -n trident -o custom-columns='LEASE:.metadata.name,HOLDER:.spec.holderIdentity,ACQUIRED:.spec.acquireTime'
 
 say "Staging incident B (seed 000): run a copy of trident-csi, then delete the copy"
 # The seed's reproduction: `kubectl get ds -n trident trident-csi -o json | jq
@@ -89,7 +127,6 @@ for i in $(seq 1 60); do
   [[ $i == 60 ]] && die "trident-csi-2 did not run on every node"
   sleep 1
 done
-kc get pods -n trident -o wide
 kc delete ds -n trident trident-csi-2 --wait=true >/dev/null
 for i in $(seq 1 30); do
   [[ "$(kc get csinode kwok-node-0 -o jsonpath='{.spec.drivers[*].name}')" != *csi.trident.netapp.io* ]] && break
@@ -97,64 +134,171 @@ for i in $(seq 1 30); do
   sleep 1
 done
 kc get csinode -o custom-columns='NODE:.metadata.name,DRIVERS:.spec.drivers[*].name'
-kc get pods -n trident -o wide
 
 say "Cutting kwok-node-2 off the control plane (its heartbeats stop)"
-# Take over the node's Lease in kube-node-lease, as test/cluster's Disconnect does;
-# kwok then stops heartbeating for it and the real kube-controller-manager marks it
-# unreachable (~21s). A warm `make cluster` reconnects it.
+# Take over the node's Lease in kube-node-lease, as test/cluster's Disconnect does; kwok
+# then stops heartbeating for it and the real kube-controller-manager marks it
+# unreachable after its 20s grace period. `make cluster` reconnects it.
 kc patch lease -n kube-node-lease kwok-node-2 --type merge -p \
   "{\"spec\":{\"holderIdentity\":\"remediator-test/disconnected\",\"leaseDurationSeconds\":86400,\"renewTime\":\"$(date -u +%Y-%m-%dT%H:%M:%S.000000Z)\"}}" >/dev/null
+
+printf '\nWaiting for kube-controller-manager to mark kwok-node-2 unreachable'
 for i in $(seq 1 90); do
   taints="$(kc get node kwok-node-2 -o jsonpath='{.spec.taints[*].key}')"
   [[ "$taints" == *node.kubernetes.io/unreachable* ]] && break
   [[ $i == 90 ]] && die "kwok-node-2 did not become unreachable"
+  printf .
   sleep 1
 done
-kc get nodes
+echo
+kc get nodes -o custom-columns='NODE:.metadata.name,READY:.status.conditions[?(@.type=="Ready")].status,TAINTS:.spec.taints[*].key'
 
 say "What remediator scan finds (exit code 3: there are findings)"
 "$BIN/remediator" scan --kubeconfig "$KUBECONFIG" --node-lease-grace-period 20s || [[ $? == 3 ]]
 
-say "Applying the example requests from examples/requests"
-kc create namespace remediator --dry-run=client -o yaml | kc apply -f -
-# Re-running the demo starts the requests afresh.
-kc delete rr -n remediator --all --ignore-not-found --wait=true >/dev/null
-kc apply -f "$ROOT/examples/requests/"
+say "Creating the remediation repository from examples/remediation-repo"
+TEMPLATE="$ROOT/examples/remediation-repo"
+rm -rf "$REPO"
+mkdir -p "$REPO"
+git init --quiet --bare --initial-branch=main "$REPO/origin.git"
+git clone --quiet "$REPO/origin.git" "$REPO/work" 2>/dev/null
+W="$REPO/work"
+g() { git -C "$W" -c user.name="SRE on call" -c user.email=sre@example.com "$@"; }
+g checkout --quiet -B main
+# The template without its example requests and saved facts: the requests arrive
+# through pull requests below, and CI plans them on live facts.
+(cd "$TEMPLATE" && tar --exclude='./requests/*' --exclude='./facts' -cf - .) | tar -C "$W" -xf -
+mkdir -p "$W/requests" && touch "$W/requests/.gitkeep"
+g add -A && g commit --quiet -m "Remediation repository from the Remediator template" && g push --quiet origin main
+g log --oneline
 
-say "Waiting for decisions and playbooks to settle"
-for i in $(seq 1 90); do
-  unsettled="$(kc get rr -n remediator -o jsonpath='{range .items[*]}{.status.phase}{"\n"}{end}' | grep -cvE '^(Succeeded|Failed|Rejected|Pending|Waiting)$' || true)"
-  [[ "$unsettled" == 0 ]] && break
-  [[ $i == 90 ]] && die "$unsettled requests still running; see $LOG"
+say "Starting remediator sync on the repository (every 2s; log: $STATE/sync.log)"
+"$BIN/remediator" sync --kubeconfig "$KUBECONFIG" --repo "$REPO/origin.git" --revision main \
+  --path requests --namespaces "$NS" --work-dir "$REPO/sync-cache" --interval 2s \
+  >"$STATE/sync.log" 2>&1 </dev/null &
+echo $! >"$STATE/sync.pid"
+
+# pull_request BRANCH TITLE FILE [EXPECTED_CHECK_EXIT]: an operator's pull request adding
+# FILE from the template; CI (ci/check.sh with live, read-only facts) runs on it. A
+# second call for the same branch adds a commit to the open pull request.
+export REMEDIATOR="$BIN/remediator" KUBECONFIG
+approved=()
+pull_request() {
+  local branch="$1" title="$2" file="$3" want="${4:-0}" rc=0
+  printf '\n\033[1m--- PR %s: %s\033[0m\n' "$branch" "$title"
+  [[ "$(g branch --show-current)" == "$branch" ]] || g checkout --quiet -B "$branch" main
+  [[ -f "$W/requests/$(basename "$file")" ]] || cp "$file" "$W/requests/"
+  g add -A && g commit --quiet -m "$title"
+  (cd "$W" && ci/check.sh origin/main) 2>&1 | sed 's/^/  ci| /' || rc=${PIPESTATUS[0]}
+  [[ $rc == "$want" ]] || die "ci/check.sh exited $rc on $branch, want $want"
+  if [[ $rc == 0 ]]; then
+    approved+=("$branch")
+    echo "  CI passed; approved"
+  else
+    echo "  CI failed: the PR cannot be merged as it is"
+  fi
+}
+
+say "Pull requests, each checked by CI (remediator plan on live facts) before it is merged"
+REQ="$TEMPLATE/requests"
+pull_request pr-1 "Release the Lease of kwok-node-3 (powered off)" "$REQ/release-lease-shutdown-kwok-node-3.yaml"
+pull_request pr-2 "Re-register csi.trident.netapp.io on kwok-node-0" "$REQ/reregister-csi-driver-kwok-node-0.yaml"
+pull_request pr-3 "Release the Lease of app/data held by kwok-node-1" "$REQ/release-lease-healthy-kwok-node-1-app-data.yaml"
+# The first version of this PR forgets the fencing statement: CI shows the policy's
+# rejection and what to do; the operator amends the PR with the fencing the review checks.
+fenced="$REQ/release-lease-fenced-unreachable-kwok-node-2.yaml"
+sed '/^  fencing:/,/^    method:/d' "$fenced" >"$W/requests/$(basename "$fenced")"
+pull_request pr-4 "Release the Lease of kwok-node-2 (unreachable)" "$fenced" 1
+cp "$fenced" "$W/requests/"
+pull_request pr-4 "kwok-node-2 was powered off from the BMC (CHG-2231)" "$fenced"
+
+say "Merging the approved pull requests, and each request's phase and conditions as they change"
+expected=(
+  "release-lease-shutdown-kwok-node-3 node-shutdown"
+  "reregister-csi-driver-kwok-node-0 restart-node-plugin"
+  "release-lease-healthy-kwok-node-1-app-data healthy-move-workload"
+  "release-lease-fenced-unreachable-kwok-node-2 fenced-unreachable"
+)
+# kubectl's watch prints a row on every change of a request; watch_requests drops rows that
+# repeat the request's previous state (status patches that only touched a timestamp).
+ROW='{{.metadata.name}}|{{or .status.phase "New"}}|{{range .status.steps}}{{.name}}={{.state}} {{end}}|{{range .status.conditions}}{{if eq .type "Progressing"}}{{.reason}}: {{.message}}{{end}}{{end}}{{"\n"}}'
+T0W=$SECONDS
+watch_requests() {
+  local name phase steps step message state s
+  declare -A last=()
+  while IFS='|' read -r name phase steps message; do
+    # The current step is the first one not yet done.
+    step=""
+    for s in $steps; do
+      case "${s#*=}" in Succeeded | Skipped) ;; *) step="${s%=*} (${s#*=})"; break ;; esac
+    done
+    [[ "$phase" == Running ]] || step=""
+    state="$phase|$step|$message"
+    [[ -n "$name" && "${last[$name]:-}" != "$state" ]] || continue
+    last[$name]="$state"
+    if [[ -n "$step" ]]; then message="step $step"; fi
+    printf '[+%3ds] %-45s %-9s %s\n' $((SECONDS - T0W)) "$name" "$phase" "${message:0:150}"
+  done < <(kc get rr -n "$NS" --watch -o go-template="$ROW" 2>/dev/null)
+}
+watch_requests &
+WATCH=$!
+g checkout --quiet main
+for b in "${approved[@]}"; do
+  g merge --quiet --no-ff -m "Merge $b" "$b"
+done
+g push --quiet origin main
+echo "main is at $(g rev-parse --short HEAD); remediator sync applies it within 2s"
+
+deadline=$((SECONDS + 150))
+while :; do
+  settled="$(kc get rr -n "$NS" -o jsonpath='{range .items[*]}{.status.phase}{"\n"}{end}' | grep -cE '^(Succeeded|Failed|Rejected)$' || true)"
+  ((settled == ${#expected[@]})) && break
+  ((SECONDS < deadline)) || { echo "demo: not every request settled within 150s" >&2; break; }
   sleep 1
 done
-kc get rr -n remediator
+sleep 1 # let the watch print the last change
+kill "$WATCH" 2>/dev/null || true
+pkill -f -- "$BIN/kubectl get rr -n $NS --watch" 2>/dev/null || true
+wait "$WATCH" 2>/dev/null || true
+echo "settled in $((SECONDS - T0W))s after the merge"
 
-say "Outcome per request (facts -> decision -> steps)"
-for rr in $(kc get rr -n remediator -o name); do
-  echo "--- $rr"
-  kc get "$rr" -n remediator -o go-template='target:   {{.status.facts.target.ref}} (found={{.status.facts.target.found}}){{with .status.facts.target.message}} - {{.}}{{end}}
-{{with .status.facts.lease}}lease:    {{.namespace}}/{{.name}} exists={{.exists}}{{if .exists}} holder={{.holderIdentity}} age={{.ageSeconds}}s LeaseRetained={{or .retainedEvents 0}}{{end}}
-{{end}}{{with .status.facts.node}}node:     {{.name}} {{.state}} ({{.stateReason}})
-{{end}}{{range .status.facts.affectedPods}}pod:      {{.namespace}}/{{.name}} {{.phase}} on {{.node}}
-{{end}}{{with .status.facts.csi}}csi:      csinode={{.csiNodeExists}} driverRegistered={{.driverRegistered}} pluginPods={{len .pluginPods}}
-{{end}}phase:    {{.status.phase}}
-{{with .status.decision}}decision: allowed={{.allowed}} rule={{.rule}}{{with .playbook}} playbook={{.}}{{end}}
-          {{.message}}
-{{end}}{{range .status.steps}}step:     {{.name}} {{.state}}{{with .message}} - {{.}}{{end}}
-{{end}}'
+say "Summary"
+printf '%-45s %-8s %-26s %-22s %-10s %-8s %s\n' REQUEST DECISION RULE PLAYBOOK OUTCOME DURATION COMMIT
+failures=()
+for e in "${expected[@]}"; do
+  read -r name want_playbook <<<"$e"
+  row="$(kc get rr -n "$NS" "$name" -o go-template='{{with .status.decision}}{{if .allowed}}allowed{{else}}rejected{{end}}|{{.rule}}|{{or .playbook "-"}}|{{.decidedAt}}{{else}}-|-|-|{{end}}|{{or .status.phase "-"}}|{{range .status.conditions}}{{if eq .type "Succeeded"}}{{.lastTransitionTime}}{{end}}{{end}}|{{index .metadata.annotations "remediator.io/git-commit"}}' 2>/dev/null)" \
+    || row="missing|-|-||missing||"
+  IFS='|' read -r decision rule playbook decided phase finished commit <<<"$row"
+  duration=-
+  if [[ -n "$decided" && -n "$finished" ]]; then
+    duration="$(($(date -d "$finished" +%s) - $(date -d "$decided" +%s)))s"
+  fi
+  printf '%-45s %-8s %-26s %-22s %-10s %-8s %s\n' "$name" "$decision" "$rule" "$playbook" "$phase" "$duration" "${commit:0:10}"
+  [[ "$phase" == Succeeded && "$playbook" == "$want_playbook" ]] \
+    || failures+=("$name: got $phase with playbook $playbook, the runbook prescribes $want_playbook")
 done
-echo
+
+say "The cluster afterwards"
 kc get lease -n trident
 kc get csinode -o custom-columns='NODE:.metadata.name,DRIVERS:.spec.drivers[*].name'
-kc get nodes
+kc get nodes -o custom-columns='NODE:.metadata.name,UNSCHEDULABLE:.spec.unschedulable'
+for lease in pvc-0b8e5d21-6c3f-4a7e-b1d9-5e2f8c4a6d30 pvc-3f1c2a9e-5b7d-4c1e-9a0f-2d6b8e4c7a15 pvc-75a6fd7f-7aee-45e8-a5fa-d4500272528e; do
+  kc get lease -n trident "$lease" >/dev/null 2>&1 && failures+=("Lease trident/$lease still exists")
+done
+[[ "$(kc get csinode kwok-node-0 -o jsonpath='{.spec.drivers[*].name}')" == *csi.trident.netapp.io* ]] \
+  || failures+=("CSINode kwok-node-0 does not list csi.trident.netapp.io")
+for n in kwok-node-0 kwok-node-1; do
+  [[ "$(kc get node "$n" -o jsonpath='{.spec.unschedulable}')" != true ]] || failures+=("$n is still cordoned")
+done
 
-say "Done"
-cat <<MSG
-The controller keeps running (pid $(cat "$PIDFILE")). Explore with:
-  export KUBECONFIG=$KUBECONFIG
-  $BIN/kubectl get rr -A
-  $BIN/kubectl describe rr -n remediator release-lease-pvc-75a6fd7f
-Stop everything with: make cluster-down
-MSG
+echo
+echo "Git history of the remediation repository:"
+g log --oneline --graph main | sed 's/^/  /'
+if ((${#failures[@]} > 0)); then
+  printf '\n\033[1;31mDemo FAILED: outcomes differ from the runbook:\033[0m\n' >&2
+  printf '  - %s\n' "${failures[@]}" >&2
+  printf 'Logs: %s/remediator.log, %s/sync.log\n' "$STATE" "$STATE" >&2
+  exit 1
+fi
+printf '\n\033[1;32mDemo passed in %s: every outcome matches the runbook.\033[0m\n' "$(elapsed)"
