@@ -1,6 +1,7 @@
 package controllers
 
 import (
+	"k8s.io/apimachinery/pkg/api/meta"
 	"testing"
 	"time"
 
@@ -20,6 +21,12 @@ func TestReason(t *testing.T) {
 			t.Errorf("reason(%q) = %q, want %q", in, got, want)
 		}
 	}
+}
+
+// waiting sets the Progressing condition a Waiting request carries.
+func waiting(rr *v1alpha1.RemediationRequest, reason string) *v1alpha1.RemediationRequest {
+	meta.SetStatusCondition(&rr.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionProgressing, Status: metav1.ConditionTrue, Reason: reason, Message: "waiting"})
+	return rr
 }
 
 func TestNeedsDecision(t *testing.T) {
@@ -45,6 +52,10 @@ func TestNeedsDecision(t *testing.T) {
 		{"running ignores spec changes", rr(v1alpha1.PhaseRunning, 2, 1, &v1alpha1.Decision{Allowed: true}), false},
 		{"succeeded is final", rr(v1alpha1.PhaseSucceeded, 2, 1, &v1alpha1.Decision{}), false},
 		{"failed is final", rr(v1alpha1.PhaseFailed, 1, 1, &v1alpha1.Decision{RecheckAt: at(-time.Hour)}), false},
+		{"waiting for a slot re-decides when woken", waiting(rr(v1alpha1.PhaseWaiting, 1, 1, &v1alpha1.Decision{Allowed: true}), ReasonWaitingForSlot), true},
+		{"waiting on another request re-decides when woken", waiting(rr(v1alpha1.PhaseWaiting, 1, 1, &v1alpha1.Decision{RecheckAt: at(time.Minute)}), ReasonWaiting), true},
+		{"waiting for the window only at its opening", waiting(rr(v1alpha1.PhaseWaiting, 1, 1, &v1alpha1.Decision{RecheckAt: at(time.Hour)}), ReasonWaitingForWindow), false},
+		{"window closed mid-playbook waits for the next one", waiting(rr(v1alpha1.PhaseWaiting, 1, 1, &v1alpha1.Decision{RecheckAt: at(time.Hour)}), ReasonWindowClosed), false},
 	}
 	for _, tc := range cases {
 		if got := needsDecision(tc.rr, now); got != tc.want {

@@ -23,7 +23,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/remediator/remediator/api/v1alpha1"
 	"github.com/remediator/remediator/controllers/facts"
@@ -64,6 +67,12 @@ const (
 	ReasonWaiting           = "Waiting"
 	ReasonFailed            = "Failed"
 	ReasonWaitingForWindow  = "WaitingForMaintenanceWindow"
+	// ReasonWaitingForSlot: the policy allowed the playbook but the cluster-wide cap
+	// on running remediations is reached.
+	ReasonWaitingForSlot = "WaitingForRemediationSlot"
+	// ReasonWindowClosed: the maintenance window closed mid-playbook before a
+	// destructive step, so the playbook stopped, restored and waits for the next one.
+	ReasonWindowClosed = "MaintenanceWindowClosed"
 	// RuleInvalidWindow rejects a request whose maintenance window cannot be parsed.
 	RuleInvalidWindow = "invalid-maintenance-window"
 )
@@ -79,6 +88,9 @@ type RemediationRequestReconciler struct {
 	Playbooks remediations.Playbooks
 	Timeouts  remediations.Timeouts
 	Recorder  record.EventRecorder
+	// MaxConcurrent caps the playbooks running at once across the cluster, so that a
+	// burst of merged requests cannot cordon half the nodes; zero means no cap.
+	MaxConcurrent int
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 }
@@ -97,12 +109,68 @@ type phase func(ctx context.Context, s *scope) (ctrl.Result, error)
 // SetupWithManager registers the reconciler. Status writes do not bump the
 // generation, so filtering on generation (and annotations, used to ask for a
 // refresh) keeps the controller from re-triggering itself with its own patches.
+// The second watch wakes the waiting requests when a playbook stops running, so a
+// request held back by a guard starts as soon as the guard clears instead of at its
+// next recheck.
+//
+// MaxConcurrentReconciles stays at its default of 1: the guards count Running
+// requests live, and one reconcile at a time is what makes that count exact.
 func (r *RemediationRequestReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	cache := mgr.GetClient()
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&v1alpha1.RemediationRequest{}, builder.WithPredicates(
 			predicate.Or(predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
+		Watches(&v1alpha1.RemediationRequest{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, _ client.Object) []reconcile.Request {
+			return waitingRequests(ctx, cache)
+		}), builder.WithPredicates(stoppedRunning)).
 		Named("remediationrequest").
 		Complete(r)
+}
+
+// stoppedRunning passes a request whose playbook just stopped (finished, failed,
+// or went back to waiting) or a deleted one that was running.
+var stoppedRunning = predicate.Funcs{
+	CreateFunc:  func(event.CreateEvent) bool { return false },
+	GenericFunc: func(event.GenericEvent) bool { return false },
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		o, ok1 := e.ObjectOld.(*v1alpha1.RemediationRequest)
+		n, ok2 := e.ObjectNew.(*v1alpha1.RemediationRequest)
+		return ok1 && ok2 && o.Status.Phase == v1alpha1.PhaseRunning && n.Status.Phase != v1alpha1.PhaseRunning
+	},
+	DeleteFunc: func(e event.DeleteEvent) bool {
+		o, ok := e.Object.(*v1alpha1.RemediationRequest)
+		return ok && o.Status.Phase == v1alpha1.PhaseRunning
+	},
+}
+
+// waitingRequests lists the requests held back by a guard, oldest first.
+func waitingRequests(ctx context.Context, c client.Reader) []reconcile.Request {
+	list := &v1alpha1.RemediationRequestList{}
+	if err := c.List(ctx, list); err != nil {
+		// The periodic recheck still wakes them; nothing is lost.
+		ctrl.LoggerFrom(ctx).Error(err, "Listing waiting requests to wake them")
+		return nil
+	}
+	slices.SortFunc(list.Items, func(a, b v1alpha1.RemediationRequest) int {
+		return a.CreationTimestamp.Compare(b.CreationTimestamp.Time)
+	})
+	var out []reconcile.Request
+	for i := range list.Items {
+		if rr := &list.Items[i]; waitsForGuard(rr) {
+			out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(rr)})
+		}
+	}
+	return out
+}
+
+// waitsForGuard: the request is Waiting on another remediation (the policy's
+// one-at-a-time rule) or on the cluster-wide cap, not on its maintenance window.
+func waitsForGuard(rr *v1alpha1.RemediationRequest) bool {
+	if rr.Status.Phase != v1alpha1.PhaseWaiting {
+		return false
+	}
+	c := meta.FindStatusCondition(rr.Status.Conditions, v1alpha1.ConditionProgressing)
+	return c != nil && (c.Reason == ReasonWaiting || c.Reason == ReasonWaitingForSlot)
 }
 
 // Reconcile is fetch -> ensure finalizer -> phases -> one deferred status patch.
@@ -200,15 +268,16 @@ func (r *RemediationRequestReconciler) reconcileDelete(ctx context.Context, s *s
 }
 
 // needsDecision: a new request, a changed spec (unless a playbook is under way or
-// over), or a rejection or wait whose recheck time has come. Otherwise a decision
-// stands.
+// over), a request waiting on a guard (it is reconciled when the guard may have
+// cleared), or a rejection or wait whose recheck time has come. Otherwise a
+// decision stands.
 func needsDecision(rr *v1alpha1.RemediationRequest, now time.Time) bool {
 	switch rr.Status.Phase {
 	case v1alpha1.PhaseRunning, v1alpha1.PhaseSucceeded, v1alpha1.PhaseFailed:
 		return false
 	}
 	d := rr.Status.Decision
-	if d == nil || rr.Status.ObservedGeneration != rr.Generation {
+	if d == nil || rr.Status.ObservedGeneration != rr.Generation || waitsForGuard(rr) {
 		return true
 	}
 	return d.RecheckAt != nil && !now.Before(d.RecheckAt.Time)
@@ -298,6 +367,18 @@ func (r *RemediationRequestReconciler) decide(ctx context.Context, s *scope) (ct
 			r.Recorder.Event(rr, corev1.EventTypeNormal, EventWaiting, msg)
 			return ctrl.Result{RequeueAfter: next.Sub(s.now)}, nil
 		}
+		if running, err := r.slotsTaken(ctx, rr); err != nil {
+			return ctrl.Result{}, err
+		} else if running != nil {
+			rr.Status.Phase = v1alpha1.PhaseWaiting
+			msg := fmt.Sprintf("Playbook %s is allowed but %d remediation(s) are already running, the cluster-wide cap (--max-concurrent-remediations): %s; it starts when one of them stops.",
+				d.Playbook, len(running), strings.Join(running, ", "))
+			r.setCondition(rr, v1alpha1.ConditionProgressing, metav1.ConditionTrue, ReasonWaitingForSlot, msg)
+			r.Recorder.Event(rr, corev1.EventTypeNormal, EventWaiting, msg)
+			log.Info("Waiting for a remediation slot", "running", len(running))
+			// Woken when a playbook stops; the requeue is only a safety net.
+			return ctrl.Result{RequeueAfter: guardRecheck}, nil
+		}
 		rr.Status.Phase = v1alpha1.PhaseRunning
 		r.setCondition(rr, v1alpha1.ConditionProgressing, metav1.ConditionTrue, ReasonPlaybookRunning,
 			fmt.Sprintf("Running playbook %s: %s", d.Playbook, strings.Join(names, " -> ")))
@@ -352,6 +433,33 @@ func Conflicts(ctx context.Context, reader client.Reader, rr *v1alpha1.Remediati
 	return out, nil
 }
 
+// guardRecheck is how often a request waiting on a guard re-decides if no wake-up
+// came (for instance, the blocking request was handled by a previous leader).
+const guardRecheck = 30 * time.Second
+
+// slotsTaken returns the other Running requests, sorted, when they fill the
+// cluster-wide cap, and nil when rr may start. It reads live, like Conflicts.
+func (r *RemediationRequestReconciler) slotsTaken(ctx context.Context, rr *v1alpha1.RemediationRequest) ([]string, error) {
+	if r.MaxConcurrent <= 0 {
+		return nil, nil
+	}
+	list := &v1alpha1.RemediationRequestList{}
+	if err := r.Reader.List(ctx, list); err != nil {
+		return nil, fmt.Errorf("listing requests: %w", err)
+	}
+	var running []string
+	for i := range list.Items {
+		if o := &list.Items[i]; o.UID != rr.UID && o.Status.Phase == v1alpha1.PhaseRunning {
+			running = append(running, o.Namespace+"/"+o.Name)
+		}
+	}
+	if len(running) < r.MaxConcurrent {
+		return nil, nil
+	}
+	slices.Sort(running)
+	return running, nil
+}
+
 // runPlaybook advances a running playbook by one step.
 func (r *RemediationRequestReconciler) runPlaybook(ctx context.Context, s *scope) (ctrl.Result, error) {
 	rr := s.rr
@@ -359,6 +467,14 @@ func (r *RemediationRequestReconciler) runPlaybook(ctx context.Context, s *scope
 		return ctrl.Result{}, nil
 	}
 	run := r.run(s)
+	// Only the start of a destructive step is gated: waits and restore steps finish
+	// even after the window closed, so nothing is left half-done.
+	if next, ok := remediations.NextPending(rr.Status.Steps); ok && remediations.Destructive(next) {
+		inside, opens, err := MaintenanceWindow(rr.Spec.MaintenanceWindow, s.now)
+		if err == nil && !inside {
+			return r.windowClosed(ctx, s, run, next, opens)
+		}
+	}
 	p, err := remediations.Advance(ctx, run)
 	if err != nil {
 		return ctrl.Result{}, err
@@ -400,6 +516,37 @@ func (r *RemediationRequestReconciler) runPlaybook(ctx context.Context, s *scope
 		return ctrl.Result{RequeueAfter: 10 * time.Millisecond}, nil
 	}
 	return ctrl.Result{RequeueAfter: p.RequeueAfter}, nil
+}
+
+// windowClosed stops a playbook whose maintenance window closed before its next
+// destructive step: it restores what the playbook changed (the cordon), skips the
+// remaining steps, and waits for the next window, when the request is decided again
+// on fresh facts.
+func (r *RemediationRequestReconciler) windowClosed(ctx context.Context, s *scope, run *remediations.Run, next string, opens time.Time) (ctrl.Result, error) {
+	rr := s.rr
+	restored, err := remediations.Restore(ctx, run, "the maintenance window closed")
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	for i := range rr.Status.Steps {
+		if st := &rr.Status.Steps[i]; st.State == v1alpha1.StepPending {
+			st.State = v1alpha1.StepSkipped
+			st.Message = "Skipped: the maintenance window closed before it started"
+		}
+	}
+	at := metav1.NewTime(opens)
+	rr.Status.Decision.RecheckAt = &at
+	rr.Status.Phase = v1alpha1.PhaseWaiting
+	what := "nothing needed restoring"
+	if restored != "" {
+		what = "restored: " + restored
+	}
+	msg := fmt.Sprintf("The maintenance window closed before step %s, so the playbook stopped without starting it; %s. The request is decided again when the next window opens at %s.",
+		next, what, at.UTC().Format(time.RFC3339))
+	r.setCondition(rr, v1alpha1.ConditionProgressing, metav1.ConditionTrue, ReasonWindowClosed, msg)
+	r.Recorder.Event(rr, corev1.EventTypeWarning, ReasonWindowClosed, msg)
+	ctrl.LoggerFrom(ctx).Info("Maintenance window closed mid-playbook", "nextStep", next, "opens", at.Time)
+	return ctrl.Result{RequeueAfter: opens.Sub(s.now)}, nil
 }
 
 func (r *RemediationRequestReconciler) run(s *scope) *remediations.Run {

@@ -33,8 +33,9 @@ var env *testenv.Env
 
 func TestMain(m *testing.M) { testenv.Main(m, &env) }
 
-// startManager runs the reconciler the way `remediator controller` wires it.
-func startManager(t *testing.T) {
+// startManager runs the reconciler the way `remediator controller` wires it; opts
+// adjust it (a cap, an injected clock) before it starts.
+func startManager(t *testing.T, opts ...func(*controllers.RemediationRequestReconciler)) {
 	t.Helper()
 	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
 		Scheme:  scheme.Scheme,
@@ -61,6 +62,9 @@ func startManager(t *testing.T) {
 		Playbooks: playbooks,
 		Timeouts:  remediations.DefaultTimeouts,
 		Recorder:  mgr.GetEventRecorderFor("remediator-test"),
+	}
+	for _, o := range opts {
+		o(r)
 	}
 	if err := r.SetupWithManager(mgr); err != nil {
 		t.Fatal(err)

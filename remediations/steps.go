@@ -96,6 +96,31 @@ var library = map[string]Step{
 	"waitDriverRegistered": waitDriverRegistered{},
 }
 
+// destructive steps change the cluster in a way a maintenance window guards: they
+// may only start inside the window. Waits and uncordon (a restore) may always run.
+var destructive = map[string]bool{
+	"cordon": true, "deleteAffectedPods": true, "deleteLease": true, "deletePluginPod": true,
+}
+
+// Destructive reports whether the named step may only start inside a maintenance
+// window.
+func Destructive(step string) bool { return destructive[step] }
+
+// NextPending returns the step Advance would start next, if the running steps are
+// all done.
+func NextPending(steps []v1alpha1.StepStatus) (string, bool) {
+	for _, st := range steps {
+		switch st.State {
+		case v1alpha1.StepSucceeded, v1alpha1.StepSkipped:
+			continue
+		case v1alpha1.StepPending, "":
+			return st.Name, true
+		}
+		return "", false
+	}
+	return "", false
+}
+
 // holder is the node a playbook works on: the target node of reregister-csi-driver,
 // or the Lease holder of release-luks-lease, as recorded at decision time.
 func holder(r *Run) (string, error) {

@@ -45,6 +45,7 @@ type controllerOptions struct {
 	evictionTimeout       time.Duration
 	podTerminationTimeout time.Duration
 	pluginRestartTimeout  time.Duration
+	maxConcurrent         int
 }
 
 func newControllerCommand() *cobra.Command {
@@ -73,6 +74,8 @@ func newControllerCommand() *cobra.Command {
 	f.DurationVar(&o.evictionTimeout, "eviction-timeout", remediations.DefaultTimeouts.Eviction, "How long evictions refused by a PodDisruptionBudget are retried before the playbook fails")
 	f.DurationVar(&o.podTerminationTimeout, "pod-termination-timeout", remediations.DefaultTimeouts.PodTermination, "How long to wait for evicted pods to terminate before the playbook fails")
 	f.DurationVar(&o.pluginRestartTimeout, "plugin-restart-timeout", remediations.DefaultTimeouts.PluginRestart, "How long to wait for a replacement node-plugin pod, and then for the driver to be registered again")
+	f.IntVar(&o.maxConcurrent, "max-concurrent-remediations", 3,
+		"Playbooks that may run at once across the cluster; more allowed requests wait (phase Waiting) and start when one finishes. 0 means no cap")
 	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
 	klog.InitFlags(klogFlags)
 	f.AddGoFlagSet(klogFlags)
@@ -86,6 +89,9 @@ func runController(cmd *cobra.Command, o controllerOptions) error {
 	sel, err := labels.Parse(o.nodePluginSelector)
 	if err != nil {
 		return fmt.Errorf("parsing --node-plugin-selector %q: %w", o.nodePluginSelector, err)
+	}
+	if o.maxConcurrent < 0 {
+		return fmt.Errorf("--max-concurrent-remediations must be 0 (no cap) or more, got %d", o.maxConcurrent)
 	}
 	if o.nodeLeaseGracePeriod <= 0 {
 		return fmt.Errorf("--node-lease-grace-period must be positive, got %s", o.nodeLeaseGracePeriod)
@@ -143,11 +149,12 @@ func runController(cmd *cobra.Command, o controllerOptions) error {
 		RetainedEventReason:  facts.DefaultRetainedEventReason,
 	}
 	if err := (&controllers.RemediationRequestReconciler{
-		Client:    mgr.GetClient(),
-		Reader:    mgr.GetAPIReader(),
-		Gatherer:  &facts.Gatherer{Reader: mgr.GetAPIReader(), Config: fc},
-		Policy:    policy,
-		Playbooks: playbooks,
+		Client:        mgr.GetClient(),
+		Reader:        mgr.GetAPIReader(),
+		Gatherer:      &facts.Gatherer{Reader: mgr.GetAPIReader(), Config: fc},
+		Policy:        policy,
+		Playbooks:     playbooks,
+		MaxConcurrent: o.maxConcurrent,
 		Timeouts: remediations.Timeouts{Eviction: o.evictionTimeout, PodTermination: o.podTerminationTimeout,
 			PluginRestart: o.pluginRestartTimeout},
 		Recorder: mgr.GetEventRecorderFor("remediator"),

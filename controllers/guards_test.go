@@ -1,0 +1,307 @@
+package controllers_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/remediator/remediator/api/v1alpha1"
+	"github.com/remediator/remediator/controllers"
+	"github.com/remediator/remediator/controllers/facts"
+)
+
+// fakeClock is the injected clock: the guard and window tests move time by hand
+// instead of waiting for it.
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) Set(t time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = t
+}
+
+func withClock(c *fakeClock) func(*controllers.RemediationRequestReconciler) {
+	return func(r *controllers.RemediationRequestReconciler) {
+		r.Now = c.Now
+		r.Gatherer.Now = c.Now
+	}
+}
+
+func create(t *testing.T, obj client.Object) {
+	t.Helper()
+	if err := env.Client.Create(context.Background(), obj); err != nil {
+		t.Fatalf("creating %T %s: %v", obj, obj.GetName(), err)
+	}
+}
+
+// healthyHolder stages incident A on a healthy node as of now: the node Ready with a
+// fresh kube-node-lease heartbeat, a Lease acquired 40 minutes before with a
+// LeaseRetained event, and a pod on the node using the volume. Without a kubelet the
+// evicted pod stays Terminating, which holds the playbook at waitPodsGone until the
+// test removes it.
+func healthyHolder(t *testing.T, name string, now time.Time) (pod *corev1.Pod) {
+	t.Helper()
+	ctx := context.Background()
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	create(t, node)
+	node.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady", LastTransitionTime: metav1.NewTime(now.Add(-time.Hour))}}
+	if err := env.Client.Status().Update(ctx, node); err != nil {
+		t.Fatal(err)
+	}
+	create(t, &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Namespace: corev1.NamespaceNodeLease, Name: name},
+		Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptr.To(name), RenewTime: &metav1.MicroTime{Time: now}},
+	})
+	lease := &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "trident", Name: "pvc-" + name},
+		Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptr.To(name), AcquireTime: &metav1.MicroTime{Time: now.Add(-40 * time.Minute)}},
+	}
+	create(t, lease)
+	create(t, &corev1.Event{
+		ObjectMeta:     metav1.ObjectMeta{Namespace: "trident", GenerateName: lease.Name + "."},
+		InvolvedObject: corev1.ObjectReference{APIVersion: "coordination.k8s.io/v1", Kind: "Lease", Namespace: "trident", Name: lease.Name, UID: lease.UID},
+		Reason:         facts.DefaultRetainedEventReason, Type: corev1.EventTypeWarning, Count: 1,
+		Message:        "Retaining lease after failed LUKS operation on " + name + ": cryptsetup luksOpen exited with status 5",
+		FirstTimestamp: metav1.NewTime(now), LastTimestamp: metav1.NewTime(now),
+	})
+	create(t, &corev1.PersistentVolume{
+		ObjectMeta: metav1.ObjectMeta{Name: lease.Name},
+		Spec: corev1.PersistentVolumeSpec{
+			Capacity:               corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
+			AccessModes:            []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany},
+			ClaimRef:               &corev1.ObjectReference{Namespace: "app", Name: name},
+			PersistentVolumeSource: corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{Driver: facts.DefaultDriverName, VolumeHandle: lease.Name}},
+		},
+	})
+	create(t, &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "app", Name: name},
+		Spec: corev1.PersistentVolumeClaimSpec{
+			AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany},
+			Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}},
+			VolumeName:  lease.Name,
+		},
+	})
+	pod = &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "app", Name: name},
+		Spec: corev1.PodSpec{
+			NodeName:   name,
+			Containers: []corev1.Container{{Name: "app", Image: "registry.example/app:1"}},
+			Volumes:    []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: name}}}},
+		},
+	}
+	create(t, pod)
+	return pod
+}
+
+// shutdownHolder stages a Lease whose holder node is powered off.
+func shutdownHolder(t *testing.T, name string, now time.Time) {
+	t.Helper()
+	create(t, &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec:       corev1.NodeSpec{Taints: []corev1.Taint{{Key: v1alpha1.TaintOutOfService, Value: "nodeshutdown", Effect: corev1.TaintEffectNoExecute}}},
+	})
+	create(t, &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "trident", Name: "pvc-" + name},
+		Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptr.To(name), AcquireTime: &metav1.MicroTime{Time: now.Add(-time.Hour)}},
+	})
+	create(t, &corev1.PersistentVolume{
+		ObjectMeta: metav1.ObjectMeta{Name: "pvc-" + name},
+		Spec: corev1.PersistentVolumeSpec{
+			Capacity:               corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
+			AccessModes:            []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany},
+			PersistentVolumeSource: corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{Driver: facts.DefaultDriverName, VolumeHandle: "pvc-" + name}},
+		},
+	})
+}
+
+func newRequest(t *testing.T, name, pv string, window *v1alpha1.MaintenanceWindow) client.ObjectKey {
+	t.Helper()
+	rr := &v1alpha1.RemediationRequest{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "remediator", Name: name},
+		Spec: v1alpha1.RemediationRequestSpec{
+			Remediation:       v1alpha1.RemediationReleaseLUKSLease,
+			Target:            v1alpha1.Target{PersistentVolume: pv},
+			Reason:            "Lease retained after a failed cryptsetup luksOpen (INC-4711)",
+			MaintenanceWindow: window,
+		},
+	}
+	create(t, rr)
+	return client.ObjectKeyFromObject(rr)
+}
+
+// waitFor polls a request until cond holds, for at most timeout of real time.
+func waitFor(t *testing.T, key client.ObjectKey, timeout time.Duration, what string, cond func(*v1alpha1.RemediationRequest) bool) *v1alpha1.RemediationRequest {
+	t.Helper()
+	rr := &v1alpha1.RemediationRequest{}
+	deadline := time.Now().Add(timeout)
+	for {
+		err := env.Client.Get(context.Background(), key, rr)
+		if err == nil && cond(rr) {
+			return rr
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: timed out after %s waiting for %s; phase %s, steps %+v, conditions %+v (err %v)",
+				key.Name, timeout, what, rr.Status.Phase, rr.Status.Steps, rr.Status.Conditions, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func stepState(rr *v1alpha1.RemediationRequest, name string) v1alpha1.StepState {
+	for _, st := range rr.Status.Steps {
+		if st.Name == name {
+			return st.State
+		}
+	}
+	return ""
+}
+
+// finishTermination plays the kubelet: the evicted pod's containers stopped, so the
+// pod object goes away.
+func finishTermination(t *testing.T, pod *corev1.Pod) {
+	t.Helper()
+	err := env.Client.Delete(context.Background(), pod, client.GracePeriodSeconds(0))
+	if err != nil && !apierrors.IsNotFound(err) {
+		t.Fatal(err)
+	}
+}
+
+// TestConcurrencyCapHoldsRequestsUntilASlotFrees: with a cap of one, a second allowed
+// request waits (not rejected, not lost) while the first runs, and starts as soon as
+// the first finishes: well before its 30 s safety recheck, because finishing wakes it.
+func TestConcurrencyCapHoldsRequestsUntilASlotFrees(t *testing.T) {
+	ensureNamespaces(t, "remediator", "trident", "app", corev1.NamespaceNodeLease)
+	clock := &fakeClock{now: time.Now().Truncate(time.Second)}
+	startManager(t, withClock(clock), func(r *controllers.RemediationRequestReconciler) { r.MaxConcurrent = 1 })
+
+	pod := healthyHolder(t, "envtest-cap-a", clock.Now())
+	shutdownHolder(t, "envtest-cap-b", clock.Now())
+	a := newRequest(t, "cap-a", "pvc-envtest-cap-a", nil)
+	waitFor(t, a, 20*time.Second, "cap-a holding at waitPodsGone", func(rr *v1alpha1.RemediationRequest) bool {
+		return stepState(rr, "waitPodsGone") == v1alpha1.StepRunning
+	})
+	b := newRequest(t, "cap-b", "pvc-envtest-cap-b", nil)
+	got := waitFor(t, b, 20*time.Second, "cap-b waiting for a slot", func(rr *v1alpha1.RemediationRequest) bool {
+		return rr.Status.Phase == v1alpha1.PhaseWaiting
+	})
+	p := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionProgressing)
+	want := "Playbook node-shutdown is allowed but 1 remediation(s) are already running, the cluster-wide cap (--max-concurrent-remediations): remediator/cap-a; it starts when one of them stops."
+	if p == nil || p.Reason != controllers.ReasonWaitingForSlot || p.Message != want {
+		t.Errorf("Progressing = %+v\nwant reason %s, message %q", p, controllers.ReasonWaitingForSlot, want)
+	}
+	if err := env.Client.Get(context.Background(), client.ObjectKey{Namespace: "trident", Name: "pvc-envtest-cap-b"}, &coordinationv1.Lease{}); err != nil {
+		t.Errorf("cap-b's Lease must be untouched while it waits: %v", err)
+	}
+
+	finishTermination(t, pod)
+	waitFor(t, a, 20*time.Second, "cap-a Succeeded", func(rr *v1alpha1.RemediationRequest) bool {
+		return rr.Status.Phase == v1alpha1.PhaseSucceeded
+	})
+	start := time.Now()
+	waitFor(t, b, 10*time.Second, "cap-b Succeeded once the slot freed", func(rr *v1alpha1.RemediationRequest) bool {
+		return rr.Status.Phase == v1alpha1.PhaseSucceeded
+	})
+	t.Logf("cap-b started and finished %s after cap-a finished", time.Since(start).Round(time.Millisecond))
+}
+
+// TestMaintenanceWindowClosingMidPlaybook: the steps start inside the window; when it
+// closes mid-playbook the running wait finishes, no destructive step starts (the
+// Lease stays), the cordon is restored, and the request waits for the next window, in
+// which it is decided again and completes. Time only moves when the test moves it.
+func TestMaintenanceWindowClosingMidPlaybook(t *testing.T) {
+	ctx := context.Background()
+	ensureNamespaces(t, "remediator", "trident", "app", corev1.NamespaceNodeLease)
+	opened := time.Date(2026, 11, 20, 2, 0, 0, 0, time.UTC)
+	clock := &fakeClock{now: opened.Add(10 * time.Minute)}
+	startManager(t, withClock(clock))
+
+	node := "envtest-window-close"
+	pod := healthyHolder(t, node, clock.Now())
+	window := &v1alpha1.MaintenanceWindow{Schedule: "CRON_TZ=UTC 0 2 * * *", Duration: metav1.Duration{Duration: time.Hour}}
+	key := newRequest(t, "window-close", "pvc-"+node, window)
+	waitFor(t, key, 20*time.Second, "the playbook started inside the window and holding at waitPodsGone", func(rr *v1alpha1.RemediationRequest) bool {
+		return stepState(rr, "waitPodsGone") == v1alpha1.StepRunning
+	})
+	n := &corev1.Node{}
+	if err := env.Client.Get(ctx, client.ObjectKey{Name: node}, n); err != nil || !n.Spec.Unschedulable {
+		t.Fatalf("node not cordoned by the playbook: %v", err)
+	}
+
+	// The window closes while the evicted pod is still terminating.
+	clock.Set(opened.Add(time.Hour + time.Minute))
+	finishTermination(t, pod)
+	got := waitFor(t, key, 20*time.Second, "the playbook stopped by the closed window", func(rr *v1alpha1.RemediationRequest) bool {
+		return rr.Status.Phase == v1alpha1.PhaseWaiting
+	})
+	p := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionProgressing)
+	next := opened.Add(24 * time.Hour)
+	wantMsg := fmt.Sprintf("The maintenance window closed before step deleteLease, so the playbook stopped without starting it; restored: Uncordoned node %s. The request is decided again when the next window opens at %s.", node, next.Format(time.RFC3339))
+	if p == nil || p.Reason != controllers.ReasonWindowClosed || p.Message != wantMsg {
+		t.Errorf("Progressing = %+v\nwant message %q", p, wantMsg)
+	}
+	for step, want := range map[string]v1alpha1.StepState{
+		"cordon": v1alpha1.StepSucceeded, "deleteAffectedPods": v1alpha1.StepSucceeded, "waitPodsGone": v1alpha1.StepSucceeded,
+		"deleteLease": v1alpha1.StepSkipped, "uncordon": v1alpha1.StepSucceeded,
+	} {
+		if got := stepState(got, step); got != want {
+			t.Errorf("step %s = %s, want %s", step, got, want)
+		}
+	}
+	if got.Status.Decision.RecheckAt == nil || !got.Status.Decision.RecheckAt.Time.Equal(next) {
+		t.Errorf("recheckAt = %v, want the next window %s", got.Status.Decision.RecheckAt, next)
+	}
+	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: "trident", Name: "pvc-" + node}, &coordinationv1.Lease{}); err != nil {
+		t.Errorf("the Lease must not be deleted after the window closed: %v", err)
+	}
+	if err := env.Client.Get(ctx, client.ObjectKey{Name: node}, n); err != nil || n.Spec.Unschedulable {
+		t.Errorf("the node must be uncordoned by the restore (unschedulable=%v, err=%v)", n.Spec.Unschedulable, err)
+	}
+
+	// The next window: the node still heartbeats, and the request is decided again.
+	clock.Set(next.Add(time.Minute))
+	nl := &coordinationv1.Lease{}
+	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: corev1.NamespaceNodeLease, Name: node}, nl); err != nil {
+		t.Fatal(err)
+	}
+	nl.Spec.RenewTime = &metav1.MicroTime{Time: clock.Now()}
+	if err := env.Client.Update(ctx, nl); err != nil {
+		t.Fatal(err)
+	}
+	// The controller requeued itself for the real-time instant of the next window;
+	// a refresh annotation (what an operator's `kubectl annotate` does) triggers it now.
+	rr := &v1alpha1.RemediationRequest{}
+	if err := env.Client.Get(ctx, key, rr); err != nil {
+		t.Fatal(err)
+	}
+	before := rr.DeepCopy()
+	rr.Annotations = map[string]string{"remediator.io/refresh": clock.Now().Format(time.RFC3339)}
+	if err := env.Client.Patch(ctx, rr, client.MergeFrom(before)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, key, 20*time.Second, "Succeeded in the next window", func(rr *v1alpha1.RemediationRequest) bool {
+		return rr.Status.Phase == v1alpha1.PhaseSucceeded
+	})
+	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: "trident", Name: "pvc-" + node}, &coordinationv1.Lease{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the Lease should be deleted in the next window: %v", err)
+	}
+}
