@@ -292,6 +292,8 @@ func (r *RemediationRequestReconciler) decide(ctx context.Context, s *scope) (ct
 		}
 		return ctrl.Result{}, nil
 	}
+	// Real time, not the injected clock: this measures the controller, not the facts.
+	started := time.Now()
 	f, err := r.Gatherer.Gather(ctx, rr)
 	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("gathering facts: %w", err)
@@ -307,6 +309,7 @@ func (r *RemediationRequestReconciler) decide(ctx context.Context, s *scope) (ct
 	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("deciding: %w", err)
 	}
+	decisionSeconds.WithLabelValues(string(rr.Spec.Remediation)).Observe(time.Since(started).Seconds())
 	now := metav1.NewTime(s.now)
 	dec := &v1alpha1.Decision{
 		Allowed: d.Allowed, Playbook: d.Playbook, Rule: d.Rule, Reasons: d.Reasons,
@@ -591,6 +594,9 @@ func (r *RemediationRequestReconciler) patchStatus(ctx context.Context, s *scope
 	err := r.Client.Status().Patch(ctx, s.rr, client.MergeFromWithOptions(s.base, client.MergeFromWithOptimisticLock{}))
 	if err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("patching status: %w", err)
+	}
+	if err == nil {
+		observeTransitions(s.base, s.rr)
 	}
 	// A second patch in the same reconcile (deletion) diffs from what was written.
 	s.base = s.rr.DeepCopy()

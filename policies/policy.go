@@ -70,6 +70,8 @@ type Engine struct {
 	ctx    *cue.Context
 	policy cue.Value
 	digest string
+	// dir is where the policies were loaded from; empty means embedded.
+	dir string
 }
 
 // Embedded compiles the policies built into the binary.
@@ -77,7 +79,14 @@ func Embedded() (*Engine, error) { return compile(embedded, ".") }
 
 // FromDir compiles the policies in dir (for example a ConfigMap synced from Git).
 // *_test.cue files are ignored, as by cue itself.
-func FromDir(dir string) (*Engine, error) { return compile(os.DirFS(dir), ".") }
+func FromDir(dir string) (*Engine, error) {
+	e, err := compile(os.DirFS(dir), ".")
+	if err != nil {
+		return nil, err
+	}
+	e.dir = dir
+	return e, nil
+}
 
 // Load returns the policies from dir, or the embedded ones when dir is empty.
 func Load(dir string) (*Engine, error) {
@@ -132,7 +141,40 @@ func compile(fsys fs.FS, dir string) (*Engine, error) {
 }
 
 // Digest identifies the compiled policy source.
-func (e *Engine) Digest() string { return e.digest }
+func (e *Engine) Digest() string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.digest
+}
+
+// Source is the policy directory, or "embedded".
+func (e *Engine) Source() string {
+	if e.dir == "" {
+		return "embedded"
+	}
+	return e.dir
+}
+
+// Reload recompiles on-disk policies (a ConfigMap volume changes under a running
+// process) and swaps them in when their digest changed. A policy that no longer
+// compiles is an error and the previous one stays in use: a bad edit must not stop
+// the controller from deciding. Embedded policies never change.
+func (e *Engine) Reload() (changed bool, err error) {
+	if e.dir == "" {
+		return false, nil
+	}
+	n, err := compile(os.DirFS(e.dir), ".")
+	if err != nil {
+		return false, err
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if n.digest == e.digest {
+		return false, nil
+	}
+	e.ctx, e.policy, e.digest = n.ctx, n.policy, n.digest
+	return true, nil
+}
 
 // Decide evaluates the policy for one input.
 func (e *Engine) Decide(in Input) (Decision, error) {

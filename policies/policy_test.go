@@ -93,6 +93,68 @@ func TestDigestFollowsSource(t *testing.T) {
 	}
 }
 
+// TestReloadSwapsOnlyCompilingPolicies: an edited policy directory (a ConfigMap
+// updated in place) is picked up by Reload; a broken edit is an error and the last
+// good policy keeps deciding.
+func TestReloadSwapsOnlyCompilingPolicies(t *testing.T) {
+	dir := t.TempDir()
+	copyPolicies(t, dir)
+	e, err := FromDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	young := loadFixture(t, "testdata/unreachable-fenced-young.yaml")
+	decide := func() Decision {
+		t.Helper()
+		d, err := e.Decide(young.Input)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	if changed, err := e.Reload(); changed || err != nil {
+		t.Fatalf("reload of an unchanged dir: changed=%v err=%v", changed, err)
+	}
+	first, before := e.Digest(), decide()
+	if before.Allowed || before.Rule != young.Want.Rule {
+		t.Fatalf("baseline decision %+v, want rule %s", before, young.Want.Rule)
+	}
+
+	// The reviewed change: fenced unreachable holders need no minimum Lease age.
+	p := filepath.Join(dir, "release_luks_lease.cue")
+	src, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	edited := strings.Replace(string(src), "#UnreachableMinLeaseAgeSeconds: 300", "#UnreachableMinLeaseAgeSeconds: 0", 1)
+	if edited == string(src) {
+		t.Fatal("the threshold to edit is not in release_luks_lease.cue")
+	}
+	if err := os.WriteFile(p, []byte(edited), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if changed, err := e.Reload(); !changed || err != nil {
+		t.Fatalf("reload after an edit: changed=%v err=%v", changed, err)
+	}
+	second, after := e.Digest(), decide()
+	if second == first || !after.Allowed || after.Digest != second {
+		t.Fatalf("after the edit: digest %s (was %s), decision %+v; want a new digest and an allowed decision", second, first, after)
+	}
+
+	if err := os.WriteFile(p, []byte(edited+"\n#Policy: {"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if changed, err := e.Reload(); changed || err == nil {
+		t.Fatalf("reload of a broken policy: changed=%v err=%v; want an error", changed, err)
+	}
+	if e.Digest() != second || !decide().Allowed {
+		t.Error("a broken edit replaced the last good policy")
+	}
+	if emb := engine(t); emb.Source() != "embedded" || e.Source() != dir {
+		t.Errorf("sources: %q, %q", emb.Source(), e.Source())
+	}
+}
+
 func TestFromDirRejectsBrokenPolicy(t *testing.T) {
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "p.cue"), []byte("package policies\n#Policy: {input: _, decision: \n"), 0o644); err != nil {

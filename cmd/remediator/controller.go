@@ -46,6 +46,7 @@ type controllerOptions struct {
 	podTerminationTimeout time.Duration
 	pluginRestartTimeout  time.Duration
 	maxConcurrent         int
+	policyReloadInterval  time.Duration
 }
 
 func newControllerCommand() *cobra.Command {
@@ -76,6 +77,8 @@ func newControllerCommand() *cobra.Command {
 	f.DurationVar(&o.pluginRestartTimeout, "plugin-restart-timeout", remediations.DefaultTimeouts.PluginRestart, "How long to wait for a replacement node-plugin pod, and then for the driver to be registered again")
 	f.IntVar(&o.maxConcurrent, "max-concurrent-remediations", 3,
 		"Playbooks that may run at once across the cluster; more allowed requests wait (phase Waiting) and start when one finishes. 0 means no cap")
+	f.DurationVar(&o.policyReloadInterval, "policy-reload-interval", 30*time.Second,
+		"How often --policies-dir is re-read (a mounted ConfigMap changes in place); a policy that fails to compile is logged, counted in remediator_policy_load_errors_total and not used. 0 disables reloading")
 	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
 	klog.InitFlags(klogFlags)
 	f.AddGoFlagSet(klogFlags)
@@ -160,6 +163,14 @@ func runController(cmd *cobra.Command, o controllerOptions) error {
 		Recorder: mgr.GetEventRecorderFor("remediator"),
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the RemediationRequest controller: %w", err)
+	}
+	if err := controllers.RegisterMetrics(mgr.GetClient(), policy); err != nil {
+		return fmt.Errorf("registering metrics: %w", err)
+	}
+	if o.policiesDir != "" && o.policyReloadInterval > 0 {
+		if err := mgr.Add(&controllers.PolicyReloader{Engine: policy, Interval: o.policyReloadInterval}); err != nil {
+			return fmt.Errorf("adding the policy reloader: %w", err)
+		}
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		return fmt.Errorf("adding health check: %w", err)
