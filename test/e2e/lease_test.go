@@ -481,24 +481,7 @@ func TestRestartResumesWithoutRepeatingSteps(t *testing.T) {
 		t.Errorf("cordon re-ran after the restart: before %+v after %+v", cordonBefore, cordonAfter)
 	}
 	// Each step transition emits one Event: a repeated step would show twice.
-	events := &corev1.EventList{}
-	if err := k8s.List(ctx, events, client.InNamespace(ns)); err != nil {
-		t.Fatal(err)
-	}
-	count := map[string]int32{}
-	for _, e := range events.Items {
-		if e.InvolvedObject.Name == key.Name && strings.HasPrefix(e.Reason, "Step") {
-			count[e.Message] += max(e.Count, 1)
-		}
-	}
-	for msg, n := range count {
-		if n != 1 {
-			t.Errorf("event %q seen %d times", msg, n)
-		}
-	}
-	if len(count) != 10 {
-		t.Errorf("want 10 step events (5 started, 5 succeeded), got %d: %v", len(count), count)
-	}
+	assertStepEventsOnce(t, ns, key, 10)
 }
 
 func TestDryRunChangesNothing(t *testing.T) {

@@ -92,8 +92,15 @@ func reachable(kubeconfig string) bool {
 
 // controller is a bin/remediator controller process.
 type controller struct {
-	cmd  *exec.Cmd
-	done chan error
+	cmd     *exec.Cmd
+	done    chan error
+	logPath string
+}
+
+// logs returns what the process logged so far.
+func (c *controller) logs() string {
+	out, _ := os.ReadFile(c.logPath)
+	return string(out)
 }
 
 // startController runs bin/remediator controller against the local cluster and waits
@@ -118,7 +125,7 @@ func startController(t *testing.T, extraArgs ...string) *controller {
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("starting bin/remediator (run `make build`): %v", err)
 	}
-	c := &controller{cmd: cmd, done: make(chan error, 1)}
+	c := &controller{cmd: cmd, done: make(chan error, 1), logPath: logPath}
 	go func() { c.done <- cmd.Wait(); logFile.Close() }()
 	t.Cleanup(func() {
 		c.stop()
