@@ -1,20 +1,31 @@
-# Remediator controller image. Build from the repository root:
-#   docker build -t remediator:dev .
-# The binary is static (CGO off) and runs as a non-root user on a distroless base.
+# Remediator controller image. Build from the repository root with `make image`, or:
+#   docker build --build-arg VERSION=$(git describe --tags --always --dirty) -t remediator:dev .
+#
+# The binary is static (CGO off, -trimpath) and runs as the distroless "nonroot" user
+# (65532) on a base with no shell and no package manager. cmd/remediator's
+# dockerfile_test.go runs this file's build line and checks the result.
+#
+# Scope: this image is for `remediator controller` (and the read-only `scan`, `plan`,
+# `version`). `remediator sync` shells out to `git`, which distroless/static does not
+# have; a sync image needs a base with git (e.g. FROM alpine/git or a debian-slim
+# stage with `apt-get install git ca-certificates`) and is out of scope here.
+
 FROM golang:1.26 AS build
+ARG VERSION=dev
 WORKDIR /src
+# Dependencies first, so that a source change does not download them again.
 COPY go.mod go.sum ./
 RUN go mod download
+# The Go packages the binary is built from, and nothing else (no bin/, no test data).
 COPY api/ api/
 COPY cmd/ cmd/
 COPY controllers/ controllers/
 COPY policies/ policies/
 COPY remediations/ remediations/
-ARG VERSION=dev
 RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=${VERSION}" -o /out/remediator ./cmd/remediator
 
 FROM gcr.io/distroless/static-debian12:nonroot
-COPY --from=build /out/remediator /usr/local/bin/remediator
+COPY --from=build /out/remediator /remediator
 USER 65532:65532
-ENTRYPOINT ["/usr/local/bin/remediator"]
-CMD ["controller", "--leader-elect"]
+ENTRYPOINT ["/remediator"]
+CMD ["controller"]

@@ -59,6 +59,19 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 build: ## Build bin/remediator
 	$(GO) build -ldflags '-X main.version=$(VERSION)' -o $(BIN)/remediator ./cmd/remediator
 
+# The controller image (Dockerfile: static binary on distroless, non-root). Needs
+# docker or podman; nothing else in the Makefile does.
+IMAGE ?= remediator:$(VERSION)
+CONTAINER_ENGINE ?= $(shell command -v docker || command -v podman)
+
+.PHONY: image
+image: ## Build the controller image remediator:<VERSION> with docker or podman (IMAGE=, CONTAINER_ENGINE= override)
+	@if [ -z "$(CONTAINER_ENGINE)" ]; then \
+		echo "make image: no container engine found: install docker or podman, or set CONTAINER_ENGINE" >&2; \
+		exit 1; \
+	fi
+	$(CONTAINER_ENGINE) build --build-arg VERSION=$(VERSION) -t $(IMAGE) .
+
 # ---------------------------------------------------------------------------
 # Tests. `make test` is the one command CI runs (.ci/run).
 GOTEST ?= $(GO) test

@@ -1,0 +1,84 @@
+{{/*
+The chart name, overridable with nameOverride.
+*/}}
+{{- define "remediator.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+The fully qualified name of the release's objects, truncated to 63 characters
+(the DNS label limit). A release name that already contains the chart name is
+used as it is.
+*/}}
+{{- define "remediator.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+Chart name and version, for the helm.sh/chart label.
+*/}}
+{{- define "remediator.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+Labels on every object.
+*/}}
+{{- define "remediator.labels" -}}
+helm.sh/chart: {{ include "remediator.chart" . }}
+{{ include "remediator.selectorLabels" . }}
+{{- if .Chart.AppVersion }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+{{- end }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{/*
+Selector labels: the controller's pods, matched by the Deployment and the Service.
+*/}}
+{{- define "remediator.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "remediator.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{/*
+The ServiceAccount the controller runs as.
+*/}}
+{{- define "remediator.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "remediator.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- required "serviceAccount.name is required when serviceAccount.create is false" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/*
+The image reference; the tag defaults to the chart's appVersion.
+*/}}
+{{- define "remediator.image" -}}
+{{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) }}
+{{- end }}
+
+{{/*
+Where the policies ConfigMap is mounted; passed as --policies-dir.
+*/}}
+{{- define "remediator.policiesDir" -}}
+/etc/remediator/policies
+{{- end }}
+
+{{/*
+The leader-election Lease name. It is the controller's LeaderElectionID
+(cmd/remediator/controller.go); the chart's tests check that the two agree.
+*/}}
+{{- define "remediator.leaderElectionID" -}}
+remediator.remediator.io
+{{- end }}
