@@ -1,0 +1,179 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"k8s.io/utils/ptr"
+
+	"github.com/remediator/remediator/api/v1alpha1"
+	"github.com/remediator/remediator/test/helmchart"
+)
+
+// installChartRBAC applies the chart's rendered objects (the CRDs are already
+// installed by the cluster, and no container runs here, so the Deployment is left
+// out) into the release namespace, and returns the ServiceAccount's name.
+func installChartRBAC(t *testing.T, release, ns string) string {
+	t.Helper()
+	ctx := context.Background()
+	objs, err := helmchart.Render(release, ns, map[string]any{"trident": map[string]any{"namespace": tridentNS}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sa := ""
+	for _, o := range objs {
+		switch o.GetKind() {
+		case "CustomResourceDefinition", "Deployment":
+			continue
+		case "ServiceAccount":
+			sa = o.GetName()
+		}
+		obj := o.DeepCopy()
+		if err := k8s.Create(ctx, obj); err != nil {
+			t.Fatalf("applying rendered %s %s/%s: %v", o.GetKind(), o.GetNamespace(), o.GetName(), err)
+		}
+		t.Cleanup(func() {
+			_ = k8s.Delete(context.Background(), &unstructured.Unstructured{Object: obj.Object})
+		})
+	}
+	if sa == "" {
+		t.Fatal("the chart rendered no ServiceAccount")
+	}
+	return sa
+}
+
+// serviceAccountKubeconfig writes a kubeconfig that authenticates as the
+// ServiceAccount with a bound token from the TokenRequest API, so the real API
+// server's RBAC authorizer judges every call the controller makes.
+func serviceAccountKubeconfig(t *testing.T, ns, sa string) (string, kubernetes.Interface) {
+	t.Helper()
+	tr, err := clientset(t).CoreV1().ServiceAccounts(ns).CreateToken(context.Background(), sa,
+		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin, err := clientcmd.LoadFromFile(kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cluster := admin.Clusters[admin.Contexts[admin.CurrentContext].Cluster]
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["local"] = cluster
+	cfg.AuthInfos[sa] = &clientcmdapi.AuthInfo{Token: tr.Status.Token}
+	cfg.Contexts["sa"] = &clientcmdapi.Context{Cluster: "local", AuthInfo: sa, Namespace: ns}
+	cfg.CurrentContext = "sa"
+	path := filepath.Join(t.TempDir(), "sa.kubeconfig")
+	if err := clientcmd.WriteToFile(*cfg, path); err != nil {
+		t.Fatal(err)
+	}
+	rc, err := clientcmd.BuildConfigFromFlags("", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return path, kubernetes.NewForConfigOrDie(rc)
+}
+
+// TestLeastPrivilege runs the controller as the chart's ServiceAccount through
+// incident A (a shut-down holder and a healthy one whose workload is moved) and
+// incident B (the deregistered driver), then shows what that identity may not do.
+func TestLeastPrivilege(t *testing.T) {
+	ctx := context.Background()
+	release := namespace(t, "e2e-rbac-release")
+	sa := installChartRBAC(t, "rbac-e2e", release)
+	saKubeconfig, as := serviceAccountKubeconfig(t, release, sa)
+	t.Cleanup(func() { simRestoreBaseline(t) })
+	ctl := startController(t, "--kubeconfig", saKubeconfig, "--leader-elect", "--leader-election-namespace", release)
+
+	ns := namespace(t, "e2e-rbac")
+	down := extraNode(t, "e2e-rbac-down", false, corev1.Taint{Key: v1alpha1.TaintOutOfService, Value: "nodeshutdown", Effect: corev1.TaintEffectNoExecute})
+	downPV, _ := luksVolume(t, ns, down, 20*time.Minute, 1)
+	healthyPV, claim := luksVolume(t, ns, "kwok-node-1", 40*time.Minute, 2)
+	appPod(t, ns, "web-0", "kwok-node-1", claim, nil)
+	deregisterEverywhere(t)
+
+	requests := map[string]v1alpha1.RemediationRequestSpec{
+		"node-shutdown": {Remediation: v1alpha1.RemediationReleaseLUKSLease, Target: v1alpha1.Target{PersistentVolume: downPV},
+			Reason: "holder powered off after a kernel panic during cryptsetup"},
+		"healthy-move-workload": {Remediation: v1alpha1.RemediationReleaseLUKSLease, Target: v1alpha1.Target{PersistentVolume: healthyPV},
+			Reason: "Lease retained after failed cryptsetup luksOpen on a healthy node"},
+		"restart-node-plugin": {Remediation: v1alpha1.RemediationReregisterCSIDriver, Target: v1alpha1.Target{Node: "kwok-node-0"},
+			Reason: "CSINode kwok-node-0 lost csi.trident.netapp.io after the DaemonSet was recreated"},
+	}
+	for playbook, spec := range requests {
+		key := request(t, ns, spec)
+		rr := waitPhase(t, key, 90*time.Second, v1alpha1.PhaseSucceeded, v1alpha1.PhaseFailed, v1alpha1.PhaseRejected)
+		if rr.Status.Phase != v1alpha1.PhaseSucceeded || rr.Status.Decision.Playbook != playbook {
+			t.Errorf("%s: phase %s decision %+v steps %+v", playbook, rr.Status.Phase, rr.Status.Decision, rr.Status.Steps)
+		}
+	}
+	if l := strings.ToLower(ctl.logs()); strings.Contains(l, "forbidden") {
+		t.Errorf("the controller was refused something it needs:\n%s", ctl.logs())
+	}
+
+	// What the identity must not do. Destructive calls are dry runs: authorization
+	// is decided before the dry run, so a Forbidden is the real answer, and a wrongly
+	// allowed call still changes nothing.
+	dry := metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}}
+	denied := map[string]error{
+		"list Secrets in the Trident namespace": func() error {
+			_, err := as.CoreV1().Secrets(tridentNS).List(ctx, metav1.ListOptions{})
+			return err
+		}(),
+		"get Secrets cluster-wide": func() error {
+			_, err := as.CoreV1().Secrets("").List(ctx, metav1.ListOptions{})
+			return err
+		}(),
+		"delete a Node": as.CoreV1().Nodes().Delete(ctx, "kwok-node-0", dry),
+		"delete a node heartbeat Lease in kube-node-lease": as.CoordinationV1().Leases(corev1.NamespaceNodeLease).Delete(ctx, "kwok-node-0", dry),
+		"delete a Lease in another namespace": func() error {
+			l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "not-trident"}}
+			if err := k8s.Create(ctx, l); err != nil {
+				t.Fatal(err)
+			}
+			return as.CoordinationV1().Leases(ns).Delete(ctx, l.Name, dry)
+		}(),
+		"create a pod": func() error {
+			_, err := as.CoreV1().Pods(tridentNS).Create(ctx, &corev1.Pod{
+				ObjectMeta: metav1.ObjectMeta{Name: "escalate"},
+				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox"}}},
+			}, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+			return err
+		}(),
+		"delete a pod directly (only the Eviction API is allowed)": func() error {
+			pods, err := clientset(t).CoreV1().Pods(tridentNS).List(ctx, metav1.ListOptions{Limit: 1})
+			if err != nil || len(pods.Items) == 0 {
+				t.Fatalf("no pod to try: %v", err)
+			}
+			return as.CoreV1().Pods(tridentNS).Delete(ctx, pods.Items[0].Name, dry)
+		}(),
+	}
+	for what, err := range denied {
+		if !apierrors.IsForbidden(err) {
+			t.Errorf("%s: err = %v, want Forbidden", what, err)
+		}
+	}
+	// The same checks pass for what the controller needs, so they can tell the
+	// difference: a Lease in the Trident namespace may be deleted.
+	l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: tridentNS, Name: "pvc-rbac-e2e-probe"}}
+	if err := k8s.Create(ctx, l); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = k8s.Delete(context.Background(), l) })
+	if err := as.CoordinationV1().Leases(tridentNS).Delete(ctx, l.Name, dry); err != nil {
+		t.Errorf("deleting a Lease in the Trident namespace (dry run): %v, want allowed", err)
+	}
+}
