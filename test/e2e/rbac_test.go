@@ -4,11 +4,13 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -19,15 +21,18 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/remediator/remediator/api/v1alpha1"
 	"github.com/remediator/remediator/test/helmchart"
 )
 
-// installChartRBAC applies the chart's rendered objects (the CRDs are already
-// installed by the cluster, and no container runs here, so the Deployment is left
-// out) into the release namespace, and returns the ServiceAccount's name.
-func installChartRBAC(t *testing.T, release, ns string) string {
+// installChart applies every object the chart renders into the release namespace
+// (the CRDs are already installed by the cluster) and returns the ServiceAccount's
+// name. The Deployment is accepted, scheduled and rolled out onto kwok nodes, whose
+// simulated kubelets run no containers; the controller under test runs as a local
+// process with the chart's ServiceAccount identity instead.
+func installChart(t *testing.T, release, ns string) string {
 	t.Helper()
 	ctx := context.Background()
 	objs, err := helmchart.Render(release, ns, map[string]any{"trident": map[string]any{"namespace": tridentNS}})
@@ -37,7 +42,7 @@ func installChartRBAC(t *testing.T, release, ns string) string {
 	sa := ""
 	for _, o := range objs {
 		switch o.GetKind() {
-		case "CustomResourceDefinition", "Deployment":
+		case "CustomResourceDefinition":
 			continue
 		case "ServiceAccount":
 			sa = o.GetName()
@@ -53,6 +58,14 @@ func installChartRBAC(t *testing.T, release, ns string) string {
 	if sa == "" {
 		t.Fatal("the chart rendered no ServiceAccount")
 	}
+	eventually(t, 60*time.Second, "the chart's Deployment available", func() (bool, string) {
+		list := &appsv1.DeploymentList{}
+		if err := k8s.List(ctx, list, client.InNamespace(ns)); err != nil || len(list.Items) != 1 {
+			return false, fmt.Sprintf("%d deployments, %v", len(list.Items), err)
+		}
+		d := &list.Items[0]
+		return d.Status.AvailableReplicas == *d.Spec.Replicas && d.Status.ObservedGeneration == d.Generation, fmt.Sprintf("%+v", d.Status)
+	})
 	return sa
 }
 
@@ -93,7 +106,7 @@ func serviceAccountKubeconfig(t *testing.T, ns, sa string) (string, kubernetes.I
 func TestLeastPrivilege(t *testing.T) {
 	ctx := context.Background()
 	release := namespace(t, "e2e-rbac-release")
-	sa := installChartRBAC(t, "rbac-e2e", release)
+	sa := installChart(t, "rbac-e2e", release)
 	saKubeconfig, as := serviceAccountKubeconfig(t, release, sa)
 	t.Cleanup(func() { simRestoreBaseline(t) })
 	ctl := startController(t, "--kubeconfig", saKubeconfig, "--leader-elect", "--leader-election-namespace", release)
