@@ -1016,6 +1016,16 @@ func writePlanResult(b *strings.Builder, res planResult, policy planPolicy) {
 		fmt.Fprintf(b, "  %-10s %s\n", label+":", fmt.Sprintf(format, args...))
 	}
 	more := func(format string, args ...any) { fmt.Fprintf(b, "  %-10s %s\n", "", fmt.Sprintf(format, args...)) }
+	// block writes a list under one label: the label on the first line only.
+	block := func(label string, items []string) {
+		for i, it := range items {
+			if i == 0 {
+				line(label, "%s", it)
+			} else {
+				more("%s", it)
+			}
+		}
+	}
 
 	rq := res.Request
 	head := rq.Source
@@ -1027,13 +1037,7 @@ func writePlanResult(b *strings.Builder, res planResult, policy planPolicy) {
 	}
 	fmt.Fprintf(b, "== %s\n", head)
 	if len(res.Errors) > 0 {
-		for i, e := range res.Errors {
-			if i == 0 {
-				line("error", "%s", e)
-			} else {
-				more("%s", e)
-			}
-		}
+		block("error", res.Errors)
 		line("exit code", "%d", res.ExitCode)
 		return
 	}
@@ -1095,25 +1099,21 @@ func writePlanResult(b *strings.Builder, res planResult, policy planPolicy) {
 	} else {
 		line("decision", "%s by rule %s (phase %s)", verdict, d.Rule, d.Phase)
 	}
+	reasons := make([]string, len(d.Reasons))
 	for i, r := range d.Reasons {
-		if i == 0 {
-			line("reasons", "- %s", r)
-		} else {
-			more("- %s", r)
-		}
+		reasons[i] = "- " + r
 	}
+	block("reasons", reasons)
 	line("message", "%s", d.Message)
 	if d.RecheckAfterSeconds > 0 {
 		more("(the controller decides again after %ds, on fresh facts)", d.RecheckAfterSeconds)
 	}
 	if len(res.Steps) > 0 {
+		steps := make([]string, len(res.Steps))
 		for i, st := range res.Steps {
-			if i == 0 {
-				line("steps", "%d. %s", i+1, st)
-			} else {
-				more("%d. %s", i+1, st)
-			}
+			steps[i] = fmt.Sprintf("%d. %s", i+1, st)
 		}
+		block("steps", steps)
 	} else {
 		line("steps", "none")
 	}

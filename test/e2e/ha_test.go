@@ -58,16 +58,8 @@ func TestLeaderFailover(t *testing.T) {
 	})
 	second := startController(t, args...)
 
-	ns := namespace(t, "e2e-ha")
-	const node = "kwok-node-1"
-	pv, pdb := blockedWorkload(t, ns, node)
-	key := request(t, ns, v1alpha1.RemediationRequestSpec{
-		Remediation: v1alpha1.RemediationReleaseLUKSLease,
-		Target:      v1alpha1.Target{PersistentVolume: pv},
-		Reason:      "retained Lease on the db volume during a controller upgrade",
-	})
-	before := waitStep(t, key, "deleteAffectedPods", v1alpha1.StepRunning)
-	cordonBefore := before.Status.Steps[0]
+	h := heldAfterCordon(t, "e2e-ha", "retained Lease on the db volume during a controller upgrade")
+	ns, key, pv, pdb, cordonBefore := h.ns, h.key, h.pv, h.pdb, h.cordon
 	if l := second.logs(); strings.Contains(l, acquiredLease) || strings.Contains(l, "Starting workers") || strings.Contains(l, "Accepted") {
 		t.Fatalf("the standby process acted while the first one led:\n%s", l)
 	}

@@ -389,6 +389,32 @@ func blockedWorkload(t *testing.T, ns, node string) (pv string, pdb *policyv1.Po
 	return pv, pdb
 }
 
+// held is a healthy-holder request stopped after its cordon by a PodDisruptionBudget,
+// the moment a crash or failover hurts most: the node is cordoned, nothing else done.
+type held struct {
+	ns, pv string
+	key    types.NamespacedName
+	pdb    *policyv1.PodDisruptionBudget
+	cordon v1alpha1.StepStatus
+}
+
+func heldAfterCordon(t *testing.T, nsPrefix, reason string) held {
+	t.Helper()
+	h := held{ns: namespace(t, nsPrefix)}
+	h.pv, h.pdb = blockedWorkload(t, h.ns, "kwok-node-1")
+	h.key = request(t, h.ns, v1alpha1.RemediationRequestSpec{
+		Remediation: v1alpha1.RemediationReleaseLUKSLease,
+		Target:      v1alpha1.Target{PersistentVolume: h.pv},
+		Reason:      reason,
+	})
+	before := waitStep(t, h.key, "deleteAffectedPods", v1alpha1.StepRunning)
+	h.cordon = before.Status.Steps[0]
+	if h.cordon.Name != "cordon" || h.cordon.State != v1alpha1.StepSucceeded {
+		t.Fatalf("journal while held: %+v", before.Status.Steps)
+	}
+	return h
+}
+
 // waitStep waits until the named step reaches state.
 func waitStep(t *testing.T, key types.NamespacedName, step string, state v1alpha1.StepState) *v1alpha1.RemediationRequest {
 	t.Helper()
@@ -452,19 +478,8 @@ func TestLeaseReacquiredAfterDecisionIsLeftAlone(t *testing.T) {
 func TestRestartResumesWithoutRepeatingSteps(t *testing.T) {
 	ctx := context.Background()
 	first := startController(t)
-	ns := namespace(t, "e2e-restart")
-	const node = "kwok-node-1"
-	pv, pdb := blockedWorkload(t, ns, node)
-	key := request(t, ns, v1alpha1.RemediationRequestSpec{
-		Remediation: v1alpha1.RemediationReleaseLUKSLease,
-		Target:      v1alpha1.Target{PersistentVolume: pv},
-		Reason:      "retained Lease on the db volume",
-	})
-	before := waitStep(t, key, "deleteAffectedPods", v1alpha1.StepRunning)
-	cordonBefore := before.Status.Steps[0]
-	if cordonBefore.Name != "cordon" || cordonBefore.State != v1alpha1.StepSucceeded {
-		t.Fatalf("journal before the kill: %+v", before.Status.Steps)
-	}
+	h := heldAfterCordon(t, "e2e-restart", "retained Lease on the db volume")
+	ns, key, pv, pdb, cordonBefore := h.ns, h.key, h.pv, h.pdb, h.cordon
 
 	first.kill()
 	if err := k8s.Delete(ctx, pdb); err != nil {
