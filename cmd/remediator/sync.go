@@ -92,7 +92,8 @@ func runSync(ctx context.Context, out io.Writer, o syncOptions) error {
 		sctx, cancel := context.WithTimeout(ctx, o.timeout)
 		defer cancel()
 		res, err := s.Sync(sctx)
-		if res != nil {
+		// A refused or failed revision prints only what was done before it failed.
+		if res != nil && (err == nil || len(res.Applied)+len(res.Pruned) > 0) {
 			printSync(out, res)
 		}
 		return err

@@ -121,7 +121,9 @@ func New(cfg *rest.Config, o Options) (*Syncer, error) {
 		cache.SetClusterResources(false),
 		cache.SetRespectRBAC(cache.RespectRbacNormal),
 		cache.SetSettings(cache.Settings{ResourcesFilter: onlyRequests{}, ResourceHealthOverride: cache.NewNoopSettings()}),
-		cache.SetLogr(o.Log),
+		// gitops-engine logs every sync and cache resync at info level; it is detail
+		// here (-v=2), the sync's own lines say what was applied or pruned.
+		cache.SetLogr(o.Log.V(2)),
 		cache.SetPopulateResourceInfoHandler(func(un *unstructured.Unstructured, _ bool) (any, bool) {
 			// The engine prunes only managed objects whose manifest is cached.
 			src := un.GetAnnotations()[AnnotationSyncSource]
@@ -133,7 +135,7 @@ func New(cfg *rest.Config, o Options) (*Syncer, error) {
 		return nil, fmt.Errorf("creating a dynamic client: %w", err)
 	}
 	s.dynamic = dc
-	s.engine = engine.NewEngine(cfg, clusterCache, engine.WithLogr(o.Log))
+	s.engine = engine.NewEngine(cfg, clusterCache, engine.WithLogr(o.Log.V(2)))
 	return s, nil
 }
 
@@ -177,7 +179,7 @@ func (s *Syncer) Sync(ctx context.Context) (*Result, error) {
 		return src == s.source
 	}, commit, s.opts.Namespaces[0],
 		gsync.WithPrune(s.opts.Prune),
-		gsync.WithLogr(log),
+		gsync.WithLogr(log.V(2)),
 		// A request is a request: never delete and recreate it (that would run its
 		// finalizer's restore and lose its journal), and never create it as a hook.
 		gsync.WithReplace(false),
