@@ -226,8 +226,15 @@ func TestClusterRoleIsLeastPrivilege(t *testing.T) {
 		if slices.Contains(r.Resources, "pods") && slices.Contains(r.Verbs, "create") {
 			t.Errorf("pods may only be created as pods/eviction: %+v", r)
 		}
-		if slices.Contains(r.Resources, "nodes") && slices.ContainsFunc(r.Verbs, func(v string) bool { return v != "get" && v != "list" && v != "patch" }) {
-			t.Errorf("nodes: only get, list and patch (cordon): %+v", r)
+		if slices.Contains(r.Resources, "nodes") && slices.ContainsFunc(r.Verbs, func(v string) bool { return v != "get" && v != "patch" }) {
+			t.Errorf("nodes: only get and patch (cordon): %+v", r)
+		}
+		// The controller reads these by name; listing them is scan's job, with the
+		// operator's own credentials.
+		for _, res := range []string{"nodes", "persistentvolumes", "persistentvolumeclaims", "csinodes"} {
+			if slices.Contains(r.Resources, res) && slices.Contains(r.Verbs, "list") {
+				t.Errorf("%s: the controller only gets them by name, list is not needed: %+v", res, r)
+			}
 		}
 	}
 	for _, need := range []struct{ group, resource, verb string }{
@@ -289,7 +296,7 @@ func TestNamespacedRoles(t *testing.T) {
 			want := map[string][]rbacv1.PolicyRule{
 				tc.tridentNS + "/" + release: {
 					{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"list"}},
-					leases("delete", "get", "list"),
+					leases("delete", "get"),
 				},
 				"kube-node-lease/" + release: {leases("get")},
 				namespace + "/" + release + "-leader-election": {

@@ -114,14 +114,15 @@ func TestLeastPrivilege(t *testing.T) {
 	ns := namespace(t, "e2e-rbac")
 	down := extraNode(t, "e2e-rbac-down", false, corev1.Taint{Key: v1alpha1.TaintOutOfService, Value: "nodeshutdown", Effect: corev1.TaintEffectNoExecute})
 	downPV, _ := luksVolume(t, ns, down, 20*time.Minute, 1)
-	healthyPV, claim := luksVolume(t, ns, "kwok-node-1", 40*time.Minute, 2)
+	_, claim := luksVolume(t, ns, "kwok-node-1", 40*time.Minute, 2)
 	appPod(t, ns, "web-0", "kwok-node-1", claim, nil)
 	deregisterEverywhere(t)
 
 	requests := map[string]v1alpha1.RemediationRequestSpec{
 		"node-shutdown": {Remediation: v1alpha1.RemediationReleaseLUKSLease, Target: v1alpha1.Target{PersistentVolume: downPV},
 			Reason: "holder powered off after a kernel panic during cryptsetup"},
-		"healthy-move-workload": {Remediation: v1alpha1.RemediationReleaseLUKSLease, Target: v1alpha1.Target{PersistentVolume: healthyPV},
+		// Targeting the pod exercises the whole pod -> PVC -> PV -> Lease resolution.
+		"healthy-move-workload": {Remediation: v1alpha1.RemediationReleaseLUKSLease, Target: v1alpha1.Target{Pod: &v1alpha1.ObjectReference{Namespace: ns, Name: "web-0"}},
 			Reason: "Lease retained after failed cryptsetup luksOpen on a healthy node"},
 		"restart-node-plugin": {Remediation: v1alpha1.RemediationReregisterCSIDriver, Target: v1alpha1.Target{Node: "kwok-node-0"},
 			Reason: "CSINode kwok-node-0 lost csi.trident.netapp.io after the DaemonSet was recreated"},
