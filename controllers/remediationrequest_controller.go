@@ -302,10 +302,12 @@ func (r *RemediationRequestReconciler) decide(ctx context.Context, s *scope) (ct
 		return ctrl.Result{}, fmt.Errorf("gathering facts: %w", err)
 	}
 	rr.Status.Facts = f
-	conflicts, err := Conflicts(ctx, r.Reader, rr)
-	if err != nil {
-		return ctrl.Result{}, err
+	// One live list serves both guards: the conflicts the policy weighs and the cap.
+	others := &v1alpha1.RemediationRequestList{}
+	if err := r.Reader.List(ctx, others); err != nil {
+		return ctrl.Result{}, fmt.Errorf("listing requests: %w", err)
 	}
+	conflicts := conflictsIn(others, rr)
 	d, err := r.Policy.Decide(policies.Input{
 		Remediation: rr.Spec.Remediation, Mode: rr.Spec.Mode, Fencing: rr.Spec.Fencing, Facts: f, Conflicts: conflicts,
 	})
@@ -373,9 +375,7 @@ func (r *RemediationRequestReconciler) decide(ctx context.Context, s *scope) (ct
 			r.Recorder.Event(rr, corev1.EventTypeNormal, EventWaiting, msg)
 			return ctrl.Result{RequeueAfter: next.Sub(s.now)}, nil
 		}
-		if running, err := r.slotsTaken(ctx, rr); err != nil {
-			return ctrl.Result{}, err
-		} else if running != nil {
+		if running := r.slotsTaken(others, rr); running != nil {
 			rr.Status.Phase = v1alpha1.PhaseWaiting
 			msg := fmt.Sprintf("Playbook %s is allowed but %d remediation(s) are already running, the cluster-wide cap (--max-concurrent-remediations): %s; it starts when one of them stops.",
 				d.Playbook, len(running), strings.Join(running, ", "))
@@ -416,11 +416,16 @@ func (r *RemediationRequestReconciler) decide(ctx context.Context, s *scope) (ct
 // reconcile just started is seen. `remediator plan` calls it too, so that a PR check
 // waits on exactly what the controller would wait on.
 func Conflicts(ctx context.Context, reader client.Reader, rr *v1alpha1.RemediationRequest) ([]string, error) {
-	f := rr.Status.Facts
 	list := &v1alpha1.RemediationRequestList{}
 	if err := reader.List(ctx, list); err != nil {
 		return nil, fmt.Errorf("listing requests: %w", err)
 	}
+	return conflictsIn(list, rr), nil
+}
+
+// conflictsIn is Conflicts on an already listed set of requests.
+func conflictsIn(list *v1alpha1.RemediationRequestList, rr *v1alpha1.RemediationRequest) []string {
+	f := rr.Status.Facts
 	var out []string
 	for i := range list.Items {
 		o := &list.Items[i]
@@ -436,7 +441,7 @@ func Conflicts(ctx context.Context, reader client.Reader, rr *v1alpha1.Remediati
 		}
 	}
 	slices.Sort(out)
-	return out, nil
+	return out
 }
 
 // guardRecheck is how often a request waiting on a guard re-decides if no wake-up
@@ -444,14 +449,10 @@ func Conflicts(ctx context.Context, reader client.Reader, rr *v1alpha1.Remediati
 const guardRecheck = 30 * time.Second
 
 // slotsTaken returns the other Running requests, sorted, when they fill the
-// cluster-wide cap, and nil when rr may start. It reads live, like Conflicts.
-func (r *RemediationRequestReconciler) slotsTaken(ctx context.Context, rr *v1alpha1.RemediationRequest) ([]string, error) {
+// cluster-wide cap, and nil when rr may start. list is the live list decide read.
+func (r *RemediationRequestReconciler) slotsTaken(list *v1alpha1.RemediationRequestList, rr *v1alpha1.RemediationRequest) []string {
 	if r.MaxConcurrent <= 0 {
-		return nil, nil
-	}
-	list := &v1alpha1.RemediationRequestList{}
-	if err := r.Reader.List(ctx, list); err != nil {
-		return nil, fmt.Errorf("listing requests: %w", err)
+		return nil
 	}
 	var running []string
 	for i := range list.Items {
@@ -460,10 +461,10 @@ func (r *RemediationRequestReconciler) slotsTaken(ctx context.Context, rr *v1alp
 		}
 	}
 	if len(running) < r.MaxConcurrent {
-		return nil, nil
+		return nil
 	}
 	slices.Sort(running)
-	return running, nil
+	return running
 }
 
 // runPlaybook advances a running playbook by one step.

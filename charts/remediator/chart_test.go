@@ -844,15 +844,7 @@ func TestServerSideDryRun(t *testing.T) {
 		t.Skip("starts kube-apiserver and etcd")
 	}
 	const tridentNS = "netapp-trident"
-	env, err := testenv.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := env.Stop(); err != nil {
-			t.Errorf("stopping envtest: %v", err)
-		}
-	})
+	env := testenv.StartT(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	c := env.Client

@@ -577,15 +577,7 @@ func (w *liveWorld) volume(pv, ns, pvc, holder string, retained int) {
 // as a PR check with read-only credentials would. It starts its own control plane so
 // that the offline tests of this package need none.
 func TestPlanLiveFacts(t *testing.T) {
-	env, err := testenv.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := env.Stop(); err != nil {
-			t.Errorf("stopping envtest: %v", err)
-		}
-	})
+	env := testenv.StartT(t)
 	kubeconfig := writeKubeconfig(t, env.Config)
 	ctx := context.Background()
 	w := &liveWorld{t: t, c: env.Client}

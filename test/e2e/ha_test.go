@@ -58,7 +58,7 @@ func TestLeaderFailover(t *testing.T) {
 	})
 	second := startController(t, args...)
 
-	h := heldAfterCordon(t, "e2e-ha", "retained Lease on the db volume during a controller upgrade")
+	h := heldAfterCordon(t, "e2e-ha", "kwok-node-1", "retained Lease on the db volume during a controller upgrade")
 	ns, key, pv, pdb, cordonBefore := h.ns, h.key, h.pv, h.pdb, h.cordon
 	if l := second.logs(); strings.Contains(l, acquiredLease) || strings.Contains(l, "Starting workers") || strings.Contains(l, "Accepted") {
 		t.Fatalf("the standby process acted while the first one led:\n%s", l)

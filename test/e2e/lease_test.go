@@ -398,10 +398,10 @@ type held struct {
 	cordon v1alpha1.StepStatus
 }
 
-func heldAfterCordon(t *testing.T, nsPrefix, reason string) held {
+func heldAfterCordon(t *testing.T, nsPrefix, node, reason string) held {
 	t.Helper()
 	h := held{ns: namespace(t, nsPrefix)}
-	h.pv, h.pdb = blockedWorkload(t, h.ns, "kwok-node-1")
+	h.pv, h.pdb = blockedWorkload(t, h.ns, node)
 	h.key = request(t, h.ns, v1alpha1.RemediationRequestSpec{
 		Remediation: v1alpha1.RemediationReleaseLUKSLease,
 		Target:      v1alpha1.Target{PersistentVolume: h.pv},
@@ -436,15 +436,9 @@ func waitStep(t *testing.T, key types.NamespacedName, step string, state v1alpha
 func TestLeaseReacquiredAfterDecisionIsLeftAlone(t *testing.T) {
 	startController(t)
 	ctx := context.Background()
-	ns := namespace(t, "e2e-race")
 	const node = "kwok-node-0"
-	pv, pdb := blockedWorkload(t, ns, node)
-	key := request(t, ns, v1alpha1.RemediationRequestSpec{
-		Remediation: v1alpha1.RemediationReleaseLUKSLease,
-		Target:      v1alpha1.Target{PersistentVolume: pv},
-		Reason:      "retained Lease on the db volume",
-	})
-	waitStep(t, key, "deleteAffectedPods", v1alpha1.StepRunning)
+	h := heldAfterCordon(t, "e2e-race", node, "retained Lease on the db volume")
+	key, pv, pdb := h.key, h.pv, h.pdb
 
 	// Another node acquires the Lease after the decision.
 	l := &coordinationv1.Lease{}
@@ -478,7 +472,7 @@ func TestLeaseReacquiredAfterDecisionIsLeftAlone(t *testing.T) {
 func TestRestartResumesWithoutRepeatingSteps(t *testing.T) {
 	ctx := context.Background()
 	first := startController(t)
-	h := heldAfterCordon(t, "e2e-restart", "retained Lease on the db volume")
+	h := heldAfterCordon(t, "e2e-restart", "kwok-node-1", "retained Lease on the db volume")
 	ns, key, pv, pdb, cordonBefore := h.ns, h.key, h.pv, h.pdb, h.cordon
 
 	first.kill()
@@ -546,14 +540,9 @@ func TestDryRunChangesNothing(t *testing.T) {
 func TestDeletedMidRunRestores(t *testing.T) {
 	startController(t)
 	ctx := context.Background()
-	ns := namespace(t, "e2e-abort")
 	const node = "kwok-node-0"
-	pv, _ := blockedWorkload(t, ns, node)
-	key := request(t, ns, v1alpha1.RemediationRequestSpec{
-		Remediation: v1alpha1.RemediationReleaseLUKSLease,
-		Target:      v1alpha1.Target{PersistentVolume: pv},
-		Reason:      "retained Lease on the db volume, withdrawn in review",
-	})
+	h := heldAfterCordon(t, "e2e-abort", node, "retained Lease on the db volume, withdrawn in review")
+	ns, key, pv := h.ns, h.key, h.pv
 	rr := waitStep(t, key, "deleteAffectedPods", v1alpha1.StepRunning)
 	n := &corev1.Node{}
 	if err := k8s.Get(ctx, types.NamespacedName{Name: node}, n); err != nil || !n.Spec.Unschedulable {

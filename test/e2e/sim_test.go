@@ -164,19 +164,8 @@ func TestSimCopiedDaemonSetDeregistersDriver(t *testing.T) {
 	original := simWaitPodsReady(t, simDS, 60*time.Second)
 	t.Cleanup(func() { simRestoreBaseline(t) })
 
-	// `kubectl get ds trident-csi -o json | jq '.metadata.name|="trident-csi-2"' | kubectl apply`:
-	// the same selector and template under another name.
-	ds := &appsv1.DaemonSet{}
-	if err := k8s.Get(ctx, types.NamespacedName{Namespace: tridentNS, Name: simDS}, ds); err != nil {
-		t.Fatal(err)
-	}
-	cp := &appsv1.DaemonSet{
-		ObjectMeta: metav1.ObjectMeta{Namespace: tridentNS, Name: simDS + "-2", Labels: ds.Labels},
-		Spec:       *ds.Spec.DeepCopy(),
-	}
-	if err := k8s.Create(ctx, cp); err != nil {
-		t.Fatal(err)
-	}
+	// The same selector and template under another name (copyPluginDaemonSet).
+	cp := copyPluginDaemonSet(t)
 	// The DaemonSet controller does not adopt pods another DaemonSet controls, so despite the
 	// overlapping selector the copy runs pods of its own next to the originals.
 	start := time.Now()

@@ -70,6 +70,22 @@ func Start() (*Env, error) {
 	return &Env{Config: cfg, Client: c, env: e}, nil
 }
 
+// StartT starts an Env for one test and stops it when the test ends: for packages
+// whose other tests need no control plane.
+func StartT(t testing.TB) *Env {
+	t.Helper()
+	e, err := Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := e.Stop(); err != nil {
+			t.Errorf("stopping envtest: %v", err)
+		}
+	})
+	return e
+}
+
 // Stop stops the control plane.
 func (e *Env) Stop() error { return e.env.Stop() }
 
