@@ -5,17 +5,22 @@ import (
 )
 
 // NodeState is the runbook's classification of a node, the core of the policy input.
-// +kubebuilder:validation:Enum=Shutdown;Unreachable;Healthy;Unknown
+// +kubebuilder:validation:Enum=Shutdown;Unreachable;NotFound;Healthy;Unknown
 type NodeState string
 
 const (
 	// NodeShutdown: Ready is not True and the node carries a shutdown taint
-	// (out-of-service or the cloud provider's shutdown taint), or the Node is gone.
+	// (out-of-service or the cloud provider's shutdown taint).
 	NodeShutdown NodeState = "Shutdown"
 	// NodeUnreachable: the node lost the control plane (Ready Unknown, a stale
 	// kube-node-lease renewal or the unreachable taint) and carries no shutdown taint.
 	// It may still be running workloads.
 	NodeUnreachable NodeState = "Unreachable"
+	// NodeNotFound: no Node object has the holder's name. It is not proof of a
+	// shutdown: holderIdentity may be spelled differently from the Node name (FQDN
+	// versus short name), or the Node was deleted while its machine still runs. It is
+	// treated like NodeUnreachable: fencing that names the node, then the age gate.
+	NodeNotFound NodeState = "NotFound"
 	// NodeHealthy: Ready is True and the node Lease is fresh.
 	NodeHealthy NodeState = "Healthy"
 	// NodeUnknown is anything else; the policy rejects it.
@@ -97,9 +102,14 @@ type LeaseFacts struct {
 	// CreationTimestamp is metadata.creationTimestamp.
 	// +optional
 	CreationTimestamp *metav1.Time `json:"creationTimestamp,omitempty"`
-	// AgeSeconds is measured from the acquire time, or the creation time without one.
+	// AgeSeconds is measured from the later of creationTimestamp (set by the API
+	// server) and acquireTime (set by the holder), so that a holder whose clock is
+	// slow can only make the Lease look younger, never older.
 	// +optional
 	AgeSeconds int64 `json:"ageSeconds,omitempty"`
+	// AgeFrom says which timestamp AgeSeconds counts from, and why, in words.
+	// +optional
+	AgeFrom string `json:"ageFrom,omitempty"`
 	// RetainedEvents counts LeaseRetained Warning events on the Lease.
 	// +optional
 	RetainedEvents int32 `json:"retainedEvents,omitempty"`

@@ -132,8 +132,11 @@ type ObjectReference struct {
 }
 
 // Fencing records that an unreachable node was isolated before its Lease is deleted.
+// It names the node it is about: a statement about one holder says nothing about the
+// next one, so a Lease that passed to another holder is not covered by it.
 //
 // +kubebuilder:validation:XValidation:rule="!self.confirmed || has(self.method)",message="spec.fencing.method is required when spec.fencing.confirmed is true"
+// +kubebuilder:validation:XValidation:rule="!self.confirmed || has(self.node)",message="spec.fencing.node is required when spec.fencing.confirmed is true: name the holder node that was fenced, as the Lease's holderIdentity spells it"
 type Fencing struct {
 	// Confirmed is true once the operator has fenced the holder node.
 	// +required
@@ -141,19 +144,33 @@ type Fencing struct {
 	// Method is how the node was fenced.
 	// +optional
 	Method FencingMethod `json:"method,omitempty"`
+	// Node is the node that was fenced. It must equal the Lease's holderIdentity when
+	// the request is decided and again right before the Lease is deleted.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +optional
+	Node string `json:"node,omitempty"`
 }
 
 // MaintenanceWindow is a recurring window in which playbook steps may start.
 type MaintenanceWindow struct {
 	// Schedule is a cron expression (robfig/cron syntax: five fields, descriptors such
-	// as @daily, and an optional CRON_TZ= prefix) for the start of each window.
+	// as @daily, and an optional CRON_TZ= or TZ= prefix) for the start of each window.
+	// The pattern only checks the shape; a schedule that parses but never fires (such
+	// as 0 2 30 2 *) is rejected when the request is decided.
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=256
+	// +kubebuilder:validation:Pattern=`^((CRON_TZ|TZ)=[A-Za-z0-9_+/-]+ +)?(@(yearly|annually|monthly|weekly|daily|midnight|hourly)|@every +[0-9.]+(ns|us|µs|ms|s|m|h)([0-9.]+(ns|us|µs|ms|s|m|h))*|[A-Za-z0-9*/,?-]+( +[A-Za-z0-9*/,?-]+){4})$`
 	// +required
 	Schedule string `json:"schedule"`
-	// Duration is how long each window stays open, as a Go duration such as 2h or 90m.
+	// Duration is how long each window stays open, as a Go duration such as 2h or 90m:
+	// positive and at most 7 days (168h). CEL parses it the way the controller does,
+	// so a value the controller cannot decode (an overflow such as 9999999999h) is
+	// refused at admission instead of stalling the controller.
 	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
+	// +kubebuilder:validation:MaxLength=64
 	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:XValidation:rule="duration(self) > duration('0s') && duration(self) <= duration('168h')",message="spec.maintenanceWindow.duration must be a positive duration of at most 168h (7 days)"
 	// +required
 	Duration metav1.Duration `json:"duration"`
 }
@@ -219,6 +236,11 @@ type Decision struct {
 	Message string `json:"message,omitempty"`
 	// PolicyDigest identifies the policy source the decision was made with.
 	PolicyDigest string `json:"policyDigest"`
+	// Generation is the spec generation the decision was made for. A playbook that
+	// runs on it stops before its next destructive step when a later generation
+	// withdraws what made it safe (Apply, fencing, an open window).
+	// +optional
+	Generation int64 `json:"generation,omitempty"`
 	// RecheckAt is when a rejection or wait should be re-evaluated, if ever.
 	// +optional
 	RecheckAt *metav1.Time `json:"recheckAt,omitempty"`
