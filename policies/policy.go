@@ -20,6 +20,9 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"time"
+	"unicode"
 
 	"cuelang.org/go/cue"
 	"cuelang.org/go/cue/cuecontext"
@@ -63,15 +66,53 @@ type Decision struct {
 	Digest string `json:"-"`
 }
 
+// RulePolicyTimeout is the rule of the decision Decide returns when the policy did
+// not decide within the Engine's timeout: the request is rejected (fail closed) and
+// decided again later, never allowed by default.
+const RulePolicyTimeout = "policy-timeout"
+
+// DefaultTimeout bounds one policy evaluation when Engine.Timeout is zero. The
+// embedded policies decide in about a millisecond; a second is room for a slow node,
+// not for a policy that recurses or iterates without bound.
+const DefaultTimeout = time.Second
+
+// MaxRunawayEvaluations caps the evaluations that exceeded the timeout and are still
+// running. CUE evaluation cannot be cancelled, so each one keeps a CPU busy until it
+// ends; past the cap Decide fails closed at once instead of starting another.
+const MaxRunawayEvaluations = 2
+
+// timeoutRecheckAfterSeconds is when a request rejected by a timeout is decided
+// again: long enough not to pile up more runaway evaluations, short enough that a
+// fixed policy (Reload) takes over soon.
+const timeoutRecheckAfterSeconds = 60
+
 // Engine holds compiled policies. CUE values are not safe for concurrent use (see
 // cue-lang/cue#2733), so decisions on one Engine are serialised.
 type Engine struct {
+	// Timeout bounds each evaluation; zero means DefaultTimeout. Set it before the
+	// Engine is used.
+	Timeout time.Duration
+
 	mu     sync.Mutex
 	ctx    *cue.Context
 	policy cue.Value
 	digest string
+	// files is the policy source the values were compiled from, kept so that a fresh
+	// copy can be compiled when an evaluation is abandoned.
+	files []sourceFile
+	// stale is set when an abandoned evaluation still uses ctx and policy: they may
+	// not be touched again, so the next decision compiles a fresh copy of files.
+	stale bool
+	// runaway counts abandoned evaluations that have not ended yet.
+	runaway atomic.Int32
 	// dir is where the policies were loaded from; empty means embedded.
 	dir string
+}
+
+// sourceFile is one policy file, by base name.
+type sourceFile struct {
+	name string
+	data []byte
 }
 
 // Embedded compiles the policies built into the binary.
@@ -108,18 +149,28 @@ func compile(fsys fs.FS, dir string) (*Engine, error) {
 		return nil, fmt.Errorf("no .cue policy files found")
 	}
 	slices.Sort(names)
-
-	const root = "/remediator/policies"
-	h := sha256.New()
-	overlay := map[string]load.Source{}
+	files := make([]sourceFile, 0, len(names))
 	for _, n := range names {
 		data, err := fs.ReadFile(fsys, n)
 		if err != nil {
 			return nil, fmt.Errorf("reading policy %s: %w", n, err)
 		}
-		fmt.Fprintf(h, "%s\x00%d\x00", path.Base(n), len(data))
-		h.Write(data)
-		overlay[filepath.Join(root, path.Base(n))] = load.FromBytes(data)
+		files = append(files, sourceFile{name: path.Base(n), data: data})
+	}
+	return compileFiles(files)
+}
+
+// compileFiles compiles policy files into a new CUE context. Each call gives values
+// that share nothing with earlier ones, so they may be used while an abandoned
+// evaluation still runs on the old ones.
+func compileFiles(files []sourceFile) (*Engine, error) {
+	const root = "/remediator/policies"
+	h := sha256.New()
+	overlay := map[string]load.Source{}
+	for _, f := range files {
+		fmt.Fprintf(h, "%s\x00%d\x00", f.name, len(f.data))
+		h.Write(f.data)
+		overlay[filepath.Join(root, f.name)] = load.FromBytes(f.data)
 	}
 	insts := load.Instances([]string{"."}, &load.Config{Dir: root, Overlay: overlay})
 	if len(insts) != 1 {
@@ -137,7 +188,7 @@ func compile(fsys fs.FS, dir string) (*Engine, error) {
 	if !policy.Exists() {
 		return nil, fmt.Errorf("policies define no #Policy")
 	}
-	return &Engine{ctx: ctx, policy: policy, digest: "sha256:" + hex.EncodeToString(h.Sum(nil))}, nil
+	return &Engine{ctx: ctx, policy: policy, files: files, digest: "sha256:" + hex.EncodeToString(h.Sum(nil))}, nil
 }
 
 // Digest identifies the compiled policy source.
@@ -172,11 +223,19 @@ func (e *Engine) Reload() (changed bool, err error) {
 	if n.digest == e.digest {
 		return false, nil
 	}
-	e.ctx, e.policy, e.digest = n.ctx, n.policy, n.digest
+	// The new values are fresh, so an abandoned evaluation on the old ones no longer
+	// matters to later decisions.
+	e.ctx, e.policy, e.digest, e.files, e.stale = n.ctx, n.policy, n.digest, n.files, false
 	return true, nil
 }
 
-// Decide evaluates the policy for one input.
+// Decide evaluates the policy for one input, for at most the Engine's Timeout. An
+// evaluation that takes longer is abandoned and the request is rejected with rule
+// RulePolicyTimeout (no error: it is the policy's answer, to be rechecked), so a
+// runaway policy cannot stall the controller's workers. CUE cannot cancel it, so it
+// runs on in the background on values no later decision touches: the next decision
+// compiles a fresh copy of the same source. While MaxRunawayEvaluations of them are
+// still running, Decide rejects at once.
 func (e *Engine) Decide(in Input) (Decision, error) {
 	if in.Conflicts == nil {
 		in.Conflicts = []string{}
@@ -188,17 +247,120 @@ func (e *Engine) Decide(in Input) (Decision, error) {
 
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	iv := e.ctx.CompileBytes(data)
+	timeout := e.Timeout
+	if timeout <= 0 {
+		timeout = DefaultTimeout
+	}
+	if n := e.runaway.Load(); n >= MaxRunawayEvaluations {
+		return e.timedOut(fmt.Sprintf("Policy evaluation is suspended: %d earlier evaluations of policy %s (%s) took longer than %s and are still running.", n, e.digest, e.Source(), timeout), timeout), nil
+	}
+	if e.stale {
+		fresh, err := compileFiles(e.files)
+		if err != nil {
+			return Decision{}, fmt.Errorf("recompiling policy %s after an abandoned evaluation: %w", e.digest, err)
+		}
+		e.ctx, e.policy, e.stale = fresh.ctx, fresh.policy, false
+	}
+
+	type result struct {
+		d   Decision
+		err error
+	}
+	// Buffered, so that an abandoned evaluation can still deliver its result and end.
+	done := make(chan result, 1)
+	ctx, policy := e.ctx, e.policy
+	go func() {
+		var r result
+		defer func() {
+			if p := recover(); p != nil {
+				r = result{err: fmt.Errorf("evaluating policy: panic: %v", p)}
+			}
+			done <- r
+		}()
+		r.d, r.err = evaluate(ctx, policy, data)
+	}()
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	select {
+	case r := <-done:
+		if r.err != nil {
+			return Decision{}, r.err
+		}
+		r.d.Digest = e.digest
+		return r.d, nil
+	case <-timer.C:
+		e.stale = true
+		e.runaway.Add(1)
+		go func() {
+			<-done
+			e.runaway.Add(-1)
+		}()
+		return e.timedOut(fmt.Sprintf("Policy evaluation took longer than %s and was abandoned.", timeout), timeout), nil
+	}
+}
+
+// timedOut is the fail-closed decision for an evaluation that did not finish in time.
+func (e *Engine) timedOut(what string, timeout time.Duration) Decision {
+	return Decision{
+		Rule:    RulePolicyTimeout,
+		Reasons: []string{fmt.Sprintf("policy evaluation exceeded %s", timeout)},
+		Message: fmt.Sprintf("%s Nothing is allowed until the policy decides in time: check policy %s (%s) for unbounded recursion or comprehensions over large inputs, and fix or reload it. Deciding again in %ds.",
+			what, e.digest, e.Source(), timeoutRecheckAfterSeconds),
+		RecheckAfterSeconds: timeoutRecheckAfterSeconds,
+		Digest:              e.digest,
+	}
+}
+
+// evaluate fills the input into the policy and decodes its decision. It must be the
+// only user of ctx and policy while it runs.
+func evaluate(ctx *cue.Context, policy cue.Value, data []byte) (Decision, error) {
+	iv := ctx.CompileBytes(data)
 	if err := iv.Err(); err != nil {
 		return Decision{}, fmt.Errorf("compiling policy input: %w", err)
 	}
-	d := e.policy.FillPath(cue.ParsePath("input"), iv).LookupPath(cue.ParsePath("decision"))
+	d := policy.FillPath(cue.ParsePath("input"), iv).LookupPath(cue.ParsePath("decision"))
 	// Decode fails on an incomplete or conflicting decision, so a policy that cannot
 	// decide is an error, never a default.
 	var out Decision
 	if err := d.Decode(&out); err != nil {
 		return Decision{}, fmt.Errorf("evaluating policy: %w", err)
 	}
-	out.Digest = e.digest
 	return out, nil
+}
+
+// maxReasonLength is metav1.Condition's limit on reason.
+const maxReasonLength = 1024
+
+// ConditionReason turns a policy rule name into a valid metav1.Condition reason
+// (^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$, at most 1024 characters), so that a rule
+// from an on-disk policy can never make the status patch invalid: the parts separated
+// by '-', '_', ' ' or '.' are joined in CamelCase ("node-shutdown" -> "NodeShutdown"),
+// every other character that is not an ASCII letter or digit is dropped, "Rule" is
+// put in front of a leading digit, and a rule with nothing left is "Unknown".
+func ConditionReason(rule string) string {
+	var b strings.Builder
+	upper := true
+	for _, r := range rule {
+		switch {
+		case r == '-' || r == '_' || r == ' ' || r == '.':
+			upper = true
+		case r <= unicode.MaxASCII && (unicode.IsLetter(r) || unicode.IsDigit(r)):
+			if upper {
+				r = unicode.ToUpper(r)
+				upper = false
+			}
+			b.WriteRune(r)
+		}
+	}
+	out := b.String()
+	switch {
+	case out == "":
+		return "Unknown"
+	case out[0] >= '0' && out[0] <= '9':
+		out = "Rule" + out
+	}
+	if len(out) > maxReasonLength {
+		out = out[:maxReasonLength]
+	}
+	return out
 }

@@ -2,11 +2,13 @@ package v1alpha1_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -73,12 +75,29 @@ func TestAdmissionRefusesBadInput(t *testing.T) {
 		{"malformed window duration", func(s map[string]any) {
 			s["maintenanceWindow"] = map[string]any{"schedule": "0 2 * * *", "duration": "two hours"}
 		}, []string{"spec.maintenanceWindow.duration"}},
+		// 9999999999h overflows a Go duration: it passed the pattern, then the
+		// controller could not decode the request and stalled on it.
+		{"overflowing window duration", func(s map[string]any) {
+			s["maintenanceWindow"] = map[string]any{"schedule": "0 2 * * *", "duration": "9999999999h"}
+		}, []string{"spec.maintenanceWindow.duration", "positive duration of at most 168h"}},
+		{"zero window duration", func(s map[string]any) {
+			s["maintenanceWindow"] = map[string]any{"schedule": "0 2 * * *", "duration": "0s"}
+		}, []string{"spec.maintenanceWindow.duration", "positive duration of at most 168h"}},
+		{"window duration over 168h", func(s map[string]any) {
+			s["maintenanceWindow"] = map[string]any{"schedule": "0 2 * * *", "duration": "169h"}
+		}, []string{"spec.maintenanceWindow.duration", "positive duration of at most 168h"}},
+		{"garbage schedule", func(s map[string]any) {
+			s["maintenanceWindow"] = map[string]any{"schedule": "every tuesday", "duration": "2h"}
+		}, []string{"spec.maintenanceWindow.schedule", "should match"}},
 		{"window without schedule", func(s map[string]any) {
 			s["maintenanceWindow"] = map[string]any{"duration": "2h"}
 		}, []string{"spec.maintenanceWindow.schedule", "Required value"}},
 		{"fencing confirmed without method", func(s map[string]any) {
 			s["fencing"] = map[string]any{"confirmed": true}
 		}, []string{"spec.fencing", "spec.fencing.method is required"}},
+		{"fencing confirmed without node", func(s map[string]any) {
+			s["fencing"] = map[string]any{"confirmed": true, "method": "NodeShutdown"}
+		}, []string{"spec.fencing", "spec.fencing.node is required"}},
 		{"unknown fencing method", func(s map[string]any) {
 			s["fencing"] = map[string]any{"confirmed": true, "method": "Hope"}
 		}, []string{"spec.fencing.method", "Unsupported value"}},
@@ -91,7 +110,7 @@ func TestAdmissionRefusesBadInput(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			spec := validSpec()
 			tc.edit(spec)
-			err := env.Client.Create(context.Background(), request("bad-"+string(rune('a'+i)), spec))
+			err := env.Client.Create(context.Background(), request(fmt.Sprintf("bad-%d", i), spec))
 			if err == nil {
 				t.Fatalf("the API server accepted %s", tc.name)
 			}
@@ -126,6 +145,42 @@ func TestAdmissionAcceptsValidInput(t *testing.T) {
 	err := env.Client.Update(ctx, u)
 	if err == nil || !strings.Contains(err.Error(), "spec.target is immutable") {
 		t.Fatalf("changing spec.target: want an immutability error, got %v", err)
+	}
+}
+
+// TestAdmissionAcceptsWindowsAndFencing: the bounds on the window and the fencing
+// statement refuse only what they must.
+func TestAdmissionAcceptsWindowsAndFencing(t *testing.T) {
+	ensureNamespace(t, ns)
+	window := func(schedule, duration string) func(map[string]any) {
+		return func(s map[string]any) {
+			s["maintenanceWindow"] = map[string]any{"schedule": schedule, "duration": duration}
+		}
+	}
+	cases := []struct {
+		name string
+		edit func(spec map[string]any)
+	}{
+		{"the longest window", window("0 2 * * 6", "168h")},
+		{"minutes", window("0 2 * * *", "90m")},
+		{"descriptor", window("@daily", "2h")},
+		{"time zone", window("CRON_TZ=Europe/Berlin 0 2 * * *", "2h")},
+		{"weekdays", window("0 2 * * 1-5", "2h")},
+		{"every", window("@every 1h", "30m")},
+		// The pattern checks only the shape: a schedule that never fires is refused
+		// when the request is decided (controllers.MaintenanceWindow), not here.
+		{"never fires, refused later", window("0 2 30 2 *", "2h")},
+		{"fencing names the node", func(s map[string]any) {
+			s["fencing"] = map[string]any{"confirmed": true, "method": "NodeShutdown", "node": "kwok-node-2"}
+		}},
+	}
+	for i, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			spec := validSpec()
+			tc.edit(spec)
+			err := env.Client.Create(context.Background(), request(fmt.Sprintf("good-%d", i), spec))
+			require.NoError(t, err, "the API server refused %s", tc.name)
+		})
 	}
 }
 

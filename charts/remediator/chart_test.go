@@ -18,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -114,6 +116,7 @@ func TestLint(t *testing.T) {
 			"podAnnotations":    map[string]any{"example.com/a": "b"},
 		}},
 		{"metrics off", map[string]any{"metrics": map[string]any{"enabled": false}}},
+		{"every namespace", map[string]any{"watchAllNamespaces": true}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if err := helmchart.LintValues(tc.values); err != nil {
@@ -427,8 +430,10 @@ func TestDeploymentArgs(t *testing.T) {
 			"--trident-namespace=trident", "--driver-name=csi.trident.netapp.io",
 			"--node-plugin-selector=app=node.csi.trident.netapp.io",
 			"--max-concurrent-remediations=2", "--node-lease-grace-period=40s", "--v=0",
+			// Only the namespace the remediation repository syncs to, not every one.
+			"--request-namespaces=remediator",
 		},
-		wantNot: []string{"--request-namespaces", "--policies-dir", "--policy-reload-interval", "--kubeconfig"},
+		wantNot: []string{"--policies-dir", "--policy-reload-interval", "--kubeconfig"},
 	}, {
 		name: "values",
 		values: map[string]any{
@@ -449,6 +454,17 @@ func TestDeploymentArgs(t *testing.T) {
 			"--request-namespaces=team-a,team-b", "--max-concurrent-remediations=5",
 			"--node-lease-grace-period=1m", "--v=4",
 		},
+	}, {
+		// Widening is explicit, and then the list no longer applies.
+		name:    "every namespace",
+		values:  map[string]any{"watchAllNamespaces": true},
+		want:    []string{"controller"},
+		wantNot: []string{"--request-namespaces"},
+	}, {
+		name:    "every namespace despite a list",
+		values:  map[string]any{"watchAllNamespaces": true, "requestNamespaces": []any{"team-a"}},
+		want:    []string{"controller"},
+		wantNot: []string{"--request-namespaces"},
 	}, {
 		name:    "metrics off",
 		values:  map[string]any{"metrics": map[string]any{"enabled": false}},
@@ -483,6 +499,37 @@ func TestDeploymentArgs(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestRequestNamespacesFailClosed: an empty list used to mean every namespace, so a
+// values file that cleared it widened the controller's reach silently; now it fails,
+// as does a name that is no namespace (the controller would watch nothing there).
+func TestRequestNamespacesFailClosed(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		values map[string]any
+		want   []string
+	}{
+		{"empty list", map[string]any{"requestNamespaces": []any{}}, []string{"requestNamespaces is empty", "watchAllNamespaces: true"}},
+		{"null list", map[string]any{"requestNamespaces": nil}, []string{"requestNamespaces is empty"}},
+		{"not a namespace name", map[string]any{"requestNamespaces": []any{"Team_A"}}, []string{`requestNamespaces: "Team_A" is not a namespace name`}},
+		{"a comma in a name", map[string]any{"requestNamespaces": []any{"team-a,kube-system"}}, []string{"is not a namespace name"}},
+		{"too long", map[string]any{"requestNamespaces": []any{strings.Repeat("a", 64)}}, []string{"is not a namespace name"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := helmchart.Render(release, namespace, tc.values)
+			require.Error(t, err)
+			for _, w := range tc.want {
+				assert.Contains(t, err.Error(), w)
+			}
+		})
+	}
+	// The same empty list is fine once widening is asked for.
+	objs, err := helmchart.Render(release, namespace, map[string]any{"requestNamespaces": []any{}, "watchAllNamespaces": true})
+	require.NoError(t, err)
+	assert.False(t, slices.ContainsFunc(deployment(t, objs).Spec.Template.Spec.Containers[0].Args, func(a string) bool {
+		return strings.HasPrefix(a, "--request-namespaces")
+	}))
 }
 
 func TestDeploymentSpec(t *testing.T) {

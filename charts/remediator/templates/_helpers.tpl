@@ -82,3 +82,27 @@ The leader-election Lease name. It is the controller's LeaderElectionID
 {{- define "remediator.leaderElectionID" -}}
 remediator.remediator.io
 {{- end }}
+
+{{/*
+The value of --request-namespaces: the comma-separated requestNamespaces, or empty
+when watchAllNamespaces reconciles every namespace. An empty list fails instead of
+meaning "every namespace": reconciling more namespaces than intended gives whoever
+may create a RemediationRequest there the controller's cluster-wide reach, so
+widening must be asked for explicitly. A name that is not a namespace name (or holds
+a comma, which would split it) fails too, rather than watching nothing.
+*/}}
+{{- define "remediator.requestNamespaces" -}}
+{{- if not .Values.watchAllNamespaces }}
+{{- /* index, not .Values.requestNamespaces: `--set requestNamespaces=null` removes the key */}}
+{{- $namespaces := index .Values "requestNamespaces" }}
+{{- if not $namespaces }}
+{{- fail "requestNamespaces is empty: name the namespaces whose RemediationRequests the controller reconciles, or set watchAllNamespaces: true to reconcile every namespace (see the chart README's Tenancy note)" }}
+{{- end }}
+{{- range $namespaces }}
+{{- if or (gt (len (toString .)) 63) (not (regexMatch "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$" (toString .))) }}
+{{- fail (printf "requestNamespaces: %q is not a namespace name" (toString .)) }}
+{{- end }}
+{{- end }}
+{{- join "," $namespaces }}
+{{- end }}
+{{- end }}
