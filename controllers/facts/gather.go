@@ -164,13 +164,11 @@ func (s *gathering) lease(ctx context.Context, t v1alpha1.Target) error {
 	lf.ResourceVersion = lease.ResourceVersion
 	created := lease.CreationTimestamp
 	lf.CreationTimestamp = &created
-	since := created.Time
 	if lease.Spec.AcquireTime != nil {
 		acquired := metav1.NewTime(lease.Spec.AcquireTime.Time)
 		lf.AcquireTime = &acquired
-		since = acquired.Time
 	}
-	lf.AgeSeconds = ageSeconds(s.now, since)
+	lf.AgeSeconds, lf.AgeFrom = leaseAge(lease, s.now)
 	if lease.Spec.HolderIdentity != nil {
 		lf.HolderIdentity = *lease.Spec.HolderIdentity
 	}
@@ -189,6 +187,38 @@ func (s *gathering) lease(ctx context.Context, t v1alpha1.Target) error {
 	return nil
 }
 
+// leaseAge measures a Trident Lease's age from the later of its creationTimestamp,
+// which the API server sets, and its acquireTime, which the holder writes from its own
+// clock. Taking the later one means that a holder whose clock runs slow (an
+// acquireTime before the Lease even existed) can only make the Lease look younger,
+// never old enough to pass the runbook's age gate early. from says which timestamp
+// counted, in words, for status.facts.lease.ageFrom.
+func leaseAge(l *coordinationv1.Lease, now time.Time) (age int64, from string) {
+	created := l.CreationTimestamp.Time
+	var acquired time.Time
+	if l.Spec.AcquireTime != nil {
+		acquired = l.Spec.AcquireTime.Time
+	}
+	switch {
+	case created.IsZero() && acquired.IsZero():
+		// The API server always sets creationTimestamp; this guards hand-made input.
+		return 0, "neither creationTimestamp nor acquireTime is set"
+	case created.IsZero():
+		return ageSeconds(now, acquired), fmt.Sprintf("acquireTime %s, set by the holder's clock; creationTimestamp is not set", stamp(acquired))
+	case acquired.IsZero():
+		return ageSeconds(now, created), fmt.Sprintf("creationTimestamp %s, set by the API server; the Lease has no acquireTime", stamp(created))
+	case acquired.After(created):
+		return ageSeconds(now, acquired), fmt.Sprintf("acquireTime %s, later than creationTimestamp %s", stamp(acquired), stamp(created))
+	case acquired.Equal(created):
+		return ageSeconds(now, created), fmt.Sprintf("creationTimestamp %s, set by the API server, equal to acquireTime", stamp(created))
+	}
+	return ageSeconds(now, created), fmt.Sprintf("creationTimestamp %s, set by the API server; acquireTime %s, set by the holder's clock, is earlier and does not count", stamp(created), stamp(acquired))
+}
+
+// stamp renders a time in UTC, with as many fractional digits as it has (acquireTime
+// is a MicroTime), so that messages are the same on every controller.
+func stamp(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
+
 // resolveVolume follows pod -> PVC -> PV. It returns an empty PV name, with
 // Target.Message set, when the chain breaks.
 func (s *gathering) resolveVolume(ctx context.Context, t v1alpha1.Target) (*types.NamespacedName, string, error) {
@@ -206,10 +236,30 @@ func (s *gathering) resolveVolume(ctx context.Context, t v1alpha1.Target) (*type
 			return nil, t.PersistentVolume, nil
 		}
 		s.f.Target.Found = true
-		if ref := pv.Spec.ClaimRef; ref != nil {
-			return &types.NamespacedName{Namespace: ref.Namespace, Name: ref.Name}, pv.Name, nil
+		ref := pv.Spec.ClaimRef
+		if ref == nil {
+			return nil, pv.Name, nil
 		}
-		return nil, pv.Name, nil
+		// The claim decides which pods count as affected (and are moved off a healthy
+		// holder), so it must be the volume's own: a claimRef can name a claim that was
+		// deleted, or deleted and created again under the same name for another volume.
+		// The PV itself still resolves, so that its Lease is reported.
+		key := types.NamespacedName{Namespace: ref.Namespace, Name: ref.Name}
+		pvc := &corev1.PersistentVolumeClaim{}
+		found, err = s.get(ctx, key, pvc)
+		if err != nil {
+			return nil, "", err
+		}
+		if !found {
+			s.f.Target.Message = fmt.Sprintf("PersistentVolume %s has claimRef %s, but that PersistentVolumeClaim does not exist; "+
+				"the claim is not the volume's, so no pods are looked up as affected", pv.Name, key)
+			return nil, pv.Name, nil
+		}
+		if why := bindingMismatch(pv, pvc); why != "" {
+			s.f.Target.Message = why + "; the claim is not the volume's, so no pods are looked up as affected"
+			return nil, pv.Name, nil
+		}
+		return &key, pv.Name, nil
 
 	case t.PersistentVolumeClaim != nil:
 		key := types.NamespacedName{Namespace: t.PersistentVolumeClaim.Namespace, Name: t.PersistentVolumeClaim.Name}
@@ -227,7 +277,11 @@ func (s *gathering) resolveVolume(ctx context.Context, t v1alpha1.Target) (*type
 	return nil, "", nil
 }
 
-// claimVolume returns the PV a claim is bound to, or "" with Target.Message set.
+// claimVolume returns the PV a claim is bound to, or "" with Target.Message set. The
+// binding must hold from both sides: the claim's volumeName names the PV, and the
+// PV's claimRef names the claim back (its UID too, when set). A claim that names a PV
+// bound to another claim, or to an earlier claim of the same name, does not lead to
+// that PV's Lease.
 func (s *gathering) claimVolume(ctx context.Context, key types.NamespacedName) (string, error) {
 	pvc := &corev1.PersistentVolumeClaim{}
 	found, err := s.get(ctx, key, pvc)
@@ -242,7 +296,41 @@ func (s *gathering) claimVolume(ctx context.Context, key types.NamespacedName) (
 		s.f.Target.Message = fmt.Sprintf("PersistentVolumeClaim %s is not bound to a PersistentVolume", key)
 		return "", nil
 	}
-	return pvc.Spec.VolumeName, nil
+	pv := &corev1.PersistentVolume{}
+	found, err = s.get(ctx, types.NamespacedName{Name: pvc.Spec.VolumeName}, pv)
+	if err != nil {
+		return "", err
+	}
+	if !found {
+		s.f.Target.Message = fmt.Sprintf("PersistentVolumeClaim %s names PersistentVolume %s, which does not exist, so the binding cannot be verified; "+
+			"target the PersistentVolume to look up its Lease", key, pvc.Spec.VolumeName)
+		return "", nil
+	}
+	if why := bindingMismatch(pv, pvc); why != "" {
+		s.f.Target.Message = why + "; the claim does not lead to that volume's Lease"
+		return "", nil
+	}
+	return pv.Name, nil
+}
+
+// bindingMismatch says why pv and pvc are not bound to each other, or "" when they
+// are: the PV's claimRef names the claim (namespace, name, and UID when set) and the
+// claim's volumeName names the PV.
+func bindingMismatch(pv *corev1.PersistentVolume, pvc *corev1.PersistentVolumeClaim) string {
+	claim := pvc.Namespace + "/" + pvc.Name
+	ref := pv.Spec.ClaimRef
+	switch {
+	case ref == nil:
+		return fmt.Sprintf("PersistentVolumeClaim %s names PersistentVolume %s, but that volume has no claimRef", claim, pv.Name)
+	case ref.Namespace != pvc.Namespace || ref.Name != pvc.Name:
+		return fmt.Sprintf("PersistentVolumeClaim %s names PersistentVolume %s, but that volume's claimRef is %s/%s", claim, pv.Name, ref.Namespace, ref.Name)
+	case ref.UID != "" && ref.UID != pvc.UID:
+		return fmt.Sprintf("PersistentVolume %s has claimRef %s with UID %s, but PersistentVolumeClaim %s has UID %s: "+
+			"the claim was deleted and created again under the same name", pv.Name, claim, ref.UID, claim, pvc.UID)
+	case pvc.Spec.VolumeName != pv.Name:
+		return fmt.Sprintf("PersistentVolume %s has claimRef %s, but that PersistentVolumeClaim is bound to PersistentVolume %q", pv.Name, claim, pvc.Spec.VolumeName)
+	}
+	return ""
 }
 
 // resolvePod follows a pod's PVC volumes to the one PV that has a Trident Lease.
@@ -310,6 +398,12 @@ func (s *gathering) resolvePod(ctx context.Context, key types.NamespacedName) (*
 		return nil, "", nil
 	case len(bound) == 1:
 		pick = &bound[0]
+		if len(problems) > 0 {
+			// The claim that did not resolve may be the one whose volume is stuck (a
+			// PV bound to an earlier claim of that name, say); say so, so that "no
+			// Lease" on the picked volume is not read as "nothing is stuck".
+			s.f.Target.Message = fmt.Sprintf("Pod %s: only claim %s resolved; the others did not: %s", key, pick.claim.Name, strings.Join(problems, "; "))
+		}
 	case len(bound) == 0:
 		s.f.Target.Message = strings.Join(problems, "; ")
 		return nil, "", nil

@@ -24,8 +24,13 @@ var stateTaints = []string{v1alpha1.TaintCloudShutdown, v1alpha1.TaintOutOfServi
 func ClassifyNode(name string, node *corev1.Node, nodeLease *coordinationv1.Lease, now time.Time, grace time.Duration) v1alpha1.NodeFacts {
 	nf := v1alpha1.NodeFacts{Name: name, LeaseRenewAgeSeconds: -1}
 	if node == nil {
-		nf.State = v1alpha1.NodeShutdown
-		nf.StateReason = fmt.Sprintf("Node %s no longer exists", name)
+		// A missing Node is not proof that the machine is down: a holderIdentity spelled
+		// differently from the Node name (an FQDN versus a short name), or a Node object
+		// deleted while its machine still runs, would make a live holder look dead. It
+		// is a state of its own, which the policy treats like Unreachable.
+		nf.State = v1alpha1.NodeNotFound
+		nf.StateReason = fmt.Sprintf("no Node is named %s: check the holderIdentity's spelling against kubectl get nodes "+
+			"(an FQDN versus a short name), and whether the machine is really gone or only its Node object was deleted", name)
 		return nf
 	}
 	nf.Exists = true

@@ -36,7 +36,10 @@ func TestClassifyNode(t *testing.T) {
 		lease *coordinationv1.Lease
 		want  v1alpha1.NodeState
 	}{
-		{"node gone", nil, nil, v1alpha1.NodeShutdown},
+		// A missing Node is not proof of a shutdown: the holderIdentity may be spelled
+		// differently from the Node name, or the Node was deleted while its machine
+		// still runs.
+		{"node gone", nil, nil, v1alpha1.NodeNotFound},
 		{"out-of-service and NotReady", node(corev1.ConditionFalse, v1alpha1.TaintOutOfService), lease(time.Hour), v1alpha1.NodeShutdown},
 		{"cloud shutdown and Unknown", node(corev1.ConditionUnknown, v1alpha1.TaintCloudShutdown, v1alpha1.TaintUnreachable), lease(time.Hour), v1alpha1.NodeShutdown},
 		{"shutdown taint but Ready", node(corev1.ConditionTrue, v1alpha1.TaintOutOfService), lease(time.Second), v1alpha1.NodeUnknown},
@@ -62,6 +65,25 @@ func TestClassifyNode(t *testing.T) {
 				t.Errorf("exists = %v", got.Exists)
 			}
 		})
+	}
+}
+
+// TestClassifyNodeNotFound: the reason for a missing Node tells the operator what to
+// check, because NotFound is usually a name mismatch or a deleted Node object, not a
+// dead machine.
+func TestClassifyNodeNotFound(t *testing.T) {
+	now := time.Date(2026, 11, 19, 5, 47, 54, 0, time.UTC)
+	got := ClassifyNode("kwok-node-2.example.internal", nil, nil, now, 40*time.Second)
+	if got.State != v1alpha1.NodeNotFound || got.Exists || got.Name != "kwok-node-2.example.internal" {
+		t.Fatalf("facts = %+v, want state NotFound, exists false", got)
+	}
+	want := "no Node is named kwok-node-2.example.internal: check the holderIdentity's spelling against kubectl get nodes " +
+		"(an FQDN versus a short name), and whether the machine is really gone or only its Node object was deleted"
+	if got.StateReason != want {
+		t.Errorf("reason:\n got %q\nwant %q", got.StateReason, want)
+	}
+	if got.LeaseRenewAgeSeconds != -1 || got.Ready != "" || len(got.Taints) != 0 {
+		t.Errorf("a missing Node has no evidence fields: %+v", got)
 	}
 }
 

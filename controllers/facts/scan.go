@@ -89,15 +89,13 @@ func (g *Gatherer) stuckLeases(ctx context.Context, opts ScanOptions, now time.T
 			continue
 		}
 		lf := &v1alpha1.LeaseFacts{}
-		since := l.CreationTimestamp.Time
-		if l.Spec.AcquireTime != nil {
-			since = l.Spec.AcquireTime.Time
-		}
-		lf.AgeSeconds = ageSeconds(now, since)
+		// The same age as the decision uses, so that a holder with a slow clock does
+		// not make a fresh Lease look stuck here either.
+		lf.AgeSeconds, lf.AgeFrom = leaseAge(l, now)
 		if err := g.retainedEvents(ctx, l, lf); err != nil {
 			return nil, err
 		}
-		if lf.RetainedEvents == 0 && now.Sub(since) < opts.LeaseAge {
+		if lf.RetainedEvents == 0 && time.Duration(lf.AgeSeconds)*time.Second < opts.LeaseAge {
 			continue
 		}
 		holder := *l.Spec.HolderIdentity

@@ -43,7 +43,7 @@ func TestScan(t *testing.T) {
 	w.csiNode("scan-fine", facts.DefaultDriverName)
 	w.pod("trident", "trident-csi-scan-d", "scan-fine", pluginLabels)
 
-	g := &facts.Gatherer{Reader: env.Client, Config: facts.DefaultConfig()}
+	g := &facts.Gatherer{Reader: env.Client, Config: facts.DefaultConfig(), Now: w.now}
 	got, err := g.Scan(context.Background(), facts.ScanOptions{LeaseAge: 10 * time.Minute})
 	if err != nil {
 		t.Fatal(err)
@@ -83,5 +83,27 @@ func TestScan(t *testing.T) {
 		return strings.Compare(a.Kind+"\x00"+a.Node+"\x00"+a.Lease, b.Kind+"\x00"+b.Node+"\x00"+b.Lease)
 	}) {
 		t.Error("findings are not sorted")
+	}
+}
+
+// TestScanLeaseAgeCountsFromServerTime: scan measures a Lease's age as the decision
+// does, so a holder whose clock runs 20 minutes slow does not make a Lease created
+// just now look stuck.
+func TestScanLeaseAgeCountsFromServerTime(t *testing.T) {
+	w := newWorld(t)
+	w.node("scan-slowclock", nodeSpec{ready: corev1.ConditionTrue, renewedAgo: time.Second})
+	w.volume("pvc-scan-slowclock", "app", "scan-slowclock")
+	w.tridentLeaseAt("pvc-scan-slowclock", "scan-slowclock", time.Now().Add(-20*time.Minute), 0)
+
+	// The real clock: the Lease was created just now.
+	g := &facts.Gatherer{Reader: env.Client, Config: facts.DefaultConfig()}
+	got, err := g.Scan(context.Background(), facts.ScanOptions{LeaseAge: 10 * time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range got {
+		if f.Lease == "trident/pvc-scan-slowclock" {
+			t.Errorf("a Lease created just now was reported as stuck because of its holder's acquireTime: %+v", f)
+		}
 	}
 }
