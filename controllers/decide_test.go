@@ -10,19 +10,6 @@ import (
 	"github.com/remediator/remediator/api/v1alpha1"
 )
 
-func TestReason(t *testing.T) {
-	for in, want := range map[string]string{
-		"node-shutdown":                    "NodeShutdown",
-		"healthy-operation-may-be-running": "HealthyOperationMayBeRunning",
-		"one-remediation-at-a-time":        "OneRemediationAtATime",
-		"":                                 "Unknown",
-	} {
-		if got := reason(in); got != want {
-			t.Errorf("reason(%q) = %q, want %q", in, got, want)
-		}
-	}
-}
-
 // waiting sets the Progressing condition a Waiting request carries.
 func waiting(rr *v1alpha1.RemediationRequest, reason string) *v1alpha1.RemediationRequest {
 	meta.SetStatusCondition(&rr.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionProgressing, Status: metav1.ConditionTrue, Reason: reason, Message: "waiting"})

@@ -52,16 +52,16 @@ func (c activeCollector) Describe(ch chan<- *prometheus.Desc) { ch <- activeDesc
 func (c activeCollector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	list := &v1alpha1.RemediationRequestList{}
-	if err := c.reader.List(ctx, list); err != nil {
+	list, err := ListRequests(ctx, c.reader)
+	if err != nil {
 		ch <- prometheus.NewInvalidMetric(activeDesc, err)
 		return
 	}
 	counts := map[string]float64{
 		string(v1alpha1.RemediationReleaseLUKSLease): 0, string(v1alpha1.RemediationReregisterCSIDriver): 0,
 	}
-	for i := range list.Items {
-		if rr := &list.Items[i]; rr.Status.Phase == v1alpha1.PhaseRunning {
+	for i := range list {
+		if rr := &list[i]; rr.Status.Phase == v1alpha1.PhaseRunning {
 			counts[string(rr.Spec.Remediation)]++
 		}
 	}

@@ -5,10 +5,9 @@
 package controllers
 
 import (
+	"cmp"
 	"context"
 	"fmt"
-	"slices"
-	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -16,6 +15,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	kerrors "k8s.io/apimachinery/pkg/util/errors"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
@@ -76,8 +76,6 @@ const (
 	// ReasonWindowClosed: the maintenance window closed mid-playbook before a
 	// destructive step, so the playbook stopped, restored and waits for the next one.
 	ReasonWindowClosed = "MaintenanceWindowClosed"
-	// RuleInvalidWindow rejects a request whose maintenance window cannot be parsed.
-	RuleInvalidWindow = "invalid-maintenance-window"
 )
 
 // RemediationRequestReconciler reconciles RemediationRequests.
@@ -116,18 +114,31 @@ type phase func(ctx context.Context, s *scope) (ctrl.Result, error)
 // request held back by a guard starts as soon as the guard clears instead of at its
 // next recheck.
 //
+// Requests are watched as unstructured objects (see requests.go): one request the
+// Go type cannot decode must not keep the informer from syncing.
+//
 // MaxConcurrentReconciles stays at its default of 1: the guards count Running
 // requests live, and one reconcile at a time is what makes that count exact.
 func (r *RemediationRequestReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	cache := mgr.GetClient()
 	return ctrl.NewControllerManagedBy(mgr).
-		For(&v1alpha1.RemediationRequest{}, builder.WithPredicates(
+		For(NewUnstructuredRequest(), builder.WithPredicates(
 			predicate.Or(predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
-		Watches(&v1alpha1.RemediationRequest{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, _ client.Object) []reconcile.Request {
+		Watches(NewUnstructuredRequest(), handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, _ client.Object) []reconcile.Request {
 			return waitingRequests(ctx, cache)
 		}), builder.WithPredicates(stoppedRunning)).
 		Named("remediationrequest").
 		Complete(r)
+}
+
+// phaseOf reads status.phase without decoding the rest of the object.
+func phaseOf(o client.Object) v1alpha1.Phase {
+	u, ok := o.(*unstructured.Unstructured)
+	if !ok {
+		return ""
+	}
+	p, _, _ := unstructured.NestedString(u.Object, "status", "phase")
+	return v1alpha1.Phase(p)
 }
 
 // stoppedRunning passes a request whose playbook just stopped (finished, failed,
@@ -136,30 +147,22 @@ var stoppedRunning = predicate.Funcs{
 	CreateFunc:  func(event.CreateEvent) bool { return false },
 	GenericFunc: func(event.GenericEvent) bool { return false },
 	UpdateFunc: func(e event.UpdateEvent) bool {
-		o, ok1 := e.ObjectOld.(*v1alpha1.RemediationRequest)
-		n, ok2 := e.ObjectNew.(*v1alpha1.RemediationRequest)
-		return ok1 && ok2 && o.Status.Phase == v1alpha1.PhaseRunning && n.Status.Phase != v1alpha1.PhaseRunning
+		return phaseOf(e.ObjectOld) == v1alpha1.PhaseRunning && phaseOf(e.ObjectNew) != v1alpha1.PhaseRunning
 	},
-	DeleteFunc: func(e event.DeleteEvent) bool {
-		o, ok := e.Object.(*v1alpha1.RemediationRequest)
-		return ok && o.Status.Phase == v1alpha1.PhaseRunning
-	},
+	DeleteFunc: func(e event.DeleteEvent) bool { return phaseOf(e.Object) == v1alpha1.PhaseRunning },
 }
 
 // waitingRequests lists the requests held back by a guard, oldest first.
 func waitingRequests(ctx context.Context, c client.Reader) []reconcile.Request {
-	list := &v1alpha1.RemediationRequestList{}
-	if err := c.List(ctx, list); err != nil {
+	list, err := ListRequests(ctx, c)
+	if err != nil {
 		// The periodic recheck still wakes them; nothing is lost.
 		ctrl.LoggerFrom(ctx).Error(err, "Listing waiting requests to wake them")
 		return nil
 	}
-	slices.SortFunc(list.Items, func(a, b v1alpha1.RemediationRequest) int {
-		return a.CreationTimestamp.Compare(b.CreationTimestamp.Time)
-	})
 	var out []reconcile.Request
-	for i := range list.Items {
-		if rr := &list.Items[i]; waitsForGuard(rr) {
+	for i := range list {
+		if rr := &list[i]; waitsForGuard(rr) {
 			out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(rr)})
 		}
 	}
@@ -180,12 +183,21 @@ func waitsForGuard(rr *v1alpha1.RemediationRequest) bool {
 func (r *RemediationRequestReconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, retErr error) {
 	// Read live, not from the cache: the journal must be current before any step acts,
 	// and requests are few enough that this costs nothing.
-	rr := &v1alpha1.RemediationRequest{}
-	if err := r.Reader.Get(ctx, req.NamespacedName, rr); err != nil {
+	u := NewUnstructuredRequest()
+	if err := r.Reader.Get(ctx, req.NamespacedName, u); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	log := ctrl.LoggerFrom(ctx).WithValues("remediationRequest", klog.KObj(rr))
+	log := ctrl.LoggerFrom(ctx).WithValues("remediationRequest", klog.KObj(u))
 	ctx = ctrl.LoggerInto(ctx, log)
+	rr, err := DecodeRequest(u)
+	if err != nil {
+		// Not retried: only an edit of the object (a new generation) can fix it, and
+		// that triggers a reconcile. Every other request goes on being decided.
+		log.Error(err, "Cannot decode the request; it is not decided until it is fixed")
+		r.Recorder.Eventf(u, corev1.EventTypeWarning, EventUndecodable,
+			"The controller cannot decode this request (%v); it is not decided until it is fixed. Other requests are not affected.", err)
+		return ctrl.Result{}, nil
+	}
 
 	if rr.DeletionTimestamp.IsZero() {
 		if err := r.ensureFinalizer(ctx, rr); err != nil {
@@ -205,7 +217,7 @@ func (r *RemediationRequestReconciler) Reconcile(ctx context.Context, req ctrl.R
 		}
 	}()
 
-	for _, p := range []phase{r.decide, r.runPlaybook} {
+	for _, p := range []phase{r.decide, r.honourSpecChange, r.runPlaybook} {
 		res, err := p(ctx, s)
 		if err != nil || !res.IsZero() {
 			return res, err
@@ -254,9 +266,9 @@ func (r *RemediationRequestReconciler) reconcileDelete(ctx context.Context, s *s
 			}
 		}
 		rr.Status.Phase = v1alpha1.PhaseFailed
-		r.setCondition(rr, v1alpha1.ConditionSucceeded, metav1.ConditionFalse, v1alpha1.ReasonAborted, "The request was deleted mid-run; "+orDefault(msg, "nothing needed restoring"))
+		r.setCondition(rr, v1alpha1.ConditionSucceeded, metav1.ConditionFalse, v1alpha1.ReasonAborted, "The request was deleted mid-run; "+cmp.Or(msg, "nothing needed restoring"))
 		r.setCondition(rr, v1alpha1.ConditionProgressing, metav1.ConditionFalse, v1alpha1.ReasonAborted, "Aborted")
-		r.Recorder.Event(rr, corev1.EventTypeWarning, EventFailed, "Aborted: the request was deleted mid-run; "+orDefault(msg, "nothing needed restoring"))
+		r.Recorder.Event(rr, corev1.EventTypeWarning, EventFailed, "Aborted: the request was deleted mid-run; "+cmp.Or(msg, "nothing needed restoring"))
 		if err := r.patchStatus(ctx, s); err != nil {
 			return ctrl.Result{}, err
 		}
@@ -286,7 +298,8 @@ func needsDecision(rr *v1alpha1.RemediationRequest, now time.Time) bool {
 	return d.RecheckAt != nil && !now.Before(d.RecheckAt.Time)
 }
 
-// decide gathers live facts and asks the policy.
+// decide gathers live facts, lists the other requests, and takes the one decision
+// path (Decide) that `remediator plan` takes too.
 func (r *RemediationRequestReconciler) decide(ctx context.Context, s *scope) (ctrl.Result, error) {
 	rr := s.rr
 	if !needsDecision(rr, s.now) {
@@ -301,170 +314,92 @@ func (r *RemediationRequestReconciler) decide(ctx context.Context, s *scope) (ct
 	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("gathering facts: %w", err)
 	}
-	rr.Status.Facts = f
 	// One live list serves both guards: the conflicts the policy weighs and the cap.
-	others := &v1alpha1.RemediationRequestList{}
-	if err := r.Reader.List(ctx, others); err != nil {
-		return ctrl.Result{}, fmt.Errorf("listing requests: %w", err)
-	}
-	conflicts := conflictsIn(others, rr)
-	d, err := r.Policy.Decide(policies.Input{
-		Remediation: rr.Spec.Remediation, Mode: rr.Spec.Mode, Fencing: rr.Spec.Fencing, Facts: f, Conflicts: conflicts,
-	})
+	others, err := ListRequests(ctx, r.Reader)
 	if err != nil {
-		return ctrl.Result{}, fmt.Errorf("deciding: %w", err)
+		return ctrl.Result{}, err
 	}
+	o := Decide(r.Policy, r.Playbooks, DecisionInput{Request: rr, Facts: f, Others: others, MaxConcurrent: r.MaxConcurrent, Now: s.now})
 	decisionSeconds.WithLabelValues(string(rr.Spec.Remediation)).Observe(time.Since(started).Seconds())
-	now := metav1.NewTime(s.now)
-	dec := &v1alpha1.Decision{
-		Allowed: d.Allowed, Playbook: d.Playbook, Rule: d.Rule, Reasons: d.Reasons,
-		Message: d.Message, PolicyDigest: d.Digest, DecidedAt: now,
-	}
-	if d.RecheckAfterSeconds > 0 {
-		at := metav1.NewTime(s.now.Add(time.Duration(d.RecheckAfterSeconds) * time.Second))
-		dec.RecheckAt = &at
-		dec.Message += " Re-evaluated at " + at.UTC().Format(time.RFC3339) + "."
-	}
-	rr.Status.Decision = dec
-	rr.Status.Steps = nil
-	log := ctrl.LoggerFrom(ctx)
 
-	switch {
-	case d.Allowed:
-		plan, err := r.Playbooks.Plan(d.Playbook)
-		if err != nil {
-			return ctrl.Result{}, fmt.Errorf("policy chose playbook %q: %w", d.Playbook, err)
-		}
-		rr.Status.Steps = plan
-		r.setCondition(rr, v1alpha1.ConditionAccepted, metav1.ConditionTrue, reason(d.Playbook), d.Message)
+	rr.Status.Facts = f
+	dec := o.Decision
+	rr.Status.Decision = &dec
+	rr.Status.Steps = o.Steps
+	rr.Status.Phase = o.Phase
+	r.setCondition(rr, v1alpha1.ConditionAccepted, o.Accepted.Status, o.Accepted.Reason, o.Accepted.Message)
+	r.setCondition(rr, v1alpha1.ConditionProgressing, o.Progressing.Status, o.Progressing.Reason, o.Progressing.Message)
+	if o.Steps != nil {
 		meta.RemoveStatusCondition(&rr.Status.Conditions, v1alpha1.ConditionSucceeded)
-		names := make([]string, 0, len(plan))
-		for _, st := range plan {
-			names = append(names, st.Name)
-		}
-		if rr.Spec.Mode == v1alpha1.ModeDryRun {
-			rr.Status.Phase = v1alpha1.PhasePending
-			msg := fmt.Sprintf("DryRun: playbook %s would run %s; nothing was changed. Set spec.mode: Apply to run it.", d.Playbook, strings.Join(names, " -> "))
-			r.setCondition(rr, v1alpha1.ConditionProgressing, metav1.ConditionFalse, ReasonDryRun, msg)
-			r.Recorder.Event(rr, corev1.EventTypeNormal, EventAccepted, msg)
-			log.Info("Decided (dry run)", "playbook", d.Playbook, "rule", d.Rule)
-			return ctrl.Result{}, nil
-		}
-		inside, next, err := MaintenanceWindow(rr.Spec.MaintenanceWindow, s.now)
-		if err != nil {
-			rr.Status.Phase = v1alpha1.PhaseRejected
-			dec.Allowed, dec.Rule, dec.Playbook = false, RuleInvalidWindow, ""
-			dec.Message = fmt.Sprintf("The maintenance window is invalid (%v); fix spec.maintenanceWindow.", err)
-			rr.Status.Steps = nil
-			r.setCondition(rr, v1alpha1.ConditionAccepted, metav1.ConditionFalse, reason(RuleInvalidWindow), dec.Message)
-			r.setCondition(rr, v1alpha1.ConditionProgressing, metav1.ConditionFalse, ReasonRejected, "Rejected: invalid maintenance window")
-			r.Recorder.Event(rr, corev1.EventTypeWarning, EventRejected, dec.Message)
-			return ctrl.Result{}, nil
-		}
-		if !inside {
-			// Decide again when the window opens, on facts gathered then. Only the start
-			// is gated: a playbook that has begun runs to its end (each wait bounded by
-			// its timeout), because pausing it would leave a node cordoned, pods evicted
-			// and the Lease held until the next window.
-			at := metav1.NewTime(next)
-			dec.RecheckAt = &at
-			rr.Status.Phase = v1alpha1.PhaseWaiting
-			msg := fmt.Sprintf("Playbook %s is allowed but waits for the maintenance window (%s for %s), which opens at %s; the decision is re-evaluated then.",
-				d.Playbook, rr.Spec.MaintenanceWindow.Schedule, rr.Spec.MaintenanceWindow.Duration.Duration, at.UTC().Format(time.RFC3339))
-			r.setCondition(rr, v1alpha1.ConditionProgressing, metav1.ConditionTrue, ReasonWaitingForWindow, msg)
-			r.Recorder.Event(rr, corev1.EventTypeNormal, EventWaiting, msg)
-			return ctrl.Result{RequeueAfter: next.Sub(s.now)}, nil
-		}
-		if running := r.slotsTaken(others, rr); running != nil {
-			rr.Status.Phase = v1alpha1.PhaseWaiting
-			msg := fmt.Sprintf("Playbook %s is allowed but %d remediation(s) are already running, the cluster-wide cap (--max-concurrent-remediations): %s; it starts when one of them stops.",
-				d.Playbook, len(running), strings.Join(running, ", "))
-			r.setCondition(rr, v1alpha1.ConditionProgressing, metav1.ConditionTrue, ReasonWaitingForSlot, msg)
-			r.Recorder.Event(rr, corev1.EventTypeNormal, EventWaiting, msg)
-			log.Info("Waiting for a remediation slot", "running", len(running))
-			// Woken when a playbook stops; the requeue is only a safety net.
-			return ctrl.Result{RequeueAfter: guardRecheck}, nil
-		}
-		rr.Status.Phase = v1alpha1.PhaseRunning
-		r.setCondition(rr, v1alpha1.ConditionProgressing, metav1.ConditionTrue, ReasonPlaybookRunning,
-			fmt.Sprintf("Running playbook %s: %s", d.Playbook, strings.Join(names, " -> ")))
-		r.Recorder.Eventf(rr, corev1.EventTypeNormal, EventAccepted, "Policy rule %s chose playbook %s: %s", d.Rule, d.Playbook, d.Message)
-		log.Info("Accepted", "playbook", d.Playbook, "rule", d.Rule)
+	}
+	r.Recorder.Event(rr, o.EventType, o.EventReason, o.EventMessage)
+	ctrl.LoggerFrom(ctx).Info("Decided", "phase", o.Phase, "rule", dec.Rule, "playbook", dec.Playbook)
+	return ctrl.Result{RequeueAfter: o.RequeueAfter}, nil
+}
+
+// honourSpecChange stops a running playbook when a later generation of the spec
+// withdraws what made it safe to run: spec.mode switched to DryRun, the fencing an
+// unreachable or missing holder was released on withdrawn or pointed elsewhere, the
+// maintenance window changed so that it is closed now, or the Trident namespace or
+// driver changed under the facts. The playbook restores what it changed (its cordon)
+// and the request fails with reason Aborted. Other edits, such as spec.reason, are
+// recorded without stopping. Either way the new generation has been honoured.
+func (r *RemediationRequestReconciler) honourSpecChange(ctx context.Context, s *scope) (ctrl.Result, error) {
+	rr := s.rr
+	if rr.Status.Phase != v1alpha1.PhaseRunning || rr.Generation == rr.Status.ObservedGeneration || rr.Generation == rr.Status.Decision.Generation {
 		return ctrl.Result{}, nil
-	case d.Wait:
-		rr.Status.Phase = v1alpha1.PhaseWaiting
-		r.setCondition(rr, v1alpha1.ConditionAccepted, metav1.ConditionUnknown, reason(d.Rule), dec.Message)
-		r.setCondition(rr, v1alpha1.ConditionProgressing, metav1.ConditionTrue, ReasonWaiting, dec.Message)
-		r.Recorder.Event(rr, corev1.EventTypeNormal, EventWaiting, dec.Message)
-		log.Info("Waiting", "rule", d.Rule)
-	default:
-		rr.Status.Phase = v1alpha1.PhaseRejected
-		r.setCondition(rr, v1alpha1.ConditionAccepted, metav1.ConditionFalse, reason(d.Rule), dec.Message)
-		r.setCondition(rr, v1alpha1.ConditionProgressing, metav1.ConditionFalse, ReasonRejected, "Rejected by policy rule "+d.Rule)
-		r.Recorder.Eventf(rr, corev1.EventTypeWarning, EventRejected, "Policy rule %s: %s", d.Rule, dec.Message)
-		log.Info("Rejected", "rule", d.Rule)
 	}
-	if dec.RecheckAt != nil {
-		return ctrl.Result{RequeueAfter: dec.RecheckAt.Sub(s.now)}, nil
+	why := withdrawn(rr, s.now)
+	if why == "" {
+		ctrl.LoggerFrom(ctx).Info("Spec changed mid-run without affecting safety; the playbook goes on", "generation", rr.Generation)
+		return ctrl.Result{}, nil
 	}
+	restored, err := remediations.Restore(ctx, r.run(s), "the abort")
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	for i := range rr.Status.Steps {
+		if st := &rr.Status.Steps[i]; st.State == v1alpha1.StepPending || st.State == v1alpha1.StepRunning {
+			st.State = v1alpha1.StepSkipped
+			st.Message = "Skipped: aborted because " + why
+		}
+	}
+	msg := fmt.Sprintf("Aborted before the next destructive step because %s; %s", why, cmp.Or(restored, "nothing needed restoring"))
+	rr.Status.Phase = v1alpha1.PhaseFailed
+	r.setCondition(rr, v1alpha1.ConditionSucceeded, metav1.ConditionFalse, v1alpha1.ReasonAborted, msg)
+	r.setCondition(rr, v1alpha1.ConditionProgressing, metav1.ConditionFalse, v1alpha1.ReasonAborted, msg)
+	r.Recorder.Event(rr, corev1.EventTypeWarning, EventFailed, msg)
+	ctrl.LoggerFrom(ctx).Info("Aborted the playbook after a spec change", "why", why)
 	return ctrl.Result{}, nil
 }
 
-// Conflicts lists the other Running requests on the same node or Lease as rr, sorted,
-// in the form the policies take as input. rr.Status.Facts must already hold rr's
-// facts. reader should be live (the manager's APIReader) so that a request another
-// reconcile just started is seen. `remediator plan` calls it too, so that a PR check
-// waits on exactly what the controller would wait on.
-func Conflicts(ctx context.Context, reader client.Reader, rr *v1alpha1.RemediationRequest) ([]string, error) {
-	list := &v1alpha1.RemediationRequestList{}
-	if err := reader.List(ctx, list); err != nil {
-		return nil, fmt.Errorf("listing requests: %w", err)
+// withdrawn says why the current spec no longer allows the running playbook, or ""
+// when it still does.
+func withdrawn(rr *v1alpha1.RemediationRequest, now time.Time) string {
+	spec, f := rr.Spec, rr.Status.Facts
+	if spec.Mode == v1alpha1.ModeDryRun {
+		return "spec.mode is now DryRun"
 	}
-	return conflictsIn(list, rr), nil
-}
-
-// conflictsIn is Conflicts on an already listed set of requests.
-func conflictsIn(list *v1alpha1.RemediationRequestList, rr *v1alpha1.RemediationRequest) []string {
-	f := rr.Status.Facts
-	var out []string
-	for i := range list.Items {
-		o := &list.Items[i]
-		if o.UID == rr.UID || o.Status.Phase != v1alpha1.PhaseRunning || o.Status.Facts == nil {
-			continue
-		}
-		of := o.Status.Facts
-		switch {
-		case f.Lease != nil && of.Lease != nil && f.Lease.Namespace == of.Lease.Namespace && f.Lease.Name == of.Lease.Name:
-			out = append(out, fmt.Sprintf("%s/%s (Running, on Lease %s/%s)", o.Namespace, o.Name, of.Lease.Namespace, of.Lease.Name))
-		case f.Node != nil && of.Node != nil && f.Node.Name == of.Node.Name:
-			out = append(out, fmt.Sprintf("%s/%s (Running, on node %s)", o.Namespace, o.Name, of.Node.Name))
+	if f != nil && f.Node != nil && f.Lease != nil && (f.Node.State == v1alpha1.NodeUnreachable || f.Node.State == v1alpha1.NodeNotFound) {
+		switch fe := spec.Fencing; {
+		case fe == nil || !fe.Confirmed:
+			return fmt.Sprintf("spec.fencing no longer confirms that holder node %s was fenced", f.Lease.HolderIdentity)
+		case fe.Node != f.Lease.HolderIdentity:
+			return fmt.Sprintf("spec.fencing now names node %q, not holder node %s", fe.Node, f.Lease.HolderIdentity)
 		}
 	}
-	slices.Sort(out)
-	return out
-}
-
-// guardRecheck is how often a request waiting on a guard re-decides if no wake-up
-// came (for instance, the blocking request was handled by a previous leader).
-const guardRecheck = 30 * time.Second
-
-// slotsTaken returns the other Running requests, sorted, when they fill the
-// cluster-wide cap, and nil when rr may start. list is the live list decide read.
-func (r *RemediationRequestReconciler) slotsTaken(list *v1alpha1.RemediationRequestList, rr *v1alpha1.RemediationRequest) []string {
-	if r.MaxConcurrent <= 0 {
-		return nil
+	inside, _, err := MaintenanceWindow(spec.MaintenanceWindow, now)
+	switch {
+	case err != nil:
+		return fmt.Sprintf("spec.maintenanceWindow is now invalid (%v)", err)
+	case !inside:
+		return "the spec changed and its maintenance window is closed now"
+	case f != nil && spec.TridentNamespace != "" && spec.TridentNamespace != f.TridentNamespace:
+		return fmt.Sprintf("spec.tridentNamespace changed to %s, but the facts were gathered in %s", spec.TridentNamespace, f.TridentNamespace)
+	case f != nil && spec.DriverName != "" && spec.DriverName != f.DriverName:
+		return fmt.Sprintf("spec.driverName changed to %s, but the facts are about %s", spec.DriverName, f.DriverName)
 	}
-	var running []string
-	for i := range list.Items {
-		if o := &list.Items[i]; o.UID != rr.UID && o.Status.Phase == v1alpha1.PhaseRunning {
-			running = append(running, o.Namespace+"/"+o.Name)
-		}
-	}
-	if len(running) < r.MaxConcurrent {
-		return nil
-	}
-	slices.Sort(running)
-	return running
+	return ""
 }
 
 // runPlaybook advances a running playbook by one step.
@@ -560,33 +495,25 @@ func (r *RemediationRequestReconciler) run(s *scope) *remediations.Run {
 	return &remediations.Run{
 		RR: s.rr, Client: r.Client, Reader: r.Reader, Gatherer: r.Gatherer,
 		Now: s.now, Timeouts: r.Timeouts,
+		Observe: func(ctx context.Context) (*v1alpha1.Facts, []string, error) {
+			f, err := r.Gatherer.Gather(ctx, s.rr)
+			if err != nil {
+				return nil, nil, err
+			}
+			others, err := ListRequests(ctx, r.Reader)
+			if err != nil {
+				return nil, nil, err
+			}
+			return f, conflictsIn(others, s.rr.UID, f), nil
+		},
 	}
 }
+
 
 func (r *RemediationRequestReconciler) setCondition(rr *v1alpha1.RemediationRequest, t string, st metav1.ConditionStatus, reason, msg string) {
 	meta.SetStatusCondition(&rr.Status.Conditions, metav1.Condition{
 		Type: t, Status: st, Reason: reason, Message: msg, ObservedGeneration: rr.Generation,
 	})
-}
-
-// reason turns a policy name such as "node-shutdown" into a condition reason
-// ("NodeShutdown"), which must be CamelCase.
-func reason(name string) string {
-	var b strings.Builder
-	for _, part := range strings.FieldsFunc(name, func(r rune) bool { return r == '-' || r == '_' || r == ' ' }) {
-		b.WriteString(strings.ToUpper(part[:1]) + part[1:])
-	}
-	if b.Len() == 0 {
-		return "Unknown"
-	}
-	return b.String()
-}
-
-func orDefault(s, def string) string {
-	if s == "" {
-		return def
-	}
-	return s
 }
 
 // patchStatus writes the status once, as a merge patch guarded by the resourceVersion

@@ -3,6 +3,7 @@ package controllers_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -302,7 +303,9 @@ func TestMaintenanceWindowGatesThePlaybook(t *testing.T) {
 		return client.ObjectKeyFromObject(rr)
 	}
 	later := mk("window-later", "pvc-window-later", fmt.Sprintf("CRON_TZ=UTC %d %d * * *", opens.Minute(), opens.Hour()))
-	bad := mk("window-bad", "pvc-window-bad", "whenever it is quiet")
+	// February 30th: the shape passes admission, but the window never opens. It used
+	// to count as always open.
+	bad := mk("window-bad", "pvc-window-bad", "0 2 30 2 *")
 
 	got := &v1alpha1.RemediationRequest{}
 	eventually(t, "request waiting for its window", func() (bool, string) {
@@ -325,4 +328,10 @@ func TestMaintenanceWindowGatesThePlaybook(t *testing.T) {
 		}
 		return got.Status.Phase == v1alpha1.PhaseRejected && got.Status.Decision.Rule == "invalid-maintenance-window", string(got.Status.Phase)
 	})
+	if !strings.Contains(got.Status.Decision.Message, "never") {
+		t.Errorf("the rejection must say the window never opens: %q", got.Status.Decision.Message)
+	}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: "trident", Name: "pvc-window-bad"}, &coordinationv1.Lease{}); err != nil {
+		t.Errorf("the Lease must stay: %v", err)
+	}
 }

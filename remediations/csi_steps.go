@@ -48,11 +48,17 @@ func (deletePluginPod) Done(ctx context.Context, r *Run) (Outcome, error) {
 	return Outcome{}, nil
 }
 
+// Run evicts the plugin pod the floor has just found, live, to be the only one on
+// the node and the one the decision was made on.
 func (s deletePluginPod) Run(ctx context.Context, r *Run) (Outcome, error) {
-	p, err := pluginPod(r)
+	f, _, err := r.fresh(ctx)
 	if err != nil {
 		return Outcome{}, err
 	}
+	if f.CSI == nil || len(f.CSI.PluginPods) != 1 {
+		return Outcome{}, fail("the node no longer runs exactly one node-plugin pod")
+	}
+	p := f.CSI.PluginPods[0]
 	pod, gone, err := podState(ctx, r, p)
 	if err != nil || gone {
 		return s.Done(ctx, r)

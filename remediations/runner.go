@@ -49,11 +49,24 @@ func Advance(ctx context.Context, r *Run) (Progress, error) {
 		if !ok {
 			return failStep(steps, i, r.Now, &Failure{Reason: v1alpha1.ReasonStepFailed, Message: fmt.Sprintf("unknown step %q", st.Name)}), nil
 		}
+		// A destructive step acts only on fresh facts: gather them before Done, so
+		// that an effect that happened in between (the Lease released by Trident) is
+		// seen as done rather than as a breached invariant.
+		if destructive[st.Name] {
+			if _, _, err := r.fresh(ctx); err != nil {
+				return Progress{}, fmt.Errorf("step %s: %w", st.Name, err)
+			}
+		}
 		out, err := step.Done(ctx, r)
 		if err == nil && !out.Done {
 			if t := step.Timeout(r); t > 0 && st.StartedAt != nil && r.Now.Sub(st.StartedAt.Time) > t {
 				msg := fmt.Sprintf("step %s timed out after %s: %s", st.Name, t, st.Message)
 				return failStep(steps, i, r.Now, &Failure{Reason: v1alpha1.ReasonTimeout, Message: msg}), nil
+			}
+			if destructive[st.Name] {
+				if v := r.floor(st.Name); v != nil {
+					return failStep(steps, i, r.Now, &Failure{Reason: v.Invariant.Reason(), Message: v.Error() + "; nothing was done"}), nil
+				}
 			}
 			out, err = step.Run(ctx, r)
 		}

@@ -30,10 +30,45 @@ type Run struct {
 	// Client writes; Reader reads live (uncached) state.
 	Client client.Client
 	Reader client.Reader
-	// Gatherer classifies the holder node again before a Lease delete.
+	// Gatherer holds the node-plugin selector the plugin waits list by.
 	Gatherer *facts.Gatherer
+	// Observe gathers the request's facts afresh, from its spec and the live
+	// cluster (never from status), with the other running requests on the same
+	// Lease or node. It runs right before every destructive call.
+	Observe  func(ctx context.Context) (*v1alpha1.Facts, []string, error)
 	Now      time.Time
 	Timeouts Timeouts
+
+	// observed caches one Observe per Advance: the Done check, the floor and the
+	// step act on the same reading.
+	observed  *v1alpha1.Facts
+	conflicts []string
+}
+
+// fresh returns the facts observed for this Advance, gathering them once.
+func (r *Run) fresh(ctx context.Context) (*v1alpha1.Facts, []string, error) {
+	if r.observed != nil {
+		return r.observed, r.conflicts, nil
+	}
+	if r.Observe == nil {
+		return nil, nil, fmt.Errorf("no way to observe fresh facts was wired in")
+	}
+	f, conflicts, err := r.Observe(ctx)
+	if err != nil {
+		return nil, nil, fmt.Errorf("re-reading facts: %w", err)
+	}
+	r.observed, r.conflicts = f, conflicts
+	return f, conflicts, nil
+}
+
+// floor checks the safety floor for step on the facts fresh read.
+func (r *Run) floor(step string) *Violation {
+	names := make([]string, 0, len(r.RR.Status.Steps))
+	for _, st := range r.RR.Status.Steps {
+		names = append(names, st.Name)
+	}
+	return CheckFloor(FloorInput{Spec: r.RR.Spec, Steps: names, Step: step, Decided: r.RR.Status.Facts,
+		Now: r.observed, Conflicts: r.conflicts})
 }
 
 // Timeouts bound the steps that wait on the cluster.
@@ -262,14 +297,6 @@ func (uncordon) Run(ctx context.Context, r *Run) (Outcome, error) {
 	return nodeOutcome(n, fmt.Sprintf("Uncordoned node %s", name)), nil
 }
 
-// affected returns the pods recorded at decision time, by UID.
-func affected(r *Run) []v1alpha1.PodFacts {
-	if r.RR.Status.Facts == nil {
-		return nil
-	}
-	return r.RR.Status.Facts.AffectedPods
-}
-
 // podState reads one recorded pod: gone (deleted or replaced by a pod with another
 // UID), terminating, or live.
 func podState(ctx context.Context, r *Run, p v1alpha1.PodFacts) (*corev1.Pod, bool, error) {
@@ -295,8 +322,12 @@ type deleteAffectedPods struct{}
 func (deleteAffectedPods) Timeout(r *Run) time.Duration { return r.Timeouts.Eviction }
 
 func (deleteAffectedPods) Done(ctx context.Context, r *Run) (Outcome, error) {
+	f, _, err := r.fresh(ctx)
+	if err != nil {
+		return Outcome{}, err
+	}
 	var pending []string
-	for _, p := range affected(r) {
+	for _, p := range f.AffectedPods {
 		pod, gone, err := podState(ctx, r, p)
 		if err != nil {
 			return Outcome{}, err
@@ -308,12 +339,19 @@ func (deleteAffectedPods) Done(ctx context.Context, r *Run) (Outcome, error) {
 	if len(pending) > 0 {
 		return Outcome{Message: "Pods not yet evicted: " + strings.Join(pending, ", ")}, nil
 	}
-	return Outcome{Done: true, Message: fmt.Sprintf("Evicted %d affected pod(s) gracefully", len(affected(r)))}, nil
+	return Outcome{Done: true, Message: fmt.Sprintf("Evicted the affected pod(s) gracefully: %s", PodList(f.AffectedPods))}, nil
 }
 
+// Run evicts the pods that use the volume on the holder node as listed right now
+// (the floor's fresh facts), never the ones recorded in status: status is not proof
+// of which pods may be evicted.
 func (s deleteAffectedPods) Run(ctx context.Context, r *Run) (Outcome, error) {
+	f, _, err := r.fresh(ctx)
+	if err != nil {
+		return Outcome{}, err
+	}
 	var blocked []string
-	for _, p := range affected(r) {
+	for _, p := range f.AffectedPods {
 		pod, gone, err := podState(ctx, r, p)
 		if err != nil {
 			return Outcome{}, err
@@ -368,21 +406,17 @@ type waitPodsGone struct{}
 
 func (waitPodsGone) Timeout(r *Run) time.Duration { return r.Timeouts.PodTermination }
 
+// Done lists the pods that use the volume on the holder again: it waits for every
+// such pod, not only the ones recorded at decision time.
 func (waitPodsGone) Done(ctx context.Context, r *Run) (Outcome, error) {
-	var remaining []string
-	for _, p := range affected(r) {
-		_, gone, err := podState(ctx, r, p)
-		if err != nil {
-			return Outcome{}, err
-		}
-		if !gone {
-			remaining = append(remaining, p.Namespace+"/"+p.Name)
-		}
+	f, _, err := r.fresh(ctx)
+	if err != nil {
+		return Outcome{}, err
 	}
-	if len(remaining) > 0 {
-		return Outcome{Message: "Waiting for pods to terminate: " + strings.Join(remaining, ", "), RequeueAfter: 2 * time.Second}, nil
+	if len(f.AffectedPods) > 0 {
+		return Outcome{Message: "Waiting for pods to terminate: " + PodList(f.AffectedPods), RequeueAfter: 2 * time.Second}, nil
 	}
-	return Outcome{Done: true, Message: fmt.Sprintf("All %d affected pod(s) terminated", len(affected(r)))}, nil
+	return Outcome{Done: true, Message: "No pod that uses the volume is left on the holder node"}, nil
 }
 
 func (s waitPodsGone) Run(ctx context.Context, r *Run) (Outcome, error) { return s.Done(ctx, r) }
@@ -433,51 +467,24 @@ func (deleteLease) Done(ctx context.Context, r *Run) (Outcome, error) {
 	return leaseGoneOutcome(want), nil
 }
 
+// Run deletes the Lease. The floor has just compared the live Lease and holder
+// state with the decision's; the delete carries the decided UID and
+// resourceVersion as preconditions, so a change in between is refused by the API
+// server rather than acted on.
 func (deleteLease) Run(ctx context.Context, r *Run) (Outcome, error) {
 	want, err := decidedLease(r)
 	if err != nil {
 		return Outcome{}, err
 	}
-	l, err := readLease(ctx, r, want)
-	if err != nil {
-		return Outcome{}, err
-	}
-	if l == nil {
-		return leaseGoneOutcome(want), nil
-	}
-	f := r.RR.Status.Facts
 	key := types.NamespacedName{Namespace: want.Namespace, Name: want.Name}
-	holderNow := ""
-	if l.Spec.HolderIdentity != nil {
-		holderNow = *l.Spec.HolderIdentity
-	}
-	switch {
-	case string(l.UID) != want.UID:
-		return Outcome{}, fail("Lease %s was re-created since the decision (uid %s, holder %q); it was left alone", key, l.UID, holderNow)
-	case holderNow != want.HolderIdentity:
-		return Outcome{}, fail("Lease %s was re-acquired by %q since the decision (holder was %q); it was left alone", key, holderNow, want.HolderIdentity)
-	case l.ResourceVersion != want.ResourceVersion:
-		return Outcome{}, fail("Lease %s changed since the decision (resourceVersion %s, now %s); it was left alone", key, want.ResourceVersion, l.ResourceVersion)
-	}
-
-	// The holder's state is what made deletion safe: check it again, live.
-	if f.Node != nil {
-		now, err := r.Gatherer.Node(ctx, want.HolderIdentity)
-		if err != nil {
-			return Outcome{}, err
-		}
-		if now.State != f.Node.State {
-			return Outcome{}, fail("holder node %s is now %s (%s), not %s as when decided; Lease %s was left alone",
-				want.HolderIdentity, now.State, now.StateReason, f.Node.State, key)
-		}
-	}
-
+	l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: want.Namespace, Name: want.Name}}
 	uid, rv := types.UID(want.UID), want.ResourceVersion
 	err = r.Client.Delete(ctx, l, client.Preconditions{UID: &uid, ResourceVersion: &rv})
 	switch {
 	case err == nil, apierrors.IsNotFound(err):
 	case apierrors.IsConflict(err):
-		return Outcome{}, fail("Lease %s changed at the moment of deletion (%v); it was left alone", key, err)
+		return Outcome{}, &Failure{Reason: InvariantLeaseChanged.Reason(),
+			Message: fmt.Sprintf("safety floor %s: Lease %s changed at the moment of deletion (%v); it was left alone", InvariantLeaseChanged, key, err)}
 	default:
 		return Outcome{}, fmt.Errorf("deleting Lease %s: %w", key, err)
 	}

@@ -15,6 +15,9 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/remediator/remediator/api/v1alpha1"
 	"github.com/remediator/remediator/controllers/facts"
 	"github.com/remediator/remediator/test/testenv"
@@ -32,7 +35,8 @@ func mustCreate(t *testing.T, obj client.Object) {
 }
 
 // shutdownHolder creates a node that classifies as Shutdown and a Trident Lease it
-// holds, and returns a Run whose facts are those of the decision.
+// holds, and returns a Run whose facts are those of the decision, gathered the way
+// the controller gathers them, and which observes fresh facts the same way.
 func shutdownHolder(t *testing.T) (*Run, *coordinationv1.Lease) {
 	t.Helper()
 	mustCreate(t, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "trident"}})
@@ -46,14 +50,30 @@ func shutdownHolder(t *testing.T) (*Run, *coordinationv1.Lease) {
 		Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptr.To(node.Name)},
 	}
 	mustCreate(t, lease)
-	rr := &v1alpha1.RemediationRequest{ObjectMeta: metav1.ObjectMeta{Namespace: "remediator", Name: "rr"}}
-	rr.Status.Facts = &v1alpha1.Facts{
-		Lease: &v1alpha1.LeaseFacts{Namespace: "trident", Name: lease.Name, Exists: true, UID: string(lease.UID),
-			ResourceVersion: lease.ResourceVersion, HolderIdentity: node.Name},
-		Node: &v1alpha1.NodeFacts{Name: node.Name, Exists: true, State: v1alpha1.NodeShutdown},
-	}
-	return &Run{RR: rr, Client: env.Client, Reader: env.Client,
-		Gatherer: &facts.Gatherer{Reader: env.Client, Config: facts.DefaultConfig()}, Now: time.Now(), Timeouts: DefaultTimeouts}, lease
+	rr := &v1alpha1.RemediationRequest{ObjectMeta: metav1.ObjectMeta{Namespace: "remediator", Name: "rr"},
+		Spec: v1alpha1.RemediationRequestSpec{Remediation: v1alpha1.RemediationReleaseLUKSLease,
+			Target: v1alpha1.Target{PersistentVolume: lease.Name}, Reason: "holder powered off"}}
+	g := &facts.Gatherer{Reader: env.Client, Config: facts.DefaultConfig()}
+	f, err := g.Gather(context.Background(), rr)
+	require.NoError(t, err)
+	require.Equal(t, v1alpha1.NodeShutdown, f.Node.State)
+	rr.Status.Facts = f
+	return &Run{RR: rr, Client: env.Client, Reader: env.Client, Gatherer: g, Now: time.Now(), Timeouts: DefaultTimeouts,
+		Observe: func(ctx context.Context) (*v1alpha1.Facts, []string, error) {
+			f, err := g.Gather(ctx, rr)
+			return f, nil, err
+		}}, lease
+}
+
+// runStep advances a playbook whose only step has been started, as the runner does
+// on the reconcile after the one that journaled the start.
+func runStep(t *testing.T, r *Run, step string) Progress {
+	t.Helper()
+	now := metav1.NewTime(r.Now)
+	r.RR.Status.Steps = []v1alpha1.StepStatus{{Name: step, State: v1alpha1.StepRunning, StartedAt: &now}}
+	p, err := Advance(context.Background(), r)
+	require.NoError(t, err)
+	return p
 }
 
 func leaseGone(t *testing.T, l *coordinationv1.Lease) bool {
@@ -75,53 +95,42 @@ func TestDeleteLeasePreconditions(t *testing.T) {
 	}{
 		{"unchanged Lease is deleted", func(*testing.T, *Run, *coordinationv1.Lease) {}, ""},
 		{"already released counts as done", func(t *testing.T, _ *Run, l *coordinationv1.Lease) {
-			if err := env.Client.Delete(ctx, l); err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, env.Client.Delete(ctx, l))
 		}, ""},
 		{"re-acquired by another node", func(t *testing.T, _ *Run, l *coordinationv1.Lease) {
 			l.Spec.HolderIdentity = ptr.To("kwok-node-2")
-			if err := env.Client.Update(ctx, l); err != nil {
-				t.Fatal(err)
-			}
-		}, `re-acquired by "kwok-node-2"`},
+			require.NoError(t, env.Client.Update(ctx, l))
+		}, `to "kwok-node-2" since the decision`},
 		{"changed in place", func(t *testing.T, _ *Run, l *coordinationv1.Lease) {
 			l.Spec.LeaseDurationSeconds = ptr.To[int32](30)
-			if err := env.Client.Update(ctx, l); err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, env.Client.Update(ctx, l))
 		}, "changed since the decision"},
 		{"re-created", func(t *testing.T, _ *Run, l *coordinationv1.Lease) {
-			if err := env.Client.Delete(ctx, l); err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, env.Client.Delete(ctx, l))
 			n := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: l.Namespace, Name: l.Name}, Spec: l.Spec}
-			if err := env.Client.Create(ctx, n); err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, env.Client.Create(ctx, n))
 		}, "re-created since the decision"},
 		{"holder node state changed", func(t *testing.T, r *Run, _ *coordinationv1.Lease) {
 			r.RR.Status.Facts.Node.State = v1alpha1.NodeUnreachable
 		}, "not Unreachable as when decided"},
+		{"holder node deleted", func(t *testing.T, r *Run, _ *coordinationv1.Lease) {
+			require.NoError(t, env.Client.Delete(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: r.RR.Status.Facts.Node.Name}}))
+		}, "is now NotFound, not Shutdown as when decided"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			r, l := shutdownHolder(t)
 			tc.change(t, r, l)
-			out, err := deleteLease{}.Run(ctx, r)
+			p := runStep(t, r, "deleteLease")
 			if tc.wantFail == "" {
-				if err != nil || !out.Done || !leaseGone(t, l) {
-					t.Fatalf("want the Lease gone: out=%+v err=%v", out, err)
-				}
+				require.Nil(t, p.Failure)
+				assert.Equal(t, v1alpha1.StepSucceeded, r.RR.Status.Steps[0].State)
+				assert.True(t, leaseGone(t, l), "the Lease must be gone")
 				return
 			}
-			f, ok := IsFailure(err)
-			if !ok || !strings.Contains(f.Message, tc.wantFail) {
-				t.Fatalf("want a failure mentioning %q, got out=%+v err=%v", tc.wantFail, out, err)
-			}
-			if leaseGone(t, l) {
-				t.Error("the Lease was deleted despite the failed precondition")
-			}
+			require.NotNil(t, p.Failure, "want a failure mentioning %q", tc.wantFail)
+			assert.Contains(t, p.Failure.Message, tc.wantFail)
+			assert.False(t, leaseGone(t, l), "the Lease was deleted despite the failed precondition")
 		})
 	}
 }

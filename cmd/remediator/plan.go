@@ -105,6 +105,7 @@ type planOptions struct {
 	nodeLeaseGracePeriod time.Duration
 	output               string
 	at                   string
+	maxConcurrent        int
 }
 
 func newPlanCommand() *cobra.Command {
@@ -136,7 +137,8 @@ Exit codes (with several requests the worst wins: 1, then 2, then 4, then 0):
   0  every request would be allowed (a DryRun request counts as allowed)
   2  at least one request would be rejected by policy
   4  none would be rejected, but at least one would wait: another remediation is
-     running on the same node or Lease, or its maintenance window is closed at --at
+     running on the same node or Lease, its maintenance window is closed at --at,
+     or --max-concurrent-remediations playbooks are running (live facts)
   1  plan itself failed: unreadable or invalid input, no saved facts for a request,
      the API unreachable, policies that do not compile`,
 		Args: cobra.NoArgs,
@@ -154,6 +156,7 @@ Exit codes (with several requests the worst wins: 1, then 2, then 4, then 0):
 	f.StringVar(&o.nodePluginSelector, "node-plugin-selector", facts.DefaultNodePluginSelector, "Label selector of Trident's node-plugin pods (live facts)")
 	f.DurationVar(&o.nodeLeaseGracePeriod, "node-lease-grace-period", facts.DefaultNodeLeaseGracePeriod, "Age of a kube-node-lease renewal after which a node counts as unreachable (live facts)")
 	f.StringVarP(&o.output, "output", "o", "text", "Output format: text or json")
+	f.IntVar(&o.maxConcurrent, "max-concurrent-remediations", 3, "The controller's cap on running playbooks (live facts: a request over it would wait); 0 means no cap")
 	f.StringVar(&o.at, "at", "", "When the request would be applied, for spec.maintenanceWindow (RFC 3339); empty means now")
 	_ = cmd.MarkFlagRequired("filename")
 	cmd.MarkFlagsMutuallyExclusive("facts", "kubeconfig")
@@ -247,6 +250,9 @@ type savedFacts struct {
 }
 
 func runPlan(ctx context.Context, w io.Writer, stdin io.Reader, o planOptions) error {
+	if o.maxConcurrent < 0 {
+		return fmt.Errorf("--max-concurrent-remediations must be 0 (no cap) or more, got %d", o.maxConcurrent)
+	}
 	if o.output != "text" && o.output != "json" {
 		return fmt.Errorf("unknown --output %q: use text or json", o.output)
 	}
@@ -274,7 +280,7 @@ func runPlan(ctx context.Context, w io.Writer, stdin io.Reader, o planOptions) e
 	inputs := readPlanRequests(o.files, in)
 
 	report := planReport{Policy: planPolicy{Source: source, Digest: policy.Digest()}, At: at.UTC().Format(time.RFC3339)}
-	p := &planner{policy: policy, playbooks: playbooks, at: at}
+	p := &planner{policy: policy, playbooks: playbooks, at: at, maxConcurrent: o.maxConcurrent}
 	if len(o.factsFiles) > 0 {
 		report.FactsSource = "saved"
 		if p.saved, err = readSavedFacts(o.factsFiles, in); err != nil {
@@ -360,6 +366,10 @@ type planner struct {
 	saved    []savedFacts
 	reader   client.Reader
 	gatherer *facts.Gatherer
+	// others are the requests the guards weigh when there is no live reader.
+	others []v1alpha1.RemediationRequest
+	// maxConcurrent is the controller's --max-concurrent-remediations.
+	maxConcurrent int
 }
 
 func (p *planner) plan(ctx context.Context, in planInput) planResult {
@@ -378,6 +388,8 @@ func (p *planner) plan(ctx context.Context, in planInput) planResult {
 		return fail(in.errs...)
 	}
 
+	// The other requests the guards weigh: live ones, or none with saved facts.
+	others := p.others
 	if p.gatherer == nil {
 		sf, err := matchSavedFacts(p.saved, rr)
 		if err != nil {
@@ -401,75 +413,63 @@ func (p *planner) plan(ctx context.Context, in planInput) planResult {
 			return fail(fmt.Sprintf("gathering facts: %v", err))
 		}
 		rr.Status.Facts = f
-		conflicts, err := controllers.Conflicts(ctx, p.reader, rr)
-		if err != nil {
+		if others, err = controllers.ListRequests(ctx, p.reader); err != nil {
 			return fail(err.Error())
-		}
-		if conflicts != nil {
-			res.Conflicts = conflicts
 		}
 	}
 	res.Facts = rr.Status.Facts
 
-	d, err := p.policy.Decide(policies.Input{
-		Remediation: rr.Spec.Remediation, Mode: rr.Spec.Mode, Fencing: rr.Spec.Fencing, Facts: rr.Status.Facts, Conflicts: res.Conflicts,
+	// The controller's own decision path: the policy, the safety floor, DryRun, the
+	// maintenance window and the cap, in the same order and with the same outcome.
+	o := controllers.Decide(p.policy, p.playbooks, controllers.DecisionInput{
+		Request: rr, Facts: rr.Status.Facts, Others: others, MaxConcurrent: p.maxConcurrent, Now: p.at,
 	})
-	if err != nil {
-		return fail(fmt.Sprintf("deciding: %v", err))
+	if o.Conflicts != nil {
+		res.Conflicts = o.Conflicts
 	}
+	d := o.Decision
 	dec := &planDecision{
-		Allowed: d.Allowed, Wait: d.Wait, Rule: d.Rule, Playbook: d.Playbook, Reasons: d.Reasons,
-		Message: d.Message, RecheckAfterSeconds: d.RecheckAfterSeconds, PolicyDigest: d.Digest,
+		Phase: o.Phase, Allowed: d.Allowed, Wait: o.Phase == v1alpha1.PhaseWaiting, Rule: d.Rule, Playbook: d.Playbook,
+		Reasons: d.Reasons, Message: d.Message, PolicyDigest: d.PolicyDigest,
+	}
+	if d.RecheckAt != nil {
+		dec.RecheckAfterSeconds = int64(d.RecheckAt.Sub(p.at) / time.Second)
 	}
 	if dec.Reasons == nil {
 		dec.Reasons = []string{}
 	}
 	res.Decision = dec
-
-	// The same order of checks as the controller's decide: the policy, then DryRun,
-	// then the maintenance window (which a dry run never waits for).
-	switch {
-	case d.Allowed:
-		plan, err := p.playbooks.Plan(d.Playbook)
-		if err != nil {
-			res.Decision = nil
-			return fail(fmt.Sprintf("policy chose playbook %q: %v", d.Playbook, err))
+	for _, st := range o.Steps {
+		res.Steps = append(res.Steps, st.Name)
+	}
+	mw := rr.Spec.MaintenanceWindow
+	switch o.Phase {
+	case v1alpha1.PhasePending:
+		dec.Outcome = planAllowed
+		res.Notes = append(res.Notes, "spec.mode is DryRun: the controller records this decision and the planned steps (all Pending) and changes nothing; set spec.mode: Apply to run the playbook.")
+		if mw != nil {
+			res.Notes = append(res.Notes, "spec.maintenanceWindow is not consulted for a dry run.")
 		}
-		for _, st := range plan {
-			res.Steps = append(res.Steps, st.Name)
-		}
-		dec.Outcome, dec.Phase = planAllowed, v1alpha1.PhaseRunning
-		if rr.Spec.Mode == v1alpha1.ModeDryRun {
-			dec.Phase = v1alpha1.PhasePending
-			res.Notes = append(res.Notes, "spec.mode is DryRun: the controller records this decision and the planned steps (all Pending) and changes nothing; set spec.mode: Apply to run the playbook.")
-			if rr.Spec.MaintenanceWindow != nil {
-				res.Notes = append(res.Notes, "spec.maintenanceWindow is not consulted for a dry run.")
-			}
-			break
-		}
-		inside, next, err := controllers.MaintenanceWindow(rr.Spec.MaintenanceWindow, p.at)
-		switch {
-		case err != nil:
-			dec.Outcome, dec.Phase = planRejected, v1alpha1.PhaseRejected
-			dec.Allowed, dec.Rule, dec.Playbook = false, controllers.RuleInvalidWindow, ""
-			dec.Message = fmt.Sprintf("The maintenance window is invalid (%v); fix spec.maintenanceWindow.", err)
-			res.Steps = []string{}
-		case !inside:
-			mw := rr.Spec.MaintenanceWindow
-			dec.Outcome, dec.Phase = planWouldWait, v1alpha1.PhaseWaiting
-			dec.WindowOpensAt = next.UTC().Format(time.RFC3339)
-			res.Notes = append(res.Notes, fmt.Sprintf(
-				"Playbook %s is allowed but waits for the maintenance window (%s for %s), which is closed at %s and opens at %s; the controller decides again then, on fresh facts.",
-				d.Playbook, mw.Schedule, mw.Duration.Duration, p.at.UTC().Format(time.RFC3339), dec.WindowOpensAt))
-		case rr.Spec.MaintenanceWindow != nil:
-			mw := rr.Spec.MaintenanceWindow
+	case v1alpha1.PhaseRunning:
+		dec.Outcome = planAllowed
+		if mw != nil {
 			res.Notes = append(res.Notes, fmt.Sprintf("The maintenance window (%s for %s) is open at %s: the playbook would start right away; only its start is gated.",
 				mw.Schedule, mw.Duration.Duration, p.at.UTC().Format(time.RFC3339)))
 		}
-	case d.Wait:
-		dec.Outcome, dec.Phase = planWouldWait, v1alpha1.PhaseWaiting
+	case v1alpha1.PhaseWaiting:
+		dec.Outcome = planWouldWait
+		switch o.Progressing.Reason {
+		case controllers.ReasonWaitingForWindow:
+			dec.WindowOpensAt = d.RecheckAt.UTC().Format(time.RFC3339)
+			dec.RecheckAfterSeconds = 0
+			res.Notes = append(res.Notes, fmt.Sprintf(
+				"Playbook %s is allowed but waits for the maintenance window (%s for %s), which is closed at %s and opens at %s; the controller decides again then, on fresh facts.",
+				d.Playbook, mw.Schedule, mw.Duration.Duration, p.at.UTC().Format(time.RFC3339), dec.WindowOpensAt))
+		case controllers.ReasonWaitingForSlot:
+			res.Notes = append(res.Notes, o.Progressing.Message)
+		}
 	default:
-		dec.Outcome, dec.Phase = planRejected, v1alpha1.PhaseRejected
+		dec.Outcome = planRejected
 	}
 	switch dec.Outcome {
 	case planRejected:

@@ -1,0 +1,254 @@
+package controllers
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/remediator/remediator/api/v1alpha1"
+	"github.com/remediator/remediator/policies"
+	"github.com/remediator/remediator/remediations"
+)
+
+// Rules the decision path itself can give, besides the policy's rules and the
+// safety floor's invariants.
+const (
+	// RuleInvalidWindow rejects a request whose maintenance window cannot be parsed,
+	// is out of bounds, or never opens.
+	RuleInvalidWindow = "invalid-maintenance-window"
+	// RulePolicyError rejects a request the policy could not decide: a policy that
+	// cannot decide fails closed.
+	RulePolicyError = "policy-error"
+	// RuleUnknownPlaybook rejects a request whose allowing rule names a playbook that
+	// does not exist.
+	RuleUnknownPlaybook = "unknown-playbook"
+)
+
+// policyErrorRecheck is when a request the policy could not decide is tried again:
+// a fixed policy (reloaded from --policies-dir) then decides it.
+const policyErrorRecheck = time.Minute
+
+// DecisionInput is everything one decision depends on. It is plain data: the
+// controller fills it from the live cluster, `remediator plan` from live or saved
+// facts, and tests from tables.
+type DecisionInput struct {
+	// Request is the request being decided: its spec, and its UID so that it is not
+	// its own conflict.
+	Request *v1alpha1.RemediationRequest
+	// Facts are the facts gathered for it.
+	Facts *v1alpha1.Facts
+	// Others are the requests in the cluster, in the guards' view (metadata and
+	// status); Request itself may be among them.
+	Others []v1alpha1.RemediationRequest
+	// MaxConcurrent caps the playbooks running at once; zero means no cap.
+	MaxConcurrent int
+	Now           time.Time
+}
+
+// Condition is a status condition an outcome sets.
+type Condition struct {
+	Status  metav1.ConditionStatus
+	Reason  string
+	Message string
+}
+
+// Outcome is what one decision makes of a request. The reconciler writes it to
+// status; plan prints it. Both get it from Decide, so they cannot disagree.
+type Outcome struct {
+	Phase    v1alpha1.Phase
+	Decision v1alpha1.Decision
+	// Steps is the playbook's journal, all Pending, when a playbook was chosen.
+	Steps       []v1alpha1.StepStatus
+	Accepted    Condition
+	Progressing Condition
+	// EventType, EventReason and EventMessage are the Event to record.
+	EventType, EventReason, EventMessage string
+	// Conflicts are the other running requests on the same Lease or node.
+	Conflicts []string
+	// Running are the running requests that fill the cap, when the request waits
+	// for a slot.
+	Running []string
+	// RequeueAfter is when to decide again; zero means only on a change.
+	RequeueAfter time.Duration
+}
+
+// Decide is the one decision path: the policy, then the safety floor, then DryRun,
+// the maintenance window and the cluster-wide cap. It is pure, apart from evaluating
+// the compiled policy, and always returns an outcome: whatever cannot be decided is
+// rejected with an explanation.
+func Decide(policy *policies.Engine, playbooks remediations.Playbooks, in DecisionInput) Outcome {
+	rr, now := in.Request, in.Now
+	conflicts := conflictsIn(in.Others, rr.UID, in.Facts)
+	o := Outcome{Conflicts: conflicts}
+	o.Decision = v1alpha1.Decision{DecidedAt: metav1.NewTime(now), Generation: rr.Generation, PolicyDigest: policy.Digest()}
+
+	d, err := policy.Decide(policies.Input{
+		Remediation: rr.Spec.Remediation, Mode: rr.Spec.Mode, Fencing: rr.Spec.Fencing, Facts: in.Facts, Conflicts: conflicts,
+	})
+	if err != nil {
+		d = policies.Decision{Rule: RulePolicyError, Reasons: []string{err.Error()}, Digest: policy.Digest(),
+			Message:             fmt.Sprintf("The policy could not decide this request (%v), so it fails closed and nothing is changed. Fix the policy; the request is decided again in %s.", err, policyErrorRecheck),
+			RecheckAfterSeconds: int64(policyErrorRecheck / time.Second)}
+	}
+	o.Decision.Allowed, o.Decision.Playbook, o.Decision.Rule = d.Allowed, d.Playbook, d.Rule
+	o.Decision.Reasons, o.Decision.Message, o.Decision.PolicyDigest = d.Reasons, d.Message, d.Digest
+	if d.RecheckAfterSeconds > 0 {
+		o.recheck(now.Add(time.Duration(d.RecheckAfterSeconds) * time.Second))
+	}
+	switch {
+	case d.Allowed:
+		return o.allowed(playbooks, in)
+	case d.Wait:
+		return o.wait(now)
+	}
+	return o.reject(fmt.Sprintf("Rejected by policy rule %s", d.Rule))
+}
+
+// recheck sets when to decide again, and says so in the message.
+func (o *Outcome) recheck(at time.Time) {
+	t := metav1.NewTime(at)
+	o.Decision.RecheckAt = &t
+	o.Decision.Message += " Re-evaluated at " + t.UTC().Format(time.RFC3339) + "."
+	o.RequeueAfter = at.Sub(o.Decision.DecidedAt.Time)
+}
+
+func (o Outcome) reject(progressing string) Outcome {
+	o.Phase = v1alpha1.PhaseRejected
+	o.Decision.Allowed, o.Decision.Playbook, o.Steps = false, "", nil
+	o.Accepted = Condition{metav1.ConditionFalse, policies.ConditionReason(o.Decision.Rule), o.Decision.Message}
+	o.Progressing = Condition{metav1.ConditionFalse, ReasonRejected, progressing}
+	o.EventType, o.EventReason = corev1.EventTypeWarning, EventRejected
+	o.EventMessage = fmt.Sprintf("Policy rule %s: %s", o.Decision.Rule, o.Decision.Message)
+	return o
+}
+
+func (o Outcome) wait(now time.Time) Outcome {
+	o.Phase = v1alpha1.PhaseWaiting
+	o.Decision.Allowed, o.Decision.Playbook, o.Steps = false, "", nil
+	if o.Decision.RecheckAt == nil {
+		o.recheck(now.Add(guardRecheck))
+	}
+	o.Accepted = Condition{metav1.ConditionUnknown, policies.ConditionReason(o.Decision.Rule), o.Decision.Message}
+	o.Progressing = Condition{metav1.ConditionTrue, ReasonWaiting, o.Decision.Message}
+	o.EventType, o.EventReason, o.EventMessage = corev1.EventTypeNormal, EventWaiting, o.Decision.Message
+	return o
+}
+
+// allowed takes a playbook the policy chose through the floor and the guards.
+func (o Outcome) allowed(playbooks remediations.Playbooks, in DecisionInput) Outcome {
+	rr, now, playbook, rule := in.Request, in.Now, o.Decision.Playbook, o.Decision.Rule
+	plan, err := playbooks.Plan(playbook)
+	if err != nil {
+		o.Decision.Rule, o.Decision.RecheckAt, o.RequeueAfter = RuleUnknownPlaybook, nil, 0
+		o.Decision.Reasons = []string{fmt.Sprintf("policy rule %s chose playbook %q", rule, playbook)}
+		o.Decision.Message = fmt.Sprintf("Policy rule %s chose playbook %q, which this controller does not have (%v); nothing is changed. Fix the policy.", rule, playbook, err)
+		return o.reject("Rejected: unknown playbook")
+	}
+	names := make([]string, 0, len(plan))
+	for _, st := range plan {
+		names = append(names, st.Name)
+	}
+	if v := remediations.CheckFloor(remediations.FloorInput{Spec: rr.Spec, Steps: names, Now: in.Facts, Conflicts: o.Conflicts}); v != nil {
+		o.Decision.Rule, o.Decision.RecheckAt, o.RequeueAfter = string(v.Invariant), nil, 0
+		o.Decision.Reasons = []string{v.Message, fmt.Sprintf("policy rule %s chose playbook %s", rule, playbook)}
+		o.Decision.Message = fmt.Sprintf("Refused by the safety floor (invariant %s): %s. Policy rule %s allowed playbook %s, but no policy can lift this invariant. %s",
+			v.Invariant, v.Message, rule, playbook, v.Invariant.Advice())
+		if v.Invariant == remediations.InvariantConcurrentRemediation {
+			return o.wait(now)
+		}
+		return o.reject("Rejected by the safety floor: " + string(v.Invariant))
+	}
+
+	o.Steps = plan
+	o.Accepted = Condition{metav1.ConditionTrue, policies.ConditionReason(playbook), o.Decision.Message}
+	if rr.Spec.Mode == v1alpha1.ModeDryRun {
+		o.Phase = v1alpha1.PhasePending
+		msg := fmt.Sprintf("DryRun: playbook %s would run %s; nothing was changed. Set spec.mode: Apply to run it.", playbook, strings.Join(names, " -> "))
+		o.Progressing = Condition{metav1.ConditionFalse, ReasonDryRun, msg}
+		o.EventType, o.EventReason, o.EventMessage = corev1.EventTypeNormal, EventAccepted, msg
+		return o
+	}
+	inside, next, err := MaintenanceWindow(rr.Spec.MaintenanceWindow, now)
+	if err != nil {
+		o.Decision.Rule, o.Decision.RecheckAt, o.RequeueAfter = RuleInvalidWindow, nil, 0
+		o.Decision.Reasons = []string{err.Error()}
+		o.Decision.Message = fmt.Sprintf("The maintenance window is invalid (%v); fix spec.maintenanceWindow.", err)
+		return o.reject("Rejected: invalid maintenance window")
+	}
+	if !inside {
+		// Decide again when the window opens, on facts gathered then.
+		at := metav1.NewTime(next)
+		o.Decision.RecheckAt, o.RequeueAfter = &at, next.Sub(now)
+		o.Phase = v1alpha1.PhaseWaiting
+		msg := fmt.Sprintf("Playbook %s is allowed but waits for the maintenance window (%s for %s), which opens at %s; the decision is re-evaluated then.",
+			playbook, rr.Spec.MaintenanceWindow.Schedule, rr.Spec.MaintenanceWindow.Duration.Duration, at.UTC().Format(time.RFC3339))
+		o.Progressing = Condition{metav1.ConditionTrue, ReasonWaitingForWindow, msg}
+		o.EventType, o.EventReason, o.EventMessage = corev1.EventTypeNormal, EventWaiting, msg
+		return o
+	}
+	if running := slotsTaken(in.Others, rr.UID, in.MaxConcurrent); running != nil {
+		o.Phase, o.Running, o.RequeueAfter = v1alpha1.PhaseWaiting, running, guardRecheck
+		msg := fmt.Sprintf("Playbook %s is allowed but %d remediation(s) are already running, the cluster-wide cap (--max-concurrent-remediations): %s; it starts when one of them stops.",
+			playbook, len(running), strings.Join(running, ", "))
+		o.Progressing = Condition{metav1.ConditionTrue, ReasonWaitingForSlot, msg}
+		o.EventType, o.EventReason, o.EventMessage = corev1.EventTypeNormal, EventWaiting, msg
+		return o
+	}
+	o.Phase = v1alpha1.PhaseRunning
+	o.Progressing = Condition{metav1.ConditionTrue, ReasonPlaybookRunning, fmt.Sprintf("Running playbook %s: %s", playbook, strings.Join(names, " -> "))}
+	o.EventType, o.EventReason = corev1.EventTypeNormal, EventAccepted
+	o.EventMessage = fmt.Sprintf("Policy rule %s chose playbook %s: %s", rule, playbook, o.Decision.Message)
+	return o
+}
+
+// conflictsIn lists the other Running requests on the same Lease or node as the
+// facts, sorted, in the form the policies take as input.
+func conflictsIn(others []v1alpha1.RemediationRequest, self types.UID, f *v1alpha1.Facts) []string {
+	var out []string
+	if f == nil {
+		return out
+	}
+	for i := range others {
+		o := &others[i]
+		if o.UID == self || o.Status.Phase != v1alpha1.PhaseRunning || o.Status.Facts == nil {
+			continue
+		}
+		of := o.Status.Facts
+		switch {
+		case f.Lease != nil && of.Lease != nil && f.Lease.Namespace == of.Lease.Namespace && f.Lease.Name == of.Lease.Name:
+			out = append(out, fmt.Sprintf("%s/%s (Running, on Lease %s/%s)", o.Namespace, o.Name, of.Lease.Namespace, of.Lease.Name))
+		case f.Node != nil && of.Node != nil && f.Node.Name == of.Node.Name:
+			out = append(out, fmt.Sprintf("%s/%s (Running, on node %s)", o.Namespace, o.Name, of.Node.Name))
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// guardRecheck is how often a request waiting on a guard re-decides if no wake-up
+// came (for instance, the blocking request was handled by a previous leader).
+const guardRecheck = 30 * time.Second
+
+// slotsTaken returns the other Running requests, sorted, when they fill the cap,
+// and nil when the request may start.
+func slotsTaken(others []v1alpha1.RemediationRequest, self types.UID, maxConcurrent int) []string {
+	if maxConcurrent <= 0 {
+		return nil
+	}
+	var running []string
+	for i := range others {
+		if o := &others[i]; o.UID != self && o.Status.Phase == v1alpha1.PhaseRunning {
+			running = append(running, o.Namespace+"/"+o.Name)
+		}
+	}
+	if len(running) < maxConcurrent {
+		return nil
+	}
+	slices.Sort(running)
+	return running
+}

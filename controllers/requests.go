@@ -1,0 +1,83 @@
+package controllers
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/remediator/remediator/api/v1alpha1"
+)
+
+// The controller reads RemediationRequests as unstructured objects and decodes each
+// one on its own. A typed informer or list decodes all of them in one go, so a single
+// request the Go type cannot hold (a window duration that overflows, a CRD installed
+// without its schema) would stop every other request from being decided. Read this
+// way, the bad one is reported by name and the others go on.
+
+// RequestGVK is the RemediationRequest kind.
+var RequestGVK = v1alpha1.GroupVersion.WithKind("RemediationRequest")
+
+// EventUndecodable is the Warning reason on a request the controller cannot decode.
+const EventUndecodable = "Undecodable"
+
+// NewUnstructuredRequest returns an empty unstructured RemediationRequest, to Get or
+// watch into.
+func NewUnstructuredRequest() *unstructured.Unstructured {
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(RequestGVK)
+	return u
+}
+
+// DecodeRequest decodes one request; the error names what could not be decoded.
+func DecodeRequest(u *unstructured.Unstructured) (*v1alpha1.RemediationRequest, error) {
+	rr := &v1alpha1.RemediationRequest{}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.UnstructuredContent(), rr); err != nil {
+		return nil, fmt.Errorf("decoding RemediationRequest %s/%s: %w", u.GetNamespace(), u.GetName(), err)
+	}
+	return rr, nil
+}
+
+// guardView decodes what the guards read of a request, its metadata and status, so
+// that a request whose spec cannot be decoded still counts as running. When even the
+// status cannot be decoded, only its phase is kept.
+func guardView(u *unstructured.Unstructured) v1alpha1.RemediationRequest {
+	if rr, err := DecodeRequest(u); err == nil {
+		return *rr
+	}
+	rr := v1alpha1.RemediationRequest{}
+	partial := map[string]any{"metadata": u.Object["metadata"], "status": u.Object["status"]}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(partial, &rr); err != nil {
+		rr = v1alpha1.RemediationRequest{}
+		_ = runtime.DefaultUnstructuredConverter.FromUnstructured(map[string]any{"metadata": u.Object["metadata"]}, &rr)
+		phase, _, _ := unstructured.NestedString(u.Object, "status", "phase")
+		rr.Status.Phase = v1alpha1.Phase(phase)
+	}
+	return rr
+}
+
+// ListRequests lists the requests reader sees, in the guards' view (see guardView),
+// sorted by creation time and then name so that waiting requests are served in the
+// order they came.
+func ListRequests(ctx context.Context, reader client.Reader, opts ...client.ListOption) ([]v1alpha1.RemediationRequest, error) {
+	list := &unstructured.UnstructuredList{}
+	list.SetGroupVersionKind(RequestGVK.GroupVersion().WithKind("RemediationRequestList"))
+	if err := reader.List(ctx, list, opts...); err != nil {
+		return nil, fmt.Errorf("listing requests: %w", err)
+	}
+	out := make([]v1alpha1.RemediationRequest, 0, len(list.Items))
+	for i := range list.Items {
+		out = append(out, guardView(&list.Items[i]))
+	}
+	slices.SortFunc(out, func(a, b v1alpha1.RemediationRequest) int {
+		if c := a.CreationTimestamp.Compare(b.CreationTimestamp.Time); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.Namespace+"/"+a.Name, b.Namespace+"/"+b.Name)
+	})
+	return out, nil
+}

@@ -1,0 +1,256 @@
+package remediations
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/remediator/remediator/api/v1alpha1"
+)
+
+// Invariant names one rule of the safety floor: a condition under which no
+// destructive step runs, whatever the policy answered. The floor is Go, not CUE, so
+// that a policy loaded from Git (or a mistaken one) cannot lift it. Invariant names
+// are part of the API contract: they appear as the decision's rule, and as the
+// condition reason in CamelCase.
+type Invariant string
+
+const (
+	// InvariantHealthyHolderPodsRunning: the holder is Healthy and pods that use the
+	// volume still run on it (or the playbook does not drain them before deleting the
+	// Lease, or which pods use the volume cannot be established).
+	InvariantHealthyHolderPodsRunning Invariant = "healthy-holder-pods-running"
+	// InvariantHolderNotFenced: the holder is Unreachable or has no Node object, and
+	// spec.fencing does not confirm fencing of that very node.
+	InvariantHolderNotFenced Invariant = "holder-not-fenced"
+	// InvariantHolderStateUnproven: the holder's state is neither Shutdown,
+	// Unreachable, NotFound nor Healthy, so nothing proves the Lease is free to go.
+	InvariantHolderStateUnproven Invariant = "holder-state-unproven"
+	// InvariantLeaseNotHeld: there is no held Lease to act on.
+	InvariantLeaseNotHeld Invariant = "lease-not-held"
+	// InvariantLeaseChanged: the Lease's UID, resourceVersion or holder changed since
+	// the decision.
+	InvariantLeaseChanged Invariant = "lease-changed"
+	// InvariantHolderStateChanged: the holder (or target) node's state changed since
+	// the decision.
+	InvariantHolderStateChanged Invariant = "holder-state-changed"
+	// InvariantConcurrentRemediation: another request on the same Lease or node is
+	// running.
+	InvariantConcurrentRemediation Invariant = "concurrent-remediation"
+	// InvariantPluginPodsOverlap: the node does not run exactly one node-plugin pod,
+	// or it is not the one the decision was made on. Restarting one while another
+	// overlaps it reproduces incident B.
+	InvariantPluginPodsOverlap Invariant = "plugin-pods-overlap"
+	// InvariantDriverRegistered: the CSI driver is registered on the node again, so
+	// there is nothing to repair and a restart would only disturb it.
+	InvariantDriverRegistered Invariant = "driver-registered"
+)
+
+// Violation is a breached invariant with the facts that breached it.
+type Violation struct {
+	Invariant Invariant
+	Message   string
+}
+
+func (v *Violation) Error() string { return fmt.Sprintf("safety floor %s: %s", v.Invariant, v.Message) }
+
+// FloorInput is what the floor checks. It is plain data, so the check is pure and
+// table-tested without a cluster.
+type FloorInput struct {
+	// Spec is the request's current spec (its fencing statement).
+	Spec v1alpha1.RemediationRequestSpec
+	// Steps are the playbook's step names, in order.
+	Steps []string
+	// Step is the destructive step about to run; empty when checking a decision.
+	Step string
+	// Decided are the facts the decision was made on; nil when checking a decision.
+	Decided *v1alpha1.Facts
+	// Now are facts gathered right now, from the spec and the live cluster, never
+	// from status.
+	Now *v1alpha1.Facts
+	// Conflicts are the other running requests on the same Lease or node.
+	Conflicts []string
+}
+
+// CheckFloor returns the first invariant the input breaches, or nil.
+func CheckFloor(in FloorInput) *Violation {
+	if len(in.Conflicts) > 0 {
+		return violation(InvariantConcurrentRemediation, "another remediation is running on the same Lease or node: %s",
+			strings.Join(in.Conflicts, "; "))
+	}
+	if in.Now == nil {
+		return violation(InvariantHolderStateUnproven, "no facts were gathered")
+	}
+	if slices.Contains(in.Steps, "deleteLease") && in.Step != "uncordon" {
+		if v := leaseFloor(in); v != nil {
+			return v
+		}
+	}
+	if slices.Contains(in.Steps, "deletePluginPod") && (in.Step == "" || in.Step == "deletePluginPod") {
+		return pluginFloor(in)
+	}
+	return nil
+}
+
+func violation(inv Invariant, format string, args ...any) *Violation {
+	return &Violation{Invariant: inv, Message: fmt.Sprintf(format, args...)}
+}
+
+// leaseFloor guards every playbook that ends in a Lease deletion, from the decision
+// to the deletion itself.
+func leaseFloor(in FloorInput) *Violation {
+	l, n := in.Now.Lease, in.Now.Node
+	if l == nil || !l.Exists || l.HolderIdentity == "" || l.UID == "" {
+		return violation(InvariantLeaseNotHeld, "there is no held Trident Lease to release")
+	}
+	key := l.Namespace + "/" + l.Name
+	if d := in.Decided; d != nil {
+		switch {
+		case d.Lease == nil:
+			return violation(InvariantLeaseChanged, "the decision recorded no Lease, but Lease %s exists now", key)
+		case d.Lease.UID != l.UID:
+			return violation(InvariantLeaseChanged, "Lease %s was re-created since the decision (uid %s, now %s)", key, d.Lease.UID, l.UID)
+		case d.Lease.HolderIdentity != l.HolderIdentity:
+			return violation(InvariantLeaseChanged, "Lease %s passed from %q to %q since the decision", key, d.Lease.HolderIdentity, l.HolderIdentity)
+		case d.Lease.ResourceVersion != l.ResourceVersion:
+			return violation(InvariantLeaseChanged, "Lease %s changed since the decision (resourceVersion %s, now %s)", key, d.Lease.ResourceVersion, l.ResourceVersion)
+		}
+		if d.Node == nil || n == nil || d.Node.State != n.State {
+			return violation(InvariantHolderStateChanged, "holder node %s is now %s, not %s as when decided (%s)",
+				l.HolderIdentity, nodeState(n), nodeState(d.Node), nodeReason(n))
+		}
+	}
+	if n == nil || n.Name != l.HolderIdentity {
+		return violation(InvariantHolderStateUnproven, "the state of holder node %s was not established", l.HolderIdentity)
+	}
+	switch n.State {
+	case v1alpha1.NodeShutdown:
+		return nil
+	case v1alpha1.NodeUnreachable, v1alpha1.NodeNotFound:
+		f := in.Spec.Fencing
+		switch {
+		case f == nil || !f.Confirmed:
+			return violation(InvariantHolderNotFenced, "holder node %s is %s (%s) and spec.fencing does not confirm that it was fenced",
+				n.Name, n.State, n.StateReason)
+		case f.Node != l.HolderIdentity:
+			return violation(InvariantHolderNotFenced, "holder node %s is %s, but spec.fencing names node %q: a fencing statement covers only the node it names",
+				n.Name, n.State, f.Node)
+		}
+		return nil
+	case v1alpha1.NodeHealthy:
+		return healthyFloor(in)
+	}
+	return violation(InvariantHolderStateUnproven, "holder node %s is %s (%s)", l.HolderIdentity, nodeState(n), n.StateReason)
+}
+
+// healthyFloor: a healthy holder may still be running cryptsetup for pods that use
+// the volume; its Lease goes only after those pods are gone from it.
+func healthyFloor(in FloorInput) *Violation {
+	f := in.Now
+	if f.Target.PersistentVolumeClaim == "" {
+		return violation(InvariantHealthyHolderPodsRunning, "holder node %s is healthy and no claim of PersistentVolume %s could be verified, so the pods that use the volume cannot be listed",
+			f.Lease.HolderIdentity, f.Lease.Name)
+	}
+	lease := slices.Index(in.Steps, "deleteLease")
+	evict, wait := slices.Index(in.Steps, "deleteAffectedPods"), slices.Index(in.Steps, "waitPodsGone")
+	if evict < 0 || wait < 0 || evict > lease || wait > lease {
+		return violation(InvariantHealthyHolderPodsRunning, "holder node %s is healthy and the playbook (%s) deletes the Lease without first moving the pods that use the volume off it",
+			f.Lease.HolderIdentity, strings.Join(in.Steps, " -> "))
+	}
+	if in.Step == "deleteLease" && len(f.AffectedPods) > 0 {
+		return violation(InvariantHealthyHolderPodsRunning, "holder node %s is healthy and pods that use the volume still run on it: %s",
+			f.Lease.HolderIdentity, PodList(f.AffectedPods))
+	}
+	return nil
+}
+
+// pluginFloor guards the node-plugin restart: exactly one plugin pod, the one the
+// decision saw, and the driver still missing.
+func pluginFloor(in FloorInput) *Violation {
+	f := in.Now
+	node := f.Target.Node
+	if f.Node == nil || !f.Node.Exists || f.CSI == nil {
+		return violation(InvariantHolderStateUnproven, "node %s or its CSI facts were not found", node)
+	}
+	if d := in.Decided; d != nil && d.Target.Node != node {
+		return violation(InvariantHolderStateChanged, "the decision was made for node %q, the request targets node %q", d.Target.Node, node)
+	}
+	if d := in.Decided; d != nil && (d.Node == nil || d.Node.State != f.Node.State) {
+		return violation(InvariantHolderStateChanged, "node %s is now %s, not %s as when decided (%s)",
+			node, f.Node.State, nodeState(d.Node), f.Node.StateReason)
+	}
+	if f.CSI.DriverRegistered {
+		return violation(InvariantDriverRegistered, "CSINode %s lists %s again; restarting its node-plugin pod would only disturb it", node, f.DriverName)
+	}
+	if len(f.CSI.PluginPods) != 1 {
+		return violation(InvariantPluginPodsOverlap, "node %s runs %d node-plugin pods (%s), not exactly one; restarting one while another overlaps it deregisters the driver again",
+			node, len(f.CSI.PluginPods), PodList(f.CSI.PluginPods))
+	}
+	if d := in.Decided; d != nil && (d.CSI == nil || len(d.CSI.PluginPods) != 1 || d.CSI.PluginPods[0].UID != f.CSI.PluginPods[0].UID) {
+		return violation(InvariantPluginPodsOverlap, "the node-plugin pod on node %s is now %s, not the one the decision was made on",
+			node, PodList(f.CSI.PluginPods))
+	}
+	return nil
+}
+
+// PodList renders pods as "namespace/name, ..." in sorted order.
+func PodList(pods []v1alpha1.PodFacts) string {
+	if len(pods) == 0 {
+		return "none"
+	}
+	names := make([]string, 0, len(pods))
+	for _, p := range pods {
+		names = append(names, p.Namespace+"/"+p.Name)
+	}
+	slices.Sort(names)
+	return strings.Join(names, ", ")
+}
+
+func nodeState(n *v1alpha1.NodeFacts) string {
+	if n == nil {
+		return "unknown"
+	}
+	return string(n.State)
+}
+
+func nodeReason(n *v1alpha1.NodeFacts) string {
+	if n == nil {
+		return "no node facts"
+	}
+	return n.StateReason
+}
+
+// Reason is the invariant as a condition reason: "holder-not-fenced" becomes
+// "HolderNotFenced".
+func (i Invariant) Reason() string {
+	var b strings.Builder
+	for _, part := range strings.Split(string(i), "-") {
+		if part != "" {
+			b.WriteString(strings.ToUpper(part[:1]) + part[1:])
+		}
+	}
+	return b.String()
+}
+
+// Advice tells the operator what to do about a breached invariant.
+func (i Invariant) Advice() string {
+	switch i {
+	case InvariantHolderNotFenced:
+		return "Fence the holder node (shut it down, or stop its Trident node container), then set spec.fencing.confirmed, spec.fencing.method and spec.fencing.node to that node's name."
+	case InvariantHealthyHolderPodsRunning:
+		return "Move the pods that use the volume off the holder node first (playbook healthy-move-workload does it), and make sure the volume's PersistentVolumeClaim resolves."
+	case InvariantHolderStateUnproven:
+		return "Find out whether the holder node is shut down, cut off from the control plane or healthy, fix what can be fixed, and re-submit."
+	case InvariantLeaseNotHeld:
+		return "No held Lease was found, so there is nothing to release."
+	case InvariantLeaseChanged, InvariantHolderStateChanged:
+		return "The cluster changed since the decision; create a new request so that it is decided on current facts."
+	case InvariantConcurrentRemediation:
+		return "Only one remediation runs per node and per Lease; this one waits for the other to finish."
+	case InvariantPluginPodsOverlap:
+		return "Wait until exactly one node-plugin pod runs on the node (the DaemonSet rollout has finished), then re-submit."
+	case InvariantDriverRegistered:
+		return "The driver is registered; nothing needs repairing."
+	}
+	return ""
+}
