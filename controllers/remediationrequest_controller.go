@@ -509,7 +509,6 @@ func (r *RemediationRequestReconciler) run(s *scope) *remediations.Run {
 	}
 }
 
-
 func (r *RemediationRequestReconciler) setCondition(rr *v1alpha1.RemediationRequest, t string, st metav1.ConditionStatus, reason, msg string) {
 	meta.SetStatusCondition(&rr.Status.Conditions, metav1.Condition{
 		Type: t, Status: st, Reason: reason, Message: msg, ObservedGeneration: rr.Generation,

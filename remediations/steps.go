@@ -391,15 +391,25 @@ func evict(ctx context.Context, r *Run, pod *corev1.Pod) (refused string, err er
 		ObjectMeta:    metav1.ObjectMeta{Namespace: pod.Namespace, Name: pod.Name},
 		DeleteOptions: &metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}},
 	}
-	err = r.Client.SubResource("eviction").Create(ctx, pod, ev)
+	// The Eviction API answers a budget it has not processed yet with Retry-After,
+	// which client-go honours by itself, up to ten times: bound the call so that one
+	// such budget cannot hold the worker for minutes. The step retries later.
+	callCtx, cancel := context.WithTimeout(ctx, evictionCallTimeout)
+	defer cancel()
+	err = r.Client.SubResource("eviction").Create(callCtx, pod, ev)
 	switch {
 	case err == nil, apierrors.IsNotFound(err), apierrors.IsConflict(err):
 		return "", nil
 	case apierrors.IsTooManyRequests(err):
 		return fmt.Sprintf("%s/%s (%s)", pod.Namespace, pod.Name, err.Error()), nil
+	case ctx.Err() == nil && errors.Is(callCtx.Err(), context.DeadlineExceeded):
+		return fmt.Sprintf("%s/%s (the Eviction API asked to retry later for %s)", pod.Namespace, pod.Name, evictionCallTimeout), nil
 	}
 	return "", fmt.Errorf("evicting pod %s/%s: %w", pod.Namespace, pod.Name, err)
 }
+
+// evictionCallTimeout bounds one eviction call, client-go's own retries included.
+const evictionCallTimeout = 5 * time.Second
 
 // waitPodsGone waits until the evicted pods have terminated.
 type waitPodsGone struct{}

@@ -665,6 +665,7 @@ func describeObject(obj map[string]any) string {
 
 // The CRD's patterns (api/v1alpha1 markers).
 var (
+	schedulePattern  = regexp.MustCompile(`^((CRON_TZ|TZ)=[A-Za-z0-9_+/-]+ +)?(@(yearly|annually|monthly|weekly|daily|midnight|hourly)|@every +[0-9.]+(ns|us|µs|ms|s|m|h)([0-9.]+(ns|us|µs|ms|s|m|h))*|[A-Za-z0-9*/,?-]+( +[A-Za-z0-9*/,?-]+){4})$`)
 	durationPattern  = regexp.MustCompile(`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`)
 	namespacePattern = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
 	driverPattern    = regexp.MustCompile(`^[a-zA-Z0-9]([-a-zA-Z0-9.]*[a-zA-Z0-9])?$`)
@@ -785,6 +786,12 @@ func validatePlanRequest(obj map[string]any) field.ErrorList {
 			if confirmed && fencing["method"] == nil {
 				errs = append(errs, field.Invalid(fp, "object", "spec.fencing.method is required when spec.fencing.confirmed is true"))
 			}
+			if n, ok := stringField(fencing, "node", fp, &errs); ok {
+				lengthBetween(fp.Child("node"), n, 1, 253, &errs)
+			}
+			if confirmed && fencing["node"] == nil {
+				errs = append(errs, field.Invalid(fp, "object", "spec.fencing.node is required when spec.fencing.confirmed is true: name the holder node that was fenced, as the Lease's holderIdentity spells it"))
+			}
 		}
 	}
 
@@ -798,11 +805,19 @@ func validatePlanRequest(obj map[string]any) field.ErrorList {
 				errs = append(errs, field.Required(wp.Child("schedule"), ""))
 			} else if s, ok := stringField(mw, "schedule", wp, &errs); ok {
 				lengthBetween(wp.Child("schedule"), s, 1, 256, &errs)
+				if !schedulePattern.MatchString(s) {
+					errs = append(errs, field.Invalid(wp.Child("schedule"), s, "should match '"+schedulePattern.String()+"'"))
+				}
 			}
 			if mw["duration"] == nil {
 				errs = append(errs, field.Required(wp.Child("duration"), ""))
-			} else if d, ok := stringField(mw, "duration", wp, &errs); ok && !durationPattern.MatchString(d) {
-				errs = append(errs, field.Invalid(wp.Child("duration"), d, "should be a Go duration such as 2h or 90m (should match '"+durationPattern.String()+"')"))
+			} else if d, ok := stringField(mw, "duration", wp, &errs); ok {
+				lengthBetween(wp.Child("duration"), d, 0, 64, &errs)
+				if !durationPattern.MatchString(d) {
+					errs = append(errs, field.Invalid(wp.Child("duration"), d, "should be a Go duration such as 2h or 90m (should match '"+durationPattern.String()+"')"))
+				} else if v, err := time.ParseDuration(d); err != nil || v <= 0 || v > controllers.MaxWindowDuration {
+					errs = append(errs, field.Invalid(wp.Child("duration"), d, "spec.maintenanceWindow.duration must be a positive duration of at most 168h (7 days)"))
+				}
 			}
 		}
 	}
@@ -1044,7 +1059,7 @@ func writePlanResult(b *strings.Builder, res planResult, policy planPolicy) {
 	s := rq.Spec
 	line("request", "%s on %s, mode %s", s.Remediation, facts.TargetRef(s.Target), s.Mode)
 	if s.Fencing != nil {
-		more("fencing confirmed=%t method=%s", s.Fencing.Confirmed, orDash(string(s.Fencing.Method)))
+		more("fencing confirmed=%t method=%s node=%s", s.Fencing.Confirmed, orDash(string(s.Fencing.Method)), orDash(s.Fencing.Node))
 	}
 	if s.MaintenanceWindow != nil {
 		more("maintenance window %q for %s", s.MaintenanceWindow.Schedule, s.MaintenanceWindow.Duration.Duration)

@@ -173,7 +173,7 @@ func TestRemediationRepoCheckScript(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	writeFile(t, fenced, strings.Replace(string(src), "  fencing:\n    confirmed: true\n    method: NodeShutdown\n", "", 1), 0o644)
+	writeFile(t, fenced, strings.Replace(string(src), "  fencing:\n    confirmed: true\n    method: NodeShutdown\n    node: kwok-node-2\n", "", 1), 0o644)
 	git("commit", "-q", "-a", "-m", "unfenced")
 	git("branch", "-f", "base", "HEAD~1")
 	t.Run("a rejected request fails the job", func(t *testing.T) {

@@ -100,7 +100,7 @@ func TestPlanSavedFacts(t *testing.T) {
 			"decision:  REJECTED by rule unreachable-not-fenced (phase Rejected)",
 			"- spec.fencing.confirmed is not true",
 			"Shut the node down (preferred;",
-			"set spec.fencing.confirmed: true with spec.fencing.method in this request.",
+			"set spec.fencing.confirmed: true, spec.fencing.method and spec.fencing.node: kwok-node-2",
 			"steps:     none",
 			"exit code: 2",
 		},
@@ -110,7 +110,7 @@ func TestPlanSavedFacts(t *testing.T) {
 		code: ExitPlanWaiting,
 		want: []string{
 			"decision:  WOULD WAIT by rule unreachable-fenced: playbook fenced-unreachable (phase Waiting)",
-			"- fencing confirmed (NodeShutdown)",
+			"- fencing of kwok-node-2 confirmed (NodeShutdown)",
 			"steps:     1. deleteLease",
 			"which is closed at 2026-11-19T12:00:00Z and opens at 2026-11-20T02:00:00Z",
 			"Summary: 0 allowed, 0 rejected, 1 would wait, 0 failed; exit code 4 (a request would wait)",
