@@ -17,7 +17,6 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
-	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -365,76 +364,6 @@ func TestStatusCannotChooseWhichPodsAreEvicted(t *testing.T) {
 	assert.Equal(t, v1alpha1.PhaseSucceeded, rr.Status.Phase, "%+v", rr.Status.Conditions)
 	require.NoError(t, env.Client.Get(ctx, client.ObjectKeyFromObject(bystander), bystander))
 	assert.Nil(t, bystander.DeletionTimestamp)
-}
-
-// TestPluginRestartRechecksOverlap: the CSI playbook used to evict the plugin pod
-// recorded at decision time after a UID check only. If the DaemonSet is recreated in
-// between, two plugin pods overlap on the node and evicting one reproduces incident
-// B. The floor now counts the plugin pods again right before the eviction.
-func TestPluginRestartRechecksOverlap(t *testing.T) {
-	ctx := context.Background()
-	ensureNamespaces(t, "remediator", "trident", corev1.NamespaceNodeLease)
-	clock := &fakeClock{now: time.Now().Truncate(time.Second)}
-	startManager(t, withClock(clock))
-	node := "envtest-csi-overlap"
-	healthyNode(t, node, clock.Now())
-	create(t, &storagev1.CSINode{ObjectMeta: metav1.ObjectMeta{Name: node}})
-	old := pluginPod(t, "trident-csi-abcde", node)
-	pdb := &policyv1.PodDisruptionBudget{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "trident", Name: "hold-plugin"},
-		Spec: policyv1.PodDisruptionBudgetSpec{MinAvailable: ptr.To(intstr.FromInt32(1)),
-			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"hold": "yes"}}},
-	}
-	create(t, pdb)
-	processed(t, pdb)
-	label(t, old, map[string]string{"app": "node.csi.trident.netapp.io", "hold": "yes"})
-
-	rr := &v1alpha1.RemediationRequest{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "remediator", Name: "csi-overlap"},
-		Spec: v1alpha1.RemediationRequestSpec{Remediation: v1alpha1.RemediationReregisterCSIDriver,
-			Target: v1alpha1.Target{Node: node}, Reason: "csi.trident.netapp.io missing from CSINode after the upgrade"},
-	}
-	create(t, rr)
-	key := client.ObjectKeyFromObject(rr)
-	waitFor(t, key, 20*time.Second, "eviction held", func(rr *v1alpha1.RemediationRequest) bool {
-		return stepState(rr, "deletePluginPod") == v1alpha1.StepRunning
-	})
-	// The trident-csi DaemonSet is recreated: a second plugin pod lands on the node.
-	pluginPod(t, "trident-csi-2-fghij", node)
-	require.NoError(t, env.Client.Delete(ctx, pdb))
-	rr = waitFor(t, key, 20*time.Second, "a terminal phase", terminal)
-	assert.Equal(t, v1alpha1.PhaseFailed, rr.Status.Phase)
-	c := meta.FindStatusCondition(rr.Status.Conditions, v1alpha1.ConditionSucceeded)
-	require.NotNil(t, c)
-	assert.Equal(t, "PluginPodsOverlap", c.Reason)
-	require.NoError(t, env.Client.Get(ctx, client.ObjectKeyFromObject(old), old))
-	assert.Nil(t, old.DeletionTimestamp, "the plugin pod must not be evicted while another overlaps it")
-	assert.False(t, nodeCordoned(t, node), "the node must be uncordoned")
-}
-
-// healthyNode stages a Ready node with a fresh heartbeat.
-func healthyNode(t *testing.T, name string, now time.Time) {
-	t.Helper()
-	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}
-	create(t, node)
-	node.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady", LastTransitionTime: metav1.NewTime(now.Add(-time.Hour))}}
-	require.NoError(t, env.Client.Status().Update(context.Background(), node))
-	create(t, &coordinationv1.Lease{
-		ObjectMeta: metav1.ObjectMeta{Namespace: corev1.NamespaceNodeLease, Name: name},
-		Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptr.To(name), RenewTime: &metav1.MicroTime{Time: now}},
-	})
-}
-
-// pluginPod stages a Running, Ready Trident node-plugin pod on node.
-func pluginPod(t *testing.T, name, node string) *corev1.Pod {
-	t.Helper()
-	p := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "trident", Name: name, Labels: map[string]string{"app": "node.csi.trident.netapp.io"}},
-		Spec:       corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "trident-main", Image: "netapp/trident:25.06"}}},
-	}
-	create(t, p)
-	running(t, p)
-	return p
 }
 
 // TestUndecodableRequestDoesNotStallOthers: with the admission rule on the window

@@ -8,6 +8,7 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -220,4 +221,59 @@ func TestPlaybooksAreValid(t *testing.T) {
 	if _, err := pb.Plan("force-delete"); err == nil {
 		t.Error("unknown playbook planned")
 	}
+}
+
+// TestPluginPodEvictionRechecksOverlap: the CSI playbook used to evict the plugin
+// pod recorded at decision time after a UID check only. If the trident-csi
+// DaemonSet is recreated in between, a second plugin pod overlaps on the node and
+// evicting the first reproduces incident B. The floor counts the plugin pods again,
+// live, right before the eviction.
+func TestPluginPodEvictionRechecksOverlap(t *testing.T) {
+	ctx := context.Background()
+	mustCreate(t, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "trident"}})
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-" + rand.String(5)}}
+	mustCreate(t, node)
+	node.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, LastTransitionTime: metav1.Now()}}
+	require.NoError(t, env.Client.Status().Update(ctx, node))
+	mustCreate(t, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: corev1.NamespaceNodeLease, Name: node.Name},
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(node.Name), RenewTime: ptr.To(metav1.NowMicro())}})
+	mustCreate(t, &storagev1.CSINode{ObjectMeta: metav1.ObjectMeta{Name: node.Name}})
+	plugin := func(name string) *corev1.Pod {
+		p := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "trident", Name: name, Labels: map[string]string{"app": "node.csi.trident.netapp.io"}},
+			Spec:       corev1.PodSpec{NodeName: node.Name, Containers: []corev1.Container{{Name: "trident-main", Image: "netapp/trident:25.06"}}},
+		}
+		mustCreate(t, p)
+		p.Status.Phase = corev1.PodRunning
+		p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
+		require.NoError(t, env.Client.Status().Update(ctx, p))
+		return p
+	}
+	old := plugin("trident-csi-" + rand.String(5))
+
+	rr := &v1alpha1.RemediationRequest{ObjectMeta: metav1.ObjectMeta{Namespace: "remediator", Name: "csi"},
+		Spec: v1alpha1.RemediationRequestSpec{Remediation: v1alpha1.RemediationReregisterCSIDriver,
+			Target: v1alpha1.Target{Node: node.Name}, Reason: "driver missing from CSINode"}}
+	g := &facts.Gatherer{Reader: env.Client, Config: facts.DefaultConfig()}
+	decided, err := g.Gather(ctx, rr)
+	require.NoError(t, err)
+	require.Len(t, decided.CSI.PluginPods, 1)
+	rr.Status.Facts = decided
+	r := &Run{RR: rr, Client: env.Client, Reader: env.Client, Gatherer: g, Now: time.Now(), Timeouts: DefaultTimeouts,
+		Observe: func(ctx context.Context) (*v1alpha1.Facts, []string, error) {
+			f, err := g.Gather(ctx, rr)
+			return f, nil, err
+		}}
+
+	// The DaemonSet is recreated after the decision: a second plugin pod lands.
+	plugin("trident-csi-2-" + rand.String(5))
+	now := metav1.NewTime(r.Now)
+	r.RR.Status.Steps = []v1alpha1.StepStatus{{Name: "cordon", State: v1alpha1.StepSucceeded},
+		{Name: "deletePluginPod", State: v1alpha1.StepRunning, StartedAt: &now}, {Name: "uncordon", State: v1alpha1.StepPending}}
+	p, err := Advance(ctx, r)
+	require.NoError(t, err)
+	require.NotNil(t, p.Failure, "the eviction must be refused while two plugin pods overlap")
+	assert.Equal(t, "PluginPodsOverlap", p.Failure.Reason)
+	require.NoError(t, env.Client.Get(ctx, client.ObjectKeyFromObject(old), old))
+	assert.Nil(t, old.DeletionTimestamp, "the plugin pod must not be evicted")
 }
