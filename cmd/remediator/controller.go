@@ -46,6 +46,8 @@ type controllerOptions struct {
 	podTerminationTimeout time.Duration
 	pluginRestartTimeout  time.Duration
 	maxConcurrent         int
+	kubeAPIQPS            float32
+	kubeAPIBurst          int
 	policyReloadInterval  time.Duration
 }
 
@@ -75,6 +77,9 @@ func newControllerCommand() *cobra.Command {
 	f.DurationVar(&o.evictionTimeout, "eviction-timeout", remediations.DefaultTimeouts.Eviction, "How long evictions refused by a PodDisruptionBudget are retried before the playbook fails")
 	f.DurationVar(&o.podTerminationTimeout, "pod-termination-timeout", remediations.DefaultTimeouts.PodTermination, "How long to wait for evicted pods to terminate before the playbook fails")
 	f.DurationVar(&o.pluginRestartTimeout, "plugin-restart-timeout", remediations.DefaultTimeouts.PluginRestart, "How long to wait for a replacement node-plugin pod, and then for the driver to be registered again")
+	f.Float32Var(&o.kubeAPIQPS, "kube-api-qps", 50,
+		"Queries per second to the API server. client-go's default of 5 throttles a controller that re-reads facts before every destructive call")
+	f.IntVar(&o.kubeAPIBurst, "kube-api-burst", 100, "Burst of queries to the API server above --kube-api-qps")
 	f.IntVar(&o.maxConcurrent, "max-concurrent-remediations", 3,
 		"Playbooks that may run at once across the cluster; more allowed requests wait (phase Waiting) and start when one finishes. 0 means no cap")
 	f.DurationVar(&o.policyReloadInterval, "policy-reload-interval", 30*time.Second,
@@ -111,6 +116,10 @@ func runController(cmd *cobra.Command, o controllerOptions) error {
 	if err != nil {
 		return err
 	}
+	if o.kubeAPIQPS <= 0 || o.kubeAPIBurst <= 0 {
+		return fmt.Errorf("--kube-api-qps and --kube-api-burst must be positive, got %v and %d", o.kubeAPIQPS, o.kubeAPIBurst)
+	}
+	cfg.QPS, cfg.Burst = o.kubeAPIQPS, o.kubeAPIBurst
 
 	scheme := runtime.NewScheme()
 	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
