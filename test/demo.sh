@@ -12,6 +12,15 @@
 #   4. show each request's phase and conditions as they change, then a summary table;
 #   5. check every outcome against the runbook, and stop the cluster unless KEEP=1.
 #
+# The demo shortens the policy's Lease-age gates, and says so: a Lease's age counts
+# from its creationTimestamp (server time, which the demo cannot backdate) or a later
+# acquireTime, and waiting the runbook's 5 minutes would make the demo last 6. The
+# controller and CI use remediator's own policies (policies/*.cue) with only
+# #UnreachableMinLeaseAgeSeconds (300 s -> 20 s) and #HealthyStuckLeaseAgeSeconds (600 s
+# -> 40 s) changed, committed to the demo's remediation repository as a policy override
+# (examples/remediation-repo/policies/README.md) with its cases (test/demo/policies).
+# Production keeps the runbook's gates.
+#
 #   test/demo.sh        run the demo; exit code 1 if any outcome differs from the runbook
 #   test/demo.sh stop   stop the demo's controller and sync (make cluster-down calls this)
 set -euo pipefail
@@ -25,6 +34,9 @@ REPO="$STATE/demo-repo"
 PROBE="127.0.0.1:${DEMO_PROBE_PORT:-18081}"
 METRICS="127.0.0.1:${DEMO_METRICS_PORT:-18080}"
 NS=remediator
+POLICIES="$STATE/demo-policies" # the shortened policies the controller runs on
+UNREACHABLE_GATE=20             # seconds; the runbook's #UnreachableMinLeaseAgeSeconds is 300
+HEALTHY_GATE=40                 # seconds; the runbook's #HealthyStuckLeaseAgeSeconds is 600
 export KUBECONFIG
 
 say() { printf '\n\033[1m==> %s\033[0m\n' "$*"; }
@@ -75,10 +87,34 @@ trap finish EXIT
 T0=$SECONDS
 elapsed() { printf '%02d:%02d' $(((SECONDS - T0) / 60)) $(((SECONDS - T0) % 60)); }
 
-say "Starting the controller (log: $STATE/remediator.log)"
+# shorten_gate FILE CONSTANT SECONDS: set a Lease-age gate of the copied policies,
+# failing if the constant is not defined exactly once (a renamed constant must not
+# leave the demo on a gate it does not announce).
+shorten_gate() {
+  local file="$1" name="$2" seconds="$3" was
+  [[ "$(grep -cE "^$name:[[:space:]]*[0-9]+" "$file")" == 1 ]] \
+    || die "$name is not defined exactly once in $file: cannot shorten the demo's gate"
+  was="$(sed -nE "s/^$name:[[:space:]]*([0-9]+).*/\1/p" "$file")"
+  sed -i -E "s|^($name:)[[:space:]]*[0-9]+.*|\1 $seconds // demo only (test/demo.sh): the runbook's ${was} s, shortened|" "$file"
+  grep -qE "^$name: $seconds " "$file" || die "shortening $name in $file failed"
+  printf '  %-31s %4s s -> %s s\n' "$name" "$was" "$seconds"
+}
+
+say "This demo shortens the 5-minute settle gate to $UNREACHABLE_GATE s so it runs in a minute; production keeps the runbook's 5 minutes"
+# Lease age counts from creationTimestamp (server time), which the demo cannot backdate.
+echo "Policies: remediator's own policies/*.cue with only the Lease-age gates changed ($POLICIES):"
+rm -rf "$POLICIES" && mkdir -p "$POLICIES"
+for f in "$ROOT"/policies/*.cue; do
+  [[ "$f" == *_test.cue ]] || cp "$f" "$POLICIES/"
+done
+shorten_gate "$POLICIES/release_luks_lease.cue" '#UnreachableMinLeaseAgeSeconds' "$UNREACHABLE_GATE"
+shorten_gate "$POLICIES/release_luks_lease.cue" '#HealthyStuckLeaseAgeSeconds' "$HEALTHY_GATE"
+
+say "Starting the controller on those policies (log: $STATE/remediator.log)"
 stop_all # a re-run picks up a rebuilt binary
 "$BIN/remediator" controller --kubeconfig "$KUBECONFIG" \
   --health-probe-bind-address "$PROBE" --metrics-bind-address "$METRICS" \
+  --policies-dir "$POLICIES" \
   --node-lease-grace-period 20s >"$STATE/remediator.log" 2>&1 </dev/null &
 echo $! >"$STATE/remediator.pid"
 for i in $(seq 1 120); do
@@ -95,8 +131,9 @@ kc create namespace "$NS" --dry-run=client -o yaml | kc apply -f - >/dev/null
 kc delete rr -n "$NS" --all --ignore-not-found --wait=true --timeout=60s >/dev/null
 kc delete node kwok-node-3 --ignore-not-found >/dev/null
 
-say "Staging incident A: LUKS volumes whose Leases Trident retained 40 minutes ago"
-acquired="$(date -u -d '-40 min' +%Y-%m-%dT%H:%M:%S.000000Z)"
+say "Staging incident A: LUKS volumes whose Leases Trident retained"
+# The Leases are created now: their age counts from creationTimestamp (server time).
+acquired="$(date -u +%Y-%m-%dT%H:%M:%S.000000Z)"
 sed "s/ACQUIRED_AT/$acquired/" "$HERE/demo/incident-a.yaml" | kc apply -f - >/dev/null
 for attempt in 1 2 3; do
   # Trident's own Warning events on the retained Lease, as `kubectl describe lease` shows them.
@@ -114,7 +151,7 @@ source: {component: trident-node, host: kwok-node-1}
 message: "Retaining lease after failed LUKS operation on kwok-node-1: cryptsetup luksOpen exited with status 5 (attempt $attempt)"
 YAML
 done
-kc get lease -n trident -o custom-columns='LEASE:.metadata.name,HOLDER:.spec.holderIdentity,ACQUIRED:.spec.acquireTime'
+kc get lease -n trident -o custom-columns='LEASE:.metadata.name,HOLDER:.spec.holderIdentity,CREATED:.metadata.creationTimestamp,ACQUIRED:.spec.acquireTime'
 
 say "Staging incident B (seed 000): run a copy of trident-csi, then delete the copy"
 # The seed's reproduction: `kubectl get ds -n trident trident-csi -o json | jq
@@ -154,7 +191,9 @@ echo
 kc get nodes -o custom-columns='NODE:.metadata.name,READY:.status.conditions[?(@.type=="Ready")].status,TAINTS:.spec.taints[*].key'
 
 say "What remediator scan finds (exit code 3: there are findings)"
-"$BIN/remediator" scan --kubeconfig "$KUBECONFIG" --node-lease-grace-period 20s || [[ $? == 3 ]]
+# --lease-age: from what age a Lease without LeaseRetained events counts as stuck
+# (default 10m), shortened like the policy's gates.
+"$BIN/remediator" scan --kubeconfig "$KUBECONFIG" --node-lease-grace-period 20s --lease-age "${UNREACHABLE_GATE}s" || [[ $? == 3 ]]
 
 say "Creating the remediation repository from examples/remediation-repo"
 TEMPLATE="$ROOT/examples/remediation-repo"
@@ -169,7 +208,13 @@ g checkout --quiet -B main
 # through pull requests below, and CI plans them on live facts.
 (cd "$TEMPLATE" && tar --exclude='./requests/*' --exclude='./facts' -cf - .) | tar -C "$W" -xf -
 mkdir -p "$W/requests" && touch "$W/requests/.gitkeep"
-g add -A && g commit --quiet -m "Remediation repository from the Remediator template" && g push --quiet origin main
+g add -A && g commit --quiet -m "Remediation repository from the Remediator template"
+# The demo's policy override: the policies the controller runs on, with their cases, so
+# that CI plans with the same policies (ci/check.sh tests the cases with cue vet first).
+cp "$POLICIES"/*.cue "$HERE/demo/policies/demo_gates_test.cue" "$W/policies/"
+g add -A && g commit --quiet -m "Demo only: shorten the Lease-age gates to ${UNREACHABLE_GATE}s and ${HEALTHY_GATE}s (the runbook's 300s and 600s)" \
+  -m "Lease age counts from creationTimestamp (server time), which the demo cannot backdate. Production keeps the runbook's gates."
+g push --quiet origin main
 g log --oneline
 
 say "Starting remediator sync on the repository (every 2s; log: $STATE/sync.log)"
@@ -181,16 +226,19 @@ echo $! >"$STATE/sync.pid"
 # pull_request BRANCH TITLE FILE [EXPECTED_CHECK_EXIT]: an operator's pull request adding
 # FILE from the template; CI (ci/check.sh with live, read-only facts) runs on it. A
 # second call for the same branch adds a commit to the open pull request.
-export REMEDIATOR="$BIN/remediator" KUBECONFIG
+# CI tests the override's cases with the cue that remediator pins.
+export REMEDIATOR="$BIN/remediator" REMEDIATOR_CUE="go -C $ROOT tool cue" KUBECONFIG
 approved=()
+# pull_request BRANCH TITLE FILE [EXPECTED_CHECK_EXIT [EXPECTED_RULE]]
 pull_request() {
-  local branch="$1" title="$2" file="$3" want="${4:-0}" rc=0
+  local branch="$1" title="$2" file="$3" want="${4:-0}" rule="${5:-}" rc=0 log="$STATE/ci-$1.log"
   printf '\n\033[1m--- PR %s: %s\033[0m\n' "$branch" "$title"
   [[ "$(g branch --show-current)" == "$branch" ]] || g checkout --quiet -B "$branch" main
   [[ -f "$W/requests/$(basename "$file")" ]] || cp "$file" "$W/requests/"
   g add -A && g commit --quiet -m "$title"
-  (cd "$W" && ci/check.sh origin/main) 2>&1 | sed 's/^/  ci| /' || rc=${PIPESTATUS[0]}
+  (cd "$W" && ci/check.sh origin/main) 2>&1 | tee "$log" | sed 's/^/  ci| /' || rc=${PIPESTATUS[0]}
   [[ $rc == "$want" ]] || die "ci/check.sh exited $rc on $branch, want $want"
+  [[ -z "$rule" ]] || grep -q "by rule $rule" "$log" || die "ci/check.sh on $branch did not show rule $rule"
   if [[ $rc == 0 ]]; then
     approved+=("$branch")
     echo "  CI passed; approved"
@@ -205,12 +253,15 @@ pull_request pr-1 "Release the Lease of kwok-node-3 (powered off)" "$REQ/release
 pull_request pr-2 "Re-register csi.trident.netapp.io on kwok-node-0" "$REQ/reregister-csi-driver-kwok-node-0.yaml"
 pull_request pr-3 "Release the Lease of app/data held by kwok-node-1" "$REQ/release-lease-healthy-kwok-node-1-app-data.yaml"
 # The first version of this PR forgets the fencing statement: CI shows the policy's
-# rejection and what to do; the operator amends the PR with the fencing the review checks.
+# rejection and what to do; the operator amends the PR with the fencing the review checks
+# (confirmed, method, and node: kwok-node-2, the holder it is about).
 fenced="$REQ/release-lease-fenced-unreachable-kwok-node-2.yaml"
-sed '/^  fencing:/,/^    method:/d' "$fenced" >"$W/requests/$(basename "$fenced")"
-pull_request pr-4 "Release the Lease of kwok-node-2 (unreachable)" "$fenced" 1
+awk '/^  fencing:/ {skip = 1; next} skip && /^    / {next} {skip = 0; print}' "$fenced" >"$W/requests/$(basename "$fenced")"
+grep -v '^#' "$W/requests/$(basename "$fenced")" | grep -qE '^  fencing:|^    (confirmed|method|node):' \
+  && die "removing spec.fencing from $fenced failed"
+pull_request pr-4 "Release the Lease of kwok-node-2 (unreachable)" "$fenced" 1 unreachable-not-fenced
 cp "$fenced" "$W/requests/"
-pull_request pr-4 "kwok-node-2 was powered off from the BMC (CHG-2231)" "$fenced"
+pull_request pr-4 "kwok-node-2 was powered off from the BMC (CHG-2231)" "$fenced" 0 unreachable-fenced
 
 say "Merging the approved pull requests, and each request's phase and conditions as they change"
 expected=(
@@ -219,6 +270,7 @@ expected=(
   "release-lease-healthy-kwok-node-1-app-data healthy-move-workload"
   "release-lease-fenced-unreachable-kwok-node-2 fenced-unreachable"
 )
+failures=()
 # kubectl's watch prints a row on every change of a request; watch_requests drops rows that
 # repeat the request's previous state (status patches that only touched a timestamp).
 ROW='{{.metadata.name}}|{{or .status.phase "New"}}|{{range .status.steps}}{{.name}}={{.state}} {{end}}|{{range .status.conditions}}{{if eq .type "Progressing"}}{{.reason}}: {{.message}}{{end}}{{end}}{{"\n"}}'
@@ -262,9 +314,13 @@ pkill -f -- "$BIN/kubectl get rr -n $NS --watch" 2>/dev/null || true
 wait "$WATCH" 2>/dev/null || true
 echo "settled in $((SECONDS - T0W))s after the merge"
 
+# CI planned with the repository's policies; the controller must have decided with the
+# very same ones (the shortened gates, not its embedded policies).
+ci_digest="$(sed -nE 's/^[[:space:]]*policy:[[:space:]]+(sha256:[0-9a-f]+).*/\1/p' "$STATE/ci-pr-1.log" | head -1)"
+[[ -n "$ci_digest" ]] || failures+=("no policy digest in the CI output of pr-1")
+
 say "Summary"
 printf '%-45s %-8s %-26s %-22s %-10s %-8s %s\n' REQUEST DECISION RULE PLAYBOOK OUTCOME DURATION COMMIT
-failures=()
 for e in "${expected[@]}"; do
   read -r name want_playbook <<<"$e"
   row="$(kc get rr -n "$NS" "$name" -o go-template='{{with .status.decision}}{{if .allowed}}allowed{{else}}rejected{{end}}|{{.rule}}|{{or .playbook "-"}}|{{.decidedAt}}{{else}}-|-|-|{{end}}|{{or .status.phase "-"}}|{{range .status.conditions}}{{if eq .type "Succeeded"}}{{.lastTransitionTime}}{{end}}{{end}}|{{index .metadata.annotations "remediator.io/git-commit"}}' 2>/dev/null)" \
@@ -277,6 +333,8 @@ for e in "${expected[@]}"; do
   printf '%-45s %-8s %-26s %-22s %-10s %-8s %s\n' "$name" "$decision" "$rule" "$playbook" "$phase" "$duration" "${commit:0:10}"
   [[ "$phase" == Succeeded && "$playbook" == "$want_playbook" ]] \
     || failures+=("$name: got $phase with playbook $playbook, the runbook prescribes $want_playbook")
+  digest="$(kc get rr -n "$NS" "$name" -o jsonpath='{.status.decision.policyDigest}' 2>/dev/null || true)"
+  [[ "$digest" == "$ci_digest" ]] || failures+=("$name: decided with policies $digest, CI planned with $ci_digest")
 done
 
 say "The cluster afterwards"
@@ -302,3 +360,4 @@ if ((${#failures[@]} > 0)); then
   exit 1
 fi
 printf '\n\033[1;32mDemo passed in %s: every outcome matches the runbook.\033[0m\n' "$(elapsed)"
+printf '(With the Lease-age gates shortened to %s s and %s s for the demo; production keeps the runbook'"'"'s 5 and 10 minutes.)\n' "$UNREACHABLE_GATE" "$HEALTHY_GATE"

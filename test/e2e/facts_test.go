@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -32,8 +33,11 @@ func create(t *testing.T, obj client.Object) {
 }
 
 // luksVolume stages incident A's objects the way Trident leaves them: a bound RWX
-// volume, a Lease named after the PV held by holder and acquired acquiredAgo, and
-// `retained` LeaseRetained Warning events on it.
+// volume, a Lease named after the PV held by holder whose acquireTime is acquiredAgo,
+// and `retained` LeaseRetained Warning events on it. acquireTime is the holder's
+// clock: the controller counts the Lease's age from the later of it and the Lease's
+// creationTimestamp (now, server time), so a backdated acquireTime does not make the
+// Lease old. Tests that need an old Lease run the controller on shortGatePolicies.
 func luksVolume(t *testing.T, ns, holder string, acquiredAgo time.Duration, retained int) (pv, pvc string) {
 	t.Helper()
 	pv = "pvc-" + rand.String(8) + "-7aee-45e8-a5fa-d4500272528e"
@@ -133,7 +137,10 @@ func TestFactsForHealthyHolderFromPodTarget(t *testing.T) {
 	if !f.Target.Found || f.Target.PersistentVolume != pv || f.Target.PersistentVolumeClaim != ns+"/"+pvc {
 		t.Errorf("target = %+v", f.Target)
 	}
-	if l := f.Lease; l == nil || !l.Exists || l.HolderIdentity != holder || l.RetainedEvents != 2 || l.AgeSeconds < 12*60-2 || l.UID == "" {
+	// acquireTime says 12 minutes ago, by the holder's clock; the age counts from the
+	// later creationTimestamp, set by the API server when the test created the Lease.
+	if l := f.Lease; l == nil || !l.Exists || l.HolderIdentity != holder || l.RetainedEvents != 2 || l.UID == "" ||
+		l.AgeSeconds < 0 || l.AgeSeconds > 60 || !strings.HasPrefix(l.AgeFrom, "creationTimestamp") || !strings.Contains(l.AgeFrom, "acquireTime") {
 		t.Errorf("lease = %+v", f.Lease)
 	}
 	// kwok renews kwok-node-0's Lease, so the real node lifecycle keeps it Ready.

@@ -24,6 +24,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -200,12 +201,25 @@ func TestShutdownHolderLeaseDeleted(t *testing.T) {
 	}
 }
 
+// TestUnreachableHolderNeedsFencingAndAge: the Lease of a holder cut off from the
+// control plane goes only with fencing that names that very holder, and only once the
+// Lease is old enough by server time. Lease age counts from the later of
+// creationTimestamp (which a test cannot backdate) and acquireTime, so this controller
+// runs on a copy of the real policies whose 300s gate is shortened to
+// shortUnreachableGate (shortGatePolicies); production keeps the runbook's 5 minutes.
 func TestUnreachableHolderNeedsFencingAndAge(t *testing.T) {
-	startController(t)
+	startController(t, "--policies-dir", shortGatePolicies(t))
+	ctx := context.Background()
 	ns := namespace(t, "e2e-unreach")
 	node := unreachableNode(t)
-	// Acquired 4m50s ago: fenced, it becomes eligible ~10s from now.
-	pv, _ := luksVolume(t, ns, node, 4*time.Minute+50*time.Second, 0)
+	// The holder's clock claims the Lease was acquired an hour ago; that must not make
+	// it old: the age counts from its creation, just now.
+	pv, _ := luksVolume(t, ns, node, time.Hour, 0)
+	l := &coordinationv1.Lease{}
+	if err := k8s.Get(ctx, types.NamespacedName{Namespace: tridentNS, Name: pv}, l); err != nil {
+		t.Fatal(err)
+	}
+	created := l.CreationTimestamp.Time
 	key := request(t, ns, v1alpha1.RemediationRequestSpec{
 		Remediation: v1alpha1.RemediationReleaseLUKSLease,
 		Target:      v1alpha1.Target{PersistentVolume: pv},
@@ -215,21 +229,109 @@ func TestUnreachableHolderNeedsFencingAndAge(t *testing.T) {
 	if rr.Status.Phase != v1alpha1.PhaseRejected || rr.Status.Decision.Rule != "unreachable-not-fenced" {
 		t.Fatalf("without fencing: phase %s decision %+v", rr.Status.Phase, rr.Status.Decision)
 	}
-	if !strings.Contains(rr.Status.Decision.Message, "spec.fencing.confirmed") || !leaseExists(t, pv) {
-		t.Fatalf("rejection must explain fencing and leave the Lease: %q", rr.Status.Decision.Message)
+	if !strings.Contains(rr.Status.Decision.Message, "spec.fencing.confirmed") || !strings.Contains(rr.Status.Decision.Message, "spec.fencing.node: "+node) || !leaseExists(t, pv) {
+		t.Fatalf("rejection must explain fencing (naming %s) and leave the Lease: %q", node, rr.Status.Decision.Message)
 	}
 
-	rr.Spec.Fencing = &v1alpha1.Fencing{Confirmed: true, Method: v1alpha1.FencingNodeShutdown}
-	if err := k8s.Update(context.Background(), rr); err != nil {
-		t.Fatal(err)
+	// Fencing that names another node says nothing about the holder.
+	updateSpec(t, key, func(s *v1alpha1.RemediationRequestSpec) {
+		s.Fencing = &v1alpha1.Fencing{Confirmed: true, Method: v1alpha1.FencingNodeShutdown, Node: "kwok-node-0"}
+	})
+	rr = waitPhase(t, key, 30*time.Second, v1alpha1.PhaseRejected, v1alpha1.PhaseSucceeded)
+	if rr.Status.Phase != v1alpha1.PhaseRejected || rr.Status.Decision.Rule != "fencing-names-another-node" || !leaseExists(t, pv) {
+		t.Fatalf("fencing names kwok-node-0: phase %s decision %+v lease exists %v", rr.Status.Phase, rr.Status.Decision, leaseExists(t, pv))
 	}
+
+	// Fenced, but the Lease is younger than the gate by server time.
+	updateSpec(t, key, func(s *v1alpha1.RemediationRequestSpec) { s.Fencing.Node = node })
 	rr = waitPhase(t, key, 30*time.Second, v1alpha1.PhaseRejected, v1alpha1.PhaseSucceeded)
 	if rr.Status.Decision.Rule != "unreachable-lease-too-young" || rr.Status.Decision.RecheckAt == nil || !leaseExists(t, pv) {
 		t.Fatalf("fenced but young: phase %s decision %+v", rr.Status.Phase, rr.Status.Decision)
 	}
-	rr = waitPhase(t, key, 60*time.Second, v1alpha1.PhaseSucceeded, v1alpha1.PhaseFailed)
-	if rr.Status.Phase != v1alpha1.PhaseSucceeded || rr.Status.Decision.Playbook != "fenced-unreachable" || leaseExists(t, pv) {
+	if lf := rr.Status.Facts.Lease; lf == nil || time.Duration(lf.AgeSeconds)*time.Second >= shortUnreachableGate || !strings.HasPrefix(lf.AgeFrom, "creationTimestamp") {
+		t.Fatalf("the age must count from creationTimestamp, not the backdated acquireTime: %+v", rr.Status.Facts.Lease)
+	}
+	if at := rr.Status.Decision.RecheckAt.Time; at.Before(created.Add(shortUnreachableGate)) || at.After(created.Add(shortUnreachableGate+5*time.Second)) {
+		t.Errorf("recheckAt %s, want when the Lease is %s old (created %s)", at, shortUnreachableGate, created)
+	}
+
+	rr = waitPhase(t, key, shortUnreachableGate+60*time.Second, v1alpha1.PhaseSucceeded, v1alpha1.PhaseFailed)
+	if rr.Status.Phase != v1alpha1.PhaseSucceeded || rr.Status.Decision.Playbook != "fenced-unreachable" || rr.Status.Decision.Rule != "unreachable-fenced" || leaseExists(t, pv) {
 		t.Fatalf("once old enough: phase %s decision %+v lease exists %v", rr.Status.Phase, rr.Status.Decision, leaseExists(t, pv))
+	}
+	for _, st := range rr.Status.Steps {
+		if st.Name == "deleteLease" && (st.StartedAt == nil || st.StartedAt.Time.Before(created.Add(shortUnreachableGate))) {
+			t.Errorf("the Lease (created %s) was deleted before it was %s old: %+v", created, shortUnreachableGate, st)
+		}
+	}
+}
+
+// TestHolderNodeNotFound: the holder of a Lease has no Node object any more (deleted
+// while its machine may still run; the same holds for a holderIdentity spelled
+// differently from the Node name). That is no proof of a shutdown, even though the
+// Node carried the out-of-service taint before it was deleted: the request is rejected
+// and the Lease kept until fencing names the holder, and then the age gate applies.
+func TestHolderNodeNotFound(t *testing.T) {
+	startController(t)
+	ctx := context.Background()
+	ns := namespace(t, "e2e-notfound")
+	node := extraNode(t, "e2e-gone", false, corev1.Taint{Key: v1alpha1.TaintOutOfService, Value: "nodeshutdown", Effect: corev1.TaintEffectNoExecute})
+	pv, _ := luksVolume(t, ns, node, 20*time.Minute, 1)
+	if err := k8s.Delete(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "node "+node+" gone", func() (bool, string) {
+		err := k8s.Get(ctx, types.NamespacedName{Name: node}, &corev1.Node{})
+		return apierrors.IsNotFound(err), fmt.Sprint(err)
+	})
+	key := request(t, ns, v1alpha1.RemediationRequestSpec{
+		Remediation: v1alpha1.RemediationReleaseLUKSLease,
+		Target:      v1alpha1.Target{PersistentVolume: pv},
+		Reason:      "the holder's Node object is gone; its machine may be gone too",
+	})
+	rr := waitPhase(t, key, 60*time.Second, v1alpha1.PhaseRejected, v1alpha1.PhaseSucceeded, v1alpha1.PhaseFailed)
+	if rr.Status.Phase != v1alpha1.PhaseRejected || rr.Status.Decision.Rule != "holder-node-not-found" {
+		t.Fatalf("phase %s decision %+v", rr.Status.Phase, rr.Status.Decision)
+	}
+	if n := rr.Status.Facts.Node; n == nil || n.State != v1alpha1.NodeNotFound {
+		t.Errorf("holder node facts = %+v, want state NotFound", n)
+	}
+	if c := condition(rr, v1alpha1.ConditionAccepted); c == nil || c.Status != metav1.ConditionFalse || c.Reason != "HolderNodeNotFound" {
+		t.Errorf("Accepted = %+v", c)
+	}
+	if !leaseExists(t, pv) {
+		t.Fatal("the Lease of a holder without a Node was deleted")
+	}
+
+	// Fencing that names the holder is not enough on its own: the Lease, created just
+	// now, is younger than the (embedded, 300s) gate.
+	updateSpec(t, key, func(s *v1alpha1.RemediationRequestSpec) {
+		s.Fencing = &v1alpha1.Fencing{Confirmed: true, Method: v1alpha1.FencingNodeShutdown, Node: node}
+	})
+	rr = waitPhase(t, key, 30*time.Second, v1alpha1.PhaseRejected, v1alpha1.PhaseSucceeded, v1alpha1.PhaseFailed)
+	if rr.Status.Decision.Rule != "not-found-lease-too-young" || rr.Status.Decision.RecheckAt == nil {
+		t.Fatalf("fenced but young: phase %s decision %+v", rr.Status.Phase, rr.Status.Decision)
+	}
+	time.Sleep(2 * time.Second) // give a wrongly acting controller the chance to act
+	if !leaseExists(t, pv) {
+		t.Error("the Lease was deleted before the age gate")
+	}
+}
+
+// updateSpec changes a request's spec, as an amended pull request would, retrying on
+// conflicts with the controller's status patches.
+func updateSpec(t *testing.T, key types.NamespacedName, change func(*v1alpha1.RemediationRequestSpec)) {
+	t.Helper()
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		rr := &v1alpha1.RemediationRequest{}
+		if err := k8s.Get(context.Background(), key, rr); err != nil {
+			return err
+		}
+		change(&rr.Spec)
+		return k8s.Update(context.Background(), rr)
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -239,9 +341,11 @@ func TestHealthyHolderMovesWorkload(t *testing.T) {
 		name            string
 		node            string
 		alreadyCordoned bool
+		podTarget       bool // target a pod the playbook moves, as the seed's operator would
 	}{
-		{"uncordoned afterwards", "kwok-node-0", false},
-		{"already cordoned stays cordoned", "kwok-node-1", true},
+		{"uncordoned afterwards", "kwok-node-0", false, false},
+		{"already cordoned stays cordoned", "kwok-node-1", true, false},
+		{"pod target", "kwok-node-0", false, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()
@@ -254,9 +358,15 @@ func TestHealthyHolderMovesWorkload(t *testing.T) {
 			pv, pvc := luksVolume(t, ns, tc.node, 3*time.Minute, 2)
 			appPod(t, ns, "web-0", tc.node, pvc, nil)
 			appPod(t, ns, "web-1", tc.node, pvc, nil)
+			target := v1alpha1.Target{PersistentVolumeClaim: &v1alpha1.ObjectReference{Namespace: ns, Name: pvc}}
+			if tc.podTarget {
+				// web-0 is one of the pods the playbook evicts: the Lease stays the
+				// decided one after its target pod is gone.
+				target = v1alpha1.Target{Pod: &v1alpha1.ObjectReference{Namespace: ns, Name: "web-0"}}
+			}
 			key := request(t, ns, v1alpha1.RemediationRequestSpec{
 				Remediation: v1alpha1.RemediationReleaseLUKSLease,
-				Target:      v1alpha1.Target{PersistentVolumeClaim: &v1alpha1.ObjectReference{Namespace: ns, Name: pvc}},
+				Target:      target,
 				Reason:      "LeaseRetained events: cryptsetup luksOpen failed repeatedly",
 			})
 			rr := waitPhase(t, key, 90*time.Second, v1alpha1.PhaseSucceeded, v1alpha1.PhaseFailed, v1alpha1.PhaseRejected)
@@ -343,10 +453,24 @@ func assertKubectlViews(t *testing.T, key types.NamespacedName) {
 	}
 }
 
+// TestHealthyYoungLeaseRejected: a healthy holder without LeaseRetained events may
+// still be running cryptsetup, so its Lease is left alone until it is old enough by
+// server time; then the request is re-evaluated by itself and the workload is moved.
+// The holder's acquireTime claims 15 minutes, older than the runbook's 600s, which
+// must not count. The controller runs on a copy of the real policies whose 600s gate
+// is shortened to shortHealthyGate (shortGatePolicies), since creationTimestamp cannot
+// be backdated; production keeps the runbook's 10 minutes.
 func TestHealthyYoungLeaseRejected(t *testing.T) {
-	startController(t)
+	startController(t, "--policies-dir", shortGatePolicies(t))
+	ctx := context.Background()
 	ns := namespace(t, "e2e-young")
-	pv, _ := luksVolume(t, ns, "kwok-node-2", 90*time.Second, 0)
+	const node = "kwok-node-2"
+	pv, _ := luksVolume(t, ns, node, 15*time.Minute, 0)
+	l := &coordinationv1.Lease{}
+	if err := k8s.Get(ctx, types.NamespacedName{Namespace: tridentNS, Name: pv}, l); err != nil {
+		t.Fatal(err)
+	}
+	created := l.CreationTimestamp.Time
 	key := request(t, ns, v1alpha1.RemediationRequestSpec{
 		Remediation: v1alpha1.RemediationReleaseLUKSLease,
 		Target:      v1alpha1.Target{PersistentVolume: pv},
@@ -354,14 +478,31 @@ func TestHealthyYoungLeaseRejected(t *testing.T) {
 	})
 	rr := waitPhase(t, key, 60*time.Second, v1alpha1.PhaseRejected, v1alpha1.PhaseRunning, v1alpha1.PhaseSucceeded)
 	d := rr.Status.Decision
-	if rr.Status.Phase != v1alpha1.PhaseRejected || d.Rule != "healthy-operation-may-be-running" || !strings.Contains(d.Message, "-c trident-main") {
+	if rr.Status.Phase != v1alpha1.PhaseRejected || d.Rule != "healthy-operation-may-be-running" || !strings.Contains(d.Message, "-c trident-main") || d.RecheckAt == nil {
 		t.Fatalf("phase %s decision %+v", rr.Status.Phase, d)
 	}
 	if c := condition(rr, v1alpha1.ConditionAccepted); c == nil || c.Status != metav1.ConditionFalse || c.Reason != "HealthyOperationMayBeRunning" || c.Message != d.Message {
 		t.Errorf("Accepted = %+v", c)
 	}
+	if lf := rr.Status.Facts.Lease; lf == nil || time.Duration(lf.AgeSeconds)*time.Second >= shortHealthyGate || !strings.HasPrefix(lf.AgeFrom, "creationTimestamp") {
+		t.Errorf("the age must count from creationTimestamp, not the backdated acquireTime: %+v", rr.Status.Facts.Lease)
+	}
 	if !leaseExists(t, pv) {
 		t.Error("the Lease was deleted")
+	}
+
+	// Old enough by server time, the stuck Lease is released the healthy way.
+	rr = waitPhase(t, key, shortHealthyGate+90*time.Second, v1alpha1.PhaseSucceeded, v1alpha1.PhaseFailed)
+	d = rr.Status.Decision
+	if rr.Status.Phase != v1alpha1.PhaseSucceeded || d.Rule != "healthy-lease-stuck" || d.Playbook != "healthy-move-workload" || leaseExists(t, pv) {
+		t.Fatalf("once old enough: phase %s decision %+v steps %+v lease exists %v", rr.Status.Phase, d, rr.Status.Steps, leaseExists(t, pv))
+	}
+	if d.DecidedAt.Time.Before(created.Add(shortHealthyGate)) {
+		t.Errorf("allowed at %s, before the Lease (created %s) was %s old", d.DecidedAt, created, shortHealthyGate)
+	}
+	n := &corev1.Node{}
+	if err := k8s.Get(ctx, types.NamespacedName{Name: node}, n); err != nil || n.Spec.Unschedulable {
+		t.Errorf("node %s left cordoned: %v", node, err)
 	}
 }
 
@@ -455,9 +596,17 @@ func TestLeaseReacquiredAfterDecisionIsLeftAlone(t *testing.T) {
 	}
 
 	rr := waitPhase(t, key, 60*time.Second, v1alpha1.PhaseFailed, v1alpha1.PhaseSucceeded)
+	// The safety floor compares the live Lease with the decision's right before the
+	// deletion and stops the playbook with the breached invariant as the reason.
 	c := condition(rr, v1alpha1.ConditionSucceeded)
-	if rr.Status.Phase != v1alpha1.PhaseFailed || c == nil || c.Reason != v1alpha1.ReasonStepFailed || !strings.Contains(c.Message, `re-acquired by "kwok-node-2"`) {
+	if rr.Status.Phase != v1alpha1.PhaseFailed || c == nil || c.Status != metav1.ConditionFalse || c.Reason != remediations.InvariantLeaseChanged.Reason() ||
+		!strings.Contains(c.Message, `passed from "`+node+`" to "kwok-node-2"`) || !strings.Contains(c.Message, "nothing was done") {
 		t.Fatalf("phase %s Succeeded=%+v", rr.Status.Phase, c)
+	}
+	if !slices.ContainsFunc(rr.Status.Steps, func(st v1alpha1.StepStatus) bool {
+		return st.Name == "deleteLease" && st.State == v1alpha1.StepFailed && strings.Contains(st.Message, "nothing was done")
+	}) {
+		t.Errorf("journal %+v, want a failed deleteLease that did nothing", rr.Status.Steps)
 	}
 	got := &coordinationv1.Lease{}
 	if err := k8s.Get(ctx, client.ObjectKeyFromObject(l), got); err != nil || *got.Spec.HolderIdentity != "kwok-node-2" {

@@ -13,6 +13,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -172,6 +174,61 @@ func (c *controller) stop() {
 		_ = c.cmd.Process.Kill()
 		<-c.done
 	}
+}
+
+// Shortened Lease-age gates for shortGatePolicies. Lease age counts from the Lease's
+// creationTimestamp (server time, which a test cannot backdate) or a later
+// acquireTime, so the runbook's gates of 300s (unreachable or NotFound holder, fenced)
+// and 600s (healthy holder without LeaseRetained events) cannot be reached in a test
+// without waiting that long.
+const (
+	shortUnreachableGate = 30 * time.Second
+	shortHealthyGate     = 40 * time.Second
+)
+
+// shortGatePolicies writes a copy of the real policies (policies/*.cue without the
+// *_test.cue cases) in which only #UnreachableMinLeaseAgeSeconds and
+// #HealthyStuckLeaseAgeSeconds are shortened to shortUnreachableGate and
+// shortHealthyGate, and returns its directory for `controller --policies-dir`. Every
+// rule, message and playbook is the product's own; the test fails if a constant is
+// not found, so a renamed constant cannot silently leave the 5-minute gate in place
+// (or a test pass without it). Tests where the age does not matter use the embedded
+// policies.
+func shortGatePolicies(t *testing.T) string {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(root, "policies", "*.cue"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	gates := map[string]time.Duration{
+		"#UnreachableMinLeaseAgeSeconds": shortUnreachableGate,
+		"#HealthyStuckLeaseAgeSeconds":   shortHealthyGate,
+	}
+	replaced := map[string]int{}
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.cue") {
+			continue
+		}
+		src, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for name, gate := range gates {
+			re := regexp.MustCompile(`(?m)^(` + regexp.QuoteMeta(name) + `:\s*)\d+`)
+			replaced[name] += len(re.FindAllIndex(src, -1))
+			src = re.ReplaceAll(src, []byte(fmt.Sprintf("${1}%d", int(gate.Seconds()))))
+		}
+		if err := os.WriteFile(filepath.Join(dir, filepath.Base(f)), src, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for name := range gates {
+		if replaced[name] != 1 {
+			t.Fatalf("shortening the Lease-age gates: %s is defined %d times in policies/*.cue, want exactly once", name, replaced[name])
+		}
+	}
+	return dir
 }
 
 func freeAddr(t *testing.T) string {
