@@ -1,9 +1,12 @@
 package controllers
 
 import (
-	"k8s.io/apimachinery/pkg/api/meta"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"k8s.io/apimachinery/pkg/api/meta"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -49,4 +52,22 @@ func TestNeedsDecision(t *testing.T) {
 			t.Errorf("%s: needsDecision = %v, want %v", tc.name, got, tc.want)
 		}
 	}
+}
+
+// TestObservedFollowsTheDecidedClaim: the healthy playbook evicts the pod a request
+// targets, so the fresh facts before deleteLease follow the claim the pod resolved
+// to; a claim in another namespace (forged status) is not followed.
+func TestObservedFollowsTheDecidedClaim(t *testing.T) {
+	rr := &v1alpha1.RemediationRequest{Spec: v1alpha1.RemediationRequestSpec{Target: v1alpha1.Target{Pod: &v1alpha1.ObjectReference{Namespace: "app", Name: "web-0"}}}}
+	assert.Same(t, rr, observed(rr), "no facts yet: the spec's target")
+	rr.Status.Facts = &v1alpha1.Facts{Target: v1alpha1.TargetFacts{PersistentVolumeClaim: "app/data"}}
+	o := observed(rr)
+	require.NotNil(t, o.Spec.Target.PersistentVolumeClaim)
+	assert.Equal(t, v1alpha1.ObjectReference{Namespace: "app", Name: "data"}, *o.Spec.Target.PersistentVolumeClaim)
+	assert.Nil(t, o.Spec.Target.Pod)
+	assert.NotNil(t, rr.Spec.Target.Pod, "the request itself is not changed")
+	rr.Status.Facts.Target.PersistentVolumeClaim = "other/data"
+	assert.Same(t, rr, observed(rr), "a claim outside the pod's namespace is not followed")
+	pvc := &v1alpha1.RemediationRequest{Spec: v1alpha1.RemediationRequestSpec{Target: v1alpha1.Target{PersistentVolume: "pvc-1"}}}
+	assert.Same(t, pvc, observed(pvc))
 }

@@ -8,6 +8,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -491,12 +492,31 @@ func (r *RemediationRequestReconciler) windowClosed(ctx context.Context, s *scop
 	return ctrl.Result{RequeueAfter: opens.Sub(s.now)}, nil
 }
 
+// observed is the request whose facts are gathered afresh before a destructive
+// step. A pod target is followed through the claim it resolved to at decision
+// time: the playbook evicts that very pod, and the volume, its Lease and the
+// holder's other pods must still be re-read after it is gone. Only a claim in the
+// pod's own namespace is followed.
+func observed(rr *v1alpha1.RemediationRequest) *v1alpha1.RemediationRequest {
+	p, f := rr.Spec.Target.Pod, rr.Status.Facts
+	if p == nil || f == nil {
+		return rr
+	}
+	ns, name, ok := strings.Cut(f.Target.PersistentVolumeClaim, "/")
+	if !ok || ns != p.Namespace || name == "" {
+		return rr
+	}
+	o := rr.DeepCopy()
+	o.Spec.Target = v1alpha1.Target{PersistentVolumeClaim: &v1alpha1.ObjectReference{Namespace: ns, Name: name}}
+	return o
+}
+
 func (r *RemediationRequestReconciler) run(s *scope) *remediations.Run {
 	return &remediations.Run{
 		RR: s.rr, Client: r.Client, Reader: r.Reader, Gatherer: r.Gatherer,
 		Now: s.now, Timeouts: r.Timeouts,
 		Observe: func(ctx context.Context) (*v1alpha1.Facts, []string, error) {
-			f, err := r.Gatherer.Gather(ctx, s.rr)
+			f, err := r.Gatherer.Gather(ctx, observed(s.rr))
 			if err != nil {
 				return nil, nil, err
 			}
