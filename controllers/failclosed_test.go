@@ -439,3 +439,25 @@ func dropDurationRule(t *testing.T, c client.Client) {
 	require.NoError(t, unstructured.SetNestedSlice(crd.Object, versions, "spec", "versions"))
 	require.NoError(t, c.Update(ctx, crd))
 }
+
+// TestRequestsOutsideTheNamespacesAreIgnored: --request-namespaces used to restrict
+// only the cache; the live reads behind it still reconciled, and counted for the
+// cap, a tenant's request in any namespace.
+func TestRequestsOutsideTheNamespacesAreIgnored(t *testing.T) {
+	ctx := context.Background()
+	ensureNamespaces(t, "remediator", "tenant-a", "trident")
+	startManager(t, func(r *controllers.RemediationRequestReconciler) { r.Namespaces = []string{"remediator"} })
+	tenant := &v1alpha1.RemediationRequest{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "tenant-a", Name: "cordon-everything"},
+		Spec: v1alpha1.RemediationRequestSpec{Remediation: v1alpha1.RemediationReleaseLUKSLease,
+			Target: v1alpha1.Target{PersistentVolume: "pvc-tenant"}, Reason: "a tenant who may create requests"},
+	}
+	create(t, tenant)
+	key := requestFor(t, "in-scope", v1alpha1.Target{PersistentVolume: "pvc-in-scope"}, nil)
+	waitFor(t, key, 20*time.Second, "the in-scope request decided", func(rr *v1alpha1.RemediationRequest) bool { return rr.Status.Phase != "" })
+	// Give the controller every chance to pick up the tenant's request too.
+	time.Sleep(2 * time.Second)
+	require.NoError(t, env.Client.Get(ctx, client.ObjectKeyFromObject(tenant), tenant))
+	assert.Empty(t, tenant.Status.Phase, "a request outside --request-namespaces must not be decided")
+	assert.Empty(t, tenant.Finalizers)
+}

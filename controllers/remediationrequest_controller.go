@@ -8,6 +8,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -90,6 +91,10 @@ type RemediationRequestReconciler struct {
 	Playbooks remediations.Playbooks
 	Timeouts  remediations.Timeouts
 	Recorder  record.EventRecorder
+	// Namespaces restricts the requests reconciled and counted by the guards to these
+	// namespaces; empty means all. The cache is restricted too, but the live reads
+	// (the reconciled request, the guards' lists) are not, so the check is here.
+	Namespaces []string
 	// MaxConcurrent caps the playbooks running at once across the cluster, so that a
 	// burst of merged requests cannot cordon half the nodes; zero means no cap.
 	MaxConcurrent int
@@ -184,6 +189,9 @@ func waitsForGuard(rr *v1alpha1.RemediationRequest) bool {
 func (r *RemediationRequestReconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, retErr error) {
 	// Read live, not from the cache: the journal must be current before any step acts,
 	// and requests are few enough that this costs nothing.
+	if !r.inScope(req.Namespace) {
+		return ctrl.Result{}, nil
+	}
 	u := NewUnstructuredRequest()
 	if err := r.Reader.Get(ctx, req.NamespacedName, u); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
@@ -316,7 +324,7 @@ func (r *RemediationRequestReconciler) decide(ctx context.Context, s *scope) (ct
 		return ctrl.Result{}, fmt.Errorf("gathering facts: %w", err)
 	}
 	// One live list serves both guards: the conflicts the policy weighs and the cap.
-	others, err := ListRequests(ctx, r.Reader)
+	others, err := r.requests(ctx)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -347,7 +355,8 @@ func (r *RemediationRequestReconciler) decide(ctx context.Context, s *scope) (ct
 // recorded without stopping. Either way the new generation has been honoured.
 func (r *RemediationRequestReconciler) honourSpecChange(ctx context.Context, s *scope) (ctrl.Result, error) {
 	rr := s.rr
-	if rr.Status.Phase != v1alpha1.PhaseRunning || rr.Generation == rr.Status.ObservedGeneration || rr.Generation == rr.Status.Decision.Generation {
+	if rr.Status.Phase != v1alpha1.PhaseRunning || rr.Generation == rr.Status.ObservedGeneration ||
+		(rr.Status.Decision != nil && rr.Generation == rr.Status.Decision.Generation) {
 		return ctrl.Result{}, nil
 	}
 	why := withdrawn(rr, s.now)
@@ -355,6 +364,14 @@ func (r *RemediationRequestReconciler) honourSpecChange(ctx context.Context, s *
 		ctrl.LoggerFrom(ctx).Info("Spec changed mid-run without affecting safety; the playbook goes on", "generation", rr.Generation)
 		return ctrl.Result{}, nil
 	}
+	return r.abort(ctx, s, why)
+}
+
+// abort stops a running playbook before its next destructive step: it restores
+// what the playbook changed, skips the remaining steps and fails the request with
+// reason Aborted.
+func (r *RemediationRequestReconciler) abort(ctx context.Context, s *scope, why string) (ctrl.Result, error) {
+	rr := s.rr
 	restored, err := remediations.Restore(ctx, r.run(s), "the abort")
 	if err != nil {
 		return ctrl.Result{}, err
@@ -414,7 +431,11 @@ func (r *RemediationRequestReconciler) runPlaybook(ctx context.Context, s *scope
 	// even after the window closed, so nothing is left half-done.
 	if next, ok := remediations.NextPending(rr.Status.Steps); ok && remediations.Destructive(next) {
 		inside, opens, err := MaintenanceWindow(rr.Spec.MaintenanceWindow, s.now)
-		if err == nil && !inside {
+		switch {
+		case err != nil:
+			// Fail closed: a window that cannot be evaluated is not open.
+			return r.abort(ctx, s, fmt.Sprintf("spec.maintenanceWindow is invalid (%v)", err))
+		case !inside:
 			return r.windowClosed(ctx, s, run, next, opens)
 		}
 	}
@@ -514,19 +535,33 @@ func observed(rr *v1alpha1.RemediationRequest) *v1alpha1.RemediationRequest {
 func (r *RemediationRequestReconciler) run(s *scope) *remediations.Run {
 	return &remediations.Run{
 		RR: s.rr, Client: r.Client, Reader: r.Reader, Gatherer: r.Gatherer,
-		Now: s.now, Timeouts: r.Timeouts,
+		Now: s.now, Timeouts: r.Timeouts, Playbooks: r.Playbooks,
 		Observe: func(ctx context.Context) (*v1alpha1.Facts, []string, error) {
 			f, err := r.Gatherer.Gather(ctx, observed(s.rr))
 			if err != nil {
 				return nil, nil, err
 			}
-			others, err := ListRequests(ctx, r.Reader)
+			others, err := r.requests(ctx)
 			if err != nil {
 				return nil, nil, err
 			}
 			return f, conflictsIn(others, s.rr.UID, f), nil
 		},
 	}
+}
+
+// inScope reports whether requests in namespace ns are this controller's.
+func (r *RemediationRequestReconciler) inScope(ns string) bool {
+	return len(r.Namespaces) == 0 || slices.Contains(r.Namespaces, ns)
+}
+
+// requests lists, live, the requests in scope, for the guards.
+func (r *RemediationRequestReconciler) requests(ctx context.Context) ([]v1alpha1.RemediationRequest, error) {
+	list, err := ListRequests(ctx, r.Reader)
+	if err != nil {
+		return nil, err
+	}
+	return slices.DeleteFunc(list, func(o v1alpha1.RemediationRequest) bool { return !r.inScope(o.Namespace) }), nil
 }
 
 func (r *RemediationRequestReconciler) setCondition(rr *v1alpha1.RemediationRequest, t string, st metav1.ConditionStatus, reason, msg string) {

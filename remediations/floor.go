@@ -44,6 +44,11 @@ const (
 	// InvariantDriverRegistered: the CSI driver is registered on the node again, so
 	// there is nothing to repair and a restart would only disturb it.
 	InvariantDriverRegistered Invariant = "driver-registered"
+	// InvariantPlaybookMismatch: the playbook does not fit the remediation, or the
+	// journal in status does not list the decided playbook's steps.
+	InvariantPlaybookMismatch Invariant = "playbook-mismatch"
+	// InvariantDryRun: spec.mode is DryRun, which acts on nothing.
+	InvariantDryRun Invariant = "dry-run"
 )
 
 // Violation is a breached invariant with the facts that breached it.
@@ -81,13 +86,31 @@ func CheckFloor(in FloorInput) *Violation {
 	if in.Now == nil {
 		return violation(InvariantHolderStateUnproven, "no facts were gathered")
 	}
-	if slices.Contains(in.Steps, "deleteLease") && in.Step != "uncordon" {
-		if v := leaseFloor(in); v != nil {
-			return v
-		}
+	if in.Step != "" && in.Spec.Mode == v1alpha1.ModeDryRun {
+		return violation(InvariantDryRun, "spec.mode is DryRun")
 	}
-	if slices.Contains(in.Steps, "deletePluginPod") && (in.Step == "" || in.Step == "deletePluginPod") {
-		return pluginFloor(in)
+	// Every playbook of a remediation ends in that remediation's destructive call, so
+	// the floor below always applies; a playbook that does not is refused.
+	switch in.Spec.Remediation {
+	case v1alpha1.RemediationReleaseLUKSLease:
+		if !slices.Contains(in.Steps, "deleteLease") {
+			return violation(InvariantPlaybookMismatch, "playbook %s does not release a Lease", strings.Join(in.Steps, " -> "))
+		}
+		if in.Step != "uncordon" {
+			return leaseFloor(in)
+		}
+	case v1alpha1.RemediationReregisterCSIDriver:
+		if !slices.Contains(in.Steps, "deletePluginPod") {
+			return violation(InvariantPlaybookMismatch, "playbook %s does not restart a node-plugin pod", strings.Join(in.Steps, " -> "))
+		}
+		if in.Decided != nil && in.Decided.Target.Node != in.Now.Target.Node {
+			return violation(InvariantHolderStateChanged, "the decision was made for node %q, the request targets node %q", in.Decided.Target.Node, in.Now.Target.Node)
+		}
+		if in.Step == "" || in.Step == "deletePluginPod" {
+			return pluginFloor(in)
+		}
+	default:
+		return violation(InvariantPlaybookMismatch, "unknown remediation %q", in.Spec.Remediation)
 	}
 	return nil
 }
@@ -106,6 +129,8 @@ func leaseFloor(in FloorInput) *Violation {
 	key := l.Namespace + "/" + l.Name
 	if d := in.Decided; d != nil {
 		switch {
+		case d.Target.Node != in.Now.Target.Node:
+			return violation(InvariantLeaseChanged, "the decision names node %q, the request resolves to none", d.Target.Node)
 		case d.Lease == nil:
 			return violation(InvariantLeaseChanged, "the decision recorded no Lease, but Lease %s exists now", key)
 		case d.Lease.UID != l.UID:
@@ -251,6 +276,10 @@ func (i Invariant) Advice() string {
 		return "Wait until exactly one node-plugin pod runs on the node (the DaemonSet rollout has finished), then re-submit."
 	case InvariantDriverRegistered:
 		return "The driver is registered; nothing needs repairing."
+	case InvariantPlaybookMismatch:
+		return "The request's status does not match a playbook this controller runs; create a new request."
+	case InvariantDryRun:
+		return "Set spec.mode: Apply in a new request to act."
 	}
 	return ""
 }

@@ -49,6 +49,8 @@ func TestCheckFloor(t *testing.T) {
 	release := []string{"deleteLease"}
 	move := []string{"cordon", "deleteAffectedPods", "waitPodsGone", "deleteLease", "uncordon"}
 	restart := []string{"cordon", "deletePluginPod", "waitPluginPodReady", "waitDriverRegistered", "uncordon"}
+	lease := v1alpha1.RemediationRequestSpec{Remediation: v1alpha1.RemediationReleaseLUKSLease}
+	plugin := v1alpha1.RemediationRequestSpec{Remediation: v1alpha1.RemediationReregisterCSIDriver}
 	cases := []struct {
 		name string
 		in   FloorInput
@@ -98,8 +100,37 @@ func TestCheckFloor(t *testing.T) {
 		{"deletePluginPod, other target", FloorInput{Steps: restart, Step: "deletePluginPod", Decided: with(csiFacts(false, "trident-csi-a"), func(f *v1alpha1.Facts) { f.Target.Node = "node-z" }),
 			Now: csiFacts(false, "trident-csi-a")}, InvariantHolderStateChanged},
 	}
+	forged := []struct {
+		name string
+		in   FloorInput
+		want Invariant
+	}{
+		{"status lists a playbook without the Lease delete", FloorInput{Spec: lease, Steps: []string{"cordon"}, Step: "cordon",
+			Decided: leaseFacts(v1alpha1.NodeHealthy), Now: leaseFacts(v1alpha1.NodeHealthy)}, InvariantPlaybookMismatch},
+		{"status lists a playbook without the plugin restart", FloorInput{Spec: plugin, Steps: []string{"cordon", "uncordon"}, Step: "cordon",
+			Decided: csiFacts(false, "trident-csi-a"), Now: csiFacts(false, "trident-csi-a")}, InvariantPlaybookMismatch},
+		{"status names a node to cordon on a Lease request", FloorInput{Spec: lease, Steps: move, Step: "cordon",
+			Decided: with(leaseFacts(v1alpha1.NodeHealthy, "web-0"), func(f *v1alpha1.Facts) { f.Target.Node = "victim" }), Now: leaseFacts(v1alpha1.NodeHealthy, "web-0")}, InvariantLeaseChanged},
+		{"the CSI cordon re-checks the target node", FloorInput{Spec: plugin, Steps: restart, Step: "cordon",
+			Decided: with(csiFacts(false, "trident-csi-a"), func(f *v1alpha1.Facts) { f.Target.Node = "victim" }), Now: csiFacts(false, "trident-csi-a")}, InvariantHolderStateChanged},
+		{"dry run refuses every step", FloorInput{Spec: v1alpha1.RemediationRequestSpec{Remediation: v1alpha1.RemediationReleaseLUKSLease, Mode: v1alpha1.ModeDryRun},
+			Steps: release, Step: "deleteLease", Decided: leaseFacts(v1alpha1.NodeShutdown), Now: leaseFacts(v1alpha1.NodeShutdown)}, InvariantDryRun},
+	}
+	for _, f := range forged {
+		cases = append(cases, struct {
+			name string
+			in   FloorInput
+			want Invariant
+		}{f.name, f.in, f.want})
+	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
+			if tc.in.Spec.Remediation == "" {
+				tc.in.Spec.Remediation = v1alpha1.RemediationReleaseLUKSLease
+				if tc.in.Now != nil && tc.in.Now.CSI != nil {
+					tc.in.Spec.Remediation = v1alpha1.RemediationReregisterCSIDriver
+				}
+			}
 			v := CheckFloor(tc.in)
 			if tc.want == "" {
 				assert.Nil(t, v)

@@ -54,6 +54,12 @@ func Advance(ctx context.Context, r *Run) (Progress, error) {
 		// seen as done rather than as a breached invariant.
 		if destructive[st.Name] {
 			if _, _, err := r.fresh(ctx); err != nil {
+				// A step that cannot re-read its facts does not act, and does not wait
+				// past its timeout either: the request fails and restores.
+				if t := step.Timeout(r); t > 0 && st.StartedAt != nil && r.Now.Sub(st.StartedAt.Time) > t {
+					msg := fmt.Sprintf("step %s timed out after %s: the facts could not be re-read: %v", st.Name, t, err)
+					return failStep(steps, i, r.Now, &Failure{Reason: v1alpha1.ReasonTimeout, Message: msg}), nil
+				}
 				return Progress{}, fmt.Errorf("step %s: %w", st.Name, err)
 			}
 		}

@@ -38,6 +38,9 @@ type Run struct {
 	Observe  func(ctx context.Context) (*v1alpha1.Facts, []string, error)
 	Now      time.Time
 	Timeouts Timeouts
+	// Playbooks are the playbooks the journal must match: status.steps is checked
+	// against the decided playbook's steps before every destructive step.
+	Playbooks Playbooks
 
 	// observed caches one Observe per Advance: the Done check, the floor and the
 	// step act on the same reading.
@@ -61,13 +64,24 @@ func (r *Run) fresh(ctx context.Context) (*v1alpha1.Facts, []string, error) {
 	return f, conflicts, nil
 }
 
-// floor checks the safety floor for step on the facts fresh read.
+// floor checks the safety floor for step on the facts fresh read. The steps it
+// checks against are the decided playbook's, from the playbooks the controller
+// ships, and the journal in status must list exactly those: status cannot pick a
+// shorter playbook that skips the floor's checks.
 func (r *Run) floor(step string) *Violation {
 	names := make([]string, 0, len(r.RR.Status.Steps))
 	for _, st := range r.RR.Status.Steps {
 		names = append(names, st.Name)
 	}
-	return CheckFloor(FloorInput{Spec: r.RR.Spec, Steps: names, Step: step, Decided: r.RR.Status.Facts,
+	d := r.RR.Status.Decision
+	if d == nil || r.Playbooks == nil {
+		return violation(InvariantPlaybookMismatch, "the request records no decided playbook")
+	}
+	want, ok := r.Playbooks[d.Playbook]
+	if !ok || !slices.Equal(want, names) {
+		return violation(InvariantPlaybookMismatch, "the journal lists steps %s, not those of playbook %q", strings.Join(names, " -> "), d.Playbook)
+	}
+	return CheckFloor(FloorInput{Spec: r.RR.Spec, Steps: want, Step: step, Decided: r.RR.Status.Facts,
 		Now: r.observed, Conflicts: r.conflicts})
 }
 
@@ -159,7 +173,13 @@ func NextPending(steps []v1alpha1.StepStatus) (string, bool) {
 // holder is the node a playbook works on: the target node of reregister-csi-driver,
 // or the Lease holder of release-luks-lease, as recorded at decision time.
 func holder(r *Run) (string, error) {
+	// Before a destructive step the node comes from the facts just gathered from the
+	// spec, never from status: status could name any node. The restore reads status,
+	// but only undoes a cordon this request's own mark is on.
 	f := r.RR.Status.Facts
+	if r.observed != nil {
+		f = r.observed
+	}
 	switch {
 	case f == nil:
 	case f.Target.Node != "":

@@ -59,7 +59,10 @@ func shutdownHolder(t *testing.T) (*Run, *coordinationv1.Lease) {
 	require.NoError(t, err)
 	require.Equal(t, v1alpha1.NodeShutdown, f.Node.State)
 	rr.Status.Facts = f
-	return &Run{RR: rr, Client: env.Client, Reader: env.Client, Gatherer: g, Now: time.Now(), Timeouts: DefaultTimeouts,
+	rr.Status.Decision = &v1alpha1.Decision{Allowed: true, Playbook: "node-shutdown", Rule: "holder-shutdown"}
+	pb, err := DefaultPlaybooks()
+	require.NoError(t, err)
+	return &Run{RR: rr, Client: env.Client, Reader: env.Client, Gatherer: g, Now: time.Now(), Timeouts: DefaultTimeouts, Playbooks: pb,
 		Observe: func(ctx context.Context) (*v1alpha1.Facts, []string, error) {
 			f, err := g.Gather(ctx, rr)
 			return f, nil, err
@@ -259,7 +262,10 @@ func TestPluginPodEvictionRechecksOverlap(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, decided.CSI.PluginPods, 1)
 	rr.Status.Facts = decided
-	r := &Run{RR: rr, Client: env.Client, Reader: env.Client, Gatherer: g, Now: time.Now(), Timeouts: DefaultTimeouts,
+	rr.Status.Decision = &v1alpha1.Decision{Allowed: true, Playbook: "restart-node-plugin", Rule: "driver-deregistered"}
+	pb, err := DefaultPlaybooks()
+	require.NoError(t, err)
+	r := &Run{RR: rr, Client: env.Client, Reader: env.Client, Gatherer: g, Now: time.Now(), Timeouts: DefaultTimeouts, Playbooks: pb,
 		Observe: func(ctx context.Context) (*v1alpha1.Facts, []string, error) {
 			f, err := g.Gather(ctx, rr)
 			return f, nil, err
@@ -269,7 +275,8 @@ func TestPluginPodEvictionRechecksOverlap(t *testing.T) {
 	plugin("trident-csi-2-" + rand.String(5))
 	now := metav1.NewTime(r.Now)
 	r.RR.Status.Steps = []v1alpha1.StepStatus{{Name: "cordon", State: v1alpha1.StepSucceeded},
-		{Name: "deletePluginPod", State: v1alpha1.StepRunning, StartedAt: &now}, {Name: "uncordon", State: v1alpha1.StepPending}}
+		{Name: "deletePluginPod", State: v1alpha1.StepRunning, StartedAt: &now}, {Name: "waitPluginPodReady", State: v1alpha1.StepPending},
+		{Name: "waitDriverRegistered", State: v1alpha1.StepPending}, {Name: "uncordon", State: v1alpha1.StepPending}}
 	p, err := Advance(ctx, r)
 	require.NoError(t, err)
 	require.NotNil(t, p.Failure, "the eviction must be refused while two plugin pods overlap")

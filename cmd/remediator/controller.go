@@ -167,6 +167,7 @@ func runController(cmd *cobra.Command, o controllerOptions) error {
 		Policy:        policy,
 		Playbooks:     playbooks,
 		MaxConcurrent: o.maxConcurrent,
+		Namespaces:    trimmed(o.requestNamespaces),
 		Timeouts: remediations.Timeouts{Eviction: o.evictionTimeout, PodTermination: o.podTerminationTimeout,
 			PluginRestart: o.pluginRestartTimeout},
 		Recorder: mgr.GetEventRecorderFor("remediator"),
@@ -203,4 +204,15 @@ func restConfig(kubeconfig string) (*rest.Config, error) {
 		return nil, fmt.Errorf("loading kubeconfig: %w", err)
 	}
 	return cfg, nil
+}
+
+// trimmed drops blanks around and between comma-separated flag values.
+func trimmed(vals []string) []string {
+	var out []string
+	for _, v := range vals {
+		if v = strings.TrimSpace(v); v != "" {
+			out = append(out, v)
+		}
+	}
+	return out
 }
