@@ -112,6 +112,12 @@ func failStep(steps []v1alpha1.StepStatus, i int, at time.Time, f *Failure) Prog
 // itself: today, the cordon. It is safe to call at any time: it only uncordons a node
 // this request cordoned. The restore is journaled on the playbook's uncordon step.
 func Restore(ctx context.Context, r *Run, why string) (string, error) {
+	// The restore works on the node the playbook cordoned, as the journal records it,
+	// not on whichever node the fresh facts name now (the Lease may have passed to
+	// another holder). It only ever undoes a cordon carrying this request's mark.
+	decided := *r
+	decided.observed, decided.conflicts = nil, nil
+	r = &decided
 	if _, err := holder(r); err != nil {
 		return "", nil
 	}

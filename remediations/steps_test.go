@@ -284,3 +284,28 @@ func TestPluginPodEvictionRechecksOverlap(t *testing.T) {
 	require.NoError(t, env.Client.Get(ctx, client.ObjectKeyFromObject(old), old))
 	assert.Nil(t, old.DeletionTimestamp, "the plugin pod must not be evicted")
 }
+
+// TestRestoreUncordonsTheDecidedNode: when the floor fails a step because the Lease
+// passed to another holder, the restore must uncordon the node this request
+// cordoned, not the new holder named by the fresh facts (seen failing in the e2e:
+// the first holder stayed cordoned).
+func TestRestoreUncordonsTheDecidedNode(t *testing.T) {
+	ctx := context.Background()
+	r, l := shutdownHolder(t)
+	name := r.RR.Status.Facts.Lease.HolderIdentity
+	r.RR.Status.Steps = []v1alpha1.StepStatus{{Name: "cordon", State: v1alpha1.StepSucceeded}, {Name: "uncordon", State: v1alpha1.StepPending}}
+	_, err := (cordon{}).Run(ctx, r)
+	require.NoError(t, err)
+	l.Spec.HolderIdentity = ptr.To("kwok-node-2")
+	require.NoError(t, env.Client.Update(ctx, l))
+	_, _, err = r.fresh(ctx)
+	require.NoError(t, err)
+	require.Equal(t, "kwok-node-2", r.observed.Lease.HolderIdentity)
+
+	_, err = Restore(ctx, r, "the failure")
+	require.NoError(t, err)
+	node := &corev1.Node{}
+	require.NoError(t, env.Client.Get(ctx, types.NamespacedName{Name: name}, node))
+	assert.False(t, node.Spec.Unschedulable, "the node this request cordoned must be uncordoned")
+	assert.Empty(t, node.Annotations[CordonedByAnnotation])
+}
