@@ -1,0 +1,88 @@
+package remediations
+
+// The Lease step of incident A: deleteLease, with the decision's preconditions.
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/remediator/remediator/api/v1alpha1"
+)
+
+// deleteLease deletes the Trident Lease with the UID and resourceVersion observed at
+// decision time, after re-checking the holder and its node. A Lease that changed is
+// left alone and the request fails with the reason.
+type deleteLease struct{}
+
+func (deleteLease) Timeout(*Run) time.Duration { return 0 }
+
+// decidedLease is the Lease recorded at decision time.
+func decidedLease(r *Run) (*v1alpha1.LeaseFacts, error) {
+	f := r.RR.Status.Facts
+	if f == nil || f.Lease == nil || f.Lease.UID == "" {
+		return nil, fail("the decision's facts hold no Lease to delete")
+	}
+	return f.Lease, nil
+}
+
+// readLease reads the decided Lease live; nil means it is gone.
+func readLease(ctx context.Context, r *Run, want *v1alpha1.LeaseFacts) (*coordinationv1.Lease, error) {
+	l := &coordinationv1.Lease{}
+	err := r.Reader.Get(ctx, types.NamespacedName{Namespace: want.Namespace, Name: want.Name}, l)
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading Lease %s/%s: %w", want.Namespace, want.Name, err)
+	}
+	return l, nil
+}
+
+func leaseGoneOutcome(want *v1alpha1.LeaseFacts) Outcome {
+	return Outcome{Done: true, Message: fmt.Sprintf("Lease %s/%s is gone", want.Namespace, want.Name),
+		Object: "Lease " + want.Namespace + "/" + want.Name, UID: want.UID, ResourceVersion: want.ResourceVersion}
+}
+
+func (deleteLease) Done(ctx context.Context, r *Run) (Outcome, error) {
+	want, err := decidedLease(r)
+	if err != nil {
+		return Outcome{}, err
+	}
+	l, err := readLease(ctx, r, want)
+	if err != nil || l != nil {
+		return Outcome{}, err
+	}
+	return leaseGoneOutcome(want), nil
+}
+
+// Run deletes the Lease. The floor has just compared the live Lease and holder
+// state with the decision's; the delete carries the decided UID and
+// resourceVersion as preconditions, so a change in between is refused by the API
+// server rather than acted on.
+func (deleteLease) Run(ctx context.Context, r *Run) (Outcome, error) {
+	want, err := decidedLease(r)
+	if err != nil {
+		return Outcome{}, err
+	}
+	key := types.NamespacedName{Namespace: want.Namespace, Name: want.Name}
+	l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: want.Namespace, Name: want.Name}}
+	uid, rv := types.UID(want.UID), want.ResourceVersion
+	err = r.Client.Delete(ctx, l, client.Preconditions{UID: &uid, ResourceVersion: &rv})
+	switch {
+	case err == nil, apierrors.IsNotFound(err):
+	case apierrors.IsConflict(err):
+		return Outcome{}, &Failure{Reason: InvariantLeaseChanged.Reason(),
+			Message: fmt.Sprintf("safety floor %s: Lease %s changed at the moment of deletion (%v); it was left alone", InvariantLeaseChanged, key, err)}
+	default:
+		return Outcome{}, fmt.Errorf("deleting Lease %s: %w", key, err)
+	}
+	return Outcome{Done: true, Message: fmt.Sprintf("Deleted Lease %s held by %s", key, want.HolderIdentity),
+		Object: "Lease " + key.String(), UID: want.UID, ResourceVersion: want.ResourceVersion}, nil
+}
