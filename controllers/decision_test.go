@@ -4,22 +4,16 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
 
 	"github.com/remediator/remediator/controllers"
 	"github.com/remediator/remediator/controllers/decisiontest"
-	"github.com/remediator/remediator/policies"
-	"github.com/remediator/remediator/remediations"
 )
 
 // TestDecide runs the decision table through the one decision path, without a
 // cluster. cmd/remediator's TestPlanAgreesWithTheController runs the same table
 // through plan.
 func TestDecide(t *testing.T) {
-	policy, err := policies.Embedded()
-	require.NoError(t, err)
-	playbooks, err := remediations.DefaultPlaybooks()
-	require.NoError(t, err)
+	policy, playbooks := decisiontest.Deciders(t)
 	for _, tc := range decisiontest.Cases() {
 		t.Run(tc.Name, func(t *testing.T) {
 			o := controllers.Decide(policy, playbooks, controllers.DecisionInput{

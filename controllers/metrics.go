@@ -40,8 +40,10 @@ var (
 	}, []string{"digest", "source"})
 )
 
-// activeDesc is collected from the request cache at scrape time, so the gauge is the
-// cluster's truth on every replica, not a count a restart would lose.
+// activeDesc is collected at scrape time, so the gauge is the cluster's truth on
+// every replica, not a count a restart would lose. It is a live list: requests are
+// read as unstructured objects, which the manager's client does not serve from its
+// cache.
 var activeDesc = prometheus.NewDesc("remediator_active_remediations",
 	"Requests whose playbook is running now, by remediation.", []string{"remediation"}, nil)
 
@@ -71,7 +73,7 @@ func (c activeCollector) Collect(ch chan<- prometheus.Metric) {
 }
 
 // RegisterMetrics registers the metrics on controller-runtime's registry; reader
-// (the manager's cached client) serves the active-remediations gauge.
+// serves the active-remediations gauge.
 func RegisterMetrics(reader client.Reader, engine *policies.Engine) error {
 	for _, c := range []prometheus.Collector{requestsTotal, decisionSeconds, stepSeconds, policyLoadErrors, policyInfo, activeCollector{reader: reader}} {
 		if err := metrics.Registry.Register(c); err != nil {

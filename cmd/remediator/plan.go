@@ -472,7 +472,8 @@ func (p *planner) plan(ctx context.Context, in planInput) planResult {
 // adoptExisting looks for a request of the same name in the cluster. The controller
 // never counts a request as its own conflict (it compares UIDs), so the plan of an
 // update takes the existing UID; and an update of a request whose playbook has started
-// or ended is not decided again, which the reviewer should know.
+// or ended is not decided again (though a running one may be aborted), which the
+// reviewer should know.
 func (p *planner) adoptExisting(ctx context.Context, rr *v1alpha1.RemediationRequest) (string, error) {
 	if rr.Namespace == "" {
 		return "", nil
@@ -487,8 +488,12 @@ func (p *planner) adoptExisting(ctx context.Context, rr *v1alpha1.RemediationReq
 	rr.UID = existing.UID
 	switch existing.Status.Phase {
 	case v1alpha1.PhaseRunning, v1alpha1.PhaseSucceeded, v1alpha1.PhaseFailed:
-		return fmt.Sprintf("RemediationRequest %s/%s already exists and is %s: applying this file changes its spec but it is not decided again; create a request with a new name instead.",
-			rr.Namespace, rr.Name, existing.Status.Phase), nil
+		note := fmt.Sprintf("RemediationRequest %s/%s already exists and is %s: applying this file changes its spec but it is not decided again; create a request with a new name instead.",
+			rr.Namespace, rr.Name, existing.Status.Phase)
+		if existing.Status.Phase == v1alpha1.PhaseRunning {
+			note += " A change that sets spec.mode: DryRun, withdraws the fencing or closes the maintenance window stops the running playbook (Failed, reason Aborted)."
+		}
+		return note, nil
 	}
 	return fmt.Sprintf("RemediationRequest %s/%s already exists (phase %s); applying this file updates it and it is decided again.",
 		rr.Namespace, rr.Name, orDash(string(existing.Status.Phase))), nil

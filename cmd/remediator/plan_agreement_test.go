@@ -8,18 +8,13 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/remediator/remediator/controllers/decisiontest"
-	"github.com/remediator/remediator/policies"
-	"github.com/remediator/remediator/remediations"
 )
 
 // TestPlanAgreesWithTheController: for every case of the controller's decision
 // table (controllers.TestDecide), plan reports the same phase and rule, with the
 // same other requests and cap. Plan once ignored the cap; now both take one path.
 func TestPlanAgreesWithTheController(t *testing.T) {
-	policy, err := policies.Embedded()
-	require.NoError(t, err)
-	playbooks, err := remediations.DefaultPlaybooks()
-	require.NoError(t, err)
+	policy, playbooks := decisiontest.Deciders(t)
 	for _, tc := range decisiontest.Cases() {
 		t.Run(tc.Name, func(t *testing.T) {
 			p := &planner{policy: policy, playbooks: playbooks, at: tc.Now, maxConcurrent: tc.MaxConcurrent, others: tc.Others,

@@ -6,12 +6,17 @@
 package decisiontest
 
 import (
+	"testing"
 	"time"
+
+	"github.com/stretchr/testify/require"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/remediator/remediator/api/v1alpha1"
+	"github.com/remediator/remediator/policies"
+	"github.com/remediator/remediator/remediations"
 )
 
 // Case is one decision: a request, its facts, the other requests, the cap and the
@@ -159,4 +164,15 @@ func Cases() []Case {
 		cases[i].Now = Now
 	}
 	return cases
+}
+
+// Deciders returns the embedded policy and the shipped playbooks, which every run
+// of the table uses.
+func Deciders(t testing.TB) (*policies.Engine, remediations.Playbooks) {
+	t.Helper()
+	policy, err := policies.Embedded()
+	require.NoError(t, err)
+	playbooks, err := remediations.DefaultPlaybooks()
+	require.NoError(t, err)
+	return policy, playbooks
 }
