@@ -42,10 +42,12 @@ type DecisionInput struct {
 	Request *v1alpha1.RemediationRequest
 	// Facts are the facts gathered for it.
 	Facts *v1alpha1.Facts
-	// Others are the requests in the cluster, in the guards' view (metadata and
-	// status); Request itself may be among them.
+	// Others are the other requests that can hold this one back, in the guards'
+	// view (metadata and status): at least those running on the same Lease or node,
+	// those running a disruptive playbook and those waiting for a slot. Every
+	// request in the cluster will do; Request itself may be among them.
 	Others []v1alpha1.RemediationRequest
-	// MaxConcurrent caps the playbooks running at once; zero means no cap.
+	// MaxConcurrent caps the disruptive playbooks running at once; zero means no cap.
 	MaxConcurrent int
 	Now           time.Time
 }
@@ -191,13 +193,18 @@ func (o Outcome) allowed(playbooks remediations.Playbooks, in DecisionInput) Out
 		o.EventType, o.EventReason, o.EventMessage = corev1.EventTypeNormal, EventWaiting, msg
 		return o
 	}
-	if running := slotsTaken(in.Others, rr.UID, in.MaxConcurrent); running != nil {
-		o.Phase, o.Running, o.RequeueAfter = v1alpha1.PhaseWaiting, running, guardRecheck
-		msg := fmt.Sprintf("Playbook %s is allowed but %d remediation(s) are already running, the cluster-wide cap (--max-concurrent-remediations): %s; it starts when one of them stops.",
-			playbook, len(running), strings.Join(running, ", "))
-		o.Progressing = Condition{metav1.ConditionTrue, ReasonWaitingForSlot, msg}
-		o.EventType, o.EventReason, o.EventMessage = corev1.EventTypeNormal, EventWaiting, msg
-		return o
+	if playbooks.Disruptive(playbook) {
+		if running, ahead := slotsTaken(in.Others, rr, in.MaxConcurrent, playbooks); running != nil {
+			// No periodic recheck: the request is woken when a slot frees and it is the
+			// oldest waiting (see wake), and every request is decided again when a
+			// controller starts.
+			o.Phase, o.Running, o.RequeueAfter = v1alpha1.PhaseWaiting, running, 0
+			msg := fmt.Sprintf("Playbook %s is allowed but %d disruptive remediation(s) are already running, against the cluster-wide cap of %d (--max-concurrent-remediations): %s;%s it starts when a slot frees, oldest request first.",
+				playbook, len(running), in.MaxConcurrent, strings.Join(running, ", "), describeAhead(ahead))
+			o.Progressing = Condition{metav1.ConditionTrue, ReasonWaitingForSlot, msg}
+			o.EventType, o.EventReason, o.EventMessage = corev1.EventTypeNormal, EventWaiting, msg
+			return o
+		}
 	}
 	o.Phase = v1alpha1.PhaseRunning
 	o.Progressing = Condition{metav1.ConditionTrue, ReasonPlaybookRunning, fmt.Sprintf("Running playbook %s: %s", playbook, strings.Join(names, " -> "))}
@@ -233,22 +240,3 @@ func conflictsIn(others []v1alpha1.RemediationRequest, self types.UID, f *v1alph
 // guardRecheck is how often a request waiting on a guard re-decides if no wake-up
 // came (for instance, the blocking request was handled by a previous leader).
 const guardRecheck = 30 * time.Second
-
-// slotsTaken returns the other Running requests, sorted, when they fill the cap,
-// and nil when the request may start.
-func slotsTaken(others []v1alpha1.RemediationRequest, self types.UID, maxConcurrent int) []string {
-	if maxConcurrent <= 0 {
-		return nil
-	}
-	var running []string
-	for i := range others {
-		if o := &others[i]; o.UID != self && o.Status.Phase == v1alpha1.PhaseRunning {
-			running = append(running, o.Namespace+"/"+o.Name)
-		}
-	}
-	if len(running) < maxConcurrent {
-		return nil
-	}
-	slices.Sort(running)
-	return running
-}

@@ -23,6 +23,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -342,14 +343,21 @@ func TestStatusCannotChooseWhichPodsAreEvicted(t *testing.T) {
 		return stepState(rr, "deleteAffectedPods") == v1alpha1.StepRunning && rr.Status.Facts != nil
 	})
 	// Forge status: add the bystander to the pods the decision recorded.
-	u := controllers.NewUnstructuredRequest()
-	require.NoError(t, env.Client.Get(ctx, key, u))
 	forged := []any{
 		map[string]any{"namespace": "app", "name": name, "uid": string(pod.UID), "node": name, "ready": false},
 		map[string]any{"namespace": "bystander", "name": "db-0", "uid": string(bystander.UID), "node": name, "ready": true},
 	}
-	require.NoError(t, unstructured.SetNestedSlice(u.Object, forged, "status", "facts", "affectedPods"))
-	require.NoError(t, env.Client.Status().Update(ctx, u))
+	// The controller writes the request too (the refused eviction's retries).
+	require.NoError(t, retry.RetryOnConflict(retry.DefaultBackoff, func() error {
+		u := controllers.NewUnstructuredRequest()
+		if err := env.Client.Get(ctx, key, u); err != nil {
+			return err
+		}
+		if err := unstructured.SetNestedSlice(u.Object, forged, "status", "facts", "affectedPods"); err != nil {
+			return err
+		}
+		return env.Client.Status().Update(ctx, u)
+	}))
 
 	// Two eviction retries (every 5 s), then let the real pod go.
 	time.Sleep(11 * time.Second)

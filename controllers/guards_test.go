@@ -3,12 +3,15 @@ package controllers_test
 import (
 	"context"
 	"fmt"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	"sync"
 	"testing"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -51,6 +54,36 @@ func create(t *testing.T, obj client.Object) {
 	t.Helper()
 	if err := env.Client.Create(context.Background(), obj); err != nil {
 		t.Fatalf("creating %T %s: %v", obj, obj.GetName(), err)
+	}
+	inManagerCache(t, obj)
+}
+
+// inManagerCache waits until the running manager's cache holds obj, when obj is of a
+// kind the controller decides from its cache. A test stages an incident and files a
+// request within milliseconds; in a cluster the incident is minutes old by then.
+// Waiting here keeps the test about the decision, not about which watch event
+// arrives first.
+func inManagerCache(t *testing.T, obj client.Object) {
+	t.Helper()
+	if managerCache == nil {
+		return
+	}
+	switch o := obj.(type) {
+	case *corev1.Node, *coordinationv1.Lease, *corev1.PersistentVolume, *corev1.PersistentVolumeClaim, *storagev1.CSINode:
+	case *corev1.Event:
+		if o.Namespace != "trident" || o.Reason != facts.DefaultRetainedEventReason {
+			return
+		}
+	default:
+		return
+	}
+	got := obj.DeepCopyObject().(client.Object)
+	deadline := time.Now().Add(10 * time.Second)
+	for managerCache.Get(context.Background(), client.ObjectKeyFromObject(obj), got) != nil {
+		if time.Now().After(deadline) {
+			t.Fatalf("%T %s never reached the controller's cache", obj, client.ObjectKeyFromObject(obj))
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 
@@ -186,16 +219,21 @@ func finishTermination(t *testing.T, pod *corev1.Pod) {
 	}
 }
 
-// TestConcurrencyCapHoldsRequestsUntilASlotFrees: with a cap of one, a second allowed
-// request waits (not rejected, not lost) while the first runs, and starts as soon as
-// the first finishes: well before its 30 s safety recheck, because finishing wakes it.
+// TestConcurrencyCapHoldsRequestsUntilASlotFrees: with a cap of one, a second
+// disruptive request waits (not rejected, not lost) while the first runs, and starts
+// as soon as the first finishes, because finishing wakes it. A third, younger one
+// keeps waiting behind it, and is not decided again just because the slot freed
+// (no thundering herd); it starts when the second finishes. A Lease release for a
+// shut-down holder is not capped: it runs at once while the slot is taken.
 func TestConcurrencyCapHoldsRequestsUntilASlotFrees(t *testing.T) {
 	ensureNamespaces(t, "remediator", "trident", "app", corev1.NamespaceNodeLease)
 	clock := &fakeClock{now: time.Now().Truncate(time.Second)}
 	startManager(t, withClock(clock), func(r *controllers.RemediationRequestReconciler) { r.MaxConcurrent = 1 })
 
-	pod := healthyHolder(t, "envtest-cap-a", clock.Now())
-	shutdownHolder(t, "envtest-cap-b", clock.Now())
+	podA := healthyHolder(t, "envtest-cap-a", clock.Now())
+	podB := healthyHolder(t, "envtest-cap-b", clock.Now())
+	podD := healthyHolder(t, "envtest-cap-d", clock.Now())
+	shutdownHolder(t, "envtest-cap-c", clock.Now())
 	a := newRequest(t, "cap-a", "pvc-envtest-cap-a", nil)
 	waitFor(t, a, 20*time.Second, "cap-a holding at waitPodsGone", func(rr *v1alpha1.RemediationRequest) bool {
 		return stepState(rr, "waitPodsGone") == v1alpha1.StepRunning
@@ -205,23 +243,56 @@ func TestConcurrencyCapHoldsRequestsUntilASlotFrees(t *testing.T) {
 		return rr.Status.Phase == v1alpha1.PhaseWaiting
 	})
 	p := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionProgressing)
-	want := "Playbook node-shutdown is allowed but 1 remediation(s) are already running, the cluster-wide cap (--max-concurrent-remediations): remediator/cap-a; it starts when one of them stops."
-	if p == nil || p.Reason != controllers.ReasonWaitingForSlot || p.Message != want {
-		t.Errorf("Progressing = %+v\nwant reason %s, message %q", p, controllers.ReasonWaitingForSlot, want)
-	}
-	if err := env.Client.Get(context.Background(), client.ObjectKey{Namespace: "trident", Name: "pvc-envtest-cap-b"}, &coordinationv1.Lease{}); err != nil {
-		t.Errorf("cap-b's Lease must be untouched while it waits: %v", err)
+	want := "Playbook healthy-move-workload is allowed but 1 disruptive remediation(s) are already running, against the cluster-wide cap of 1 (--max-concurrent-remediations): remediator/cap-a; it starts when a slot frees, oldest request first."
+	require.NotNil(t, p)
+	assert.Equal(t, controllers.ReasonWaitingForSlot, p.Reason)
+	assert.Equal(t, want, p.Message)
+	d := newRequest(t, "cap-d", "pvc-envtest-cap-d", nil)
+	got = waitFor(t, d, 20*time.Second, "cap-d waiting behind cap-b", func(rr *v1alpha1.RemediationRequest) bool {
+		return rr.Status.Phase == v1alpha1.PhaseWaiting
+	})
+	dDecided := got.Status.Decision.DecidedAt
+	assert.Contains(t, meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionProgressing).Message,
+		"remediator/cap-a; 1 request(s) that came earlier wait for a slot before it;")
+
+	c := newRequest(t, "cap-c", "pvc-envtest-cap-c", nil)
+	waitFor(t, c, 20*time.Second, "cap-c, a shut-down holder, Succeeded while the slot is taken", func(rr *v1alpha1.RemediationRequest) bool {
+		return rr.Status.Phase == v1alpha1.PhaseSucceeded
+	})
+	for _, lease := range []string{"pvc-envtest-cap-b", "pvc-envtest-cap-d"} {
+		assert.NoError(t, env.Client.Get(context.Background(), client.ObjectKey{Namespace: "trident", Name: lease}, &coordinationv1.Lease{}),
+			"the Lease of a waiting request must be untouched")
 	}
 
-	finishTermination(t, pod)
+	finishTermination(t, podA)
 	waitFor(t, a, 20*time.Second, "cap-a Succeeded", func(rr *v1alpha1.RemediationRequest) bool {
 		return rr.Status.Phase == v1alpha1.PhaseSucceeded
 	})
 	start := time.Now()
-	waitFor(t, b, 10*time.Second, "cap-b Succeeded once the slot freed", func(rr *v1alpha1.RemediationRequest) bool {
+	waitFor(t, b, 10*time.Second, "cap-b started once the slot freed", func(rr *v1alpha1.RemediationRequest) bool {
+		return rr.Status.Phase == v1alpha1.PhaseRunning
+	})
+	t.Logf("cap-b started %s after cap-a finished", time.Since(start).Round(time.Millisecond))
+	// Give a woken cap-d every chance to show up.
+	time.Sleep(time.Second)
+	got = waitFor(t, d, time.Second, "cap-d still waiting", func(rr *v1alpha1.RemediationRequest) bool { return true })
+	assert.Equal(t, v1alpha1.PhaseWaiting, got.Status.Phase)
+	assert.True(t, got.Status.Decision.DecidedAt.Equal(&dDecided), "cap-d was decided again when cap-a's slot went to cap-b")
+
+	waitFor(t, b, 20*time.Second, "cap-b holding at waitPodsGone", func(rr *v1alpha1.RemediationRequest) bool {
+		return stepState(rr, "waitPodsGone") == v1alpha1.StepRunning
+	})
+	finishTermination(t, podB)
+	waitFor(t, b, 20*time.Second, "cap-b Succeeded", func(rr *v1alpha1.RemediationRequest) bool {
 		return rr.Status.Phase == v1alpha1.PhaseSucceeded
 	})
-	t.Logf("cap-b started and finished %s after cap-a finished", time.Since(start).Round(time.Millisecond))
+	waitFor(t, d, 20*time.Second, "cap-d holding at waitPodsGone", func(rr *v1alpha1.RemediationRequest) bool {
+		return stepState(rr, "waitPodsGone") == v1alpha1.StepRunning
+	})
+	finishTermination(t, podD)
+	waitFor(t, d, 20*time.Second, "cap-d Succeeded", func(rr *v1alpha1.RemediationRequest) bool {
+		return rr.Status.Phase == v1alpha1.PhaseSucceeded
+	})
 }
 
 // TestMaintenanceWindowClosingMidPlaybook: the steps start inside the window; when it

@@ -41,9 +41,8 @@ var (
 )
 
 // activeDesc is collected at scrape time, so the gauge is the cluster's truth on
-// every replica, not a count a restart would lose. It is a live list: requests are
-// read as unstructured objects, which the manager's client does not serve from its
-// cache.
+// every replica, not a count a restart would lose. It reads the running requests
+// from the manager's cache, through the guards' index.
 var activeDesc = prometheus.NewDesc("remediator_active_remediations",
 	"Requests whose playbook is running now, by remediation.", []string{"remediation"}, nil)
 
@@ -54,7 +53,7 @@ func (c activeCollector) Describe(ch chan<- *prometheus.Desc) { ch <- activeDesc
 func (c activeCollector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	list, err := ListRequests(ctx, c.reader)
+	list, err := ListRequests(ctx, c.reader, client.MatchingFields{IndexGuard: keyRunning})
 	if err != nil {
 		ch <- prometheus.NewInvalidMetric(activeDesc, err)
 		return

@@ -24,11 +24,11 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
-	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/remediator/remediator/api/v1alpha1"
 	"github.com/remediator/remediator/controllers/facts"
@@ -40,15 +40,19 @@ import (
 // +kubebuilder:rbac:groups=remediator.io,resources=remediationrequests/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=remediator.io,resources=remediationrequests/finalizers,verbs=update
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list
-// +kubebuilder:rbac:groups="",resources=persistentvolumeclaims;persistentvolumes,verbs=get
-// +kubebuilder:rbac:groups="",resources=nodes,verbs=get;patch
+// +kubebuilder:rbac:groups="",resources=persistentvolumeclaims;persistentvolumes,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups="",resources=pods/eviction,verbs=create
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
-// +kubebuilder:rbac:groups=storage.k8s.io,resources=csinodes,verbs=get
-// +kubebuilder:rbac:groups=coordination.k8s.io,namespace=trident,resources=leases,verbs=get;delete
-// +kubebuilder:rbac:groups="",namespace=trident,resources=events,verbs=list
-// +kubebuilder:rbac:groups=coordination.k8s.io,namespace=kube-node-lease,resources=leases,verbs=get
+// +kubebuilder:rbac:groups=storage.k8s.io,resources=csinodes,verbs=get;list;watch
+// +kubebuilder:rbac:groups=coordination.k8s.io,namespace=trident,resources=leases,verbs=get;list;watch;delete
+// +kubebuilder:rbac:groups="",namespace=trident,resources=events,verbs=list;watch
+// +kubebuilder:rbac:groups=coordination.k8s.io,namespace=kube-node-lease,resources=leases,verbs=get;list;watch
+
+// The list and watch verbs on nodes, node Leases, PVs, claims, CSINodes and the
+// Trident namespace's Leases and events serve the informer cache decisions are made
+// from (wiring.go); pods are listed by node only, never watched.
 
 // Event reasons on RemediationRequests.
 const (
@@ -82,11 +86,16 @@ const (
 
 // RemediationRequestReconciler reconciles RemediationRequests.
 type RemediationRequestReconciler struct {
+	// Client writes, and reads requests from the manager's cache (unstructured, with
+	// the IndexGuard index).
 	Client client.Client
-	// Reader reads live state (the manager's APIReader): other requests when checking
-	// for conflicts, and the objects steps act on.
-	Reader    client.Reader
-	Gatherer  *facts.Gatherer
+	// Reader reads live state (the manager's APIReader): the objects steps act on.
+	Reader client.Reader
+	// Gatherer gathers the facts a decision is made on.
+	Gatherer *facts.Gatherer
+	// Recheck gathers the facts again right before a destructive step. It must read
+	// the holder node's state live; nil means Gatherer.
+	Recheck   *facts.Gatherer
 	Policy    *policies.Engine
 	Playbooks remediations.Playbooks
 	Timeouts  remediations.Timeouts
@@ -95,11 +104,20 @@ type RemediationRequestReconciler struct {
 	// namespaces; empty means all. The cache is restricted too, but the live reads
 	// (the reconciled request, the guards' lists) are not, so the check is here.
 	Namespaces []string
-	// MaxConcurrent caps the playbooks running at once across the cluster, so that a
-	// burst of merged requests cannot cordon half the nodes; zero means no cap.
+	// MaxConcurrent caps the disruptive playbooks running at once across the cluster,
+	// so that a burst of merged requests cannot cordon half the nodes; zero means no
+	// cap. Playbooks that only release the Lease of a holder proven down are not
+	// capped (playbooks.yaml).
 	MaxConcurrent int
+	// Workers is how many requests are reconciled at once; zero means one. A request
+	// is never reconciled by two workers at once (the work queue guarantees it), and
+	// the guards are exact across workers (slotTable).
+	Workers int
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+
+	slots   slotTable
+	written writeLog
 }
 
 // scope carries one reconcile's request and the copy its status patch is computed from.
@@ -113,28 +131,59 @@ type scope struct {
 // an error ends the reconcile.
 type phase func(ctx context.Context, s *scope) (ctrl.Result, error)
 
-// SetupWithManager registers the reconciler. Status writes do not bump the
-// generation, so filtering on generation (and annotations, used to ask for a
-// refresh) keeps the controller from re-triggering itself with its own patches.
-// The second watch wakes the waiting requests when a playbook stops running, so a
-// request held back by a guard starts as soon as the guard clears instead of at its
-// next recheck.
+// SetupWithManager registers the reconciler and the guards' index. Status writes do
+// not bump the generation, so filtering on generation (and annotations, used to ask
+// for a refresh) keeps the controller from re-triggering itself with most of its own
+// patches. The one exception is journalAdvanced: a running playbook goes on with its
+// next step from the watch event of the status write that journaled the last one, so
+// that the next reconcile reads the journal it wrote from the cache, without waiting
+// for a timer. The second watch wakes the requests a playbook that stopped was
+// holding back (see wake).
 //
 // Requests are watched as unstructured objects (see requests.go): one request the
 // Go type cannot decode must not keep the informer from syncing.
-//
-// MaxConcurrentReconciles stays at its default of 1: the guards count Running
-// requests live, and one reconcile at a time is what makes that count exact.
 func (r *RemediationRequestReconciler) SetupWithManager(mgr ctrl.Manager) error {
-	cache := mgr.GetClient()
+	if err := IndexRequests(context.Background(), mgr.GetFieldIndexer(), r.Playbooks); err != nil {
+		return fmt.Errorf("indexing requests for the guards: %w", err)
+	}
 	return ctrl.NewControllerManagedBy(mgr).
 		For(NewUnstructuredRequest(), builder.WithPredicates(
-			predicate.Or(predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
-		Watches(NewUnstructuredRequest(), handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, _ client.Object) []reconcile.Request {
-			return waitingRequests(ctx, cache)
-		}), builder.WithPredicates(stoppedRunning)).
+			predicate.Or(predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}, journalAdvanced))).
+		Watches(NewUnstructuredRequest(), handler.EnqueueRequestsFromMapFunc(r.wake), builder.WithPredicates(stoppedRunning)).
+		WithOptions(controller.Options{MaxConcurrentReconciles: max(1, r.Workers)}).
 		Named("remediationrequest").
 		Complete(r)
+}
+
+// stepStates reads status.steps[*].state without decoding the rest of the object.
+func stepStates(o client.Object) []string {
+	u, ok := o.(*unstructured.Unstructured)
+	if !ok {
+		return nil
+	}
+	steps, _, _ := unstructured.NestedSlice(u.Object, "status", "steps")
+	out := make([]string, 0, len(steps))
+	for _, st := range steps {
+		m, _ := st.(map[string]any)
+		state, _ := m["state"].(string)
+		out = append(out, state)
+	}
+	return out
+}
+
+// journalAdvanced passes a status write that left a request Running with its journal
+// moved on: it started running, or a step changed state. A write that only updates
+// a waiting step's message does not pass; that step's own requeue checks it again.
+var journalAdvanced = predicate.Funcs{
+	CreateFunc:  func(event.CreateEvent) bool { return false },
+	DeleteFunc:  func(event.DeleteEvent) bool { return false },
+	GenericFunc: func(event.GenericEvent) bool { return false },
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		if phaseOf(e.ObjectNew) != v1alpha1.PhaseRunning {
+			return false
+		}
+		return phaseOf(e.ObjectOld) != v1alpha1.PhaseRunning || !slices.Equal(stepStates(e.ObjectOld), stepStates(e.ObjectNew))
+	},
 }
 
 // phaseOf reads status.phase without decoding the rest of the object.
@@ -158,23 +207,6 @@ var stoppedRunning = predicate.Funcs{
 	DeleteFunc: func(e event.DeleteEvent) bool { return phaseOf(e.Object) == v1alpha1.PhaseRunning },
 }
 
-// waitingRequests lists the requests held back by a guard, oldest first.
-func waitingRequests(ctx context.Context, c client.Reader) []reconcile.Request {
-	list, err := ListRequests(ctx, c)
-	if err != nil {
-		// The periodic recheck still wakes them; nothing is lost.
-		ctrl.LoggerFrom(ctx).Error(err, "Listing waiting requests to wake them")
-		return nil
-	}
-	var out []reconcile.Request
-	for i := range list {
-		if rr := &list[i]; waitsForGuard(rr) {
-			out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(rr)})
-		}
-	}
-	return out
-}
-
 // waitsForGuard: the request is Waiting on another remediation (the policy's
 // one-at-a-time rule) or on the cluster-wide cap, not on its maintenance window.
 func waitsForGuard(rr *v1alpha1.RemediationRequest) bool {
@@ -185,16 +217,23 @@ func waitsForGuard(rr *v1alpha1.RemediationRequest) bool {
 	return c != nil && (c.Reason == ReasonWaiting || c.Reason == ReasonWaitingForSlot)
 }
 
-// Reconcile is fetch -> ensure finalizer -> phases -> one deferred status patch.
+// Reconcile is fetch -> ensure finalizer (where a playbook will need a restore) ->
+// phases -> one deferred status patch.
 func (r *RemediationRequestReconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, retErr error) {
-	// Read live, not from the cache: the journal must be current before any step acts,
-	// and requests are few enough that this costs nothing.
+	// Read from the cache. The journal it holds is never older than this controller's
+	// last write: a reconcile that finds the cache still at the version its last
+	// status patch was computed from goes back to the queue until the cache has caught
+	// up (the write's own watch event usually brings it back first). A write by
+	// anyone else is caught by the optimistic lock on the status patch.
 	if !r.inScope(req.Namespace) {
 		return ctrl.Result{}, nil
 	}
 	u := NewUnstructuredRequest()
-	if err := r.Reader.Get(ctx, req.NamespacedName, u); err != nil {
+	if err := r.Client.Get(ctx, req.NamespacedName, u); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if r.written.behind(u.GetUID(), u.GetResourceVersion()) {
+		return ctrl.Result{Requeue: true}, nil
 	}
 	log := ctrl.LoggerFrom(ctx).WithValues("remediationRequest", klog.KObj(u))
 	ctx = ctrl.LoggerInto(ctx, log)
@@ -208,7 +247,7 @@ func (r *RemediationRequestReconciler) Reconcile(ctx context.Context, req ctrl.R
 		return ctrl.Result{}, nil
 	}
 
-	if rr.DeletionTimestamp.IsZero() {
+	if rr.DeletionTimestamp.IsZero() && rr.Status.Phase == v1alpha1.PhaseRunning && remediations.NeedsRestore(rr.Status.Steps) {
 		if err := r.ensureFinalizer(ctx, rr); err != nil {
 			return ctrl.Result{}, err
 		}
@@ -242,8 +281,13 @@ func (r *RemediationRequestReconciler) clock() time.Time {
 	return time.Now()
 }
 
-// ensureFinalizer adds the restore finalizer before anything can act, so that a
-// request deleted mid-run always gets the chance to undo what it changed.
+// ensureFinalizer adds the restore finalizer to a running playbook that will change
+// something it must restore (a cordon), before its first step acts: the reconcile
+// that decides only journals the first step's start, and the finalizer is added at
+// the start of the next one, before the step runs. A request deleted mid-run then
+// always gets the chance to undo what it changed. Requests whose playbook restores
+// nothing (a Lease release, a rejection) carry no finalizer: their deletion never
+// waits for the controller.
 func (r *RemediationRequestReconciler) ensureFinalizer(ctx context.Context, rr *v1alpha1.RemediationRequest) error {
 	if controllerutil.ContainsFinalizer(rr, v1alpha1.Finalizer) {
 		return nil
@@ -323,19 +367,26 @@ func (r *RemediationRequestReconciler) decide(ctx context.Context, s *scope) (ct
 	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("gathering facts: %w", err)
 	}
-	// One live list serves both guards: the conflicts the policy weighs and the cap.
-	others, err := r.requests(ctx)
+	// The guards are read and, when the playbook starts, its slot reserved in one
+	// critical section, so that two workers cannot both take the last slot.
+	r.slots.mu.Lock()
+	others, err := r.guardOthers(ctx, f, r.slots.heldLocked())
 	if err != nil {
+		r.slots.mu.Unlock()
 		return ctrl.Result{}, err
 	}
 	o := Decide(r.Policy, r.Playbooks, DecisionInput{Request: rr, Facts: f, Others: others, MaxConcurrent: r.MaxConcurrent, Now: s.now})
-	decisionSeconds.WithLabelValues(string(rr.Spec.Remediation)).Observe(time.Since(started).Seconds())
-
 	rr.Status.Facts = f
 	dec := o.Decision
 	rr.Status.Decision = &dec
 	rr.Status.Steps = o.Steps
 	rr.Status.Phase = o.Phase
+	if o.Phase == v1alpha1.PhaseRunning {
+		r.slots.reserveLocked(rr)
+	}
+	r.slots.mu.Unlock()
+	decisionSeconds.WithLabelValues(string(rr.Spec.Remediation)).Observe(time.Since(started).Seconds())
+
 	r.setCondition(rr, v1alpha1.ConditionAccepted, o.Accepted.Status, o.Accepted.Reason, o.Accepted.Message)
 	r.setCondition(rr, v1alpha1.ConditionProgressing, o.Progressing.Status, o.Progressing.Reason, o.Progressing.Message)
 	if o.Steps != nil {
@@ -389,6 +440,9 @@ func (r *RemediationRequestReconciler) runPlaybook(ctx context.Context, s *scope
 		r.Recorder.Event(rr, corev1.EventTypeWarning, EventFailed, msg)
 		return ctrl.Result{}, nil
 	case p.Finished:
+		if p.Transition != "" {
+			r.Recorder.Event(rr, corev1.EventTypeNormal, EventStepSucceeded, p.Transition)
+		}
 		rr.Status.Phase = v1alpha1.PhaseSucceeded
 		msg := fmt.Sprintf("Playbook %s completed", rr.Status.Decision.Playbook)
 		r.setCondition(rr, v1alpha1.ConditionSucceeded, metav1.ConditionTrue, ReasonPlaybookCompleted, msg)
@@ -402,8 +456,9 @@ func (r *RemediationRequestReconciler) runPlaybook(ctx context.Context, s *scope
 			reason = EventStepStarted
 		}
 		r.Recorder.Event(rr, corev1.EventTypeNormal, reason, p.Transition)
-		// One step per reconcile: the journal is written before the next one starts.
-		return ctrl.Result{RequeueAfter: 10 * time.Millisecond}, nil
+		// One step per reconcile: the journal is written before the next one starts,
+		// and the watch event of that write (journalAdvanced) starts it.
+		return ctrl.Result{}, nil
 	}
 	return ctrl.Result{RequeueAfter: p.RequeueAfter}, nil
 }
@@ -432,11 +487,19 @@ func (r *RemediationRequestReconciler) run(s *scope) *remediations.Run {
 		RR: s.rr, Client: r.Client, Reader: r.Reader, Gatherer: r.Gatherer,
 		Now: s.now, Timeouts: r.Timeouts, Playbooks: r.Playbooks,
 		Observe: func(ctx context.Context) (*v1alpha1.Facts, []string, error) {
-			f, err := r.Gatherer.Gather(ctx, observed(s.rr))
+			g := *cmp.Or(r.Recheck, r.Gatherer)
+			// Both readings on the decision's clock.
+			g.Now = r.Gatherer.Now
+			// The affected pods are read only where the playbook or the floor looks at
+			// them: a playbook that moves them, or a holder decided Healthy.
+			g.SkipAffectedPods = !movesPods(s.rr, r.Playbooks)
+			f, err := g.Gather(ctx, observed(s.rr))
 			if err != nil {
 				return nil, nil, err
 			}
-			others, err := r.requests(ctx)
+			r.slots.mu.Lock()
+			others, err := r.guardOthers(ctx, f, r.slots.heldLocked())
+			r.slots.mu.Unlock()
 			if err != nil {
 				return nil, nil, err
 			}
@@ -445,18 +508,19 @@ func (r *RemediationRequestReconciler) run(s *scope) *remediations.Run {
 	}
 }
 
+// movesPods: the request's decided playbook evicts or waits for the affected pods, or
+// its holder was Healthy when decided (the floor then checks they are gone).
+func movesPods(rr *v1alpha1.RemediationRequest, playbooks remediations.Playbooks) bool {
+	if f := rr.Status.Facts; f == nil || f.Node == nil || f.Node.State == v1alpha1.NodeHealthy {
+		return true
+	}
+	pb, ok := playbooks[decidedPlaybook(rr)]
+	return !ok || slices.Contains(pb.Steps, "deleteAffectedPods") || slices.Contains(pb.Steps, "waitPodsGone")
+}
+
 // inScope reports whether requests in namespace ns are this controller's.
 func (r *RemediationRequestReconciler) inScope(ns string) bool {
 	return len(r.Namespaces) == 0 || slices.Contains(r.Namespaces, ns)
-}
-
-// requests lists, live, the requests in scope, for the guards.
-func (r *RemediationRequestReconciler) requests(ctx context.Context) ([]v1alpha1.RemediationRequest, error) {
-	list, err := ListRequests(ctx, r.Reader)
-	if err != nil {
-		return nil, err
-	}
-	return slices.DeleteFunc(list, func(o v1alpha1.RemediationRequest) bool { return !r.inScope(o.Namespace) }), nil
 }
 
 func (r *RemediationRequestReconciler) setCondition(rr *v1alpha1.RemediationRequest, t string, st metav1.ConditionStatus, reason, msg string) {
@@ -471,7 +535,18 @@ func (r *RemediationRequestReconciler) patchStatus(ctx context.Context, s *scope
 	if apiequality.Semantic.DeepEqual(s.base.Status, s.rr.Status) {
 		return nil
 	}
+	from := s.base.ResourceVersion
 	err := r.Client.Status().Patch(ctx, s.rr, client.MergeFromWithOptions(s.base, client.MergeFromWithOptimisticLock{}))
+	running := s.rr.Status.Phase == v1alpha1.PhaseRunning
+	switch {
+	case err == nil && !running, err != nil && (s.base.Status.Phase != v1alpha1.PhaseRunning || apierrors.IsNotFound(err)):
+		// The request is out of Running, or the write that would have made it Running
+		// failed: its slot is free.
+		r.slots.release(s.rr.UID)
+	}
+	if err == nil {
+		r.written.wrote(s.rr.UID, from)
+	}
 	if err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("patching status: %w", err)
 	}

@@ -33,6 +33,10 @@ import (
 
 var env *testenv.Env
 
+// managerCache is the cache of the manager the running test started (see
+// inManagerCache); nil before the first one.
+var managerCache client.Reader
+
 func TestMain(m *testing.M) { testenv.Main(m, &env) }
 
 // startManager runs the reconciler the way `remediator controller` wires it; opts
@@ -45,8 +49,11 @@ func startManager(t *testing.T, opts ...func(*controllers.RemediationRequestReco
 // startManagerOn is startManager against another control plane.
 func startManagerOn(t *testing.T, cfg *rest.Config, opts ...func(*controllers.RemediationRequestReconciler)) {
 	t.Helper()
+	cacheOpts, clientOpts := controllers.CacheOptions(facts.DefaultConfig(), nil)
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:  scheme.Scheme,
+		Cache:   cacheOpts,
+		Client:  clientOpts,
 		Metrics: metricsserver.Options{BindAddress: "0"},
 		// Each test starts its own manager in this process.
 		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
@@ -54,6 +61,12 @@ func startManagerOn(t *testing.T, cfg *rest.Config, opts ...func(*controllers.Re
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := controllers.PrepareCache(context.Background(), mgr); err != nil {
+		t.Fatal(err)
+	}
+	decide, recheck := controllers.Gatherers(mgr, facts.DefaultConfig())
+	managerCache = mgr.GetClient()
+	t.Cleanup(func() { managerCache = nil })
 	policy, err := policies.Embedded()
 	if err != nil {
 		t.Fatal(err)
@@ -65,7 +78,9 @@ func startManagerOn(t *testing.T, cfg *rest.Config, opts ...func(*controllers.Re
 	r := &controllers.RemediationRequestReconciler{
 		Client:    mgr.GetClient(),
 		Reader:    mgr.GetAPIReader(),
-		Gatherer:  &facts.Gatherer{Reader: mgr.GetAPIReader(), Config: facts.DefaultConfig()},
+		Gatherer:  decide,
+		Recheck:   recheck,
+		Workers:   4,
 		Policy:    policy,
 		Playbooks: playbooks,
 		Timeouts:  remediations.DefaultTimeouts,
@@ -156,8 +171,9 @@ func TestReconcileRecordsFacts(t *testing.T) {
 	if f.TridentNamespace != "trident" || f.DriverName != facts.DefaultDriverName || f.GatheredAt.IsZero() {
 		t.Errorf("facts header = %+v", f)
 	}
-	if !controllerutil.ContainsFinalizer(got, v1alpha1.Finalizer) {
-		t.Errorf("finalizer %s missing: %v", v1alpha1.Finalizer, got.Finalizers)
+	// A rejected request has nothing to restore, so its deletion waits for nothing.
+	if controllerutil.ContainsFinalizer(got, v1alpha1.Finalizer) {
+		t.Errorf("finalizer %s on a rejected request: %v", v1alpha1.Finalizer, got.Finalizers)
 	}
 
 	// A spec change is a new generation and gets new facts for it.

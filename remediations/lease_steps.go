@@ -50,10 +50,24 @@ func leaseGoneOutcome(want *v1alpha1.LeaseFacts) Outcome {
 		Object: "Lease " + want.Namespace + "/" + want.Name, UID: want.UID, ResourceVersion: want.ResourceVersion}
 }
 
+// Done reads the Lease from the facts just re-read for the floor, when there are
+// some: the runner re-reads them before every destructive step, so a second read
+// would only repeat it. A Lease the facts still show but that is already gone is
+// found by the delete (NotFound counts as done); one re-created since is refused by
+// its UID precondition.
 func (deleteLease) Done(ctx context.Context, r *Run) (Outcome, error) {
 	want, err := decidedLease(r)
 	if err != nil {
 		return Outcome{}, err
+	}
+	if f := r.observed; f != nil {
+		if f.Lease == nil || f.Lease.Namespace != want.Namespace || f.Lease.Name != want.Name {
+			return Outcome{}, nil
+		}
+		if f.Lease.Exists {
+			return Outcome{}, nil
+		}
+		return leaseGoneOutcome(want), nil
 	}
 	l, err := readLease(ctx, r, want)
 	if err != nil || l != nil {

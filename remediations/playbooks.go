@@ -18,8 +18,18 @@ import (
 //go:embed playbooks.yaml
 var playbooksYAML []byte
 
-// Playbooks maps a playbook name to its step names.
-type Playbooks map[string][]string
+// Playbook is one playbook: its steps, in order, and whether it is disruptive.
+type Playbook struct {
+	// Steps name steps of the step library, in order.
+	Steps []string `json:"steps"`
+	// Disruptive is true for a playbook that disturbs workloads that may still run
+	// (cordon, eviction, node-plugin restart). Only disruptive playbooks count
+	// against the cluster-wide cap; see playbooks.yaml.
+	Disruptive bool `json:"disruptive"`
+}
+
+// Playbooks maps a playbook name to its playbook.
+type Playbooks map[string]Playbook
 
 // DefaultPlaybooks parses the embedded playbooks and checks every step exists.
 func DefaultPlaybooks() (Playbooks, error) {
@@ -27,11 +37,11 @@ func DefaultPlaybooks() (Playbooks, error) {
 	if err := yaml.UnmarshalStrict(playbooksYAML, &p); err != nil {
 		return nil, fmt.Errorf("parsing playbooks.yaml: %w", err)
 	}
-	for name, steps := range p {
-		if len(steps) == 0 {
+	for name, pb := range p {
+		if len(pb.Steps) == 0 {
 			return nil, fmt.Errorf("playbook %s has no steps", name)
 		}
-		for _, s := range steps {
+		for _, s := range pb.Steps {
 			if _, ok := library[s]; !ok {
 				return nil, fmt.Errorf("playbook %s names unknown step %q", name, s)
 			}
@@ -42,7 +52,7 @@ func DefaultPlaybooks() (Playbooks, error) {
 
 // Plan returns the journal entries, all Pending, for a playbook.
 func (p Playbooks) Plan(playbook string) ([]v1alpha1.StepStatus, error) {
-	steps, ok := p[playbook]
+	pb, ok := p[playbook]
 	if !ok {
 		names := make([]string, 0, len(p))
 		for n := range p {
@@ -51,9 +61,16 @@ func (p Playbooks) Plan(playbook string) ([]v1alpha1.StepStatus, error) {
 		slices.Sort(names)
 		return nil, fmt.Errorf("unknown playbook %q (known: %v)", playbook, names)
 	}
-	plan := make([]v1alpha1.StepStatus, 0, len(steps))
-	for _, s := range steps {
+	plan := make([]v1alpha1.StepStatus, 0, len(pb.Steps))
+	for _, s := range pb.Steps {
 		plan = append(plan, v1alpha1.StepStatus{Name: s, State: v1alpha1.StepPending})
 	}
 	return plan, nil
+}
+
+// Disruptive reports whether the named playbook counts against the cluster-wide cap.
+// An unknown playbook counts: what is not known to be harmless is capped.
+func (p Playbooks) Disruptive(playbook string) bool {
+	pb, ok := p[playbook]
+	return !ok || pb.Disruptive
 }

@@ -1,6 +1,7 @@
 package remediations
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"time"
@@ -84,15 +85,41 @@ func Advance(ctx context.Context, r *Run) (Progress, error) {
 		}
 		st.Message = out.Message
 		if !out.Done {
-			return Progress{RequeueAfter: max(out.RequeueAfter, time.Second)}, nil
+			return Progress{RequeueAfter: pollAfter(out.RequeueAfter, st, r.Now)}, nil
 		}
 		now := metav1.NewTime(r.Now)
 		st.State = v1alpha1.StepSucceeded
 		st.CompletedAt = &now
 		st.Object, st.ObjectUID, st.ObjectResourceVersion = out.Object, out.UID, out.ResourceVersion
-		return Progress{Transition: fmt.Sprintf("Step %d/%d %s succeeded: %s", i+1, len(steps), st.Name, out.Message)}, nil
+		// The last step's success is the playbook's: say so in the same journal write
+		// rather than in a reconcile of its own.
+		return Progress{Transition: fmt.Sprintf("Step %d/%d %s succeeded: %s", i+1, len(steps), st.Name, out.Message),
+			Finished: i == len(steps)-1}, nil
 	}
 	return Progress{Finished: true}, nil
+}
+
+// Polling bounds for a step that waits on the cluster.
+const (
+	minPoll = 100 * time.Millisecond
+	maxPoll = 2 * time.Second
+)
+
+// pollAfter is when to check a waiting step again. A step may ask for a time of its
+// own (a refused eviction retries in 5 s); otherwise the interval grows with how long
+// the step has waited, from minPoll to at most the step's own interval: pods and
+// registrations usually settle within moments, and a long wait need not be watched
+// closely.
+func pollAfter(asked time.Duration, st *v1alpha1.StepStatus, now time.Time) time.Duration {
+	limit := cmp.Or(asked, maxPoll)
+	if asked > maxPoll {
+		return asked
+	}
+	waited := time.Duration(0)
+	if st.StartedAt != nil {
+		waited = now.Sub(st.StartedAt.Time)
+	}
+	return min(max(waited/2, minPoll), limit)
 }
 
 // failStep marks step i Failed and every later step Skipped.
@@ -108,6 +135,18 @@ func failStep(steps []v1alpha1.StepStatus, i int, at time.Time, f *Failure) Prog
 	return Progress{Failure: f, Transition: fmt.Sprintf("Step %s failed: %s", steps[i].Name, f.Message)}
 }
 
+// NeedsRestore reports whether a playbook with these steps changes something that
+// Restore undoes (today, a cordon). Only such a playbook needs the request's
+// finalizer: deleting a request whose playbook restores nothing can wait for nothing.
+func NeedsRestore(steps []v1alpha1.StepStatus) bool {
+	for _, st := range steps {
+		if st.Name == "cordon" {
+			return true
+		}
+	}
+	return false
+}
+
 // Restore undoes what a playbook changed and that the playbook will no longer undo
 // itself: today, the cordon. It is safe to call at any time: it only uncordons a node
 // this request cordoned. The restore is journaled on the playbook's uncordon step.
@@ -121,11 +160,7 @@ func Restore(ctx context.Context, r *Run, why string) (string, error) {
 	if _, err := holder(r); err != nil {
 		return "", nil
 	}
-	hasCordon := false
-	for _, st := range r.RR.Status.Steps {
-		hasCordon = hasCordon || st.Name == "cordon"
-	}
-	if !hasCordon {
+	if !NeedsRestore(r.RR.Status.Steps) {
 		return "", nil
 	}
 	out, err := uncordon{}.Run(ctx, r)

@@ -76,7 +76,8 @@ func (r *Run) floor(step string) *Violation {
 	if d == nil || r.Playbooks == nil {
 		return violation(InvariantPlaybookMismatch, "the request records no decided playbook")
 	}
-	want, ok := r.Playbooks[d.Playbook]
+	pb, ok := r.Playbooks[d.Playbook]
+	want := pb.Steps
 	if !ok || !slices.Equal(want, names) {
 		return violation(InvariantPlaybookMismatch, "the journal lists steps %s, not those of playbook %q", strings.Join(names, " -> "), d.Playbook)
 	}

@@ -229,14 +229,20 @@ func TestClusterRoleIsLeastPrivilege(t *testing.T) {
 		if slices.Contains(r.Resources, "pods") && slices.Contains(r.Verbs, "create") {
 			t.Errorf("pods may only be created as pods/eviction: %+v", r)
 		}
-		if slices.Contains(r.Resources, "nodes") && slices.ContainsFunc(r.Verbs, func(v string) bool { return v != "get" && v != "patch" }) {
-			t.Errorf("nodes: only get and patch (cordon): %+v", r)
+		// Nodes are read (and watched, for the informer cache decisions are made from)
+		// and patched to cordon; nothing else.
+		if slices.Contains(r.Resources, "nodes") && slices.ContainsFunc(r.Verbs, func(v string) bool { return v != "get" && v != "list" && v != "watch" && v != "patch" }) {
+			t.Errorf("nodes: only get, list, watch and patch (cordon): %+v", r)
 		}
-		// The controller reads these by name; listing them is scan's job, with the
-		// operator's own credentials.
-		for _, res := range []string{"nodes", "persistentvolumes", "persistentvolumeclaims", "csinodes"} {
-			if slices.Contains(r.Resources, res) && slices.Contains(r.Verbs, "list") {
-				t.Errorf("%s: the controller only gets them by name, list is not needed: %+v", res, r)
+		// Pods are listed by node when a request needs them, never watched: a cache of
+		// every pod grows with the cluster.
+		if slices.Contains(r.Resources, "pods") && slices.Contains(r.Verbs, "watch") {
+			t.Errorf("pods must not be watched (cached): %+v", r)
+		}
+		// What the cache holds is only read: no write on PVs, claims or CSINodes.
+		for _, res := range []string{"persistentvolumes", "persistentvolumeclaims", "csinodes"} {
+			if slices.Contains(r.Resources, res) && slices.ContainsFunc(r.Verbs, func(v string) bool { return v != "get" && v != "list" && v != "watch" }) {
+				t.Errorf("%s: read only (get, list, watch): %+v", res, r)
 			}
 		}
 	}
@@ -249,13 +255,17 @@ func TestClusterRoleIsLeastPrivilege(t *testing.T) {
 		{"", "pods", "list"},
 		{"", "pods/eviction", "create"},
 		{"", "persistentvolumeclaims", "get"},
+		{"", "persistentvolumeclaims", "watch"},
 		{"", "persistentvolumes", "get"},
+		{"", "persistentvolumes", "watch"},
 		{"", "nodes", "get"},
+		{"", "nodes", "watch"},
 		{"", "nodes", "patch"},
 		{"", "events", "create"},
 		{"", "events", "patch"},
 		{"events.k8s.io", "events", "create"},
 		{"storage.k8s.io", "csinodes", "get"},
+		{"storage.k8s.io", "csinodes", "watch"},
 	} {
 		if !allows(need.group, need.resource, need.verb) {
 			t.Errorf("the ClusterRole does not allow %s %s.%s", need.verb, need.resource, need.group)
@@ -298,10 +308,10 @@ func TestNamespacedRoles(t *testing.T) {
 			objs := render(t, map[string]any{"trident": map[string]any{"namespace": tc.tridentNS}})
 			want := map[string][]rbacv1.PolicyRule{
 				tc.tridentNS + "/" + release: {
-					{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"list"}},
-					leases("delete", "get"),
+					{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"list", "watch"}},
+					leases("delete", "get", "list", "watch"),
 				},
-				"kube-node-lease/" + release: {leases("get")},
+				"kube-node-lease/" + release: {leases("get", "list", "watch")},
 				namespace + "/" + release + "-leader-election": {
 					leases("create"),
 					{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"},

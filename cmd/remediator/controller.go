@@ -1,15 +1,13 @@
 package main
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
-	coordinationv1 "k8s.io/api/coordination/v1"
-	corev1 "k8s.io/api/core/v1"
-	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
@@ -18,8 +16,6 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
@@ -49,6 +45,8 @@ type controllerOptions struct {
 	kubeAPIQPS            float32
 	kubeAPIBurst          int
 	policyReloadInterval  time.Duration
+	workers               int
+	pprofAddr             string
 }
 
 func newControllerCommand() *cobra.Command {
@@ -81,7 +79,10 @@ func newControllerCommand() *cobra.Command {
 		"Queries per second to the API server. client-go's default of 5 throttles a controller that re-reads facts before every destructive call")
 	f.IntVar(&o.kubeAPIBurst, "kube-api-burst", 100, "Burst of queries to the API server above --kube-api-qps")
 	f.IntVar(&o.maxConcurrent, "max-concurrent-remediations", 3,
-		"Playbooks that may run at once across the cluster; more allowed requests wait (phase Waiting) and start when one finishes. 0 means no cap")
+		"Disruptive playbooks (cordon, evict, node-plugin restart) that may run at once across the cluster; more allowed requests wait (phase Waiting) and start, oldest first, when one finishes. Lease releases for holders proven down are not capped. 0 means no cap")
+	f.IntVar(&o.workers, "max-concurrent-reconciles", 10,
+		"Requests reconciled at once. One request is never reconciled twice at once, and the guards stay exact across workers")
+	f.StringVar(&o.pprofAddr, "pprof-bind-address", "0", "Address the Go pprof endpoints (/debug/pprof) bind to; 0 disables them")
 	f.DurationVar(&o.policyReloadInterval, "policy-reload-interval", 30*time.Second,
 		"How often --policies-dir is re-read (a mounted ConfigMap changes in place); a policy that fails to compile is logged, counted in remediator_policy_load_errors_total and not used. 0 disables reloading")
 	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
@@ -97,6 +98,9 @@ func runController(cmd *cobra.Command, o controllerOptions) error {
 	sel, err := labels.Parse(o.nodePluginSelector)
 	if err != nil {
 		return fmt.Errorf("parsing --node-plugin-selector %q: %w", o.nodePluginSelector, err)
+	}
+	if o.workers < 1 {
+		return fmt.Errorf("--max-concurrent-reconciles must be 1 or more, got %d", o.workers)
 	}
 	if o.maxConcurrent < 0 {
 		return fmt.Errorf("--max-concurrent-remediations must be 0 (no cap) or more, got %d", o.maxConcurrent)
@@ -125,34 +129,6 @@ func runController(cmd *cobra.Command, o controllerOptions) error {
 	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
 	utilruntime.Must(v1alpha1.AddToScheme(scheme))
 
-	cacheOpts := cache.Options{}
-	if len(o.requestNamespaces) > 0 {
-		cacheOpts.DefaultNamespaces = map[string]cache.Config{}
-		for _, ns := range o.requestNamespaces {
-			cacheOpts.DefaultNamespaces[strings.TrimSpace(ns)] = cache.Config{}
-		}
-	}
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:                  scheme,
-		Cache:                   cacheOpts,
-		Metrics:                 metricsserver.Options{BindAddress: o.metricsAddr},
-		HealthProbeBindAddress:  o.probeAddr,
-		LeaderElection:          o.leaderElect,
-		LeaderElectionID:        "remediator.remediator.io",
-		LeaderElectionNamespace: o.leaderElectionNS,
-		Client: client.Options{Cache: &client.CacheOptions{
-			// Facts are read live, never from informers: a cached Pod, Node or Lease
-			// could be stale at decision time, and caching every Pod does not scale.
-			DisableFor: []client.Object{
-				&corev1.Pod{}, &corev1.Node{}, &corev1.Event{}, &corev1.PersistentVolume{},
-				&corev1.PersistentVolumeClaim{}, &coordinationv1.Lease{}, &storagev1.CSINode{},
-			},
-		}},
-	})
-	if err != nil {
-		return fmt.Errorf("creating manager: %w", err)
-	}
-
 	fc := facts.Config{
 		TridentNamespace:     o.tridentNamespace,
 		DriverName:           o.driverName,
@@ -160,14 +136,37 @@ func runController(cmd *cobra.Command, o controllerOptions) error {
 		NodeLeaseGracePeriod: o.nodeLeaseGracePeriod,
 		RetainedEventReason:  facts.DefaultRetainedEventReason,
 	}
+	namespaces := trimmed(o.requestNamespaces)
+	cacheOpts, clientOpts := controllers.CacheOptions(fc, namespaces)
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                  scheme,
+		Cache:                   cacheOpts,
+		Client:                  clientOpts,
+		Metrics:                 metricsserver.Options{BindAddress: o.metricsAddr},
+		HealthProbeBindAddress:  o.probeAddr,
+		PprofBindAddress:        o.pprofAddr,
+		LeaderElection:          o.leaderElect,
+		LeaderElectionID:        "remediator.remediator.io",
+		LeaderElectionNamespace: o.leaderElectionNS,
+	})
+	if err != nil {
+		return fmt.Errorf("creating manager: %w", err)
+	}
+
+	if err := controllers.PrepareCache(context.Background(), mgr); err != nil {
+		return err
+	}
+	decide, recheck := controllers.Gatherers(mgr, fc)
 	if err := (&controllers.RemediationRequestReconciler{
 		Client:        mgr.GetClient(),
 		Reader:        mgr.GetAPIReader(),
-		Gatherer:      &facts.Gatherer{Reader: mgr.GetAPIReader(), Config: fc},
+		Gatherer:      decide,
+		Recheck:       recheck,
+		Workers:       o.workers,
 		Policy:        policy,
 		Playbooks:     playbooks,
 		MaxConcurrent: o.maxConcurrent,
-		Namespaces:    trimmed(o.requestNamespaces),
+		Namespaces:    namespaces,
 		Timeouts: remediations.Timeouts{Eviction: o.evictionTimeout, PodTermination: o.podTerminationTimeout,
 			PluginRestart: o.pluginRestartTimeout},
 		Recorder: mgr.GetEventRecorderFor("remediator"),

@@ -39,7 +39,7 @@ const pv = "pvc-75a6fd7f-7aee-45e8-a5fa-d4500272528e"
 
 func request(name string, change func(*v1alpha1.RemediationRequestSpec)) *v1alpha1.RemediationRequest {
 	rr := &v1alpha1.RemediationRequest{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "remediator", Name: name, UID: "uid-request", Generation: 1},
+		ObjectMeta: metav1.ObjectMeta{Namespace: "remediator", Name: name, UID: "uid-request", Generation: 1, CreationTimestamp: metav1.NewTime(Now)},
 		Spec: v1alpha1.RemediationRequestSpec{
 			Remediation: v1alpha1.RemediationReleaseLUKSLease,
 			Target:      v1alpha1.Target{PersistentVolume: pv},
@@ -100,6 +100,16 @@ func running(name, lease, node string) v1alpha1.RemediationRequest {
 	return rr
 }
 
+// waitingForSlot is another request, created at created, that is allowed but waits
+// for a slot of the cap.
+func waitingForSlot(name string, created time.Time) v1alpha1.RemediationRequest {
+	rr := v1alpha1.RemediationRequest{ObjectMeta: metav1.ObjectMeta{Namespace: "remediator", Name: name, UID: types.UID("uid-other-" + name),
+		CreationTimestamp: metav1.NewTime(created)}}
+	rr.Status.Phase = v1alpha1.PhaseWaiting
+	rr.Status.Conditions = []metav1.Condition{{Type: v1alpha1.ConditionProgressing, Status: metav1.ConditionTrue, Reason: "WaitingForRemediationSlot"}}
+	return rr
+}
+
 // Cases returns the table, fresh on every call so that callers may change them.
 func Cases() []Case {
 	window := func(schedule string) func(*v1alpha1.RemediationRequestSpec) {
@@ -141,12 +151,24 @@ func Cases() []Case {
 			}(), WantPhase: v1alpha1.PhaseRejected, WantRule: "healthy-holder-pods-running"},
 		{Name: "another request runs on the Lease", Request: request("conflict", nil), Facts: leaseFacts(v1alpha1.NodeShutdown, 40, 0),
 			Others: []v1alpha1.RemediationRequest{running("first", pv, "kwok-node-9")}, WantPhase: v1alpha1.PhaseWaiting, WantRule: "one-remediation-at-a-time"},
-		{Name: "cap reached", Request: request("capped", nil), Facts: leaseFacts(v1alpha1.NodeShutdown, 40, 0), Others: three, MaxConcurrent: 3,
-			WantPhase: v1alpha1.PhaseWaiting, WantRule: "holder-shutdown"},
-		{Name: "cap not reached", Request: request("uncapped", nil), Facts: leaseFacts(v1alpha1.NodeShutdown, 40, 0), Others: three, MaxConcurrent: 4,
+		{Name: "cap reached", Request: request("capped", nil), Facts: leaseFacts(v1alpha1.NodeHealthy, 2400, 3, "web-0"), Others: three, MaxConcurrent: 3,
+			WantPhase: v1alpha1.PhaseWaiting, WantRule: "healthy-lease-stuck"},
+		{Name: "cap not reached", Request: request("uncapped", nil), Facts: leaseFacts(v1alpha1.NodeHealthy, 2400, 3, "web-0"), Others: three, MaxConcurrent: 4,
+			WantPhase: v1alpha1.PhaseRunning, WantRule: "healthy-lease-stuck"},
+		{Name: "cap reached, dry run", Request: request("capped-dry", dryRun), Facts: leaseFacts(v1alpha1.NodeHealthy, 2400, 3, "web-0"), Others: three, MaxConcurrent: 3,
+			WantPhase: v1alpha1.PhasePending, WantRule: "healthy-lease-stuck"},
+		// The cap limits disruptive playbooks: a Lease release for a holder proven down
+		// is not held back by it (playbooks.yaml).
+		{Name: "cap reached, shut-down holder is not capped", Request: request("shutdown-uncapped", nil), Facts: leaseFacts(v1alpha1.NodeShutdown, 40, 0), Others: three, MaxConcurrent: 3,
 			WantPhase: v1alpha1.PhaseRunning, WantRule: "holder-shutdown"},
-		{Name: "cap reached, dry run", Request: request("capped-dry", dryRun), Facts: leaseFacts(v1alpha1.NodeShutdown, 40, 0), Others: three, MaxConcurrent: 3,
-			WantPhase: v1alpha1.PhasePending, WantRule: "holder-shutdown"},
+		// First come, first served: a free slot is kept for a request that came earlier
+		// and waits for one.
+		{Name: "slot free but an older request waits for it", Request: request("newcomer", nil), Facts: leaseFacts(v1alpha1.NodeHealthy, 2400, 3, "web-0"),
+			Others: []v1alpha1.RemediationRequest{running("a", "pvc-a", "node-a"), running("b", "pvc-b", "node-b"), waitingForSlot("older", Now.Add(-time.Minute))}, MaxConcurrent: 3,
+			WantPhase: v1alpha1.PhaseWaiting, WantRule: "healthy-lease-stuck"},
+		{Name: "slot free and only younger requests wait", Request: request("first-in-line", nil), Facts: leaseFacts(v1alpha1.NodeHealthy, 2400, 3, "web-0"),
+			Others: []v1alpha1.RemediationRequest{running("a", "pvc-a", "node-a"), running("b", "pvc-b", "node-b"), waitingForSlot("younger", Now.Add(time.Minute))}, MaxConcurrent: 3,
+			WantPhase: v1alpha1.PhaseRunning, WantRule: "healthy-lease-stuck"},
 		{Name: "window closed", Request: request("window", window("0 2 * * *")), Facts: leaseFacts(v1alpha1.NodeShutdown, 40, 0),
 			WantPhase: v1alpha1.PhaseWaiting, WantRule: "holder-shutdown"},
 		{Name: "window open", Request: request("window-open", window("0 11 * * *")), Facts: leaseFacts(v1alpha1.NodeShutdown, 40, 0),

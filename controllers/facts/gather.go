@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -63,14 +64,21 @@ func DefaultConfig() Config {
 	}
 }
 
-// Gatherer reads live facts for requests.
+// Gatherer reads facts for requests.
 type Gatherer struct {
-	// Reader should be uncached (the manager's APIReader): facts must be current at
-	// decision time, and pods must not be cached cluster-wide.
+	// Reader reads the objects. The controller gives it a SplitReader: the informer
+	// cache for what a decision weighs, the API server for pods (which are never
+	// cached cluster-wide) and, before a destructive step, for the holder node's
+	// state. plan and scan read everything live.
 	Reader client.Reader
 	Config Config
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// SkipAffectedPods leaves out the pods on the holder that use the volume. The
+	// re-read before a destructive step sets it when neither the playbook nor the
+	// floor looks at them (the holder was not Healthy and the playbook moves no
+	// pods): listing them would be an API call that decides nothing.
+	SkipAffectedPods bool
 }
 
 // Gather reads the facts for one request. It returns an error only when the API
@@ -181,7 +189,7 @@ func (s *gathering) lease(ctx context.Context, t v1alpha1.Target) error {
 	if err := s.node(ctx, lf.HolderIdentity); err != nil {
 		return err
 	}
-	if claim != nil {
+	if claim != nil && !s.g.SkipAffectedPods {
 		return s.affectedPods(ctx, lf.HolderIdentity, *claim)
 	}
 	return nil
@@ -281,23 +289,35 @@ func (s *gathering) node(ctx context.Context, name string) error {
 }
 
 func (g *Gatherer) nodeFacts(ctx context.Context, name string, now time.Time) (*v1alpha1.NodeFacts, error) {
-	node := &corev1.Node{}
+	// The Node and its node Lease are read at the same time: before a destructive
+	// step both are read live, and the step waits for the slower of the two rather
+	// than for both in turn.
+	node, l := &corev1.Node{}, &coordinationv1.Lease{}
+	var (
+		found, leaseFound bool
+		leaseErr          error
+		wg                sync.WaitGroup
+	)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		leaseFound, leaseErr = g.get(ctx, types.NamespacedName{Namespace: nodeLeaseNamespace, Name: name}, l)
+	}()
 	found, err := g.get(ctx, types.NamespacedName{Name: name}, node)
+	wg.Wait()
 	if err != nil {
 		return nil, err
 	}
+	if !found {
+		nf := ClassifyNode(name, nil, nil, now, g.Config.NodeLeaseGracePeriod)
+		return &nf, nil
+	}
+	if leaseErr != nil {
+		return nil, leaseErr
+	}
 	var nodeLease *coordinationv1.Lease
-	if found {
-		l := &coordinationv1.Lease{}
-		leaseFound, err := g.get(ctx, types.NamespacedName{Namespace: nodeLeaseNamespace, Name: name}, l)
-		if err != nil {
-			return nil, err
-		}
-		if leaseFound {
-			nodeLease = l
-		}
-	} else {
-		node = nil
+	if leaseFound {
+		nodeLease = l
 	}
 	nf := ClassifyNode(name, node, nodeLease, now, g.Config.NodeLeaseGracePeriod)
 	return &nf, nil

@@ -1,0 +1,130 @@
+package controllers
+
+// How the controller reads: which objects the manager caches and how, and which
+// facts are read live. `remediator controller` and the envtests wire the manager
+// through these, so that the tests run what production runs.
+
+import (
+	"context"
+	"fmt"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/remediator/remediator/controllers/facts"
+)
+
+// Event fields the gatherer selects LeaseRetained events by; the cache indexes each.
+var eventFields = map[string]func(*corev1.Event) string{
+	"involvedObject.kind": func(e *corev1.Event) string { return e.InvolvedObject.Kind },
+	"involvedObject.name": func(e *corev1.Event) string { return e.InvolvedObject.Name },
+	"reason":              func(e *corev1.Event) string { return e.Reason },
+	"type":                func(e *corev1.Event) string { return e.Type },
+}
+
+// CacheOptions are the manager's cache and client options. The cache holds:
+//   - RemediationRequests, as unstructured objects (see requests.go), in the request
+//     namespaces (all when none are given), indexed for the guards;
+//   - what a decision weighs and that stays small as the cluster grows: Nodes (without
+//     their image lists), the node Leases in kube-node-lease, the Trident Leases and
+//     LeaseRetained events in the Trident namespace, PersistentVolumes, claims and
+//     CSINodes.
+//
+// Pods are never cached: their number grows with the cluster, and the controller lists
+// them by node only when a request needs them.
+func CacheOptions(fc facts.Config, requestNamespaces []string) (cache.Options, client.Options) {
+	all := map[string]cache.Config{cache.AllNamespaces: {}}
+	co := cache.Options{
+		DefaultTransform: cache.TransformStripManagedFields(),
+		ByObject: map[client.Object]cache.ByObject{
+			&corev1.Node{}: {Transform: stripNode},
+			&coordinationv1.Lease{}: {Namespaces: map[string]cache.Config{
+				fc.TridentNamespace: {}, corev1.NamespaceNodeLease: {},
+			}},
+			&corev1.Event{}: {
+				Namespaces: map[string]cache.Config{fc.TridentNamespace: {}},
+				Field:      fields.OneTermEqualSelector("reason", fc.RetainedEventReason),
+			},
+			&corev1.PersistentVolumeClaim{}: {Namespaces: all},
+		},
+	}
+	if len(requestNamespaces) > 0 {
+		co.DefaultNamespaces = map[string]cache.Config{}
+		for _, ns := range requestNamespaces {
+			co.DefaultNamespaces[ns] = cache.Config{}
+		}
+	}
+	clo := client.Options{Cache: &client.CacheOptions{
+		Unstructured: true,
+		DisableFor:   []client.Object{&corev1.Pod{}},
+	}}
+	return co, clo
+}
+
+// stripNode keeps of a Node what the facts and steps read (metadata, spec, the
+// conditions) and drops the rest of its status: the image list alone can be the
+// larger part of a Node.
+func stripNode(obj any) (any, error) {
+	obj, err := cache.TransformStripManagedFields()(obj)
+	if n, ok := obj.(*corev1.Node); ok {
+		n.Status = corev1.NodeStatus{Conditions: n.Status.Conditions}
+	}
+	return obj, err
+}
+
+// PrepareCache registers the indexes the gatherer's cached reads select by, and
+// starts the facts' informers with the manager, so that the first decision does not
+// wait for their first list.
+func PrepareCache(ctx context.Context, mgr ctrl.Manager) error {
+	for field, value := range eventFields {
+		err := mgr.GetFieldIndexer().IndexField(ctx, &corev1.Event{}, field, func(o client.Object) []string {
+			if e, ok := o.(*corev1.Event); ok {
+				return []string{value(e)}
+			}
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("indexing events by %s: %w", field, err)
+		}
+	}
+	for _, obj := range []client.Object{&corev1.Node{}, &coordinationv1.Lease{}, &corev1.PersistentVolume{},
+		&corev1.PersistentVolumeClaim{}, &storagev1.CSINode{}} {
+		if _, err := mgr.GetCache().GetInformer(ctx, obj); err != nil {
+			return fmt.Errorf("starting the informer for %T: %w", obj, err)
+		}
+	}
+	return nil
+}
+
+// Gatherers returns the gatherer a decision reads through (the cache, pods live) and
+// the one the re-read before a destructive step reads through (the same, but the
+// holder node and its node Lease live, since the step acts on the node's state).
+// Anything the cache does not hold, a Lease in a Trident namespace a request
+// overrides for one, is read live by both.
+func Gatherers(mgr ctrl.Manager, fc facts.Config) (decide, recheck *facts.Gatherer) {
+	cached := func(liveNodes bool) func(runtime.Object, string) bool {
+		return func(obj runtime.Object, ns string) bool {
+			switch obj.(type) {
+			case *corev1.Node:
+				return !liveNodes
+			case *coordinationv1.Lease:
+				return ns == fc.TridentNamespace || (ns == corev1.NamespaceNodeLease && !liveNodes)
+			case *corev1.EventList:
+				return ns == fc.TridentNamespace
+			case *corev1.PersistentVolume, *corev1.PersistentVolumeClaim, *storagev1.CSINode:
+				return true
+			}
+			return false
+		}
+	}
+	reader := func(liveNodes bool) client.Reader {
+		return facts.SplitReader{Cache: mgr.GetClient(), Live: mgr.GetAPIReader(), Cached: cached(liveNodes)}
+	}
+	return &facts.Gatherer{Reader: reader(false), Config: fc}, &facts.Gatherer{Reader: reader(true), Config: fc}
+}

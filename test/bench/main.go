@@ -1,0 +1,272 @@
+// Command bench is `make bench`: it measures bin/remediator on the local kwok cluster
+// (make cluster) in the four scenarios of docs/benchmarks.md - sequential latency next
+// to the kubectl runbook, a storm of shut-down-holder requests over a cluster carrying
+// many pods, a storm of disruptive (healthy-holder) requests under the cap, and memory
+// against the number of pods - prints one summary table and writes results.json and
+// the plots into -out.
+//
+// It stages everything itself with client-go at high QPS, and labels what it made
+// with the run's ID so that cleanup removes exactly that.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/remediator/remediator/api/v1alpha1"
+	"github.com/remediator/remediator/test/cluster"
+)
+
+type clientWithWatch = client.WithWatch
+
+// preset sizes a run.
+type preset struct {
+	name               string
+	latencyRequests    int
+	stormRequests      int
+	kwokNodes          int
+	pods               int
+	stormTimeout       time.Duration
+	disruptiveRequests int
+	disruptiveTimeout  time.Duration
+	memoryRequests     int
+	memoryPods         [2]int
+	// collapse is the bound under which the run fails: a storm not terminal within it.
+	collapse time.Duration
+}
+
+var presets = map[string]preset{
+	// The issue's figures: 1,000 requests over 1,000 shut-down nodes plus 1,000 kwok
+	// nodes carrying 20,000 pods; 100 disruptive requests; memory at 2,000 and 20,000 pods.
+	"full": {name: "full", latencyRequests: 20, stormRequests: 1000, kwokNodes: 1000, pods: 20000, stormTimeout: 10 * time.Minute,
+		disruptiveRequests: 100, disruptiveTimeout: 10 * time.Minute, memoryRequests: 100, memoryPods: [2]int{2000, 20000}, collapse: 10 * time.Minute},
+	// make test's smoke run: under two minutes, and it fails only on a collapse.
+	"small": {name: "small", latencyRequests: 20, stormRequests: 100, kwokNodes: 40, pods: 2000, stormTimeout: 120 * time.Second,
+		disruptiveRequests: 12, disruptiveTimeout: 120 * time.Second, memoryRequests: 20, memoryPods: [2]int{200, 2000}, collapse: 120 * time.Second},
+}
+
+type config struct {
+	root, kubeconfig, controller, out, workDir string
+	profile                                    bool
+	scenarios                                  map[string]bool
+}
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	root, err := cluster.Root()
+	if err != nil {
+		return err
+	}
+	presetName := flag.String("preset", "small", "full (the issue's sizes) or small (make test's smoke run)")
+	out := flag.String("out", "", "directory for results.json and the plots; empty writes them only into the work directory")
+	scen := flag.String("scenarios", "latency,memory,storm,disruptive", "scenarios to run, comma-separated")
+	controller := flag.String("controller", filepath.Join(root, "bin", "remediator"), "the remediator binary to measure")
+	profile := flag.Bool("profile", false, "save a CPU profile of the controller during the storm (pprof) into the work directory")
+	flag.Parse()
+	p, ok := presets[*presetName]
+	if !ok {
+		return fmt.Errorf("unknown preset %q (full or small)", *presetName)
+	}
+	cfg := config{root: root, kubeconfig: cluster.Kubeconfig(root), controller: *controller,
+		out: *out, profile: *profile, scenarios: map[string]bool{}}
+	for _, s := range strings.Split(*scen, ",") {
+		cfg.scenarios[strings.TrimSpace(s)] = true
+	}
+	runID := strconv.FormatInt(time.Now().Unix()%1_000_000, 36)
+	cfg.workDir = filepath.Join(root, "bin", "bench", runID)
+	if err := os.MkdirAll(cfg.workDir, 0o755); err != nil {
+		return err
+	}
+
+	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer cancel()
+	utilruntime.Must(v1alpha1.AddToScheme(scheme.Scheme))
+	rc, err := clientcmd.BuildConfigFromFlags("", cfg.kubeconfig)
+	if err != nil {
+		return fmt.Errorf("reading %s (start the cluster with make cluster): %w", cfg.kubeconfig, err)
+	}
+	// Staging must not be what limits the run.
+	rc.QPS, rc.Burst = 500, 1000
+	cs, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return err
+	}
+	k8s, err := client.NewWithWatch(rc, client.Options{Scheme: scheme.Scheme})
+	if err != nil {
+		return err
+	}
+	b := &bench{cfg: cfg, p: p, s: &stager{cs: cs, runID: runID}, k8s: k8s, track: newTracker()}
+	if err := b.s.namespaces(ctx); err != nil {
+		return err
+	}
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	go b.track.watchRequests(watchCtx, k8s, runID)
+	go b.track.watchLeases(watchCtx, cs, runID)
+	defer func() {
+		cctx, ccancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer ccancel()
+		if err := b.cleanup(cctx); err != nil {
+			logf("%v", err)
+		}
+	}()
+
+	res := &Result{Preset: p.name, StartedAt: time.Now().UTC(), Commit: gitDescribe(root), Machine: machine(),
+		Command: "make bench BENCH=" + p.name}
+	logf("Run %s, preset %s, work directory %s", runID, p.name, cfg.workDir)
+	if cfg.scenarios["latency"] {
+		if res.Latency, err = b.latency(ctx); err != nil {
+			return fmt.Errorf("latency: %w", err)
+		}
+	}
+	if cfg.scenarios["memory"] {
+		if res.Memory, err = b.memory(ctx); err != nil {
+			return fmt.Errorf("memory: %w", err)
+		}
+	}
+	if cfg.scenarios["storm"] {
+		if err := b.ensureCarriers(ctx, p.pods); err != nil {
+			return err
+		}
+		logf("Storm: %d requests at once for shut-down holders, %d pods on %d kwok nodes", p.stormRequests, b.pods, len(b.carrier))
+		if res.Storm, err = b.storm(ctx, "storm", p.stormRequests, p.stormTimeout); err != nil {
+			return fmt.Errorf("storm: %w", err)
+		}
+	}
+	if cfg.scenarios["disruptive"] {
+		if err := b.ensureCarriers(ctx, b.pods); err != nil {
+			return err
+		}
+		if res.Disruptive, err = b.disruptive(ctx); err != nil {
+			return fmt.Errorf("disruptive: %w", err)
+		}
+	}
+
+	summary := summarise(res)
+	fmt.Println(summary)
+	for _, dir := range []string{cfg.workDir, cfg.out} {
+		if dir == "" {
+			continue
+		}
+		if err := write(res, summary, dir); err != nil {
+			return err
+		}
+		logf("Wrote %s", dir)
+	}
+	return verdict(res, p)
+}
+
+// write saves results.json, summary.txt and the plots into dir.
+func write(res *Result, summary, dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	data, err := json.MarshalIndent(res, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "results.json"), append(data, '\n'), 0o644); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "summary.txt"), []byte(summary+"\n"), 0o644); err != nil {
+		return err
+	}
+	_, err = writePlots(res, dir)
+	return err
+}
+
+// verdict fails the run on a collapse or a broken guarantee, never on a missed goal:
+// the machines are shared and noisy, and goals are reported in the summary.
+func verdict(res *Result, p preset) error {
+	var problems []string
+	if s := res.Storm; s != nil {
+		if s.TerminalSeconds == 0 || s.TerminalSeconds > p.collapse.Seconds() {
+			problems = append(problems, fmt.Sprintf("storm of %d not terminal within %s", s.Requests, p.collapse))
+		}
+		if s.Succeeded != s.Requests {
+			problems = append(problems, fmt.Sprintf("storm: %d of %d Succeeded", s.Succeeded, s.Requests))
+		}
+	}
+	if d := res.Disruptive; d != nil {
+		if d.TerminalSeconds == 0 {
+			problems = append(problems, fmt.Sprintf("disruptive storm of %d not terminal within %s", d.Requests, p.disruptiveTimeout))
+		}
+		if d.Succeeded != d.Requests {
+			problems = append(problems, fmt.Sprintf("disruptive storm: %d of %d Succeeded", d.Succeeded, d.Requests))
+		}
+		if d.MaxConcurrent > d.Cap {
+			problems = append(problems, fmt.Sprintf("disruptive storm: %d playbooks ran at once, cap %d", d.MaxConcurrent, d.Cap))
+		}
+		if !d.FIFO {
+			problems = append(problems, fmt.Sprintf("disruptive storm: slots not handed out in FIFO order: %v", d.OutOfOrder))
+		}
+	}
+	if len(problems) > 0 {
+		return fmt.Errorf("%s", strings.Join(problems, "; "))
+	}
+	return nil
+}
+
+func (b *bench) cleanup(ctx context.Context) error {
+	// Requests first, while no controller runs: their finalizers would hold them.
+	list := &v1alpha1.RemediationRequestList{}
+	if err := b.k8s.List(ctx, list, client.InNamespace(requestNamespace), client.MatchingLabels{labelRun: b.s.runID}); err == nil {
+		for i := range list.Items {
+			rr := &list.Items[i]
+			if len(rr.Finalizers) > 0 {
+				patch := client.MergeFrom(rr.DeepCopy())
+				rr.Finalizers = nil
+				_ = b.k8s.Patch(ctx, rr, patch)
+			}
+			_ = client.IgnoreNotFound(b.k8s.Delete(ctx, rr))
+		}
+	}
+	return b.s.cleanup(ctx)
+}
+
+func gitDescribe(root string) string {
+	out, err := exec.Command("git", "-C", root, "describe", "--always", "--dirty").Output()
+	if err != nil {
+		return "unknown"
+	}
+	return strings.TrimSpace(string(out))
+}
+
+func machine() Machine {
+	m := Machine{NProc: runtime.NumCPU(), GoVersion: runtime.Version()}
+	if data, err := os.ReadFile("/proc/meminfo"); err == nil {
+		for _, line := range strings.Split(string(data), "\n") {
+			if f := strings.Fields(line); len(f) >= 2 && f[0] == "MemTotal:" {
+				kb, _ := strconv.Atoi(f[1])
+				m.MemTotalMiB = kb / 1024
+			}
+		}
+	}
+	if out, err := exec.Command("uname", "-sr").Output(); err == nil {
+		m.Kernel = strings.TrimSpace(string(out))
+	}
+	return m
+}

@@ -1,0 +1,126 @@
+package main
+
+import "time"
+
+// Result is one `make bench` run: what results.json holds, what the summary table
+// and the plots are made from. Durations are in seconds (float) or milliseconds
+// where the name says so, so that the JSON reads without a Go decoder.
+type Result struct {
+	Preset    string    `json:"preset"`
+	StartedAt time.Time `json:"startedAt"`
+	// Commit is `git describe --always --dirty` of the tree the controller was built from.
+	Commit  string  `json:"commit"`
+	Machine Machine `json:"machine"`
+	// Command reproduces the run.
+	Command string `json:"command"`
+
+	Latency    *Latency    `json:"latency,omitempty"`
+	Storm      *Storm      `json:"storm,omitempty"`
+	Disruptive *Disruptive `json:"disruptive,omitempty"`
+	Memory     *Memory     `json:"memory,omitempty"`
+}
+
+// Machine is where the run happened.
+type Machine struct {
+	NProc       int    `json:"nproc"`
+	MemTotalMiB int    `json:"memTotalMiB"`
+	Kernel      string `json:"kernel"`
+	GoVersion   string `json:"goVersion"`
+}
+
+// Latency is scenario 1: sequential shut-down-holder requests, created -> Lease
+// deleted, next to the seed runbook run as a kubectl script on the same cluster.
+type Latency struct {
+	Requests int `json:"requests"`
+	// ControllerMs are the per-request latencies, created -> Lease deleted, in order.
+	ControllerMs []float64 `json:"controllerMs"`
+	// ScriptMs are the per-incident latencies of the kubectl runbook script.
+	ScriptMs []float64 `json:"scriptMs"`
+	// ScriptCalls is how many kubectl invocations the script makes per incident.
+	ScriptCalls int `json:"scriptCalls"`
+
+	P50Ms       float64 `json:"p50Ms"`
+	P99Ms       float64 `json:"p99Ms"`
+	ScriptP50Ms float64 `json:"scriptP50Ms"`
+	ScriptP99Ms float64 `json:"scriptP99Ms"`
+	// Ratio is ScriptP50Ms / P50Ms: how many times faster the controller is.
+	Ratio float64 `json:"ratio"`
+	// APICallsPerRequest is the controller's rest_client_requests_total delta over
+	// the scenario divided by Requests, and ByVerb its breakdown by verb and resource.
+	APICallsPerRequest float64        `json:"apiCallsPerRequest"`
+	APICallsByKind     map[string]int `json:"apiCallsByKind"`
+}
+
+// Point is one sample of a storm's progress.
+type Point struct {
+	Seconds  float64 `json:"seconds"`
+	Decided  int     `json:"decided"`
+	Running  int     `json:"running"`
+	Terminal int     `json:"terminal"`
+}
+
+// Storm is scenario 2: many shut-down-holder requests at once, with default flags,
+// on a cluster that also carries many pods on kwok nodes.
+type Storm struct {
+	Requests      int `json:"requests"`
+	ShutdownNodes int `json:"shutdownNodes"`
+	KwokNodes     int `json:"kwokNodes"`
+	Pods          int `json:"pods"`
+	// DecidedSeconds: from the first create until every request had a decision.
+	DecidedSeconds float64 `json:"decidedSeconds"`
+	// TerminalSeconds: from the first create until every request was terminal.
+	TerminalSeconds float64 `json:"terminalSeconds"`
+	// Succeeded counts the requests that ended Succeeded (all of them should).
+	Succeeded int `json:"succeeded"`
+	// PeakRSSMiB is the controller's VmHWM at the end of the storm; RSSMiB its VmRSS.
+	PeakRSSMiB         float64        `json:"peakRSSMiB"`
+	RSSMiB             float64        `json:"rssMiB"`
+	APICallsPerRequest float64        `json:"apiCallsPerRequest"`
+	APICallsByKind     map[string]int `json:"apiCallsByKind"`
+	Progress           []Point        `json:"progress"`
+}
+
+// Disruptive is scenario 3: healthy-holder requests (cordon, evict, delete,
+// uncordon) under the default cap.
+type Disruptive struct {
+	Requests int `json:"requests"`
+	Cap      int `json:"cap"`
+	// TerminalSeconds: from the first create until every request was terminal.
+	TerminalSeconds float64 `json:"terminalSeconds"`
+	Succeeded       int     `json:"succeeded"`
+	// FIFO is true when the requests that waited for a slot got it in creation order
+	// and no request started at once while an older one waited.
+	FIFO bool `json:"fifo"`
+	// OutOfOrder lists the requests that started before an older waiting one.
+	OutOfOrder []string `json:"outOfOrder,omitempty"`
+	// MaxHandoverSeconds is the longest time from a slot freeing (a request turning
+	// terminal) to the next waiting request starting; P50HandoverSeconds the median.
+	MaxHandoverSeconds float64 `json:"maxHandoverSeconds"`
+	P50HandoverSeconds float64 `json:"p50HandoverSeconds"`
+	// MaxConcurrent is the most playbooks seen running at once (must not exceed Cap).
+	MaxConcurrent int `json:"maxConcurrent"`
+	// Decisions is the controller's decision count over the scenario; a request
+	// decides once when it arrives and once when it gets its slot, so Decisions
+	// above 2*Requests (less those that started at once) means waiting requests
+	// re-gathered facts because a slot freed.
+	Decisions int `json:"decisions"`
+	// ExtraDecisions is Decisions minus that minimum.
+	ExtraDecisions int     `json:"extraDecisions"`
+	Progress       []Point `json:"progress"`
+}
+
+// Memory is scenario 4: the controller's RSS on the same requests over a small and a
+// large number of pods.
+type Memory struct {
+	Samples []MemorySample `json:"samples"`
+	// DiffPercent is |large - small| / small * 100 of the steady RSS.
+	DiffPercent float64 `json:"diffPercent"`
+}
+
+// MemorySample is the controller's memory with Pods pods in the cluster.
+type MemorySample struct {
+	Pods       int     `json:"pods"`
+	Requests   int     `json:"requests"`
+	RSSMiB     float64 `json:"rssMiB"`
+	PeakRSSMiB float64 `json:"peakRSSMiB"`
+}

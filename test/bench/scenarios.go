@@ -1,0 +1,424 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sort"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/remediator/remediator/api/v1alpha1"
+)
+
+// bench is one run: its clients, its staging, and the carrier nodes it shares
+// between scenarios.
+type bench struct {
+	cfg     config
+	p       preset
+	s       *stager
+	k8s     clientWithWatch
+	track   *tracker
+	carrier []string // kwok node names
+	pods    int      // carrier pods staged so far
+	seq     int      // incident counter, for unique names
+}
+
+func (b *bench) name(kind string, i int) string {
+	return fmt.Sprintf("bench-%s-%s-%04d", b.s.runID, kind, i)
+}
+
+// request builds a release-luks-lease request for an incident.
+func (b *bench) request(name string, in incident, byPod bool) *v1alpha1.RemediationRequest {
+	rr := &v1alpha1.RemediationRequest{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: requestNamespace,
+		Labels: map[string]string{labelRun: b.s.runID}}}
+	rr.Spec = v1alpha1.RemediationRequestSpec{Remediation: v1alpha1.RemediationReleaseLUKSLease, Reason: "make bench: " + in.Name}
+	if byPod {
+		rr.Spec.Target.Pod = &v1alpha1.ObjectReference{Namespace: appNamespace, Name: in.Pod}
+	} else {
+		rr.Spec.Target.PersistentVolume = in.Name
+	}
+	return rr
+}
+
+// newIncidents stages n incidents; holder(i) and podNode(i) place them.
+func (b *bench) newIncidents(ctx context.Context, kind string, n int, holder, podNode func(i int) string, retained bool) ([]incident, error) {
+	out := make([]incident, n)
+	for i := range out {
+		b.seq++
+		base := b.name(kind, i)
+		out[i] = incident{Name: fmt.Sprintf("pvc-%s", base), Claim: base + "-data", Pod: base + "-app", Holder: holder(i), PodNode: podNode(i)}
+	}
+	err := parallel(n, func(i int) error { return b.s.stageIncident(ctx, out[i], retained) })
+	return out, err
+}
+
+func (b *bench) shutdownNodes(ctx context.Context, kind string, n int) ([]string, error) {
+	names := make([]string, n)
+	for i := range names {
+		names[i] = b.name(kind+"-down", i)
+	}
+	return names, parallel(n, func(i int) error { return b.s.shutdownNode(ctx, names[i]) })
+}
+
+// ensureCarriers stages kwok nodes and spreads pods over them until the cluster
+// carries pods pods.
+func (b *bench) ensureCarriers(ctx context.Context, pods int) error {
+	if len(b.carrier) == 0 {
+		names := make([]string, b.p.kwokNodes)
+		for i := range names {
+			names[i] = b.name("kwok", i)
+		}
+		start := time.Now()
+		if err := parallel(len(names), func(i int) error { return b.s.kwokNode(ctx, names[i]) }); err != nil {
+			return err
+		}
+		if err := b.s.waitNodesReady(ctx, names, 5*time.Minute); err != nil {
+			return err
+		}
+		b.carrier = names
+		logf("Staged %d kwok nodes in %s", len(names), time.Since(start).Round(time.Second))
+	}
+	if pods <= b.pods {
+		return nil
+	}
+	start, from := time.Now(), b.pods
+	err := parallel(pods-from, func(i int) error {
+		j := from + i
+		return b.s.carrierPod(ctx, fmt.Sprintf("bench-%s-pod-%05d", b.s.runID, j), b.carrier[j%len(b.carrier)])
+	})
+	if err != nil {
+		return err
+	}
+	b.pods = pods
+	logf("Staged pods %d..%d on %d kwok nodes in %s", from, pods, len(b.carrier), time.Since(start).Round(time.Second))
+	return nil
+}
+
+// latency is scenario 1: sequential shut-down-holder requests, then the same
+// incidents handled by the kubectl runbook script.
+func (b *bench) latency(ctx context.Context) (*Latency, error) {
+	n := b.p.latencyRequests
+	logf("Latency: %d sequential requests for shut-down holders, then the kubectl runbook", n)
+	if err := b.ensureCarriers(ctx, b.pods); err != nil {
+		return nil, err
+	}
+	down, err := b.shutdownNodes(ctx, "lat", 2*n)
+	if err != nil {
+		return nil, err
+	}
+	incidents, err := b.newIncidents(ctx, "lat", 2*n, func(i int) string { return down[i] },
+		func(i int) string { return b.carrier[i%len(b.carrier)] }, false)
+	if err != nil {
+		return nil, err
+	}
+	c, err := startController(ctx, b.cfg, "latency")
+	if err != nil {
+		return nil, err
+	}
+	defer c.stop()
+	before, err := c.scrape()
+	if err != nil {
+		return nil, err
+	}
+	res := &Latency{Requests: n, ScriptCalls: 8}
+	for i := 0; i < n; i++ {
+		in := incidents[i]
+		rr := b.request(b.name("lat", i), in, true)
+		start := time.Now()
+		b.track.created(rr.Name, start)
+		if err := b.k8s.Create(ctx, rr); err != nil {
+			return nil, fmt.Errorf("creating request %s: %w", rr.Name, err)
+		}
+		var gone time.Time
+		if !b.track.waitFor(ctx, 30*time.Second, func() bool {
+			gone = b.track.leaseGone[in.Name]
+			e := b.track.requests[rr.Name]
+			return !gone.IsZero() && e != nil && terminal(e.phase)
+		}) {
+			return nil, fmt.Errorf("request %s: Lease %s not deleted and request not terminal within 30s", rr.Name, in.Name)
+		}
+		if p := b.track.requests[rr.Name].phase; p != v1alpha1.PhaseSucceeded {
+			return nil, fmt.Errorf("request %s ended %s, want Succeeded", rr.Name, p)
+		}
+		res.ControllerMs = append(res.ControllerMs, ms(gone.Sub(start)))
+	}
+	after, err := c.scrape()
+	if err != nil {
+		return nil, err
+	}
+	total, by := callsSince(before, after)
+	res.APICallsPerRequest, res.APICallsByKind = total/float64(n), by
+
+	script := filepath.Join(b.cfg.root, "test", "bench", "runbook.sh")
+	kubectl := filepath.Join(b.cfg.root, "bin", "kubectl")
+	for i := n; i < 2*n; i++ {
+		in := incidents[i]
+		start := time.Now()
+		out, err := exec.CommandContext(ctx, "bash", script, kubectl, b.cfg.kubeconfig, appNamespace, in.Pod, tridentNamespace).CombinedOutput()
+		if err != nil {
+			return nil, fmt.Errorf("runbook script for %s: %w\n%s", in.Pod, err, out)
+		}
+		res.ScriptMs = append(res.ScriptMs, ms(time.Since(start)))
+	}
+	res.P50Ms, res.P99Ms = percentile(res.ControllerMs, 50), percentile(res.ControllerMs, 99)
+	res.ScriptP50Ms, res.ScriptP99Ms = percentile(res.ScriptMs, 50), percentile(res.ScriptMs, 99)
+	if res.P50Ms > 0 {
+		res.Ratio = res.ScriptP50Ms / res.P50Ms
+	}
+	return res, nil
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// storm creates n shut-down-holder requests at once and follows them to the end.
+// It returns the progress and the controller's figures.
+func (b *bench) storm(ctx context.Context, kind string, n int, timeout time.Duration) (*Storm, error) {
+	down, err := b.shutdownNodes(ctx, kind, n)
+	if err != nil {
+		return nil, err
+	}
+	incidents, err := b.newIncidents(ctx, kind, n, func(i int) string { return down[i] },
+		func(i int) string { return b.carrier[i%len(b.carrier)] }, false)
+	if err != nil {
+		return nil, err
+	}
+	c, err := startController(ctx, b.cfg, kind)
+	if err != nil {
+		return nil, err
+	}
+	defer c.stop()
+	before, err := c.scrape()
+	if err != nil {
+		return nil, err
+	}
+	names := make([]string, n)
+	rrs := make([]*v1alpha1.RemediationRequest, n)
+	for i := range rrs {
+		rrs[i] = b.request(b.name(kind, i), incidents[i], false)
+		names[i] = rrs[i].Name
+	}
+	res := &Storm{Requests: n, ShutdownNodes: n, KwokNodes: len(b.carrier), Pods: b.pods}
+	profileDone := make(chan error, 1)
+	if b.cfg.profile {
+		go func() {
+			profileDone <- c.cpuProfile(ctx, 20*time.Second, filepath.Join(b.cfg.workDir, kind+"-cpu.pprof"))
+		}()
+	} else {
+		profileDone <- nil
+	}
+	start := time.Now()
+	if err := parallel(n, func(i int) error {
+		b.track.created(rrs[i].Name, time.Now())
+		return b.k8s.Create(ctx, rrs[i])
+	}); err != nil {
+		return nil, fmt.Errorf("creating requests: %w", err)
+	}
+	deadline := start.Add(timeout)
+	for {
+		p := b.track.counts(names)
+		p.Seconds = time.Since(start).Seconds()
+		res.Progress = append(res.Progress, p)
+		if p.Decided == n && res.DecidedSeconds == 0 {
+			res.DecidedSeconds = p.Seconds
+		}
+		if _, peak, err := c.memory(); err == nil {
+			res.PeakRSSMiB = max(res.PeakRSSMiB, peak)
+		}
+		if p.Terminal == n {
+			res.TerminalSeconds = p.Seconds
+			break
+		}
+		if time.Now().After(deadline) {
+			logf("%s: %d of %d terminal after %s", kind, p.Terminal, n, timeout)
+			break
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	after, err := c.scrape()
+	if err != nil {
+		return nil, err
+	}
+	total, by := callsSince(before, after)
+	res.APICallsPerRequest, res.APICallsByKind = total/float64(n), by
+	res.RSSMiB, res.PeakRSSMiB, _ = c.memory()
+	b.track.mu.Lock()
+	for _, nm := range names {
+		if e := b.track.requests[nm]; e != nil && e.phase == v1alpha1.PhaseSucceeded {
+			res.Succeeded++
+		}
+	}
+	b.track.mu.Unlock()
+	if err := <-profileDone; err != nil {
+		logf("CPU profile: %v", err)
+	}
+	return res, nil
+}
+
+// memory is scenario 4: a fresh controller handles the same number of requests
+// with few and with many pods in the cluster.
+func (b *bench) memory(ctx context.Context) (*Memory, error) {
+	res := &Memory{}
+	for i, pods := range []int{b.p.memoryPods[0], b.p.memoryPods[1]} {
+		if err := b.ensureCarriers(ctx, pods); err != nil {
+			return nil, err
+		}
+		logf("Memory: %d requests with %d pods in the cluster", b.p.memoryRequests, b.pods)
+		st, err := b.storm(ctx, fmt.Sprintf("mem%d", i), b.p.memoryRequests, 2*time.Minute)
+		if err != nil {
+			return nil, err
+		}
+		res.Samples = append(res.Samples, MemorySample{Pods: b.pods, Requests: b.p.memoryRequests, RSSMiB: st.RSSMiB, PeakRSSMiB: st.PeakRSSMiB})
+	}
+	small, large := res.Samples[0].PeakRSSMiB, res.Samples[1].PeakRSSMiB
+	if small > 0 {
+		res.DiffPercent = 100 * abs(large-small) / small
+	}
+	return res, nil
+}
+
+func abs(x float64) float64 {
+	if x < 0 {
+		return -x
+	}
+	return x
+}
+
+// disruptive is scenario 3: healthy-holder requests under the default cap. Each
+// holder is its own kwok node, whose application pod must be evicted before the
+// Lease goes.
+func (b *bench) disruptive(ctx context.Context) (*Disruptive, error) {
+	n, capacity := b.p.disruptiveRequests, 3
+	logf("Disruptive storm: %d healthy-holder requests, cap %d", n, capacity)
+	if len(b.carrier) < n {
+		return nil, fmt.Errorf("disruptive storm needs %d kwok nodes, have %d", n, len(b.carrier))
+	}
+	incidents, err := b.newIncidents(ctx, "dis", n, func(i int) string { return b.carrier[i] },
+		func(i int) string { return b.carrier[i] }, true)
+	if err != nil {
+		return nil, err
+	}
+	c, err := startController(ctx, b.cfg, "disruptive")
+	if err != nil {
+		return nil, err
+	}
+	defer c.stop()
+	before, err := c.scrape()
+	if err != nil {
+		return nil, err
+	}
+	names := make([]string, n)
+	start := time.Now()
+	// One after the other, so that creation order is name order (the controller
+	// serves waiting requests oldest first, by creationTimestamp and then name).
+	for i := 0; i < n; i++ {
+		rr := b.request(b.name("dis", i), incidents[i], true)
+		names[i] = rr.Name
+		b.track.created(rr.Name, time.Now())
+		if err := b.k8s.Create(ctx, rr); err != nil {
+			return nil, fmt.Errorf("creating request %s: %w", rr.Name, err)
+		}
+	}
+	res := &Disruptive{Requests: n, Cap: capacity}
+	deadline := start.Add(b.p.disruptiveTimeout)
+	for {
+		p := b.track.counts(names)
+		p.Seconds = time.Since(start).Seconds()
+		res.Progress = append(res.Progress, p)
+		if p.Terminal == n {
+			res.TerminalSeconds = p.Seconds
+			break
+		}
+		if time.Now().After(deadline) {
+			logf("disruptive: %d of %d terminal after %s", p.Terminal, n, b.p.disruptiveTimeout)
+			break
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	after, err := c.scrape()
+	if err != nil {
+		return nil, err
+	}
+	res.Decisions = int(after.decisions - before.decisions)
+	waited := max(0, n-capacity)
+	res.ExtraDecisions = res.Decisions - (n + waited)
+
+	type span struct {
+		name               string
+		waited, start, end time.Time
+		createdAtIndex     int
+	}
+	b.track.mu.Lock()
+	var spans []span
+	for i, nm := range names {
+		e := b.track.requests[nm]
+		if e == nil || e.running.IsZero() {
+			continue
+		}
+		if e.phase == v1alpha1.PhaseSucceeded {
+			res.Succeeded++
+		}
+		spans = append(spans, span{name: nm, waited: e.waited, start: e.running, end: e.terminal, createdAtIndex: i})
+	}
+	b.track.mu.Unlock()
+	// FIFO: the requests that waited for a slot started in the order they came, and
+	// no request started at once while an older one was waiting. (Requests that
+	// arrive together are decided by several workers at once; which of them takes a
+	// free slot first is not a handover.)
+	sort.SliceStable(spans, func(i, j int) bool { return spans[i].start.Before(spans[j].start) })
+	last := -1
+	for _, s := range spans {
+		if s.waited.IsZero() {
+			for _, w := range spans {
+				if w.createdAtIndex < s.createdAtIndex && !w.waited.IsZero() && w.waited.Before(s.start) && w.start.After(s.start) {
+					res.OutOfOrder = append(res.OutOfOrder, s.name+" (started while older "+w.name+" waited)")
+					break
+				}
+			}
+			continue
+		}
+		if s.createdAtIndex < last {
+			res.OutOfOrder = append(res.OutOfOrder, s.name)
+		}
+		last = max(last, s.createdAtIndex)
+	}
+	res.FIFO = len(res.OutOfOrder) == 0 && len(spans) == n
+	// Concurrency: the most spans overlapping at any start.
+	for _, s := range spans {
+		running := 0
+		for _, o := range spans {
+			if !o.start.After(s.start) && (o.end.IsZero() || o.end.After(s.start)) {
+				running++
+			}
+		}
+		res.MaxConcurrent = max(res.MaxConcurrent, running)
+	}
+	// Handover: the k-th start after the first cap ones takes the slot the
+	// (k-cap)-th terminal request freed.
+	var ends []time.Time
+	for _, s := range spans {
+		if !s.end.IsZero() {
+			ends = append(ends, s.end)
+		}
+	}
+	slices.SortFunc(ends, func(a, b time.Time) int { return a.Compare(b) })
+	var handovers []float64
+	for k := capacity; k < len(spans); k++ {
+		if k-capacity < len(ends) {
+			handovers = append(handovers, max(0, spans[k].start.Sub(ends[k-capacity]).Seconds()))
+		}
+	}
+	if len(handovers) > 0 {
+		res.MaxHandoverSeconds = slices.Max(handovers)
+		res.P50HandoverSeconds = percentile(handovers, 50)
+	}
+	return res, nil
+}
+
+func logf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "[bench %s] %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, args...))
+}
