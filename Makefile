@@ -80,7 +80,7 @@ GOTEST ?= $(GO) test
 TEST_FLAGS ?= -count=1
 
 .PHONY: test
-test: bins build policy-test test-unit test-e2e ## Build what the tests need, then run policy, unit, envtest and e2e tests
+test: bins build policy-test test-unit test-e2e bench-smoke ## Build what the tests need, then run policy, unit, envtest and e2e tests and the small benchmark
 
 # cue ignores *_test.cue files given as paths, so each case file goes in on stdin,
 # unified with the policy package.
@@ -99,6 +99,24 @@ test-unit: bins ## Unit and envtest integration tests (real kube-apiserver + etc
 .PHONY: test-e2e
 test-e2e: bins build ## End-to-end tests on the local kwok cluster (started and stopped if not already up)
 	$(GOTEST) $(TEST_FLAGS) -tags e2e -timeout 20m -v ./test/e2e/...
+
+# ---------------------------------------------------------------------------
+# Benchmarks on the local cluster (started and stopped if not already up), kept out
+# of `make test` but for the small preset's smoke run. docs/benchmarks.md explains
+# the scenarios. BENCH=full (the default) writes docs/benchmarks/, BENCH=small
+# docs/benchmarks/small/.
+BENCH ?= full
+BENCH_OUT = docs/benchmarks$(if $(filter small,$(BENCH)),/small)
+
+.PHONY: bench
+bench: bins build ## Measure the controller against the kubectl runbook: latency, storms, memory (BENCH=full|small)
+	$(GO) run ./test/bench -preset $(BENCH) -out $(BENCH_OUT)
+
+# make test's smoke run: the small preset, results only in bin/bench/; it fails only
+# on a collapse (a storm of 100 not terminal within 120 s) or a broken guarantee.
+.PHONY: bench-smoke
+bench-smoke: bins build
+	$(GO) run ./test/bench -preset small
 
 # ---------------------------------------------------------------------------
 # Local cluster: real etcd, kube-apiserver, kube-controller-manager, kube-scheduler

@@ -93,9 +93,15 @@ type Engine struct {
 	// Engine is used.
 	Timeout time.Duration
 
-	mu     sync.Mutex
-	ctx    *cue.Context
+	mu  sync.Mutex
+	ctx *cue.Context
+	// root is the policy package, the scope in which the fast path (decideSelected)
+	// resolves #Policy; policy is its #Policy, for the general path (decideFull).
+	root   cue.Value
 	policy cue.Value
+	// fast is set for a policy source reviewed for the fast path (fastPathDigests);
+	// it follows digest, so a recompile of the same files keeps it.
+	fast   bool
 	digest string
 	// files is the policy source the values were compiled from, kept so that a fresh
 	// copy can be compiled when an evaluation is abandoned.
@@ -188,7 +194,8 @@ func compileFiles(files []sourceFile) (*Engine, error) {
 	if !policy.Exists() {
 		return nil, fmt.Errorf("policies define no #Policy")
 	}
-	return &Engine{ctx: ctx, policy: policy, files: files, digest: "sha256:" + hex.EncodeToString(h.Sum(nil))}, nil
+	digest := "sha256:" + hex.EncodeToString(h.Sum(nil))
+	return &Engine{ctx: ctx, root: v, policy: policy, fast: fastPathDigests[digest], files: files, digest: digest}, nil
 }
 
 // Digest identifies the compiled policy source.
@@ -225,7 +232,7 @@ func (e *Engine) Reload() (changed bool, err error) {
 	}
 	// The new values are fresh, so an abandoned evaluation on the old ones no longer
 	// matters to later decisions.
-	e.ctx, e.policy, e.digest, e.files, e.stale = n.ctx, n.policy, n.digest, n.files, false
+	e.ctx, e.root, e.policy, e.fast, e.digest, e.files, e.stale = n.ctx, n.root, n.policy, n.fast, n.digest, n.files, false
 	return true, nil
 }
 
@@ -240,6 +247,7 @@ func (e *Engine) Decide(in Input) (Decision, error) {
 	if in.Conflicts == nil {
 		in.Conflicts = []string{}
 	}
+	inSchema := inputInSchema(in)
 	data, err := json.Marshal(in)
 	if err != nil {
 		return Decision{}, fmt.Errorf("encoding policy input: %w", err)
@@ -259,7 +267,7 @@ func (e *Engine) Decide(in Input) (Decision, error) {
 		if err != nil {
 			return Decision{}, fmt.Errorf("recompiling policy %s after an abandoned evaluation: %w", e.digest, err)
 		}
-		e.ctx, e.policy, e.stale = fresh.ctx, fresh.policy, false
+		e.ctx, e.root, e.policy, e.stale = fresh.ctx, fresh.root, fresh.policy, false
 	}
 
 	type result struct {
@@ -268,7 +276,7 @@ func (e *Engine) Decide(in Input) (Decision, error) {
 	}
 	// Buffered, so that an abandoned evaluation can still deliver its result and end.
 	done := make(chan result, 1)
-	ctx, policy := e.ctx, e.policy
+	ctx, root, policy, fast := e.ctx, e.root, e.policy, e.fast && inSchema
 	go func() {
 		var r result
 		defer func() {
@@ -277,7 +285,7 @@ func (e *Engine) Decide(in Input) (Decision, error) {
 			}
 			done <- r
 		}()
-		r.d, r.err = evaluate(ctx, policy, data)
+		r.d, r.err = evaluate(ctx, root, policy, fast, data)
 	}()
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
@@ -311,9 +319,32 @@ func (e *Engine) timedOut(what string, timeout time.Duration) Decision {
 	}
 }
 
-// evaluate fills the input into the policy and decodes its decision. It must be the
-// only user of ctx and policy while it runs.
-func evaluate(ctx *cue.Context, policy cue.Value, data []byte) (Decision, error) {
+// evaluate decides one input: on the fast path where fast allows it and the fast
+// path decides, on the general path otherwise. It must be the only user of ctx, root
+// and policy while it runs.
+//
+// Both paths evaluate the same CUE, #Policy & {input: <data>}, and CUE's result does
+// not depend on the order of evaluation, so where both decide they decide alike. They
+// differ in errors: the general path evaluates every field and fails when any of them
+// fails, even one the decision does not use (an input.mode outside the schema fails
+// it although no rule reads mode), while the fast path evaluates only what the
+// decision needs. So the fast path is used only where the general path cannot fail
+// outside the decision: fast is true only for a reviewed policy source
+// (fastPathDigests) and an input that inputInSchema accepts. Where the fast path does
+// not decide (any error), the general path decides, so that every error is the
+// general path's own.
+func evaluate(ctx *cue.Context, root, policy cue.Value, fast bool, data []byte) (Decision, error) {
+	if fast {
+		if d, ok := tryFast(ctx, root, data); ok {
+			return d, nil
+		}
+	}
+	return decideFull(ctx, policy, data)
+}
+
+// decideFull is the general path: it fills the input into the policy and decodes its
+// decision.
+func decideFull(ctx *cue.Context, policy cue.Value, data []byte) (Decision, error) {
 	iv := ctx.CompileBytes(data)
 	if err := iv.Err(); err != nil {
 		return Decision{}, fmt.Errorf("compiling policy input: %w", err)

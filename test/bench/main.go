@@ -24,6 +24,7 @@ import (
 	"syscall"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
@@ -103,6 +104,19 @@ func run() error {
 
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
+	// Use a cluster someone started (make cluster) and leave it running; start one
+	// otherwise, and stop it afterwards.
+	if !reachable(cfg.kubeconfig) {
+		logf("Starting the local cluster")
+		if _, err := cluster.Up(ctx); err != nil {
+			return fmt.Errorf("starting the local cluster: %w", err)
+		}
+		defer func() {
+			if err := cluster.Down(context.Background()); err != nil {
+				logf("Stopping the local cluster: %v", err)
+			}
+		}()
+	}
 	utilruntime.Must(v1alpha1.AddToScheme(scheme.Scheme))
 	rc, err := clientcmd.BuildConfigFromFlags("", cfg.kubeconfig)
 	if err != nil {
@@ -245,6 +259,20 @@ func (b *bench) cleanup(ctx context.Context) error {
 		}
 	}
 	return b.s.cleanup(ctx)
+}
+
+func reachable(kubeconfig string) bool {
+	rc, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return false
+	}
+	rc.Timeout = 2 * time.Second
+	cs, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return false
+	}
+	_, err = cs.CoreV1().Namespaces().List(context.Background(), metav1.ListOptions{Limit: 1})
+	return err == nil
 }
 
 func gitDescribe(root string) string {
