@@ -186,9 +186,19 @@ func (r *RemediationRequestReconciler) guardOthers(ctx context.Context, f *v1alp
 			}
 		}
 	}
+	relevant := map[string]bool{}
+	for _, k := range keys {
+		relevant[k] = true
+	}
 	for _, h := range held {
 		if i, ok := at[h.UID]; ok {
 			out[i] = h
+			continue
+		}
+		// Only a reservation that can hold this request back is looked at: in a storm
+		// of Lease releases nearly every request holds one, and checking each against
+		// the cache on every decision made the storm quadratic again.
+		if !slices.ContainsFunc(guardKeys(&h, r.Playbooks), func(k string) bool { return relevant[k] }) {
 			continue
 		}
 		// Not in the lists: the cache does not show it Running yet, or it is gone

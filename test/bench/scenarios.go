@@ -65,23 +65,33 @@ func (b *bench) shutdownNodes(ctx context.Context, kind string, n int) ([]string
 	return names, parallel(n, func(i int) error { return b.s.shutdownNode(ctx, names[i]) })
 }
 
-// ensureCarriers stages kwok nodes and spreads pods over them until the cluster
-// carries pods pods.
+// ensureNodes stages kwok nodes until there are n.
+func (b *bench) ensureNodes(ctx context.Context, n int) error {
+	from := len(b.carrier)
+	if n <= from {
+		return nil
+	}
+	names := make([]string, n-from)
+	for i := range names {
+		names[i] = b.name("kwok", from+i)
+	}
+	start := time.Now()
+	if err := parallel(len(names), func(i int) error { return b.s.kwokNode(ctx, names[i]) }); err != nil {
+		return err
+	}
+	if err := b.s.waitNodesReady(ctx, names, 5*time.Minute); err != nil {
+		return err
+	}
+	b.carrier = append(b.carrier, names...)
+	logf("Staged kwok nodes %d..%d in %s", from, n, time.Since(start).Round(time.Second))
+	return nil
+}
+
+// ensureCarriers stages all the preset's kwok nodes and spreads pods over them until
+// the cluster carries pods pods.
 func (b *bench) ensureCarriers(ctx context.Context, pods int) error {
-	if len(b.carrier) == 0 {
-		names := make([]string, b.p.kwokNodes)
-		for i := range names {
-			names[i] = b.name("kwok", i)
-		}
-		start := time.Now()
-		if err := parallel(len(names), func(i int) error { return b.s.kwokNode(ctx, names[i]) }); err != nil {
-			return err
-		}
-		if err := b.s.waitNodesReady(ctx, names, 5*time.Minute); err != nil {
-			return err
-		}
-		b.carrier = names
-		logf("Staged %d kwok nodes in %s", len(names), time.Since(start).Round(time.Second))
+	if err := b.ensureNodes(ctx, b.p.kwokNodes); err != nil {
+		return err
 	}
 	if pods <= b.pods {
 		return nil
@@ -104,7 +114,8 @@ func (b *bench) ensureCarriers(ctx context.Context, pods int) error {
 func (b *bench) latency(ctx context.Context) (*Latency, error) {
 	n := b.p.latencyRequests
 	logf("Latency: %d sequential requests for shut-down holders, then the kubectl runbook", n)
-	if err := b.ensureCarriers(ctx, b.pods); err != nil {
+	// One incident at a time on an ordinary cluster: the storms measure the load.
+	if err := b.ensureNodes(ctx, min(b.p.kwokNodes, b.p.disruptiveRequests)); err != nil {
 		return nil, err
 	}
 	down, err := b.shutdownNodes(ctx, "lat", 2*n)
@@ -294,6 +305,9 @@ func abs(x float64) float64 {
 func (b *bench) disruptive(ctx context.Context) (*Disruptive, error) {
 	n, capacity := b.p.disruptiveRequests, 3
 	logf("Disruptive storm: %d healthy-holder requests, cap %d", n, capacity)
+	if err := b.ensureNodes(ctx, n); err != nil {
+		return nil, err
+	}
 	if len(b.carrier) < n {
 		return nil, fmt.Errorf("disruptive storm needs %d kwok nodes, have %d", n, len(b.carrier))
 	}
