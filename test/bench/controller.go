@@ -60,7 +60,7 @@ func startController(ctx context.Context, cfg config, name string, extra ...stri
 		}
 		args = append(args, "--pprof-bind-address", pprof)
 	}
-	args = append(args, extra...)
+	args = append(append(args, cfg.extraArgs...), extra...)
 	logPath := filepath.Join(cfg.workDir, name+"-controller.log")
 	logFile, err := os.Create(logPath)
 	if err != nil {

@@ -66,6 +66,7 @@ var presets = map[string]preset{
 type config struct {
 	root, kubeconfig, controller, out, workDir string
 	profile                                    bool
+	extraArgs                                  []string
 	scenarios                                  map[string]bool
 }
 
@@ -85,6 +86,7 @@ func run() error {
 	out := flag.String("out", "", "directory for results.json and the plots; empty writes them only into the work directory")
 	scen := flag.String("scenarios", "latency,memory,storm,disruptive", "scenarios to run, comma-separated")
 	controller := flag.String("controller", filepath.Join(root, "bin", "remediator"), "the remediator binary to measure")
+	extraArgs := flag.String("controller-args", "", "extra flags for the controller, space-separated (the default is its default flags)")
 	profile := flag.Bool("profile", false, "save a CPU profile of the controller during the storm (pprof) into the work directory")
 	flag.Parse()
 	p, ok := presets[*presetName]
@@ -93,6 +95,7 @@ func run() error {
 	}
 	cfg := config{root: root, kubeconfig: cluster.Kubeconfig(root), controller: *controller,
 		out: *out, profile: *profile, scenarios: map[string]bool{}}
+	cfg.extraArgs = strings.Fields(*extraArgs)
 	for _, s := range strings.Split(*scen, ",") {
 		cfg.scenarios[strings.TrimSpace(s)] = true
 	}
