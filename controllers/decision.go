@@ -195,10 +195,10 @@ func (o Outcome) allowed(playbooks remediations.Playbooks, in DecisionInput) Out
 	}
 	if playbooks.Disruptive(playbook) {
 		if running, ahead := slotsTaken(in.Others, rr, in.MaxConcurrent, playbooks); running != nil {
-			// No periodic recheck: the request is woken when a slot frees and it is the
-			// oldest waiting (see wake), and every request is decided again when a
-			// controller starts.
-			o.Phase, o.Running, o.RequeueAfter = v1alpha1.PhaseWaiting, running, 0
+			// The request is woken when a slot frees and it is the oldest waiting (see
+			// wake), and every request is decided again when a controller starts; the
+			// long recheck only catches a wake-up that was lost (a failed list).
+			o.Phase, o.Running, o.RequeueAfter = v1alpha1.PhaseWaiting, running, slotRecheck
 			msg := fmt.Sprintf("Playbook %s is allowed but %d disruptive remediation(s) are already running, against the cluster-wide cap of %d (--max-concurrent-remediations): %s;%s it starts when a slot frees, oldest request first.",
 				playbook, len(running), in.MaxConcurrent, strings.Join(running, ", "), describeAhead(ahead))
 			o.Progressing = Condition{metav1.ConditionTrue, ReasonWaitingForSlot, msg}
@@ -240,3 +240,8 @@ func conflictsIn(others []v1alpha1.RemediationRequest, self types.UID, f *v1alph
 // guardRecheck is how often a request waiting on a guard re-decides if no wake-up
 // came (for instance, the blocking request was handled by a previous leader).
 const guardRecheck = 30 * time.Second
+
+// slotRecheck is the safety net of a request waiting for a slot. Slots are handed
+// out exactly, by the wake-up of the oldest waiting requests when one frees, so a
+// short poll would only make every waiting request gather its facts again.
+const slotRecheck = 5 * time.Minute

@@ -124,7 +124,9 @@ func (t *slotTable) release(uid types.UID) {
 }
 
 // reserveLocked records that rr is Running from now on; t.mu must be held, since
-// the guards were read under it.
+// the guards were read under it. The reservation keeps rr's resourceVersion, the one
+// the decision was computed from, so that a cache that has moved past it is told
+// from one that has not seen the decision yet.
 func (t *slotTable) reserveLocked(rr *v1alpha1.RemediationRequest) {
 	if t.held == nil {
 		t.held = map[types.UID]v1alpha1.RemediationRequest{}
@@ -208,6 +210,12 @@ func (r *RemediationRequestReconciler) guardOthers(ctx context.Context, f *v1alp
 		err := r.Client.Get(ctx, types.NamespacedName{Namespace: h.Namespace, Name: h.Name}, u)
 		switch {
 		case apierrors.IsNotFound(err) || (err == nil && u.GetUID() != h.UID):
+			delete(r.slots.held, h.UID)
+		case err == nil && u.GetResourceVersion() != h.ResourceVersion && phaseOf(u) != v1alpha1.PhaseRunning:
+			// The cache has seen the request move on from the version it was decided on,
+			// and out of Running: the reservation's own release is a moment away (its
+			// status write's watch event can arrive before the write returns), and
+			// counting it would hold back the request that event woke.
 			delete(r.slots.held, h.UID)
 		case err != nil:
 			return nil, fmt.Errorf("reading request %s/%s: %w", h.Namespace, h.Name, err)
@@ -294,7 +302,8 @@ func (r *RemediationRequestReconciler) wake(ctx context.Context, o client.Object
 			taken[rr.UID] = true
 		}
 		for _, h := range held {
-			if r.Playbooks.Disruptive(decidedPlaybook(&h)) {
+			// The stopped request's own reservation may not be released yet.
+			if h.UID != stopped.UID && r.Playbooks.Disruptive(decidedPlaybook(&h)) {
 				taken[h.UID] = true
 			}
 		}

@@ -9,7 +9,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -17,7 +16,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	kerrors "k8s.io/apimachinery/pkg/util/errors"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
@@ -26,7 +24,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
-	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
@@ -153,58 +150,6 @@ func (r *RemediationRequestReconciler) SetupWithManager(mgr ctrl.Manager) error 
 		WithOptions(controller.Options{MaxConcurrentReconciles: max(1, r.Workers)}).
 		Named("remediationrequest").
 		Complete(r)
-}
-
-// stepStates reads status.steps[*].state without decoding the rest of the object.
-func stepStates(o client.Object) []string {
-	u, ok := o.(*unstructured.Unstructured)
-	if !ok {
-		return nil
-	}
-	steps, _, _ := unstructured.NestedSlice(u.Object, "status", "steps")
-	out := make([]string, 0, len(steps))
-	for _, st := range steps {
-		m, _ := st.(map[string]any)
-		state, _ := m["state"].(string)
-		out = append(out, state)
-	}
-	return out
-}
-
-// journalAdvanced passes a status write that left a request Running with its journal
-// moved on: it started running, or a step changed state. A write that only updates
-// a waiting step's message does not pass; that step's own requeue checks it again.
-var journalAdvanced = predicate.Funcs{
-	CreateFunc:  func(event.CreateEvent) bool { return false },
-	DeleteFunc:  func(event.DeleteEvent) bool { return false },
-	GenericFunc: func(event.GenericEvent) bool { return false },
-	UpdateFunc: func(e event.UpdateEvent) bool {
-		if phaseOf(e.ObjectNew) != v1alpha1.PhaseRunning {
-			return false
-		}
-		return phaseOf(e.ObjectOld) != v1alpha1.PhaseRunning || !slices.Equal(stepStates(e.ObjectOld), stepStates(e.ObjectNew))
-	},
-}
-
-// phaseOf reads status.phase without decoding the rest of the object.
-func phaseOf(o client.Object) v1alpha1.Phase {
-	u, ok := o.(*unstructured.Unstructured)
-	if !ok {
-		return ""
-	}
-	p, _, _ := unstructured.NestedString(u.Object, "status", "phase")
-	return v1alpha1.Phase(p)
-}
-
-// stoppedRunning passes a request whose playbook just stopped (finished, failed,
-// or went back to waiting) or a deleted one that was running.
-var stoppedRunning = predicate.Funcs{
-	CreateFunc:  func(event.CreateEvent) bool { return false },
-	GenericFunc: func(event.GenericEvent) bool { return false },
-	UpdateFunc: func(e event.UpdateEvent) bool {
-		return phaseOf(e.ObjectOld) == v1alpha1.PhaseRunning && phaseOf(e.ObjectNew) != v1alpha1.PhaseRunning
-	},
-	DeleteFunc: func(e event.DeleteEvent) bool { return phaseOf(e.Object) == v1alpha1.PhaseRunning },
 }
 
 // waitsForGuard: the request is Waiting on another remediation (the policy's
@@ -461,61 +406,6 @@ func (r *RemediationRequestReconciler) runPlaybook(ctx context.Context, s *scope
 		return ctrl.Result{}, nil
 	}
 	return ctrl.Result{RequeueAfter: p.RequeueAfter}, nil
-}
-
-// observed is the request whose facts are gathered afresh before a destructive
-// step. A pod target is followed through the claim it resolved to at decision
-// time: the playbook evicts that very pod, and the volume, its Lease and the
-// holder's other pods must still be re-read after it is gone. Only a claim in the
-// pod's own namespace is followed.
-func observed(rr *v1alpha1.RemediationRequest) *v1alpha1.RemediationRequest {
-	p, f := rr.Spec.Target.Pod, rr.Status.Facts
-	if p == nil || f == nil {
-		return rr
-	}
-	ns, name, ok := strings.Cut(f.Target.PersistentVolumeClaim, "/")
-	if !ok || ns != p.Namespace || name == "" {
-		return rr
-	}
-	o := rr.DeepCopy()
-	o.Spec.Target = v1alpha1.Target{PersistentVolumeClaim: &v1alpha1.ObjectReference{Namespace: ns, Name: name}}
-	return o
-}
-
-func (r *RemediationRequestReconciler) run(s *scope) *remediations.Run {
-	return &remediations.Run{
-		RR: s.rr, Client: r.Client, Reader: r.Reader, Gatherer: r.Gatherer,
-		Now: s.now, Timeouts: r.Timeouts, Playbooks: r.Playbooks,
-		Observe: func(ctx context.Context) (*v1alpha1.Facts, []string, error) {
-			g := *cmp.Or(r.Recheck, r.Gatherer)
-			// Both readings on the decision's clock.
-			g.Now = r.Gatherer.Now
-			// The affected pods are read only where the playbook or the floor looks at
-			// them: a playbook that moves them, or a holder decided Healthy.
-			g.SkipAffectedPods = !movesPods(s.rr, r.Playbooks)
-			f, err := g.Gather(ctx, observed(s.rr))
-			if err != nil {
-				return nil, nil, err
-			}
-			r.slots.mu.Lock()
-			others, err := r.guardOthers(ctx, f, r.slots.heldLocked())
-			r.slots.mu.Unlock()
-			if err != nil {
-				return nil, nil, err
-			}
-			return f, conflictsIn(others, s.rr.UID, f), nil
-		},
-	}
-}
-
-// movesPods: the request's decided playbook evicts or waits for the affected pods, or
-// its holder was Healthy when decided (the floor then checks they are gone).
-func movesPods(rr *v1alpha1.RemediationRequest, playbooks remediations.Playbooks) bool {
-	if f := rr.Status.Facts; f == nil || f.Node == nil || f.Node.State == v1alpha1.NodeHealthy {
-		return true
-	}
-	pb, ok := playbooks[decidedPlaybook(rr)]
-	return !ok || slices.Contains(pb.Steps, "deleteAffectedPods") || slices.Contains(pb.Steps, "waitPodsGone")
 }
 
 // inScope reports whether requests in namespace ns are this controller's.

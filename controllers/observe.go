@@ -1,0 +1,70 @@
+package controllers
+
+// The run a step sees, and what its re-read before a destructive step reads: the
+// request (a pod target followed through its decided claim), through the Recheck
+// gatherer, with the other requests that could conflict.
+
+import (
+	"cmp"
+	"context"
+	"slices"
+	"strings"
+
+	"github.com/remediator/remediator/api/v1alpha1"
+	"github.com/remediator/remediator/remediations"
+)
+
+// observed is the request whose facts are gathered afresh before a destructive
+// step. A pod target is followed through the claim it resolved to at decision
+// time: the playbook evicts that very pod, and the volume, its Lease and the
+// holder's other pods must still be re-read after it is gone. Only a claim in the
+// pod's own namespace is followed.
+func observed(rr *v1alpha1.RemediationRequest) *v1alpha1.RemediationRequest {
+	p, f := rr.Spec.Target.Pod, rr.Status.Facts
+	if p == nil || f == nil {
+		return rr
+	}
+	ns, name, ok := strings.Cut(f.Target.PersistentVolumeClaim, "/")
+	if !ok || ns != p.Namespace || name == "" {
+		return rr
+	}
+	o := rr.DeepCopy()
+	o.Spec.Target = v1alpha1.Target{PersistentVolumeClaim: &v1alpha1.ObjectReference{Namespace: ns, Name: name}}
+	return o
+}
+
+func (r *RemediationRequestReconciler) run(s *scope) *remediations.Run {
+	return &remediations.Run{
+		RR: s.rr, Client: r.Client, Reader: r.Reader, Gatherer: r.Gatherer,
+		Now: s.now, Timeouts: r.Timeouts, Playbooks: r.Playbooks,
+		Observe: func(ctx context.Context) (*v1alpha1.Facts, []string, error) {
+			g := *cmp.Or(r.Recheck, r.Gatherer)
+			// Both readings on the decision's clock.
+			g.Now = r.Gatherer.Now
+			// The affected pods are read only where the playbook or the floor looks at
+			// them: a playbook that moves them, or a holder decided Healthy.
+			g.SkipAffectedPods = !movesPods(s.rr, r.Playbooks)
+			f, err := g.Gather(ctx, observed(s.rr))
+			if err != nil {
+				return nil, nil, err
+			}
+			r.slots.mu.Lock()
+			others, err := r.guardOthers(ctx, f, r.slots.heldLocked())
+			r.slots.mu.Unlock()
+			if err != nil {
+				return nil, nil, err
+			}
+			return f, conflictsIn(others, s.rr.UID, f), nil
+		},
+	}
+}
+
+// movesPods: the request's decided playbook evicts or waits for the affected pods, or
+// its holder was Healthy when decided (the floor then checks they are gone).
+func movesPods(rr *v1alpha1.RemediationRequest, playbooks remediations.Playbooks) bool {
+	if f := rr.Status.Facts; f == nil || f.Node == nil || f.Node.State == v1alpha1.NodeHealthy {
+		return true
+	}
+	pb, ok := playbooks[decidedPlaybook(rr)]
+	return !ok || slices.Contains(pb.Steps, "deleteAffectedPods") || slices.Contains(pb.Steps, "waitPodsGone")
+}

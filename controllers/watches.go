@@ -1,0 +1,68 @@
+package controllers
+
+// The predicates of the reconciler's watches: which events of a request start a
+// reconcile of it (journalAdvanced, besides spec and annotation changes), and which
+// wake the requests it was holding back (stoppedRunning).
+
+import (
+	"slices"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+
+	"github.com/remediator/remediator/api/v1alpha1"
+)
+
+// stepStates reads status.steps[*].state without decoding the rest of the object.
+func stepStates(o client.Object) []string {
+	u, ok := o.(*unstructured.Unstructured)
+	if !ok {
+		return nil
+	}
+	steps, _, _ := unstructured.NestedSlice(u.Object, "status", "steps")
+	out := make([]string, 0, len(steps))
+	for _, st := range steps {
+		m, _ := st.(map[string]any)
+		state, _ := m["state"].(string)
+		out = append(out, state)
+	}
+	return out
+}
+
+// journalAdvanced passes a status write that left a request Running with its journal
+// moved on: it started running, or a step changed state. A write that only updates
+// a waiting step's message does not pass; that step's own requeue checks it again.
+var journalAdvanced = predicate.Funcs{
+	CreateFunc:  func(event.CreateEvent) bool { return false },
+	DeleteFunc:  func(event.DeleteEvent) bool { return false },
+	GenericFunc: func(event.GenericEvent) bool { return false },
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		if phaseOf(e.ObjectNew) != v1alpha1.PhaseRunning {
+			return false
+		}
+		return phaseOf(e.ObjectOld) != v1alpha1.PhaseRunning || !slices.Equal(stepStates(e.ObjectOld), stepStates(e.ObjectNew))
+	},
+}
+
+// phaseOf reads status.phase without decoding the rest of the object.
+func phaseOf(o client.Object) v1alpha1.Phase {
+	u, ok := o.(*unstructured.Unstructured)
+	if !ok {
+		return ""
+	}
+	p, _, _ := unstructured.NestedString(u.Object, "status", "phase")
+	return v1alpha1.Phase(p)
+}
+
+// stoppedRunning passes a request whose playbook just stopped (finished, failed,
+// or went back to waiting) or a deleted one that was running.
+var stoppedRunning = predicate.Funcs{
+	CreateFunc:  func(event.CreateEvent) bool { return false },
+	GenericFunc: func(event.GenericEvent) bool { return false },
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		return phaseOf(e.ObjectOld) == v1alpha1.PhaseRunning && phaseOf(e.ObjectNew) != v1alpha1.PhaseRunning
+	},
+	DeleteFunc: func(e event.DeleteEvent) bool { return phaseOf(e.Object) == v1alpha1.PhaseRunning },
+}
