@@ -211,7 +211,7 @@ func (r *RemediationRequestReconciler) guardOthers(ctx context.Context, f *v1alp
 		switch {
 		case apierrors.IsNotFound(err) || (err == nil && u.GetUID() != h.UID):
 			delete(r.slots.held, h.UID)
-		case err == nil && u.GetResourceVersion() != h.ResourceVersion && phaseOf(u) != v1alpha1.PhaseRunning:
+		case err == nil && movedOn(u, &h):
 			// The cache has seen the request move on from the version it was decided on,
 			// and out of Running: the reservation's own release is a moment away (its
 			// status write's watch event can arrive before the write returns), and
@@ -302,8 +302,9 @@ func (r *RemediationRequestReconciler) wake(ctx context.Context, o client.Object
 			taken[rr.UID] = true
 		}
 		for _, h := range held {
-			// The stopped request's own reservation may not be released yet.
-			if h.UID != stopped.UID && r.Playbooks.Disruptive(decidedPlaybook(&h)) {
+			// The stopped request's own reservation, or another's that stopped at the
+			// same moment, may not be released yet.
+			if h.UID != stopped.UID && r.Playbooks.Disruptive(decidedPlaybook(&h)) && !r.movedOn(ctx, &h) {
 				taken[h.UID] = true
 			}
 		}
@@ -314,11 +315,26 @@ func (r *RemediationRequestReconciler) wake(ctx context.Context, o client.Object
 	// has its slot, and the next one in line is woken instead.
 	waiting = slices.DeleteFunc(waiting, func(w v1alpha1.RemediationRequest) bool {
 		_, started := heldUID[w.UID]
-		return started
+		return started || w.Status.ObservedGeneration != w.Generation
 	})
 	slices.SortFunc(waiting, olderFirst)
 	add(waiting[:min(free, len(waiting))])
 	return out
+}
+
+// movedOn: the cache shows the reserved request past the version it was decided on
+// and out of Running.
+func movedOn(u *unstructured.Unstructured, h *v1alpha1.RemediationRequest) bool {
+	return u.GetResourceVersion() != h.ResourceVersion && phaseOf(u) != v1alpha1.PhaseRunning
+}
+
+// movedOn reads the reserved request from the cache; see the function of that name.
+func (r *RemediationRequestReconciler) movedOn(ctx context.Context, h *v1alpha1.RemediationRequest) bool {
+	u := NewUnstructuredRequest()
+	if err := r.Client.Get(ctx, types.NamespacedName{Namespace: h.Namespace, Name: h.Name}, u); err != nil {
+		return apierrors.IsNotFound(err)
+	}
+	return u.GetUID() != h.UID || movedOn(u, h)
 }
 
 func decidedPlaybook(rr *v1alpha1.RemediationRequest) string {
@@ -342,7 +358,9 @@ func slotsTaken(others []v1alpha1.RemediationRequest, self *v1alpha1.Remediation
 		case o.UID == self.UID:
 		case o.Status.Phase == v1alpha1.PhaseRunning && playbooks.Disruptive(decidedPlaybook(o)):
 			running = append(running, o.Namespace+"/"+o.Name)
-		case waitsForSlot(o) && olderFirst(*o, *self) < 0:
+		case waitsForSlot(o) && o.Status.ObservedGeneration == o.Generation && olderFirst(*o, *self) < 0:
+			// A waiting request whose spec changed since (or that cannot be decoded any
+			// more) holds no place in line: it is decided again before it may start.
 			ahead++
 		}
 	}

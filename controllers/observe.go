@@ -39,6 +39,9 @@ func (r *RemediationRequestReconciler) run(s *scope) *remediations.Run {
 		Now: s.now, Timeouts: r.Timeouts, Playbooks: r.Playbooks,
 		Observe: func(ctx context.Context) (*v1alpha1.Facts, []string, error) {
 			g := *cmp.Or(r.Recheck, r.Gatherer)
+			if r.RecheckRelease != nil && !r.Playbooks.Disruptive(decidedPlaybook(s.rr)) {
+				g = *r.RecheckRelease
+			}
 			// Both readings on the decision's clock.
 			g.Now = r.Gatherer.Now
 			// The affected pods are read only where the playbook or the floor looks at

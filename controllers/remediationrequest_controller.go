@@ -90,13 +90,16 @@ type RemediationRequestReconciler struct {
 	Reader client.Reader
 	// Gatherer gathers the facts a decision is made on.
 	Gatherer *facts.Gatherer
-	// Recheck gathers the facts again right before a destructive step. It must read
-	// the holder node's state live; nil means Gatherer.
-	Recheck   *facts.Gatherer
-	Policy    *policies.Engine
-	Playbooks remediations.Playbooks
-	Timeouts  remediations.Timeouts
-	Recorder  record.EventRecorder
+	// Recheck gathers the facts again right before a destructive step of a disruptive
+	// playbook; it must read everything the floor weighs live. RecheckRelease does it
+	// for a playbook that only deletes the Lease; it must read the holder node's state
+	// live. nil means Recheck, and Gatherer for both. See Gatherers.
+	Recheck        *facts.Gatherer
+	RecheckRelease *facts.Gatherer
+	Policy         *policies.Engine
+	Playbooks      remediations.Playbooks
+	Timeouts       remediations.Timeouts
+	Recorder       record.EventRecorder
 	// Namespaces restricts the requests reconciled and counted by the guards to these
 	// namespaces; empty means all. The cache is restricted too, but the live reads
 	// (the reconciled request, the guards' lists) are not, so the check is here.
@@ -419,6 +422,11 @@ func (r *RemediationRequestReconciler) setCondition(rr *v1alpha1.RemediationRequ
 	})
 }
 
+// terminalPhase: nothing acts on the request any more.
+func terminalPhase(p v1alpha1.Phase) bool {
+	return p == v1alpha1.PhaseSucceeded || p == v1alpha1.PhaseFailed || p == v1alpha1.PhaseRejected
+}
+
 // patchStatus writes the status once, as a merge patch guarded by the resourceVersion
 // it was computed from, and skips the call when nothing changed.
 func (r *RemediationRequestReconciler) patchStatus(ctx context.Context, s *scope) error {
@@ -434,7 +442,10 @@ func (r *RemediationRequestReconciler) patchStatus(ctx context.Context, s *scope
 		// failed: its slot is free.
 		r.slots.release(s.rr.UID)
 	}
-	if err == nil {
+	// Only a write the API server applied moves the resourceVersion: a patch of
+	// sub-second times that the stored form rounds away changes nothing, and waiting
+	// for the cache to move past from would then wait forever.
+	if err == nil && s.rr.ResourceVersion != from && !terminalPhase(s.rr.Status.Phase) {
 		r.written.wrote(s.rr.UID, from)
 	}
 	if err != nil && !apierrors.IsNotFound(err) {

@@ -64,7 +64,7 @@ func startManagerOn(t *testing.T, cfg *rest.Config, opts ...func(*controllers.Re
 	if err := controllers.PrepareCache(context.Background(), mgr); err != nil {
 		t.Fatal(err)
 	}
-	decide, recheck := controllers.Gatherers(mgr, facts.DefaultConfig())
+	decide, recheck, recheckRelease := controllers.Gatherers(mgr, facts.DefaultConfig())
 	managerCache = mgr.GetClient()
 	t.Cleanup(func() { managerCache = nil })
 	policy, err := policies.Embedded()
@@ -76,15 +76,16 @@ func startManagerOn(t *testing.T, cfg *rest.Config, opts ...func(*controllers.Re
 		t.Fatal(err)
 	}
 	r := &controllers.RemediationRequestReconciler{
-		Client:    mgr.GetClient(),
-		Reader:    mgr.GetAPIReader(),
-		Gatherer:  decide,
-		Recheck:   recheck,
-		Workers:   4,
-		Policy:    policy,
-		Playbooks: playbooks,
-		Timeouts:  remediations.DefaultTimeouts,
-		Recorder:  mgr.GetEventRecorderFor("remediator-test"),
+		Client:         mgr.GetClient(),
+		Reader:         mgr.GetAPIReader(),
+		Gatherer:       decide,
+		Recheck:        recheck,
+		RecheckRelease: recheckRelease,
+		Workers:        4,
+		Policy:         policy,
+		Playbooks:      playbooks,
+		Timeouts:       remediations.DefaultTimeouts,
+		Recorder:       mgr.GetEventRecorderFor("remediator-test"),
 	}
 	for _, o := range opts {
 		o(r)

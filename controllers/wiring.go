@@ -103,28 +103,40 @@ func PrepareCache(ctx context.Context, mgr ctrl.Manager) error {
 }
 
 // Gatherers returns the gatherer a decision reads through (the cache, pods live) and
-// the one the re-read before a destructive step reads through (the same, but the
-// holder node and its node Lease live, since the step acts on the node's state).
+// the ones the re-read before a destructive step reads through. Before a step of a
+// disruptive playbook (cordon, eviction, plugin-pod restart) everything the floor
+// weighs is read live: the holder Node and its node Lease, the Trident Lease (its
+// holder may have moved) and the CSINode (the driver may be registered again); only
+// PVs and claims, which name the Lease and the pods, come from the cache. Before the
+// Lease deletion of a playbook that only releases it, the Lease itself comes from the
+// cache: the delete carries the decided UID and resourceVersion as preconditions,
+// which the API server checks atomically, a stronger check than any read before it.
 // Anything the cache does not hold, a Lease in a Trident namespace a request
-// overrides for one, is read live by both.
-func Gatherers(mgr ctrl.Manager, fc facts.Config) (decide, recheck *facts.Gatherer) {
-	cached := func(liveNodes bool) func(runtime.Object, string) bool {
+// overrides for one, is read live by all.
+func Gatherers(mgr ctrl.Manager, fc facts.Config) (decide, recheck, recheckRelease *facts.Gatherer) {
+	type live struct{ nodes, leases bool }
+	cached := func(l live) func(runtime.Object, string) bool {
 		return func(obj runtime.Object, ns string) bool {
 			switch obj.(type) {
 			case *corev1.Node:
-				return !liveNodes
+				return !l.nodes
 			case *coordinationv1.Lease:
-				return ns == fc.TridentNamespace || (ns == corev1.NamespaceNodeLease && !liveNodes)
+				if ns == corev1.NamespaceNodeLease {
+					return !l.nodes
+				}
+				return ns == fc.TridentNamespace && !l.leases
+			case *storagev1.CSINode:
+				return !l.leases
 			case *corev1.EventList:
 				return ns == fc.TridentNamespace
-			case *corev1.PersistentVolume, *corev1.PersistentVolumeClaim, *storagev1.CSINode:
+			case *corev1.PersistentVolume, *corev1.PersistentVolumeClaim:
 				return true
 			}
 			return false
 		}
 	}
-	reader := func(liveNodes bool) client.Reader {
-		return facts.SplitReader{Cache: mgr.GetClient(), Live: mgr.GetAPIReader(), Cached: cached(liveNodes)}
+	gatherer := func(l live) *facts.Gatherer {
+		return &facts.Gatherer{Reader: facts.SplitReader{Cache: mgr.GetClient(), Live: mgr.GetAPIReader(), Cached: cached(l)}, Config: fc}
 	}
-	return &facts.Gatherer{Reader: reader(false), Config: fc}, &facts.Gatherer{Reader: reader(true), Config: fc}
+	return gatherer(live{}), gatherer(live{nodes: true, leases: true}), gatherer(live{nodes: true})
 }

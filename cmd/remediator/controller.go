@@ -156,17 +156,18 @@ func runController(cmd *cobra.Command, o controllerOptions) error {
 	if err := controllers.PrepareCache(context.Background(), mgr); err != nil {
 		return err
 	}
-	decide, recheck := controllers.Gatherers(mgr, fc)
+	decide, recheck, recheckRelease := controllers.Gatherers(mgr, fc)
 	if err := (&controllers.RemediationRequestReconciler{
-		Client:        mgr.GetClient(),
-		Reader:        mgr.GetAPIReader(),
-		Gatherer:      decide,
-		Recheck:       recheck,
-		Workers:       o.workers,
-		Policy:        policy,
-		Playbooks:     playbooks,
-		MaxConcurrent: o.maxConcurrent,
-		Namespaces:    namespaces,
+		Client:         mgr.GetClient(),
+		Reader:         mgr.GetAPIReader(),
+		Gatherer:       decide,
+		Recheck:        recheck,
+		RecheckRelease: recheckRelease,
+		Workers:        o.workers,
+		Policy:         policy,
+		Playbooks:      playbooks,
+		MaxConcurrent:  o.maxConcurrent,
+		Namespaces:     namespaces,
 		Timeouts: remediations.Timeouts{Eviction: o.evictionTimeout, PodTermination: o.podTerminationTimeout,
 			PluginRestart: o.pluginRestartTimeout},
 		Recorder: mgr.GetEventRecorderFor("remediator"),
