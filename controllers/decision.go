@@ -194,7 +194,7 @@ func (o Outcome) allowed(playbooks remediations.Playbooks, in DecisionInput) Out
 		return o
 	}
 	if playbooks.Disruptive(playbook) {
-		if running, ahead := slotsTaken(in.Others, rr, in.MaxConcurrent, playbooks); running != nil {
+		if wait, running, ahead := slotsTaken(in.Others, rr, in.MaxConcurrent, playbooks); wait {
 			// The request is woken when a slot frees and it is the oldest waiting (see
 			// wake), and every request is decided again when a controller starts; the
 			// long recheck only catches a wake-up that was lost (a failed list).

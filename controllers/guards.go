@@ -304,7 +304,7 @@ func (r *RemediationRequestReconciler) wake(ctx context.Context, o client.Object
 		for _, h := range held {
 			// The stopped request's own reservation, or another's that stopped at the
 			// same moment, may not be released yet.
-			if h.UID != stopped.UID && r.Playbooks.Disruptive(decidedPlaybook(&h)) && !r.movedOn(ctx, &h) {
+			if h.UID != stopped.UID && r.Playbooks.Disruptive(decidedPlaybook(&h)) && !r.reservationMovedOn(ctx, &h) {
 				taken[h.UID] = true
 			}
 		}
@@ -328,8 +328,9 @@ func movedOn(u *unstructured.Unstructured, h *v1alpha1.RemediationRequest) bool 
 	return u.GetResourceVersion() != h.ResourceVersion && phaseOf(u) != v1alpha1.PhaseRunning
 }
 
-// movedOn reads the reserved request from the cache; see the function of that name.
-func (r *RemediationRequestReconciler) movedOn(ctx context.Context, h *v1alpha1.RemediationRequest) bool {
+// reservationMovedOn reads the reserved request from the cache and applies movedOn;
+// a request gone from the cache has moved on too.
+func (r *RemediationRequestReconciler) reservationMovedOn(ctx context.Context, h *v1alpha1.RemediationRequest) bool {
 	u := NewUnstructuredRequest()
 	if err := r.Client.Get(ctx, types.NamespacedName{Namespace: h.Namespace, Name: h.Name}, u); err != nil {
 		return apierrors.IsNotFound(err)
@@ -344,13 +345,13 @@ func decidedPlaybook(rr *v1alpha1.RemediationRequest) string {
 	return rr.Status.Decision.Playbook
 }
 
-// slotsTaken returns why an allowed disruptive playbook must wait for the cap: the
-// other running disruptive requests, sorted, when they and the requests that have
-// waited longer fill the cap, and nil when it may start. Waiting requests are served
-// oldest first, so a newcomer cannot take the slot an older request is waiting for.
-func slotsTaken(others []v1alpha1.RemediationRequest, self *v1alpha1.RemediationRequest, maxConcurrent int, playbooks remediations.Playbooks) (running []string, ahead int) {
+// slotsTaken reports whether an allowed disruptive playbook must wait for the cap:
+// when the other running disruptive requests (returned sorted) and the requests that
+// have waited longer (ahead) fill it. Waiting requests are served oldest first, so a
+// newcomer cannot take the slot an older request is waiting for.
+func slotsTaken(others []v1alpha1.RemediationRequest, self *v1alpha1.RemediationRequest, maxConcurrent int, playbooks remediations.Playbooks) (wait bool, running []string, ahead int) {
 	if maxConcurrent <= 0 {
-		return nil, 0
+		return false, nil, 0
 	}
 	for i := range others {
 		o := &others[i]
@@ -365,13 +366,10 @@ func slotsTaken(others []v1alpha1.RemediationRequest, self *v1alpha1.Remediation
 		}
 	}
 	if len(running)+ahead < maxConcurrent {
-		return nil, 0
+		return false, nil, 0
 	}
 	slices.Sort(running)
-	if running == nil {
-		running = []string{}
-	}
-	return running, ahead
+	return true, running, ahead
 }
 
 // describeAhead renders how many requests wait for a slot before this one.

@@ -184,6 +184,30 @@ func (b *bench) latency(ctx context.Context) (*Latency, error) {
 	return res, nil
 }
 
+// follow samples the requests' progress every 250 ms from start until all are
+// terminal or timeout has passed, calling sample (if set) with each point. It returns
+// the points and the seconds until all were terminal, 0 if they never were.
+func (b *bench) follow(kind string, names []string, start time.Time, timeout time.Duration, sample func(Point)) ([]Point, float64) {
+	var progress []Point
+	deadline := start.Add(timeout)
+	for {
+		p := b.track.counts(names)
+		p.Seconds = time.Since(start).Seconds()
+		progress = append(progress, p)
+		if sample != nil {
+			sample(p)
+		}
+		if p.Terminal == len(names) {
+			return progress, p.Seconds
+		}
+		if time.Now().After(deadline) {
+			logf("%s: %d of %d terminal after %s", kind, p.Terminal, len(names), timeout)
+			return progress, 0
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 // storm creates n shut-down-holder requests at once and follows them to the end.
@@ -229,27 +253,14 @@ func (b *bench) storm(ctx context.Context, kind string, n int, timeout time.Dura
 	}); err != nil {
 		return nil, fmt.Errorf("creating requests: %w", err)
 	}
-	deadline := start.Add(timeout)
-	for {
-		p := b.track.counts(names)
-		p.Seconds = time.Since(start).Seconds()
-		res.Progress = append(res.Progress, p)
+	res.Progress, res.TerminalSeconds = b.follow(kind, names, start, timeout, func(p Point) {
 		if p.Decided == n && res.DecidedSeconds == 0 {
 			res.DecidedSeconds = p.Seconds
 		}
 		if _, peak, err := c.memory(); err == nil {
 			res.PeakRSSMiB = max(res.PeakRSSMiB, peak)
 		}
-		if p.Terminal == n {
-			res.TerminalSeconds = p.Seconds
-			break
-		}
-		if time.Now().After(deadline) {
-			logf("%s: %d of %d terminal after %s", kind, p.Terminal, n, timeout)
-			break
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
+	})
 	after, err := c.scrape()
 	if err != nil {
 		return nil, err
@@ -338,21 +349,7 @@ func (b *bench) disruptive(ctx context.Context) (*Disruptive, error) {
 		}
 	}
 	res := &Disruptive{Requests: n, Cap: capacity}
-	deadline := start.Add(b.p.disruptiveTimeout)
-	for {
-		p := b.track.counts(names)
-		p.Seconds = time.Since(start).Seconds()
-		res.Progress = append(res.Progress, p)
-		if p.Terminal == n {
-			res.TerminalSeconds = p.Seconds
-			break
-		}
-		if time.Now().After(deadline) {
-			logf("disruptive: %d of %d terminal after %s", p.Terminal, n, b.p.disruptiveTimeout)
-			break
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
+	res.Progress, res.TerminalSeconds = b.follow("disruptive", names, start, b.p.disruptiveTimeout, nil)
 	after, err := c.scrape()
 	if err != nil {
 		return nil, err
