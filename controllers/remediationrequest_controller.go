@@ -31,6 +31,7 @@ import (
 	"github.com/remediator/remediator/controllers/facts"
 	"github.com/remediator/remediator/policies"
 	"github.com/remediator/remediator/remediations"
+	"github.com/remediator/remediator/remediations/failpoint"
 )
 
 // +kubebuilder:rbac:groups=remediator.io,resources=remediationrequests,verbs=get;list;watch;update;patch
@@ -411,6 +412,20 @@ func (r *RemediationRequestReconciler) runPlaybook(ctx context.Context, s *scope
 	return ctrl.Result{RequeueAfter: p.RequeueAfter}, nil
 }
 
+// journaledStarts passes the after-journal failpoint of each step whose start the
+// status write just journaled (a no-op outside failpoints builds, see package
+// failpoint).
+func journaledStarts(before, after *v1alpha1.RemediationRequest) {
+	if !failpoint.Enabled {
+		return
+	}
+	for i, st := range after.Status.Steps {
+		if st.State == v1alpha1.StepRunning && (i >= len(before.Status.Steps) || before.Status.Steps[i].State != v1alpha1.StepRunning) {
+			failpoint.Inject(failpoint.Name(st.Name, failpoint.AfterJournal))
+		}
+	}
+}
+
 // inScope reports whether requests in namespace ns are this controller's.
 func (r *RemediationRequestReconciler) inScope(ns string) bool {
 	return len(r.Namespaces) == 0 || slices.Contains(r.Namespaces, ns)
@@ -453,6 +468,7 @@ func (r *RemediationRequestReconciler) patchStatus(ctx context.Context, s *scope
 	}
 	if err == nil {
 		observeTransitions(s.base, s.rr)
+		journaledStarts(s.base, s.rr)
 	}
 	// A second patch in the same reconcile (deletion) diffs from what was written.
 	s.base = s.rr.DeepCopy()

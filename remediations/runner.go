@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/remediator/remediator/api/v1alpha1"
+	"github.com/remediator/remediator/remediations/failpoint"
 )
 
 // Progress is what one Advance did.
@@ -75,7 +76,9 @@ func Advance(ctx context.Context, r *Run) (Progress, error) {
 					return failStep(steps, i, r.Now, &Failure{Reason: v.Invariant.Reason(), Message: v.Error() + "; nothing was done"}), nil
 				}
 			}
+			failpoint.Inject(failpoint.Name(st.Name, failpoint.BeforeCall))
 			out, err = step.Run(ctx, r)
+			failpoint.Inject(failpoint.Name(st.Name, failpoint.AfterCall))
 		}
 		if err != nil {
 			if f, ok := IsFailure(err); ok {

@@ -12,7 +12,8 @@
 #   UP_TIMEOUT   seconds to wait for nodes, DaemonSet and CRDs (default: 180)
 #
 # Result: admin kubeconfig at $BIN/cluster/kubeconfig; cluster state (pki, etcd data, pid files,
-# component logs) under $BIN/cluster/clusters/remediator; the simulator's pid file and log at
+# component logs, the kube-apiserver's audit log logs/audit.log, see audit-policy.yaml) under
+# $BIN/cluster/clusters/remediator; the simulator's pid file and log at
 # $BIN/cluster/trident-sim.{pid,log}. Nothing is written to ~/.kwok, and
 # ~/.kube/config is left alone.
 #
@@ -36,6 +37,8 @@ CLUSTER_DIR="$BIN/cluster"
 KUBECONFIG_OUT="$CLUSTER_DIR/kubeconfig"
 MANIFESTS="$HERE/manifests"
 KWOKCTL_CONFIG="$HERE/kwokctl.yaml"
+# The kube-apiserver's audit policy: the destructive calls the chaos campaigns count.
+AUDIT_POLICY="$HERE/audit-policy.yaml"
 # Nodes declared in manifests/10-nodes.yaml; the DaemonSet must have one ready pod on each.
 EXPECTED_NODES=3
 
@@ -78,7 +81,7 @@ LOGS="$CLUSTER_DIR/clusters/$CLUSTER_NAME/logs"
 # creates a cluster, so a changed config (or different binaries) means recreate.
 fingerprint() {
   {
-    sha256sum "$KWOKCTL_CONFIG"
+    sha256sum "$KWOKCTL_CONFIG" "$AUDIT_POLICY"
     for b in etcd kube-apiserver kube-controller-manager kube-scheduler kwok kwokctl; do
       printf '%s %s\n' "$b" "$(stat -c '%s %Y' "$BIN/$b")"
     done
@@ -117,7 +120,7 @@ cluster_exists=false
 [[ -f "$CLUSTER_DIR/clusters/$CLUSTER_NAME/kwok.yaml" ]] && cluster_exists=true
 
 if $cluster_exists && [[ "$(cat "$FINGERPRINT_FILE" 2>/dev/null)" != "$(fingerprint)" ]]; then
-  log "kwokctl.yaml or the binaries changed since the cluster was created; recreating it"
+  log "kwokctl.yaml, the audit policy or the binaries changed since the cluster was created; recreating it"
   flock -u 9
   "$HERE/down.sh"
   flock -w 600 9 || die "timed out re-taking $CLUSTER_DIR/.lock"
@@ -145,6 +148,7 @@ else
       --runtime=binary \
       --kubeconfig= \
       --timeout=5m \
+      --kube-audit-policy="$AUDIT_POLICY" \
       --etcd-binary="$BIN/etcd" \
       --kube-apiserver-binary="$BIN/kube-apiserver" \
       --kube-controller-manager-binary="$BIN/kube-controller-manager" \

@@ -1,0 +1,38 @@
+// Package failpoint owns the crash points of the chaos campaign (make chaos, R1):
+// named places in the controller's step path where a test build can kill the
+// process, so that a restart is tested at exactly the boundaries a real crash can
+// fall on (after the journal write, before the API call, after the API call but
+// before its outcome is journaled).
+//
+// Only a binary built with -tags failpoints honours them (bin/remediator-failpoints,
+// built by make chaos); in every other build Inject is an empty function the
+// compiler removes, and REMEDIATOR_FAILPOINTS is ignored. A release image therefore
+// cannot be made to crash itself by an environment variable.
+//
+// The variable holds comma-separated name=action pairs; the one action is kill
+// (SIGKILL the process, as the kernel's OOM killer or a node losing power would:
+// no deferred function, no status write, no leader-election release). A name
+// applies to every request and fires on its first hit:
+//
+//	REMEDIATOR_FAILPOINTS=deleteLease/after-call=kill
+package failpoint
+
+// Env is the environment variable a failpoints build reads.
+const Env = "REMEDIATOR_FAILPOINTS"
+
+// The boundaries of a step at which a crash is injected. A point's name is
+// "<step>/<boundary>", for example "cordon/before-call".
+const (
+	// AfterJournal: the status write that journaled the step's start returned.
+	AfterJournal = "after-journal"
+	// BeforeCall: the step's preconditions were checked; its API call is next.
+	BeforeCall = "before-call"
+	// AfterCall: the step's API call returned; its outcome is not journaled yet.
+	AfterCall = "after-call"
+)
+
+// Boundaries lists the boundaries in the order a step passes them.
+var Boundaries = []string{AfterJournal, BeforeCall, AfterCall}
+
+// Name is the failpoint name of a step's boundary.
+func Name(step, boundary string) string { return step + "/" + boundary }
