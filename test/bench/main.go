@@ -33,6 +33,7 @@ import (
 
 	"github.com/remediator/remediator/api/v1alpha1"
 	"github.com/remediator/remediator/test/cluster"
+	"github.com/remediator/remediator/test/stage"
 )
 
 type clientWithWatch = client.WithWatch
@@ -135,8 +136,8 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	b := &bench{cfg: cfg, p: p, s: &stager{cs: cs, runID: runID}, k8s: k8s, track: newTracker()}
-	if err := b.s.namespaces(ctx); err != nil {
+	b := &bench{cfg: cfg, p: p, s: &stage.Stager{CS: cs, RunID: runID, Apps: appNamespace, Requests: requestNamespace}, k8s: k8s, track: newTracker()}
+	if err := b.s.Namespaces(ctx); err != nil {
 		return err
 	}
 	watchCtx, stopWatch := context.WithCancel(ctx)
@@ -252,9 +253,9 @@ func (b *bench) cleanup(ctx context.Context) error {
 	// Requests first, while no controller runs: a finalizer left on one (a disruptive
 	// playbook's) would hold it.
 	list := &v1alpha1.RemediationRequestList{}
-	sel := client.MatchingLabels{labelRun: b.s.runID}
+	sel := client.MatchingLabels{stage.Label: b.s.RunID}
 	if err := b.k8s.List(ctx, list, client.InNamespace(requestNamespace), sel); err == nil {
-		_ = parallel(len(list.Items), func(i int) error {
+		_ = stage.Parallel(len(list.Items), func(i int) error {
 			rr := &list.Items[i]
 			if len(rr.Finalizers) == 0 {
 				return nil
@@ -267,7 +268,7 @@ func (b *bench) cleanup(ctx context.Context) error {
 	if err := b.k8s.DeleteAllOf(ctx, &v1alpha1.RemediationRequest{}, client.InNamespace(requestNamespace), sel); err != nil {
 		logf("Deleting requests: %v", err)
 	}
-	return b.s.cleanup(ctx)
+	return b.s.Cleanup(ctx)
 }
 
 func reachable(kubeconfig string) bool {

@@ -13,6 +13,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/remediator/remediator/api/v1alpha1"
+	"github.com/remediator/remediator/test/stage"
+)
+
+// The bench's namespaces: the application pods and claims, and the requests.
+const (
+	appNamespace     = "remediator-bench-apps"
+	requestNamespace = "remediator-bench"
 )
 
 // bench is one run: its clients, its staging, and the carrier nodes it shares
@@ -20,7 +27,7 @@ import (
 type bench struct {
 	cfg     config
 	p       preset
-	s       *stager
+	s       *stage.Stager
 	k8s     clientWithWatch
 	track   *tracker
 	carrier []string // kwok node names
@@ -29,13 +36,13 @@ type bench struct {
 }
 
 func (b *bench) name(kind string, i int) string {
-	return fmt.Sprintf("bench-%s-%s-%04d", b.s.runID, kind, i)
+	return fmt.Sprintf("bench-%s-%s-%04d", b.s.RunID, kind, i)
 }
 
 // request builds a release-luks-lease request for an incident.
-func (b *bench) request(name string, in incident, byPod bool) *v1alpha1.RemediationRequest {
+func (b *bench) request(name string, in stage.Incident, byPod bool) *v1alpha1.RemediationRequest {
 	rr := &v1alpha1.RemediationRequest{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: requestNamespace,
-		Labels: map[string]string{labelRun: b.s.runID}}}
+		Labels: map[string]string{stage.Label: b.s.RunID}}}
 	rr.Spec = v1alpha1.RemediationRequestSpec{Remediation: v1alpha1.RemediationReleaseLUKSLease, Reason: "make bench: " + in.Name}
 	if byPod {
 		rr.Spec.Target.Pod = &v1alpha1.ObjectReference{Namespace: appNamespace, Name: in.Pod}
@@ -46,14 +53,14 @@ func (b *bench) request(name string, in incident, byPod bool) *v1alpha1.Remediat
 }
 
 // newIncidents stages n incidents; holder(i) and podNode(i) place them.
-func (b *bench) newIncidents(ctx context.Context, kind string, n int, holder, podNode func(i int) string, retained bool) ([]incident, error) {
-	out := make([]incident, n)
+func (b *bench) newIncidents(ctx context.Context, kind string, n int, holder, podNode func(i int) string, retained bool) ([]stage.Incident, error) {
+	out := make([]stage.Incident, n)
 	for i := range out {
 		b.seq++
 		base := b.name(kind, i)
-		out[i] = incident{Name: fmt.Sprintf("pvc-%s", base), Claim: base + "-data", Pod: base + "-app", Holder: holder(i), PodNode: podNode(i)}
+		out[i] = stage.Incident{Name: fmt.Sprintf("pvc-%s", base), Claim: base + "-data", Pod: base + "-app", Holder: holder(i), PodNode: podNode(i)}
 	}
-	err := parallel(n, func(i int) error { return b.s.stageIncident(ctx, out[i], retained) })
+	err := stage.Parallel(n, func(i int) error { return b.s.StageIncident(ctx, out[i], retained) })
 	return out, err
 }
 
@@ -62,7 +69,7 @@ func (b *bench) shutdownNodes(ctx context.Context, kind string, n int) ([]string
 	for i := range names {
 		names[i] = b.name(kind+"-down", i)
 	}
-	return names, parallel(n, func(i int) error { return b.s.shutdownNode(ctx, names[i]) })
+	return names, stage.Parallel(n, func(i int) error { return b.s.ShutdownNode(ctx, names[i]) })
 }
 
 // ensureNodes stages kwok nodes until there are n.
@@ -76,10 +83,10 @@ func (b *bench) ensureNodes(ctx context.Context, n int) error {
 		names[i] = b.name("kwok", from+i)
 	}
 	start := time.Now()
-	if err := parallel(len(names), func(i int) error { return b.s.kwokNode(ctx, names[i]) }); err != nil {
+	if err := stage.Parallel(len(names), func(i int) error { return b.s.KwokNode(ctx, names[i]) }); err != nil {
 		return err
 	}
-	if err := b.s.waitNodesReady(ctx, names, 5*time.Minute); err != nil {
+	if err := b.s.WaitNodesReady(ctx, names, 5*time.Minute); err != nil {
 		return err
 	}
 	b.carrier = append(b.carrier, names...)
@@ -97,9 +104,9 @@ func (b *bench) ensureCarriers(ctx context.Context, pods int) error {
 		return nil
 	}
 	start, from := time.Now(), b.pods
-	err := parallel(pods-from, func(i int) error {
+	err := stage.Parallel(pods-from, func(i int) error {
 		j := from + i
-		return b.s.carrierPod(ctx, fmt.Sprintf("bench-%s-pod-%05d", b.s.runID, j), b.carrier[j%len(b.carrier)])
+		return b.s.CarrierPod(ctx, fmt.Sprintf("bench-%s-pod-%05d", b.s.RunID, j), b.carrier[j%len(b.carrier)])
 	})
 	if err != nil {
 		return err
@@ -170,7 +177,7 @@ func (b *bench) latency(ctx context.Context) (*Latency, error) {
 	for i := n; i < 2*n; i++ {
 		in := incidents[i]
 		start := time.Now()
-		out, err := exec.CommandContext(ctx, "bash", script, kubectl, b.cfg.kubeconfig, appNamespace, in.Pod, tridentNamespace).CombinedOutput()
+		out, err := exec.CommandContext(ctx, "bash", script, kubectl, b.cfg.kubeconfig, appNamespace, in.Pod, stage.TridentNamespace).CombinedOutput()
 		if err != nil {
 			return nil, fmt.Errorf("runbook script for %s: %w\n%s", in.Pod, err, out)
 		}
@@ -247,7 +254,7 @@ func (b *bench) storm(ctx context.Context, kind string, n int, timeout time.Dura
 		profileDone <- nil
 	}
 	start := time.Now()
-	if err := parallel(n, func(i int) error {
+	if err := stage.Parallel(n, func(i int) error {
 		b.track.created(rrs[i].Name, time.Now())
 		return b.k8s.Create(ctx, rrs[i])
 	}); err != nil {

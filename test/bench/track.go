@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/remediator/remediator/api/v1alpha1"
+	"github.com/remediator/remediator/test/stage"
 )
 
 type requestTimes struct {
@@ -92,7 +93,7 @@ func (t *tracker) observe(rr *v1alpha1.RemediationRequest, at time.Time) {
 func (t *tracker) watchRequests(ctx context.Context, c client.WithWatch, runID string) {
 	for ctx.Err() == nil {
 		list := &v1alpha1.RemediationRequestList{}
-		if err := c.List(ctx, list, client.InNamespace(requestNamespace), client.MatchingLabels{labelRun: runID}); err != nil {
+		if err := c.List(ctx, list, client.InNamespace(requestNamespace), client.MatchingLabels{stage.Label: runID}); err != nil {
 			time.Sleep(200 * time.Millisecond)
 			continue
 		}
@@ -101,7 +102,7 @@ func (t *tracker) watchRequests(ctx context.Context, c client.WithWatch, runID s
 			t.observe(&list.Items[i], now)
 		}
 		w, err := c.Watch(ctx, &v1alpha1.RemediationRequestList{}, client.InNamespace(requestNamespace),
-			client.MatchingLabels{labelRun: runID}, &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: list.ResourceVersion}})
+			client.MatchingLabels{stage.Label: runID}, &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: list.ResourceVersion}})
 		if err != nil {
 			time.Sleep(200 * time.Millisecond)
 			continue
@@ -118,7 +119,7 @@ func (t *tracker) watchRequests(ctx context.Context, c client.WithWatch, runID s
 // watchLeases stamps the deletion of the run's Trident Leases.
 func (t *tracker) watchLeases(ctx context.Context, cs kubernetes.Interface, runID string) {
 	for ctx.Err() == nil {
-		w, err := cs.CoordinationV1().Leases(tridentNamespace).Watch(ctx, metav1.ListOptions{LabelSelector: labelRun + "=" + runID})
+		w, err := cs.CoordinationV1().Leases(stage.TridentNamespace).Watch(ctx, metav1.ListOptions{LabelSelector: stage.Label + "=" + runID})
 		if err != nil {
 			time.Sleep(200 * time.Millisecond)
 			continue

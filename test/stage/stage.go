@@ -1,8 +1,9 @@
-package main
-
-// Staging: the objects of an incident, created with client-go at high QPS, the way
-// they would stand in a cluster after a rack lost power. Every object carries the
-// run's label, so that cleanup removes exactly what this run made.
+// Package stage owns the staging of incidents for the harnesses that drive the
+// local cluster at scale (test/bench, test/chaos): the objects of an incident,
+// created with client-go at high QPS, the way they would stand in a cluster after a
+// rack lost power. Every object carries the run's label, so that cleanup removes
+// exactly what this run made.
+package stage
 
 import (
 	"context"
@@ -23,28 +24,29 @@ import (
 )
 
 const (
-	// labelRun marks every object a run stages, valued with the run's ID.
-	labelRun = "bench.remediator.io/run"
-	// appNamespace holds the application pods and claims; requestNamespace the requests.
-	appNamespace     = "remediator-bench-apps"
-	requestNamespace = "remediator-bench"
-	tridentNamespace = "trident"
-	driverName       = "csi.trident.netapp.io"
-	workers          = 32
+	// Label marks every object a run stages, valued with the run's ID.
+	Label = "test.remediator.io/run"
+	// TridentNamespace holds Trident's Leases and LeaseRetained events.
+	TridentNamespace = "trident"
+	// DriverName is Trident's CSI driver.
+	DriverName = "csi.trident.netapp.io"
+	workers    = 32
 )
 
-// stager creates objects for one run.
-type stager struct {
-	cs    kubernetes.Interface
-	runID string
+// Stager creates objects for one run.
+type Stager struct {
+	CS    kubernetes.Interface
+	RunID string
+	// Apps holds the application pods and claims; Requests the requests.
+	Apps, Requests string
 }
 
-func (s *stager) meta(name string) metav1.ObjectMeta {
-	return metav1.ObjectMeta{Name: name, Labels: map[string]string{labelRun: s.runID}}
+func (s *Stager) meta(name string) metav1.ObjectMeta {
+	return metav1.ObjectMeta{Name: name, Labels: map[string]string{Label: s.RunID}}
 }
 
-// parallel runs fn for 0..n-1 on a pool of workers and returns the first error.
-func parallel(n int, fn func(i int) error) error {
+// Parallel runs fn for 0..n-1 on a pool of workers and returns the first error.
+func Parallel(n int, fn func(i int) error) error {
 	var (
 		wg    sync.WaitGroup
 		mu    sync.Mutex
@@ -74,9 +76,9 @@ func parallel(n int, fn func(i int) error) error {
 	return first
 }
 
-func (s *stager) namespaces(ctx context.Context) error {
-	for _, ns := range []string{appNamespace, requestNamespace} {
-		_, err := s.cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
+func (s *Stager) Namespaces(ctx context.Context) error {
+	for _, ns := range []string{s.Apps, s.Requests} {
+		_, err := s.CS.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
 		if err != nil && !apierrors.IsAlreadyExists(err) {
 			return fmt.Errorf("creating namespace %s: %w", ns, err)
 		}
@@ -84,20 +86,20 @@ func (s *stager) namespaces(ctx context.Context) error {
 	return nil
 }
 
-// shutdownNode creates a node whose machine was powered off: no kubelet (kwok does
+// ShutdownNode creates a node whose machine was powered off: no kubelet (kwok does
 // not manage it: no kwok annotation), Ready=False, and the out-of-service taint an
 // administrator sets after verifying the shutdown (non-graceful node shutdown).
-func (s *stager) shutdownNode(ctx context.Context, name string) error {
+func (s *Stager) ShutdownNode(ctx context.Context, name string) error {
 	n := &corev1.Node{ObjectMeta: s.meta(name), Spec: corev1.NodeSpec{Taints: []corev1.Taint{{
 		Key: v1alpha1.TaintOutOfService, Value: "nodeshutdown", Effect: corev1.TaintEffectNoExecute,
 	}}}}
-	if _, err := s.cs.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{}); err != nil {
+	if _, err := s.CS.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("creating node %s: %w", name, err)
 	}
 	// The node lifecycle controller writes the new node too (its taints): retry on
 	// conflict with what it wrote.
 	err := retry.RetryOnConflict(retry.DefaultBackoff, func() error {
-		cur, err := s.cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		cur, err := s.CS.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return err
 		}
@@ -106,7 +108,7 @@ func (s *stager) shutdownNode(ctx context.Context, name string) error {
 			Type: corev1.NodeReady, Status: corev1.ConditionFalse, Reason: "KubeletNotReady",
 			Message: "node was shut down", LastHeartbeatTime: now, LastTransitionTime: now,
 		}}
-		_, err = s.cs.CoreV1().Nodes().UpdateStatus(ctx, cur, metav1.UpdateOptions{})
+		_, err = s.CS.CoreV1().Nodes().UpdateStatus(ctx, cur, metav1.UpdateOptions{})
 		return err
 	})
 	if err != nil {
@@ -115,10 +117,10 @@ func (s *stager) shutdownNode(ctx context.Context, name string) error {
 	return nil
 }
 
-// kwokNode creates a node kwok runs a simulated kubelet for: it turns Ready, renews
+// KwokNode creates a node kwok runs a simulated kubelet for: it turns Ready, renews
 // its Lease and runs the pods bound to it. It has no kubernetes.io/os label, so the
 // trident-csi DaemonSet of the local cluster does not put a node-plugin pod on it.
-func (s *stager) kwokNode(ctx context.Context, name string) error {
+func (s *Stager) KwokNode(ctx context.Context, name string) error {
 	n := &corev1.Node{ObjectMeta: s.meta(name)}
 	n.Annotations = map[string]string{"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"}
 	n.Labels["type"] = "kwok"
@@ -126,21 +128,21 @@ func (s *stager) kwokNode(ctx context.Context, name string) error {
 		Capacity:    corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("64"), corev1.ResourceMemory: resource.MustParse("256Gi"), corev1.ResourcePods: resource.MustParse("1000")},
 		Allocatable: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("64"), corev1.ResourceMemory: resource.MustParse("256Gi"), corev1.ResourcePods: resource.MustParse("1000")},
 	}
-	if _, err := s.cs.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{}); err != nil {
+	if _, err := s.CS.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("creating node %s: %w", name, err)
 	}
 	return nil
 }
 
-// waitNodesReady waits until every named node reports Ready=True.
-func (s *stager) waitNodesReady(ctx context.Context, names []string, timeout time.Duration) error {
+// WaitNodesReady waits until every named node reports Ready=True.
+func (s *Stager) WaitNodesReady(ctx context.Context, names []string, timeout time.Duration) error {
 	want := map[string]bool{}
 	for _, n := range names {
 		want[n] = true
 	}
 	deadline := time.Now().Add(timeout)
 	for {
-		list, err := s.cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: labelRun + "=" + s.runID, ResourceVersion: "0"})
+		list, err := s.CS.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: Label + "=" + s.RunID, ResourceVersion: "0"})
 		if err != nil {
 			return err
 		}
@@ -165,26 +167,26 @@ func (s *stager) waitNodesReady(ctx context.Context, names []string, timeout tim
 	}
 }
 
-// carrierPod is one of the cluster's ordinary pods: it has nothing to do with any
+// CarrierPod is one of the cluster's ordinary pods: it has nothing to do with any
 // incident, and is there so that the controller's memory can be measured against
 // the number of pods in the cluster.
-func (s *stager) carrierPod(ctx context.Context, name, node string) error {
+func (s *Stager) CarrierPod(ctx context.Context, name, node string) error {
 	p := &corev1.Pod{ObjectMeta: s.meta(name), Spec: corev1.PodSpec{
 		NodeName:   node,
 		Containers: []corev1.Container{{Name: "app", Image: "registry.k8s.io/pause:3.10"}},
 		// kwok ends a deleted pod at once; a real kubelet would use the grace period.
 		TerminationGracePeriodSeconds: ptr.To[int64](30),
 	}}
-	p.Namespace = appNamespace
-	if _, err := s.cs.CoreV1().Pods(appNamespace).Create(ctx, p, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+	p.Namespace = s.Apps
+	if _, err := s.CS.CoreV1().Pods(s.Apps).Create(ctx, p, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("creating pod %s: %w", name, err)
 	}
 	return nil
 }
 
-// incident is one stuck LUKS volume: a claim bound to a Trident PV, an application
+// Incident is one stuck LUKS volume: a claim bound to a Trident PV, an application
 // pod that mounts it, and the PV-named Lease in the Trident namespace held by holder.
-type incident struct {
+type Incident struct {
 	Name   string // PV name, which is the Lease name
 	Claim  string
 	Pod    string
@@ -195,18 +197,18 @@ type incident struct {
 	PodNode string
 }
 
-// stageIncident creates the claim, the PV bound to it, the pod, the Lease and, for a
+// StageIncident creates the claim, the PV bound to it, the pod, the Lease and, for a
 // healthy holder, the LeaseRetained Warning events Trident emits after a failed
 // cryptsetup.
-func (s *stager) stageIncident(ctx context.Context, in incident, retained bool) error {
+func (s *Stager) StageIncident(ctx context.Context, in Incident, retained bool) error {
 	pvc := &corev1.PersistentVolumeClaim{ObjectMeta: s.meta(in.Claim), Spec: corev1.PersistentVolumeClaimSpec{
 		AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany},
 		StorageClassName: ptr.To(""),
 		VolumeName:       in.Name,
 		Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}},
 	}}
-	pvc.Namespace = appNamespace
-	createdPVC, err := s.cs.CoreV1().PersistentVolumeClaims(appNamespace).Create(ctx, pvc, metav1.CreateOptions{})
+	pvc.Namespace = s.Apps
+	createdPVC, err := s.CS.CoreV1().PersistentVolumeClaims(s.Apps).Create(ctx, pvc, metav1.CreateOptions{})
 	if err != nil {
 		return fmt.Errorf("creating claim %s: %w", in.Claim, err)
 	}
@@ -214,13 +216,13 @@ func (s *stager) stageIncident(ctx context.Context, in incident, retained bool) 
 		AccessModes:                   []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany},
 		Capacity:                      corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
 		PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimRetain,
-		ClaimRef:                      &corev1.ObjectReference{Kind: "PersistentVolumeClaim", Namespace: appNamespace, Name: in.Claim, UID: createdPVC.UID},
+		ClaimRef:                      &corev1.ObjectReference{Kind: "PersistentVolumeClaim", Namespace: s.Apps, Name: in.Claim, UID: createdPVC.UID},
 		PersistentVolumeSource: corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{
-			Driver: driverName, VolumeHandle: in.Name,
+			Driver: DriverName, VolumeHandle: in.Name,
 			VolumeAttributes: map[string]string{"luksEncryption": "true"},
 		}},
 	}}
-	if _, err := s.cs.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{}); err != nil {
+	if _, err := s.CS.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("creating PV %s: %w", in.Name, err)
 	}
 	pod := &corev1.Pod{ObjectMeta: s.meta(in.Pod), Spec: corev1.PodSpec{
@@ -231,16 +233,16 @@ func (s *stager) stageIncident(ctx context.Context, in incident, retained bool) 
 			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: in.Claim},
 		}}},
 	}}
-	pod.Namespace = appNamespace
-	if _, err := s.cs.CoreV1().Pods(appNamespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+	pod.Namespace = s.Apps
+	if _, err := s.CS.CoreV1().Pods(s.Apps).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("creating pod %s: %w", in.Pod, err)
 	}
 	now := metav1.NowMicro()
 	lease := &coordinationv1.Lease{ObjectMeta: s.meta(in.Name), Spec: coordinationv1.LeaseSpec{
 		HolderIdentity: ptr.To(in.Holder), AcquireTime: &now,
 	}}
-	lease.Namespace = tridentNamespace
-	created, err := s.cs.CoordinationV1().Leases(tridentNamespace).Create(ctx, lease, metav1.CreateOptions{})
+	lease.Namespace = TridentNamespace
+	created, err := s.CS.CoordinationV1().Leases(TridentNamespace).Create(ctx, lease, metav1.CreateOptions{})
 	if err != nil {
 		return fmt.Errorf("creating Lease %s: %w", in.Name, err)
 	}
@@ -250,25 +252,25 @@ func (s *stager) stageIncident(ctx context.Context, in incident, retained bool) 
 	// The event Trident's node plugin emits when cryptsetup failed and it kept the
 	// Lease (seeds/003): reason LeaseRetained, type Warning, on the Lease.
 	ev := &corev1.Event{
-		ObjectMeta: metav1.ObjectMeta{Name: in.Name + ".retained", Namespace: tridentNamespace, Labels: map[string]string{labelRun: s.runID}},
+		ObjectMeta: metav1.ObjectMeta{Name: in.Name + ".retained", Namespace: TridentNamespace, Labels: map[string]string{Label: s.RunID}},
 		InvolvedObject: corev1.ObjectReference{Kind: "Lease", APIVersion: "coordination.k8s.io/v1",
-			Namespace: tridentNamespace, Name: in.Name, UID: created.UID},
+			Namespace: TridentNamespace, Name: in.Name, UID: created.UID},
 		Reason:  "LeaseRetained",
 		Message: fmt.Sprintf("Lease %s retained by node %s after failed LUKS operation: cryptsetup luksOpen failed: exit status 5", in.Name, in.Holder),
 		Type:    corev1.EventTypeWarning, Count: 3,
 		FirstTimestamp: metav1.Now(), LastTimestamp: metav1.Now(),
 		Source: corev1.EventSource{Component: "trident-node", Host: in.Holder},
 	}
-	if _, err := s.cs.CoreV1().Events(tridentNamespace).Create(ctx, ev, metav1.CreateOptions{}); err != nil {
+	if _, err := s.CS.CoreV1().Events(TridentNamespace).Create(ctx, ev, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("creating LeaseRetained event for %s: %w", in.Name, err)
 	}
 	return nil
 }
 
-// cleanup deletes what the run staged. Nodes go last: pods bound to a deleted node
+// Cleanup deletes what the run staged. Nodes go last: pods bound to a deleted node
 // are removed by the pod garbage collector.
-func (s *stager) cleanup(ctx context.Context) error {
-	sel := metav1.ListOptions{LabelSelector: labelRun + "=" + s.runID}
+func (s *Stager) Cleanup(ctx context.Context) error {
+	sel := metav1.ListOptions{LabelSelector: Label + "=" + s.RunID}
 	del := metav1.DeleteOptions{}
 	var errs []error
 	add := func(what string, err error) {
@@ -276,16 +278,16 @@ func (s *stager) cleanup(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("deleting %s: %w", what, err))
 		}
 	}
-	add("Leases", s.cs.CoordinationV1().Leases(tridentNamespace).DeleteCollection(ctx, del, sel))
-	add("events", s.cs.CoreV1().Events(tridentNamespace).DeleteCollection(ctx, del, sel))
+	add("Leases", s.CS.CoordinationV1().Leases(TridentNamespace).DeleteCollection(ctx, del, sel))
+	add("events", s.CS.CoreV1().Events(TridentNamespace).DeleteCollection(ctx, del, sel))
 	// The staged pods are the harness's own stand-ins, run by kwok: they go at once
 	// (grace 0), so that a run of 20,000 is cleaned up in seconds. The controller
 	// never does this to a pod.
 	now := metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}
-	add("pods", s.cs.CoreV1().Pods(appNamespace).DeleteCollection(ctx, now, sel))
-	add("claims", s.cs.CoreV1().PersistentVolumeClaims(appNamespace).DeleteCollection(ctx, del, sel))
-	add("PVs", s.cs.CoreV1().PersistentVolumes().DeleteCollection(ctx, del, sel))
-	add("nodes", s.cs.CoreV1().Nodes().DeleteCollection(ctx, del, sel))
+	add("pods", s.CS.CoreV1().Pods(s.Apps).DeleteCollection(ctx, now, sel))
+	add("claims", s.CS.CoreV1().PersistentVolumeClaims(s.Apps).DeleteCollection(ctx, del, sel))
+	add("PVs", s.CS.CoreV1().PersistentVolumes().DeleteCollection(ctx, del, sel))
+	add("nodes", s.CS.CoreV1().Nodes().DeleteCollection(ctx, del, sel))
 	if len(errs) > 0 {
 		return fmt.Errorf("cleanup: %v", errs)
 	}
