@@ -85,7 +85,9 @@ func assertSameDecision(t *testing.T, e *Engine, in Input) bool {
 	fastPath := usesFastPath(e, in)
 	if wantErr != nil {
 		require.Error(t, gotErr, "the general path fails, Decide decided %+v", got)
-		assert.Equal(t, wantErr.Error(), gotErr.Error())
+		// Decide says what kind of failure it is (an ambiguous policy) around the
+		// general path's own error.
+		assert.Contains(t, gotErr.Error(), wantErr.Error())
 		assert.False(t, fastPath, "inputInSchema accepts an input the general path rejects: %v", wantErr)
 		return fastPath
 	}

@@ -113,6 +113,9 @@ type Engine struct {
 	runaway atomic.Int32
 	// dir is where the policies were loaded from; empty means embedded.
 	dir string
+	// known are the playbooks a policy may spell out (RequirePlaybooks), sorted; nil
+	// means unchecked.
+	known []string
 }
 
 // sourceFile is one policy file, by base name.
@@ -148,29 +151,33 @@ func Load(dir string) (*Engine, error) {
 func compile(fsys fs.FS, dir string) (*Engine, error) {
 	names, err := fs.Glob(fsys, path.Join(dir, "*.cue"))
 	if err != nil {
-		return nil, fmt.Errorf("listing policies: %w", err)
+		return nil, loadError(LoadReasonRead, "listing policies: %w", err)
 	}
 	names = slices.DeleteFunc(names, func(n string) bool { return strings.HasSuffix(n, "_test.cue") })
 	if len(names) == 0 {
-		return nil, fmt.Errorf("no .cue policy files found")
+		return nil, loadError(LoadReasonRead, "no .cue policy files found")
 	}
 	slices.Sort(names)
 	files := make([]sourceFile, 0, len(names))
 	for _, n := range names {
 		data, err := fs.ReadFile(fsys, n)
 		if err != nil {
-			return nil, fmt.Errorf("reading policy %s: %w", n, err)
+			return nil, loadError(LoadReasonRead, "reading policy %s: %w", n, err)
 		}
 		files = append(files, sourceFile{name: path.Base(n), data: data})
 	}
 	return compileFiles(files)
 }
 
+// policyRoot is where the policy files are overlaid for loading; errors name files
+// relative to it.
+const policyRoot = "/remediator/policies"
+
 // compileFiles compiles policy files into a new CUE context. Each call gives values
 // that share nothing with earlier ones, so they may be used while an abandoned
 // evaluation still runs on the old ones.
 func compileFiles(files []sourceFile) (*Engine, error) {
-	const root = "/remediator/policies"
+	const root = policyRoot
 	h := sha256.New()
 	overlay := map[string]load.Source{}
 	for _, f := range files {
@@ -180,19 +187,19 @@ func compileFiles(files []sourceFile) (*Engine, error) {
 	}
 	insts := load.Instances([]string{"."}, &load.Config{Dir: root, Overlay: overlay})
 	if len(insts) != 1 {
-		return nil, fmt.Errorf("want one policy package, got %d", len(insts))
+		return nil, loadError(LoadReasonSyntax, "want one policy package, got %d", len(insts))
 	}
 	if err := insts[0].Err; err != nil {
-		return nil, fmt.Errorf("loading policies: %w", err)
+		return nil, loadError(LoadReasonSyntax, "loading policies: %w", positioned{err})
 	}
 	ctx := cuecontext.New()
 	v := ctx.BuildInstance(insts[0])
 	if err := v.Err(); err != nil {
-		return nil, fmt.Errorf("compiling policies: %w", err)
+		return nil, loadError(LoadReasonCompile, "compiling policies: %w", positioned{err})
 	}
 	policy := v.LookupPath(cue.ParsePath("#Policy"))
 	if !policy.Exists() {
-		return nil, fmt.Errorf("policies define no #Policy")
+		return nil, loadError(LoadReasonNoPolicy, "policies define no #Policy")
 	}
 	digest := "sha256:" + hex.EncodeToString(h.Sum(nil))
 	return &Engine{ctx: ctx, root: v, policy: policy, fast: fastPathDigests[digest], files: files, digest: digest}, nil
@@ -216,7 +223,8 @@ func (e *Engine) Source() string {
 // Reload recompiles on-disk policies (a ConfigMap volume changes under a running
 // process) and swaps them in when their digest changed. A policy that no longer
 // compiles is an error and the previous one stays in use: a bad edit must not stop
-// the controller from deciding. Embedded policies never change.
+// the controller from deciding. Embedded policies never change. The error is a
+// *LoadError, which says why.
 func (e *Engine) Reload() (changed bool, err error) {
 	if e.dir == "" {
 		return false, nil
@@ -229,6 +237,9 @@ func (e *Engine) Reload() (changed bool, err error) {
 	defer e.mu.Unlock()
 	if n.digest == e.digest {
 		return false, nil
+	}
+	if err := checkPlaybooks(n.files, e.known); err != nil {
+		return false, err
 	}
 	// The new values are fresh, so an abandoned evaluation on the old ones no longer
 	// matters to later decisions.
@@ -243,6 +254,10 @@ func (e *Engine) Reload() (changed bool, err error) {
 // runs on in the background on values no later decision touches: the next decision
 // compiles a fresh copy of the same source. While MaxRunawayEvaluations of them are
 // still running, Decide rejects at once.
+//
+// An error is an *EvalError: the policy could not decide (two rules disagree, or the
+// decision is incomplete, names no rule, or is too large to write to status), and
+// the caller must fail closed.
 func (e *Engine) Decide(in Input) (Decision, error) {
 	if in.Conflicts == nil {
 		in.Conflicts = []string{}
@@ -250,7 +265,7 @@ func (e *Engine) Decide(in Input) (Decision, error) {
 	inSchema := inputInSchema(in)
 	data, err := json.Marshal(in)
 	if err != nil {
-		return Decision{}, fmt.Errorf("encoding policy input: %w", err)
+		return Decision{}, &EvalError{Reason: EvalReasonError, Err: fmt.Errorf("encoding policy input: %w", err)}
 	}
 
 	e.mu.Lock()
@@ -265,7 +280,7 @@ func (e *Engine) Decide(in Input) (Decision, error) {
 	if e.stale {
 		fresh, err := compileFiles(e.files)
 		if err != nil {
-			return Decision{}, fmt.Errorf("recompiling policy %s after an abandoned evaluation: %w", e.digest, err)
+			return Decision{}, &EvalError{Reason: EvalReasonError, Err: fmt.Errorf("recompiling policy %s after an abandoned evaluation: %w", e.digest, err)}
 		}
 		e.ctx, e.root, e.policy, e.stale = fresh.ctx, fresh.root, fresh.policy, false
 	}
@@ -292,7 +307,10 @@ func (e *Engine) Decide(in Input) (Decision, error) {
 	select {
 	case r := <-done:
 		if r.err != nil {
-			return Decision{}, r.err
+			return Decision{}, evalError(r.err)
+		}
+		if err := validateDecision(r.d); err != nil {
+			return Decision{}, err
 		}
 		r.d.Digest = e.digest
 		return r.d, nil

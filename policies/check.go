@@ -1,0 +1,254 @@
+package policies
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"cuelang.org/go/cue/ast"
+	cueerrors "cuelang.org/go/cue/errors"
+	"cuelang.org/go/cue/literal"
+	"cuelang.org/go/cue/parser"
+	"cuelang.org/go/cue/token"
+)
+
+// A broken policy must be told apart from a good one, and the operator told which
+// way it is broken: a policy source that cannot be used is refused when it is loaded
+// (a LoadError, so the controller keeps the last good policy or, at start, does not
+// start), and a decision a policy cannot make is an EvalError (the request fails
+// closed). Both carry a short, fixed Reason for metrics and a bounded message: the
+// message ends up in a status condition and an Event, which the API server refuses
+// past their limits, and a refused status write would leave the request undecided
+// instead of rejected.
+
+// Reasons of a LoadError.
+const (
+	// LoadReasonRead: the directory or a file could not be read, or it holds no
+	// policy file.
+	LoadReasonRead = "read"
+	// LoadReasonSyntax: a file does not parse, or the files are not one package.
+	LoadReasonSyntax = "syntax"
+	// LoadReasonCompile: the files parse but do not evaluate (an undefined
+	// reference, conflicting values outside any decision).
+	LoadReasonCompile = "compile"
+	// LoadReasonNoPolicy: the package defines no #Policy.
+	LoadReasonNoPolicy = "no-policy"
+	// LoadReasonUnknownPlaybook: a rule spells out a playbook the controller does not
+	// have (see RequirePlaybooks).
+	LoadReasonUnknownPlaybook = "unknown-playbook"
+)
+
+// LoadReasons are every LoadError reason, for metrics that list them all.
+var LoadReasons = []string{LoadReasonRead, LoadReasonSyntax, LoadReasonCompile, LoadReasonNoPolicy, LoadReasonUnknownPlaybook}
+
+// LoadError is a policy source that was refused.
+type LoadError struct {
+	Reason string
+	Err    error
+}
+
+func (e *LoadError) Error() string { return bounded(e.Err.Error()) }
+func (e *LoadError) Unwrap() error { return e.Err }
+
+func loadError(reason string, format string, args ...any) *LoadError {
+	return &LoadError{Reason: reason, Err: fmt.Errorf(format, args...)}
+}
+
+// positioned is a CUE error that names the file, line and column of each fault:
+// the plain message of a parse error does not say where it is.
+type positioned struct{ error }
+
+func (p positioned) Error() string {
+	d := cueerrors.Details(p.error, &cueerrors.Config{Cwd: policyRoot})
+	return strings.Join(strings.Fields(d), " ")
+}
+
+func (p positioned) Unwrap() error { return p.error }
+
+// Reasons of an EvalError.
+const (
+	// EvalReasonAmbiguous: more than one rule decided, and they disagree (CUE finds
+	// conflicting values in the decision), or a decision is both allowed and wait.
+	EvalReasonAmbiguous = "ambiguous"
+	// EvalReasonTooLarge: the decision is larger than a status condition and an Event
+	// can carry (see the Max* limits).
+	EvalReasonTooLarge = "too-large"
+	// EvalReasonInvalid: the decision breaks its contract (no rule).
+	EvalReasonInvalid = "invalid"
+	// EvalReasonError: any other evaluation failure (an incomplete decision, a
+	// panic, an input the policy does not accept).
+	EvalReasonError = "error"
+)
+
+// EvalError is a decision the policy could not make. Decide returns it; the caller
+// fails closed.
+type EvalError struct {
+	Reason string
+	Err    error
+}
+
+func (e *EvalError) Error() string { return bounded(e.Err.Error()) }
+func (e *EvalError) Unwrap() error { return e.Err }
+
+// Limits on a decision. A condition message may hold 32768 characters; the message
+// also gets a recheck time appended, and a rejection repeats the rule name, so the
+// policy's part stays well below that. Reasons are a list in status, bounded so that
+// a policy cannot push the request towards etcd's object size limit.
+const (
+	MaxRuleLength     = 253
+	MaxPlaybookLength = 253
+	MaxMessageLength  = 16384
+	MaxReasons        = 64
+	MaxReasonLength   = 1024
+)
+
+// maxErrorLength bounds an error message: a CUE error quotes the values it found, and
+// those may be as large as the policy made them.
+const maxErrorLength = 8192
+
+func bounded(s string) string {
+	if len(s) <= maxErrorLength {
+		return s
+	}
+	// Cut at a rune boundary, and say how much was cut.
+	cut := maxErrorLength
+	for cut > 0 && !utf8Start(s[cut]) {
+		cut--
+	}
+	return fmt.Sprintf("%s... (%d more bytes)", s[:cut], len(s)-cut)
+}
+
+func utf8Start(b byte) bool { return b&0xC0 != 0x80 }
+
+// evalError classifies a failed evaluation. Conflicting values inside the decision
+// mean two rules both decided, differently: the policy is ambiguous. (A conflict in
+// the input, such as a mode outside the schema, is not the rules' ambiguity.)
+func evalError(err error) *EvalError {
+	for _, e := range cueerrors.Errors(err) {
+		msg, _ := e.Msg()
+		if strings.HasPrefix(msg, "conflicting values") && slices.Contains(e.Path(), "decision") {
+			return &EvalError{Reason: EvalReasonAmbiguous, Err: fmt.Errorf(
+				"policy is ambiguous: more than one rule decided and they disagree (%w); make the rules exclusive, or order them in a list and take the first match as the embedded policies do", err)}
+		}
+	}
+	return &EvalError{Reason: EvalReasonError, Err: err}
+}
+
+// validateDecision refuses a decision that is not exactly one verdict with a rule, or
+// that is too large to be written to status.
+func validateDecision(d Decision) error {
+	tooLarge := func(what string, n, limit int) error {
+		return &EvalError{Reason: EvalReasonTooLarge, Err: fmt.Errorf("policy decision too large: %s is %d bytes, at most %d", what, n, limit)}
+	}
+	switch {
+	case d.Rule == "":
+		return &EvalError{Reason: EvalReasonInvalid, Err: errors.New("policy decision names no rule")}
+	case d.Allowed && d.Wait:
+		return &EvalError{Reason: EvalReasonAmbiguous, Err: fmt.Errorf("policy decision of rule %s is both allowed and wait", truncate(d.Rule, MaxRuleLength))}
+	case len(d.Rule) > MaxRuleLength:
+		return tooLarge("the rule name", len(d.Rule), MaxRuleLength)
+	case len(d.Playbook) > MaxPlaybookLength:
+		return tooLarge("the playbook name", len(d.Playbook), MaxPlaybookLength)
+	case len(d.Message) > MaxMessageLength:
+		return tooLarge("the message of rule "+d.Rule, len(d.Message), MaxMessageLength)
+	case len(d.Reasons) > MaxReasons:
+		return &EvalError{Reason: EvalReasonTooLarge, Err: fmt.Errorf("policy decision too large: rule %s gives %d reasons, at most %d", d.Rule, len(d.Reasons), MaxReasons)}
+	}
+	for i, r := range d.Reasons {
+		if len(r) > MaxReasonLength {
+			return tooLarge(fmt.Sprintf("reason %d of rule %s", i, d.Rule), len(r), MaxReasonLength)
+		}
+	}
+	return nil
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
+}
+
+// RequirePlaybooks refuses a policy source that spells out a playbook not in known,
+// now and on every later Reload: a rule that names "node-shutdwn" is found when the
+// policy is loaded, not when an incident finally reaches that rule. Only string
+// literals are seen (playbook: "name", or a disjunction of them); a playbook name the
+// policy computes (an interpolation, a reference) is checked when a decision names
+// it, and the request is then rejected with rule unknown-playbook.
+func (e *Engine) RequirePlaybooks(known []string) error {
+	known = slices.Sorted(slices.Values(known))
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if err := checkPlaybooks(e.files, known); err != nil {
+		return err
+	}
+	e.known = known
+	return nil
+}
+
+// checkPlaybooks parses the files again to find the playbook literals: the compiled
+// value holds the rules inside comprehensions, which only an input evaluates.
+func checkPlaybooks(files []sourceFile, known []string) error {
+	if known == nil {
+		return nil
+	}
+	var unknown []string
+	for _, f := range files {
+		file, err := parser.ParseFile(f.name, f.data)
+		if err != nil {
+			return loadError(LoadReasonSyntax, "parsing policy %s: %w", f.name, err)
+		}
+		ast.Walk(file, func(n ast.Node) bool {
+			field, ok := n.(*ast.Field)
+			if !ok {
+				return true
+			}
+			if name, _, err := ast.LabelName(field.Label); err != nil || name != "playbook" {
+				return true
+			}
+			for _, lit := range stringLiterals(field.Value) {
+				if !slices.Contains(known, lit.value) {
+					unknown = append(unknown, fmt.Sprintf("%s: playbook %q", lit.pos, lit.value))
+				}
+			}
+			return true
+		}, nil)
+	}
+	if len(unknown) > 0 {
+		return loadError(LoadReasonUnknownPlaybook, "policy names playbooks this controller does not have (%s); the playbooks are %s",
+			strings.Join(unknown, ", "), strings.Join(known, ", "))
+	}
+	return nil
+}
+
+type stringLiteral struct {
+	value string
+	pos   token.Pos
+}
+
+// stringLiterals are the plain strings an expression can be: "a", *"a" | "b".
+func stringLiterals(x ast.Expr) []stringLiteral {
+	switch x := x.(type) {
+	case *ast.BasicLit:
+		if x.Kind != token.STRING {
+			return nil
+		}
+		s, err := literal.Unquote(x.Value)
+		if err != nil {
+			return nil
+		}
+		return []stringLiteral{{s, x.Pos()}}
+	case *ast.UnaryExpr:
+		if x.Op == token.MUL {
+			return stringLiterals(x.X)
+		}
+	case *ast.BinaryExpr:
+		if x.Op == token.OR || x.Op == token.AND {
+			return append(stringLiterals(x.X), stringLiterals(x.Y)...)
+		}
+	case *ast.ParenExpr:
+		return stringLiterals(x.X)
+	}
+	return nil
+}
