@@ -5,6 +5,7 @@ package faultproxy
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -18,6 +19,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 )
 
@@ -365,4 +368,48 @@ func TestWatchCutsAreCleanOrResets(t *testing.T) {
 	assert.NotZero(t, clean)
 	assert.NotZero(t, broken)
 	assert.Equal(t, uint64(12), p.Stats().Injected[WatchDropped])
+}
+
+// TestStatusBodiesUseTheAcceptedMediaType checks the body byte for byte against
+// client-go's own decoder: client-go would also read a JSON Status sent to a
+// protobuf client, so a client-go round trip cannot tell the two apart.
+func TestStatusBodiesUseTheAcceptedMediaType(t *testing.T) {
+	p := startProxy(t, &rest.Config{Host: "http://127.0.0.1:1"}, Config{ConflictRate: 1})
+	for _, accept := range []string{"application/json", "application/vnd.kubernetes.protobuf, application/json"} {
+		t.Run(accept, func(t *testing.T) {
+			req, err := http.NewRequest(http.MethodDelete, p.URL()+"/apis/coordination.k8s.io/v1/namespaces/trident/leases/l1", nil)
+			require.NoError(t, err)
+			req.Header.Set("Accept", accept)
+			resp, err := rawClient().Do(req)
+			require.NoError(t, err)
+			defer resp.Body.Close()
+			body, err := io.ReadAll(resp.Body)
+			require.NoError(t, err)
+
+			want := strings.Split(accept, ",")[0]
+			assert.Equal(t, want, resp.Header.Get("Content-Type"))
+			assert.Equal(t, want == "application/vnd.kubernetes.protobuf", bytes.HasPrefix(body, []byte("k8s\x00")))
+			obj, gvk, err := scheme.Codecs.UniversalDeserializer().Decode(body, nil, nil)
+			require.NoError(t, err)
+			assert.Equal(t, "Status", gvk.Kind)
+			st := obj.(*metav1.Status)
+			assert.Equal(t, metav1.StatusReasonConflict, st.Reason)
+			assert.Equal(t, int32(http.StatusConflict), st.Code)
+			assert.Equal(t, &metav1.StatusDetails{Name: "l1", Group: "coordination.k8s.io", Kind: "leases"}, st.Details)
+		})
+	}
+}
+
+func TestStatsMarshalToJSON(t *testing.T) {
+	p := startProxy(t, &rest.Config{Host: "http://127.0.0.1:1"}, Config{ConflictRate: 1})
+	req, err := http.NewRequest(http.MethodPut, p.URL()+"/api/v1/nodes/n1", strings.NewReader("{}"))
+	require.NoError(t, err)
+	resp, err := rawClient().Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	b, err := json.Marshal(p.Stats())
+	require.NoError(t, err)
+	assert.JSONEq(t, `{"requests":1,"skipped":0,"clean":0,
+		"injected":{"Conflict":1,"ReplyDropped":0,"ServerError":0,"TimeoutBeforeServer":0,"WatchDropped":0},
+		"byMethod":{"PUT":{"Conflict":1}},"byResource":{"nodes":{"Conflict":1}}}`, string(b))
 }
