@@ -237,8 +237,8 @@ func (p *Proxy) WriteKubeconfig(path string) error {
 	return nil
 }
 
-// Pause stops injecting: every request is forwarded untouched until Resume.
-// Faults already in flight (a held timeout, an armed watch cut) still happen.
+// Pause stops injecting: every request is forwarded untouched until Resume, and
+// armed watch cuts do not fire. Timeouts already holding still end in a reset.
 func (p *Proxy) Pause() { p.paused.Store(true) }
 
 // Resume starts injecting again after Pause.
@@ -261,7 +261,7 @@ func (p *Proxy) Close() error {
 // find it in the request's context.
 type fault struct {
 	kind       Kind // "" for none
-	code       int  // ServerError
+	code       int  // ServerError, Conflict
 	retryAfter bool // ServerError 503
 	cutAfter   time.Duration
 	cleanCut   bool   // WatchDropped: end the stream instead of resetting it
@@ -299,6 +299,10 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithCancel(context.WithValue(r.Context(), faultKey{}, &f))
 		defer cancel()
 		cut := time.AfterFunc(f.cutAfter, func() {
+			if p.paused.Load() { // paused since: the watch goes on untouched
+				p.stats.clean.Add(1)
+				return
+			}
 			p.stats.count(WatchDropped, r.Method, t.key)
 			cancel()
 		})
@@ -421,6 +425,7 @@ func (p *Proxy) upstreamError(w http.ResponseWriter, r *http.Request, err error)
 		resetConn(w)
 		return
 	}
+	p.stats.upstreamErrors.Add(1)
 	http.Error(w, "faultproxy: upstream: "+err.Error(), http.StatusBadGateway)
 }
 

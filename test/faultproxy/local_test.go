@@ -411,5 +411,37 @@ func TestStatsMarshalToJSON(t *testing.T) {
 	require.NoError(t, err)
 	assert.JSONEq(t, `{"requests":1,"skipped":0,"clean":0,
 		"injected":{"Conflict":1,"ReplyDropped":0,"ServerError":0,"TimeoutBeforeServer":0,"WatchDropped":0},
-		"byMethod":{"PUT":{"Conflict":1}},"byResource":{"nodes":{"Conflict":1}}}`, string(b))
+		"upstreamErrors":0,"byMethod":{"PUT":{"Conflict":1}},"byResource":{"nodes":{"Conflict":1}}}`, string(b))
+}
+
+func TestPauseDisarmsWatchCuts(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_ = http.NewResponseController(w).Flush()
+		<-r.Context().Done()
+	}))
+	defer up.Close()
+	p := startProxy(t, &rest.Config{Host: up.URL}, Config{WatchDropRate: 1, WatchDropAfterMin: 100 * time.Millisecond, WatchDropAfterMax: 100 * time.Millisecond})
+	resp, err := rawClient().Get(p.URL() + "/api/v1/pods?watch=true")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	p.Pause()
+	ended := make(chan error, 1)
+	go func() { _, err := io.ReadAll(resp.Body); ended <- err }()
+	select {
+	case err := <-ended:
+		t.Fatalf("a watch armed before the pause was cut after it: %v", err)
+	case <-time.After(500 * time.Millisecond):
+	}
+	s := p.Stats()
+	assert.Zero(t, s.Injected[WatchDropped])
+	assert.Equal(t, uint64(1), s.Clean)
+}
+
+func TestUnreachableUpstreamIsA502(t *testing.T) {
+	p := startProxy(t, &rest.Config{Host: "http://127.0.0.1:1"}, noFaults())
+	resp, err := rawClient().Get(p.URL() + "/api/v1/pods")
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusBadGateway, resp.StatusCode)
+	assert.Equal(t, uint64(1), p.Stats().UpstreamErrors)
 }

@@ -141,8 +141,9 @@ func writeStatus(w http.ResponseWriter, r *http.Request, st metav1.Status) {
 	_, _ = w.Write(body)
 }
 
-// Stats is a snapshot of the proxy's counters. Once no request is in flight,
-// Requests = Skipped + Clean + the sum of Injected.
+// Stats is a snapshot of the proxy's counters. Once no request is in flight, and
+// if the upstream answered every one, Requests = Skipped + Clean + the sum of
+// Injected.
 type Stats struct {
 	Requests uint64 `json:"requests"`
 	// Skipped requests were forwarded without a draw: paused or excluded.
@@ -151,6 +152,9 @@ type Stats struct {
 	// were forwarded untouched.
 	Clean    uint64          `json:"clean"`
 	Injected map[Kind]uint64 `json:"injected"`
+	// UpstreamErrors counts the 502s the proxy answered because it could not
+	// reach the apiserver: not a fault it chose, but one the client saw.
+	UpstreamErrors uint64 `json:"upstreamErrors"`
 	// ByMethod and ByResource break Injected down: ByMethod["DELETE"][Conflict].
 	ByMethod   map[string]map[Kind]uint64 `json:"byMethod"`
 	ByResource map[string]map[Kind]uint64 `json:"byResource"`
@@ -171,9 +175,9 @@ type detailKey struct {
 }
 
 type counters struct {
-	requests, skipped, clean atomic.Uint64
-	kinds                    map[Kind]*atomic.Uint64 // fixed at construction: read without locking
-	detail                   sync.Map                // detailKey → *atomic.Uint64
+	requests, skipped, clean, upstreamErrors atomic.Uint64
+	kinds                                    map[Kind]*atomic.Uint64 // fixed at construction: read without locking
+	detail                                   sync.Map                // detailKey → *atomic.Uint64
 }
 
 func newCounters() *counters {
@@ -194,7 +198,7 @@ func (c *counters) count(k Kind, method, resource string) {
 func (p *Proxy) Stats() Stats {
 	c := p.stats
 	s := Stats{
-		Requests: c.requests.Load(), Skipped: c.skipped.Load(), Clean: c.clean.Load(),
+		Requests: c.requests.Load(), Skipped: c.skipped.Load(), Clean: c.clean.Load(), UpstreamErrors: c.upstreamErrors.Load(),
 		Injected: map[Kind]uint64{}, ByMethod: map[string]map[Kind]uint64{}, ByResource: map[string]map[Kind]uint64{},
 	}
 	for k, v := range c.kinds {
