@@ -205,12 +205,21 @@ func (r *RemediationRequestReconciler) Reconcile(ctx context.Context, req ctrl.R
 	if !rr.DeletionTimestamp.IsZero() {
 		return r.reconcileDelete(ctx, s)
 	}
+	if finished(rr) {
+		// A crash (or an older version) came between the terminal status write and
+		// the finalizer's release below.
+		return ctrl.Result{}, r.releaseFinalizer(ctx, rr)
+	}
 	defer func() {
 		if retErr == nil {
 			rr.Status.ObservedGeneration = rr.Generation
 		}
 		if err := r.patchStatus(ctx, s); err != nil {
 			retErr = kerrors.NewAggregate([]error{retErr, err})
+			return
+		}
+		if retErr == nil && finished(rr) {
+			retErr = r.releaseFinalizer(ctx, rr)
 		}
 	}()
 
@@ -245,6 +254,30 @@ func (r *RemediationRequestReconciler) ensureFinalizer(ctx context.Context, rr *
 	controllerutil.AddFinalizer(rr, v1alpha1.Finalizer)
 	if err := r.Client.Patch(ctx, rr, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
 		return fmt.Errorf("adding finalizer %s: %w", v1alpha1.Finalizer, err)
+	}
+	return nil
+}
+
+// finished: the playbook ran and ended, so there is nothing left to restore.
+func finished(rr *v1alpha1.RemediationRequest) bool {
+	return rr.Status.Phase == v1alpha1.PhaseSucceeded || rr.Status.Phase == v1alpha1.PhaseFailed
+}
+
+// releaseFinalizer removes the restore finalizer from a request whose playbook
+// ended: it restored what it changed (uncordon is its own last step, and a failure
+// restores before the Failed write), so its deletion need not wait for a
+// controller. Kept, it would block the deletion of every finished request for as
+// long as no controller runs (an uninstall, a namespace deletion), with nothing to
+// restore. It is called only after the terminal status write returned, so a crash
+// in between leaves the finalizer, which the next reconcile releases.
+func (r *RemediationRequestReconciler) releaseFinalizer(ctx context.Context, rr *v1alpha1.RemediationRequest) error {
+	if !controllerutil.ContainsFinalizer(rr, v1alpha1.Finalizer) {
+		return nil
+	}
+	before := rr.DeepCopy()
+	controllerutil.RemoveFinalizer(rr, v1alpha1.Finalizer)
+	if err := r.Client.Patch(ctx, rr, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
+		return client.IgnoreNotFound(fmt.Errorf("removing finalizer %s from a finished request: %w", v1alpha1.Finalizer, err))
 	}
 	return nil
 }
