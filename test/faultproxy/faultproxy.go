@@ -14,7 +14,17 @@
 // The proxy listens on 127.0.0.1 over plain HTTP and needs no credentials from its
 // clients: it reaches the upstream with the upstream's own rest.Config. It speaks
 // HTTP/1.1 to its clients (so that it can hijack and reset a connection), which
-// rules out exec/attach upgrades; a controller does not use them.
+// rules out exec/attach upgrades; a controller does not use them. The apiserver
+// sees every call as made by the upstream's user (the audit log's user), with
+// the client's User-Agent and Impersonate-* headers unchanged.
+//
+// A campaign harness uses it like this:
+//
+//	p, err := faultproxy.New(clusterConfig, faultproxy.DefaultConfig(seed))
+//	defer p.Close()
+//	err = p.WriteKubeconfig(path) // the controller under test runs with it
+//	... drive requests; then p.Pause() and let the system settle ...
+//	stats, lost := p.Stats(), p.DroppedReplies() // to match with the audit log
 package faultproxy
 
 import (
