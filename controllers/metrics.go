@@ -2,9 +2,15 @@ package controllers
 
 import (
 	"context"
+	"errors"
+	"strings"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
@@ -38,7 +44,27 @@ var (
 		Name: "remediator_policy_info",
 		Help: "The policies in use: 1 for the current digest and source.",
 	}, []string{"digest", "source"})
+	policyReloadFailing = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "remediator_policy_reload_failing",
+		Help: "1 for the reason (read, syntax, compile, no-policy, unknown-playbook) the policies in --policies-dir were last refused for, while they are; 0 once a reload succeeds. The policy of remediator_policy_info stays in use meanwhile.",
+	}, []string{"reason"})
+	decisionsFailedClosed = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "remediator_decisions_failed_closed_total",
+		Help: "Decisions rejected because the policy could not decide (policy-error: ambiguous rules, an incomplete or oversized decision; policy-timeout), chose a playbook that does not exist (unknown-playbook), or allowed what the safety floor refuses (safety-floor).",
+	}, []string{"reason"})
 )
+
+// Reasons of remediator_decisions_failed_closed_total besides the rules.
+const failClosedSafetyFloor = "safety-floor"
+
+// failClosedRules are the rules of decisions the decision path makes when the policy
+// fails, as failed-closed reasons.
+var failClosedRules = []string{RulePolicyError, policies.RulePolicyTimeout, RuleUnknownPlaybook}
+
+// safetyFloorProgressing starts the Progressing message of a request the safety floor
+// refused (Outcome.allowed). The rule alone cannot tell it: the floor's invariant
+// driver-registered is also a policy rule.
+const safetyFloorProgressing = "Rejected by the safety floor: "
 
 // activeDesc is collected at scrape time, so the gauge is the cluster's truth on
 // every replica, not a count a restart would lose. It reads the running requests
@@ -74,12 +100,20 @@ func (c activeCollector) Collect(ch chan<- prometheus.Metric) {
 // RegisterMetrics registers the metrics on controller-runtime's registry; reader
 // serves the active-remediations gauge.
 func RegisterMetrics(reader client.Reader, engine *policies.Engine) error {
-	for _, c := range []prometheus.Collector{requestsTotal, decisionSeconds, stepSeconds, policyLoadErrors, policyInfo, activeCollector{reader: reader}} {
+	for _, c := range []prometheus.Collector{requestsTotal, decisionSeconds, stepSeconds, policyLoadErrors, policyInfo,
+		policyReloadFailing, decisionsFailedClosed, activeCollector{reader: reader}} {
 		if err := metrics.Registry.Register(c); err != nil {
 			return err
 		}
 	}
 	setPolicyInfo(engine)
+	// Every series exists from the start, so that an alert on an increase sees the first one.
+	for _, r := range policies.LoadReasons {
+		policyReloadFailing.WithLabelValues(r).Set(0)
+	}
+	for _, r := range append(failClosedRules, failClosedSafetyFloor) {
+		decisionsFailedClosed.WithLabelValues(r)
+	}
 	return nil
 }
 
@@ -92,11 +126,15 @@ func setPolicyInfo(e *policies.Engine) {
 // and the steps that ended. Called only after the patch succeeded, so a retried
 // reconcile does not count twice.
 func observeTransitions(before, after *v1alpha1.RemediationRequest) {
-	if after.Status.Phase != before.Status.Phase {
+	decided := newDecision(before, after)
+	if after.Status.Phase != before.Status.Phase || decided && after.Status.Phase == v1alpha1.PhaseRejected {
 		switch after.Status.Phase {
 		case v1alpha1.PhaseSucceeded, v1alpha1.PhaseFailed, v1alpha1.PhaseRejected:
 			requestsTotal.WithLabelValues(string(after.Spec.Remediation), string(after.Status.Phase)).Inc()
 		}
+	}
+	if decided {
+		observeFailedClosed(after)
 	}
 	old := map[string]v1alpha1.StepState{}
 	for _, st := range before.Status.Steps {
@@ -111,17 +149,85 @@ func observeTransitions(before, after *v1alpha1.RemediationRequest) {
 	}
 }
 
+// newDecision: after carries a decision that before did not, so a rejection that was
+// re-checked and rejected again counts again.
+func newDecision(before, after *v1alpha1.RemediationRequest) bool {
+	a, b := after.Status.Decision, before.Status.Decision
+	return a != nil && (b == nil || !a.DecidedAt.Equal(&b.DecidedAt) || a.Generation != b.Generation)
+}
+
+// failedClosedReason is the remediator_decisions_failed_closed_total reason of a
+// rejected request, or "" when the policy itself rejected it.
+func failedClosedReason(rr *v1alpha1.RemediationRequest) string {
+	d := rr.Status.Decision
+	if rr.Status.Phase != v1alpha1.PhaseRejected || d == nil {
+		return ""
+	}
+	for _, r := range failClosedRules {
+		if d.Rule == r {
+			return r
+		}
+	}
+	for _, c := range rr.Status.Conditions {
+		if c.Type == v1alpha1.ConditionProgressing && strings.HasPrefix(c.Message, safetyFloorProgressing) {
+			return failClosedSafetyFloor
+		}
+	}
+	return ""
+}
+
+// observeFailedClosed counts and logs a persisted decision that failed closed. The
+// decision path records the Warning Event (EventRejected, naming the rule and why);
+// the log line here is the one an operator greps for, with the policy digest that
+// failed.
+func observeFailedClosed(rr *v1alpha1.RemediationRequest) {
+	reason := failedClosedReason(rr)
+	if reason == "" {
+		return
+	}
+	decisionsFailedClosed.WithLabelValues(reason).Inc()
+	d := rr.Status.Decision
+	ctrl.Log.WithName("decision").Info("Failed closed: the request is rejected and nothing is changed",
+		"remediationRequest", klog.KObj(rr), "reason", reason, "rule", d.Rule, "policyDigest", d.PolicyDigest, "message", d.Message)
+}
+
+// Event reasons of the policy reloader, on the controller's own Pod.
+const (
+	EventPolicyReloaded     = "PolicyReloaded"
+	EventPolicyReloadFailed = "PolicyReloadFailed"
+)
+
 // PolicyReloader re-reads --policies-dir periodically: a ConfigMap mounted there is
 // updated in place by the kubelet, and the controller should decide with the policy
 // that was reviewed and merged without a restart.
+//
+// A policy that cannot be used is never half-used: the engine keeps deciding with the
+// last good policy, and the reloader says so in all three places an operator looks:
+// the log (naming the digest kept and why the new files were refused), the metrics
+// (remediator_policy_load_errors_total per attempt, remediator_policy_reload_failing
+// by reason, remediator_policy_info still showing the digest in use) and a Warning
+// Event. The Event needs an object, and a reload belongs to no request: it is recorded
+// on the controller's own Pod (Pod, from the downward API), where `kubectl describe
+// pod` shows it; without a Pod (run outside a cluster) there is no Event and the log
+// and metrics say it alone. Each replica reloads, and reports, for itself.
 type PolicyReloader struct {
 	Engine   *policies.Engine
 	Interval time.Duration
+	// Recorder and Pod receive the reload Events; either nil means none.
+	Recorder record.EventRecorder
+	Pod      *corev1.ObjectReference
+
+	// lastErr is the last failure reported, so that a directory that stays broken is
+	// logged and evented once, not every Interval.
+	lastErr string
 }
 
 // Start runs until ctx ends.
 func (p *PolicyReloader) Start(ctx context.Context) error {
 	log := ctrl.LoggerFrom(ctx).WithName("policy-reloader")
+	if p.Recorder == nil || p.Pod == nil {
+		log.Info("Policy reload failures are reported in the log and metrics only: the controller's Pod is not known (POD_NAME, POD_NAMESPACE)")
+	}
 	t := time.NewTicker(p.Interval)
 	defer t.Stop()
 	for {
@@ -130,16 +236,56 @@ func (p *PolicyReloader) Start(ctx context.Context) error {
 			return nil
 		case <-t.C:
 		}
-		changed, err := p.Engine.Reload()
-		switch {
-		case err != nil:
-			policyLoadErrors.Inc()
-			log.Error(err, "Reloading policies failed; the previous policies stay in use", "source", p.Engine.Source(), "digest", p.Engine.Digest())
-		case changed:
-			setPolicyInfo(p.Engine)
-			log.Info("Reloaded policies", "source", p.Engine.Source(), "digest", p.Engine.Digest())
+		p.reload(log)
+	}
+}
+
+// reload is one attempt.
+func (p *PolicyReloader) reload(log logr.Logger) {
+	changed, err := p.Engine.Reload()
+	source, digest := p.Engine.Source(), p.Engine.Digest()
+	if err != nil {
+		reason := "unknown"
+		if le := (*policies.LoadError)(nil); errors.As(err, &le) {
+			reason = le.Reason
+		}
+		policyLoadErrors.Inc()
+		for _, r := range policies.LoadReasons {
+			policyReloadFailing.WithLabelValues(r).Set(0)
+		}
+		policyReloadFailing.WithLabelValues(reason).Set(1)
+		if err.Error() == p.lastErr {
+			log.V(1).Info("The policies are still refused; the last good policy stays in use", "reason", reason, "source", source, "digestKept", digest)
+			return
+		}
+		p.lastErr = err.Error()
+		log.Error(err, "Reloading policies failed; the last good policy stays in use", "reason", reason, "source", source, "digestKept", digest)
+		p.event(corev1.EventTypeWarning, EventPolicyReloadFailed,
+			"The policies in %s were refused (%s: %v); the last good policy %s stays in use. Fix the policy files; they are read again every %s.", source, reason, err, digest, p.Interval)
+		return
+	}
+	if p.lastErr != "" || changed {
+		for _, r := range policies.LoadReasons {
+			policyReloadFailing.WithLabelValues(r).Set(0)
 		}
 	}
+	wasFailing := p.lastErr != ""
+	p.lastErr = ""
+	switch {
+	case changed:
+		setPolicyInfo(p.Engine)
+		log.Info("Reloaded policies", "source", source, "digest", digest)
+		p.event(corev1.EventTypeNormal, EventPolicyReloaded, "Reloaded the policies in %s: now deciding with policy %s.", source, digest)
+	case wasFailing:
+		log.Info("The policies load again, unchanged from the policy in use", "source", source, "digest", digest)
+	}
+}
+
+func (p *PolicyReloader) event(eventType, reason, format string, args ...any) {
+	if p.Recorder == nil || p.Pod == nil {
+		return
+	}
+	p.Recorder.Eventf(p.Pod, eventType, reason, format, args...)
 }
 
 // NeedLeaderElection is false: every replica must decide with the current policy

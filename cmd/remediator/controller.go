@@ -4,12 +4,17 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"maps"
+	"os"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
@@ -84,7 +89,7 @@ func newControllerCommand() *cobra.Command {
 		"Requests reconciled at once. One request is never reconciled twice at once, and the guards stay exact across workers")
 	f.StringVar(&o.pprofAddr, "pprof-bind-address", "0", "Address the Go pprof endpoints (/debug/pprof) bind to; 0 disables them")
 	f.DurationVar(&o.policyReloadInterval, "policy-reload-interval", 30*time.Second,
-		"How often --policies-dir is re-read (a mounted ConfigMap changes in place); a policy that fails to compile is logged, counted in remediator_policy_load_errors_total and not used. 0 disables reloading")
+		"How often --policies-dir is re-read (a mounted ConfigMap changes in place); a policy that fails to load is not used: the last good one stays, and the log, remediator_policy_load_errors_total, remediator_policy_reload_failing{reason} and a Warning Event on the controller's Pod say why. 0 disables reloading")
 	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
 	klog.InitFlags(klogFlags)
 	f.AddGoFlagSet(klogFlags)
@@ -115,6 +120,12 @@ func runController(cmd *cobra.Command, o controllerOptions) error {
 	playbooks, err := remediations.DefaultPlaybooks()
 	if err != nil {
 		return err
+	}
+	// A policy that names a playbook this controller lacks is refused now, and on
+	// every reload: there is no last good policy yet, so the controller does not
+	// start (fails closed) and says why.
+	if err := policy.RequirePlaybooks(slices.Collect(maps.Keys(playbooks))); err != nil {
+		return fmt.Errorf("loading policies from %s: %w", policy.Source(), err)
 	}
 	cfg, err := restConfig(o.kubeconfig)
 	if err != nil {
@@ -178,7 +189,9 @@ func runController(cmd *cobra.Command, o controllerOptions) error {
 		return fmt.Errorf("registering metrics: %w", err)
 	}
 	if o.policiesDir != "" && o.policyReloadInterval > 0 {
-		if err := mgr.Add(&controllers.PolicyReloader{Engine: policy, Interval: o.policyReloadInterval}); err != nil {
+		reloader := &controllers.PolicyReloader{Engine: policy, Interval: o.policyReloadInterval,
+			Recorder: mgr.GetEventRecorderFor("remediator"), Pod: ownPod()}
+		if err := mgr.Add(reloader); err != nil {
 			return fmt.Errorf("adding the policy reloader: %w", err)
 		}
 	}
@@ -192,6 +205,17 @@ func runController(cmd *cobra.Command, o controllerOptions) error {
 	log.Info("Starting manager", "version", version, "tridentNamespace", o.tridentNamespace,
 		"driver", o.driverName, "policyDigest", policy.Digest(), "requestNamespaces", o.requestNamespaces, "leaderElect", o.leaderElect)
 	return mgr.Start(ctrl.SetupSignalHandler())
+}
+
+// ownPod is the controller's Pod, from the downward API environment the chart sets
+// (POD_NAME, POD_NAMESPACE, POD_UID), for the policy reloader's Events; nil when the
+// controller runs outside a Pod.
+func ownPod() *corev1.ObjectReference {
+	name, ns := os.Getenv("POD_NAME"), os.Getenv("POD_NAMESPACE")
+	if name == "" || ns == "" {
+		return nil
+	}
+	return &corev1.ObjectReference{APIVersion: "v1", Kind: "Pod", Namespace: ns, Name: name, UID: types.UID(os.Getenv("POD_UID"))}
 }
 
 // restConfig loads an explicit kubeconfig, else $KUBECONFIG or ~/.kube/config, else

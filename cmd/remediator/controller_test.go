@@ -1,0 +1,56 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/remediator/remediator/controllers/facts"
+)
+
+// TestControllerDoesNotStartOnABrokenPolicy: at start there is no last good policy to
+// keep, so a broken --policies-dir stops the controller before it reads anything from
+// the cluster (no request is decided: it fails closed), and the error says why.
+func TestControllerDoesNotStartOnABrokenPolicy(t *testing.T) {
+	cases := []struct {
+		name, src string
+		want      []string
+	}{
+		{"syntax error", "package policies\n#Policy: {input: _, decision: \n", []string{"loading policies", "p.cue:2:", "expected operand"}},
+		{"unknown playbook", `package policies
+#Policy: {input: _, decision: {allowed: true, playbook: "node-shutdwn", rule: "r", reasons: ["x"], message: "m"}}
+`, []string{"loading policies from", `p.cue:2:`, `playbook "node-shutdwn"`}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			require.NoError(t, os.WriteFile(filepath.Join(dir, "p.cue"), []byte(tc.src), 0o644))
+			o := controllerOptions{
+				policiesDir: dir, workers: 1, nodePluginSelector: facts.DefaultNodePluginSelector,
+				nodeLeaseGracePeriod: time.Minute, kubeAPIQPS: 1, kubeAPIBurst: 1,
+				// No cluster: the policy must be refused before the kubeconfig is read.
+				kubeconfig: filepath.Join(dir, "no-such-kubeconfig"),
+			}
+			err := runController(newControllerCommand(), o)
+			require.Error(t, err)
+			for _, w := range tc.want {
+				assert.Contains(t, err.Error(), w)
+			}
+			assert.NotContains(t, err.Error(), "kubeconfig")
+		})
+	}
+}
+
+func TestOwnPodComesFromTheDownwardAPI(t *testing.T) {
+	t.Setenv("POD_NAME", "")
+	t.Setenv("POD_NAMESPACE", "remediator-system")
+	assert.Nil(t, ownPod(), "without POD_NAME there is no Pod to record Events on")
+	t.Setenv("POD_NAME", "remediator-7d9f-x2")
+	t.Setenv("POD_UID", "6f1c")
+	assert.Equal(t, &corev1.ObjectReference{APIVersion: "v1", Kind: "Pod", Namespace: "remediator-system", Name: "remediator-7d9f-x2", UID: "6f1c"}, ownPod())
+}
