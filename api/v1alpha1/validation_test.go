@@ -13,8 +13,10 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
+	"github.com/remediator/remediator/test/badinput"
 	"github.com/remediator/remediator/test/testenv"
 )
 
@@ -50,81 +52,72 @@ func validSpec() map[string]any {
 	}
 }
 
+// TestAdmissionRefusesBadInput applies the malformed requests of the bad-input
+// campaign (test/badinput) and checks that the API server refuses each one and names
+// the field that is wrong. A valid request created among them is stored as sent.
 func TestAdmissionRefusesBadInput(t *testing.T) {
 	ensureNamespace(t, ns)
-	cases := []struct {
-		name string
-		edit func(spec map[string]any)
-		// want are substrings the API server's message must contain, so the
-		// operator is told which field is wrong.
-		want []string
-	}{
-		{"missing reason", func(s map[string]any) { delete(s, "reason") }, []string{"spec.reason", "Required value"}},
-		{"too-short reason", func(s map[string]any) { s["reason"] = "fix it" }, []string{"spec.reason", "at least 10"}},
-		{"no target", func(s map[string]any) { delete(s, "target") }, []string{"spec.target", "Required value"}},
-		{"empty target", func(s map[string]any) { s["target"] = map[string]any{} }, []string{"spec.target", "exactly one of"}},
-		{"two targets", func(s map[string]any) {
-			s["target"] = map[string]any{"persistentVolume": "pv-1", "pod": map[string]any{"namespace": "app", "name": "web-0"}}
-		}, []string{"spec.target", "exactly one of"}},
-		{"empty-string target", func(s map[string]any) { s["target"] = map[string]any{"persistentVolume": ""} }, []string{"spec.target.persistentVolume"}},
-		{"csi remediation on a PV", func(s map[string]any) { s["remediation"] = "reregister-csi-driver" }, []string{"spec.target", "reregister-csi-driver needs spec.target.node"}},
-		{"lease remediation on a node", func(s map[string]any) { s["target"] = map[string]any{"node": "kwok-node-0"} }, []string{"spec.target", "release-luks-lease needs"}},
-		{"unknown remediation", func(s map[string]any) { s["remediation"] = "delete-everything" }, []string{"spec.remediation", "Unsupported value"}},
-		{"missing remediation", func(s map[string]any) { delete(s, "remediation") }, []string{"spec.remediation", "Required value"}},
-		{"unknown mode", func(s map[string]any) { s["mode"] = "Force" }, []string{"spec.mode", "Unsupported value"}},
-		{"malformed window duration", func(s map[string]any) {
-			s["maintenanceWindow"] = map[string]any{"schedule": "0 2 * * *", "duration": "two hours"}
-		}, []string{"spec.maintenanceWindow.duration"}},
-		// 9999999999h overflows a Go duration: it passed the pattern, then the
-		// controller could not decode the request and stalled on it.
-		{"overflowing window duration", func(s map[string]any) {
-			s["maintenanceWindow"] = map[string]any{"schedule": "0 2 * * *", "duration": "9999999999h"}
-		}, []string{"spec.maintenanceWindow.duration", "positive duration of at most 168h"}},
-		{"zero window duration", func(s map[string]any) {
-			s["maintenanceWindow"] = map[string]any{"schedule": "0 2 * * *", "duration": "0s"}
-		}, []string{"spec.maintenanceWindow.duration", "positive duration of at most 168h"}},
-		{"window duration over 168h", func(s map[string]any) {
-			s["maintenanceWindow"] = map[string]any{"schedule": "0 2 * * *", "duration": "169h"}
-		}, []string{"spec.maintenanceWindow.duration", "positive duration of at most 168h"}},
-		{"garbage schedule", func(s map[string]any) {
-			s["maintenanceWindow"] = map[string]any{"schedule": "every tuesday", "duration": "2h"}
-		}, []string{"spec.maintenanceWindow.schedule", "should match"}},
-		{"window without schedule", func(s map[string]any) {
-			s["maintenanceWindow"] = map[string]any{"duration": "2h"}
-		}, []string{"spec.maintenanceWindow.schedule", "Required value"}},
-		{"fencing confirmed without method", func(s map[string]any) {
-			s["fencing"] = map[string]any{"confirmed": true}
-		}, []string{"spec.fencing", "spec.fencing.method is required"}},
-		{"fencing confirmed without node", func(s map[string]any) {
-			s["fencing"] = map[string]any{"confirmed": true, "method": "NodeShutdown"}
-		}, []string{"spec.fencing", "spec.fencing.node is required"}},
-		{"unknown fencing method", func(s map[string]any) {
-			s["fencing"] = map[string]any{"confirmed": true, "method": "Hope"}
-		}, []string{"spec.fencing.method", "Unsupported value"}},
-		{"pvc target without namespace", func(s map[string]any) {
-			s["target"] = map[string]any{"persistentVolumeClaim": map[string]any{"name": "data"}}
-		}, []string{"spec.target.persistentVolumeClaim.namespace", "Required value"}},
-		{"bad trident namespace", func(s map[string]any) { s["tridentNamespace"] = "Trident_NS" }, []string{"spec.tridentNamespace"}},
-	}
+	ctx := context.Background()
+	cases := badinput.Admission()
 	for i, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			spec := validSpec()
-			tc.edit(spec)
-			err := env.Client.Create(context.Background(), request(fmt.Sprintf("bad-%d", i), spec))
-			if err == nil {
-				t.Fatalf("the API server accepted %s", tc.name)
+		t.Run(tc.Name, func(t *testing.T) {
+			err := createAs(ctx, env.Client, tc.Malformed(ns, fmt.Sprintf("bad-%d", i)), tc.Strict)
+			require.Error(t, err, "the API server accepted %s", tc.Name)
+			if len(err.Error()) < 2000 {
+				t.Logf("refused: %v", err)
 			}
-			t.Logf("refused: %v", err)
-			if !apierrors.IsInvalid(err) {
-				t.Fatalf("want an Invalid error, got %v", err)
+			if tc.Strict {
+				require.True(t, apierrors.IsBadRequest(err), "want a strict decoding error, got %v", err)
+			} else {
+				require.True(t, apierrors.IsInvalid(err), "want an Invalid error, got %v", err)
 			}
-			for _, w := range tc.want {
-				if !strings.Contains(err.Error(), w) {
-					t.Errorf("error %q does not mention %q", err.Error(), w)
-				}
+			for _, w := range append([]string{tc.Field}, tc.Want...) {
+				require.Contains(t, err.Error(), w, "the refusal must name what is wrong")
 			}
 		})
+		if i == len(cases)/2 {
+			// One valid request among the malformed ones is unaffected by them.
+			valid := badinput.Object(ns, "valid-among-bad", badinput.ValidSpec())
+			require.NoError(t, env.Client.Create(ctx, valid))
+		}
 	}
+	got := &unstructured.Unstructured{}
+	got.SetGroupVersionKind(testenv.GVK)
+	require.NoError(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "valid-among-bad"}, got))
+	reason, _, _ := unstructured.NestedString(got.Object, "spec", "reason")
+	require.Equal(t, badinput.ValidSpec()["reason"], reason)
+	t.Logf("%d malformed requests refused at admission, each naming its field", len(cases))
+}
+
+// createAs creates u the way kubectl apply sends it: with strict field validation
+// when strict, so that an unknown field is refused instead of dropped.
+func createAs(ctx context.Context, c client.Client, u *unstructured.Unstructured, strict bool) error {
+	var opts []client.CreateOption
+	if strict {
+		opts = append(opts, client.FieldValidation("Strict"))
+	}
+	return c.Create(ctx, u, opts...)
+}
+
+// TestUnknownFieldsAreDroppedWithoutStrictValidation documents why the unknown-field
+// cases ask for strict validation: without it the API server drops the field, and a
+// misspelt maintenanceWindow would be a request without a window.
+func TestUnknownFieldsAreDroppedWithoutStrictValidation(t *testing.T) {
+	ensureNamespace(t, ns)
+	ctx := context.Background()
+	for _, tc := range badinput.Admission() {
+		if !tc.Strict || !strings.Contains(tc.Name, "maintenanceWindow") {
+			continue
+		}
+		u := tc.Malformed(ns, "typo-dropped")
+		require.NoError(t, env.Client.Create(ctx, u))
+		_, found, _ := unstructured.NestedFieldNoCopy(u.Object, "spec", "maintenanceWindows")
+		require.False(t, found, "the API server kept an unknown field")
+		_, found, _ = unstructured.NestedFieldNoCopy(u.Object, "spec", "maintenanceWindow")
+		require.False(t, found)
+		return
+	}
+	t.Fatal("no maintenanceWindow typo case in the table")
 }
 
 func TestAdmissionAcceptsValidInput(t *testing.T) {
