@@ -81,9 +81,13 @@ func TestMalformedRequests(t *testing.T) {
 	target := func(tg v1alpha1.Target) func(*v1alpha1.RemediationRequestSpec) {
 		return func(s *v1alpha1.RemediationRequestSpec) { s.Target = tg }
 	}
-	ref := func(ns, name string) *v1alpha1.ObjectReference { return &v1alpha1.ObjectReference{Namespace: ns, Name: name} }
+	ref := func(ns, name string) *v1alpha1.ObjectReference {
+		return &v1alpha1.ObjectReference{Namespace: ns, Name: name}
+	}
 	fencing := func(f v1alpha1.Fencing, pv string) func(*v1alpha1.RemediationRequestSpec) {
-		return func(s *v1alpha1.RemediationRequestSpec) { s.Target, s.Fencing = v1alpha1.Target{PersistentVolume: pv}, &f }
+		return func(s *v1alpha1.RemediationRequestSpec) {
+			s.Target, s.Fencing = v1alpha1.Target{PersistentVolume: pv}, &f
+		}
 	}
 	judged := []controllerJudged{
 		// February 30th: the shape passes admission, but the window never opens.
