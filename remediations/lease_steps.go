@@ -92,11 +92,34 @@ func (deleteLease) Run(ctx context.Context, r *Run) (Outcome, error) {
 	switch {
 	case err == nil, apierrors.IsNotFound(err):
 	case apierrors.IsConflict(err):
-		return Outcome{}, &Failure{Reason: InvariantLeaseChanged.Reason(),
-			Message: fmt.Sprintf("safety floor %s: Lease %s changed at the moment of deletion (%v); it was left alone", InvariantLeaseChanged, key, err)}
+		return conflictOutcome(ctx, r, want, key, err)
 	default:
 		return Outcome{}, fmt.Errorf("deleting Lease %s: %w", key, err)
 	}
 	return Outcome{Done: true, Message: fmt.Sprintf("Deleted Lease %s held by %s", key, want.HolderIdentity),
 		Object: "Lease " + key.String(), UID: want.UID, ResourceVersion: want.ResourceVersion}, nil
+}
+
+// conflictOutcome judges a 409 on the Lease delete. The API server answers its
+// preconditions with 409 when the Lease was re-created or changed since the
+// decision, and the playbook then fails closed. But a 409 is not proof of that: a
+// proxy, a webhook or an API server shedding load can answer 409 to a delete it
+// never processed (make chaos, R2, found requests failed for a Lease that had not
+// changed). So the Lease is read live: gone counts as done (an earlier delete whose
+// reply was lost), the very UID and resourceVersion of the decision means nothing
+// changed and the delete is retried with the same preconditions, and anything
+// else is the change the preconditions exist to catch.
+func conflictOutcome(ctx context.Context, r *Run, want *v1alpha1.LeaseFacts, key types.NamespacedName, conflict error) (Outcome, error) {
+	cur, err := readLease(ctx, r, want)
+	switch {
+	case err != nil:
+		return Outcome{}, fmt.Errorf("deleting Lease %s: %v; re-reading it to tell whether it changed: %w", key, conflict, err)
+	case cur == nil:
+		return leaseGoneOutcome(want), nil
+	case string(cur.UID) == want.UID && cur.ResourceVersion == want.ResourceVersion:
+		return Outcome{}, fmt.Errorf("deleting Lease %s: %w; the Lease is unchanged since the decision (uid %s, resourceVersion %s), so the delete is retried with the same preconditions",
+			key, conflict, want.UID, want.ResourceVersion)
+	}
+	return Outcome{}, &Failure{Reason: InvariantLeaseChanged.Reason(),
+		Message: fmt.Sprintf("safety floor %s: Lease %s changed at the moment of deletion (%v); it was left alone", InvariantLeaseChanged, key, conflict)}
 }

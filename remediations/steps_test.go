@@ -2,6 +2,7 @@ package remediations
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -11,10 +12,12 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -317,4 +320,71 @@ func TestRestoreUncordonsTheDecidedNode(t *testing.T) {
 	require.NoError(t, env.Client.Get(ctx, types.NamespacedName{Name: name}, node))
 	assert.False(t, node.Spec.Unschedulable, "the node this request cordoned must be uncordoned")
 	assert.Empty(t, node.Annotations[CordonedByAnnotation])
+}
+
+// TestDeleteLeaseConflictIsJudgedOnTheLiveLease: a 409 on the Lease delete fails the
+// playbook only when the Lease really changed. A 409 the API server's preconditions
+// did not produce (make chaos R2: a fault-injecting proxy; in life a webhook or a
+// load-shedding API server) leaves the Lease unchanged, and the delete is retried
+// with the same preconditions. Seen failing first: the unchanged case failed the
+// playbook with lease-changed.
+func TestDeleteLeaseConflictIsJudgedOnTheLiveLease(t *testing.T) {
+	ctx := context.Background()
+	conflict := apierrors.NewConflict(schema.GroupResource{Group: "coordination.k8s.io", Resource: "leases"}, "x", errors.New("injected"))
+	cases := []struct {
+		name string
+		// before runs in place of the first delete, which answers 409 without acting.
+		before   func(t *testing.T, l *coordinationv1.Lease)
+		wantFail bool
+		wantGone bool
+	}{
+		{"unchanged: retried, then deleted", func(*testing.T, *coordinationv1.Lease) {}, false, true},
+		{"changed in between: fails closed", func(t *testing.T, l *coordinationv1.Lease) {
+			cur := &coordinationv1.Lease{}
+			require.NoError(t, env.Client.Get(ctx, client.ObjectKeyFromObject(l), cur))
+			cur.Spec.HolderIdentity = ptr.To("kwok-node-2")
+			require.NoError(t, env.Client.Update(ctx, cur))
+		}, true, false},
+		{"gone in between (a lost reply): done", func(t *testing.T, l *coordinationv1.Lease) {
+			require.NoError(t, env.Client.Delete(ctx, l))
+		}, false, true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r, l := shutdownHolder(t)
+			wc, err := client.NewWithWatch(env.Config, client.Options{Scheme: env.Client.Scheme()})
+			require.NoError(t, err)
+			first := true
+			r.Client = interceptor.NewClient(wc, interceptor.Funcs{Delete: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.DeleteOption) error {
+				if _, ok := obj.(*coordinationv1.Lease); ok && first {
+					first = false
+					tc.before(t, l)
+					return conflict
+				}
+				return c.Delete(ctx, obj, opts...)
+			}})
+			now := metav1.NewTime(r.Now)
+			r.RR.Status.Steps = []v1alpha1.StepStatus{{Name: "deleteLease", State: v1alpha1.StepRunning, StartedAt: &now}}
+			p, err := Advance(ctx, r)
+			switch {
+			case tc.wantFail:
+				require.NoError(t, err)
+				require.NotNil(t, p.Failure)
+				assert.Contains(t, p.Failure.Message, "changed at the moment of deletion")
+				assert.False(t, leaseGone(t, l))
+				return
+			case tc.name == "unchanged: retried, then deleted":
+				require.Error(t, err, "an unexplained conflict is retried, not a failure")
+				assert.Contains(t, err.Error(), "the Lease is unchanged since the decision")
+				assert.False(t, leaseGone(t, l), "nothing was deleted by the refused call")
+				assert.Equal(t, v1alpha1.StepRunning, r.RR.Status.Steps[0].State)
+				r.observed = nil // the next reconcile re-reads
+				p, err = Advance(ctx, r)
+			}
+			require.NoError(t, err)
+			require.Nil(t, p.Failure)
+			assert.Equal(t, v1alpha1.StepSucceeded, r.RR.Status.Steps[0].State)
+			assert.Equal(t, tc.wantGone, leaseGone(t, l))
+		})
+	}
 }
