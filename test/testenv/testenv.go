@@ -4,6 +4,7 @@
 package testenv
 
 import (
+	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -90,8 +91,13 @@ func StartT(t testing.TB) *Env {
 func (e *Env) Stop() error { return e.env.Stop() }
 
 // Main is a TestMain body: it starts an Env, stores it in *env, runs the tests and
-// stops it.
+// stops it. A fuzzing run that runs no tests (go test -run='^$' -fuzz=...) starts no
+// control plane: the fuzz targets need none, and go test runs TestMain again in
+// every fuzz worker it starts, so each would pay for its own kube-apiserver.
 func Main(m *testing.M, env **Env) {
+	if fuzzOnly() {
+		os.Exit(m.Run())
+	}
 	e, err := Start()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -103,6 +109,17 @@ func Main(m *testing.M, env **Env) {
 		fmt.Fprintln(os.Stderr, "stopping envtest:", err)
 	}
 	os.Exit(code)
+}
+
+// fuzzOnly reports a go test process that only fuzzes: a fuzz worker, or the
+// coordinator of -fuzz with -run='^$'. Tests run in it would find *env nil.
+func fuzzOnly() bool {
+	flag.Parse()
+	if f := flag.Lookup("test.fuzzworker"); f != nil && f.Value.String() == "true" {
+		return true
+	}
+	fz, run := flag.Lookup("test.fuzz"), flag.Lookup("test.run")
+	return fz != nil && fz.Value.String() != "" && run != nil && run.Value.String() == "^$"
 }
 
 // GVK is the RemediationRequest kind, for unstructured tests.
