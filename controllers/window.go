@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/robfig/cron/v3"
@@ -28,7 +29,7 @@ func MaintenanceWindow(w *v1alpha1.MaintenanceWindow, now time.Time) (inside boo
 	if w == nil {
 		return true, time.Time{}, nil
 	}
-	sched, err := cron.ParseStandard(w.Schedule)
+	sched, err := parseSchedule(w.Schedule)
 	if err != nil {
 		return false, time.Time{}, fmt.Errorf("spec.maintenanceWindow.schedule %q: %w", w.Schedule, err)
 	}
@@ -53,4 +54,16 @@ func MaintenanceWindow(w *v1alpha1.MaintenanceWindow, now time.Time) (inside boo
 		return true, time.Time{}, nil
 	}
 	return false, following, nil
+}
+
+// parseSchedule is cron.ParseStandard without its panic: robfig/cron v3 reads a TZ=
+// or CRON_TZ= prefix up to the first space and slices out of range when there is
+// none ("TZ=UTC"). Admission's pattern refuses such a schedule, but a CRD installed
+// without it lets one reach the decision, where a panic would be retried for ever
+// instead of rejecting the request.
+func parseSchedule(schedule string) (cron.Schedule, error) {
+	if (strings.HasPrefix(schedule, "TZ=") || strings.HasPrefix(schedule, "CRON_TZ=")) && !strings.Contains(schedule, " ") {
+		return nil, fmt.Errorf("a TZ= or CRON_TZ= prefix must be followed by a space and the schedule")
+	}
+	return cron.ParseStandard(schedule)
 }

@@ -39,6 +39,12 @@ func TestMaintenanceWindow(t *testing.T) {
 		{name: "never fires: February 30", w: window("0 2 30 2 *", 2*time.Hour), now: day(1, 0), err: `spec.maintenanceWindow.schedule "0 2 30 2 *" never fires`},
 		{name: "never fires: April 31", w: window("0 2 31 4 *", time.Hour), now: day(3, 0), err: "never fires"},
 		{name: "never fires: with a time zone", w: window("CRON_TZ=Europe/Berlin 0 2 30 2 *", time.Hour), now: day(1, 0), err: "never fires"},
+		// robfig/cron slices the time zone up to the first space and panicked without
+		// one. Admission's pattern refuses these, but a CRD installed without the
+		// pattern (an older chart) let one reach the decision, whose panic the
+		// reconciler retried for ever instead of rejecting the request.
+		{name: "time zone without fields", w: window("TZ=UTC", time.Hour), now: day(1, 0), err: "spec.maintenanceWindow.schedule \"TZ=UTC\""},
+		{name: "cron time zone without fields", w: window("CRON_TZ=Europe/Berlin", time.Hour), now: day(1, 0), err: "spec.maintenanceWindow.schedule"},
 		{name: "zero duration", w: window("0 2 * * *", 0), now: day(2, 30), err: "spec.maintenanceWindow.duration must be positive"},
 		{name: "negative duration", w: window("0 2 * * *", -time.Hour), now: day(2, 30), err: "spec.maintenanceWindow.duration must be positive"},
 		{name: "over 168h", w: window("0 2 * * *", MaxWindowDuration+time.Second), now: day(2, 30), err: "spec.maintenanceWindow.duration must be at most 168h0m0s"},
