@@ -11,6 +11,7 @@ import (
 	"slices"
 	"time"
 
+	"golang.org/x/time/rate"
 	corev1 "k8s.io/api/core/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -18,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kerrors "k8s.io/apimachinery/pkg/util/errors"
 	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -26,6 +28,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/remediator/remediator/api/v1alpha1"
 	"github.com/remediator/remediator/controllers/facts"
@@ -151,7 +154,7 @@ func (r *RemediationRequestReconciler) SetupWithManager(mgr ctrl.Manager) error 
 		For(NewUnstructuredRequest(), builder.WithPredicates(
 			predicate.Or(predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}, journalAdvanced))).
 		Watches(NewUnstructuredRequest(), handler.EnqueueRequestsFromMapFunc(r.wake), builder.WithPredicates(stoppedRunning)).
-		WithOptions(controller.Options{MaxConcurrentReconciles: max(1, r.Workers)}).
+		WithOptions(controller.Options{MaxConcurrentReconciles: max(1, r.Workers), RateLimiter: rateLimiter()}).
 		Named("remediationrequest").
 		Complete(r)
 }
@@ -457,6 +460,23 @@ func journaledStarts(before, after *v1alpha1.RemediationRequest) {
 			failpoint.Inject(failpoint.Name(st.Name, failpoint.AfterJournal))
 		}
 	}
+}
+
+// maxRetryDelay caps the backoff of a request whose reconcile failed. The work
+// queue's default grows to 1,000 s, so that a request that failed ten times in a
+// row under a flaky API server (make chaos, R2) waited many minutes after the API
+// server recovered, with a stuck Lease blocking a volume all that time.
+const maxRetryDelay = 30 * time.Second
+
+// rateLimiter is controller-runtime's default with the per-request backoff capped
+// at maxRetryDelay: 5 ms doubling per failure, and 10 retries per second overall
+// with a burst of 100, so that a storm of failing requests cannot hammer the API
+// server either.
+func rateLimiter() workqueue.TypedRateLimiter[reconcile.Request] {
+	return workqueue.NewTypedMaxOfRateLimiter(
+		workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](5*time.Millisecond, maxRetryDelay),
+		&workqueue.TypedBucketRateLimiter[reconcile.Request]{Limiter: rate.NewLimiter(rate.Limit(10), 100)},
+	)
 }
 
 // inScope reports whether requests in namespace ns are this controller's.

@@ -136,7 +136,13 @@ func Gatherers(mgr ctrl.Manager, fc facts.Config) (decide, recheck, recheckRelea
 		}
 	}
 	gatherer := func(l live) *facts.Gatherer {
-		return &facts.Gatherer{Reader: facts.SplitReader{Cache: mgr.GetClient(), Live: mgr.GetAPIReader(), Cached: cached(l)}, Config: fc}
+		return &facts.Gatherer{Reader: facts.SplitReader{Cache: mgr.GetClient(), Live: LiveReader(mgr), Cached: cached(l)}, Config: fc}
 	}
 	return gatherer(live{}), gatherer(live{nodes: true, leases: true}), gatherer(live{nodes: true})
+}
+
+// LiveReader reads live from the API server, retrying the reads that failed for a
+// reason that says nothing about the object (facts.RetryReader).
+func LiveReader(mgr ctrl.Manager) client.Reader {
+	return facts.RetryReader{Reader: mgr.GetAPIReader()}
 }

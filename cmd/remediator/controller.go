@@ -170,7 +170,7 @@ func runController(cmd *cobra.Command, o controllerOptions) error {
 	decide, recheck, recheckRelease := controllers.Gatherers(mgr, fc)
 	if err := (&controllers.RemediationRequestReconciler{
 		Client:         mgr.GetClient(),
-		Reader:         mgr.GetAPIReader(),
+		Reader:         controllers.LiveReader(mgr),
 		Gatherer:       decide,
 		Recheck:        recheck,
 		RecheckRelease: recheckRelease,

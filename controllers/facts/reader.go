@@ -2,8 +2,16 @@ package facts
 
 import (
 	"context"
+	"errors"
+	"io"
+	"net"
+	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
+	utilnet "k8s.io/apimachinery/pkg/util/net"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -41,4 +49,66 @@ func (r SplitReader) List(ctx context.Context, list client.ObjectList, opts ...c
 	o := &client.ListOptions{}
 	o.ApplyOptions(opts)
 	return r.pick(list, o.Namespace).List(ctx, list, opts...)
+}
+
+// RetryReader retries the reads of Reader that failed for a reason that says
+// nothing about the object: a 5xx, a 429, a server or client timeout, a connection
+// reset or refused. A reconcile re-reads several objects live before a destructive
+// step, and gives up (back to the work queue, with a growing backoff) at the
+// first failed read; under an API server that fails one call in five, the chance
+// that five reads in a row succeed is one in three, and the backoff then grows to
+// minutes (make chaos, R2, saw a storm of 20 take over ten minutes). Reads are
+// idempotent, so a few quick retries here are safe; client-go itself retries only
+// the answers that carry Retry-After.
+type RetryReader struct {
+	Reader client.Reader
+	// Backoff bounds the retries; zero means DefaultReadBackoff.
+	Backoff wait.Backoff
+}
+
+// DefaultReadBackoff: four attempts over about a third of a second.
+var DefaultReadBackoff = wait.Backoff{Steps: 4, Duration: 40 * time.Millisecond, Factor: 2.5, Jitter: 0.2}
+
+var _ client.Reader = RetryReader{}
+
+func (r RetryReader) backoff() wait.Backoff {
+	if r.Backoff.Steps == 0 {
+		return DefaultReadBackoff
+	}
+	return r.Backoff
+}
+
+// Get implements client.Reader.
+func (r RetryReader) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	return retry.OnError(r.backoff(), func(err error) bool { return Transient(ctx, err) }, func() error {
+		return r.Reader.Get(ctx, key, obj, opts...)
+	})
+}
+
+// List implements client.Reader.
+func (r RetryReader) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
+	return retry.OnError(r.backoff(), func(err error) bool { return Transient(ctx, err) }, func() error {
+		return r.Reader.List(ctx, list, opts...)
+	})
+}
+
+// Transient reports whether err is a failure of the call rather than an answer
+// about the object, and ctx still allows a retry.
+func Transient(ctx context.Context, err error) bool {
+	if ctx.Err() != nil {
+		return false
+	}
+	switch {
+	case apierrors.IsInternalError(err), apierrors.IsServiceUnavailable(err), apierrors.IsServerTimeout(err),
+		apierrors.IsTimeout(err), apierrors.IsTooManyRequests(err), apierrors.IsUnexpectedServerError(err):
+		return true
+	case utilnet.IsConnectionReset(err), utilnet.IsConnectionRefused(err), utilnet.IsProbableEOF(err), errors.Is(err, io.ErrUnexpectedEOF):
+		return true
+	}
+	var se apierrors.APIStatus
+	if errors.As(err, &se) {
+		return se.Status().Code >= 500
+	}
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
 }
