@@ -8,6 +8,7 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/labels"
@@ -166,7 +167,7 @@ func request(ns, name string, r v1alpha1.Remediation, target map[string]any, rea
 	return map[string]any{
 		"apiVersion": v1alpha1.GroupVersion.String(),
 		"kind":       "RemediationRequest",
-		"metadata":   map[string]any{"name": truncate(name, 253), "namespace": ns},
+		"metadata":   map[string]any{"name": objectName(name), "namespace": ns},
 		"spec": map[string]any{
 			"remediation": string(r),
 			"target":      target,
@@ -175,11 +176,23 @@ func request(ns, name string, r v1alpha1.Remediation, target map[string]any, rea
 	}
 }
 
+// truncate cuts s to at most n bytes, at a character boundary: a reason cut inside a
+// character would be committed with a replacement character in it.
 func truncate(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
 	return s[:n]
+}
+
+// objectName cuts a suggested request's name to the 253 characters a Kubernetes name
+// may have. The name is a prefix and a node or PV name, so the cut can fall right
+// after a '-' or '.', with which no name may end: those are trimmed too.
+func objectName(name string) string {
+	return strings.TrimRight(truncate(name, 253), "-.")
 }
 
 func writeRequests(w io.Writer, reqs []map[string]any) error {
