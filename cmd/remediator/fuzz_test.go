@@ -63,12 +63,20 @@ func planRequestSeeds(t testing.TB) [][]byte {
 			delete(md, "name")
 			md["generateName"] = "release-"
 		},
-		func(o, _ map[string]any) { o["metadata"].(map[string]any)["labels"] = map[string]any{"team": "storage"} },
+		func(o, _ map[string]any) {
+			o["metadata"].(map[string]any)["labels"] = map[string]any{"team": "storage"}
+		},
 		func(o, _ map[string]any) { o["metadata"].(map[string]any)["labels"] = map[string]any{"not a key": "x"} },
-		func(o, _ map[string]any) { o["metadata"].(map[string]any)["labels"] = map[string]any{"team": "not a value!"} },
-		func(o, _ map[string]any) { o["metadata"].(map[string]any)["annotations"] = map[string]any{"ticket": "INC-4711"} },
+		func(o, _ map[string]any) {
+			o["metadata"].(map[string]any)["labels"] = map[string]any{"team": "not a value!"}
+		},
+		func(o, _ map[string]any) {
+			o["metadata"].(map[string]any)["annotations"] = map[string]any{"ticket": "INC-4711"}
+		},
 		func(o, _ map[string]any) { o["metadata"].(map[string]any)["annotations"] = map[string]any{"/bad": "x"} },
-		func(o, _ map[string]any) { o["metadata"].(map[string]any)["finalizers"] = []any{"not a finalizer name!"} },
+		func(o, _ map[string]any) {
+			o["metadata"].(map[string]any)["finalizers"] = []any{"not a finalizer name!"}
+		},
 		func(o, _ map[string]any) { o["metadata"].(map[string]any)["uid"] = 42 },
 		func(o, _ map[string]any) { o["metadata"].(map[string]any)["colour"] = "blue" },
 		func(o, _ map[string]any) { o["status"] = map[string]any{"phase": "Succeeded"} },
@@ -86,30 +94,75 @@ func planRequestSeeds(t testing.TB) [][]byte {
 		func(_, s map[string]any) { s["fencing"] = nil },
 		func(_, s map[string]any) { s["fencing"] = map[string]any{} },
 		func(_, s map[string]any) { s["fencing"] = map[string]any{"confirmed": false} },
-		func(_, s map[string]any) { s["fencing"] = map[string]any{"confirmed": "true", "method": "NodeShutdown", "node": "n"} },
-		func(_, s map[string]any) { s["fencing"] = map[string]any{"confirmed": true, "method": "NodeShutdown", "node": ""} },
+		func(_, s map[string]any) {
+			s["fencing"] = map[string]any{"confirmed": "true", "method": "NodeShutdown", "node": "n"}
+		},
+		func(_, s map[string]any) {
+			s["fencing"] = map[string]any{"confirmed": true, "method": "NodeShutdown", "node": ""}
+		},
 		func(_, s map[string]any) { s["fencing"] = map[string]any{"confirmed": false, "method": "Hope"} },
 		func(_, s map[string]any) { s["fencing"] = map[string]any{"confirmed": nil} },
 		func(_, s map[string]any) { s["maintenanceWindow"] = nil },
-		func(_, s map[string]any) { s["maintenanceWindow"] = map[string]any{"schedule": "0 2 * * *", "duration": "1.5h"} },
-		func(_, s map[string]any) { s["maintenanceWindow"] = map[string]any{"schedule": "0 2 * * *", "duration": "168h0m0s"} },
-		func(_, s map[string]any) { s["maintenanceWindow"] = map[string]any{"schedule": "0 2 * * *", "duration": "167h60m"} },
-		func(_, s map[string]any) { s["maintenanceWindow"] = map[string]any{"schedule": "0 2 * * *", "duration": "168h0.000000001s"} },
-		func(_, s map[string]any) { s["maintenanceWindow"] = map[string]any{"schedule": "0 2 * * *", "duration": "0.5ns"} },
-		func(_, s map[string]any) { s["maintenanceWindow"] = map[string]any{"schedule": "0 2 * * *", "duration": "1h1h"} },
-		func(_, s map[string]any) { s["maintenanceWindow"] = map[string]any{"schedule": "0 2 * * *", "duration": "90µs"} },
-		func(_, s map[string]any) { s["maintenanceWindow"] = map[string]any{"schedule": "0 2 * * *", "duration": 7200} },
-		func(_, s map[string]any) { s["maintenanceWindow"] = map[string]any{"schedule": "0 2 * * *", "duration": "2h", "timezone": "UTC"} },
-		func(_, s map[string]any) { s["maintenanceWindow"] = map[string]any{"schedule": "TZ=UTC", "duration": "2h"} },
-		func(_, s map[string]any) { s["maintenanceWindow"] = map[string]any{"schedule": "TZ=UTC 0 2 * * *", "duration": "2h"} },
-		func(_, s map[string]any) { s["maintenanceWindow"] = map[string]any{"schedule": "@every 1h30m", "duration": "2h"} },
-		func(_, s map[string]any) { s["maintenanceWindow"] = map[string]any{"schedule": "0 2 * * * *", "duration": "2h"} },
-		func(_, s map[string]any) { s["maintenanceWindow"] = map[string]any{"schedule": strings.Repeat("1", 257), "duration": "2h"} },
-		func(_, s map[string]any) { s["target"] = map[string]any{"persistentVolume": nil, "node": "kwok-node-0"}; s["remediation"] = "reregister-csi-driver" },
-		func(_, s map[string]any) { s["target"] = map[string]any{"node": "kwok-node-0"}; s["remediation"] = "reregister-csi-driver" },
-		func(_, s map[string]any) { s["target"] = map[string]any{"node": ""}; s["remediation"] = "reregister-csi-driver" },
-		func(_, s map[string]any) { s["target"] = map[string]any{"pod": map[string]any{"namespace": "", "name": "web-0"}} },
-		func(_, s map[string]any) { s["target"] = map[string]any{"pod": map[string]any{"namespace": "app", "name": "web-0", "uid": "x"}} },
+		func(_, s map[string]any) {
+			s["maintenanceWindow"] = map[string]any{"schedule": "0 2 * * *", "duration": "1.5h"}
+		},
+		func(_, s map[string]any) {
+			s["maintenanceWindow"] = map[string]any{"schedule": "0 2 * * *", "duration": "168h0m0s"}
+		},
+		func(_, s map[string]any) {
+			s["maintenanceWindow"] = map[string]any{"schedule": "0 2 * * *", "duration": "167h60m"}
+		},
+		func(_, s map[string]any) {
+			s["maintenanceWindow"] = map[string]any{"schedule": "0 2 * * *", "duration": "168h0.000000001s"}
+		},
+		func(_, s map[string]any) {
+			s["maintenanceWindow"] = map[string]any{"schedule": "0 2 * * *", "duration": "0.5ns"}
+		},
+		func(_, s map[string]any) {
+			s["maintenanceWindow"] = map[string]any{"schedule": "0 2 * * *", "duration": "1h1h"}
+		},
+		func(_, s map[string]any) {
+			s["maintenanceWindow"] = map[string]any{"schedule": "0 2 * * *", "duration": "90µs"}
+		},
+		func(_, s map[string]any) {
+			s["maintenanceWindow"] = map[string]any{"schedule": "0 2 * * *", "duration": 7200}
+		},
+		func(_, s map[string]any) {
+			s["maintenanceWindow"] = map[string]any{"schedule": "0 2 * * *", "duration": "2h", "timezone": "UTC"}
+		},
+		func(_, s map[string]any) {
+			s["maintenanceWindow"] = map[string]any{"schedule": "TZ=UTC", "duration": "2h"}
+		},
+		func(_, s map[string]any) {
+			s["maintenanceWindow"] = map[string]any{"schedule": "TZ=UTC 0 2 * * *", "duration": "2h"}
+		},
+		func(_, s map[string]any) {
+			s["maintenanceWindow"] = map[string]any{"schedule": "@every 1h30m", "duration": "2h"}
+		},
+		func(_, s map[string]any) {
+			s["maintenanceWindow"] = map[string]any{"schedule": "0 2 * * * *", "duration": "2h"}
+		},
+		func(_, s map[string]any) {
+			s["maintenanceWindow"] = map[string]any{"schedule": strings.Repeat("1", 257), "duration": "2h"}
+		},
+		func(_, s map[string]any) {
+			s["target"] = map[string]any{"persistentVolume": nil, "node": "kwok-node-0"}
+			s["remediation"] = "reregister-csi-driver"
+		},
+		func(_, s map[string]any) {
+			s["target"] = map[string]any{"node": "kwok-node-0"}
+			s["remediation"] = "reregister-csi-driver"
+		},
+		func(_, s map[string]any) {
+			s["target"] = map[string]any{"node": ""}
+			s["remediation"] = "reregister-csi-driver"
+		},
+		func(_, s map[string]any) {
+			s["target"] = map[string]any{"pod": map[string]any{"namespace": "", "name": "web-0"}}
+		},
+		func(_, s map[string]any) {
+			s["target"] = map[string]any{"pod": map[string]any{"namespace": "app", "name": "web-0", "uid": "x"}}
+		},
 		func(_, s map[string]any) { s["target"] = map[string]any{"pod": "app/web-0"} },
 		func(_, s map[string]any) {
 			s["target"] = map[string]any{"persistentVolumeClaim": map[string]any{"namespace": strings.Repeat("n", 64), "name": "data"}}
