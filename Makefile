@@ -131,6 +131,26 @@ cluster-down: ## Stop the local cluster and everything the demo started
 	ROOT=$(ROOT) BIN=$(BIN) test/cluster/down.sh
 
 # ---------------------------------------------------------------------------
+# Reliability campaigns on the local cluster (test/chaos, docs/reliability.md):
+# crash (R1), API faults (R2) and churn under restarts (R4), counted from the
+# kube-apiserver's audit log. The controller under test is built with the failpoints
+# tag (remediations/failpoint), which release builds do not have. `make test` runs
+# the smoke preset.
+CHAOS ?= full
+
+.PHONY: build-failpoints
+build-failpoints: ## Build bin/remediator-failpoints: the controller with crash points for make chaos
+	CGO_ENABLED=0 $(GO) build -tags failpoints -trimpath -ldflags "-X main.version=$(VERSION)-failpoints" -o $(BIN)/remediator-failpoints ./cmd/remediator
+
+.PHONY: chaos
+chaos: bins build-failpoints ## Run the crash, API-fault and churn campaigns; exit non-zero on any violation (CHAOS=full|smoke)
+	$(GO) run ./test/chaos -preset $(CHAOS) $(if $(filter full,$(CHAOS)),-out docs/reliability)
+
+.PHONY: chaos-smoke
+chaos-smoke: bins build-failpoints
+	$(GO) run ./test/chaos -preset smoke
+
+# ---------------------------------------------------------------------------
 .PHONY: demo
 demo: bins build cluster ## The GitOps path end to end on the local cluster: incidents, PRs with plan, sync, controller, summary (KEEP=1 keeps the cluster)
 	ROOT=$(ROOT) BIN=$(BIN) KEEP=$(KEEP) test/demo.sh

@@ -117,6 +117,36 @@ func (s *Stager) ShutdownNode(ctx context.Context, name string) error {
 	return nil
 }
 
+// UnreachableNode creates a node that lost the control plane: no kubelet (kwok does
+// not manage it), Ready=Unknown and the node.kubernetes.io/unreachable taint, as the
+// node lifecycle controller leaves a node whose heartbeats stopped. Whether its
+// machine still runs is not known, which is why a release needs fencing.
+func (s *Stager) UnreachableNode(ctx context.Context, name string) error {
+	n := &corev1.Node{ObjectMeta: s.meta(name), Spec: corev1.NodeSpec{Taints: []corev1.Taint{{
+		Key: v1alpha1.TaintUnreachable, Effect: corev1.TaintEffectNoExecute,
+	}}}}
+	if _, err := s.CS.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("creating node %s: %w", name, err)
+	}
+	err := retry.RetryOnConflict(retry.DefaultBackoff, func() error {
+		cur, err := s.CS.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		now := metav1.Now()
+		cur.Status.Conditions = []corev1.NodeCondition{{
+			Type: corev1.NodeReady, Status: corev1.ConditionUnknown, Reason: "NodeStatusUnknown",
+			Message: "Kubelet stopped posting node status.", LastHeartbeatTime: now, LastTransitionTime: now,
+		}}
+		_, err = s.CS.CoreV1().Nodes().UpdateStatus(ctx, cur, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("setting node %s Ready=Unknown: %w", name, err)
+	}
+	return nil
+}
+
 // KwokNode creates a node kwok runs a simulated kubelet for: it turns Ready, renews
 // its Lease and runs the pods bound to it. It has no kubernetes.io/os label, so the
 // trident-csi DaemonSet of the local cluster does not put a node-plugin pod on it.

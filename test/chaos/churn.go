@@ -1,0 +1,209 @@
+package main
+
+// R4: churn under restarts. Two replicas elect a leader; requests across every
+// branch are created and some deleted mid-run, while the leader is killed (SIGKILL
+// or SIGTERM, alternately) and replaced five times, so that leadership moves
+// between the replicas. Nothing may leak (a finalizer, a cordon), no request may
+// sit in Running past its step timeout, and no destructive call may run twice.
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/remediator/remediator/api/v1alpha1"
+	"github.com/remediator/remediator/test/stage"
+)
+
+// churnStepTimeout is the step timeout the churn's controllers run with; a request
+// Running on one step for longer than this plus churnSlack is stuck.
+const (
+	churnStepTimeout = 60 * time.Second
+	churnSlack       = 45 * time.Second
+)
+
+func (h *harness) churn(ctx context.Context) error {
+	res := &Churn{}
+	h.result.Churn = res
+	rng := rand.New(rand.NewPCG(uint64(h.cfg.seed), 4))
+	subs, err := h.mixed(ctx, h.p.churnRequests, 2)
+	if err != nil {
+		return err
+	}
+	rng.Shuffle(len(subs), func(i, j int) { subs[i], subs[j] = subs[j], subs[i] })
+	offset, err := h.audit.size()
+	if err != nil {
+		return err
+	}
+	t := fmt.Sprint(churnStepTimeout)
+	extra := []string{"--leader-elect", "--leader-election-namespace", requestNamespace,
+		"--eviction-timeout", t, "--pod-termination-timeout", t, "--plugin-restart-timeout", t}
+	var mu sync.Mutex
+	replicas := map[string]*proc{}
+	seq := 0
+	startReplica := func() error {
+		seq++
+		name := fmt.Sprintf("replica-%d", seq)
+		p, err := h.start(procOpts{name: name, kubeconfig: h.cfg.kubeconfig, extra: extra})
+		if err != nil {
+			return err
+		}
+		mu.Lock()
+		replicas[name] = p
+		mu.Unlock()
+		return nil
+	}
+	defer func() {
+		for _, p := range replicas {
+			p.stop()
+		}
+	}()
+	for range 2 {
+		if err := startReplica(); err != nil {
+			return err
+		}
+	}
+	leader := func() string {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, name := range sortedKeys(replicas) {
+			if v, err := replicas[name].labelled(ctx, "leader_election_master_status"); err == nil && v == 1 {
+				return name
+			}
+		}
+		return ""
+	}
+
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	stuck := map[string]string{}
+	leaders := []string{}
+	var watchWG sync.WaitGroup
+	watchWG.Add(1)
+	go func() {
+		defer watchWG.Done()
+		for watchCtx.Err() == nil {
+			if l := leader(); l != "" && (len(leaders) == 0 || leaders[len(leaders)-1] != l) {
+				leaders = append(leaders, l)
+			}
+			for name, why := range h.stuckRunning(watchCtx, churnStepTimeout+churnSlack) {
+				if _, seen := stuck[name]; !seen {
+					stuck[name] = why
+				}
+			}
+			select {
+			case <-watchCtx.Done():
+			case <-time.After(time.Second):
+			}
+		}
+	}()
+
+	// Waves of 50 requests every 3 s; one in five is deleted 0-10 s after it was
+	// created, often mid-run.
+	var delWG sync.WaitGroup
+	created := 0
+	restartsAt := map[int]bool{}
+	for i := 1; i <= h.p.churnRestarts; i++ {
+		restartsAt[i*len(subs)/(h.p.churnRestarts+1)/50*50] = true
+	}
+	var delErr error
+	var delMu sync.Mutex
+	restart := func() error {
+		l := leader()
+		mu.Lock()
+		p := replicas[l]
+		mu.Unlock()
+		if p == nil {
+			return fmt.Errorf("no leader among %v", sortedKeys(replicas))
+		}
+		if res.Restarts%2 == 0 {
+			p.kill()
+		} else {
+			p.stop()
+		}
+		mu.Lock()
+		delete(replicas, l)
+		mu.Unlock()
+		res.Restarts++
+		logf("R4 restart %d: %s (the leader) %s", res.Restarts, l, map[bool]string{true: "killed", false: "stopped"}[res.Restarts%2 == 1])
+		return startReplica()
+	}
+	for created < len(subs) {
+		if restartsAt[created] {
+			if err := restart(); err != nil {
+				return err
+			}
+		}
+		wave := subs[created:min(created+50, len(subs))]
+		for _, s := range wave {
+			if err := h.k8s.Create(ctx, s.RR); err != nil {
+				return err
+			}
+			if rng.IntN(5) == 0 {
+				s.Deleted = true
+				res.DeletedMidRun++
+				delWG.Add(1)
+				go func(s *subject, after time.Duration) {
+					defer delWG.Done()
+					time.Sleep(after)
+					if err := h.k8s.Delete(ctx, s.RR); client.IgnoreNotFound(err) != nil {
+						delMu.Lock()
+						delErr = err
+						delMu.Unlock()
+					}
+				}(s, time.Duration(rng.IntN(10_000))*time.Millisecond)
+			}
+		}
+		created += len(wave)
+		res.Created = created
+		time.Sleep(3 * time.Second)
+	}
+	for res.Restarts < h.p.churnRestarts {
+		time.Sleep(5 * time.Second)
+		if err := restart(); err != nil {
+			return err
+		}
+	}
+	delWG.Wait()
+	if delErr != nil {
+		return delErr
+	}
+	logf("R4 %d created, %d deleted mid-run, %d restarts; waiting for the rest", res.Created, res.DeletedMidRun, res.Restarts)
+	if err := h.waitTerminal(ctx, subs, 10*time.Minute); err != nil {
+		return err
+	}
+	stopWatch()
+	watchWG.Wait()
+	res.LeaderChanges = max(0, len(leaders)-1)
+	for _, name := range sortedKeys(stuck) {
+		res.Stuck = append(res.Stuck, name+": "+stuck[name])
+	}
+	res.Verdict, err = h.judge(ctx, subs, offset)
+	return err
+}
+
+// stuckRunning lists the run's requests Running with a step started longer than
+// bound ago.
+func (h *harness) stuckRunning(ctx context.Context, bound time.Duration) map[string]string {
+	list := &v1alpha1.RemediationRequestList{}
+	if err := h.k8s.List(ctx, list, client.InNamespace(requestNamespace), client.MatchingLabels{stage.Label: h.stager.st.RunID}); err != nil {
+		return nil
+	}
+	out := map[string]string{}
+	for i := range list.Items {
+		rr := &list.Items[i]
+		if rr.Status.Phase != v1alpha1.PhaseRunning {
+			continue
+		}
+		for _, st := range rr.Status.Steps {
+			if st.State == v1alpha1.StepRunning && st.StartedAt != nil && time.Since(st.StartedAt.Time) > bound {
+				out[rr.Name] = fmt.Sprintf("step %s Running since %s (%s)", st.Name, st.StartedAt.Format(time.TimeOnly), st.Message)
+			}
+		}
+	}
+	return out
+}

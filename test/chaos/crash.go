@@ -1,0 +1,236 @@
+package main
+
+// R1: crash. The controller is killed with SIGKILL at each boundary of each step
+// of each playbook (a failpoint of the test build), and at random moments, then
+// started again; every request must still end as the runbook says, with every
+// destructive call made at most once.
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/remediator/remediator/api/v1alpha1"
+	"github.com/remediator/remediator/remediations/failpoint"
+	"github.com/remediator/remediator/test/stage"
+)
+
+// smokePoints is one kill per playbook for make test: the boundaries where a lost
+// journal write is most dangerous (the call ran, its outcome was not recorded).
+var smokePoints = map[*branch]string{
+	brShutdown: failpoint.Name("deleteLease", failpoint.AfterCall),
+	brFenced:   failpoint.Name("deleteLease", failpoint.BeforeCall),
+	brMove:     failpoint.Name("cordon", failpoint.AfterCall),
+	brPlugin:   failpoint.Name("deletePluginPod", failpoint.AfterCall),
+}
+
+func (h *harness) crash(ctx context.Context) error {
+	res := &Crash{ByPoint: map[string]int{}}
+	h.result.Crash = res
+	plugin := 0
+	nextPluginNode := func() string { n := pluginNodes[plugin%len(pluginNodes)]; plugin++; return n }
+	for _, b := range playbookBranches {
+		var points []string
+		if h.p.everyBoundary {
+			for _, st := range b.Steps {
+				for _, bd := range failpoint.Boundaries {
+					points = append(points, failpoint.Name(st, bd))
+				}
+			}
+		} else {
+			points = []string{smokePoints[b]}
+		}
+		for _, fp := range points {
+			pn := ""
+			if b == brPlugin {
+				pn = nextPluginNode()
+			}
+			killed, v, err := h.crashCycle(ctx, b, fp, pn)
+			if err != nil {
+				return fmt.Errorf("%s at %s: %w", b.Name, fp, err)
+			}
+			res.Verdict.add(v)
+			if killed {
+				res.FailpointKills++
+				res.ByPoint[b.Playbook+" "+fp]++
+			} else {
+				res.NotReached = append(res.NotReached, b.Playbook+" "+fp)
+			}
+			logf("R1 %s %s: killed %v, %d/%d correct, %d violations", b.Playbook, fp, killed, v.Correct, v.Requests, v.Violations())
+		}
+	}
+	rng := rand.New(rand.NewPCG(uint64(h.cfg.seed), 1))
+	for res.TimedKills < h.p.timedKills {
+		n, v, err := h.timedKills(ctx, rng, nextPluginNode())
+		if err != nil {
+			return fmt.Errorf("timed kills: %w", err)
+		}
+		res.TimedKills += n
+		res.Verdict.add(v)
+		logf("R1 timed: %d kills, %d/%d correct, %d violations", n, v.Correct, v.Requests, v.Violations())
+	}
+	return nil
+}
+
+// crashCycle stages one request of branch b, runs a controller armed with
+// failpoint fp until it dies (or the request ends without reaching fp), starts a
+// clean one and judges the request once it is terminal.
+func (h *harness) crashCycle(ctx context.Context, b *branch, fp, pluginNode string) (bool, Verdict, error) {
+	offset, err := h.audit.size()
+	if err != nil {
+		return false, Verdict{}, err
+	}
+	sub, err := h.stager.stage(ctx, b, pluginNode)
+	if err != nil {
+		return false, Verdict{}, err
+	}
+	p, err := h.start(procOpts{name: "crash", kubeconfig: h.cfg.kubeconfig, failpoint: fp + "=kill", noWait: true})
+	if err != nil {
+		return false, Verdict{}, err
+	}
+	if err := h.k8s.Create(ctx, sub.RR); err != nil {
+		p.kill()
+		return false, Verdict{}, err
+	}
+	subs := []*subject{sub}
+	deadline := time.Now().Add(90*time.Second + h.gate)
+	for !p.exited() && time.Now().Before(deadline) {
+		if done, _ := h.terminal(ctx, subs); done {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	killed := p.killedBySIGKILL()
+	if !p.exited() {
+		p.stop()
+	} else if !killed {
+		return false, Verdict{}, fmt.Errorf("the controller exited on its own: %v (log %s)", p.err, p.log)
+	}
+	p2, err := h.start(procOpts{name: "restart", kubeconfig: h.cfg.kubeconfig})
+	if err != nil {
+		return killed, Verdict{}, err
+	}
+	defer p2.stop()
+	if err := h.waitTerminal(ctx, subs, 120*time.Second+h.gate); err != nil {
+		return killed, Verdict{}, fmt.Errorf("%w (logs %s, %s)", err, p.log, p2.log)
+	}
+	v, err := h.judge(ctx, subs, offset)
+	return killed, v, err
+}
+
+// timedKills runs one request of each playbook at once and kills the controller
+// at random moments (0.2 s to 2.5 s after it started) until all four are terminal
+// or eight kills were made, then lets a clean controller finish them.
+func (h *harness) timedKills(ctx context.Context, rng *rand.Rand, pluginNode string) (int, Verdict, error) {
+	offset, err := h.audit.size()
+	if err != nil {
+		return 0, Verdict{}, err
+	}
+	var subs []*subject
+	for _, b := range playbookBranches {
+		s, err := h.stager.stage(ctx, b, pluginNode)
+		if err != nil {
+			return 0, Verdict{}, err
+		}
+		subs = append(subs, s)
+	}
+	for _, s := range subs {
+		if err := h.k8s.Create(ctx, s.RR); err != nil {
+			return 0, Verdict{}, err
+		}
+	}
+	kills := 0
+	for kills < 8 {
+		if done, _ := h.terminal(ctx, subs); done {
+			break
+		}
+		p, err := h.start(procOpts{name: "timed", kubeconfig: h.cfg.kubeconfig, noWait: true})
+		if err != nil {
+			return kills, Verdict{}, err
+		}
+		time.Sleep(time.Duration(200+rng.IntN(2300)) * time.Millisecond)
+		p.kill()
+		kills++
+	}
+	p, err := h.start(procOpts{name: "timed-final", kubeconfig: h.cfg.kubeconfig})
+	if err != nil {
+		return kills, Verdict{}, err
+	}
+	defer p.stop()
+	if err := h.waitTerminal(ctx, subs, 180*time.Second); err != nil {
+		return kills, Verdict{}, fmt.Errorf("%w (log %s)", err, p.log)
+	}
+	v, err := h.judge(ctx, subs, offset)
+	return kills, v, err
+}
+
+// terminal reports whether every subject is terminal (or, deleted, gone), and the
+// ones that are not.
+func (h *harness) terminal(ctx context.Context, subs []*subject) (bool, []string) {
+	list := &v1alpha1.RemediationRequestList{}
+	if err := h.k8s.List(ctx, list, client.InNamespace(requestNamespace), client.MatchingLabels{stage.Label: h.stager.st.RunID}); err != nil {
+		return false, []string{err.Error()}
+	}
+	byName := map[string]*v1alpha1.RemediationRequest{}
+	for i := range list.Items {
+		byName[list.Items[i].Name] = &list.Items[i]
+	}
+	var open []string
+	for _, s := range subs {
+		rr, ok := byName[s.RR.Name]
+		switch {
+		case s.Deleted && !ok:
+		case s.Deleted:
+			open = append(open, s.RR.Name+" (deleted, still there)")
+		case !ok:
+			open = append(open, s.RR.Name+" (missing)")
+		case rr.Status.Phase != v1alpha1.PhaseSucceeded && rr.Status.Phase != v1alpha1.PhaseFailed && rr.Status.Phase != v1alpha1.PhaseRejected:
+			open = append(open, fmt.Sprintf("%s (%s)", s.RR.Name, rr.Status.Phase))
+		case rr.Status.Phase == v1alpha1.PhaseRejected && rr.Status.Decision != nil && rr.Status.Decision.RecheckAt != nil:
+			// Rejected for now, re-evaluated at recheckAt (a Lease younger than the gate).
+			open = append(open, fmt.Sprintf("%s (Rejected until %s)", s.RR.Name, rr.Status.Decision.RecheckAt.Format(time.TimeOnly)))
+		}
+	}
+	return len(open) == 0, open
+}
+
+func (h *harness) waitTerminal(ctx context.Context, subs []*subject, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		done, open := h.terminal(ctx, subs)
+		if done {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			if len(open) > 10 {
+				open = append(open[:10], fmt.Sprintf("and %d more", len(open)-10))
+			}
+			return fmt.Errorf("not terminal after %s: %v", timeout, open)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+// cleanup removes the run's requests (a running controller is needed for
+// finalizers; none is left on a terminal request) and what was staged.
+func (h *harness) cleanup(ctx context.Context) error {
+	sel := client.MatchingLabels{stage.Label: h.stager.st.RunID}
+	if err := h.k8s.DeleteAllOf(ctx, &v1alpha1.RemediationRequest{}, client.InNamespace(requestNamespace), sel); err != nil && !apierrors.IsNotFound(err) {
+		return err
+	}
+	// A request deleted mid-run keeps its finalizer only while no controller runs;
+	// the campaigns always finish theirs, so anything left is reported, not forced.
+	list := &v1alpha1.RemediationRequestList{}
+	if err := h.k8s.List(ctx, list, client.InNamespace(requestNamespace), sel); err == nil && len(list.Items) > 0 {
+		logf("Cleanup: %d requests still have finalizers", len(list.Items))
+	}
+	return h.stager.st.Cleanup(ctx)
+}

@@ -1,0 +1,162 @@
+package main
+
+// R2: API faults. The controller reaches the API server only through
+// test/faultproxy, which answers a share of its calls with 5xx, resets them before
+// they reach the server, forwards them and drops the reply (the write happened,
+// the controller does not know), answers writes with 409 Conflict and cuts
+// watches. 200 requests across every branch of both incidents must still end as
+// the runbook says, with no unsafe delete and no destructive call made twice, and
+// the controller must be back at its goroutine and memory baseline afterwards.
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"k8s.io/client-go/rest"
+
+	"github.com/remediator/remediator/test/faultproxy"
+	"github.com/remediator/remediator/test/stage"
+)
+
+// mix is how many requests of each branch R2 drives per 100. The plugin branch is
+// limited by the three baseline nodes that run trident-csi: two are restarted,
+// the third answers "driver registered".
+var mix = []struct {
+	b   *branch
+	per int
+}{
+	{brShutdown, 30}, {brFenced, 15}, {brMove, 15}, {brUnfenced, 10}, {brYoung, 10},
+	{brNotFound, 8}, {brNoLease, 6}, {brRegistered, 5},
+}
+
+// mixed stages n subjects across the branches, and up to plugins restarts of the
+// node plugin.
+func (h *harness) mixed(ctx context.Context, n, plugins int) ([]*subject, error) {
+	var plan []*branch
+	for _, m := range mix {
+		for i := 0; i < n*m.per/100; i++ {
+			plan = append(plan, m.b)
+		}
+	}
+	for len(plan) < n-plugins {
+		plan = append(plan, brShutdown)
+	}
+	plan = plan[:n-plugins]
+	subs := make([]*subject, len(plan))
+	err := stage.Parallel(len(plan), func(i int) error {
+		node := ""
+		if plan[i] == brRegistered {
+			node = pluginNodes[2]
+		}
+		s, err := h.stager.stage(ctx, plan[i], node)
+		subs[i] = s
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	for i := 0; i < plugins && i < 2; i++ {
+		s, err := h.stager.stage(ctx, brPlugin, pluginNodes[i])
+		if err != nil {
+			return nil, err
+		}
+		subs = append(subs, s)
+	}
+	return subs, nil
+}
+
+func (h *harness) faults(ctx context.Context) error {
+	res := &Faults{Injected: map[string]int64{}}
+	h.result.Faults = res
+	offset, err := h.audit.size()
+	if err != nil {
+		return err
+	}
+	subs, err := h.mixed(ctx, h.p.faultRequests, 2)
+	if err != nil {
+		return err
+	}
+	up := rest.CopyConfig(h.rest)
+	up.UserAgent = "" // the proxy passes the controller's own User-Agent on
+	up.QPS, up.Burst = 0, 0
+	fp, err := faultproxy.New(up, faultproxy.DefaultConfig(uint64(h.cfg.seed)))
+	if err != nil {
+		return err
+	}
+	defer fp.Close()
+	kubeconfig := filepath.Join(h.workDir, "faultproxy.kubeconfig")
+	if err := fp.WriteKubeconfig(kubeconfig); err != nil {
+		return err
+	}
+	// The controller starts with the faults paused: a start-up that fails is a
+	// restart, which R1 covers; R2 is about a controller at work.
+	fp.Pause()
+	p, err := h.start(procOpts{name: "faults", kubeconfig: kubeconfig})
+	if err != nil {
+		return err
+	}
+	defer p.stop()
+	time.Sleep(3 * time.Second) // the caches' first lists
+	if res.GoroutinesBefore, err = p.gauge(ctx, "go_goroutines"); err != nil {
+		return err
+	}
+	if res.RSSBefore, err = p.rss(); err != nil {
+		return err
+	}
+	fp.Resume()
+	start := time.Now()
+	for _, s := range subs {
+		if err := h.k8s.Create(ctx, s.RR); err != nil {
+			return err
+		}
+	}
+	logf("R2 %d requests created through faults", len(subs))
+	if err := h.waitTerminal(ctx, subs, 15*time.Minute); err != nil {
+		return fmt.Errorf("%w (log %s)", err, p.log)
+	}
+	logf("R2 all terminal in %s", time.Since(start).Round(time.Second))
+	fp.Pause()
+	st := fp.Stats()
+	for k, v := range st.Injected {
+		res.Injected[string(k)] = int64(v)
+	}
+	res.Forwarded = int64(st.Clean + st.Skipped)
+	res.Verdict, err = h.judge(ctx, subs, offset)
+	if err != nil {
+		return err
+	}
+	var destructiveDropped []string
+	for _, d := range fp.DroppedReplies() {
+		if d.Method == "DELETE" || strings.Contains(d.RequestURI, "/eviction") || (d.Method == "PATCH" && d.Resource == "nodes") {
+			destructiveDropped = append(destructiveDropped, d.Method+" "+d.RequestURI)
+		}
+	}
+	res.DestructiveRepliesDropped = len(destructiveDropped)
+	// Back at baseline: the faults are off and nothing is left to do; give
+	// client-go's backoffs and the cut watches' re-lists time to end.
+	time.Sleep(30 * time.Second)
+	if res.GoroutinesAfter, err = p.gauge(ctx, "go_goroutines"); err != nil {
+		return err
+	}
+	if res.RSSAfter, err = p.rss(); err != nil {
+		return err
+	}
+	// A leak of one goroutine per fault would be thousands; a few more watches
+	// or idle HTTP/2 streams than at the start are not a leak. RSS grows with the
+	// 200 requests in the cache and the Go heap's high-water mark.
+	gLimit := res.GoroutinesBefore*1.1 + 10
+	mLimit := res.RSSBefore*1.5 + 32
+	switch {
+	case res.GoroutinesAfter > gLimit:
+		res.Baseline = fmt.Sprintf("NOT back: goroutines %.0f > %.0f (before x1.1 + 10)", res.GoroutinesAfter, gLimit)
+	case res.RSSAfter > mLimit:
+		res.Baseline = fmt.Sprintf("NOT back: RSS %.0f MiB > %.0f MiB (before x1.5 + 32)", res.RSSAfter, mLimit)
+	default:
+		res.Baseline = fmt.Sprintf("back at baseline (goroutines within before x1.1 + 10 = %.0f, RSS within before x1.5 + 32 MiB = %.0f MiB)", gLimit, mLimit)
+	}
+	logf("R2 %s", res.Baseline)
+	return nil
+}

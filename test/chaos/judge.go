@@ -1,0 +1,203 @@
+package main
+
+// Judging a campaign: every subject's terminal state against the runbook, and every
+// destructive call the API server ran against what was safe at that moment.
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/remediator/remediator/api/v1alpha1"
+	"github.com/remediator/remediator/remediations"
+)
+
+// Verdict is what one campaign (or one part of it) found. Every list is a violation.
+type Verdict struct {
+	Requests int `json:"requests"`
+	Correct  int `json:"correct"`
+	Calls    int `json:"destructiveCalls"`
+	// Wrong: a terminal state other than the runbook's, or a Succeeded request
+	// without the calls its playbook makes.
+	Wrong []string `json:"wrong,omitempty"`
+	// Unsafe: a Lease deleted whose holder was not proven down or drained then, or a
+	// destructive call a request's branch never makes.
+	Unsafe []string `json:"unsafe,omitempty"`
+	// Repeated: a destructive call that ran more than once for one request.
+	Repeated []string `json:"repeated,omitempty"`
+	// Leaks: a node left cordoned, a finalizer left on a request.
+	Leaks []string `json:"leaks,omitempty"`
+	// Stray: a destructive call on an object no request of the campaign targets.
+	Stray []string `json:"stray,omitempty"`
+}
+
+func (v *Verdict) add(o Verdict) {
+	v.Requests += o.Requests
+	v.Correct += o.Correct
+	v.Calls += o.Calls
+	v.Wrong = append(v.Wrong, o.Wrong...)
+	v.Unsafe = append(v.Unsafe, o.Unsafe...)
+	v.Repeated = append(v.Repeated, o.Repeated...)
+	v.Leaks = append(v.Leaks, o.Leaks...)
+	v.Stray = append(v.Stray, o.Stray...)
+}
+
+// Violations counts every violation.
+func (v *Verdict) Violations() int {
+	return len(v.Wrong) + len(v.Unsafe) + len(v.Repeated) + len(v.Leaks) + len(v.Stray)
+}
+
+// judge reads the audit log from offset and checks subjects.
+func (h *harness) judge(ctx context.Context, subjects []*subject, offset int64) (Verdict, error) {
+	calls, podGone, err := h.audit.calls(offset)
+	if err != nil {
+		return Verdict{}, err
+	}
+	v := Verdict{Requests: len(subjects), Calls: len(calls)}
+	byKey := map[*subject]map[string][]call{}
+	for _, c := range calls {
+		owner := ownerOf(subjects, c)
+		if owner == nil {
+			v.Stray = append(v.Stray, fmt.Sprintf("%s at %s by %s: no request of the campaign targets it", c.key(), c.At.Format("15:04:05.000"), c.Agent))
+			continue
+		}
+		if byKey[owner] == nil {
+			byKey[owner] = map[string][]call{}
+		}
+		byKey[owner][c.key()] = append(byKey[owner][c.key()], c)
+	}
+	for _, s := range subjects {
+		ok := true
+		fail := func(list *[]string, format string, args ...any) {
+			*list = append(*list, s.RR.Name+" ("+s.Branch.Name+"): "+fmt.Sprintf(format, args...))
+			ok = false
+		}
+		want := s.expected()
+		got := byKey[s]
+		for _, k := range sortedKeys(got) {
+			cs := got[k]
+			if len(cs) > 1 {
+				fail(&v.Repeated, "%s ran %d times", k, len(cs))
+			}
+			if !slices.Contains(want, k) {
+				fail(&v.Unsafe, "%s: a call branch %s never makes", k, s.Branch.Name)
+				continue
+			}
+			if cs[0].Kind == callDeleteLease {
+				if why := h.unsafeDelete(s, cs[0], podGone); why != "" {
+					fail(&v.Unsafe, "%s: %s", k, why)
+				}
+			}
+		}
+		rr := &v1alpha1.RemediationRequest{}
+		err := h.k8s.Get(ctx, client.ObjectKeyFromObject(s.RR), rr)
+		switch {
+		case s.Deleted && apierrors.IsNotFound(err):
+		case s.Deleted && err == nil:
+			fail(&v.Leaks, "deleted, still there with finalizers %v (phase %s)", rr.Finalizers, rr.Status.Phase)
+		case err != nil:
+			return v, fmt.Errorf("reading %s: %w", s.RR.Name, err)
+		default:
+			if len(rr.Finalizers) > 0 {
+				fail(&v.Leaks, "terminal with finalizers %v", rr.Finalizers)
+			}
+			d := rr.Status.Decision
+			rule, playbook := "", ""
+			if d != nil {
+				rule, playbook = d.Rule, d.Playbook
+			}
+			if rr.Status.Phase != s.Branch.Phase || rule != s.Branch.Rule || playbook != s.Branch.Playbook {
+				fail(&v.Wrong, "phase %s rule %q playbook %q, want %s %q %q (%s)", rr.Status.Phase, rule, playbook,
+					s.Branch.Phase, s.Branch.Rule, s.Branch.Playbook, condMessage(rr))
+			} else if s.Branch.Phase == v1alpha1.PhaseSucceeded {
+				for _, k := range want {
+					if len(got[k]) == 0 {
+						fail(&v.Wrong, "Succeeded without %s in the audit log", k)
+					}
+				}
+			}
+		}
+		if s.Node != "" {
+			n, err := h.node(ctx, s.Node)
+			switch {
+			case apierrors.IsNotFound(err):
+			case err != nil:
+				return v, err
+			case n.Spec.Unschedulable || n.Annotations[remediations.CordonedByAnnotation] != "":
+				fail(&v.Leaks, "node %s left cordoned (unschedulable %v, %s=%q)", s.Node, n.Spec.Unschedulable,
+					remediations.CordonedByAnnotation, n.Annotations[remediations.CordonedByAnnotation])
+			}
+		}
+		if ok {
+			v.Correct++
+		}
+	}
+	for _, l := range [][]string{v.Wrong, v.Unsafe, v.Repeated, v.Leaks, v.Stray} {
+		sort.Strings(l)
+	}
+	return v, nil
+}
+
+// unsafeDelete says why a Lease delete was unsafe when it ran, or "".
+func (h *harness) unsafeDelete(s *subject, c call, podGone map[string]time.Time) string {
+	switch s.Branch {
+	case brShutdown:
+		return "" // the holder is shut down and tainted out-of-service for the whole campaign
+	case brFenced:
+		if c.At.Before(s.LeaseCreated.Add(h.gate)) {
+			return fmt.Sprintf("deleted at %s, before the Lease (created %s) was %s old", c.At.Format("15:04:05.000"), s.LeaseCreated.Format("15:04:05"), h.gate)
+		}
+		return ""
+	case brMove:
+		var running []string
+		for _, p := range s.Pods {
+			if t, ok := podGone[p]; !ok || t.After(c.At) {
+				running = append(running, p)
+			}
+		}
+		if len(running) > 0 {
+			return fmt.Sprintf("deleted at %s while pods %s on the healthy holder %s were not gone", c.At.Format("15:04:05.000"), strings.Join(running, ", "), s.Node)
+		}
+		return ""
+	}
+	return "branch " + s.Branch.Name + " never deletes the Lease"
+}
+
+// ownerOf attributes a call to the subject whose playbook makes it, else to any
+// subject whose object it names.
+func ownerOf(subjects []*subject, c call) *subject {
+	var any *subject
+	for _, s := range subjects {
+		if slices.Contains(s.expected(), c.key()) {
+			return s
+		}
+		if any == nil && s.owns(c) {
+			any = s
+		}
+	}
+	return any
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func condMessage(rr *v1alpha1.RemediationRequest) string {
+	for _, c := range rr.Status.Conditions {
+		if c.Type == v1alpha1.ConditionSucceeded || c.Type == v1alpha1.ConditionProgressing {
+			return c.Reason + ": " + c.Message
+		}
+	}
+	return "no condition"
+}

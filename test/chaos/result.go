@@ -1,0 +1,165 @@
+package main
+
+import (
+	"fmt"
+	"os/exec"
+	"strings"
+	"time"
+)
+
+// Result is one run of the campaigns: what results.json holds and summary.md shows.
+type Result struct {
+	Preset   string    `json:"preset"`
+	Seed     int64     `json:"seed"`
+	RunID    string    `json:"runID"`
+	Commit   string    `json:"commit"`
+	Started  time.Time `json:"started"`
+	Finished time.Time `json:"finished"`
+	Crash    *Crash    `json:"crash,omitempty"`
+	Faults   *Faults   `json:"faults,omitempty"`
+	Churn    *Churn    `json:"churn,omitempty"`
+}
+
+// Crash is R1.
+type Crash struct {
+	// Kills by failpoint (name -> kills; a point a run never reached is listed
+	// under NotReached) and at random moments.
+	FailpointKills int            `json:"failpointKills"`
+	ByPoint        map[string]int `json:"byPoint"`
+	NotReached     []string       `json:"notReached,omitempty"`
+	TimedKills     int            `json:"timedKills"`
+	Verdict        Verdict        `json:"verdict"`
+}
+
+// Faults is R2.
+type Faults struct {
+	Injected  map[string]int64 `json:"injected"`
+	Forwarded int64            `json:"forwarded"`
+	// DestructiveRepliesDropped: destructive calls the server ran whose reply the
+	// controller never got.
+	DestructiveRepliesDropped int     `json:"destructiveRepliesDropped"`
+	Verdict                   Verdict `json:"verdict"`
+	// Goroutines and RSS (MiB) of the controller before the requests, and after
+	// the faults stopped and the requests ended.
+	GoroutinesBefore, GoroutinesAfter float64
+	RSSBefore, RSSAfter               float64
+	Baseline                          string `json:"baseline"` // why it counts as back at baseline, or why not
+}
+
+// Churn is R4.
+type Churn struct {
+	Created, DeletedMidRun int
+	Restarts               int
+	LeaderChanges          int
+	// Stuck lists requests seen Running with a step older than its timeout.
+	Stuck   []string `json:"stuck,omitempty"`
+	Verdict Verdict  `json:"verdict"`
+}
+
+func (r *Result) violations() int {
+	n := 0
+	if r.Crash != nil {
+		n += r.Crash.Verdict.Violations()
+	}
+	if r.Faults != nil {
+		n += r.Faults.Verdict.Violations()
+		if !strings.HasPrefix(r.Faults.Baseline, "back") {
+			n++
+		}
+	}
+	if r.Churn != nil {
+		n += r.Churn.Verdict.Violations() + len(r.Churn.Stuck)
+	}
+	return n
+}
+
+func (r *Result) summary() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "# make chaos: preset %s, seed %d, commit %s, %s\n\n", r.Preset, r.Seed, r.Commit, r.Finished.Sub(r.Started).Round(time.Second))
+	row := func(name, injected string, v Verdict) {
+		fmt.Fprintf(&b, "| %s | %s | %d | %d/%d | %d | %d | %d | %d |\n", name, injected, v.Requests, v.Correct, v.Requests,
+			len(v.Unsafe), len(v.Repeated), len(v.Leaks), len(v.Wrong)+len(v.Stray))
+	}
+	fmt.Fprintf(&b, "| campaign | injected | requests | correct terminal state | unsafe deletes | repeated destructive calls | leaks (cordon, finalizer) | other violations |\n")
+	fmt.Fprintf(&b, "|---|---|---|---|---|---|---|---|\n")
+	if c := r.Crash; c != nil {
+		row("R1 crash", fmt.Sprintf("%d kills (%d at failpoints, %d timed)", c.FailpointKills+c.TimedKills, c.FailpointKills, c.TimedKills), c.Verdict)
+	}
+	if f := r.Faults; f != nil {
+		var total int64
+		var kinds []string
+		for _, k := range sortedKeys(f.Injected) {
+			total += f.Injected[k]
+			kinds = append(kinds, fmt.Sprintf("%d %s", f.Injected[k], k))
+		}
+		row("R2 API faults", fmt.Sprintf("%d faults of %d calls (%s; %d destructive calls ran with the reply dropped)", total, f.Forwarded+total, strings.Join(kinds, ", "), f.DestructiveRepliesDropped), f.Verdict)
+	}
+	if c := r.Churn; c != nil {
+		row("R4 churn", fmt.Sprintf("%d restarts, %d leader changes, %d deleted mid-run", c.Restarts, c.LeaderChanges, c.DeletedMidRun), c.Verdict)
+	}
+	b.WriteString("\n")
+	if c := r.Crash; c != nil {
+		fmt.Fprintf(&b, "R1 kills by failpoint: %s\n", pointList(c.ByPoint))
+		if len(c.NotReached) > 0 {
+			fmt.Fprintf(&b, "R1 failpoints not reached (the step was already done when checked, so no call was made): %s\n", strings.Join(c.NotReached, ", "))
+		}
+	}
+	if f := r.Faults; f != nil {
+		fmt.Fprintf(&b, "R2 controller: goroutines %.0f before, %.0f after; RSS %.0f MiB before, %.0f MiB after: %s\n",
+			f.GoroutinesBefore, f.GoroutinesAfter, f.RSSBefore, f.RSSAfter, f.Baseline)
+	}
+	if c := r.Churn; c != nil && len(c.Stuck) > 0 {
+		fmt.Fprintf(&b, "R4 stuck in Running: %s\n", strings.Join(c.Stuck, "; "))
+	}
+	for _, v := range []struct {
+		name string
+		v    *Verdict
+	}{{"R1", verdictOf(r.Crash)}, {"R2", verdictOfF(r.Faults)}, {"R4", verdictOfC(r.Churn)}} {
+		if v.v == nil {
+			continue
+		}
+		for _, l := range [][]string{v.v.Wrong, v.v.Unsafe, v.v.Repeated, v.v.Leaks, v.v.Stray} {
+			for _, s := range l {
+				fmt.Fprintf(&b, "- %s violation: %s\n", v.name, s)
+			}
+		}
+	}
+	return b.String()
+}
+
+func verdictOf(c *Crash) *Verdict {
+	if c == nil {
+		return nil
+	}
+	return &c.Verdict
+}
+
+func verdictOfF(f *Faults) *Verdict {
+	if f == nil {
+		return nil
+	}
+	return &f.Verdict
+}
+
+func verdictOfC(c *Churn) *Verdict {
+	if c == nil {
+		return nil
+	}
+	return &c.Verdict
+}
+
+func pointList(m map[string]int) string {
+	var out []string
+	for _, k := range sortedKeys(m) {
+		out = append(out, fmt.Sprintf("%s %d", k, m[k]))
+	}
+	return strings.Join(out, ", ")
+}
+
+func gitDescribe(root string) string {
+	out, err := exec.Command("git", "-C", root, "describe", "--always", "--dirty").Output()
+	if err != nil {
+		return "unknown"
+	}
+	return strings.TrimSpace(string(out))
+}
