@@ -16,6 +16,9 @@ import (
 	"time"
 	"unicode/utf8"
 
+	apivalidation "k8s.io/apimachinery/pkg/api/validation"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	metav1validation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
@@ -152,6 +155,11 @@ func decodePlanRequest(source string, doc int, data []byte) planInput {
 	if err != nil && len(msgs) == 0 {
 		// A type mismatch the field checks do not cover.
 		msgs = append(msgs, err.Error())
+	}
+	if err == nil {
+		for _, e := range validatePlanMetadata(&rr.ObjectMeta) {
+			msgs = append(msgs, e.Error())
+		}
 	}
 	in.rr = rr
 	if len(msgs) > 0 {
@@ -354,6 +362,27 @@ func validatePlanRequest(obj map[string]any) field.ErrorList {
 			}
 		}
 	}
+	return errs
+}
+
+// validatePlanMetadata checks the rest of metadata as the API server does for every
+// object (apimachinery's ValidateObjectMetaAccessor, whose name and namespace checks
+// validatePlanRequest makes itself): labels, annotations, owner references,
+// finalizers, generateName and generation. A request in Git carries labels and
+// annotations for the audit trail, and one that admission refuses must fail the PR.
+func validatePlanMetadata(md *metav1.ObjectMeta) field.ErrorList {
+	mp := field.NewPath("metadata")
+	var errs field.ErrorList
+	if md.GenerateName != "" {
+		for _, msg := range apivalidation.NameIsDNSSubdomain(md.GenerateName, true) {
+			errs = append(errs, field.Invalid(mp.Child("generateName"), md.GenerateName, msg))
+		}
+	}
+	errs = append(errs, apivalidation.ValidateNonnegativeField(md.Generation, mp.Child("generation"))...)
+	errs = append(errs, metav1validation.ValidateLabels(md.Labels, mp.Child("labels"))...)
+	errs = append(errs, apivalidation.ValidateAnnotations(md.Annotations, mp.Child("annotations"))...)
+	errs = append(errs, apivalidation.ValidateOwnerReferences(md.OwnerReferences, mp.Child("ownerReferences"))...)
+	errs = append(errs, apivalidation.ValidateFinalizers(md.Finalizers, mp.Child("finalizers"))...)
 	return errs
 }
 

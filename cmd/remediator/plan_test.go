@@ -293,6 +293,20 @@ var invalidRequests = []struct {
 	{"bad trident namespace", func(_, s map[string]any) { s["tridentNamespace"] = "Trident_NS" }, []string{`spec.tridentNamespace: Invalid value: "Trident_NS"`}},
 	{"reason of the wrong type", func(_, s map[string]any) { s["reason"] = int64(42) }, []string{"spec.reason", "must be of type string"}},
 	{"bad name", func(o, _ map[string]any) { o["metadata"].(map[string]any)["name"] = "Release_Lease" }, []string{`metadata.name: Invalid value: "Release_Lease"`}},
+	// Metadata beyond name and namespace, which plan once did not check (found by
+	// TestPlanAgreesWithAdmissionOnTheCorpus).
+	{"bad label key", func(o, _ map[string]any) { o["metadata"].(map[string]any)["labels"] = map[string]any{"not a key": "x"} },
+		[]string{`metadata.labels: Invalid value: "not a key"`}},
+	{"bad label value", func(o, _ map[string]any) {
+		o["metadata"].(map[string]any)["labels"] = map[string]any{"team": "not a value!"}
+	},
+		[]string{`metadata.labels: Invalid value: "not a value!"`}},
+	{"bad annotation key", func(o, _ map[string]any) {
+		o["metadata"].(map[string]any)["annotations"] = map[string]any{"/ticket": "INC-4711"}
+	},
+		[]string{`metadata.annotations: Invalid value: "/ticket"`}},
+	{"bad finalizer", func(o, _ map[string]any) { o["metadata"].(map[string]any)["finalizers"] = []any{"not a finalizer!"} },
+		[]string{`metadata.finalizers: Invalid value: "not a finalizer!"`}},
 }
 
 func validRequest(name string) (map[string]any, map[string]any) {
