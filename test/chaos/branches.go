@@ -31,6 +31,11 @@ type branch struct {
 	Calls []string
 	// Steps are the playbook's steps, for the crash points.
 	Steps []string
+	// Recheck: the runbook's rejection names a time to look again (a healthy
+	// holder's Lease is re-evaluated when it is 600 s old), and that rejection
+	// is where the campaign leaves it. Other rejections with a recheck time (the
+	// fencing gate, 15 s here) are waited out.
+	Recheck bool
 }
 
 var (
@@ -45,7 +50,7 @@ var (
 		Calls: []string{callCordon, callEvict, callUncordon},
 		Steps: []string{"cordon", "deletePluginPod", "waitPluginPodReady", "waitDriverRegistered", "uncordon"}}
 	brUnfenced   = &branch{Name: "unfenced", Phase: v1alpha1.PhaseRejected, Rule: "unreachable-not-fenced"}
-	brYoung      = &branch{Name: "young", Phase: v1alpha1.PhaseRejected, Rule: "healthy-operation-may-be-running"}
+	brYoung      = &branch{Name: "young", Phase: v1alpha1.PhaseRejected, Rule: "healthy-operation-may-be-running", Recheck: true}
 	brNotFound   = &branch{Name: "notfound", Phase: v1alpha1.PhaseRejected, Rule: "holder-node-not-found"}
 	brNoLease    = &branch{Name: "nolease", Phase: v1alpha1.PhaseRejected, Rule: "no-lease"}
 	brRegistered = &branch{Name: "registered", Phase: v1alpha1.PhaseRejected, Rule: "driver-registered"}

@@ -190,7 +190,7 @@ func (h *harness) terminal(ctx context.Context, subs []*subject) (bool, []string
 			open = append(open, s.RR.Name+" (missing)")
 		case rr.Status.Phase != v1alpha1.PhaseSucceeded && rr.Status.Phase != v1alpha1.PhaseFailed && rr.Status.Phase != v1alpha1.PhaseRejected:
 			open = append(open, fmt.Sprintf("%s (%s)", s.RR.Name, rr.Status.Phase))
-		case rr.Status.Phase == v1alpha1.PhaseRejected && rr.Status.Decision != nil && rr.Status.Decision.RecheckAt != nil:
+		case rr.Status.Phase == v1alpha1.PhaseRejected && rr.Status.Decision != nil && rr.Status.Decision.RecheckAt != nil && !s.Branch.Recheck:
 			// Rejected for now, re-evaluated at recheckAt (a Lease younger than the gate).
 			open = append(open, fmt.Sprintf("%s (Rejected until %s)", s.RR.Name, rr.Status.Decision.RecheckAt.Format(time.TimeOnly)))
 		}

@@ -11,6 +11,8 @@ package main
 import (
 	"context"
 	"fmt"
+	"net/http"
+	"sync/atomic"
 	"path/filepath"
 	"strings"
 	"time"
@@ -82,7 +84,18 @@ func (h *harness) faults(ctx context.Context) error {
 	up := rest.CopyConfig(h.rest)
 	up.UserAgent = "" // the proxy passes the controller's own User-Agent on
 	up.QPS, up.Burst = 0, 0
-	fp, err := faultproxy.New(up, faultproxy.DefaultConfig(uint64(h.cfg.seed)))
+	// While the controller starts, only its watches draw faults: a start-up that
+	// fails is a restart, which R1 covers, and R2 is about a controller at work.
+	// Its watches are opened during start-up and live for minutes, so they must
+	// draw their cuts then.
+	var starting atomic.Bool
+	starting.Store(true)
+	fc := faultproxy.DefaultConfig(uint64(h.cfg.seed))
+	fc.Exclude = func(r *http.Request) bool {
+		w := r.URL.Query().Get("watch")
+		return starting.Load() && w != "true" && w != "1"
+	}
+	fp, err := faultproxy.New(up, fc)
 	if err != nil {
 		return err
 	}
@@ -91,9 +104,6 @@ func (h *harness) faults(ctx context.Context) error {
 	if err := fp.WriteKubeconfig(kubeconfig); err != nil {
 		return err
 	}
-	// The controller starts with the faults paused: a start-up that fails is a
-	// restart, which R1 covers; R2 is about a controller at work.
-	fp.Pause()
 	p, err := h.start(procOpts{name: "faults", kubeconfig: kubeconfig})
 	if err != nil {
 		return err
@@ -106,7 +116,7 @@ func (h *harness) faults(ctx context.Context) error {
 	if res.RSSBefore, err = p.rss(); err != nil {
 		return err
 	}
-	fp.Resume()
+	starting.Store(false)
 	start := time.Now()
 	for _, s := range subs {
 		if err := h.k8s.Create(ctx, s.RR); err != nil {

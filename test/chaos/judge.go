@@ -115,6 +115,8 @@ func (h *harness) judge(ctx context.Context, subjects []*subject, offset int64) 
 			if rr.Status.Phase != s.Branch.Phase || rule != s.Branch.Rule || playbook != s.Branch.Playbook {
 				fail(&v.Wrong, "phase %s rule %q playbook %q, want %s %q %q (%s)", rr.Status.Phase, rule, playbook,
 					s.Branch.Phase, s.Branch.Rule, s.Branch.Playbook, condMessage(rr))
+			} else if s.Branch.Recheck && (d.RecheckAt == nil || d.RecheckAt.Time.Before(s.LeaseCreated.Add(youngGate))) {
+				fail(&v.Wrong, "rejected without the runbook's recheck when the Lease is %s old (recheckAt %v)", youngGate, d.RecheckAt)
 			} else if s.Branch.Phase == v1alpha1.PhaseSucceeded {
 				for _, k := range want {
 					if len(got[k]) == 0 {
@@ -143,6 +145,10 @@ func (h *harness) judge(ctx context.Context, subjects []*subject, offset int64) 
 	}
 	return v, nil
 }
+
+// youngGate is the age from which the runbook treats a healthy holder's Lease
+// without LeaseRetained events as stuck (policies: #HealthyStuckLeaseAgeSeconds).
+const youngGate = 600 * time.Second
 
 // unsafeDelete says why a Lease delete was unsafe when it ran, or "".
 func (h *harness) unsafeDelete(s *subject, c call, podGone map[string]time.Time) string {
