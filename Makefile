@@ -80,7 +80,7 @@ GOTEST ?= $(GO) test
 TEST_FLAGS ?= -count=1
 
 .PHONY: test
-test: bins build policy-test test-unit test-e2e bench-smoke ## Build what the tests need, then run policy, unit, envtest and e2e tests and the small benchmark
+test: bins build policy-test test-unit test-e2e bench-smoke chaos-smoke fuzz-smoke ## Build what the tests need, then run policy, unit, envtest and e2e tests, and the smoke runs of the benchmark, the chaos campaigns and the fuzz targets
 
 # cue ignores *_test.cue files given as paths, so each case file goes in on stdin,
 # unified with the policy package.

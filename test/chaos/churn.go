@@ -81,15 +81,21 @@ func (h *harness) churn(ctx context.Context) error {
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
 	stuck := map[string]string{}
-	leaders := []string{}
+	var leaders []string // the leaders seen, in order
+	var leadersMu sync.Mutex
+	observeLeader := func(l string) {
+		leadersMu.Lock()
+		defer leadersMu.Unlock()
+		if l != "" && (len(leaders) == 0 || leaders[len(leaders)-1] != l) {
+			leaders = append(leaders, l)
+		}
+	}
 	var watchWG sync.WaitGroup
 	watchWG.Add(1)
 	go func() {
 		defer watchWG.Done()
 		for watchCtx.Err() == nil {
-			if l := leader(); l != "" && (len(leaders) == 0 || leaders[len(leaders)-1] != l) {
-				leaders = append(leaders, l)
-			}
+			observeLeader(leader())
 			for name, why := range h.stuckRunning(watchCtx, churnStepTimeout+churnSlack) {
 				if _, seen := stuck[name]; !seen {
 					stuck[name] = why
@@ -113,7 +119,13 @@ func (h *harness) churn(ctx context.Context) error {
 	var delErr error
 	var delMu sync.Mutex
 	restart := func() error {
+		// After a SIGKILL the next leader takes over only once the old one's
+		// lease expires (15 s): wait for it, as the kill is of the leader.
 		l := leader()
+		for deadline := time.Now().Add(90 * time.Second); l == "" && time.Now().Before(deadline); l = leader() {
+			time.Sleep(500 * time.Millisecond)
+		}
+		observeLeader(l)
 		mu.Lock()
 		p := replicas[l]
 		mu.Unlock()
@@ -178,7 +190,15 @@ func (h *harness) churn(ctx context.Context) error {
 	}
 	stopWatch()
 	watchWG.Wait()
+	// The leader after the last restart.
+	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(500 * time.Millisecond) {
+		if l := leader(); l != "" {
+			observeLeader(l)
+			break
+		}
+	}
 	res.LeaderChanges = max(0, len(leaders)-1)
+	res.Leaders = leaders
 	for _, name := range sortedKeys(stuck) {
 		res.Stuck = append(res.Stuck, name+": "+stuck[name])
 	}

@@ -212,6 +212,9 @@ func newHarness(ctx context.Context, cfg config, p preset, root string) (*harnes
 	if err := st.Namespaces(ctx); err != nil {
 		return nil, err
 	}
+	if err := h.sweep(ctx); err != nil {
+		return nil, err
+	}
 	h.stager.carrier = h.stager.next("carrier")
 	if err := st.KwokNode(ctx, h.stager.carrier); err != nil {
 		return nil, err
@@ -221,6 +224,41 @@ func newHarness(ctx context.Context, cfg config, p preset, root string) (*harnes
 	}
 	logf("Run %s, preset %s, seed %d, work directory %s", runID, cfg.preset, cfg.seed, h.workDir)
 	return h, nil
+}
+
+// sweep ends what an interrupted earlier run left: its requests are deleted with
+// a controller running, so that any of them caught mid-run restores what it
+// changed (a cordon) through its finalizer, and then its staged objects go.
+func (h *harness) sweep(ctx context.Context) error {
+	list := &v1alpha1.RemediationRequestList{}
+	if err := h.k8s.List(ctx, list, client.InNamespace(requestNamespace)); err != nil {
+		return err
+	}
+	if len(list.Items) > 0 {
+		logf("Sweeping %d requests an earlier run left", len(list.Items))
+		p, err := h.start(procOpts{name: "sweep", kubeconfig: h.cfg.kubeconfig})
+		if err != nil {
+			return err
+		}
+		defer p.stop()
+		if err := h.k8s.DeleteAllOf(ctx, &v1alpha1.RemediationRequest{}, client.InNamespace(requestNamespace)); err != nil {
+			return err
+		}
+		deadline := time.Now().Add(90 * time.Second)
+		for {
+			if err := h.k8s.List(ctx, list, client.InNamespace(requestNamespace)); err != nil {
+				return err
+			}
+			if len(list.Items) == 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("%d requests of earlier runs still there after 90 s (finalizers %v)", len(list.Items), list.Items[0].Finalizers)
+			}
+			time.Sleep(500 * time.Millisecond)
+		}
+	}
+	return h.stager.st.SweepOthers(ctx)
 }
 
 // shortGatePolicies copies the embedded policies with the fencing age gate

@@ -51,6 +51,7 @@ type Churn struct {
 	Created, DeletedMidRun int
 	Restarts               int
 	LeaderChanges          int
+	Leaders                []string `json:"leaders"` // the replicas that led, in order
 	// Stuck lists requests seen Running with a step older than its timeout.
 	Stuck   []string `json:"stuck,omitempty"`
 	Verdict Verdict  `json:"verdict"`

@@ -300,7 +300,18 @@ func (s *Stager) StageIncident(ctx context.Context, in Incident, retained bool) 
 // Cleanup deletes what the run staged. Nodes go last: pods bound to a deleted node
 // are removed by the pod garbage collector.
 func (s *Stager) Cleanup(ctx context.Context) error {
-	sel := metav1.ListOptions{LabelSelector: Label + "=" + s.RunID}
+	return s.cleanup(ctx, Label+"="+s.RunID)
+}
+
+// SweepOthers deletes what earlier runs staged and left behind (a run that was
+// interrupted never cleaned up), so that their objects neither load the cluster
+// nor stand in this run's way.
+func (s *Stager) SweepOthers(ctx context.Context) error {
+	return s.cleanup(ctx, Label+","+Label+"!="+s.RunID)
+}
+
+func (s *Stager) cleanup(ctx context.Context, selector string) error {
+	sel := metav1.ListOptions{LabelSelector: selector}
 	del := metav1.DeleteOptions{}
 	var errs []error
 	add := func(what string, err error) {
