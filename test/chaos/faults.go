@@ -12,9 +12,9 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"sync/atomic"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/client-go/rest"
