@@ -311,6 +311,7 @@ func (r *RemediationRequestReconciler) reconcileDelete(ctx context.Context, s *s
 			return ctrl.Result{}, err
 		}
 	}
+	failpoint.Inject(failpoint.Name(failpoint.Restore, failpoint.BeforeFinalizerRelease))
 	before := rr.DeepCopy()
 	controllerutil.RemoveFinalizer(rr, v1alpha1.Finalizer)
 	if err := r.Client.Patch(ctx, rr, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {

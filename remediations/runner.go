@@ -166,7 +166,9 @@ func Restore(ctx context.Context, r *Run, why string) (string, error) {
 	if !NeedsRestore(r.RR.Status.Steps) {
 		return "", nil
 	}
+	failpoint.Inject(failpoint.Name(failpoint.Restore, failpoint.BeforeCall))
 	out, err := uncordon{}.Run(ctx, r)
+	failpoint.Inject(failpoint.Name(failpoint.Restore, failpoint.AfterCall))
 	if err != nil {
 		return "", fmt.Errorf("restoring: %w", err)
 	}

@@ -11,7 +11,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -80,16 +79,36 @@ func (r RetryReader) backoff() wait.Backoff {
 
 // Get implements client.Reader.
 func (r RetryReader) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
-	return retry.OnError(r.backoff(), func(err error) bool { return Transient(ctx, err) }, func() error {
-		return r.Reader.Get(ctx, key, obj, opts...)
-	})
+	return r.retry(ctx, func() error { return r.Reader.Get(ctx, key, obj, opts...) })
 }
 
 // List implements client.Reader.
 func (r RetryReader) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
-	return retry.OnError(r.backoff(), func(err error) bool { return Transient(ctx, err) }, func() error {
-		return r.Reader.List(ctx, list, opts...)
-	})
+	return r.retry(ctx, func() error { return r.Reader.List(ctx, list, opts...) })
+}
+
+// retry calls read until it succeeds, fails for a reason that is not transient,
+// or the backoff's steps are spent, and returns its last error. It is not
+// client-go's retry.OnError, which turns an error that wraps context.Canceled (a
+// read during the manager's shutdown) into the last retriable error, nil when
+// there was none: the caller then decoded an empty Node as the holder, which
+// classified as Unreachable (found by make chaos R4: a SIGTERMed leader failed a
+// node-shutdown request with holder-state-changed).
+func (r RetryReader) retry(ctx context.Context, read func() error) error {
+	b := r.backoff()
+	for {
+		err := read()
+		if err == nil || !Transient(ctx, err) || b.Steps <= 1 {
+			return err
+		}
+		t := time.NewTimer(b.Step())
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+	}
 }
 
 // Transient reports whether err is a failure of the call rather than an answer

@@ -31,6 +31,15 @@ const (
 	AfterCall = "after-call"
 )
 
+// Restore names the points of the restore that a deleted or failed request runs
+// (Restore's uncordon, out of the playbook's order): "restore/before-call",
+// "restore/after-call", and "restore/before-finalizer-release", after the
+// restore's journal write and before the finalizer goes.
+const (
+	Restore                = "restore"
+	BeforeFinalizerRelease = "before-finalizer-release"
+)
+
 // Boundaries lists the boundaries in the order a step passes them.
 var Boundaries = []string{AfterJournal, BeforeCall, AfterCall}
 
