@@ -95,6 +95,7 @@ policy-test: ## Run the CUE policy cases (policies/*_test.cue) with cue vet
 .PHONY: test-unit
 test-unit: bins ## Unit and envtest integration tests (real kube-apiserver + etcd from bin/)
 	$(GOTEST) $(TEST_FLAGS) -race ./...
+	$(GOTEST) $(TEST_FLAGS) -tags failpoints ./remediations/failpoint/
 
 .PHONY: test-e2e
 test-e2e: bins build ## End-to-end tests on the local kwok cluster (started and stopped if not already up)
@@ -173,8 +174,13 @@ CHAOS ?= full
 build-failpoints: ## Build bin/remediator-failpoints: the controller with crash points for make chaos
 	CGO_ENABLED=0 $(GO) build -tags failpoints -trimpath -ldflags "-X main.version=$(VERSION)-failpoints" -o $(BIN)/remediator-failpoints ./cmd/remediator
 
+# R3's bad-input campaign on envtest: the malformed-request table (admission and
+# the controller) and the broken policies. Its fuzz targets are `make fuzz`.
+R3_TESTS := TestMalformedRequests|TestAdmissionRefusesBadInput|TestBrokenPoliciesFailClosed|TestPermissivePolicyIsHeldByTheFloor|TestPolicyReloaderSaysWhichPolicyIsKept|TestTwoMatchingRulesFailClosed|TestBrokenSourcesAreRefusedAtLoad|TestReloadKeepsTheLastGoodPolicy|TestOversizedDecisionsAreRefused|TestDecideTimesOut|TestDecideFailsClosedAtRunawayCap|TestControllerDoesNotStartOnABrokenPolicy
+
 .PHONY: chaos
-chaos: bins build-failpoints ## Run the crash, API-fault and churn campaigns; exit non-zero on any violation (CHAOS=full|smoke)
+chaos: bins build-failpoints ## Run the four campaigns: crash, API faults, bad input, churn; exit non-zero on any violation (CHAOS=full|smoke)
+	$(GOTEST) $(TEST_FLAGS) -v -run '^($(R3_TESTS))$$' ./controllers/ ./api/v1alpha1/ ./policies/ ./cmd/remediator/ | grep -E '^(=== RUN|--- |ok|FAIL|PASS)|malformed requests:' | grep -v '^=== RUN'
 	$(GO) run ./test/chaos -preset $(CHAOS) $(if $(filter full,$(CHAOS)),-out docs/reliability)
 
 .PHONY: chaos-smoke

@@ -224,6 +224,19 @@ func (s *stager) deregister(ctx context.Context, node string) (string, error) {
 	return pod, nil
 }
 
+// restartPlugin deletes node's plugin pods (the harness's own call, not the
+// controller's); the DaemonSet replaces them and the simulator registers the
+// driver again once the new pod is Ready.
+func (s *stager) restartPlugin(ctx context.Context, node string) error {
+	err := s.h.cs.CoreV1().Pods(stage.TridentNamespace).DeleteCollection(ctx, metav1.DeleteOptions{},
+		metav1.ListOptions{LabelSelector: "app=node.csi.trident.netapp.io", FieldSelector: "spec.nodeName=" + node})
+	if err != nil {
+		return fmt.Errorf("restarting the plugin pod on %s: %w", node, err)
+	}
+	_, err = s.pluginPod(ctx, node, 90*time.Second)
+	return err
+}
+
 // pluginPod waits for exactly one Ready node-plugin pod on node, and the driver
 // registered there, and returns the pod's name.
 func (s *stager) pluginPod(ctx context.Context, node string, timeout time.Duration) (string, error) {

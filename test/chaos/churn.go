@@ -10,6 +10,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"time"
 
@@ -67,15 +68,25 @@ func (h *harness) churn(ctx context.Context) error {
 			return err
 		}
 	}
+	var twoMu sync.Mutex
 	leader := func() string {
 		mu.Lock()
 		defer mu.Unlock()
+		var leading []string
 		for _, name := range sortedKeys(replicas) {
 			if v, err := replicas[name].labelled(ctx, "leader_election_master_status"); err == nil && v == 1 {
-				return name
+				leading = append(leading, name)
 			}
 		}
-		return ""
+		if len(leading) > 1 {
+			twoMu.Lock()
+			res.TwoLeaders = append(res.TwoLeaders, time.Now().Format("15:04:05.000")+": "+strings.Join(leading, ", "))
+			twoMu.Unlock()
+		}
+		if len(leading) == 0 {
+			return ""
+		}
+		return leading[0]
 	}
 
 	watchCtx, stopWatch := context.WithCancel(ctx)
@@ -202,6 +213,7 @@ func (h *harness) churn(ctx context.Context) error {
 	for _, name := range sortedKeys(stuck) {
 		res.Stuck = append(res.Stuck, name+": "+stuck[name])
 	}
+	settle()
 	res.Verdict, err = h.judge(ctx, subs, offset)
 	return err
 }

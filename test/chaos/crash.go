@@ -9,6 +9,8 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
+	"strings"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -29,7 +31,10 @@ var smokePoints = map[*branch]string{
 }
 
 func (h *harness) crash(ctx context.Context) error {
-	res := &Crash{ByPoint: map[string]int{}}
+	res := &Crash{ByPoint: map[string]int{}, MinKills: len(playbookBranches)}
+	if h.p.everyBoundary {
+		res.MinKills = 50
+	}
 	h.result.Crash = res
 	plugin := 0
 	nextPluginNode := func() string { n := pluginNodes[plugin%len(pluginNodes)]; plugin++; return n }
@@ -57,10 +62,38 @@ func (h *harness) crash(ctx context.Context) error {
 			if killed {
 				res.FailpointKills++
 				res.ByPoint[b.Playbook+" "+fp]++
+			} else if mustReach(fp) {
+				// A destructive step always calls the API server once (its Done is
+				// false until it acted), and every step's start is journaled: a
+				// point of theirs not reached means the crash was never tested
+				// (a build without the failpoints tag, a moved call).
+				res.Unreached = append(res.Unreached, b.Playbook+" "+fp)
 			} else {
 				res.NotReached = append(res.NotReached, b.Playbook+" "+fp)
 			}
 			logf("R1 %s %s: killed %v, %d/%d correct, %d violations", b.Playbook, fp, killed, v.Correct, v.Requests, v.Violations())
+		}
+	}
+	if h.p.everyBoundary {
+		for _, b := range []*branch{brMove, brPlugin} {
+			for _, fp := range restorePoints {
+				pn := ""
+				if b == brPlugin {
+					pn = nextPluginNode()
+				}
+				killed, v, err := h.restoreCycle(ctx, b, fp, pn)
+				if err != nil {
+					return fmt.Errorf("%s deleted mid-run, at %s: %w", b.Name, fp, err)
+				}
+				res.Verdict.add(v)
+				if killed {
+					res.FailpointKills++
+					res.ByPoint[b.Playbook+" (deleted) "+fp]++
+				} else {
+					res.Unreached = append(res.Unreached, b.Playbook+" (deleted) "+fp)
+				}
+				logf("R1 %s deleted mid-run, %s: killed %v, %d/%d correct, %d violations", b.Playbook, fp, killed, v.Correct, v.Requests, v.Violations())
+			}
 		}
 	}
 	rng := rand.New(rand.NewPCG(uint64(h.cfg.seed), 1))
@@ -69,11 +102,101 @@ func (h *harness) crash(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("timed kills: %w", err)
 		}
-		res.TimedKills += n
+		res.TimedKills += n.kills
+		res.MidStepKills += n.midStep
 		res.Verdict.add(v)
-		logf("R1 timed: %d kills, %d/%d correct, %d violations", n, v.Correct, v.Requests, v.Violations())
+		logf("R1 timed: %d kills (%d with a step running), %d/%d correct, %d violations", n.kills, n.midStep, v.Correct, v.Requests, v.Violations())
 	}
 	return nil
+}
+
+// restorePoints are the crash points of the restore a request deleted mid-run
+// goes through.
+var restorePoints = []string{
+	failpoint.Name(failpoint.Restore, failpoint.BeforeCall),
+	failpoint.Name(failpoint.Restore, failpoint.AfterCall),
+	failpoint.Name(failpoint.Restore, failpoint.BeforeFinalizerRelease),
+}
+
+// mustReach: every step's start is journaled, and a destructive step calls the
+// API server; only a wait step's check may find it done at once.
+func mustReach(fp string) bool {
+	step, boundary, _ := strings.Cut(fp, "/")
+	return boundary == failpoint.AfterJournal || slices.Contains([]string{"cordon", "deleteAffectedPods", "deleteLease", "deletePluginPod", "uncordon"}, step)
+}
+
+// settle gives a controller that reached the terminal state a moment to make
+// any call it should not make afterwards (a second uncordon), so that the judge
+// sees it.
+func settle() { time.Sleep(3 * time.Second) }
+
+// restoreCycle runs a request of a cordoning playbook until its cordon is done,
+// deletes it, and kills the controller at restore point fp of the restore the
+// deletion starts; a clean controller must then finish the restore: the node
+// uncordoned once, the request gone.
+func (h *harness) restoreCycle(ctx context.Context, b *branch, fp, pluginNode string) (bool, Verdict, error) {
+	offset, err := h.audit.size()
+	if err != nil {
+		return false, Verdict{}, err
+	}
+	sub, err := h.stager.stage(ctx, b, pluginNode)
+	if err != nil {
+		return false, Verdict{}, err
+	}
+	p, err := h.start(procOpts{name: "restore", kubeconfig: h.cfg.kubeconfig, failpoint: fp + "=kill", noWait: true})
+	if err != nil {
+		return false, Verdict{}, err
+	}
+	if err := h.k8s.Create(ctx, sub.RR); err != nil {
+		p.kill()
+		return false, Verdict{}, err
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		rr := &v1alpha1.RemediationRequest{}
+		if err := h.k8s.Get(ctx, client.ObjectKeyFromObject(sub.RR), rr); err != nil {
+			p.kill()
+			return false, Verdict{}, err
+		}
+		if len(rr.Status.Steps) > 0 && rr.Status.Steps[0].State == v1alpha1.StepSucceeded {
+			break
+		}
+		if p.exited() || time.Now().After(deadline) {
+			p.kill()
+			return false, Verdict{}, fmt.Errorf("the cordon did not succeed within 60 s (controller exited %v, log %s)", p.exited(), p.log)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	sub.Deleted = true
+	if err := h.k8s.Delete(ctx, sub.RR); err != nil {
+		p.kill()
+		return false, Verdict{}, err
+	}
+	for end := time.Now().Add(30 * time.Second); !p.exited() && time.Now().Before(end); {
+		time.Sleep(50 * time.Millisecond)
+	}
+	killed := p.killedBySIGKILL()
+	if !p.exited() {
+		p.stop()
+	} else if !killed {
+		return false, Verdict{}, fmt.Errorf("the controller exited on its own: %v (log %s)", p.err, p.log)
+	}
+	p2, err := h.start(procOpts{name: "restore-restart", kubeconfig: h.cfg.kubeconfig})
+	if err != nil {
+		return killed, Verdict{}, err
+	}
+	defer p2.stop()
+	if err := h.waitTerminal(ctx, []*subject{sub}, 60*time.Second); err != nil {
+		return killed, Verdict{}, fmt.Errorf("%w (logs %s, %s)", err, p.log, p2.log)
+	}
+	settle()
+	v, err := h.judge(ctx, []*subject{sub}, offset)
+	if err == nil && b == brPlugin {
+		// The aborted playbook may have left the driver deregistered: restart the
+		// node's plugin pod, as an operator would, for the next subject there.
+		err = h.stager.restartPlugin(ctx, pluginNode)
+	}
+	return killed, v, err
 }
 
 // crashCycle stages one request of branch b, runs a controller armed with
@@ -118,6 +241,7 @@ func (h *harness) crashCycle(ctx context.Context, b *branch, fp, pluginNode stri
 	if err := h.waitTerminal(ctx, subs, 120*time.Second+h.gate); err != nil {
 		return killed, Verdict{}, fmt.Errorf("%w (logs %s, %s)", err, p.log, p2.log)
 	}
+	settle()
 	v, err := h.judge(ctx, subs, offset)
 	return killed, v, err
 }
@@ -125,47 +249,74 @@ func (h *harness) crashCycle(ctx context.Context, b *branch, fp, pluginNode stri
 // timedKills runs one request of each playbook at once and kills the controller
 // at random moments (0.2 s to 2.5 s after it started) until all four are terminal
 // or eight kills were made, then lets a clean controller finish them.
-func (h *harness) timedKills(ctx context.Context, rng *rand.Rand, pluginNode string) (int, Verdict, error) {
+// timedResult counts a batch's kills, and those made while a step was running.
+type timedResult struct{ kills, midStep int }
+
+func (h *harness) timedKills(ctx context.Context, rng *rand.Rand, pluginNode string) (timedResult, Verdict, error) {
+	var n timedResult
 	offset, err := h.audit.size()
 	if err != nil {
-		return 0, Verdict{}, err
+		return n, Verdict{}, err
 	}
 	var subs []*subject
 	for _, b := range playbookBranches {
 		s, err := h.stager.stage(ctx, b, pluginNode)
 		if err != nil {
-			return 0, Verdict{}, err
+			return n, Verdict{}, err
 		}
 		subs = append(subs, s)
 	}
 	for _, s := range subs {
 		if err := h.k8s.Create(ctx, s.RR); err != nil {
-			return 0, Verdict{}, err
+			return n, Verdict{}, err
 		}
 	}
-	kills := 0
-	for kills < 8 {
+	for n.kills < 8 {
 		if done, _ := h.terminal(ctx, subs); done {
 			break
 		}
 		p, err := h.start(procOpts{name: "timed", kubeconfig: h.cfg.kubeconfig, noWait: true})
 		if err != nil {
-			return kills, Verdict{}, err
+			return n, Verdict{}, err
 		}
 		time.Sleep(time.Duration(200+rng.IntN(2300)) * time.Millisecond)
+		if p.exited() {
+			return n, Verdict{}, fmt.Errorf("the controller exited on its own before the kill: %v (log %s)", p.err, p.log)
+		}
+		running := h.stepRunning(ctx, subs)
 		p.kill()
-		kills++
+		n.kills++
+		if running {
+			n.midStep++
+		}
 	}
 	p, err := h.start(procOpts{name: "timed-final", kubeconfig: h.cfg.kubeconfig})
 	if err != nil {
-		return kills, Verdict{}, err
+		return n, Verdict{}, err
 	}
 	defer p.stop()
 	if err := h.waitTerminal(ctx, subs, 180*time.Second); err != nil {
-		return kills, Verdict{}, fmt.Errorf("%w (log %s)", err, p.log)
+		return n, Verdict{}, fmt.Errorf("%w (log %s)", err, p.log)
 	}
+	settle()
 	v, err := h.judge(ctx, subs, offset)
-	return kills, v, err
+	return n, v, err
+}
+
+// stepRunning reports whether any of subs has a step Running right now.
+func (h *harness) stepRunning(ctx context.Context, subs []*subject) bool {
+	for _, s := range subs {
+		rr := &v1alpha1.RemediationRequest{}
+		if h.k8s.Get(ctx, client.ObjectKeyFromObject(s.RR), rr) != nil {
+			continue
+		}
+		for _, st := range rr.Status.Steps {
+			if st.State == v1alpha1.StepRunning {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // terminal reports whether every subject is terminal (or, deleted, gone), and the

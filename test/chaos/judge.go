@@ -82,8 +82,8 @@ func (h *harness) judge(ctx context.Context, subjects []*subject, offset int64) 
 		got := byKey[s]
 		for _, k := range sortedKeys(got) {
 			cs := got[k]
-			if len(cs) > 1 {
-				fail(&v.Repeated, "%s ran %d times", k, len(cs))
+			if n := certain(cs); n > 1 {
+				fail(&v.Repeated, "%s ran %d times", k, n)
 			}
 			if !slices.Contains(want, k) {
 				fail(&v.Unsafe, "%s: a call branch %s never makes", k, s.Branch.Name)
@@ -95,8 +95,10 @@ func (h *harness) judge(ctx context.Context, subjects []*subject, offset int64) 
 				}
 			}
 		}
-		rr := &v1alpha1.RemediationRequest{}
-		err := h.k8s.Get(ctx, client.ObjectKeyFromObject(s.RR), rr)
+		if why := outOfOrder(s, got); why != "" {
+			fail(&v.Unsafe, "%s", why)
+		}
+		rr, err := h.settled(ctx, s)
 		switch {
 		case s.Deleted && apierrors.IsNotFound(err):
 		case s.Deleted && err == nil:
@@ -115,8 +117,8 @@ func (h *harness) judge(ctx context.Context, subjects []*subject, offset int64) 
 			if rr.Status.Phase != s.Branch.Phase || rule != s.Branch.Rule || playbook != s.Branch.Playbook {
 				fail(&v.Wrong, "phase %s rule %q playbook %q, want %s %q %q (%s)", rr.Status.Phase, rule, playbook,
 					s.Branch.Phase, s.Branch.Rule, s.Branch.Playbook, condMessage(rr))
-			} else if s.Branch.Recheck && (d.RecheckAt == nil || d.RecheckAt.Time.Before(s.LeaseCreated.Add(youngGate))) {
-				fail(&v.Wrong, "rejected without the runbook's recheck when the Lease is %s old (recheckAt %v)", youngGate, d.RecheckAt)
+			} else if s.Branch.Recheck && (d.RecheckAt == nil || d.RecheckAt.Time.Sub(s.LeaseCreated.Add(youngGate)).Abs() > 5*time.Second) {
+				fail(&v.Wrong, "rejected without the recheck when the Lease is %s old, within 5 s (recheckAt %v, Lease created %s)", youngGate, d.RecheckAt, s.LeaseCreated.Format(time.TimeOnly))
 			} else if s.Branch.Phase == v1alpha1.PhaseSucceeded {
 				for _, k := range want {
 					if len(got[k]) == 0 {
@@ -146,9 +148,76 @@ func (h *harness) judge(ctx context.Context, subjects []*subject, offset int64) 
 	return v, nil
 }
 
-// youngGate is the age from which the runbook treats a healthy holder's Lease
-// without LeaseRetained events as stuck (policies: #HealthyStuckLeaseAgeSeconds).
-const youngGate = 600 * time.Second
+// youngGate is the age from which the campaign's policies treat a healthy
+// holder's Lease without LeaseRetained events as stuck: the runbook's 600 s
+// (#HealthyStuckLeaseAgeSeconds) raised to a day, so that no campaign outlasts it
+// and sees a young Lease turn into a stuck one mid-run.
+const youngGate = 24 * time.Hour
+
+// certain counts the calls the API server answered with success.
+func certain(cs []call) int {
+	n := 0
+	for _, c := range cs {
+		if !c.Uncertain {
+			n++
+		}
+	}
+	return n
+}
+
+// playbookOrder is the order in which a playbook's calls must have run: a
+// healthy holder is cordoned before its pods are evicted, its Lease is deleted
+// only after that, and it is uncordoned last; a node plugin is restarted only
+// on a cordoned node.
+var playbookOrder = map[*branch][]string{
+	brMove:   {callCordon, callEvict, callDeleteLease, callUncordon},
+	brPlugin: {callCordon, callEvict, callUncordon},
+}
+
+// outOfOrder says which of a subject's calls ran before a call that must come
+// first, or "".
+func outOfOrder(s *subject, got map[string][]call) string {
+	order := playbookOrder[s.Branch]
+	first := map[string]time.Time{}
+	for _, cs := range got {
+		for _, c := range cs {
+			if t, ok := first[c.Kind]; !ok || c.At.Before(t) {
+				first[c.Kind] = c.At
+			}
+		}
+	}
+	for i, later := range order {
+		tl, ok := first[later]
+		if !ok {
+			continue
+		}
+		for _, earlier := range order[:i] {
+			if te, ok := first[earlier]; ok && te.After(tl) {
+				return fmt.Sprintf("%s at %s ran before %s at %s", later, tl.Format("15:04:05.000"), earlier, te.Format("15:04:05.000"))
+			}
+			if _, ok := first[earlier]; !ok && !s.Deleted && (earlier != callEvict || len(s.Pods) > 0) {
+				return fmt.Sprintf("%s ran without %s before it", later, earlier)
+			}
+		}
+	}
+	return ""
+}
+
+// settled reads a subject's request once its finalizer had the time to go: the
+// finalizer is released by a patch of its own after the terminal status write.
+// A deleted request must be gone.
+func (h *harness) settled(ctx context.Context, s *subject) (*v1alpha1.RemediationRequest, error) {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		rr := &v1alpha1.RemediationRequest{}
+		err := h.k8s.Get(ctx, client.ObjectKeyFromObject(s.RR), rr)
+		done := (s.Deleted && apierrors.IsNotFound(err)) || (!s.Deleted && err == nil && len(rr.Finalizers) == 0)
+		if done || time.Now().After(deadline) || (err != nil && !apierrors.IsNotFound(err)) {
+			return rr, err
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
 
 // unsafeDelete says why a Lease delete was unsafe when it ran, or "".
 func (h *harness) unsafeDelete(s *subject, c call, podGone map[string]time.Time) string {

@@ -163,6 +163,10 @@ func run() error {
 			err = fmt.Errorf("unknown campaign %q", c)
 		}
 		if err != nil {
+			h.result.Aborted = fmt.Sprintf("campaign %s: %v", c, err)
+			if werr := h.write(); werr != nil {
+				logf("Writing the partial results: %v", werr)
+			}
 			return fmt.Errorf("campaign %s: %w", c, err)
 		}
 		logf("Campaign %s done in %s", c, time.Since(start).Round(time.Second))
@@ -262,7 +266,9 @@ func (h *harness) sweep(ctx context.Context) error {
 }
 
 // shortGatePolicies copies the embedded policies with the fencing age gate
-// shortened; everything else is the production policy.
+// shortened (a Lease's creationTimestamp cannot be backdated) and the age at
+// which a healthy holder's Lease counts as stuck raised (see youngGate);
+// everything else is the production policy.
 func shortGatePolicies(root, workDir string, gate time.Duration) (string, error) {
 	dir := filepath.Join(workDir, "policies")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -273,7 +279,8 @@ func shortGatePolicies(root, workDir string, gate time.Duration) (string, error)
 		return "", err
 	}
 	re := regexp.MustCompile(`#UnreachableMinLeaseAgeSeconds:\s*300`)
-	found := false
+	young := regexp.MustCompile(`#HealthyStuckLeaseAgeSeconds:\s*600`)
+	found, foundYoung := false, false
 	for _, f := range files {
 		if strings.HasSuffix(f, "_test.cue") {
 			continue
@@ -286,12 +293,16 @@ func shortGatePolicies(root, workDir string, gate time.Duration) (string, error)
 			found = true
 			b = re.ReplaceAll(b, []byte(fmt.Sprintf("#UnreachableMinLeaseAgeSeconds: %d", int(gate.Seconds()))))
 		}
+		if young.Match(b) {
+			foundYoung = true
+			b = young.ReplaceAll(b, []byte(fmt.Sprintf("#HealthyStuckLeaseAgeSeconds: %d", int(youngGate.Seconds()))))
+		}
 		if err := os.WriteFile(filepath.Join(dir, filepath.Base(f)), b, 0o644); err != nil {
 			return "", err
 		}
 	}
-	if !found {
-		return "", fmt.Errorf("policies/*.cue no longer set #UnreachableMinLeaseAgeSeconds: 300; update test/chaos")
+	if !found || !foundYoung {
+		return "", fmt.Errorf("policies/*.cue no longer set #UnreachableMinLeaseAgeSeconds: 300 and #HealthyStuckLeaseAgeSeconds: 600; update test/chaos")
 	}
 	return dir, nil
 }

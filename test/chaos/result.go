@@ -18,6 +18,8 @@ type Result struct {
 	Crash    *Crash    `json:"crash,omitempty"`
 	Faults   *Faults   `json:"faults,omitempty"`
 	Churn    *Churn    `json:"churn,omitempty"`
+	// Aborted is why a campaign could not finish; the results are partial then.
+	Aborted string `json:"aborted,omitempty"`
 }
 
 // Crash is R1.
@@ -27,8 +29,13 @@ type Crash struct {
 	FailpointKills int            `json:"failpointKills"`
 	ByPoint        map[string]int `json:"byPoint"`
 	NotReached     []string       `json:"notReached,omitempty"`
-	TimedKills     int            `json:"timedKills"`
-	Verdict        Verdict        `json:"verdict"`
+	// Unreached are points that had to be reached and were not: a violation.
+	Unreached    []string `json:"unreached,omitempty"`
+	TimedKills   int      `json:"timedKills"`
+	MidStepKills int      `json:"midStepKills"` // timed kills made while a step was Running
+	// MinKills is the preset's floor on all kills.
+	MinKills int     `json:"minKills"`
+	Verdict  Verdict `json:"verdict"`
 }
 
 // Faults is R2.
@@ -44,6 +51,8 @@ type Faults struct {
 	GoroutinesBefore, GoroutinesAfter float64
 	RSSBefore, RSSAfter               float64
 	Baseline                          string `json:"baseline"` // why it counts as back at baseline, or why not
+	// Missing are fault kinds the full run never injected: a violation.
+	Missing []string `json:"missing,omitempty"`
 }
 
 // Churn is R4.
@@ -52,6 +61,8 @@ type Churn struct {
 	Restarts               int
 	LeaderChanges          int
 	Leaders                []string `json:"leaders"` // the replicas that led, in order
+	// TwoLeaders lists the moments two replicas both reported leading.
+	TwoLeaders []string `json:"twoLeaders,omitempty"`
 	// Stuck lists requests seen Running with a step older than its timeout.
 	Stuck   []string `json:"stuck,omitempty"`
 	Verdict Verdict  `json:"verdict"`
@@ -60,16 +71,23 @@ type Churn struct {
 func (r *Result) violations() int {
 	n := 0
 	if r.Crash != nil {
-		n += r.Crash.Verdict.Violations()
+		n += r.Crash.Verdict.Violations() + len(r.Crash.Unreached)
+		if r.Crash.FailpointKills+r.Crash.TimedKills < r.Crash.MinKills {
+			n++
+		}
 	}
 	if r.Faults != nil {
 		n += r.Faults.Verdict.Violations()
 		if !strings.HasPrefix(r.Faults.Baseline, "back") {
 			n++
 		}
+		n += len(r.Faults.Missing)
 	}
 	if r.Churn != nil {
-		n += r.Churn.Verdict.Violations() + len(r.Churn.Stuck)
+		n += r.Churn.Verdict.Violations() + len(r.Churn.Stuck) + len(r.Churn.TwoLeaders)
+		if r.Churn.LeaderChanges < r.Churn.Restarts {
+			n++ // leadership did not move at every restart of the leader
+		}
 	}
 	return n
 }
@@ -108,6 +126,24 @@ func (r *Result) summary() string {
 	if f := r.Faults; f != nil {
 		fmt.Fprintf(&b, "R2 controller: goroutines %.0f before, %.0f after; RSS %.0f MiB before, %.0f MiB after: %s\n",
 			f.GoroutinesBefore, f.GoroutinesAfter, f.RSSBefore, f.RSSAfter, f.Baseline)
+	}
+	if c := r.Crash; c != nil && len(c.Unreached) > 0 {
+		fmt.Fprintf(&b, "R1 VIOLATION, failpoints that had to be reached and were not: %s\n", strings.Join(c.Unreached, ", "))
+	}
+	if c := r.Crash; c != nil {
+		fmt.Fprintf(&b, "R1 kills: %d (floor %d); timed kills with a step running: %d of %d\n", c.FailpointKills+c.TimedKills, c.MinKills, c.MidStepKills, c.TimedKills)
+	}
+	if f := r.Faults; f != nil && len(f.Missing) > 0 {
+		fmt.Fprintf(&b, "R2 VIOLATION, fault kinds never injected: %s\n", strings.Join(f.Missing, ", "))
+	}
+	if c := r.Churn; c != nil {
+		fmt.Fprintf(&b, "R4 leaders in order: %s\n", strings.Join(c.Leaders, " -> "))
+		if len(c.TwoLeaders) > 0 {
+			fmt.Fprintf(&b, "R4 VIOLATION, two leaders at once: %s\n", strings.Join(c.TwoLeaders, "; "))
+		}
+	}
+	if r.Aborted != "" {
+		fmt.Fprintf(&b, "ABORTED: %s\n", r.Aborted)
 	}
 	if c := r.Churn; c != nil && len(c.Stuck) > 0 {
 		fmt.Fprintf(&b, "R4 stuck in Running: %s\n", strings.Join(c.Stuck, "; "))
