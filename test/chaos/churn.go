@@ -25,6 +25,7 @@ import (
 const (
 	churnStepTimeout = 60 * time.Second
 	churnSlack       = 45 * time.Second
+	minLeadership    = 20 * time.Second
 )
 
 func (h *harness) churn(ctx context.Context) error {
@@ -94,11 +95,13 @@ func (h *harness) churn(ctx context.Context) error {
 	stuck := map[string]string{}
 	var leaders []string // the leaders seen, in order
 	var leadersMu sync.Mutex
+	var leaderSince time.Time
 	observeLeader := func(l string) {
 		leadersMu.Lock()
 		defer leadersMu.Unlock()
 		if l != "" && (len(leaders) == 0 || leaders[len(leaders)-1] != l) {
 			leaders = append(leaders, l)
+			leaderSince = time.Now()
 		}
 	}
 	var watchWG sync.WaitGroup
@@ -137,6 +140,13 @@ func (h *harness) churn(ctx context.Context) error {
 			time.Sleep(500 * time.Millisecond)
 		}
 		observeLeader(l)
+		// A leader serves at least minLeadership before it is killed: a real
+		// failover is rare, and a leader killed within seconds of taking over has
+		// no time to work, which would make every request look stuck.
+		leadersMu.Lock()
+		wait := minLeadership - time.Since(leaderSince)
+		leadersMu.Unlock()
+		time.Sleep(wait)
 		mu.Lock()
 		p := replicas[l]
 		mu.Unlock()
