@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/util/retry"
 
 	"github.com/remediator/remediator/api/v1alpha1"
+	"github.com/remediator/remediator/remediations"
 	"github.com/remediator/remediator/test/stage"
 )
 
@@ -36,6 +37,8 @@ type branch struct {
 	// is where the campaign leaves it. Other rejections with a recheck time (the
 	// fencing gate, 15 s here) are waited out.
 	Recheck bool
+	// FailReason is the Succeeded=False reason a Failed branch must end with.
+	FailReason string
 }
 
 var (
@@ -49,6 +52,12 @@ var (
 	brPlugin = &branch{Name: "plugin", Phase: v1alpha1.PhaseSucceeded, Playbook: "restart-node-plugin", Rule: "driver-deregistered",
 		Calls: []string{callCordon, callEvict, callUncordon},
 		Steps: []string{"cordon", "deletePluginPod", "waitPluginPodReady", "waitDriverRegistered", "uncordon"}}
+	// brReturns is a shut-down holder that comes back while the release is under
+	// way (the out-of-service taint removed, as an administrator does when the
+	// machine is powered on again): the floor's re-check before the delete must
+	// see it and fail the playbook without touching the Lease.
+	brReturns = &branch{Name: "returns", Phase: v1alpha1.PhaseFailed, Playbook: "node-shutdown", Rule: "holder-shutdown",
+		Steps: []string{"deleteLease"}, FailReason: remediations.InvariantHolderStateChanged.Reason()}
 	brUnfenced   = &branch{Name: "unfenced", Phase: v1alpha1.PhaseRejected, Rule: "unreachable-not-fenced"}
 	brYoung      = &branch{Name: "young", Phase: v1alpha1.PhaseRejected, Rule: "healthy-operation-may-be-running", Recheck: true}
 	brNotFound   = &branch{Name: "notfound", Phase: v1alpha1.PhaseRejected, Rule: "holder-node-not-found"}
@@ -150,7 +159,7 @@ func (s *stager) luks(ctx context.Context, b *branch, holder, podNode string, re
 // pluginNodes (each may be restarted once per campaign phase).
 func (s *stager) stage(ctx context.Context, b *branch, pluginNode string) (*subject, error) {
 	switch b {
-	case brShutdown:
+	case brShutdown, brReturns:
 		n := s.next("down")
 		if err := s.st.ShutdownNode(ctx, n); err != nil {
 			return nil, err
@@ -194,6 +203,20 @@ func (s *stager) stage(ctx context.Context, b *branch, pluginNode string) (*subj
 		return sub, nil
 	}
 	return nil, fmt.Errorf("unknown branch %s", b.Name)
+}
+
+// powerOn removes the out-of-service taint from a shut-down holder: its machine is
+// back, so it is no longer proven down.
+func (s *stager) powerOn(ctx context.Context, node string) error {
+	return retry.RetryOnConflict(retry.DefaultBackoff, func() error {
+		n, err := s.h.cs.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		n.Spec.Taints = slices.DeleteFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == v1alpha1.TaintOutOfService })
+		_, err = s.h.cs.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{})
+		return err
+	})
 }
 
 // pluginNodes are the local cluster's baseline nodes, which run trident-csi.

@@ -54,7 +54,7 @@ func (h *harness) crash(ctx context.Context) error {
 			if b == brPlugin {
 				pn = nextPluginNode()
 			}
-			killed, v, err := h.crashCycle(ctx, b, fp, pn)
+			killed, v, err := h.crashCycle(ctx, b, fp, pn, nil)
 			if err != nil {
 				return fmt.Errorf("%s at %s: %w", b.Name, fp, err)
 			}
@@ -73,6 +73,27 @@ func (h *harness) crash(ctx context.Context) error {
 			}
 			logf("R1 %s %s: killed %v, %d/%d correct, %d violations", b.Playbook, fp, killed, v.Correct, v.Requests, v.Violations())
 		}
+	}
+	// The holder comes back while the controller is down, after the release was
+	// journaled or right before its delete: the restarted controller's re-check
+	// must refuse.
+	returns := []string{failpoint.Name("deleteLease", failpoint.AfterJournal)}
+	if h.p.everyBoundary {
+		returns = append(returns, failpoint.Name("deleteLease", failpoint.BeforeCall))
+	}
+	for _, fp := range returns {
+		killed, v, err := h.crashCycle(ctx, brReturns, fp, "", func(s *subject) error { return h.stager.powerOn(ctx, s.Node) })
+		if err != nil {
+			return fmt.Errorf("holder back at %s: %w", fp, err)
+		}
+		res.Verdict.add(v)
+		if killed {
+			res.FailpointKills++
+			res.ByPoint["node-shutdown (holder back) "+fp]++
+		} else {
+			res.Unreached = append(res.Unreached, "node-shutdown (holder back) "+fp)
+		}
+		logf("R1 node-shutdown, holder back while down, %s: killed %v, %d/%d correct, %d violations", fp, killed, v.Correct, v.Requests, v.Violations())
 	}
 	if h.p.everyBoundary {
 		for _, b := range []*branch{brMove, brPlugin} {
@@ -202,7 +223,7 @@ func (h *harness) restoreCycle(ctx context.Context, b *branch, fp, pluginNode st
 // crashCycle stages one request of branch b, runs a controller armed with
 // failpoint fp until it dies (or the request ends without reaching fp), starts a
 // clean one and judges the request once it is terminal.
-func (h *harness) crashCycle(ctx context.Context, b *branch, fp, pluginNode string) (bool, Verdict, error) {
+func (h *harness) crashCycle(ctx context.Context, b *branch, fp, pluginNode string, whileDown func(*subject) error) (bool, Verdict, error) {
 	offset, err := h.audit.size()
 	if err != nil {
 		return false, Verdict{}, err
@@ -232,6 +253,11 @@ func (h *harness) crashCycle(ctx context.Context, b *branch, fp, pluginNode stri
 		p.stop()
 	} else if !killed {
 		return false, Verdict{}, fmt.Errorf("the controller exited on its own: %v (log %s)", p.err, p.log)
+	}
+	if whileDown != nil {
+		if err := whileDown(sub); err != nil {
+			return killed, Verdict{}, err
+		}
 	}
 	p2, err := h.start(procOpts{name: "restart", kubeconfig: h.cfg.kubeconfig})
 	if err != nil {

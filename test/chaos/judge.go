@@ -12,6 +12,7 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/remediator/remediator/api/v1alpha1"
@@ -117,6 +118,8 @@ func (h *harness) judge(ctx context.Context, subjects []*subject, offset int64) 
 			if rr.Status.Phase != s.Branch.Phase || rule != s.Branch.Rule || playbook != s.Branch.Playbook {
 				fail(&v.Wrong, "phase %s rule %q playbook %q, want %s %q %q (%s)", rr.Status.Phase, rule, playbook,
 					s.Branch.Phase, s.Branch.Rule, s.Branch.Playbook, condMessage(rr))
+			} else if c := meta.FindStatusCondition(rr.Status.Conditions, v1alpha1.ConditionSucceeded); s.Branch.FailReason != "" && (c == nil || c.Reason != s.Branch.FailReason) {
+				fail(&v.Wrong, "failed, but not with %s (%s)", s.Branch.FailReason, condMessage(rr))
 			} else if s.Branch.Recheck && (d.RecheckAt == nil || d.RecheckAt.Time.Sub(s.LeaseCreated.Add(youngGate)).Abs() > 5*time.Second) {
 				fail(&v.Wrong, "rejected without the recheck when the Lease is %s old, within 5 s (recheckAt %v, Lease created %s)", youngGate, d.RecheckAt, s.LeaseCreated.Format(time.TimeOnly))
 			} else if s.Branch.Phase == v1alpha1.PhaseSucceeded {
