@@ -8,6 +8,7 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/spf13/cobra"
@@ -152,7 +153,7 @@ func suggestedRequests(findings []facts.Finding, ns string) []map[string]any {
 		default:
 			if i, ok := byNode[f.Node]; ok {
 				spec := out[i]["spec"].(map[string]any)
-				spec["reason"] = truncate(spec["reason"].(string)+"; "+f.Evidence, 4096)
+				spec["reason"] = truncate(spec["reason"].(string)+"; "+printable(f.Evidence), 4096)
 				continue
 			}
 			byNode[f.Node] = len(out)
@@ -171,10 +172,31 @@ func request(ns, name string, r v1alpha1.Remediation, target map[string]any, rea
 		"spec": map[string]any{
 			"remediation": string(r),
 			"target":      target,
-			"reason":      truncate(reason, 4096),
+			"reason":      truncate(printable(reason), 4096),
 		},
 	}
 }
+
+// printable escapes the control characters of evidence taken from the cluster (an
+// event message, a holder identity), which YAML cannot carry: one such character
+// would make `scan -o yaml` fail for every finding (found by FuzzScanSuggestions:
+// a DEL in the evidence). Newlines and tabs stay; a reason is free text.
+func printable(s string) string {
+	if !strings.ContainsFunc(s, escaped) {
+		return s
+	}
+	var b strings.Builder
+	for _, r := range s {
+		if escaped(r) {
+			fmt.Fprintf(&b, "\\u%04x", r)
+			continue
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+func escaped(r rune) bool { return unicode.IsControl(r) && r != '\n' && r != '\t' }
 
 // truncate cuts s to at most n bytes, at a character boundary: a reason cut inside a
 // character would be committed with a replacement character in it.
