@@ -5,13 +5,11 @@
 package controllers
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"slices"
 	"time"
 
-	"golang.org/x/time/rate"
 	corev1 "k8s.io/api/core/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -19,16 +17,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kerrors "k8s.io/apimachinery/pkg/util/errors"
 	"k8s.io/client-go/tools/record"
-	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
-	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
-	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/remediator/remediator/api/v1alpha1"
 	"github.com/remediator/remediator/controllers/facts"
@@ -242,85 +237,6 @@ func (r *RemediationRequestReconciler) clock() time.Time {
 	return time.Now()
 }
 
-// ensureFinalizer adds the restore finalizer to a running playbook that will change
-// something it must restore (a cordon), before its first step acts: the reconcile
-// that decides only journals the first step's start, and the finalizer is added at
-// the start of the next one, before the step runs. A request deleted mid-run then
-// always gets the chance to undo what it changed. Requests whose playbook restores
-// nothing (a Lease release, a rejection) carry no finalizer: their deletion never
-// waits for the controller.
-func (r *RemediationRequestReconciler) ensureFinalizer(ctx context.Context, rr *v1alpha1.RemediationRequest) error {
-	if controllerutil.ContainsFinalizer(rr, v1alpha1.Finalizer) {
-		return nil
-	}
-	before := rr.DeepCopy()
-	controllerutil.AddFinalizer(rr, v1alpha1.Finalizer)
-	if err := r.Client.Patch(ctx, rr, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
-		return fmt.Errorf("adding finalizer %s: %w", v1alpha1.Finalizer, err)
-	}
-	return nil
-}
-
-// finished: the playbook ran and ended, so there is nothing left to restore.
-func finished(rr *v1alpha1.RemediationRequest) bool {
-	return rr.Status.Phase == v1alpha1.PhaseSucceeded || rr.Status.Phase == v1alpha1.PhaseFailed
-}
-
-// releaseFinalizer removes the restore finalizer from a request whose playbook
-// ended: it restored what it changed (uncordon is its own last step, and a failure
-// restores before the Failed write), so its deletion need not wait for a
-// controller. Kept, it would block the deletion of every finished request for as
-// long as no controller runs (an uninstall, a namespace deletion), with nothing to
-// restore. It is called only after the terminal status write returned, so a crash
-// in between leaves the finalizer, which the next reconcile releases.
-func (r *RemediationRequestReconciler) releaseFinalizer(ctx context.Context, rr *v1alpha1.RemediationRequest) error {
-	if !controllerutil.ContainsFinalizer(rr, v1alpha1.Finalizer) {
-		return nil
-	}
-	before := rr.DeepCopy()
-	controllerutil.RemoveFinalizer(rr, v1alpha1.Finalizer)
-	if err := r.Client.Patch(ctx, rr, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
-		return client.IgnoreNotFound(fmt.Errorf("removing finalizer %s from a finished request: %w", v1alpha1.Finalizer, err))
-	}
-	return nil
-}
-
-// reconcileDelete restores what a running playbook changed, journals it, and only
-// then releases the finalizer.
-func (r *RemediationRequestReconciler) reconcileDelete(ctx context.Context, s *scope) (ctrl.Result, error) {
-	rr := s.rr
-	if !controllerutil.ContainsFinalizer(rr, v1alpha1.Finalizer) {
-		return ctrl.Result{}, nil
-	}
-	if rr.Status.Phase == v1alpha1.PhaseRunning {
-		msg, err := remediations.Restore(ctx, r.run(s), "the request was deleted")
-		if err != nil {
-			return ctrl.Result{}, err
-		}
-		for i := range rr.Status.Steps {
-			if st := &rr.Status.Steps[i]; st.State == v1alpha1.StepPending || st.State == v1alpha1.StepRunning {
-				st.State = v1alpha1.StepSkipped
-				st.Message = "Skipped: the request was deleted"
-			}
-		}
-		rr.Status.Phase = v1alpha1.PhaseFailed
-		r.setCondition(rr, v1alpha1.ConditionSucceeded, metav1.ConditionFalse, v1alpha1.ReasonAborted, "The request was deleted mid-run; "+cmp.Or(msg, "nothing needed restoring"))
-		r.setCondition(rr, v1alpha1.ConditionProgressing, metav1.ConditionFalse, v1alpha1.ReasonAborted, "Aborted")
-		r.Recorder.Event(rr, corev1.EventTypeWarning, EventFailed, "Aborted: the request was deleted mid-run; "+cmp.Or(msg, "nothing needed restoring"))
-		if err := r.patchStatus(ctx, s); err != nil {
-			return ctrl.Result{}, err
-		}
-	}
-	failpoint.Inject(failpoint.Name(failpoint.Restore, failpoint.BeforeFinalizerRelease))
-	before := rr.DeepCopy()
-	controllerutil.RemoveFinalizer(rr, v1alpha1.Finalizer)
-	if err := r.Client.Patch(ctx, rr, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
-		return ctrl.Result{}, client.IgnoreNotFound(fmt.Errorf("removing finalizer %s: %w", v1alpha1.Finalizer, err))
-	}
-	ctrl.LoggerFrom(ctx).V(1).Info("Released finalizer")
-	return ctrl.Result{}, nil
-}
-
 // needsDecision: a new request, a changed spec (unless a playbook is under way or
 // over), a request waiting on a guard (it is reconciled when the guard may have
 // cleared), or a rejection or wait whose recheck time has come. Otherwise a
@@ -461,23 +377,6 @@ func journaledStarts(before, after *v1alpha1.RemediationRequest) {
 			failpoint.Inject(failpoint.Name(st.Name, failpoint.AfterJournal))
 		}
 	}
-}
-
-// maxRetryDelay caps the backoff of a request whose reconcile failed. The work
-// queue's default grows to 1,000 s, so that a request that failed ten times in a
-// row under a flaky API server (make chaos, R2) waited many minutes after the API
-// server recovered, with a stuck Lease blocking a volume all that time.
-const maxRetryDelay = 30 * time.Second
-
-// rateLimiter is controller-runtime's default with the per-request backoff capped
-// at maxRetryDelay: 5 ms doubling per failure, and 10 retries per second overall
-// with a burst of 100, so that a storm of failing requests cannot hammer the API
-// server either.
-func rateLimiter() workqueue.TypedRateLimiter[reconcile.Request] {
-	return workqueue.NewTypedMaxOfRateLimiter(
-		workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](5*time.Millisecond, maxRetryDelay),
-		&workqueue.TypedBucketRateLimiter[reconcile.Request]{Limiter: rate.NewLimiter(rate.Limit(10), 100)},
-	)
 }
 
 // inScope reports whether requests in namespace ns are this controller's.

@@ -1,0 +1,99 @@
+package controllers
+
+// The restore finalizer: added before a playbook that cordons acts, run on
+// deletion mid-run (restore, then release), and released once a playbook ends.
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	"github.com/remediator/remediator/api/v1alpha1"
+	"github.com/remediator/remediator/remediations"
+	"github.com/remediator/remediator/remediations/failpoint"
+)
+
+// ensureFinalizer adds the restore finalizer to a running playbook that will change
+// something it must restore (a cordon), before its first step acts: the reconcile
+// that decides only journals the first step's start, and the finalizer is added at
+// the start of the next one, before the step runs. A request deleted mid-run then
+// always gets the chance to undo what it changed. Requests whose playbook restores
+// nothing (a Lease release, a rejection) carry no finalizer: their deletion never
+// waits for the controller.
+func (r *RemediationRequestReconciler) ensureFinalizer(ctx context.Context, rr *v1alpha1.RemediationRequest) error {
+	if controllerutil.ContainsFinalizer(rr, v1alpha1.Finalizer) {
+		return nil
+	}
+	before := rr.DeepCopy()
+	controllerutil.AddFinalizer(rr, v1alpha1.Finalizer)
+	if err := r.Client.Patch(ctx, rr, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
+		return fmt.Errorf("adding finalizer %s: %w", v1alpha1.Finalizer, err)
+	}
+	return nil
+}
+
+// finished: the playbook ran and ended, so there is nothing left to restore.
+func finished(rr *v1alpha1.RemediationRequest) bool {
+	return rr.Status.Phase == v1alpha1.PhaseSucceeded || rr.Status.Phase == v1alpha1.PhaseFailed
+}
+
+// releaseFinalizer removes the restore finalizer from a request whose playbook
+// ended: it restored what it changed (uncordon is its own last step, and a failure
+// restores before the Failed write), so its deletion need not wait for a
+// controller. Kept, it would block the deletion of every finished request for as
+// long as no controller runs (an uninstall, a namespace deletion), with nothing to
+// restore. It is called only after the terminal status write returned, so a crash
+// in between leaves the finalizer, which the next reconcile releases.
+func (r *RemediationRequestReconciler) releaseFinalizer(ctx context.Context, rr *v1alpha1.RemediationRequest) error {
+	if !controllerutil.ContainsFinalizer(rr, v1alpha1.Finalizer) {
+		return nil
+	}
+	before := rr.DeepCopy()
+	controllerutil.RemoveFinalizer(rr, v1alpha1.Finalizer)
+	if err := r.Client.Patch(ctx, rr, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
+		return client.IgnoreNotFound(fmt.Errorf("removing finalizer %s from a finished request: %w", v1alpha1.Finalizer, err))
+	}
+	return nil
+}
+
+// reconcileDelete restores what a running playbook changed, journals it, and only
+// then releases the finalizer.
+func (r *RemediationRequestReconciler) reconcileDelete(ctx context.Context, s *scope) (ctrl.Result, error) {
+	rr := s.rr
+	if !controllerutil.ContainsFinalizer(rr, v1alpha1.Finalizer) {
+		return ctrl.Result{}, nil
+	}
+	if rr.Status.Phase == v1alpha1.PhaseRunning {
+		msg, err := remediations.Restore(ctx, r.run(s), "the request was deleted")
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		for i := range rr.Status.Steps {
+			if st := &rr.Status.Steps[i]; st.State == v1alpha1.StepPending || st.State == v1alpha1.StepRunning {
+				st.State = v1alpha1.StepSkipped
+				st.Message = "Skipped: the request was deleted"
+			}
+		}
+		rr.Status.Phase = v1alpha1.PhaseFailed
+		r.setCondition(rr, v1alpha1.ConditionSucceeded, metav1.ConditionFalse, v1alpha1.ReasonAborted, "The request was deleted mid-run; "+cmp.Or(msg, "nothing needed restoring"))
+		r.setCondition(rr, v1alpha1.ConditionProgressing, metav1.ConditionFalse, v1alpha1.ReasonAborted, "Aborted")
+		r.Recorder.Event(rr, corev1.EventTypeWarning, EventFailed, "Aborted: the request was deleted mid-run; "+cmp.Or(msg, "nothing needed restoring"))
+		if err := r.patchStatus(ctx, s); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+	failpoint.Inject(failpoint.Name(failpoint.Restore, failpoint.BeforeFinalizerRelease))
+	before := rr.DeepCopy()
+	controllerutil.RemoveFinalizer(rr, v1alpha1.Finalizer)
+	if err := r.Client.Patch(ctx, rr, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(fmt.Errorf("removing finalizer %s: %w", v1alpha1.Finalizer, err))
+	}
+	ctrl.LoggerFrom(ctx).V(1).Info("Released finalizer")
+	return ctrl.Result{}, nil
+}
