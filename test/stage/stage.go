@@ -90,9 +90,23 @@ func (s *Stager) Namespaces(ctx context.Context) error {
 // not manage it: no kwok annotation), Ready=False, and the out-of-service taint an
 // administrator sets after verifying the shutdown (non-graceful node shutdown).
 func (s *Stager) ShutdownNode(ctx context.Context, name string) error {
-	n := &corev1.Node{ObjectMeta: s.meta(name), Spec: corev1.NodeSpec{Taints: []corev1.Taint{{
-		Key: v1alpha1.TaintOutOfService, Value: "nodeshutdown", Effect: corev1.TaintEffectNoExecute,
-	}}}}
+	return s.deadNode(ctx, name, corev1.Taint{Key: v1alpha1.TaintOutOfService, Value: "nodeshutdown", Effect: corev1.TaintEffectNoExecute},
+		corev1.ConditionFalse, "KubeletNotReady", "node was shut down")
+}
+
+// UnreachableNode creates a node that lost the control plane: no kubelet (kwok does
+// not manage it), Ready=Unknown and the node.kubernetes.io/unreachable taint, as the
+// node lifecycle controller leaves a node whose heartbeats stopped. Whether its
+// machine still runs is not known, which is why a release needs fencing.
+func (s *Stager) UnreachableNode(ctx context.Context, name string) error {
+	return s.deadNode(ctx, name, corev1.Taint{Key: v1alpha1.TaintUnreachable, Effect: corev1.TaintEffectNoExecute},
+		corev1.ConditionUnknown, "NodeStatusUnknown", "Kubelet stopped posting node status.")
+}
+
+// deadNode creates a node without a kubelet, with taint and the Ready condition
+// given.
+func (s *Stager) deadNode(ctx context.Context, name string, taint corev1.Taint, ready corev1.ConditionStatus, reason, msg string) error {
+	n := &corev1.Node{ObjectMeta: s.meta(name), Spec: corev1.NodeSpec{Taints: []corev1.Taint{taint}}}
 	if _, err := s.CS.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("creating node %s: %w", name, err)
 	}
@@ -105,44 +119,13 @@ func (s *Stager) ShutdownNode(ctx context.Context, name string) error {
 		}
 		now := metav1.Now()
 		cur.Status.Conditions = []corev1.NodeCondition{{
-			Type: corev1.NodeReady, Status: corev1.ConditionFalse, Reason: "KubeletNotReady",
-			Message: "node was shut down", LastHeartbeatTime: now, LastTransitionTime: now,
+			Type: corev1.NodeReady, Status: ready, Reason: reason, Message: msg, LastHeartbeatTime: now, LastTransitionTime: now,
 		}}
 		_, err = s.CS.CoreV1().Nodes().UpdateStatus(ctx, cur, metav1.UpdateOptions{})
 		return err
 	})
 	if err != nil {
-		return fmt.Errorf("setting node %s NotReady: %w", name, err)
-	}
-	return nil
-}
-
-// UnreachableNode creates a node that lost the control plane: no kubelet (kwok does
-// not manage it), Ready=Unknown and the node.kubernetes.io/unreachable taint, as the
-// node lifecycle controller leaves a node whose heartbeats stopped. Whether its
-// machine still runs is not known, which is why a release needs fencing.
-func (s *Stager) UnreachableNode(ctx context.Context, name string) error {
-	n := &corev1.Node{ObjectMeta: s.meta(name), Spec: corev1.NodeSpec{Taints: []corev1.Taint{{
-		Key: v1alpha1.TaintUnreachable, Effect: corev1.TaintEffectNoExecute,
-	}}}}
-	if _, err := s.CS.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{}); err != nil {
-		return fmt.Errorf("creating node %s: %w", name, err)
-	}
-	err := retry.RetryOnConflict(retry.DefaultBackoff, func() error {
-		cur, err := s.CS.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		now := metav1.Now()
-		cur.Status.Conditions = []corev1.NodeCondition{{
-			Type: corev1.NodeReady, Status: corev1.ConditionUnknown, Reason: "NodeStatusUnknown",
-			Message: "Kubelet stopped posting node status.", LastHeartbeatTime: now, LastTransitionTime: now,
-		}}
-		_, err = s.CS.CoreV1().Nodes().UpdateStatus(ctx, cur, metav1.UpdateOptions{})
-		return err
-	})
-	if err != nil {
-		return fmt.Errorf("setting node %s Ready=Unknown: %w", name, err)
+		return fmt.Errorf("setting node %s Ready=%s: %w", name, ready, err)
 	}
 	return nil
 }
