@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strings"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"github.com/remediator/remediator/api/v1alpha1"
 	"github.com/remediator/remediator/remediations"
 )
@@ -35,31 +37,46 @@ func observed(rr *v1alpha1.RemediationRequest) *v1alpha1.RemediationRequest {
 
 func (r *RemediationRequestReconciler) run(s *scope) *remediations.Run {
 	return &remediations.Run{
-		RR: s.rr, Client: r.Client, Reader: r.Reader, Gatherer: r.Gatherer,
+		RR: s.rr, Client: r.Client, Reader: r.Reader, Observer: observer{r: r, s: s},
 		Now: s.now, Timeouts: r.Timeouts, Playbooks: r.Playbooks,
-		Observe: func(ctx context.Context) (*v1alpha1.Facts, []string, error) {
-			g := *cmp.Or(r.Recheck, r.Gatherer)
-			if r.RecheckRelease != nil && !r.Playbooks.Disruptive(decidedPlaybook(s.rr)) {
-				g = *r.RecheckRelease
-			}
-			// Both readings on the decision's clock.
-			g.Now = r.Gatherer.Now
-			// The affected pods are read only where the playbook or the floor looks at
-			// them: a playbook that moves them, or a holder decided Healthy.
-			g.SkipAffectedPods = !movesPods(s.rr, r.Playbooks)
-			f, err := g.Gather(ctx, observed(s.rr))
-			if err != nil {
-				return nil, nil, err
-			}
-			r.slots.mu.Lock()
-			others, err := r.guardOthers(ctx, f, r.slots.heldLocked())
-			r.slots.mu.Unlock()
-			if err != nil {
-				return nil, nil, err
-			}
-			return f, conflictsIn(others, s.rr.UID, f), nil
-		},
 	}
+}
+
+// observer is the reconciler's facts gatherer as the steps read through it.
+type observer struct {
+	r *RemediationRequestReconciler
+	s *scope
+}
+
+var _ remediations.Observer = observer{}
+
+func (o observer) Observe(ctx context.Context) (*v1alpha1.Facts, []string, error) {
+	r, s := o.r, o.s
+	g := *cmp.Or(r.Recheck, r.Gatherer)
+	if r.RecheckRelease != nil && !r.Playbooks.Disruptive(decidedPlaybook(s.rr)) {
+		g = *r.RecheckRelease
+	}
+	// Both readings on the decision's clock.
+	g.Now = r.Gatherer.Now
+	// The affected pods are read only where the playbook or the floor looks at
+	// them: a playbook that moves them, or a holder decided Healthy.
+	g.SkipAffectedPods = !movesPods(s.rr, r.Playbooks)
+	f, err := g.Gather(ctx, observed(s.rr))
+	if err != nil {
+		return nil, nil, err
+	}
+	r.slots.mu.Lock()
+	others, err := r.guardOthers(ctx, f, r.slots.heldLocked())
+	r.slots.mu.Unlock()
+	if err != nil {
+		return nil, nil, err
+	}
+	return f, conflictsIn(others, s.rr.UID, f), nil
+}
+
+// NodePluginPods lists live, with the gatherer's node-plugin selector.
+func (o observer) NodePluginPods(ctx context.Context, namespace, node string) ([]corev1.Pod, error) {
+	return o.r.Gatherer.Config.NodePluginPods(ctx, o.r.Reader, namespace, node)
 }
 
 // movesPods: the request's decided playbook evicts or waits for the affected pods, or

@@ -11,7 +11,6 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/remediator/remediator/api/v1alpha1"
 )
@@ -73,16 +72,13 @@ func (s deletePluginPod) Run(ctx context.Context, r *Run) (Outcome, error) {
 	return s.Done(ctx, r)
 }
 
-// pluginPodsOnNode lists the node-plugin pods on the node, live.
+// pluginPodsOnNode lists the node-plugin pods on the node, live, in the Trident
+// namespace the decision was made in.
 func pluginPodsOnNode(ctx context.Context, r *Run, node string) ([]corev1.Pod, error) {
-	list := &corev1.PodList{}
-	if err := r.Reader.List(ctx, list, client.InNamespace(r.RR.Status.Facts.TridentNamespace),
-		client.MatchingLabelsSelector{Selector: r.Gatherer.Config.NodePluginSelector},
-		client.MatchingFields{"spec.nodeName": node}); err != nil {
-		return nil, fmt.Errorf("listing node-plugin pods on %s: %w", node, err)
+	if r.Observer == nil {
+		return nil, fmt.Errorf("no way to list node-plugin pods was wired in")
 	}
-	slices.SortFunc(list.Items, func(a, b corev1.Pod) int { return strings.Compare(a.Name, b.Name) })
-	return list.Items, nil
+	return r.Observer.NodePluginPods(ctx, r.RR.Status.Facts.TridentNamespace, node)
 }
 
 func describePods(pods []corev1.Pod) string {

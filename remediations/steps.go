@@ -16,7 +16,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/remediator/remediator/api/v1alpha1"
-	"github.com/remediator/remediator/controllers/facts"
 )
 
 // CordonedByAnnotation marks a node this controller cordoned, with the request that
@@ -29,12 +28,9 @@ type Run struct {
 	// Client writes; Reader reads live (uncached) state.
 	Client client.Client
 	Reader client.Reader
-	// Gatherer holds the node-plugin selector the plugin waits list by.
-	Gatherer *facts.Gatherer
-	// Observe gathers the request's facts afresh, from its spec and the live
-	// cluster (never from status), with the other running requests on the same
-	// Lease or node. It runs right before every destructive call.
-	Observe  func(ctx context.Context) (*v1alpha1.Facts, []string, error)
+	// Observer reads what the steps need of the cluster the way the controller
+	// gathers facts; the controller wires its gatherer in.
+	Observer Observer
 	Now      time.Time
 	Timeouts Timeouts
 	// Playbooks are the playbooks the journal must match: status.steps is checked
@@ -47,15 +43,29 @@ type Run struct {
 	conflicts []string
 }
 
+// Observer is what the steps read of the cluster through the controller's facts
+// gatherer. It is an interface so that the steps need not know how facts are
+// gathered (controllers/facts), only what they say: remediations sits below
+// controllers, and the controller wires its gatherer in.
+type Observer interface {
+	// Observe gathers the request's facts afresh, from its spec and the live
+	// cluster (never from status), with the other running requests on the same
+	// Lease or node. It runs right before every destructive call.
+	Observe(ctx context.Context) (*v1alpha1.Facts, []string, error)
+	// NodePluginPods lists, live and sorted by name, the CSI node-plugin pods in
+	// namespace on node: the plugin waits watch the replacement come up.
+	NodePluginPods(ctx context.Context, namespace, node string) ([]corev1.Pod, error)
+}
+
 // fresh returns the facts observed for this Advance, gathering them once.
 func (r *Run) fresh(ctx context.Context) (*v1alpha1.Facts, []string, error) {
 	if r.observed != nil {
 		return r.observed, r.conflicts, nil
 	}
-	if r.Observe == nil {
+	if r.Observer == nil {
 		return nil, nil, fmt.Errorf("no way to observe fresh facts was wired in")
 	}
-	f, conflicts, err := r.Observe(ctx)
+	f, conflicts, err := r.Observer.Observe(ctx)
 	if err != nil {
 		return nil, nil, fmt.Errorf("re-reading facts: %w", err)
 	}

@@ -65,11 +65,23 @@ func shutdownHolder(t *testing.T) (*Run, *coordinationv1.Lease) {
 	rr.Status.Decision = &v1alpha1.Decision{Allowed: true, Playbook: "node-shutdown", Rule: "holder-shutdown"}
 	pb, err := DefaultPlaybooks()
 	require.NoError(t, err)
-	return &Run{RR: rr, Client: env.Client, Reader: env.Client, Gatherer: g, Now: time.Now(), Timeouts: DefaultTimeouts, Playbooks: pb,
-		Observe: func(ctx context.Context) (*v1alpha1.Facts, []string, error) {
-			f, err := g.Gather(ctx, rr)
-			return f, nil, err
-		}}, lease
+	return &Run{RR: rr, Client: env.Client, Reader: env.Client, Observer: gathered{g, rr}, Now: time.Now(), Timeouts: DefaultTimeouts, Playbooks: pb}, lease
+}
+
+// gathered observes through the controller's gatherer, reading live, as the
+// controller wires it in.
+type gathered struct {
+	g  *facts.Gatherer
+	rr *v1alpha1.RemediationRequest
+}
+
+func (o gathered) Observe(ctx context.Context) (*v1alpha1.Facts, []string, error) {
+	f, err := o.g.Gather(ctx, o.rr)
+	return f, nil, err
+}
+
+func (o gathered) NodePluginPods(ctx context.Context, namespace, node string) ([]corev1.Pod, error) {
+	return o.g.Config.NodePluginPods(ctx, env.Client, namespace, node)
 }
 
 // runStep advances a playbook whose only step has been started, as the runner does
@@ -277,11 +289,7 @@ func TestPluginPodEvictionRechecksOverlap(t *testing.T) {
 	rr.Status.Decision = &v1alpha1.Decision{Allowed: true, Playbook: "restart-node-plugin", Rule: "driver-deregistered"}
 	pb, err := DefaultPlaybooks()
 	require.NoError(t, err)
-	r := &Run{RR: rr, Client: env.Client, Reader: env.Client, Gatherer: g, Now: time.Now(), Timeouts: DefaultTimeouts, Playbooks: pb,
-		Observe: func(ctx context.Context) (*v1alpha1.Facts, []string, error) {
-			f, err := g.Gather(ctx, rr)
-			return f, nil, err
-		}}
+	r := &Run{RR: rr, Client: env.Client, Reader: env.Client, Observer: gathered{g, rr}, Now: time.Now(), Timeouts: DefaultTimeouts, Playbooks: pb}
 
 	// The DaemonSet is recreated after the decision: a second plugin pod lands.
 	plugin("trident-csi-2-" + rand.String(5))

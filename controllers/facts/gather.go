@@ -64,6 +64,19 @@ func DefaultConfig() Config {
 	}
 }
 
+// NodePluginPods lists, through reader, the node-plugin pods in namespace on node,
+// sorted by name: the pods the CSI playbook's waits watch being replaced.
+func (c Config) NodePluginPods(ctx context.Context, reader client.Reader, namespace, node string) ([]corev1.Pod, error) {
+	list := &corev1.PodList{}
+	if err := reader.List(ctx, list, client.InNamespace(namespace),
+		client.MatchingLabelsSelector{Selector: c.NodePluginSelector},
+		client.MatchingFields{"spec.nodeName": node}); err != nil {
+		return nil, fmt.Errorf("listing node-plugin pods on %s: %w", node, err)
+	}
+	slices.SortFunc(list.Items, func(a, b corev1.Pod) int { return strings.Compare(a.Name, b.Name) })
+	return list.Items, nil
+}
+
 // Gatherer reads facts for requests.
 type Gatherer struct {
 	// Reader reads the objects. The controller gives it a SplitReader: the informer
