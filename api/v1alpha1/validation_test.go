@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -29,8 +30,8 @@ const ns = "validation"
 func ensureNamespace(t *testing.T, name string) {
 	t.Helper()
 	err := env.Client.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}})
-	if err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatalf("creating namespace %s: %v", name, err)
+	if !apierrors.IsAlreadyExists(err) {
+		require.NoError(t, err, "creating namespace %s", name)
 	}
 }
 
@@ -117,28 +118,21 @@ func TestUnknownFieldsAreDroppedWithoutStrictValidation(t *testing.T) {
 		require.False(t, found)
 		return
 	}
-	t.Fatal("no maintenanceWindow typo case in the table")
+	require.FailNow(t, "no maintenanceWindow typo case in the table")
 }
 
 func TestAdmissionAcceptsValidInput(t *testing.T) {
 	ensureNamespace(t, ns)
 	ctx := context.Background()
 	u := request("valid-defaults", validSpec())
-	if err := env.Client.Create(ctx, u); err != nil {
-		t.Fatalf("valid request refused: %v", err)
-	}
-	if mode, _, _ := unstructured.NestedString(u.Object, "spec", "mode"); mode != "Apply" {
-		t.Errorf("spec.mode defaulted to %q, want Apply", mode)
-	}
+	require.NoError(t, env.Client.Create(ctx, u), "valid request refused")
+	mode, _, _ := unstructured.NestedString(u.Object, "spec", "mode")
+	assert.Equal(t, "Apply", mode, "spec.mode default")
 
 	// The target and remediation are immutable: a different target is a new review.
-	if err := unstructured.SetNestedField(u.Object, "pvc-other", "spec", "target", "persistentVolume"); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, unstructured.SetNestedField(u.Object, "pvc-other", "spec", "target", "persistentVolume"))
 	err := env.Client.Update(ctx, u)
-	if err == nil || !strings.Contains(err.Error(), "spec.target is immutable") {
-		t.Fatalf("changing spec.target: want an immutability error, got %v", err)
-	}
+	require.ErrorContains(t, err, "spec.target is immutable", "changing spec.target: want an immutability error")
 }
 
 // TestAdmissionAcceptsWindowsAndFencing: the bounds on the window and the fencing
@@ -182,9 +176,8 @@ func TestExamplesAreAccepted(t *testing.T) {
 	var files []string
 	for _, dir := range []string{"requests", filepath.Join("remediation-repo", "requests")} {
 		found, err := filepath.Glob(filepath.Join(testenv.Root(), "examples", dir, "*.yaml"))
-		if err != nil || len(found) == 0 {
-			t.Fatalf("no examples found in examples/%s (%v)", dir, err)
-		}
+		require.NoError(t, err)
+		require.NotEmpty(t, found, "no examples found in examples/%s", dir)
 		files = append(files, found...)
 	}
 	ctx := context.Background()
@@ -192,17 +185,11 @@ func TestExamplesAreAccepted(t *testing.T) {
 		rel, _ := filepath.Rel(filepath.Join(testenv.Root(), "examples"), f)
 		t.Run(rel, func(t *testing.T) {
 			data, err := os.ReadFile(f)
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			u := &unstructured.Unstructured{}
-			if err := yaml.Unmarshal(data, &u.Object); err != nil {
-				t.Fatalf("parsing: %v", err)
-			}
+			require.NoError(t, yaml.Unmarshal(data, &u.Object), "parsing")
 			ensureNamespace(t, u.GetNamespace())
-			if err := env.Client.Create(ctx, u); err != nil {
-				t.Fatalf("example refused: %v", err)
-			}
+			require.NoError(t, env.Client.Create(ctx, u), "example refused")
 		})
 	}
 }
