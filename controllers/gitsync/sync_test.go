@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -43,9 +45,7 @@ spec:
 func namespace(t *testing.T) string {
 	t.Helper()
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "gitsync-"}}
-	if err := env.Client.Create(context.Background(), ns); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, env.Client.Create(context.Background(), ns))
 	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), ns) })
 	return ns.Name
 }
@@ -55,13 +55,9 @@ func newSyncer(t *testing.T, o gitsync.Options) *gitsync.Syncer {
 	o.WorkDir = t.TempDir()
 	o.Log = klog.NewKlogr()
 	s, err := gitsync.New(env.Config, o)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	stop, err := s.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	t.Cleanup(stop)
 	return s
 }
@@ -80,9 +76,7 @@ func getRR(t *testing.T, ns, name string) (*v1alpha1.RemediationRequest, bool) {
 	if apierrors.IsNotFound(err) {
 		return nil, false
 	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	return rr, true
 }
 
@@ -98,58 +92,44 @@ func TestSyncAppliesAnnotatesAndPrunes(t *testing.T) {
 		Spec: v1alpha1.RemediationRequestSpec{Remediation: v1alpha1.RemediationReleaseLUKSLease,
 			Target: v1alpha1.Target{PersistentVolume: "pvc-m"}, Reason: "Created with kubectl during the incident."},
 	}
-	if err := env.Client.Create(context.Background(), manual); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, env.Client.Create(context.Background(), manual))
 
 	s := newSyncer(t, gitsync.Options{Repo: r.Bare, Revision: "main", Path: "requests", Namespaces: []string{ns}, Prune: true})
 	res, err := sync(t, s)
-	if err != nil {
-		t.Fatalf("first sync: %v", err)
-	}
-	if res.Commit != first || len(res.Applied) != 1 || !strings.HasPrefix(res.Applied[0], ns+"/release-a:") {
-		t.Fatalf("first sync result = %+v, want release-a applied at %s", res, first)
-	}
+	require.NoError(t, err, "first sync")
+	require.Equal(t, first, res.Commit, "first sync result = %+v", res)
+	require.Len(t, res.Applied, 1, "first sync result = %+v, want release-a applied", res)
+	require.True(t, strings.HasPrefix(res.Applied[0], ns+"/release-a:"), "first sync applied %q, want release-a", res.Applied[0])
 	rr, ok := getRR(t, ns, "release-a")
-	if !ok {
-		t.Fatal("release-a was not applied")
-	}
-	if got := rr.Annotations[gitsync.AnnotationGitCommit]; got != first {
-		t.Errorf("commit annotation = %q, want %q", got, first)
-	}
-	if got := rr.Annotations[gitsync.AnnotationGitPath]; got != "requests/a.yaml" {
-		t.Errorf("path annotation = %q", got)
-	}
+	require.True(t, ok, "release-a was not applied")
+	assert.Equal(t, first, rr.Annotations[gitsync.AnnotationGitCommit], "commit annotation")
+	assert.Equal(t, "requests/a.yaml", rr.Annotations[gitsync.AnnotationGitPath], "path annotation")
 
 	// A second request: release-a keeps the commit of the pull request that added it.
 	r.Write("requests/b.yaml", request(ns, "release-b", "pvc-b"))
 	second := r.Commit("Release the Lease of pvc-b")
-	if _, err := sync(t, s); err != nil {
-		t.Fatalf("second sync: %v", err)
-	}
-	a, _ := getRR(t, ns, "release-a")
+	_, err = sync(t, s)
+	require.NoError(t, err, "second sync")
+	a, ok := getRR(t, ns, "release-a")
+	require.True(t, ok, "release-a is gone after the second sync")
 	b, ok := getRR(t, ns, "release-b")
-	if !ok || b.Annotations[gitsync.AnnotationGitCommit] != second || a.Annotations[gitsync.AnnotationGitCommit] != first {
-		t.Fatalf("after second commit: a=%v b=%v (ok=%v), want a@%s b@%s", a.Annotations, b, ok, first, second)
-	}
+	require.True(t, ok, "release-b was not applied")
+	require.Equal(t, second, b.Annotations[gitsync.AnnotationGitCommit], "after second commit: release-b's commit")
+	require.Equal(t, first, a.Annotations[gitsync.AnnotationGitCommit], "after second commit: release-a keeps the commit that added it")
 
 	// Removing a file from Git prunes its request, and only that one.
 	r.Remove("requests/a.yaml")
 	r.Commit("release-a is done")
 	res, err = sync(t, s)
-	if err != nil {
-		t.Fatalf("prune sync: %v", err)
+	require.NoError(t, err, "prune sync")
+	if assert.Len(t, res.Pruned, 1, "pruned = %v, want release-a", res.Pruned) {
+		assert.True(t, strings.HasPrefix(res.Pruned[0], ns+"/release-a:"), "pruned = %v, want release-a", res.Pruned)
 	}
-	if len(res.Pruned) != 1 || !strings.HasPrefix(res.Pruned[0], ns+"/release-a:") {
-		t.Errorf("pruned = %v, want release-a", res.Pruned)
-	}
-	if _, ok := getRR(t, ns, "release-a"); ok {
-		t.Error("release-a still exists after it was removed from Git")
-	}
+	_, ok = getRR(t, ns, "release-a")
+	assert.False(t, ok, "release-a still exists after it was removed from Git")
 	for _, name := range []string{"release-b", "by-hand"} {
-		if _, ok := getRR(t, ns, name); !ok {
-			t.Errorf("%s was pruned but is not the removed request", name)
-		}
+		_, ok := getRR(t, ns, name)
+		assert.True(t, ok, "%s was pruned but is not the removed request", name)
 	}
 }
 
@@ -234,9 +214,8 @@ rules:
 			r.Write("requests/a.yaml", request(ns, "release-a", "pvc-a"))
 			good := r.Commit("Release the Lease of pvc-a")
 			o := gitsync.Options{Repo: r.Bare, Revision: "main", Path: "requests", Namespaces: []string{ns}, Prune: true}
-			if _, err := sync(t, newSyncer(t, o)); err != nil {
-				t.Fatalf("baseline sync: %v", err)
-			}
+			_, err := sync(t, newSyncer(t, o))
+			require.NoError(t, err, "baseline sync")
 			// The bad change also removes release-a, so a sync that went ahead would prune it.
 			r.Remove("requests/a.yaml")
 			if tc.stage != nil {
@@ -246,26 +225,19 @@ rules:
 			if tc.opts != nil {
 				tc.opts(&o)
 			}
-			_, err := sync(t, newSyncer(t, o))
-			if err == nil {
-				t.Fatal("sync succeeded, want it refused")
-			}
+			_, err = sync(t, newSyncer(t, o))
+			require.Error(t, err, "sync succeeded, want it refused")
 			for _, want := range tc.wantErr {
-				if !strings.Contains(err.Error(), want) {
-					t.Errorf("error %q does not mention %q", err, want)
-				}
+				assert.ErrorContains(t, err, want)
 			}
 			a, ok := getRR(t, ns, "release-a")
-			if !ok || a.Annotations[gitsync.AnnotationGitCommit] != good {
-				t.Errorf("release-a changed or pruned by a refused sync (exists=%v)", ok)
+			if assert.True(t, ok, "release-a pruned by a refused sync") {
+				assert.Equal(t, good, a.Annotations[gitsync.AnnotationGitCommit], "release-a changed by a refused sync")
 			}
-			if _, ok := getRR(t, ns, "new"); ok {
-				t.Error("a request from the refused revision reached the cluster")
-			}
+			_, ok = getRR(t, ns, "new")
+			assert.False(t, ok, "a request from the refused revision reached the cluster")
 			err = env.Client.Get(context.Background(), client.ObjectKey{Name: "gitsync-backdoor"}, &rbacv1.ClusterRole{})
-			if !apierrors.IsNotFound(err) {
-				t.Errorf("ClusterRole gitsync-backdoor: err=%v, want NotFound", err)
-			}
+			assert.True(t, apierrors.IsNotFound(err), "ClusterRole gitsync-backdoor: err=%v, want NotFound", err)
 		})
 	}
 }
