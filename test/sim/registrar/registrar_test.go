@@ -2,10 +2,11 @@ package registrar
 
 import (
 	"context"
-	"slices"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -56,15 +57,16 @@ func csiNode(name string, drivers ...string) *storagev1.CSINode {
 }
 
 // drivers returns the driver names on node's CSINode, or nil if it does not exist.
-func drivers(t *testing.T, s *Syncer, node string) []string {
-	t.Helper()
+// t is a *testing.T, or an *assert.CollectT inside EventuallyWithT.
+func drivers(t require.TestingT, s *Syncer, node string) []string {
+	if h, ok := t.(interface{ Helper() }); ok {
+		h.Helper()
+	}
 	cn, err := s.Client.StorageV1().CSINodes().Get(context.Background(), node, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return nil
 	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	names := []string{}
 	for _, d := range cn.Spec.Drivers {
 		names = append(names, d.Name)
@@ -204,18 +206,14 @@ func TestRegistration(t *testing.T) {
 				}
 				for _, x := range ts {
 					got = append(got, x.Intent)
-					if _, err := s.Sync(ctx, x.Node, tr.Intent(x.Node)); err != nil {
-						t.Fatal(err)
-					}
+					_, err := s.Sync(ctx, x.Node, tr.Intent(x.Node))
+					require.NoError(t, err)
 				}
 			}
-			if !slices.Equal(got, tc.intents) {
-				t.Errorf("intents = %v, want %v", got, tc.intents)
-			}
+			assert.Equal(t, tc.intents, got, "intents")
 			for n, want := range tc.want {
-				if d := drivers(t, s, n); !slices.Equal(d, want) || (d == nil) != (want == nil) {
-					t.Errorf("CSINode %s drivers = %#v, want %#v", n, d, want)
-				}
+				// Equal tells nil (no CSINode) from empty (a CSINode without drivers).
+				assert.Equal(t, want, drivers(t, s, n), "CSINode %s drivers", n)
 			}
 		})
 	}
@@ -224,26 +222,23 @@ func TestRegistration(t *testing.T) {
 func TestCreatedCSINodeLooksLikeKubelets(t *testing.T) {
 	cs := fake.NewClientset(node("n1"))
 	s := &Syncer{Client: cs, Driver: driver}
-	if changed, err := s.Sync(context.Background(), "n1", IntentRegister); err != nil || !changed {
-		t.Fatalf("Sync = %v, %v", changed, err)
-	}
+	changed, err := s.Sync(context.Background(), "n1", IntentRegister)
+	require.NoError(t, err)
+	require.True(t, changed, "the first Sync changed nothing")
 	cn, err := cs.StorageV1().CSINodes().Get(context.Background(), "n1", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	want := []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: "n1", UID: "uid-n1"}}
-	if !slices.Equal(cn.OwnerReferences, want) {
-		t.Errorf("ownerReferences = %+v, want %+v", cn.OwnerReferences, want)
-	}
+	assert.Equal(t, want, cn.OwnerReferences, "ownerReferences")
 	d := cn.Spec.Drivers
-	if len(d) != 1 || d[0].Name != driver || d[0].NodeID != "n1" ||
-		!slices.Equal(d[0].TopologyKeys, []string{"topology.kubernetes.io/zone"}) {
-		t.Errorf("drivers = %+v", d)
+	if assert.Len(t, d, 1, "drivers") {
+		assert.Equal(t, driver, d[0].Name, "driver name")
+		assert.Equal(t, "n1", d[0].NodeID, "driver nodeID")
+		assert.Equal(t, []string{"topology.kubernetes.io/zone"}, d[0].TopologyKeys, "driver topologyKeys")
 	}
 	// Syncing an intent that already holds writes nothing.
-	if changed, err := s.Sync(context.Background(), "n1", IntentRegister); err != nil || changed {
-		t.Errorf("second Sync = %v, %v", changed, err)
-	}
+	changed, err = s.Sync(context.Background(), "n1", IntentRegister)
+	assert.NoError(t, err, "second Sync")
+	assert.False(t, changed, "second Sync changed something")
 }
 
 // TestRun drives the whole loop (informer, queue, Syncer) against a fake clientset.
@@ -265,37 +260,26 @@ func TestRun(t *testing.T) {
 	s := &Syncer{Client: cs, Driver: driver}
 	waitDrivers := func(want []string) {
 		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		for {
-			d := drivers(t, s, "n1")
-			if slices.Equal(d, want) && d != nil {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("CSINode n1 drivers = %v, want %v", d, want)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
+			d := drivers(c, s, "n1")
+			require.NotNil(c, d, "CSINode n1 does not exist")
+			assert.Equal(c, want, d, "CSINode n1 drivers")
+		}, 10*time.Second, 20*time.Millisecond)
 	}
 	// The fake watch starts with the informer; give it a moment so the pod arrives as an event
 	// rather than racing the initial list (either way it is registered).
 	time.Sleep(100 * time.Millisecond)
-	if _, err := cs.CoreV1().Pods("trident").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	_, err := cs.CoreV1().Pods("trident").Create(ctx, pod, metav1.CreateOptions{})
+	require.NoError(t, err)
 	waitDrivers([]string{driver})
-	if err := cs.CoreV1().Pods("trident").Delete(ctx, pod.Name, metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, cs.CoreV1().Pods("trident").Delete(ctx, pod.Name, metav1.DeleteOptions{}))
 	waitDrivers([]string{})
 	cancel()
 	select {
 	case err := <-done:
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err, "Run")
 	case <-time.After(10 * time.Second):
-		t.Fatal("Run did not return after cancel")
+		require.FailNow(t, "Run did not return after cancel")
 	}
 }
 
