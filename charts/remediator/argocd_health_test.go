@@ -19,6 +19,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	lua "github.com/yuin/gopher-lua"
 	"helm.sh/helm/v3/pkg/ignore"
 	corev1 "k8s.io/api/core/v1"
@@ -55,13 +57,8 @@ func TestArgoCDHealthCheck(t *testing.T) {
 		t.Run(strings.TrimSuffix(path.Base(tc.InputPath), ".yaml"), func(t *testing.T) {
 			obj := loadFixture(t, filepath.Join(argoCDDir, filepath.FromSlash(tc.InputPath)))
 			got, err := runHealthScript(script, obj)
-			if err != nil {
-				t.Fatalf("health.lua on %s: %v", tc.InputPath, err)
-			}
-			if got != tc.HealthStatus {
-				t.Errorf("health.lua on %s:\n got  status %s, message %q\n want status %s, message %q",
-					tc.InputPath, got.Status, got.Message, tc.HealthStatus.Status, tc.HealthStatus.Message)
-			}
+			require.NoError(t, err, "health.lua on %s", tc.InputPath)
+			assert.Equal(t, tc.HealthStatus, got, "health.lua on %s", tc.InputPath)
 		})
 	}
 }
@@ -89,12 +86,8 @@ func TestArgoCDHealthCheckSurvivesMalformedObjects(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			got, err := runHealthScript(script, obj)
-			if err != nil {
-				t.Fatalf("health.lua failed: %v", err)
-			}
-			if got.Message == "" {
-				t.Errorf("health.lua returned %s without a message", got.Status)
-			}
+			require.NoError(t, err, "health.lua failed")
+			assert.NotEmpty(t, got.Message, "health.lua returned %s without a message", got.Status)
 		})
 	}
 }
@@ -104,24 +97,16 @@ func TestArgoCDHealthCheckSurvivesMalformedObjects(t *testing.T) {
 func TestArgoCDConfigMapEmbedsHealthScript(t *testing.T) {
 	script := readFile(t, filepath.Join(argoCDDir, "health.lua"))
 	var cm corev1.ConfigMap
-	if err := yaml.UnmarshalStrict([]byte(readFile(t, filepath.Join(argoCDDir, "argocd-cm.yaml"))), &cm); err != nil {
-		t.Fatalf("argocd-cm.yaml: %v", err)
-	}
-	if cm.APIVersion != "v1" || cm.Kind != "ConfigMap" || cm.Name != "argocd-cm" {
-		t.Errorf("argocd-cm.yaml is %s %s %s, want v1 ConfigMap argocd-cm", cm.APIVersion, cm.Kind, cm.Name)
-	}
+	require.NoError(t, yaml.UnmarshalStrict([]byte(readFile(t, filepath.Join(argoCDDir, "argocd-cm.yaml"))), &cm), "argocd-cm.yaml")
+	assert.Equal(t, "v1", cm.APIVersion, "argocd-cm.yaml apiVersion")
+	assert.Equal(t, "ConfigMap", cm.Kind, "argocd-cm.yaml kind")
+	assert.Equal(t, "argocd-cm", cm.Name, "argocd-cm.yaml name")
 	// Argo CD only reads an argocd-cm that carries this label.
-	if got := cm.Labels["app.kubernetes.io/part-of"]; got != "argocd" {
-		t.Errorf("argocd-cm.yaml has label app.kubernetes.io/part-of=%q, want argocd", got)
-	}
+	assert.Equal(t, "argocd", cm.Labels["app.kubernetes.io/part-of"], "argocd-cm.yaml's label app.kubernetes.io/part-of")
 	embedded, ok := cm.Data[healthKey]
-	if !ok {
-		t.Fatalf("argocd-cm.yaml has no data key %s (keys: %v)", healthKey, mapKeys(cm.Data))
-	}
-	if embedded != script {
-		t.Errorf("argocd-cm.yaml's %s differs from health.lua; copy health.lua into it, indented by four spaces. First difference %s",
-			healthKey, firstDifference(embedded, script))
-	}
+	require.True(t, ok, "argocd-cm.yaml has no data key %s (keys: %v)", healthKey, mapKeys(cm.Data))
+	assert.Equal(t, script, embedded, "argocd-cm.yaml's %s differs from health.lua; copy health.lua into it, indented by four spaces. First difference %s",
+		healthKey, firstDifference(embedded, script))
 }
 
 // TestEveryArgoCDFixtureIsTested catches a fixture added without its expectation,
@@ -132,20 +117,13 @@ func TestEveryArgoCDFixtureIsTested(t *testing.T) {
 		referenced[path.Clean(tc.InputPath)] = true
 	}
 	fixtures, err := filepath.Glob(filepath.Join(argoCDDir, "testdata", "*"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(fixtures) == 0 {
-		t.Fatalf("no fixtures in %s/testdata", argoCDDir)
-	}
+	require.NoError(t, err)
+	require.NotEmpty(t, fixtures, "no fixtures in %s/testdata", argoCDDir)
 	for _, f := range fixtures {
 		rel, err := filepath.Rel(argoCDDir, f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if rel = filepath.ToSlash(rel); !referenced[rel] {
-			t.Errorf("%s is not the inputPath of any test in health_test.yaml", rel)
-		}
+		require.NoError(t, err)
+		rel = filepath.ToSlash(rel)
+		assert.True(t, referenced[rel], "%s is not the inputPath of any test in health_test.yaml", rel)
 	}
 }
 
@@ -153,9 +131,7 @@ func TestEveryArgoCDFixtureIsTested(t *testing.T) {
 // operators to install, but its test suite and this Go code are no use in a release.
 func TestHelmignoreKeepsArgoCDTestsOutOfTheChart(t *testing.T) {
 	rules, err := ignore.ParseFile(".helmignore")
-	if err != nil {
-		t.Fatalf(".helmignore: %v", err)
-	}
+	require.NoError(t, err, ".helmignore")
 	// Walk the chart the way Helm's loader does: an ignored directory is skipped whole.
 	var packaged []string
 	err = filepath.WalkDir(".", func(p string, d fs.DirEntry, err error) error {
@@ -177,18 +153,13 @@ func TestHelmignoreKeepsArgoCDTestsOutOfTheChart(t *testing.T) {
 		}
 		return nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	for _, want := range []string{argoCDDir + "/health.lua", argoCDDir + "/argocd-cm.yaml"} {
-		if !slices.Contains(packaged, want) {
-			t.Errorf("%s is left out of the chart; packaged: %v", want, packaged)
-		}
+		assert.Contains(t, packaged, want, "%s is left out of the chart", want)
 	}
 	for _, p := range packaged {
-		if strings.HasSuffix(p, ".go") || strings.HasPrefix(p, argoCDDir+"/testdata/") || p == argoCDDir+"/health_test.yaml" {
-			t.Errorf("%s would be packaged into the chart", p)
-		}
+		assert.False(t, strings.HasSuffix(p, ".go") || strings.HasPrefix(p, argoCDDir+"/testdata/") || p == argoCDDir+"/health_test.yaml",
+			"%s would be packaged into the chart", p)
 	}
 }
 
@@ -197,16 +168,11 @@ func loadHealthTests(t *testing.T) []healthTestCase {
 	var suite struct {
 		Tests []healthTestCase `json:"tests"`
 	}
-	if err := yaml.UnmarshalStrict([]byte(readFile(t, filepath.Join(argoCDDir, "health_test.yaml"))), &suite); err != nil {
-		t.Fatalf("health_test.yaml: %v", err)
-	}
-	if len(suite.Tests) == 0 {
-		t.Fatal("health_test.yaml has no tests")
-	}
+	require.NoError(t, yaml.UnmarshalStrict([]byte(readFile(t, filepath.Join(argoCDDir, "health_test.yaml"))), &suite), "health_test.yaml")
+	require.NotEmpty(t, suite.Tests, "health_test.yaml has no tests")
 	for i, tc := range suite.Tests {
-		if tc.InputPath == "" || tc.HealthStatus.Status == "" {
-			t.Fatalf("health_test.yaml test %d needs inputPath and healthStatus.status", i)
-		}
+		require.NotEmpty(t, tc.InputPath, "health_test.yaml test %d needs inputPath and healthStatus.status", i)
+		require.NotEmpty(t, tc.HealthStatus.Status, "health_test.yaml test %d needs inputPath and healthStatus.status", i)
 	}
 	return suite.Tests
 }
@@ -219,20 +185,13 @@ func loadFixture(t *testing.T, file string) map[string]any {
 	t.Helper()
 	data := []byte(readFile(t, file))
 	var rr v1alpha1.RemediationRequest
-	if err := yaml.UnmarshalStrict(data, &rr); err != nil {
-		t.Fatalf("%s is not a valid RemediationRequest: %v", file, err)
-	}
-	if gv := v1alpha1.GroupVersion.String(); rr.APIVersion != gv || rr.Kind != "RemediationRequest" {
-		t.Fatalf("%s is %s %s, want %s RemediationRequest", file, rr.APIVersion, rr.Kind, gv)
-	}
+	require.NoError(t, yaml.UnmarshalStrict(data, &rr), "%s is not a valid RemediationRequest", file)
+	require.Equal(t, v1alpha1.GroupVersion.String(), rr.APIVersion, "%s apiVersion", file)
+	require.Equal(t, "RemediationRequest", rr.Kind, "%s kind", file)
 	js, err := yaml.YAMLToJSON(data)
-	if err != nil {
-		t.Fatalf("%s: %v", file, err)
-	}
+	require.NoError(t, err, file)
 	u := &unstructured.Unstructured{}
-	if err := u.UnmarshalJSON(js); err != nil {
-		t.Fatalf("%s: %v", file, err)
-	}
+	require.NoError(t, u.UnmarshalJSON(js), file)
 	return u.Object
 }
 
@@ -327,9 +286,7 @@ func luaValue(L *lua.LState, v any) lua.LValue {
 func readFile(t *testing.T, file string) string {
 	t.Helper()
 	data, err := os.ReadFile(file)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	return string(data)
 }
 

@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"reflect"
 	"regexp"
 	"slices"
 	"strings"
@@ -30,6 +29,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	kjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
@@ -49,9 +49,7 @@ const (
 func render(t *testing.T, values map[string]any) []*unstructured.Unstructured {
 	t.Helper()
 	objs, err := helmchart.Render(release, namespace, values)
-	if err != nil {
-		t.Fatalf("rendering the chart: %v", err)
-	}
+	require.NoError(t, err, "rendering the chart")
 	return objs
 }
 
@@ -83,13 +81,9 @@ func find(objs []*unstructured.Unstructured, kind, ns, name string) *unstructure
 // typed converts a rendered object into its Go type.
 func typed[T any](t *testing.T, o *unstructured.Unstructured) *T {
 	t.Helper()
-	if o == nil {
-		t.Fatalf("want a %T, got none", *new(T))
-	}
+	require.NotNil(t, o, "want a %T, got none", *new(T))
 	out := new(T)
-	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, out); err != nil {
-		t.Fatalf("converting %s: %v", ref(o), err)
-	}
+	require.NoError(t, runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, out), "converting %s", ref(o))
 	return out
 }
 
@@ -119,35 +113,25 @@ func TestLint(t *testing.T) {
 		{"every namespace", map[string]any{"watchAllNamespaces": true}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if err := helmchart.LintValues(tc.values); err != nil {
-				t.Error(err)
-			}
+			assert.NoError(t, helmchart.LintValues(tc.values))
 		})
 	}
-	if err := helmchart.Lint(); err != nil {
-		t.Error(err)
-	}
+	assert.NoError(t, helmchart.Lint())
 }
 
 func TestChartMetadata(t *testing.T) {
 	c, err := helmchart.Load()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if c.Metadata.APIVersion != "v2" || c.Metadata.Name != "remediator" || c.Metadata.Version != "0.1.0" || c.Metadata.AppVersion == "" {
-		t.Errorf("Chart.yaml: apiVersion %q name %q version %q appVersion %q; want v2, remediator, 0.1.0 and an appVersion",
-			c.Metadata.APIVersion, c.Metadata.Name, c.Metadata.Version, c.Metadata.AppVersion)
-	}
+	require.NoError(t, err)
+	assert.Equal(t, "v2", c.Metadata.APIVersion, "Chart.yaml apiVersion")
+	assert.Equal(t, "remediator", c.Metadata.Name, "Chart.yaml name")
+	assert.Equal(t, "0.1.0", c.Metadata.Version, "Chart.yaml version")
+	assert.NotEmpty(t, c.Metadata.AppVersion, "Chart.yaml appVersion")
 	roles := false
 	for _, f := range c.Files {
-		if strings.HasSuffix(f.Name, ".go") || strings.Contains(f.Name, "testdata/") {
-			t.Errorf("%s is packaged into the chart", f.Name)
-		}
+		assert.False(t, strings.HasSuffix(f.Name, ".go") || strings.Contains(f.Name, "testdata/"), "%s is packaged into the chart", f.Name)
 		roles = roles || f.Name == "files/rbac/role.yaml"
 	}
-	if !roles {
-		t.Error("files/rbac/role.yaml is not packaged; templates/rbac.yaml renders the roles from it")
-	}
+	assert.True(t, roles, "files/rbac/role.yaml is not packaged; templates/rbac.yaml renders the roles from it")
 }
 
 func TestDefaultRenderObjects(t *testing.T) {
@@ -166,25 +150,17 @@ func TestDefaultRenderObjects(t *testing.T) {
 		"Service remediator-system/remediator-metrics",
 		"Deployment remediator-system/remediator",
 	}
-	if !slices.Equal(got, want) {
-		t.Errorf("rendered objects, in order:\n got %q\nwant %q", got, want)
-	}
+	assert.Equal(t, want, got, "rendered objects, in order")
 }
 
 func TestRenderIsDeterministic(t *testing.T) {
 	values := map[string]any{"policies": map[string]any{"b.cue": "package policies\n", "a.cue": "package policies\n"}}
 	first, err := yaml.Marshal(objects(render(t, values)))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	for range 3 {
 		again, err := yaml.Marshal(objects(render(t, values)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if string(again) != string(first) {
-			t.Fatal("two renders of the same values differ")
-		}
+		require.NoError(t, err)
+		require.Equal(t, string(first), string(again), "two renders of the same values differ")
 	}
 }
 
@@ -209,40 +185,29 @@ func TestClusterRoleIsLeastPrivilege(t *testing.T) {
 		return false
 	}
 	for _, r := range cr.Rules {
-		if len(r.ResourceNames) > 0 || len(r.NonResourceURLs) > 0 {
-			t.Errorf("unexpected rule %+v", r)
-		}
-		if slices.Contains(r.Resources, "secrets") {
-			t.Errorf("the ClusterRole must not touch secrets: %+v", r)
-		}
-		if slices.Contains(r.Resources, "leases") {
-			t.Errorf("Leases belong in the namespaced Roles (trident, kube-node-lease, leader election), not the ClusterRole: %+v", r)
-		}
+		assert.Empty(t, r.ResourceNames, "unexpected rule %+v", r)
+		assert.Empty(t, r.NonResourceURLs, "unexpected rule %+v", r)
+		assert.NotContains(t, r.Resources, "secrets", "the ClusterRole must not touch secrets: %+v", r)
+		assert.NotContains(t, r.Resources, "leases", "Leases belong in the namespaced Roles (trident, kube-node-lease, leader election), not the ClusterRole: %+v", r)
 		for _, v := range r.Verbs {
-			if v == "delete" || v == "deletecollection" {
-				t.Errorf("nothing is deleted cluster-wide (pods go through the Eviction API, Leases through the trident Role): %+v", r)
-			}
-			if v == "escalate" || v == "bind" || v == "impersonate" {
-				t.Errorf("privilege-escalating verb %q: %+v", v, r)
-			}
+			assert.NotContains(t, []string{"delete", "deletecollection"}, v, "nothing is deleted cluster-wide (pods go through the Eviction API, Leases through the trident Role): %+v", r)
+			assert.NotContains(t, []string{"escalate", "bind", "impersonate"}, v, "privilege-escalating verb %q: %+v", v, r)
 		}
-		if slices.Contains(r.Resources, "pods") && slices.Contains(r.Verbs, "create") {
-			t.Errorf("pods may only be created as pods/eviction: %+v", r)
+		if slices.Contains(r.Resources, "pods") {
+			assert.NotContains(t, r.Verbs, "create", "pods may only be created as pods/eviction: %+v", r)
+			// Pods are listed by node when a request needs them, never watched: a cache of
+			// every pod grows with the cluster.
+			assert.NotContains(t, r.Verbs, "watch", "pods must not be watched (cached): %+v", r)
 		}
 		// Nodes are read (and watched, for the informer cache decisions are made from)
 		// and patched to cordon; nothing else.
-		if slices.Contains(r.Resources, "nodes") && slices.ContainsFunc(r.Verbs, func(v string) bool { return v != "get" && v != "list" && v != "watch" && v != "patch" }) {
-			t.Errorf("nodes: only get, list, watch and patch (cordon): %+v", r)
-		}
-		// Pods are listed by node when a request needs them, never watched: a cache of
-		// every pod grows with the cluster.
-		if slices.Contains(r.Resources, "pods") && slices.Contains(r.Verbs, "watch") {
-			t.Errorf("pods must not be watched (cached): %+v", r)
+		if slices.Contains(r.Resources, "nodes") {
+			assert.Subset(t, []string{"get", "list", "watch", "patch"}, r.Verbs, "nodes: only get, list, watch and patch (cordon): %+v", r)
 		}
 		// What the cache holds is only read: no write on PVs, claims or CSINodes.
 		for _, res := range []string{"persistentvolumes", "persistentvolumeclaims", "csinodes"} {
-			if slices.Contains(r.Resources, res) && slices.ContainsFunc(r.Verbs, func(v string) bool { return v != "get" && v != "list" && v != "watch" }) {
-				t.Errorf("%s: read only (get, list, watch): %+v", res, r)
+			if slices.Contains(r.Resources, res) {
+				assert.Subset(t, []string{"get", "list", "watch"}, r.Verbs, "%s: read only (get, list, watch): %+v", res, r)
 			}
 		}
 	}
@@ -267,9 +232,7 @@ func TestClusterRoleIsLeastPrivilege(t *testing.T) {
 		{"storage.k8s.io", "csinodes", "get"},
 		{"storage.k8s.io", "csinodes", "watch"},
 	} {
-		if !allows(need.group, need.resource, need.verb) {
-			t.Errorf("the ClusterRole does not allow %s %s.%s", need.verb, need.resource, need.group)
-		}
+		assert.True(t, allows(need.group, need.resource, need.verb), "the ClusterRole does not allow %s %s.%s", need.verb, need.resource, need.group)
 	}
 }
 
@@ -288,9 +251,7 @@ func TestNoWildcards(t *testing.T) {
 		for _, r := range rules {
 			for _, field := range [][]string{r.APIGroups, r.Resources, r.Verbs, r.ResourceNames, r.NonResourceURLs} {
 				for _, v := range field {
-					if strings.Contains(v, "*") {
-						t.Errorf("%s: wildcard %q in %+v", ref(o), v, r)
-					}
+					assert.NotContains(t, v, "*", "%s: wildcard in %+v", ref(o), r)
 				}
 			}
 		}
@@ -325,37 +286,26 @@ func TestNamespacedRoles(t *testing.T) {
 					got[o.GetNamespace()+"/"+o.GetName()] = typed[rbacv1.Role](t, o).Rules
 				case "RoleBinding":
 					rb := typed[rbacv1.RoleBinding](t, o)
-					if rb.RoleRef.Kind != "Role" || rb.RoleRef.Name != o.GetName() {
-						t.Errorf("%s binds %+v, want its own Role", ref(o), rb.RoleRef)
-					}
+					assert.Equal(t, "Role", rb.RoleRef.Kind, "%s binds %+v, want its own Role", ref(o), rb.RoleRef)
+					assert.Equal(t, o.GetName(), rb.RoleRef.Name, "%s binds %+v, want its own Role", ref(o), rb.RoleRef)
 					wantSubject := rbacv1.Subject{Kind: "ServiceAccount", Name: release, Namespace: namespace}
-					if !slices.Equal(rb.Subjects, []rbacv1.Subject{wantSubject}) {
-						t.Errorf("%s subjects %+v, want %+v", ref(o), rb.Subjects, wantSubject)
-					}
+					assert.Equal(t, []rbacv1.Subject{wantSubject}, rb.Subjects, "%s subjects", ref(o))
 				}
 			}
-			if !reflect.DeepEqual(got, want) {
-				t.Errorf("Roles:\n got %+v\nwant %+v", got, want)
-			}
+			assert.Equal(t, want, got, "Roles")
 			for _, kind := range []string{"Role", "RoleBinding"} {
-				if find(objs, kind, tc.tridentNS, release) == nil {
-					t.Errorf("no %s in the Trident namespace %s", kind, tc.tridentNS)
-				}
+				assert.NotNil(t, find(objs, kind, tc.tridentNS, release), "no %s in the Trident namespace %s", kind, tc.tridentNS)
 			}
 			if tc.tridentNS != "trident" {
 				for _, o := range objs {
-					if o.GetNamespace() == "trident" {
-						t.Errorf("%s is in namespace trident although trident.namespace is %s", ref(o), tc.tridentNS)
-					}
+					assert.NotEqual(t, "trident", o.GetNamespace(), "%s is in namespace trident although trident.namespace is %s", ref(o), tc.tridentNS)
 				}
 			}
-			if args := deployment(t, objs).Spec.Template.Spec.Containers[0].Args; !slices.Contains(args, "--trident-namespace="+tc.tridentNS) {
-				t.Errorf("args %q lack --trident-namespace=%s", args, tc.tridentNS)
-			}
+			args := deployment(t, objs).Spec.Template.Spec.Containers[0].Args
+			assert.Contains(t, args, "--trident-namespace="+tc.tridentNS, "args lack --trident-namespace=%s", tc.tridentNS)
 			crb := typed[rbacv1.ClusterRoleBinding](t, find(objs, "ClusterRoleBinding", "", release))
-			if crb.RoleRef.Name != release || !slices.Equal(crb.Subjects, []rbacv1.Subject{{Kind: "ServiceAccount", Name: release, Namespace: namespace}}) {
-				t.Errorf("ClusterRoleBinding %+v %+v", crb.RoleRef, crb.Subjects)
-			}
+			assert.Equal(t, release, crb.RoleRef.Name, "ClusterRoleBinding roleRef %+v", crb.RoleRef)
+			assert.Equal(t, []rbacv1.Subject{{Kind: "ServiceAccount", Name: release, Namespace: namespace}}, crb.Subjects, "ClusterRoleBinding subjects")
 		})
 	}
 }
@@ -366,9 +316,7 @@ func TestNamespacedRoles(t *testing.T) {
 // replaced: editing a marker and running `make manifests` is all it takes.
 func TestRolesMatchGeneratedRBAC(t *testing.T) {
 	data, err := os.ReadFile(filepath.Join("files", "rbac", "role.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	const tridentNS = "netapp-trident"
 	objs := render(t, map[string]any{"trident": map[string]any{"namespace": tridentNS}})
 	generated := 0
@@ -378,9 +326,7 @@ func TestRolesMatchGeneratedRBAC(t *testing.T) {
 			Metadata        metav1.ObjectMeta   `json:"metadata"`
 			Rules           []rbacv1.PolicyRule `json:"rules"`
 		}
-		if err := yaml.UnmarshalStrict([]byte(strings.TrimPrefix(doc, "---\n")), &r); err != nil {
-			t.Fatalf("files/rbac/role.yaml: %v", err)
-		}
+		require.NoError(t, yaml.UnmarshalStrict([]byte(strings.TrimPrefix(doc, "---\n")), &r), "files/rbac/role.yaml")
 		if r.Kind == "" {
 			continue
 		}
@@ -396,32 +342,24 @@ func TestRolesMatchGeneratedRBAC(t *testing.T) {
 			}
 			rendered = typed[rbacv1.Role](t, find(objs, "Role", ns, release)).Rules
 		default:
-			t.Fatalf("files/rbac/role.yaml: unexpected kind %s", r.Kind)
+			require.FailNow(t, "files/rbac/role.yaml: unexpected kind "+r.Kind)
 		}
-		if !reflect.DeepEqual(rendered, r.Rules) {
-			t.Errorf("%s %s drifted from files/rbac/role.yaml:\n rendered %+v\ngenerated %+v", r.Kind, r.Metadata.Namespace, rendered, r.Rules)
-		}
+		assert.Equal(t, r.Rules, rendered, "%s %s drifted from files/rbac/role.yaml (expected: generated, actual: rendered)", r.Kind, r.Metadata.Namespace)
 	}
-	if generated != 3 {
-		t.Errorf("files/rbac/role.yaml holds %d roles, want the ClusterRole and the trident and kube-node-lease Roles", generated)
-	}
+	assert.Equal(t, 3, generated, "files/rbac/role.yaml must hold the ClusterRole and the trident and kube-node-lease Roles")
 }
 
 // TestLeaderElectionRoleNamesTheControllersLease: the leader-election Role may read
 // and renew only the controller's own Lease, so its name must match.
 func TestLeaderElectionRoleNamesTheControllersLease(t *testing.T) {
 	src, err := os.ReadFile(filepath.Join("..", "..", "cmd", "remediator", "controller.go"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	m := regexp.MustCompile(`LeaderElectionID:\s*"([^"]+)"`).FindSubmatch(src)
-	if m == nil {
-		t.Fatal(`cmd/remediator/controller.go: no LeaderElectionID: "..." literal; update this test and the chart's remediator.leaderElectionID together`)
-	}
+	require.NotNil(t, m, `cmd/remediator/controller.go: no LeaderElectionID: "..." literal; update this test and the chart's remediator.leaderElectionID together`)
 	role := typed[rbacv1.Role](t, find(render(t, nil), "Role", namespace, release+"-leader-election"))
 	for _, r := range role.Rules {
-		if len(r.ResourceNames) > 0 && !slices.Equal(r.ResourceNames, []string{string(m[1])}) {
-			t.Errorf("leader-election Role names %q, the controller's LeaderElectionID is %q", r.ResourceNames, m[1])
+		if len(r.ResourceNames) > 0 {
+			assert.Equal(t, []string{string(m[1])}, r.ResourceNames, "the leader-election Role must name the controller's LeaderElectionID")
 		}
 	}
 }
@@ -483,28 +421,20 @@ func TestDeploymentArgs(t *testing.T) {
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := deployment(t, render(t, tc.values)).Spec.Template.Spec.Containers[0]
-			if len(c.Command) != 0 {
-				t.Errorf("command %q overrides the image's entrypoint", c.Command)
-			}
-			if len(c.Args) == 0 || c.Args[0] != "controller" {
-				t.Errorf("args %q: want the controller subcommand first", c.Args)
+			assert.Empty(t, c.Command, "command overrides the image's entrypoint")
+			if assert.NotEmpty(t, c.Args, "args: want the controller subcommand first") {
+				assert.Equal(t, "controller", c.Args[0], "args %q: want the controller subcommand first", c.Args)
 			}
 			for _, w := range tc.want {
-				if !slices.Contains(c.Args, w) {
-					t.Errorf("args %q lack %q", c.Args, w)
-				}
+				assert.Contains(t, c.Args, w)
 			}
 			for _, p := range tc.wantNot {
-				if slices.ContainsFunc(c.Args, func(a string) bool { return strings.HasPrefix(a, p) }) {
-					t.Errorf("args %q contain %s", c.Args, p)
-				}
+				assert.False(t, slices.ContainsFunc(c.Args, func(a string) bool { return strings.HasPrefix(a, p) }), "args %q contain %s", c.Args, p)
 			}
 			seen := map[string]bool{}
 			for _, a := range c.Args {
 				flag, _, _ := strings.Cut(a, "=")
-				if seen[flag] {
-					t.Errorf("%s given twice in %q", flag, c.Args)
-				}
+				assert.False(t, seen[flag], "%s given twice in %q", flag, c.Args)
 				seen[flag] = true
 			}
 		})
@@ -545,91 +475,76 @@ func TestRequestNamespacesFailClosed(t *testing.T) {
 func TestDeploymentSpec(t *testing.T) {
 	objs := render(t, nil)
 	d := deployment(t, objs)
-	if d.Spec.Replicas == nil || *d.Spec.Replicas != 2 {
-		t.Errorf("replicas %v, want 2 (HA through leader election)", d.Spec.Replicas)
-	}
+	assert.Equal(t, ptr.To[int32](2), d.Spec.Replicas, "replicas: want 2 (HA through leader election)")
 	pod := d.Spec.Template.Spec
-	if len(pod.Containers) != 1 {
-		t.Fatalf("want one container, got %d", len(pod.Containers))
-	}
+	require.Len(t, pod.Containers, 1, "want one container")
 	c := pod.Containers[0]
-	if c.Image != "remediator:0.1.0" {
-		t.Errorf("image %q, want the repository with the chart's appVersion", c.Image)
-	}
-	if pod.ServiceAccountName != release || pod.AutomountServiceAccountToken == nil || !*pod.AutomountServiceAccountToken {
-		t.Errorf("serviceAccountName %q automount %v", pod.ServiceAccountName, pod.AutomountServiceAccountToken)
-	}
+	assert.Equal(t, "remediator:0.1.0", c.Image, "image: want the repository with the chart's appVersion")
+	assert.Equal(t, release, pod.ServiceAccountName, "serviceAccountName")
+	assert.Equal(t, ptr.To(true), pod.AutomountServiceAccountToken, "the pod's automountServiceAccountToken")
 	sa := typed[corev1.ServiceAccount](t, find(objs, "ServiceAccount", namespace, release))
-	if sa.AutomountServiceAccountToken == nil || !*sa.AutomountServiceAccountToken {
-		t.Error("the ServiceAccount does not mount its token")
-	}
+	assert.Equal(t, ptr.To(true), sa.AutomountServiceAccountToken, "the ServiceAccount does not mount its token")
 
 	wantEnv := corev1.EnvVar{Name: "POD_NAMESPACE", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.namespace"}}}
-	if !slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool { return reflect.DeepEqual(e, wantEnv) }) {
-		t.Errorf("env %+v lacks POD_NAMESPACE from the downward API", c.Env)
-	}
+	assert.Contains(t, c.Env, wantEnv, "env lacks POD_NAMESPACE from the downward API")
 
 	probe := func(name string, p *corev1.Probe, path string) {
-		if p == nil || p.HTTPGet == nil {
-			t.Errorf("%s probe: want an httpGet, got %+v", name, p)
+		if !assert.NotNil(t, p, "%s probe: want an httpGet", name) || !assert.NotNil(t, p.HTTPGet, "%s probe: want an httpGet, got %+v", name, p) {
 			return
 		}
-		port := p.HTTPGet.Port.String()
-		if p.HTTPGet.Path != path || (port != "health" && port != "8081") {
-			t.Errorf("%s probe: %s on port %s, want %s on 8081", name, p.HTTPGet.Path, port, path)
-		}
+		assert.Equal(t, path, p.HTTPGet.Path, "%s probe path", name)
+		assert.Contains(t, []string{"health", "8081"}, p.HTTPGet.Port.String(), "%s probe: want port 8081", name)
 	}
 	probe("liveness", c.LivenessProbe, "/healthz")
 	probe("readiness", c.ReadinessProbe, "/readyz")
-	if !slices.ContainsFunc(c.Ports, func(p corev1.ContainerPort) bool { return p.Name == "health" && p.ContainerPort == 8081 }) {
-		t.Errorf("ports %+v lack health 8081", c.Ports)
-	}
-	if !slices.ContainsFunc(c.Ports, func(p corev1.ContainerPort) bool { return p.Name == "http-metrics" && p.ContainerPort == 8080 }) {
-		t.Errorf("ports %+v lack http-metrics 8080", c.Ports)
-	}
+	assert.True(t, slices.ContainsFunc(c.Ports, func(p corev1.ContainerPort) bool { return p.Name == "health" && p.ContainerPort == 8081 }),
+		"ports %+v lack health 8081", c.Ports)
+	assert.True(t, slices.ContainsFunc(c.Ports, func(p corev1.ContainerPort) bool { return p.Name == "http-metrics" && p.ContainerPort == 8080 }),
+		"ports %+v lack http-metrics 8080", c.Ports)
 
 	psc := pod.SecurityContext
-	if psc == nil || psc.RunAsNonRoot == nil || !*psc.RunAsNonRoot || psc.RunAsUser == nil || *psc.RunAsUser != 65532 ||
-		psc.SeccompProfile == nil || psc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
-		t.Errorf("pod securityContext %+v: want runAsNonRoot, runAsUser 65532, seccomp RuntimeDefault", psc)
+	if assert.NotNil(t, psc, "pod securityContext: want runAsNonRoot, runAsUser 65532, seccomp RuntimeDefault") {
+		assert.Equal(t, ptr.To(true), psc.RunAsNonRoot, "pod securityContext runAsNonRoot")
+		assert.Equal(t, ptr.To[int64](65532), psc.RunAsUser, "pod securityContext runAsUser")
+		if assert.NotNil(t, psc.SeccompProfile, "pod securityContext: want seccomp RuntimeDefault") {
+			assert.Equal(t, corev1.SeccompProfileTypeRuntimeDefault, psc.SeccompProfile.Type, "pod securityContext seccomp")
+		}
 	}
 	sc := c.SecurityContext
-	switch {
-	case sc == nil:
-		t.Fatal("the container has no securityContext")
-	case sc.RunAsNonRoot == nil || !*sc.RunAsNonRoot, sc.RunAsUser == nil || *sc.RunAsUser != 65532:
-		t.Errorf("container: want runAsNonRoot and runAsUser 65532, got %v %v", sc.RunAsNonRoot, sc.RunAsUser)
-	case sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem:
-		t.Error("container: want readOnlyRootFilesystem")
-	case sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation:
-		t.Error("container: want allowPrivilegeEscalation false")
-	case sc.Capabilities == nil || !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) || len(sc.Capabilities.Add) > 0:
-		t.Errorf("container: want capabilities drop [ALL] and nothing added, got %+v", sc.Capabilities)
-	case sc.Privileged != nil && *sc.Privileged:
-		t.Error("container: privileged")
-	case sc.SeccompProfile == nil || sc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault:
-		t.Error("container: want seccomp RuntimeDefault")
+	require.NotNil(t, sc, "the container has no securityContext")
+	assert.Equal(t, ptr.To(true), sc.RunAsNonRoot, "container: want runAsNonRoot")
+	assert.Equal(t, ptr.To[int64](65532), sc.RunAsUser, "container: want runAsUser 65532")
+	assert.Equal(t, ptr.To(true), sc.ReadOnlyRootFilesystem, "container: want readOnlyRootFilesystem")
+	assert.Equal(t, ptr.To(false), sc.AllowPrivilegeEscalation, "container: want allowPrivilegeEscalation false")
+	if assert.NotNil(t, sc.Capabilities, "container: want capabilities drop [ALL] and nothing added") {
+		assert.Equal(t, []corev1.Capability{"ALL"}, sc.Capabilities.Drop, "container: want capabilities drop [ALL]")
+		assert.Empty(t, sc.Capabilities.Add, "container: want no capabilities added")
+	}
+	assert.False(t, sc.Privileged != nil && *sc.Privileged, "container: privileged")
+	if assert.NotNil(t, sc.SeccompProfile, "container: want seccomp RuntimeDefault") {
+		assert.Equal(t, corev1.SeccompProfileTypeRuntimeDefault, sc.SeccompProfile.Type, "container: want seccomp RuntimeDefault")
 	}
 
 	// The one writable place on a read-only root filesystem.
-	if !slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.MountPath == "/tmp" && !m.ReadOnly }) ||
-		!slices.ContainsFunc(pod.Volumes, func(v corev1.Volume) bool { return v.Name == "tmp" && v.EmptyDir != nil }) {
-		t.Errorf("want a writable emptyDir at /tmp; mounts %+v volumes %+v", c.VolumeMounts, pod.Volumes)
-	}
+	assert.True(t, slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.MountPath == "/tmp" && !m.ReadOnly }),
+		"want a writable mount at /tmp; mounts %+v", c.VolumeMounts)
+	assert.True(t, slices.ContainsFunc(pod.Volumes, func(v corev1.Volume) bool { return v.Name == "tmp" && v.EmptyDir != nil }),
+		"want an emptyDir volume tmp; volumes %+v", pod.Volumes)
 
-	if c.Resources.Requests.Cpu().IsZero() || c.Resources.Requests.Memory().IsZero() || c.Resources.Limits.Memory().IsZero() {
-		t.Errorf("resources %+v: want cpu and memory requests and a memory limit", c.Resources)
-	}
+	assert.False(t, c.Resources.Requests.Cpu().IsZero(), "resources %+v: want a cpu request", c.Resources)
+	assert.False(t, c.Resources.Requests.Memory().IsZero(), "resources %+v: want a memory request", c.Resources)
+	assert.False(t, c.Resources.Limits.Memory().IsZero(), "resources %+v: want a memory limit", c.Resources)
 
 	// Replicas spread over nodes when they can, never blocked when they cannot.
 	aff := pod.Affinity
-	if aff == nil || aff.PodAntiAffinity == nil || len(aff.PodAntiAffinity.PreferredDuringSchedulingIgnoredDuringExecution) != 1 ||
-		len(aff.PodAntiAffinity.RequiredDuringSchedulingIgnoredDuringExecution) != 0 {
-		t.Fatalf("want one soft pod anti-affinity term, got %+v", aff)
-	}
+	require.NotNil(t, aff, "want one soft pod anti-affinity term")
+	require.NotNil(t, aff.PodAntiAffinity, "want one soft pod anti-affinity term, got %+v", aff)
+	require.Len(t, aff.PodAntiAffinity.PreferredDuringSchedulingIgnoredDuringExecution, 1, "want one soft pod anti-affinity term")
+	require.Empty(t, aff.PodAntiAffinity.RequiredDuringSchedulingIgnoredDuringExecution, "want no hard pod anti-affinity term")
 	term := aff.PodAntiAffinity.PreferredDuringSchedulingIgnoredDuringExecution[0].PodAffinityTerm
-	if term.TopologyKey != corev1.LabelHostname || !reflect.DeepEqual(term.LabelSelector.MatchLabels, d.Spec.Selector.MatchLabels) {
-		t.Errorf("anti-affinity term %+v: want the pods' selector by %s", term, corev1.LabelHostname)
+	assert.Equal(t, corev1.LabelHostname, term.TopologyKey, "anti-affinity term %+v: want the pods' selector by %s", term, corev1.LabelHostname)
+	if assert.NotNil(t, term.LabelSelector, "anti-affinity term %+v: want the pods' selector", term) {
+		assert.Equal(t, d.Spec.Selector.MatchLabels, term.LabelSelector.MatchLabels, "anti-affinity term: want the pods' selector")
 	}
 
 	// A user's affinity replaces the default.
@@ -637,8 +552,9 @@ func TestDeploymentSpec(t *testing.T) {
 		"nodeSelectorTerms": []any{map[string]any{"matchExpressions": []any{map[string]any{"key": "role", "operator": "In", "values": []any{"infra"}}}}},
 	}}}
 	aff = deployment(t, render(t, map[string]any{"affinity": custom})).Spec.Template.Spec.Affinity
-	if aff == nil || aff.NodeAffinity == nil || aff.PodAntiAffinity != nil {
-		t.Errorf("affinity from values: got %+v", aff)
+	if assert.NotNil(t, aff, "affinity from values") {
+		assert.NotNil(t, aff.NodeAffinity, "affinity from values: got %+v", aff)
+		assert.Nil(t, aff.PodAntiAffinity, "affinity from values must replace the default: got %+v", aff)
 	}
 }
 
@@ -655,9 +571,7 @@ func TestLabels(t *testing.T) {
 			"app.kubernetes.io/managed-by": "Helm",
 			"helm.sh/chart":                "remediator-0.1.0",
 		} {
-			if l[k] != v {
-				t.Errorf("%s: label %s=%q, want %q", ref(o), k, l[k], v)
-			}
+			assert.Equal(t, v, l[k], "%s: label %s", ref(o), k)
 		}
 	}
 }
@@ -666,18 +580,12 @@ func TestPolicies(t *testing.T) {
 	const cm = release + "-policies"
 	t.Run("unset", func(t *testing.T) {
 		objs := render(t, map[string]any{"policies": map[string]any{}})
-		if o := find(objs, "ConfigMap", namespace, cm); o != nil {
-			t.Errorf("%s rendered without policies", ref(o))
-		}
+		assert.Nil(t, find(objs, "ConfigMap", namespace, cm), "ConfigMap %s rendered without policies", cm)
 		pod := deployment(t, objs).Spec.Template.Spec
-		if slices.ContainsFunc(pod.Containers[0].Args, func(a string) bool {
+		assert.False(t, slices.ContainsFunc(pod.Containers[0].Args, func(a string) bool {
 			return strings.HasPrefix(a, "--policies-dir") || strings.HasPrefix(a, "--policy-reload-interval")
-		}) {
-			t.Errorf("--policies-dir passed without policies: %q", pod.Containers[0].Args)
-		}
-		if len(pod.Volumes) != 1 {
-			t.Errorf("volumes %+v: want only tmp", pod.Volumes)
-		}
+		}), "--policies-dir passed without policies: %q", pod.Containers[0].Args)
+		assert.Len(t, pod.Volumes, 1, "volumes: want only tmp")
 	})
 	t.Run("set", func(t *testing.T) {
 		policies := map[string]any{
@@ -686,40 +594,30 @@ func TestPolicies(t *testing.T) {
 		}
 		objs := render(t, map[string]any{"policies": policies})
 		cmObj := typed[corev1.ConfigMap](t, find(objs, "ConfigMap", namespace, cm))
-		if !reflect.DeepEqual(cmObj.Data, map[string]string{"luks.cue": policies["luks.cue"].(string), "csi.cue": policies["csi.cue"].(string)}) {
-			t.Errorf("ConfigMap data %q", cmObj.Data)
-		}
+		assert.Equal(t, map[string]string{"luks.cue": policies["luks.cue"].(string), "csi.cue": policies["csi.cue"].(string)}, cmObj.Data, "ConfigMap data")
 		d := deployment(t, objs)
 		pod := d.Spec.Template.Spec
 		c := pod.Containers[0]
-		if !slices.Contains(c.Args, "--policies-dir="+policiesDir) {
-			t.Errorf("args %q lack --policies-dir=%s", c.Args, policiesDir)
-		}
+		assert.Contains(t, c.Args, "--policies-dir="+policiesDir)
 		mount := slices.IndexFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.MountPath == policiesDir })
-		if mount < 0 || !c.VolumeMounts[mount].ReadOnly {
-			t.Fatalf("mounts %+v: want %s read-only", c.VolumeMounts, policiesDir)
-		}
+		require.GreaterOrEqual(t, mount, 0, "mounts %+v: want %s read-only", c.VolumeMounts, policiesDir)
+		require.True(t, c.VolumeMounts[mount].ReadOnly, "mounts %+v: want %s read-only", c.VolumeMounts, policiesDir)
 		vol := slices.IndexFunc(pod.Volumes, func(v corev1.Volume) bool { return v.Name == c.VolumeMounts[mount].Name })
-		if vol < 0 || pod.Volumes[vol].ConfigMap == nil || pod.Volumes[vol].ConfigMap.Name != cm {
-			t.Errorf("volumes %+v: want ConfigMap %s behind %s", pod.Volumes, cm, policiesDir)
+		if assert.GreaterOrEqual(t, vol, 0, "volumes %+v: want ConfigMap %s behind %s", pod.Volumes, cm, policiesDir) &&
+			assert.NotNil(t, pod.Volumes[vol].ConfigMap, "volumes %+v: want ConfigMap %s behind %s", pod.Volumes, cm, policiesDir) {
+			assert.Equal(t, cm, pod.Volumes[vol].ConfigMap.Name, "the ConfigMap behind %s", policiesDir)
 		}
-		if !slices.Contains(c.Args, "--policy-reload-interval=30s") {
-			t.Errorf("args %q lack --policy-reload-interval=30s", c.Args)
-		}
+		assert.Contains(t, c.Args, "--policy-reload-interval=30s")
 		// The controller reloads the mounted policies in place and keeps the last good
 		// one on a broken edit; a changed policy must not restart the pods.
 		policies["luks.cue"] = "package policies\n\nluks: false\n"
 		again := deployment(t, render(t, map[string]any{"policies": policies}))
-		if !reflect.DeepEqual(again.Spec.Template, d.Spec.Template) {
-			t.Error("changing values.policies changes the pod template, which restarts the controller")
-		}
+		assert.Equal(t, d.Spec.Template, again.Spec.Template, "changing values.policies changes the pod template, which restarts the controller")
 	})
 	for _, bad := range []string{"policy.yaml", "luks_test.cue"} {
 		t.Run("refuses "+bad, func(t *testing.T) {
 			_, err := helmchart.Render(release, namespace, map[string]any{"policies": map[string]any{bad: "package policies\n"}})
-			if err == nil || !strings.Contains(err.Error(), bad) {
-				t.Errorf("want an error naming %s, got %v", bad, err)
-			}
+			assert.ErrorContains(t, err, bad, "want an error naming %s", bad)
 		})
 	}
 }
@@ -729,17 +627,15 @@ func TestMetricsServiceAndServiceMonitor(t *testing.T) {
 		objs := render(t, nil)
 		svc := typed[corev1.Service](t, find(objs, "Service", namespace, release+"-metrics"))
 		d := deployment(t, objs)
-		if len(svc.Spec.Ports) != 1 || svc.Spec.Ports[0].Name != "http-metrics" || svc.Spec.Ports[0].Port != 8080 ||
-			svc.Spec.Ports[0].TargetPort.String() != "http-metrics" {
-			t.Errorf("Service ports %+v: want http-metrics 8080", svc.Spec.Ports)
+		if assert.Len(t, svc.Spec.Ports, 1, "Service ports: want http-metrics 8080") {
+			p := svc.Spec.Ports[0]
+			assert.Equal(t, "http-metrics", p.Name, "Service port name")
+			assert.Equal(t, int32(8080), p.Port, "Service port")
+			assert.Equal(t, "http-metrics", p.TargetPort.String(), "Service targetPort")
 		}
-		if !reflect.DeepEqual(svc.Spec.Selector, d.Spec.Selector.MatchLabels) {
-			t.Errorf("Service selector %v, Deployment selector %v", svc.Spec.Selector, d.Spec.Selector.MatchLabels)
-		}
+		assert.Equal(t, d.Spec.Selector.MatchLabels, svc.Spec.Selector, "Service selector (expected: the Deployment's selector)")
 		for _, o := range objs {
-			if o.GetKind() == "ServiceMonitor" {
-				t.Errorf("%s rendered although metrics.serviceMonitor.enabled is false", ref(o))
-			}
+			assert.NotEqual(t, "ServiceMonitor", o.GetKind(), "%s rendered although metrics.serviceMonitor.enabled is false", ref(o))
 		}
 	})
 	t.Run("serviceMonitor", func(t *testing.T) {
@@ -747,38 +643,27 @@ func TestMetricsServiceAndServiceMonitor(t *testing.T) {
 			"enabled": true, "interval": "15s", "labels": map[string]any{"release": "kube-prometheus"},
 		}}})
 		o := find(objs, "ServiceMonitor", namespace, release)
-		if o == nil {
-			t.Fatalf("no ServiceMonitor in %q", refs(objs))
-		}
+		require.NotNil(t, o, "no ServiceMonitor in %q", refs(objs))
 		sm := decodeServiceMonitor(t, o)
 		svc := find(objs, "Service", namespace, release+"-metrics")
-		if o.GetLabels()["release"] != "kube-prometheus" {
-			t.Errorf("labels %v lack release=kube-prometheus", o.GetLabels())
-		}
+		require.NotNil(t, svc, "no metrics Service in %q", refs(objs))
+		assert.Equal(t, "kube-prometheus", o.GetLabels()["release"], "labels %v lack release=kube-prometheus", o.GetLabels())
 		for k, v := range sm.Spec.Selector.MatchLabels {
-			if svc.GetLabels()[k] != v {
-				t.Errorf("ServiceMonitor selects %s=%s, the Service has %q", k, v, svc.GetLabels()[k])
-			}
+			assert.Equal(t, v, svc.GetLabels()[k], "ServiceMonitor selects %s=%s; the Service's label", k, v)
 		}
-		if len(sm.Spec.Endpoints) != 1 || sm.Spec.Endpoints[0].Port != "http-metrics" || sm.Spec.Endpoints[0].Interval != "15s" {
-			t.Errorf("endpoints %+v", sm.Spec.Endpoints)
+		if assert.Len(t, sm.Spec.Endpoints, 1, "endpoints") {
+			assert.Equal(t, "http-metrics", sm.Spec.Endpoints[0].Port, "endpoint port")
+			assert.Equal(t, "15s", sm.Spec.Endpoints[0].Interval, "endpoint interval")
 		}
-		if !slices.Equal(sm.Spec.NamespaceSelector.MatchNames, []string{namespace}) {
-			t.Errorf("namespaceSelector %+v", sm.Spec.NamespaceSelector)
-		}
+		assert.Equal(t, []string{namespace}, sm.Spec.NamespaceSelector.MatchNames, "namespaceSelector")
 	})
 	t.Run("metrics off", func(t *testing.T) {
 		objs := render(t, map[string]any{"metrics": map[string]any{"enabled": false}})
-		if o := find(objs, "Service", namespace, release+"-metrics"); o != nil {
-			t.Errorf("%s rendered with metrics off", ref(o))
-		}
-		if ports := deployment(t, objs).Spec.Template.Spec.Containers[0].Ports; slices.ContainsFunc(ports, func(p corev1.ContainerPort) bool { return p.Name == "http-metrics" }) {
-			t.Errorf("ports %+v expose metrics with metrics off", ports)
-		}
+		assert.Nil(t, find(objs, "Service", namespace, release+"-metrics"), "the metrics Service rendered with metrics off")
+		ports := deployment(t, objs).Spec.Template.Spec.Containers[0].Ports
+		assert.False(t, slices.ContainsFunc(ports, func(p corev1.ContainerPort) bool { return p.Name == "http-metrics" }), "ports %+v expose metrics with metrics off", ports)
 		_, err := helmchart.Render(release, namespace, map[string]any{"metrics": map[string]any{"enabled": false, "serviceMonitor": map[string]any{"enabled": true}}})
-		if err == nil || !strings.Contains(err.Error(), "metrics.enabled") {
-			t.Errorf("a ServiceMonitor without metrics: want an error naming metrics.enabled, got %v", err)
-		}
+		assert.ErrorContains(t, err, "metrics.enabled", "a ServiceMonitor without metrics: want an error naming metrics.enabled")
 	})
 }
 
@@ -804,9 +689,7 @@ type serviceMonitor struct {
 func decodeServiceMonitor(t *testing.T, o *unstructured.Unstructured) *serviceMonitor {
 	t.Helper()
 	sm := &serviceMonitor{}
-	if err := strictDecode(o, sm); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, strictDecode(o, sm))
 	return sm
 }
 
@@ -865,13 +748,10 @@ func TestObjectsDecodeStrictly(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			for _, o := range render(t, values) {
 				out, err := typedObject(o)
-				if err != nil {
-					t.Errorf("%s: no Go type: %v", ref(o), err)
+				if !assert.NoError(t, err, "%s: no Go type", ref(o)) {
 					continue
 				}
-				if err := strictDecode(o, out); err != nil {
-					t.Error(err)
-				}
+				assert.NoError(t, strictDecode(o, out))
 			}
 		})
 	}
@@ -882,13 +762,9 @@ func TestObjectsDecodeStrictly(t *testing.T) {
 		sc := containers[0].(map[string]any)["securityContext"].(map[string]any)
 		sc["readOnlyRootFileSystem"] = sc["readOnlyRootFilesystem"]
 		delete(sc, "readOnlyRootFilesystem")
-		if err := unstructured.SetNestedSlice(d.Object, containers, "spec", "template", "spec", "containers"); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, unstructured.SetNestedSlice(d.Object, containers, "spec", "template", "spec", "containers"))
 		err := strictDecode(d, &appsv1.Deployment{})
-		if err == nil || !strings.Contains(err.Error(), "readOnlyRootFileSystem") {
-			t.Errorf("want an unknown-field error, got %v", err)
-		}
+		assert.ErrorContains(t, err, "readOnlyRootFileSystem", "want an unknown-field error")
 	})
 }
 
@@ -911,8 +787,8 @@ func TestServerSideDryRun(t *testing.T) {
 	// server's.
 	for _, ns := range []string{namespace, tridentNS, "kube-node-lease"} {
 		err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
-		if err != nil && !apierrors.IsAlreadyExists(err) {
-			t.Fatalf("creating namespace %s: %v", ns, err)
+		if !apierrors.IsAlreadyExists(err) {
+			require.NoError(t, err, "creating namespace %s", ns)
 		}
 	}
 
@@ -928,17 +804,11 @@ func TestServerSideDryRun(t *testing.T) {
 			client.DryRunAll, client.ForceOwnership, client.FieldOwner("chart-test"))
 	}
 	for _, o := range objs {
-		if err := apply(o.DeepCopy()); err != nil {
-			t.Errorf("%s: %v", ref(o), err)
-		}
+		assert.NoError(t, apply(o.DeepCopy()), ref(o))
 	}
 
 	// The check has teeth: the API server refuses a misspelt field.
 	d := find(objs, "Deployment", namespace, release).DeepCopy()
-	if err := unstructured.SetNestedField(d.Object, true, "spec", "template", "spec", "automountServiceAccountTokens"); err != nil {
-		t.Fatal(err)
-	}
-	if err := apply(d); err == nil || !strings.Contains(err.Error(), "automountServiceAccountTokens") {
-		t.Errorf("a misspelt field: want the API server to refuse it, got %v", err)
-	}
+	require.NoError(t, unstructured.SetNestedField(d.Object, true, "spec", "template", "spec", "automountServiceAccountTokens"))
+	assert.ErrorContains(t, apply(d), "automountServiceAccountTokens", "a misspelt field: want the API server to refuse it")
 }
