@@ -6,6 +6,7 @@ package controllers_test
 
 import (
 	"context"
+	clocktesting "k8s.io/utils/clock/testing"
 	"os"
 	"path/filepath"
 	"strings"
@@ -142,7 +143,7 @@ func terminal(rr *v1alpha1.RemediationRequest) bool {
 // Lease and the node as they were. Before the floor, both Leases were deleted.
 func TestPermissivePolicyIsHeldByTheFloor(t *testing.T) {
 	ensureNamespaces(t, "remediator", "trident", "app", corev1.NamespaceNodeLease)
-	clock := &fakeClock{now: time.Now().Add(time.Hour).Truncate(time.Second)}
+	clock := clocktesting.NewFakePassiveClock(time.Now().Add(time.Hour).Truncate(time.Second))
 	startManager(t, withClock(clock), withPolicyDir(t, allowEverything))
 
 	healthyHolder(t, "envtest-floor-healthy", clock.Now())
@@ -219,7 +220,7 @@ func TestMissingHolderNodeIsNotAShutdown(t *testing.T) {
 func TestFencingCoversOnlyTheNodeItNames(t *testing.T) {
 	ensureNamespaces(t, "remediator", "trident", corev1.NamespaceNodeLease)
 	// Ten minutes after the Leases were created: past the five-minute gate.
-	clock := &fakeClock{now: time.Now().Add(10 * time.Minute).Truncate(time.Second)}
+	clock := clocktesting.NewFakePassiveClock(time.Now().Add(10 * time.Minute).Truncate(time.Second))
 	startManager(t, withClock(clock))
 	unreachableHolder(t, "envtest-fence-b", time.Now())
 	key := requestFor(t, "fence-other", v1alpha1.Target{PersistentVolume: "pvc-envtest-fence-b"}, func(s *v1alpha1.RemediationRequestSpec) {
@@ -286,7 +287,7 @@ func label(t *testing.T, obj client.Object, labels map[string]string) {
 func TestDryRunMidRunAborts(t *testing.T) {
 	ctx := context.Background()
 	ensureNamespaces(t, "remediator", "trident", "app", corev1.NamespaceNodeLease)
-	clock := &fakeClock{now: time.Now().Truncate(time.Second)}
+	clock := clocktesting.NewFakePassiveClock(time.Now().Truncate(time.Second))
 	startManager(t, withClock(clock))
 	name := "envtest-abort"
 	pod := healthyHolder(t, name, clock.Now())
@@ -329,7 +330,7 @@ func TestDryRunMidRunAborts(t *testing.T) {
 func TestStatusCannotChooseWhichPodsAreEvicted(t *testing.T) {
 	ctx := context.Background()
 	ensureNamespaces(t, "remediator", "trident", "app", "bystander", corev1.NamespaceNodeLease)
-	clock := &fakeClock{now: time.Now().Truncate(time.Second)}
+	clock := clocktesting.NewFakePassiveClock(time.Now().Truncate(time.Second))
 	startManager(t, withClock(clock))
 	name := "envtest-forged"
 	pod := healthyHolder(t, name, clock.Now())

@@ -2,6 +2,7 @@ package controllers_test
 
 import (
 	"context"
+	clocktesting "k8s.io/utils/clock/testing"
 	"testing"
 	"time"
 
@@ -21,7 +22,7 @@ import (
 // failing before the fix: the finalizer was still there after Succeeded.
 func TestFinishedPlaybookReleasesFinalizer(t *testing.T) {
 	ensureNamespaces(t, "remediator", "trident", "app", corev1.NamespaceNodeLease)
-	clock := &fakeClock{now: time.Now().Truncate(time.Second)}
+	clock := clocktesting.NewFakePassiveClock(time.Now().Truncate(time.Second))
 	startManager(t, withClock(clock))
 
 	pod := healthyHolder(t, "envtest-fin", clock.Now())

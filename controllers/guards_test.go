@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"sync"
+	clocktesting "k8s.io/utils/clock/testing"
 	"testing"
 	"time"
 
@@ -24,30 +24,10 @@ import (
 	"github.com/remediator/remediator/controllers/facts"
 )
 
-// fakeClock is the injected clock: the guard and window tests move time by hand
-// instead of waiting for it.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Set(t time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = t
-}
-
-func withClock(c *fakeClock) func(*controllers.RemediationRequestReconciler) {
-	return func(r *controllers.RemediationRequestReconciler) {
-		r.Now = c.Now
-		r.Gatherer.Now = c.Now
-	}
+// withClock injects the reconciler's one clock: the guard and window tests move
+// time by hand.
+func withClock(c *clocktesting.FakePassiveClock) func(*controllers.RemediationRequestReconciler) {
+	return func(r *controllers.RemediationRequestReconciler) { r.Clock = c }
 }
 
 func create(t *testing.T, obj client.Object) {
@@ -227,7 +207,7 @@ func finishTermination(t *testing.T, pod *corev1.Pod) {
 // shut-down holder is not capped: it runs at once while the slot is taken.
 func TestConcurrencyCapHoldsRequestsUntilASlotFrees(t *testing.T) {
 	ensureNamespaces(t, "remediator", "trident", "app", corev1.NamespaceNodeLease)
-	clock := &fakeClock{now: time.Now().Truncate(time.Second)}
+	clock := clocktesting.NewFakePassiveClock(time.Now().Truncate(time.Second))
 	startManager(t, withClock(clock), func(r *controllers.RemediationRequestReconciler) { r.MaxConcurrent = 1 })
 
 	podA := healthyHolder(t, "envtest-cap-a", clock.Now())
@@ -303,7 +283,7 @@ func TestMaintenanceWindowClosingMidPlaybook(t *testing.T) {
 	ctx := context.Background()
 	ensureNamespaces(t, "remediator", "trident", "app", corev1.NamespaceNodeLease)
 	opened := time.Date(2026, 11, 20, 2, 0, 0, 0, time.UTC)
-	clock := &fakeClock{now: opened.Add(10 * time.Minute)}
+	clock := clocktesting.NewFakePassiveClock(opened.Add(10 * time.Minute))
 	startManager(t, withClock(clock))
 
 	node := "envtest-window-close"
@@ -319,7 +299,7 @@ func TestMaintenanceWindowClosingMidPlaybook(t *testing.T) {
 	}
 
 	// The window closes while the evicted pod is still terminating.
-	clock.Set(opened.Add(time.Hour + time.Minute))
+	clock.SetTime(opened.Add(time.Hour + time.Minute))
 	finishTermination(t, pod)
 	got := waitFor(t, key, 20*time.Second, "the playbook stopped by the closed window", func(rr *v1alpha1.RemediationRequest) bool {
 		return rr.Status.Phase == v1alpha1.PhaseWaiting
@@ -349,7 +329,7 @@ func TestMaintenanceWindowClosingMidPlaybook(t *testing.T) {
 	}
 
 	// The next window: the node still heartbeats, and the request is decided again.
-	clock.Set(next.Add(time.Minute))
+	clock.SetTime(next.Add(time.Minute))
 	nl := &coordinationv1.Lease{}
 	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: corev1.NamespaceNodeLease, Name: node}, nl); err != nil {
 		t.Fatal(err)

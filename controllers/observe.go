@@ -52,12 +52,11 @@ var _ remediations.Observer = observer{}
 
 func (o observer) Observe(ctx context.Context) (*v1alpha1.Facts, []string, error) {
 	r, s := o.r, o.s
-	g := *cmp.Or(r.Recheck, r.Gatherer)
-	if r.RecheckRelease != nil && !r.Playbooks.Disruptive(decidedPlaybook(s.rr)) {
-		g = *r.RecheckRelease
-	}
 	// Both readings on the decision's clock.
-	g.Now = r.Gatherer.Now
+	g := r.gatherer(cmp.Or(r.Recheck, r.Gatherer))
+	if r.RecheckRelease != nil && !r.Playbooks.Disruptive(decidedPlaybook(s.rr)) {
+		g = r.gatherer(r.RecheckRelease)
+	}
 	// The affected pods are read only where the playbook or the floor looks at
 	// them: a playbook that moves them, or a holder decided Healthy.
 	g.SkipAffectedPods = !movesPods(s.rr, r.Playbooks)

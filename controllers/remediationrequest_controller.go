@@ -18,6 +18,7 @@ import (
 	kerrors "k8s.io/apimachinery/pkg/util/errors"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -112,8 +113,10 @@ type RemediationRequestReconciler struct {
 	// is never reconciled by two workers at once (the work queue guarantees it), and
 	// the guards are exact across workers (slotTable).
 	Workers int
-	// Now is the clock; nil means time.Now.
-	Now func() time.Time
+	// Clock is the one clock of the reconciler: the scope's time, the windows, the
+	// timeouts, and the ages its gatherers measure (it overrides theirs); nil means
+	// the real clock.
+	Clock clock.PassiveClock
 
 	slots   slotTable
 	written writeLog
@@ -199,7 +202,7 @@ func (r *RemediationRequestReconciler) Reconcile(ctx context.Context, req ctrl.R
 			return ctrl.Result{}, err
 		}
 	}
-	s := &scope{rr: rr, base: rr.DeepCopy(), now: r.clock()}
+	s := &scope{rr: rr, base: rr.DeepCopy(), now: r.clock().Now()}
 	if !rr.DeletionTimestamp.IsZero() {
 		return r.reconcileDelete(ctx, s)
 	}
@@ -230,11 +233,18 @@ func (r *RemediationRequestReconciler) Reconcile(ctx context.Context, req ctrl.R
 	return ctrl.Result{}, nil
 }
 
-func (r *RemediationRequestReconciler) clock() time.Time {
-	if r.Now != nil {
-		return r.Now()
+func (r *RemediationRequestReconciler) clock() clock.PassiveClock {
+	if r.Clock == nil {
+		return clock.RealClock{}
 	}
-	return time.Now()
+	return r.Clock
+}
+
+// gatherer is g on the reconciler's clock.
+func (r *RemediationRequestReconciler) gatherer(g *facts.Gatherer) *facts.Gatherer {
+	c := *g
+	c.Clock = r.clock()
+	return &c
 }
 
 // needsDecision: a new request, a changed spec (unless a playbook is under way or
@@ -265,7 +275,7 @@ func (r *RemediationRequestReconciler) decide(ctx context.Context, s *scope) (ct
 	}
 	// Real time, not the injected clock: this measures the controller, not the facts.
 	started := time.Now()
-	f, err := r.Gatherer.Gather(ctx, rr)
+	f, err := r.gatherer(r.Gatherer).Gather(ctx, rr)
 	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("gathering facts: %w", err)
 	}

@@ -23,6 +23,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/remediator/remediator/api/v1alpha1"
@@ -64,6 +65,14 @@ func DefaultConfig() Config {
 	}
 }
 
+// now reads the injected clock.
+func (g *Gatherer) now() time.Time {
+	if g.Clock == nil {
+		return time.Now()
+	}
+	return g.Clock.Now()
+}
+
 // NodePluginPods lists, through reader, the node-plugin pods in namespace on node,
 // sorted by name: the pods the CSI playbook's waits watch being replaced.
 func (c Config) NodePluginPods(ctx context.Context, reader client.Reader, namespace, node string) ([]corev1.Pod, error) {
@@ -85,8 +94,10 @@ type Gatherer struct {
 	// state. plan and scan read everything live.
 	Reader client.Reader
 	Config Config
-	// Now is the clock; nil means time.Now.
-	Now func() time.Time
+	// Clock tells the time that ages (Lease renewals, node heartbeats) are measured
+	// against; nil means the real clock. The controller injects its own, so that a
+	// decision and its re-reads share one clock.
+	Clock clock.PassiveClock
 	// SkipAffectedPods leaves out the pods on the holder that use the volume. The
 	// re-read before a destructive step sets it when neither the playbook nor the
 	// floor looks at them (the holder was not Healthy and the playbook moves no
@@ -97,10 +108,7 @@ type Gatherer struct {
 // Gather reads the facts for one request. It returns an error only when the API
 // could not answer (so the reconcile is retried); missing objects are recorded.
 func (g *Gatherer) Gather(ctx context.Context, rr *v1alpha1.RemediationRequest) (*v1alpha1.Facts, error) {
-	now := time.Now()
-	if g.Now != nil {
-		now = g.Now()
-	}
+	now := g.now()
 	f := &v1alpha1.Facts{
 		GatheredAt:       metav1.NewTime(now.Truncate(time.Second)),
 		TridentNamespace: firstNonEmpty(rr.Spec.TridentNamespace, g.Config.TridentNamespace),

@@ -45,7 +45,10 @@ type world struct {
 // worldAhead bounds the Lease ages a test can stage.
 const worldAhead = time.Hour
 
-func (w *world) now() time.Time { return time.Now().Add(worldAhead) }
+// Now and Since make the world a clock.PassiveClock the gatherer reads with.
+func (w *world) Now() time.Time { return time.Now().Add(worldAhead) }
+
+func (w *world) Since(t time.Time) time.Duration { return w.Now().Sub(t) }
 
 func newWorld(t *testing.T) *world {
 	w := &world{t: t, ctx: context.Background(), c: env.Client}
@@ -98,7 +101,7 @@ func (w *world) node(name string, s nodeSpec) {
 	}
 	n.Status.Conditions = []corev1.NodeCondition{{
 		Type: corev1.NodeReady, Status: s.ready, Reason: "KubeletReady",
-		LastHeartbeatTime: metav1.NewTime(w.now()), LastTransitionTime: metav1.NewTime(w.now().Add(-10 * time.Minute)),
+		LastHeartbeatTime: metav1.NewTime(w.Now()), LastTransitionTime: metav1.NewTime(w.Now().Add(-10 * time.Minute)),
 	}}
 	w.create(n)
 	if s.renewedAgo >= 0 {
@@ -106,7 +109,7 @@ func (w *world) node(name string, s nodeSpec) {
 			ObjectMeta: metav1.ObjectMeta{Namespace: corev1.NamespaceNodeLease, Name: name},
 			Spec: coordinationv1.LeaseSpec{
 				HolderIdentity: ptr.To(name), LeaseDurationSeconds: ptr.To[int32](40),
-				RenewTime: ptr.To(metav1.NewMicroTime(w.now().Add(-s.renewedAgo))),
+				RenewTime: ptr.To(metav1.NewMicroTime(w.Now().Add(-s.renewedAgo))),
 			},
 		})
 	}
@@ -176,7 +179,7 @@ func (w *world) pod(ns, name, node string, labels map[string]string, claims ...s
 // acquiredAgo in the world's time (after its creation, which is worldAhead ago), plus
 // `retained` LeaseRetained Warning events on it.
 func (w *world) tridentLease(pv, holder string, acquiredAgo time.Duration, retained int) {
-	w.tridentLeaseAt(pv, holder, w.now().Add(-acquiredAgo), retained)
+	w.tridentLeaseAt(pv, holder, w.Now().Add(-acquiredAgo), retained)
 }
 
 func (w *world) tridentLeaseAt(pv, holder string, acquired time.Time, retained int) {
@@ -189,7 +192,7 @@ func (w *world) tridentLeaseAt(pv, holder string, acquired time.Time, retained i
 	}
 	w.create(l)
 	for i := range retained {
-		at := metav1.NewTime(w.now().Add(-time.Duration(retained-i) * time.Minute))
+		at := metav1.NewTime(w.Now().Add(-time.Duration(retained-i) * time.Minute))
 		w.create(&corev1.Event{
 			ObjectMeta: metav1.ObjectMeta{Namespace: "trident", Name: fmt.Sprintf("%s.retained-%d", pv, i)},
 			InvolvedObject: corev1.ObjectReference{
@@ -220,7 +223,7 @@ func (w *world) csiNode(node string, drivers ...string) {
 // gather reads facts with the world's clock.
 func (w *world) gather(t *testing.T, remediation v1alpha1.Remediation, target v1alpha1.Target) *v1alpha1.Facts {
 	t.Helper()
-	g := &facts.Gatherer{Reader: env.Client, Config: facts.DefaultConfig(), Now: w.now}
+	g := &facts.Gatherer{Reader: env.Client, Config: facts.DefaultConfig(), Clock: w}
 	rr := &v1alpha1.RemediationRequest{Spec: v1alpha1.RemediationRequestSpec{Remediation: remediation, Target: target}}
 	f, err := g.Gather(context.Background(), rr)
 	if err != nil {

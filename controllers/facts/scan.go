@@ -50,10 +50,7 @@ type ScanOptions struct {
 // node-plugin pods. It reads only the Trident namespace's Leases and pods, Nodes and
 // CSINodes. Findings are sorted by kind, then node, then Lease.
 func (g *Gatherer) Scan(ctx context.Context, opts ScanOptions) ([]Finding, error) {
-	now := time.Now()
-	if g.Now != nil {
-		now = g.Now()
-	}
+	now := g.now()
 	var out []Finding
 	leases, err := g.stuckLeases(ctx, opts, now)
 	if err != nil {

@@ -43,7 +43,7 @@ func TestScan(t *testing.T) {
 	w.csiNode("scan-fine", facts.DefaultDriverName)
 	w.pod("trident", "trident-csi-scan-d", "scan-fine", pluginLabels)
 
-	g := &facts.Gatherer{Reader: env.Client, Config: facts.DefaultConfig(), Now: w.now}
+	g := &facts.Gatherer{Reader: env.Client, Config: facts.DefaultConfig(), Clock: w}
 	got, err := g.Scan(context.Background(), facts.ScanOptions{LeaseAge: 10 * time.Minute})
 	if err != nil {
 		t.Fatal(err)
