@@ -12,50 +12,36 @@ import (
 
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
-	"github.com/remediator/remediator/api/v1alpha1"
 	"github.com/remediator/remediator/controllers"
-	"github.com/remediator/remediator/controllers/facts"
 	"github.com/remediator/remediator/policies"
 	"github.com/remediator/remediator/remediations"
 )
 
 type controllerOptions struct {
-	kubeconfig            string
+	cluster               *clusterFlags
 	metricsAddr           string
 	probeAddr             string
 	leaderElect           bool
 	leaderElectionNS      string
 	requestNamespaces     []string
-	tridentNamespace      string
-	driverName            string
-	nodePluginSelector    string
-	nodeLeaseGracePeriod  time.Duration
 	policiesDir           string
 	evictionTimeout       time.Duration
 	podTerminationTimeout time.Duration
 	pluginRestartTimeout  time.Duration
 	maxConcurrent         int
-	kubeAPIQPS            float32
-	kubeAPIBurst          int
 	policyReloadInterval  time.Duration
 	workers               int
 	pprofAddr             string
 }
 
 func newControllerCommand() *cobra.Command {
-	o := controllerOptions{}
+	o := controllerOptions{cluster: newClusterFlags(false)}
 	cmd := &cobra.Command{
 		Use:   "controller",
 		Short: "Run the RemediationRequest controller manager",
@@ -65,24 +51,16 @@ func newControllerCommand() *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&o.kubeconfig, "kubeconfig", "", "Path to a kubeconfig; empty uses $KUBECONFIG or the in-cluster config")
+	o.cluster.addFlags(f, "")
 	f.StringVar(&o.metricsAddr, "metrics-bind-address", ":8080", "Address the Prometheus metrics endpoint binds to; 0 disables it")
 	f.StringVar(&o.probeAddr, "health-probe-bind-address", ":8081", "Address the /healthz and /readyz probes bind to")
 	f.BoolVar(&o.leaderElect, "leader-elect", false, "Elect a leader so that only one replica reconciles")
 	f.StringVar(&o.leaderElectionNS, "leader-election-namespace", "", "Namespace of the leader-election Lease; empty means the pod's namespace")
 	f.StringSliceVar(&o.requestNamespaces, "request-namespaces", nil, "Namespaces whose RemediationRequests are reconciled; empty means all")
-	f.StringVar(&o.tridentNamespace, "trident-namespace", facts.DefaultTridentNamespace, "Namespace of Trident's Leases and node-plugin pods")
-	f.StringVar(&o.driverName, "driver-name", facts.DefaultDriverName, "CSI driver name Trident registers on CSINodes")
-	f.StringVar(&o.nodePluginSelector, "node-plugin-selector", facts.DefaultNodePluginSelector, "Label selector of Trident's node-plugin pods")
-	f.DurationVar(&o.nodeLeaseGracePeriod, "node-lease-grace-period", facts.DefaultNodeLeaseGracePeriod,
-		"Age of a kube-node-lease renewal after which a node counts as unreachable; match kube-controller-manager's --node-monitor-grace-period")
 	f.StringVar(&o.policiesDir, "policies-dir", "", "Directory of CUE policies to use instead of the embedded ones (e.g. a ConfigMap synced from Git)")
 	f.DurationVar(&o.evictionTimeout, "eviction-timeout", remediations.DefaultTimeouts.Eviction, "How long evictions refused by a PodDisruptionBudget are retried before the playbook fails")
 	f.DurationVar(&o.podTerminationTimeout, "pod-termination-timeout", remediations.DefaultTimeouts.PodTermination, "How long to wait for evicted pods to terminate before the playbook fails")
 	f.DurationVar(&o.pluginRestartTimeout, "plugin-restart-timeout", remediations.DefaultTimeouts.PluginRestart, "How long to wait for a replacement node-plugin pod, and then for the driver to be registered again")
-	f.Float32Var(&o.kubeAPIQPS, "kube-api-qps", 50,
-		"Queries per second to the API server. client-go's default of 5 throttles a controller that re-reads facts before every destructive call")
-	f.IntVar(&o.kubeAPIBurst, "kube-api-burst", 100, "Burst of queries to the API server above --kube-api-qps")
 	f.IntVar(&o.maxConcurrent, "max-concurrent-remediations", 3,
 		"Disruptive playbooks (cordon, evict, node-plugin restart) that may run at once across the cluster; more allowed requests wait (phase Waiting) and start, oldest first, when one finishes. Lease releases for holders proven down are not capped. 0 means no cap")
 	f.IntVar(&o.workers, "max-concurrent-reconciles", 10,
@@ -100,18 +78,15 @@ func runController(cmd *cobra.Command, o controllerOptions) error {
 	ctrl.SetLogger(klog.NewKlogr())
 	log := ctrl.Log.WithName("setup")
 
-	sel, err := labels.Parse(o.nodePluginSelector)
+	fc, err := o.cluster.factsConfig()
 	if err != nil {
-		return fmt.Errorf("parsing --node-plugin-selector %q: %w", o.nodePluginSelector, err)
+		return err
 	}
 	if o.workers < 1 {
 		return fmt.Errorf("--max-concurrent-reconciles must be 1 or more, got %d", o.workers)
 	}
 	if o.maxConcurrent < 0 {
 		return fmt.Errorf("--max-concurrent-remediations must be 0 (no cap) or more, got %d", o.maxConcurrent)
-	}
-	if o.nodeLeaseGracePeriod <= 0 {
-		return fmt.Errorf("--node-lease-grace-period must be positive, got %s", o.nodeLeaseGracePeriod)
 	}
 	policy, err := policies.Load(o.policiesDir)
 	if err != nil {
@@ -127,30 +102,14 @@ func runController(cmd *cobra.Command, o controllerOptions) error {
 	if err := policy.RequirePlaybooks(slices.Collect(maps.Keys(playbooks))); err != nil {
 		return fmt.Errorf("loading policies from %s: %w", policy.Source(), err)
 	}
-	cfg, err := restConfig(o.kubeconfig)
+	cfg, err := o.cluster.restConfig()
 	if err != nil {
 		return err
-	}
-	if o.kubeAPIQPS <= 0 || o.kubeAPIBurst <= 0 {
-		return fmt.Errorf("--kube-api-qps and --kube-api-burst must be positive, got %v and %d", o.kubeAPIQPS, o.kubeAPIBurst)
-	}
-	cfg.QPS, cfg.Burst = o.kubeAPIQPS, o.kubeAPIBurst
-
-	scheme := runtime.NewScheme()
-	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
-	utilruntime.Must(v1alpha1.AddToScheme(scheme))
-
-	fc := facts.Config{
-		TridentNamespace:     o.tridentNamespace,
-		DriverName:           o.driverName,
-		NodePluginSelector:   sel,
-		NodeLeaseGracePeriod: o.nodeLeaseGracePeriod,
-		RetainedEventReason:  facts.DefaultRetainedEventReason,
 	}
 	namespaces := trimmed(o.requestNamespaces)
 	cacheOpts, clientOpts := controllers.CacheOptions(fc, namespaces)
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:                  scheme,
+		Scheme:                  newScheme(),
 		Cache:                   cacheOpts,
 		Client:                  clientOpts,
 		Metrics:                 metricsserver.Options{BindAddress: o.metricsAddr},
@@ -202,8 +161,8 @@ func runController(cmd *cobra.Command, o controllerOptions) error {
 		return fmt.Errorf("adding readiness check: %w", err)
 	}
 
-	log.Info("Starting manager", "version", version, "tridentNamespace", o.tridentNamespace,
-		"driver", o.driverName, "policyDigest", policy.Digest(), "requestNamespaces", o.requestNamespaces, "leaderElect", o.leaderElect)
+	log.Info("Starting manager", "version", version, "tridentNamespace", fc.TridentNamespace,
+		"driver", fc.DriverName, "policyDigest", policy.Digest(), "requestNamespaces", o.requestNamespaces, "leaderElect", o.leaderElect)
 	return mgr.Start(ctrl.SetupSignalHandler())
 }
 
@@ -216,18 +175,6 @@ func ownPod() *corev1.ObjectReference {
 		return nil
 	}
 	return &corev1.ObjectReference{APIVersion: "v1", Kind: "Pod", Namespace: ns, Name: name, UID: types.UID(os.Getenv("POD_UID"))}
-}
-
-// restConfig loads an explicit kubeconfig, else $KUBECONFIG or ~/.kube/config, else
-// the in-cluster config.
-func restConfig(kubeconfig string) (*rest.Config, error) {
-	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(
-		&clientcmd.ClientConfigLoadingRules{ExplicitPath: kubeconfig, Precedence: clientcmd.NewDefaultClientConfigLoadingRules().Precedence},
-		&clientcmd.ConfigOverrides{}).ClientConfig()
-	if err != nil {
-		return nil, fmt.Errorf("loading kubeconfig: %w", err)
-	}
-	return cfg, nil
 }
 
 // trimmed drops blanks around and between comma-separated flag values.

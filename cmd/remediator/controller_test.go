@@ -4,13 +4,10 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
-
-	"github.com/remediator/remediator/controllers/facts"
 )
 
 // TestControllerDoesNotStartOnABrokenPolicy: at start there is no last good policy to
@@ -30,13 +27,11 @@ func TestControllerDoesNotStartOnABrokenPolicy(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
 			require.NoError(t, os.WriteFile(filepath.Join(dir, "p.cue"), []byte(tc.src), 0o644))
-			o := controllerOptions{
-				policiesDir: dir, workers: 1, nodePluginSelector: facts.DefaultNodePluginSelector,
-				nodeLeaseGracePeriod: time.Minute, kubeAPIQPS: 1, kubeAPIBurst: 1,
-				// No cluster: the policy must be refused before the kubeconfig is read.
-				kubeconfig: filepath.Join(dir, "no-such-kubeconfig"),
-			}
-			err := runController(newControllerCommand(), o)
+			cmd := newControllerCommand()
+			// No cluster: the policy must be refused before the kubeconfig is read.
+			cmd.SetArgs([]string{"--policies-dir", dir, "--kubeconfig", filepath.Join(dir, "no-such-kubeconfig")})
+			cmd.SilenceUsage, cmd.SilenceErrors = true, true
+			err := cmd.Execute()
 			require.Error(t, err)
 			for _, w := range tc.want {
 				assert.Contains(t, err.Error(), w)

@@ -17,11 +17,7 @@ import (
 
 	"github.com/spf13/cobra"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/remediator/remediator/api/v1alpha1"
@@ -84,21 +80,17 @@ func planCodeRank(code int) int {
 }
 
 type planOptions struct {
-	files                []string
-	factsFiles           []string
-	kubeconfig           string
-	policiesDir          string
-	tridentNamespace     string
-	driverName           string
-	nodePluginSelector   string
-	nodeLeaseGracePeriod time.Duration
-	output               string
-	at                   string
-	maxConcurrent        int
+	files         []string
+	factsFiles    []string
+	cluster       *clusterFlags
+	policiesDir   string
+	output        string
+	at            string
+	maxConcurrent int
 }
 
 func newPlanCommand() *cobra.Command {
-	o := planOptions{}
+	o := planOptions{cluster: newClusterFlags(true)}
 	cmd := &cobra.Command{
 		Use:   "plan -f REQUEST.yaml [-f ...] [--facts FACTS.yaml | --kubeconfig FILE]",
 		Short: "Show what the policies would decide for RemediationRequests, without applying them (a PR check)",
@@ -138,17 +130,15 @@ Exit codes (with several requests the worst wins: 1, then 2, then 4, then 0):
 	f := cmd.Flags()
 	f.StringArrayVarP(&o.files, "filename", "f", nil, "RemediationRequest manifest(s) to plan; repeatable; - reads stdin")
 	f.StringArrayVar(&o.factsFiles, "facts", nil, "Saved facts (v1alpha1.Facts, or RemediationRequests with status.facts) instead of live ones; repeatable")
-	f.StringVar(&o.kubeconfig, "kubeconfig", "", "Path to a kubeconfig for live facts; empty uses $KUBECONFIG or the in-cluster config")
+	o.cluster.addFlags(f, " (live facts)")
+	f.Lookup("namespace").Usage = "Namespace of the requests whose manifest names none, as kubectl apply -n would create them; a request naming another namespace is refused"
 	f.StringVar(&o.policiesDir, "policies-dir", "", "Directory of CUE policies to use instead of the embedded ones")
-	f.StringVar(&o.tridentNamespace, "trident-namespace", facts.DefaultTridentNamespace, "Namespace of Trident's Leases and node-plugin pods (live facts)")
-	f.StringVar(&o.driverName, "driver-name", facts.DefaultDriverName, "CSI driver name Trident registers on CSINodes (live facts)")
-	f.StringVar(&o.nodePluginSelector, "node-plugin-selector", facts.DefaultNodePluginSelector, "Label selector of Trident's node-plugin pods (live facts)")
-	f.DurationVar(&o.nodeLeaseGracePeriod, "node-lease-grace-period", facts.DefaultNodeLeaseGracePeriod, "Age of a kube-node-lease renewal after which a node counts as unreachable (live facts)")
 	f.StringVarP(&o.output, "output", "o", "text", "Output format: text or json")
 	f.IntVar(&o.maxConcurrent, "max-concurrent-remediations", 3, "The controller's cap on running playbooks (live facts: a request over it would wait); 0 means no cap")
 	f.StringVar(&o.at, "at", "", "When the request would be applied, for spec.maintenanceWindow (RFC 3339); empty means now")
 	_ = cmd.MarkFlagRequired("filename")
 	cmd.MarkFlagsMutuallyExclusive("facts", "kubeconfig")
+	cmd.MarkFlagsMutuallyExclusive("facts", "context")
 	return cmd
 }
 
@@ -269,7 +259,7 @@ func runPlan(ctx context.Context, w io.Writer, stdin io.Reader, o planOptions) e
 	inputs := readPlanRequests(o.files, in)
 
 	report := planReport{Policy: planPolicy{Source: source, Digest: policy.Digest()}, At: at.UTC().Format(time.RFC3339)}
-	p := &planner{policy: policy, playbooks: playbooks, at: at, maxConcurrent: o.maxConcurrent}
+	p := &planner{policy: policy, playbooks: playbooks, at: at, maxConcurrent: o.maxConcurrent, namespace: o.cluster.namespace()}
 	if len(o.factsFiles) > 0 {
 		report.FactsSource = "saved"
 		if p.saved, err = readSavedFacts(o.factsFiles, in); err != nil {
@@ -280,7 +270,7 @@ func runPlan(ctx context.Context, w io.Writer, stdin io.Reader, o planOptions) e
 		// Connect only when there is something to plan, so that a PR whose requests
 		// are all invalid is told so without needing a cluster.
 		if slices.ContainsFunc(inputs, func(in planInput) bool { return in.rr != nil && len(in.errs) == 0 }) {
-			if p.reader, p.gatherer, err = planLiveClient(o); err != nil {
+			if p.reader, p.gatherer, err = o.cluster.gatherer(); err != nil {
 				return err
 			}
 		}
@@ -320,32 +310,6 @@ func planSortKey(r planRequest) string {
 	return fmt.Sprintf("%s\x00%s\x00%s\x00%08d", r.Namespace, r.Name, r.Source, r.Document)
 }
 
-// planLiveClient connects the way scan and the controller do, reading only.
-func planLiveClient(o planOptions) (client.Reader, *facts.Gatherer, error) {
-	sel, err := labels.Parse(o.nodePluginSelector)
-	if err != nil {
-		return nil, nil, fmt.Errorf("parsing --node-plugin-selector %q: %w", o.nodePluginSelector, err)
-	}
-	if o.nodeLeaseGracePeriod <= 0 {
-		return nil, nil, fmt.Errorf("--node-lease-grace-period must be positive, got %s", o.nodeLeaseGracePeriod)
-	}
-	cfg, err := restConfig(o.kubeconfig)
-	if err != nil {
-		return nil, nil, err
-	}
-	scheme := runtime.NewScheme()
-	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
-	utilruntime.Must(v1alpha1.AddToScheme(scheme))
-	c, err := client.New(cfg, client.Options{Scheme: scheme})
-	if err != nil {
-		return nil, nil, fmt.Errorf("creating client: %w", err)
-	}
-	return c, &facts.Gatherer{Reader: c, Config: facts.Config{
-		TridentNamespace: o.tridentNamespace, DriverName: o.driverName, NodePluginSelector: sel,
-		NodeLeaseGracePeriod: o.nodeLeaseGracePeriod, RetainedEventReason: facts.DefaultRetainedEventReason,
-	}}, nil
-}
-
 // planner decides one request at a time, as the controller's decide phase does.
 type planner struct {
 	policy    *policies.Engine
@@ -359,6 +323,8 @@ type planner struct {
 	others []v1alpha1.RemediationRequest
 	// maxConcurrent is the controller's --max-concurrent-remediations.
 	maxConcurrent int
+	// namespace is --namespace: where a request whose manifest names none goes.
+	namespace string
 }
 
 func (p *planner) plan(ctx context.Context, in planInput) planResult {
@@ -372,6 +338,17 @@ func (p *planner) plan(ctx context.Context, in planInput) planResult {
 		return fail(in.errs...)
 	}
 	rr := in.rr
+	if p.namespace != "" && len(in.errs) == 0 {
+		switch rr.Namespace {
+		case "":
+			rr.Namespace = p.namespace
+		case p.namespace:
+		default:
+			// kubectl apply -n refuses the same way.
+			in.errs = []string{fmt.Sprintf("%s (document %d): the request's namespace %q does not match --namespace %q",
+				in.source, in.doc, rr.Namespace, p.namespace)}
+		}
+	}
 	res.Request.Namespace, res.Request.Name, res.Request.Spec = rr.Namespace, rr.Name, &rr.Spec
 	if len(in.errs) > 0 {
 		return fail(in.errs...)

@@ -12,11 +12,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/spf13/cobra"
-	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/runtime"
-	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
 	"github.com/remediator/remediator/api/v1alpha1"
@@ -33,13 +28,14 @@ type findingsError struct{ n int }
 func (e findingsError) Error() string { return fmt.Sprintf("%d finding(s)", e.n) }
 
 type scanOptions struct {
-	kubeconfig, tridentNamespace, driverName, nodePluginSelector string
-	nodeLeaseGracePeriod, leaseAge                               time.Duration
-	output, requestNamespace                                     string
+	cluster          *clusterFlags
+	leaseAge         time.Duration
+	output           string
+	requestNamespace string
 }
 
 func newScanCommand() *cobra.Command {
-	o := scanOptions{}
+	o := scanOptions{cluster: newClusterFlags(true)}
 	cmd := &cobra.Command{
 		Use:   "scan",
 		Short: "Find stuck Trident Leases and deregistered CSI drivers, and print suggested requests",
@@ -53,14 +49,19 @@ func newScanCommand() *cobra.Command {
 It only reads. Exit code: 0 when nothing was found, 3 when findings were printed,
 1 when the scan itself failed.`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error { return runScan(cmd.Context(), cmd.OutOrStdout(), o) },
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if ns := o.cluster.namespace(); ns != "" {
+				if cmd.Flags().Changed("request-namespace") && ns != o.requestNamespace {
+					return fmt.Errorf("--namespace %q and --request-namespace %q disagree: give one", ns, o.requestNamespace)
+				}
+				o.requestNamespace = ns
+			}
+			return runScan(cmd.Context(), cmd.OutOrStdout(), o)
+		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&o.kubeconfig, "kubeconfig", "", "Path to a kubeconfig; empty uses $KUBECONFIG or the in-cluster config")
-	f.StringVar(&o.tridentNamespace, "trident-namespace", facts.DefaultTridentNamespace, "Namespace of Trident's Leases and node-plugin pods")
-	f.StringVar(&o.driverName, "driver-name", facts.DefaultDriverName, "CSI driver name Trident registers on CSINodes")
-	f.StringVar(&o.nodePluginSelector, "node-plugin-selector", facts.DefaultNodePluginSelector, "Label selector of Trident's node-plugin pods")
-	f.DurationVar(&o.nodeLeaseGracePeriod, "node-lease-grace-period", facts.DefaultNodeLeaseGracePeriod, "Age of a kube-node-lease renewal after which a node counts as unreachable")
+	o.cluster.addFlags(f, "")
+	f.Lookup("namespace").Usage = "Namespace of the suggested RemediationRequests (-o yaml); the same as --request-namespace"
 	f.DurationVar(&o.leaseAge, "lease-age", 10*time.Minute, "Age from which a Lease without LeaseRetained events counts as stuck")
 	f.StringVarP(&o.output, "output", "o", "table", "Output format: table, yaml (RemediationRequest manifests) or json")
 	f.StringVar(&o.requestNamespace, "request-namespace", "remediator", "Namespace of the suggested RemediationRequests")
@@ -73,24 +74,10 @@ func runScan(ctx context.Context, w io.Writer, o scanOptions) error {
 	default:
 		return fmt.Errorf("unknown --output %q: use table, yaml or json", o.output)
 	}
-	sel, err := labels.Parse(o.nodePluginSelector)
-	if err != nil {
-		return fmt.Errorf("parsing --node-plugin-selector %q: %w", o.nodePluginSelector, err)
-	}
-	cfg, err := restConfig(o.kubeconfig)
+	_, g, err := o.cluster.gatherer()
 	if err != nil {
 		return err
 	}
-	scheme := runtime.NewScheme()
-	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
-	c, err := client.New(cfg, client.Options{Scheme: scheme})
-	if err != nil {
-		return fmt.Errorf("creating client: %w", err)
-	}
-	g := &facts.Gatherer{Reader: c, Config: facts.Config{
-		TridentNamespace: o.tridentNamespace, DriverName: o.driverName, NodePluginSelector: sel,
-		NodeLeaseGracePeriod: o.nodeLeaseGracePeriod, RetainedEventReason: facts.DefaultRetainedEventReason,
-	}}
 	findings, err := g.Scan(ctx, facts.ScanOptions{LeaseAge: o.leaseAge})
 	if err != nil {
 		return fmt.Errorf("scanning: %w", err)

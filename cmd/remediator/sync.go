@@ -18,14 +18,14 @@ import (
 )
 
 type syncOptions struct {
-	kubeconfig string
+	conn connectionFlags
 	gitsync.Options
 	interval time.Duration
 	timeout  time.Duration
 }
 
 func newSyncCommand() *cobra.Command {
-	o := syncOptions{}
+	o := syncOptions{conn: newConnectionFlags(false)}
 	cmd := &cobra.Command{
 		Use:   "sync",
 		Short: "Sync RemediationRequests from a Git repository into the cluster (gitops-engine)",
@@ -52,7 +52,7 @@ the next interval.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&o.kubeconfig, "kubeconfig", "", "Path to a kubeconfig; empty uses $KUBECONFIG or the in-cluster config")
+	o.conn.addFlags(f, "")
 	f.StringVar(&o.Repo, "repo", "", "Repository URL or local path (anything git clone accepts)")
 	f.StringVar(&o.Revision, "revision", "HEAD", "Branch, tag or commit to sync; HEAD is the repository's default branch")
 	f.StringVar(&o.Path, "path", ".", "Directory in the repository holding the requests")
@@ -74,7 +74,7 @@ func runSync(ctx context.Context, out io.Writer, o syncOptions) error {
 	}
 	log := klog.NewKlogr().WithName("sync")
 	o.Log = log
-	cfg, err := restConfig(o.kubeconfig)
+	cfg, err := o.conn.restConfig()
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,155 @@
+package main
+
+// The flag set that the controller, plan and scan share: how to reach the cluster
+// (kubectl's own connection flags), how fast to read it, and where Trident lives.
+// One copy, so that the three cannot drift apart in what they accept.
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/spf13/pflag"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/remediator/remediator/api/v1alpha1"
+	"github.com/remediator/remediator/controllers/facts"
+)
+
+// connectionFlags say how to reach the API server, and how fast to talk to it.
+type connectionFlags struct {
+	// kube is kubectl's flag set: --kubeconfig, --context, --cluster, --user, --as,
+	// --as-group, --as-uid, --request-timeout, --server, the TLS and token flags,
+	// and --namespace/-n where the command gives it a meaning.
+	kube *genericclioptions.ConfigFlags
+
+	qps   float32
+	burst int
+}
+
+// clusterFlags are the connection flags and where Trident lives: what the
+// controller, plan and scan need to gather facts.
+type clusterFlags struct {
+	connectionFlags
+
+	tridentNamespace     string
+	driverName           string
+	nodePluginSelector   string
+	nodeLeaseGracePeriod time.Duration
+}
+
+// newConnectionFlags returns kubectl's connection flags; withNamespace keeps
+// --namespace/-n, for the commands that give it a meaning (the controller has
+// --request-namespaces, sync --namespaces).
+func newConnectionFlags(withNamespace bool) connectionFlags {
+	kube := genericclioptions.NewConfigFlags(false)
+	// Discovery is never used, so there is no cache to keep.
+	kube.CacheDir = nil
+	if !withNamespace {
+		kube.Namespace = nil
+	}
+	return connectionFlags{kube: kube}
+}
+
+// newClusterFlags returns the flags the controller, plan and scan share.
+func newClusterFlags(withNamespace bool) *clusterFlags {
+	return &clusterFlags{connectionFlags: newConnectionFlags(withNamespace)}
+}
+
+// addFlags registers the connection flags; liveOnly marks, in the help, flags that
+// matter only when facts are read live (plan can take saved ones).
+func (c *connectionFlags) addFlags(fs *pflag.FlagSet, liveOnly string) {
+	c.kube.AddFlags(fs)
+	fs.Float32Var(&c.qps, "kube-api-qps", 50,
+		"Queries per second to the API server. client-go's default of 5 throttles a controller that re-reads facts before every destructive call"+liveOnly)
+	fs.IntVar(&c.burst, "kube-api-burst", 100, "Burst of queries to the API server above --kube-api-qps"+liveOnly)
+}
+
+// addFlags registers the connection and Trident flags.
+func (c *clusterFlags) addFlags(fs *pflag.FlagSet, liveOnly string) {
+	c.connectionFlags.addFlags(fs, liveOnly)
+	fs.StringVar(&c.tridentNamespace, "trident-namespace", facts.DefaultTridentNamespace, "Namespace of Trident's Leases and node-plugin pods"+liveOnly)
+	fs.StringVar(&c.driverName, "driver-name", facts.DefaultDriverName, "CSI driver name Trident registers on CSINodes"+liveOnly)
+	fs.StringVar(&c.nodePluginSelector, "node-plugin-selector", facts.DefaultNodePluginSelector, "Label selector of Trident's node-plugin pods"+liveOnly)
+	fs.DurationVar(&c.nodeLeaseGracePeriod, "node-lease-grace-period", facts.DefaultNodeLeaseGracePeriod,
+		"Age of a kube-node-lease renewal after which a node counts as unreachable; match kube-controller-manager's --node-monitor-grace-period"+liveOnly)
+}
+
+// factsConfig checks the Trident flags and returns the gatherer's configuration.
+func (c *clusterFlags) factsConfig() (facts.Config, error) {
+	sel, err := labels.Parse(c.nodePluginSelector)
+	if err != nil {
+		return facts.Config{}, fmt.Errorf("parsing --node-plugin-selector %q: %w", c.nodePluginSelector, err)
+	}
+	if c.nodeLeaseGracePeriod <= 0 {
+		return facts.Config{}, fmt.Errorf("--node-lease-grace-period must be positive, got %s", c.nodeLeaseGracePeriod)
+	}
+	return facts.Config{
+		TridentNamespace:     c.tridentNamespace,
+		DriverName:           c.driverName,
+		NodePluginSelector:   sel,
+		NodeLeaseGracePeriod: c.nodeLeaseGracePeriod,
+		RetainedEventReason:  facts.DefaultRetainedEventReason,
+	}, nil
+}
+
+// restConfig loads the kubeconfig the flags name (else $KUBECONFIG or
+// ~/.kube/config, else the in-cluster config), with the rate limit.
+func (c *connectionFlags) restConfig() (*rest.Config, error) {
+	if c.qps <= 0 || c.burst <= 0 {
+		return nil, fmt.Errorf("--kube-api-qps and --kube-api-burst must be positive, got %v and %d", c.qps, c.burst)
+	}
+	cfg, err := c.kube.ToRESTConfig()
+	if err != nil {
+		return nil, fmt.Errorf("loading kubeconfig: %w", err)
+	}
+	cfg.QPS, cfg.Burst = c.qps, c.burst
+	return cfg, nil
+}
+
+// namespace is --namespace/-n as given; empty when it was not.
+func (c *connectionFlags) namespace() string {
+	if c.kube.Namespace == nil {
+		return ""
+	}
+	return *c.kube.Namespace
+}
+
+// newScheme holds the built-in types and RemediationRequest.
+func newScheme() *runtime.Scheme {
+	scheme := runtime.NewScheme()
+	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
+	utilruntime.Must(v1alpha1.AddToScheme(scheme))
+	return scheme
+}
+
+// reader is the live, uncached client plan and scan read through; they never write.
+func (c *connectionFlags) reader() (client.Reader, error) {
+	cfg, err := c.restConfig()
+	if err != nil {
+		return nil, err
+	}
+	cl, err := client.New(cfg, client.Options{Scheme: newScheme()})
+	if err != nil {
+		return nil, fmt.Errorf("creating client: %w", err)
+	}
+	return cl, nil
+}
+
+// gatherer reads facts live through a new reader, as the controller gathers them.
+func (c *clusterFlags) gatherer() (client.Reader, *facts.Gatherer, error) {
+	fc, err := c.factsConfig()
+	if err != nil {
+		return nil, nil, err
+	}
+	r, err := c.reader()
+	if err != nil {
+		return nil, nil, err
+	}
+	return r, &facts.Gatherer{Reader: r, Config: fc}, nil
+}
