@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
@@ -49,9 +51,7 @@ func (s dockerStage) all(cmd string) []dockerInstruction {
 func parseDockerfile(t *testing.T, path string) []dockerStage {
 	t.Helper()
 	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer f.Close()
 	var stages []dockerStage
 	var cur strings.Builder
@@ -74,9 +74,7 @@ func parseDockerfile(t *testing.T, path string) []dockerStage {
 			return
 		}
 		if len(stages) == 0 {
-			if in.Cmd != "ARG" {
-				t.Fatalf("Dockerfile:%d: %s before the first FROM", in.Line, in.Cmd)
-			}
+			require.Equal(t, "ARG", in.Cmd, "Dockerfile:%d: %s before the first FROM", in.Line, in.Cmd)
 			return
 		}
 		stages[len(stages)-1].Instructions = append(stages[len(stages)-1].Instructions, in)
@@ -98,9 +96,7 @@ func parseDockerfile(t *testing.T, path string) []dockerStage {
 		cur.WriteString(line)
 		flush()
 	}
-	if err := sc.Err(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, sc.Err())
 	flush()
 	return stages
 }
@@ -114,81 +110,56 @@ func TestDockerfile(t *testing.T) {
 		t.Skip("no go command on PATH")
 	}
 	root, err := filepath.Abs(filepath.Join("..", ".."))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	stages := parseDockerfile(t, filepath.Join(root, "Dockerfile"))
-	if len(stages) != 2 {
-		t.Fatalf("want a build stage and a final stage, got %d stages", len(stages))
-	}
+	require.Len(t, stages, 2, "want a build stage and a final stage")
 	build, final := stages[0], stages[1]
 
 	// The build stage.
-	if !strings.HasPrefix(build.From, "golang:") || build.Name != "build" {
-		t.Errorf("build stage: FROM %s AS %s, want golang:<version> AS build", build.From, build.Name)
-	}
+	assert.True(t, strings.HasPrefix(build.From, "golang:"), "build stage: FROM %s, want golang:<version>", build.From)
+	assert.Equal(t, "build", build.Name, "build stage: FROM %s AS %s, want AS build", build.From, build.Name)
 	var goBuilds []dockerInstruction
 	for _, in := range build.all("RUN") {
 		if strings.Contains(in.Args, "go build") {
 			goBuilds = append(goBuilds, in)
 		}
 	}
-	if len(goBuilds) != 1 {
-		t.Fatalf("want exactly one RUN ... go build in the build stage, got %d", len(goBuilds))
-	}
+	require.Len(t, goBuilds, 1, "want exactly one RUN ... go build in the build stage")
 	line := goBuilds[0]
-	if !strings.HasPrefix(line.Args, "CGO_ENABLED=0 go build ") {
-		t.Errorf("Dockerfile:%d: want `RUN CGO_ENABLED=0 go build ...`, got %q", line.Line, line.Args)
-	}
+	assert.True(t, strings.HasPrefix(line.Args, "CGO_ENABLED=0 go build "), "Dockerfile:%d: want `RUN CGO_ENABLED=0 go build ...`, got %q", line.Line, line.Args)
 	for _, want := range []string{" -trimpath ", "-X main.version=${VERSION}", " -o /out/remediator ", "-s -w"} {
-		if !strings.Contains(line.Args, want) {
-			t.Errorf("Dockerfile:%d: the build line lacks %q: %s", line.Line, want, line.Args)
-		}
+		assert.Contains(t, line.Args, want, "Dockerfile:%d: the build line lacks %q", line.Line, want)
 	}
-	if !strings.HasSuffix(line.Args, " ./cmd/remediator") {
-		t.Errorf("Dockerfile:%d: want the build of ./cmd/remediator, got %s", line.Line, line.Args)
-	}
-	if !slices.ContainsFunc(build.Instructions, func(in dockerInstruction) bool {
+	assert.True(t, strings.HasSuffix(line.Args, " ./cmd/remediator"), "Dockerfile:%d: want the build of ./cmd/remediator, got %s", line.Line, line.Args)
+	assert.True(t, slices.ContainsFunc(build.Instructions, func(in dockerInstruction) bool {
 		return in.Cmd == "ARG" && strings.HasPrefix(in.Args, "VERSION") && in.Line < line.Line
-	}) {
-		t.Error("the build stage declares no ARG VERSION before its build line, so --build-arg VERSION would not reach it")
-	}
+	}), "the build stage declares no ARG VERSION before its build line, so --build-arg VERSION would not reach it")
 	checkBuildContext(t, root, build)
 
 	// The final stage: the binary alone, as a non-root user.
-	if !strings.Contains(final.From, "distroless") || !strings.HasSuffix(final.From, ":nonroot") {
-		t.Errorf("final stage FROM %s: want a distroless :nonroot base", final.From)
-	}
-	if users := final.all("USER"); len(users) != 1 || users[0].Args != "65532:65532" {
-		t.Errorf("final stage USER %v, want 65532:65532", users)
+	assert.Contains(t, final.From, "distroless", "final stage FROM %s: want a distroless :nonroot base", final.From)
+	assert.True(t, strings.HasSuffix(final.From, ":nonroot"), "final stage FROM %s: want a distroless :nonroot base", final.From)
+	if users := final.all("USER"); assert.Len(t, users, 1, "final stage USER") {
+		assert.Equal(t, "65532:65532", users[0].Args, "final stage USER")
 	}
 	copies := final.all("COPY")
-	if len(copies) != 1 || copies[0].Args != "--from=build /out/remediator /remediator" {
-		t.Errorf("final stage: want only `COPY --from=build /out/remediator /remediator`, got %v", copies)
+	if assert.Len(t, copies, 1, "final stage: want only `COPY --from=build /out/remediator /remediator`") {
+		assert.Equal(t, "--from=build /out/remediator /remediator", copies[0].Args, "final stage COPY")
 	}
 	for _, in := range final.Instructions {
-		if !slices.Contains([]string{"COPY", "USER", "ENTRYPOINT", "CMD", "LABEL"}, in.Cmd) {
-			t.Errorf("Dockerfile:%d: unexpected %s in the final stage", in.Line, in.Cmd)
-		}
+		assert.Contains(t, []string{"COPY", "USER", "ENTRYPOINT", "CMD", "LABEL"}, in.Cmd, "Dockerfile:%d: unexpected %s in the final stage", in.Line, in.Cmd)
 	}
 	execForm := func(cmd string) []string {
 		ins := final.all(cmd)
-		if len(ins) != 1 {
-			t.Errorf("final stage: want one %s, got %d", cmd, len(ins))
+		if !assert.Len(t, ins, 1, "final stage: want one %s", cmd) {
 			return nil
 		}
 		var v []string
-		if err := json.Unmarshal([]byte(ins[0].Args), &v); err != nil {
-			t.Errorf("Dockerfile:%d: %s is not in exec form: %v", ins[0].Line, cmd, err)
-		}
+		assert.NoError(t, json.Unmarshal([]byte(ins[0].Args), &v), "Dockerfile:%d: %s is not in exec form", ins[0].Line, cmd)
 		return v
 	}
-	if ep := execForm("ENTRYPOINT"); !slices.Equal(ep, []string{"/remediator"}) {
-		t.Errorf("ENTRYPOINT %q, want [/remediator]", ep)
-	}
-	if cmd := execForm("CMD"); !slices.Equal(cmd, []string{"controller"}) {
-		t.Errorf("CMD %q, want [controller]", cmd)
-	}
+	assert.Equal(t, []string{"/remediator"}, execForm("ENTRYPOINT"), "ENTRYPOINT")
+	assert.Equal(t, []string{"controller"}, execForm("CMD"), "CMD")
 
 	// Run the build line.
 	out := filepath.Join(t.TempDir(), "remediator")
@@ -198,55 +169,39 @@ func TestDockerfile(t *testing.T) {
 	cmd := exec.CommandContext(ctx, "bash", "-c", script)
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "VERSION=dockerfile-test")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("running the Dockerfile's build line %q: %v\n%s", script, err, b)
-	}
+	b, err := cmd.CombinedOutput()
+	require.NoError(t, err, "running the Dockerfile's build line %q:\n%s", script, b)
 
-	b, err := exec.CommandContext(ctx, "go", "version", "-m", out).CombinedOutput()
-	if err != nil {
-		t.Fatalf("go version -m: %v\n%s", err, b)
-	}
+	b, err = exec.CommandContext(ctx, "go", "version", "-m", out).CombinedOutput()
+	require.NoError(t, err, "go version -m:\n%s", b)
 	info := string(b)
 	for _, want := range []*regexp.Regexp{
 		regexp.MustCompile(`(?m)^\s*build\s+CGO_ENABLED=0$`),
 		regexp.MustCompile(`(?m)^\s*build\s+-trimpath=true$`),
 		regexp.MustCompile(`(?m)^\s*path\s+github\.com/remediator/remediator/cmd/remediator$`),
 	} {
-		if !want.MatchString(info) {
-			t.Errorf("go version -m: no line matching %s in\n%s", want, info)
-		}
+		assert.Regexp(t, want, info, "go version -m: no line matching %s", want)
 	}
-	if strings.Contains(info, root) {
-		t.Errorf("the binary's build info mentions the source path %s despite -trimpath", root)
-	}
+	assert.NotContains(t, info, root, "the binary's build info mentions the source path despite -trimpath")
 
 	// Go leaves -ldflags out of the build info when -trimpath is set (go.dev/issue/52372),
 	// so their effects are checked instead: -X by `version` below, -s -w here (no
 	// symbol table, no DWARF). And static: no ELF interpreter, so it runs on
 	// distroless/static.
-	if f, err := elf.Open(out); err == nil {
+	if f, err := elf.Open(out); assert.NoError(t, err, "reading the binary as ELF") {
 		for _, p := range f.Progs {
-			if p.Type == elf.PT_INTERP {
-				t.Error("the binary is dynamically linked (it has a PT_INTERP segment)")
-			}
+			assert.NotEqual(t, elf.PT_INTERP, p.Type, "the binary is dynamically linked (it has a PT_INTERP segment)")
 		}
 		for _, s := range f.Sections {
-			if s.Name == ".symtab" || strings.HasPrefix(s.Name, ".debug_") || strings.HasPrefix(s.Name, ".zdebug_") {
-				t.Errorf("the binary has section %s despite -ldflags \"-s -w\"", s.Name)
-			}
+			assert.False(t, s.Name == ".symtab" || strings.HasPrefix(s.Name, ".debug_") || strings.HasPrefix(s.Name, ".zdebug_"),
+				"the binary has section %s despite -ldflags \"-s -w\"", s.Name)
 		}
 		f.Close()
-	} else {
-		t.Errorf("reading the binary as ELF: %v", err)
 	}
 
 	b, err = exec.CommandContext(ctx, out, "version").CombinedOutput()
-	if err != nil {
-		t.Fatalf("%s version: %v\n%s", out, err, b)
-	}
-	if got := string(b); got != "remediator dockerfile-test\n" {
-		t.Errorf("version prints %q, want %q", got, "remediator dockerfile-test\n")
-	}
+	require.NoError(t, err, "%s version:\n%s", out, b)
+	assert.Equal(t, "remediator dockerfile-test\n", string(b), "version output")
 }
 
 // checkBuildContext: the build stage copies go.mod and go.sum and every directory
@@ -258,37 +213,27 @@ func checkBuildContext(t *testing.T, root string, build dockerStage) {
 	var copied []string
 	for _, in := range build.all("COPY") {
 		fields := strings.Fields(in.Args)
-		if len(fields) < 2 || strings.HasPrefix(fields[0], "--") {
-			t.Errorf("Dockerfile:%d: unexpected COPY %s in the build stage", in.Line, in.Args)
+		if !assert.True(t, len(fields) >= 2 && !strings.HasPrefix(fields[0], "--"), "Dockerfile:%d: unexpected COPY %s in the build stage", in.Line, in.Args) {
 			continue
 		}
 		for _, src := range fields[:len(fields)-1] {
-			if src == "." || src == "./" {
-				t.Errorf("Dockerfile:%d: COPY . copies the whole checkout (bin/ holds the Kubernetes binaries); copy the source directories", in.Line)
-			}
+			assert.NotContains(t, []string{".", "./"}, src, "Dockerfile:%d: COPY . copies the whole checkout (bin/ holds the Kubernetes binaries); copy the source directories", in.Line)
 			copied = append(copied, strings.TrimSuffix(strings.TrimPrefix(src, "./"), "/"))
 		}
 	}
 	for _, f := range []string{"go.mod", "go.sum"} {
-		if !slices.Contains(copied, f) {
-			t.Errorf("the build stage does not copy %s", f)
-		}
+		assert.Contains(t, copied, f, "the build stage does not copy %s", f)
 	}
 	cmd := exec.Command("go", "list", "-deps", "-f", `{{if .Module}}{{if .Module.Main}}{{.Dir}}{{end}}{{end}}`, "./cmd/remediator")
 	cmd.Dir = root
 	b, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("go list -deps ./cmd/remediator: %v", err)
-	}
+	require.NoError(t, err, "go list -deps ./cmd/remediator")
 	for dir := range strings.FieldsSeq(string(b)) {
 		rel, err := filepath.Rel(root, dir)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		rel = filepath.ToSlash(rel)
-		if !slices.ContainsFunc(copied, func(c string) bool { return rel == c || strings.HasPrefix(rel, c+"/") }) {
-			t.Errorf("package directory %s, which ./cmd/remediator imports, is not copied into the build stage (COPY %s/ %s/)", rel, strings.Split(rel, "/")[0], strings.Split(rel, "/")[0])
-		}
+		assert.True(t, slices.ContainsFunc(copied, func(c string) bool { return rel == c || strings.HasPrefix(rel, c+"/") }),
+			"package directory %s, which ./cmd/remediator imports, is not copied into the build stage (COPY %s/ %s/)", rel, strings.Split(rel, "/")[0], strings.Split(rel, "/")[0])
 	}
 }
 
@@ -310,30 +255,21 @@ func TestChartArgsAreControllerFlags(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			objs, err := helmchart.Render("remediator", "remediator-system", values)
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			var args []string
 			for _, o := range objs {
 				if o.GetKind() != "Deployment" {
 					continue
 				}
 				d := &appsv1.Deployment{}
-				if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, d); err != nil {
-					t.Fatal(err)
-				}
+				require.NoError(t, runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, d))
 				args = d.Spec.Template.Spec.Containers[0].Args
 			}
-			if len(args) == 0 || args[0] != "controller" {
-				t.Fatalf("args %q: want the controller subcommand first", args)
-			}
+			require.NotEmpty(t, args, "the chart renders no Deployment args")
+			require.Equal(t, "controller", args[0], "args %q: want the controller subcommand first", args)
 			cmd := newControllerCommand()
-			if err := cmd.ParseFlags(args[1:]); err != nil {
-				t.Fatalf("the controller refuses the chart's args %q: %v", args, err)
-			}
-			if rest := cmd.Flags().Args(); len(rest) > 0 {
-				t.Errorf("args %q leave positional arguments %q, which the controller refuses", args, rest)
-			}
+			require.NoError(t, cmd.ParseFlags(args[1:]), "the controller refuses the chart's args %q", args)
+			assert.Empty(t, cmd.Flags().Args(), "args %q leave positional arguments, which the controller refuses", args)
 		})
 	}
 }

@@ -12,6 +12,8 @@ import (
 	"testing"
 
 	"github.com/spf13/cobra"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // remediationRepo is the template operators copy (examples/remediation-repo).
@@ -28,43 +30,31 @@ var examplePlaybooks = map[string]struct{ rule, playbook string }{
 
 func TestExampleRequestsChooseTheirPlaybooks(t *testing.T) {
 	files, err := filepath.Glob(filepath.Join(remediationRepo, "requests", "*.yaml"))
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no template requests found (%v)", err)
-	}
+	require.NoError(t, err)
+	require.NotEmpty(t, files, "no template requests found")
 	var names []string
 	for _, f := range files {
 		name := strings.TrimSuffix(filepath.Base(f), ".yaml")
 		names = append(names, name)
 		t.Run(name, func(t *testing.T) {
 			want, ok := examplePlaybooks[name]
-			if !ok {
-				t.Fatalf("%s has no expected playbook in examplePlaybooks", f)
-			}
+			require.True(t, ok, "%s has no expected playbook in examplePlaybooks", f)
 			out, code, err := runPlanCommand(t, "", "-o", "json", "-f", f, "--facts", filepath.Join(remediationRepo, "facts", name+".yaml"))
-			if code != 0 {
-				t.Fatalf("exit code %d (%v), want 0:\n%s", code, err, out)
-			}
+			require.Equal(t, 0, code, "exit code (%v), want 0:\n%s", err, out)
 			var r planReport
-			if err := json.Unmarshal([]byte(out), &r); err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, json.Unmarshal([]byte(out), &r))
+			require.NotEmpty(t, r.Requests, "the report has no request")
 			res := r.Requests[0]
-			if res.Request.Name != name || res.Request.Namespace != "remediator" {
-				t.Errorf("request %s/%s: the file must be named after the request, in namespace remediator", res.Request.Namespace, res.Request.Name)
-			}
-			if res.Decision.Rule != want.rule || res.Decision.Playbook != want.playbook || res.Decision.Phase != "Running" {
-				t.Errorf("decision = %s/%s (phase %s), want rule %s choosing %s",
-					res.Decision.Rule, res.Decision.Playbook, res.Decision.Phase, want.rule, want.playbook)
-			}
-			if len(res.Steps) == 0 {
-				t.Errorf("no steps planned")
-			}
+			assert.Equal(t, name, res.Request.Name, "the file must be named after the request")
+			assert.Equal(t, "remediator", res.Request.Namespace, "the request must be in namespace remediator")
+			assert.Equal(t, want.rule, res.Decision.Rule, "decision rule")
+			assert.Equal(t, want.playbook, res.Decision.Playbook, "decision playbook")
+			assert.Equal(t, "Running", string(res.Decision.Phase), "decision phase")
+			assert.NotEmpty(t, res.Steps, "no steps planned")
 		})
 	}
 	for name := range examplePlaybooks {
-		if !slices.Contains(names, name) {
-			t.Errorf("examplePlaybooks names %s, which has no requests/%s.yaml", name, name)
-		}
+		assert.Contains(t, names, name, "examplePlaybooks names %s, which has no requests/%s.yaml", name, name)
 	}
 }
 
@@ -101,13 +91,9 @@ func TestRemediationRepoCheckScript(t *testing.T) {
 		}
 	}
 	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	moduleRoot, err := filepath.Abs("../..")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	tmp := t.TempDir()
 	remediator := filepath.Join(tmp, "bin", "remediator")
 	writeFile(t, remediator, fmt.Sprintf("#!/bin/sh\nREMEDIATOR_PLAN_HELPER=1 exec %q -test.run='^TestPlanHelperProcess$' -- \"$@\"\n", self), 0o755)
@@ -120,9 +106,8 @@ func TestRemediationRepoCheckScript(t *testing.T) {
 		cmd.Dir = repo
 		cmd.Env = append(os.Environ(), "GIT_CONFIG_GLOBAL=/dev/null", "GIT_CONFIG_NOSYSTEM=1",
 			"GIT_AUTHOR_NAME=ci", "GIT_AUTHOR_EMAIL=ci@example.com", "GIT_COMMITTER_NAME=ci", "GIT_COMMITTER_EMAIL=ci@example.com")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("git %v: %v\n%s", args, err, out)
-		}
+		out, err := cmd.CombinedOutput()
+		require.NoError(t, err, "git %v:\n%s", args, out)
 	}
 	check := func(t *testing.T, env ...string) (string, int) {
 		t.Helper()
@@ -133,8 +118,8 @@ func TestRemediationRepoCheckScript(t *testing.T) {
 		code := 0
 		if ee, ok := err.(*exec.ExitError); ok {
 			code = ee.ExitCode()
-		} else if err != nil {
-			t.Fatal(err)
+		} else {
+			require.NoError(t, err)
 		}
 		t.Logf("ci/check.sh exit code %d:\n%s", code, out)
 		return string(out), code
@@ -142,9 +127,7 @@ func TestRemediationRepoCheckScript(t *testing.T) {
 	expect := func(t *testing.T, out string, want ...string) {
 		t.Helper()
 		for _, w := range want {
-			if !strings.Contains(out, w) {
-				t.Errorf("output lacks %q", w)
-			}
+			assert.Contains(t, out, w, "ci/check.sh output")
 		}
 	}
 
@@ -158,9 +141,7 @@ func TestRemediationRepoCheckScript(t *testing.T) {
 
 	t.Run("the template's requests pass", func(t *testing.T) {
 		out, code := check(t)
-		if code != 0 {
-			t.Errorf("exit code %d, want 0", code)
-		}
+		assert.Equal(t, 0, code, "exit code")
 		expect(t, out, "4 request file(s) added or changed since base", "policies/ has no .cue files",
 			"ALLOWED by rule holder-shutdown: playbook node-shutdown", "ALLOWED by rule driver-deregistered: playbook restart-node-plugin",
 			"OK: 4 request(s) checked")
@@ -170,17 +151,13 @@ func TestRemediationRepoCheckScript(t *testing.T) {
 	// and the policy's rejection fails the job.
 	fenced := filepath.Join(repo, "requests", "release-lease-fenced-unreachable-kwok-node-2.yaml")
 	src, err := os.ReadFile(fenced)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	writeFile(t, fenced, strings.Replace(string(src), "  fencing:\n    confirmed: true\n    method: NodeShutdown\n    node: kwok-node-2\n", "", 1), 0o644)
 	git("commit", "-q", "-a", "-m", "unfenced")
 	git("branch", "-f", "base", "HEAD~1")
 	t.Run("a rejected request fails the job", func(t *testing.T) {
 		out, code := check(t)
-		if code != 1 {
-			t.Errorf("exit code %d, want 1", code)
-		}
+		assert.Equal(t, 1, code, "exit code")
 		expect(t, out, "1 request file(s) added or changed since base", "REJECTED by rule unreachable-not-fenced",
 			"FAILED: requests/release-lease-fenced-unreachable-kwok-node-2.yaml (rejected)")
 	})
@@ -191,51 +168,36 @@ func TestRemediationRepoCheckScript(t *testing.T) {
 	policies, _ := filepath.Glob(filepath.Join(moduleRoot, "policies", "*.cue"))
 	for _, p := range policies {
 		data, err := os.ReadFile(p)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		writeFile(t, filepath.Join(repo, "policies", filepath.Base(p)), string(data), 0o644)
 	}
 	cue := "REMEDIATOR_CUE=go -C " + moduleRoot + " tool cue"
 	t.Run("override policies are tested and used", func(t *testing.T) {
 		git("branch", "-f", "base", "HEAD~3") // the template commit: every request is new again
 		out, code := check(t, cue)
-		if code != 0 {
-			t.Errorf("exit code %d, want 0", code)
-		}
+		assert.Equal(t, 0, code, "exit code")
 		expect(t, out, "Testing the override policies in policies/", "vet -c policies/*.cue - < policies/release_luks_lease_test.cue",
 			"--policies-dir "+filepath.Join(repo, "policies"), "OK: 4 request(s) checked")
 	})
 	t.Run("a failing policy case fails the job", func(t *testing.T) {
 		cases := filepath.Join(repo, "policies", "release_luks_lease_test.cue")
 		src, err := os.ReadFile(cases)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		const from = `want: {allowed: true, playbook: "fenced-unreachable", rule: "unreachable-fenced"}`
-		if !strings.Contains(string(src), from) {
-			t.Fatalf("release_luks_lease_test.cue no longer contains %q", from)
-		}
+		require.Contains(t, string(src), from, "release_luks_lease_test.cue no longer contains the case this test edits")
 		writeFile(t, cases, strings.Replace(string(src), from, `want: {allowed: false, rule: "unreachable-lease-too-young"}`, 1), 0o644)
 		out, code := check(t, cue)
-		if code != 1 {
-			t.Errorf("exit code %d, want 1", code)
-		}
+		assert.Equal(t, 1, code, "exit code")
 		expect(t, out, "policy cases in policies/release_luks_lease_test.cue failed")
-		if strings.Contains(out, "remediator plan") || strings.Contains(out, "== RemediationRequest") {
-			t.Errorf("requests were planned with failing policies")
-		}
+		assert.NotContains(t, out, "remediator plan", "requests were planned with failing policies")
+		assert.NotContains(t, out, "== RemediationRequest", "requests were planned with failing policies")
 	})
 }
 
 func writeFile(t *testing.T, p, content string, mode fs.FileMode) {
 	t.Helper()
-	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(p, []byte(content), mode); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.MkdirAll(filepath.Dir(p), 0o755))
+	require.NoError(t, os.WriteFile(p, []byte(content), mode))
 }
 
 func copyTree(t *testing.T, from, to string) {
@@ -261,7 +223,5 @@ func copyTree(t *testing.T, from, to string) {
 		}
 		return os.WriteFile(filepath.Join(to, rel), data, info.Mode().Perm())
 	})
-	if err != nil {
-		t.Fatalf("copying %s: %v", from, err)
-	}
+	require.NoError(t, err, "copying %s", from)
 }
