@@ -212,8 +212,8 @@ func planAccepted(in planInput) bool { return in.rr != nil && len(in.errs) == 0 
 // FuzzPlanRequestFile reads fuzzed -f files as plan does and checks: no panic;
 // every document is either a request to decide or an error, and a file yields at
 // least one of them; and every request plan accepts satisfies the CRD's constraints
-// (checked here on the typed request, independently of validatePlanRequest's reading
-// of the raw object), decodes in the controller (controllers.DecodeRequest, from the
+// (checked here on the typed request, independently of the CRD-driven validation of
+// the raw object), decodes in the controller (controllers.DecodeRequest, from the
 // same JSON), is accepted again from its own encoding with the same spec, and has a
 // maintenance window that evaluates without panicking. Whether the API server agrees
 // with plan is checked on the corpus by TestPlanAgreesWithAdmissionOnTheCorpus.
@@ -293,7 +293,9 @@ func checkAcceptedRequest(t *testing.T, rr *v1alpha1.RemediationRequest, doc []b
 	// And plan accepts its own reading of the request again.
 	re, err := json.Marshal(rr)
 	require.NoError(t, err)
-	again := decodePlanRequest("re-encoded", 1, re)
+	v, err := embeddedRequestValidator()
+	require.NoError(t, err)
+	again := decodePlanRequest(v, "re-encoded", 1, re)
 	require.True(t, planAccepted(again), "plan refuses its own encoding of an accepted request: %v\n%s", again.errs, re)
 	require.Equal(t, rr.Spec, again.rr.Spec)
 	require.Equal(t, rr.Name, again.rr.Name)

@@ -266,7 +266,7 @@ var invalidRequests = []struct {
 	want []string
 }{
 	{"missing reason", func(_, s map[string]any) { delete(s, "reason") }, []string{"spec.reason: Required value"}},
-	{"too-short reason", func(_, s map[string]any) { s["reason"] = "fix it" }, []string{`spec.reason: Invalid value: "fix it": should be at least 10 chars long`}},
+	{"too-short reason", func(_, s map[string]any) { s["reason"] = "fix it" }, []string{`spec.reason: Invalid value: "fix it": spec.reason in body should be at least 10 chars long`}},
 	{"no target", func(_, s map[string]any) { delete(s, "target") }, []string{"spec.target: Required value"}},
 	{"empty target", func(_, s map[string]any) { s["target"] = map[string]any{} }, []string{"spec.target", "exactly one of"}},
 	{"two targets", func(_, s map[string]any) {
