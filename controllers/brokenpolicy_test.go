@@ -122,8 +122,8 @@ import "list"
 				assert.Contains(t, c.Message, w)
 			}
 			assert.LessOrEqual(t, len(c.Message), 32768)
-			msg := warningEvent(t, key.Name, controllers.EventRejected, append([]string{"Policy rule " + tc.rule}, tc.want...)...)
-			t.Logf("Warning %s: %.300s", controllers.EventRejected, msg)
+			msg := warningEvent(t, key.Name, v1alpha1.EventRejected, append([]string{"Policy rule " + tc.rule}, tc.want...)...)
+			t.Logf("Warning %s: %.300s", v1alpha1.EventRejected, msg)
 			assert.True(t, leaseExists(t, pv), "a request the policy could not decide must not act")
 		})
 	}

@@ -42,10 +42,10 @@ func TestNeedsDecision(t *testing.T) {
 		{"running ignores spec changes", rr(v1alpha1.PhaseRunning, 2, 1, &v1alpha1.Decision{Allowed: true}), false},
 		{"succeeded is final", rr(v1alpha1.PhaseSucceeded, 2, 1, &v1alpha1.Decision{}), false},
 		{"failed is final", rr(v1alpha1.PhaseFailed, 1, 1, &v1alpha1.Decision{RecheckAt: at(-time.Hour)}), false},
-		{"waiting for a slot re-decides when woken", waiting(rr(v1alpha1.PhaseWaiting, 1, 1, &v1alpha1.Decision{Allowed: true}), ReasonWaitingForSlot), true},
-		{"waiting on another request re-decides when woken", waiting(rr(v1alpha1.PhaseWaiting, 1, 1, &v1alpha1.Decision{RecheckAt: at(time.Minute)}), ReasonWaiting), true},
-		{"waiting for the window only at its opening", waiting(rr(v1alpha1.PhaseWaiting, 1, 1, &v1alpha1.Decision{RecheckAt: at(time.Hour)}), ReasonWaitingForWindow), false},
-		{"window closed mid-playbook waits for the next one", waiting(rr(v1alpha1.PhaseWaiting, 1, 1, &v1alpha1.Decision{RecheckAt: at(time.Hour)}), ReasonWindowClosed), false},
+		{"waiting for a slot re-decides when woken", waiting(rr(v1alpha1.PhaseWaiting, 1, 1, &v1alpha1.Decision{Allowed: true}), v1alpha1.ReasonWaitingForSlot), true},
+		{"waiting on another request re-decides when woken", waiting(rr(v1alpha1.PhaseWaiting, 1, 1, &v1alpha1.Decision{RecheckAt: at(time.Minute)}), v1alpha1.ReasonWaiting), true},
+		{"waiting for the window only at its opening", waiting(rr(v1alpha1.PhaseWaiting, 1, 1, &v1alpha1.Decision{RecheckAt: at(time.Hour)}), v1alpha1.ReasonWaitingForWindow), false},
+		{"window closed mid-playbook waits for the next one", waiting(rr(v1alpha1.PhaseWaiting, 1, 1, &v1alpha1.Decision{RecheckAt: at(time.Hour)}), v1alpha1.ReasonWindowClosed), false},
 	}
 	for _, tc := range cases {
 		if got := needsDecision(tc.rr, now); got != tc.want {

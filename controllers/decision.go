@@ -123,8 +123,8 @@ func (o Outcome) reject(progressing string) Outcome {
 	o.Phase = v1alpha1.PhaseRejected
 	o.Decision.Allowed, o.Decision.Playbook, o.Steps = false, "", nil
 	o.Accepted = Condition{metav1.ConditionFalse, policies.ConditionReason(o.Decision.Rule), o.Decision.Message}
-	o.Progressing = Condition{metav1.ConditionFalse, ReasonRejected, progressing}
-	o.EventType, o.EventReason = corev1.EventTypeWarning, EventRejected
+	o.Progressing = Condition{metav1.ConditionFalse, v1alpha1.ReasonRejected, progressing}
+	o.EventType, o.EventReason = corev1.EventTypeWarning, v1alpha1.EventRejected
 	o.EventMessage = fmt.Sprintf("Policy rule %s: %s", o.Decision.Rule, o.Decision.Message)
 	return o
 }
@@ -136,8 +136,8 @@ func (o Outcome) wait(now time.Time) Outcome {
 		o.recheck(now.Add(guardRecheck))
 	}
 	o.Accepted = Condition{metav1.ConditionUnknown, policies.ConditionReason(o.Decision.Rule), o.Decision.Message}
-	o.Progressing = Condition{metav1.ConditionTrue, ReasonWaiting, o.Decision.Message}
-	o.EventType, o.EventReason, o.EventMessage = corev1.EventTypeNormal, EventWaiting, o.Decision.Message
+	o.Progressing = Condition{metav1.ConditionTrue, v1alpha1.ReasonWaiting, o.Decision.Message}
+	o.EventType, o.EventReason, o.EventMessage = corev1.EventTypeNormal, v1alpha1.EventWaiting, o.Decision.Message
 	return o
 }
 
@@ -171,8 +171,8 @@ func (o Outcome) allowed(playbooks remediations.Playbooks, in DecisionInput) Out
 	if rr.Spec.Mode == v1alpha1.ModeDryRun {
 		o.Phase = v1alpha1.PhasePending
 		msg := fmt.Sprintf("DryRun: playbook %s would run %s; nothing was changed. Set spec.mode: Apply to run it.", playbook, strings.Join(names, " -> "))
-		o.Progressing = Condition{metav1.ConditionFalse, ReasonDryRun, msg}
-		o.EventType, o.EventReason, o.EventMessage = corev1.EventTypeNormal, EventAccepted, msg
+		o.Progressing = Condition{metav1.ConditionFalse, v1alpha1.ReasonDryRun, msg}
+		o.EventType, o.EventReason, o.EventMessage = corev1.EventTypeNormal, v1alpha1.EventAccepted, msg
 		return o
 	}
 	inside, next, err := MaintenanceWindow(rr.Spec.MaintenanceWindow, now)
@@ -189,8 +189,8 @@ func (o Outcome) allowed(playbooks remediations.Playbooks, in DecisionInput) Out
 		o.Phase = v1alpha1.PhaseWaiting
 		msg := fmt.Sprintf("Playbook %s is allowed but waits for the maintenance window (%s for %s), which opens at %s; the decision is re-evaluated then.",
 			playbook, rr.Spec.MaintenanceWindow.Schedule, rr.Spec.MaintenanceWindow.Duration.Duration, at.UTC().Format(time.RFC3339))
-		o.Progressing = Condition{metav1.ConditionTrue, ReasonWaitingForWindow, msg}
-		o.EventType, o.EventReason, o.EventMessage = corev1.EventTypeNormal, EventWaiting, msg
+		o.Progressing = Condition{metav1.ConditionTrue, v1alpha1.ReasonWaitingForWindow, msg}
+		o.EventType, o.EventReason, o.EventMessage = corev1.EventTypeNormal, v1alpha1.EventWaiting, msg
 		return o
 	}
 	if playbooks.Disruptive(playbook) {
@@ -201,14 +201,14 @@ func (o Outcome) allowed(playbooks remediations.Playbooks, in DecisionInput) Out
 			o.Phase, o.Running, o.RequeueAfter = v1alpha1.PhaseWaiting, running, slotRecheck
 			msg := fmt.Sprintf("Playbook %s is allowed but %d disruptive remediation(s) are already running, against the cluster-wide cap of %d (--max-concurrent-remediations): %s;%s it starts when a slot frees, oldest request first.",
 				playbook, len(running), in.MaxConcurrent, strings.Join(running, ", "), describeAhead(ahead))
-			o.Progressing = Condition{metav1.ConditionTrue, ReasonWaitingForSlot, msg}
-			o.EventType, o.EventReason, o.EventMessage = corev1.EventTypeNormal, EventWaiting, msg
+			o.Progressing = Condition{metav1.ConditionTrue, v1alpha1.ReasonWaitingForSlot, msg}
+			o.EventType, o.EventReason, o.EventMessage = corev1.EventTypeNormal, v1alpha1.EventWaiting, msg
 			return o
 		}
 	}
 	o.Phase = v1alpha1.PhaseRunning
-	o.Progressing = Condition{metav1.ConditionTrue, ReasonPlaybookRunning, fmt.Sprintf("Running playbook %s: %s", playbook, strings.Join(names, " -> "))}
-	o.EventType, o.EventReason = corev1.EventTypeNormal, EventAccepted
+	o.Progressing = Condition{metav1.ConditionTrue, v1alpha1.ReasonPlaybookRunning, fmt.Sprintf("Running playbook %s: %s", playbook, strings.Join(names, " -> "))}
+	o.EventType, o.EventReason = corev1.EventTypeNormal, v1alpha1.EventAccepted
 	o.EventMessage = fmt.Sprintf("Policy rule %s chose playbook %s: %s", rule, playbook, o.Decision.Message)
 	return o
 }

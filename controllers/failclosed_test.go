@@ -165,7 +165,7 @@ func TestPermissivePolicyIsHeldByTheFloor(t *testing.T) {
 		// Failed closed, and said so: a Warning Event naming the invariant (the log and
 		// remediator_decisions_failed_closed_total{reason="safety-floor"}: see
 		// TestFailedClosedDecisionsAreCounted).
-		warningEvent(t, key.Name, controllers.EventRejected, "Policy rule "+tc.invariant+": Refused by the safety floor (invariant "+tc.invariant+")")
+		warningEvent(t, key.Name, v1alpha1.EventRejected, "Policy rule "+tc.invariant+": Refused by the safety floor (invariant "+tc.invariant+")")
 		assert.True(t, leaseExists(t, tc.pv), "%s: the Lease must be kept", tc.name)
 		assert.False(t, nodeCordoned(t, tc.node), "%s: the node must not be cordoned", tc.name)
 	}

@@ -70,7 +70,7 @@ func (r *RemediationRequestReconciler) reconcileDelete(ctx context.Context, s *s
 		return ctrl.Result{}, nil
 	}
 	if rr.Status.Phase == v1alpha1.PhaseRunning {
-		msg, err := remediations.Restore(ctx, r.run(s), "the request was deleted")
+		msg, err := remediations.Restore(ctx, r.execution(s), "the request was deleted")
 		if err != nil {
 			return ctrl.Result{}, err
 		}
@@ -83,7 +83,7 @@ func (r *RemediationRequestReconciler) reconcileDelete(ctx context.Context, s *s
 		rr.Status.Phase = v1alpha1.PhaseFailed
 		r.setCondition(rr, v1alpha1.ConditionSucceeded, metav1.ConditionFalse, v1alpha1.ReasonAborted, "The request was deleted mid-run; "+cmp.Or(msg, "nothing needed restoring"))
 		r.setCondition(rr, v1alpha1.ConditionProgressing, metav1.ConditionFalse, v1alpha1.ReasonAborted, "Aborted")
-		r.Recorder.Event(rr, corev1.EventTypeWarning, EventFailed, "Aborted: the request was deleted mid-run; "+cmp.Or(msg, "nothing needed restoring"))
+		r.Recorder.Event(rr, corev1.EventTypeWarning, v1alpha1.EventFailed, "Aborted: the request was deleted mid-run; "+cmp.Or(msg, "nothing needed restoring"))
 		if err := r.patchStatus(ctx, s); err != nil {
 			return ctrl.Result{}, err
 		}

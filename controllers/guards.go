@@ -91,7 +91,7 @@ func waitsForSlot(rr *v1alpha1.RemediationRequest) bool {
 		return false
 	}
 	c := meta.FindStatusCondition(rr.Status.Conditions, v1alpha1.ConditionProgressing)
-	return c != nil && c.Reason == ReasonWaitingForSlot
+	return c != nil && c.Reason == v1alpha1.ReasonWaitingForSlot
 }
 
 // IndexRequests registers IndexGuard on the manager's cache of unstructured requests.

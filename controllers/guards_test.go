@@ -225,7 +225,7 @@ func TestConcurrencyCapHoldsRequestsUntilASlotFrees(t *testing.T) {
 	p := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionProgressing)
 	want := "Playbook healthy-move-workload is allowed but 1 disruptive remediation(s) are already running, against the cluster-wide cap of 1 (--max-concurrent-remediations): remediator/cap-a; it starts when a slot frees, oldest request first."
 	require.NotNil(t, p)
-	assert.Equal(t, controllers.ReasonWaitingForSlot, p.Reason)
+	assert.Equal(t, v1alpha1.ReasonWaitingForSlot, p.Reason)
 	assert.Equal(t, want, p.Message)
 	d := newRequest(t, "cap-d", "pvc-envtest-cap-d", nil)
 	got = waitFor(t, d, 20*time.Second, "cap-d waiting behind cap-b", func(rr *v1alpha1.RemediationRequest) bool {
@@ -307,7 +307,7 @@ func TestMaintenanceWindowClosingMidPlaybook(t *testing.T) {
 	p := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionProgressing)
 	next := opened.Add(24 * time.Hour)
 	wantMsg := fmt.Sprintf("The maintenance window closed before step deleteLease, so the playbook stopped without starting it; restored: Uncordoned node %s. The request is decided again when the next window opens at %s.", node, next.Format(time.RFC3339))
-	if p == nil || p.Reason != controllers.ReasonWindowClosed || p.Message != wantMsg {
+	if p == nil || p.Reason != v1alpha1.ReasonWindowClosed || p.Message != wantMsg {
 		t.Errorf("Progressing = %+v\nwant message %q", p, wantMsg)
 	}
 	for step, want := range map[string]v1alpha1.StepState{

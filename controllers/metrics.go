@@ -177,7 +177,7 @@ func failedClosedReason(rr *v1alpha1.RemediationRequest) string {
 }
 
 // observeFailedClosed counts and logs a persisted decision that failed closed. The
-// decision path records the Warning Event (EventRejected, naming the rule and why);
+// decision path records the Warning Event (v1alpha1.EventRejected, naming the rule and why);
 // the log line here is the one an operator greps for, with the policy digest that
 // failed.
 func observeFailedClosed(rr *v1alpha1.RemediationRequest) {

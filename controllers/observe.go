@@ -35,8 +35,8 @@ func observed(rr *v1alpha1.RemediationRequest) *v1alpha1.RemediationRequest {
 	return o
 }
 
-func (r *RemediationRequestReconciler) run(s *scope) *remediations.Run {
-	return &remediations.Run{
+func (r *RemediationRequestReconciler) execution(s *scope) *remediations.Execution {
+	return &remediations.Execution{
 		RR: s.rr, Client: r.Client, Reader: r.Reader, Observer: observer{r: r, s: s},
 		Now: s.now, Timeouts: r.Timeouts, Playbooks: r.Playbooks,
 	}
@@ -85,5 +85,5 @@ func movesPods(rr *v1alpha1.RemediationRequest, playbooks remediations.Playbooks
 		return true
 	}
 	pb, ok := playbooks[decidedPlaybook(rr)]
-	return !ok || slices.Contains(pb.Steps, "deleteAffectedPods") || slices.Contains(pb.Steps, "waitPodsGone")
+	return !ok || slices.Contains(pb.Steps, v1alpha1.StepDeleteAffectedPods) || slices.Contains(pb.Steps, v1alpha1.StepWaitPodsGone)
 }

@@ -51,36 +51,6 @@ import (
 // Trident namespace's Leases and events serve the informer cache decisions are made
 // from (wiring.go); pods are listed by node only, never watched.
 
-// Event reasons on RemediationRequests.
-const (
-	EventAccepted = "Accepted"
-	EventRejected = "Rejected"
-	EventWaiting  = "Waiting"
-	// Step transitions get a reason per kind so that the event correlator, which
-	// folds more than ten similar events of one reason, keeps each one readable.
-	EventStepStarted   = "StepStarted"
-	EventStepSucceeded = "StepSucceeded"
-	EventFailed        = "Failed"
-	EventDone          = "Succeeded"
-)
-
-// Condition reasons besides the playbook and rule names.
-const (
-	ReasonPlaybookRunning   = "PlaybookRunning"
-	ReasonPlaybookCompleted = "PlaybookCompleted"
-	ReasonDryRun            = "DryRun"
-	ReasonRejected          = "Rejected"
-	ReasonWaiting           = "Waiting"
-	ReasonFailed            = "Failed"
-	ReasonWaitingForWindow  = "WaitingForMaintenanceWindow"
-	// ReasonWaitingForSlot: the policy allowed the playbook but the cluster-wide cap
-	// on running remediations is reached.
-	ReasonWaitingForSlot = "WaitingForRemediationSlot"
-	// ReasonWindowClosed: the maintenance window closed mid-playbook before a
-	// destructive step, so the playbook stopped, restored and waits for the next one.
-	ReasonWindowClosed = "MaintenanceWindowClosed"
-)
-
 // RemediationRequestReconciler reconciles RemediationRequests.
 type RemediationRequestReconciler struct {
 	// Client writes, and reads requests from the manager's cache (unstructured, with
@@ -164,7 +134,7 @@ func waitsForGuard(rr *v1alpha1.RemediationRequest) bool {
 		return false
 	}
 	c := meta.FindStatusCondition(rr.Status.Conditions, v1alpha1.ConditionProgressing)
-	return c != nil && (c.Reason == ReasonWaiting || c.Reason == ReasonWaitingForSlot)
+	return c != nil && (c.Reason == v1alpha1.ReasonWaiting || c.Reason == v1alpha1.ReasonWaitingForSlot)
 }
 
 // Reconcile is fetch -> ensure finalizer (where a playbook will need a restore) ->
@@ -315,7 +285,7 @@ func (r *RemediationRequestReconciler) runPlaybook(ctx context.Context, s *scope
 	if rr.Status.Phase != v1alpha1.PhaseRunning {
 		return ctrl.Result{}, nil
 	}
-	run := r.run(s)
+	run := r.execution(s)
 	// Only the start of a destructive step is gated: waits and restore steps finish
 	// even after the window closed, so nothing is left half-done.
 	if next, ok := remediations.NextPending(rr.Status.Steps); ok && remediations.Destructive(next) {
@@ -348,24 +318,24 @@ func (r *RemediationRequestReconciler) runPlaybook(ctx context.Context, s *scope
 		}
 		rr.Status.Phase = v1alpha1.PhaseFailed
 		r.setCondition(rr, v1alpha1.ConditionSucceeded, metav1.ConditionFalse, p.Failure.Reason, msg)
-		r.setCondition(rr, v1alpha1.ConditionProgressing, metav1.ConditionFalse, ReasonFailed, msg)
-		r.Recorder.Event(rr, corev1.EventTypeWarning, EventFailed, msg)
+		r.setCondition(rr, v1alpha1.ConditionProgressing, metav1.ConditionFalse, v1alpha1.ReasonFailed, msg)
+		r.Recorder.Event(rr, corev1.EventTypeWarning, v1alpha1.EventFailed, msg)
 		return ctrl.Result{}, nil
 	case p.Finished:
 		if p.Transition != "" {
-			r.Recorder.Event(rr, corev1.EventTypeNormal, EventStepSucceeded, p.Transition)
+			r.Recorder.Event(rr, corev1.EventTypeNormal, v1alpha1.EventStepSucceeded, p.Transition)
 		}
 		rr.Status.Phase = v1alpha1.PhaseSucceeded
 		msg := fmt.Sprintf("Playbook %s completed", rr.Status.Decision.Playbook)
-		r.setCondition(rr, v1alpha1.ConditionSucceeded, metav1.ConditionTrue, ReasonPlaybookCompleted, msg)
-		r.setCondition(rr, v1alpha1.ConditionProgressing, metav1.ConditionFalse, ReasonPlaybookCompleted, msg)
-		r.Recorder.Event(rr, corev1.EventTypeNormal, EventDone, msg)
+		r.setCondition(rr, v1alpha1.ConditionSucceeded, metav1.ConditionTrue, v1alpha1.ReasonPlaybookCompleted, msg)
+		r.setCondition(rr, v1alpha1.ConditionProgressing, metav1.ConditionFalse, v1alpha1.ReasonPlaybookCompleted, msg)
+		r.Recorder.Event(rr, corev1.EventTypeNormal, v1alpha1.EventDone, msg)
 		return ctrl.Result{}, nil
 	}
 	if p.Transition != "" {
-		reason := EventStepSucceeded
+		reason := v1alpha1.EventStepSucceeded
 		if p.Started {
-			reason = EventStepStarted
+			reason = v1alpha1.EventStepStarted
 		}
 		r.Recorder.Event(rr, corev1.EventTypeNormal, reason, p.Transition)
 		// One step per reconcile: the journal is written before the next one starts,

@@ -44,7 +44,7 @@ func (r *RemediationRequestReconciler) honourSpecChange(ctx context.Context, s *
 // reason Aborted.
 func (r *RemediationRequestReconciler) abort(ctx context.Context, s *scope, why string) (ctrl.Result, error) {
 	rr := s.rr
-	restored, err := remediations.Restore(ctx, r.run(s), "the abort")
+	restored, err := remediations.Restore(ctx, r.execution(s), "the abort")
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -58,7 +58,7 @@ func (r *RemediationRequestReconciler) abort(ctx context.Context, s *scope, why 
 	rr.Status.Phase = v1alpha1.PhaseFailed
 	r.setCondition(rr, v1alpha1.ConditionSucceeded, metav1.ConditionFalse, v1alpha1.ReasonAborted, msg)
 	r.setCondition(rr, v1alpha1.ConditionProgressing, metav1.ConditionFalse, v1alpha1.ReasonAborted, msg)
-	r.Recorder.Event(rr, corev1.EventTypeWarning, EventFailed, msg)
+	r.Recorder.Event(rr, corev1.EventTypeWarning, v1alpha1.EventFailed, msg)
 	ctrl.LoggerFrom(ctx).Info("Aborted the playbook after a spec change", "why", why)
 	return ctrl.Result{}, nil
 }
@@ -96,7 +96,7 @@ func withdrawn(rr *v1alpha1.RemediationRequest, now time.Time) string {
 // destructive step: it restores what the playbook changed (the cordon), skips the
 // remaining steps, and waits for the next window, when the request is decided again
 // on fresh facts.
-func (r *RemediationRequestReconciler) windowClosed(ctx context.Context, s *scope, run *remediations.Run, next string, opens time.Time) (ctrl.Result, error) {
+func (r *RemediationRequestReconciler) windowClosed(ctx context.Context, s *scope, run *remediations.Execution, next string, opens time.Time) (ctrl.Result, error) {
 	rr := s.rr
 	restored, err := remediations.Restore(ctx, run, "the maintenance window closed")
 	if err != nil {
@@ -117,8 +117,8 @@ func (r *RemediationRequestReconciler) windowClosed(ctx context.Context, s *scop
 	}
 	msg := fmt.Sprintf("The maintenance window closed before step %s, so the playbook stopped without starting it; %s. The request is decided again when the next window opens at %s.",
 		next, what, at.UTC().Format(time.RFC3339))
-	r.setCondition(rr, v1alpha1.ConditionProgressing, metav1.ConditionTrue, ReasonWindowClosed, msg)
-	r.Recorder.Event(rr, corev1.EventTypeWarning, ReasonWindowClosed, msg)
+	r.setCondition(rr, v1alpha1.ConditionProgressing, metav1.ConditionTrue, v1alpha1.ReasonWindowClosed, msg)
+	r.Recorder.Event(rr, corev1.EventTypeWarning, v1alpha1.ReasonWindowClosed, msg)
 	ctrl.LoggerFrom(ctx).Info("Maintenance window closed mid-playbook", "nextStep", next, "opens", at.Time)
 	return ctrl.Result{RequeueAfter: opens.Sub(s.now)}, nil
 }

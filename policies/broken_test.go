@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/remediator/remediator/api/v1alpha1"
 	"github.com/remediator/remediator/remediations"
 )
 
@@ -149,7 +150,7 @@ func TestReloadKeepsTheLastGoodPolicy(t *testing.T) {
 // refuse the reviewed policies, and it does refuse them against a smaller set.
 func TestEmbeddedPoliciesNameOnlyKnownPlaybooks(t *testing.T) {
 	require.NoError(t, engine(t).RequirePlaybooks(defaultPlaybookNames(t)))
-	err := engine(t).RequirePlaybooks([]string{PlaybookNodeShutdown})
+	err := engine(t).RequirePlaybooks([]string{v1alpha1.PlaybookNodeShutdown})
 	var le *LoadError
 	require.ErrorAs(t, err, &le)
 	assert.Equal(t, LoadReasonUnknownPlaybook, le.Reason)

@@ -146,21 +146,21 @@ func checkSafetyFloor(t *testing.T, in Input, d Decision) {
 		require.False(t, in.Fencing != nil && in.Fencing.Confirmed && in.Fencing.Node != "" && !fenced,
 			"allowed although spec.fencing names another node: %+v", d)
 		switch d.Playbook {
-		case PlaybookNodeShutdown:
+		case v1alpha1.PlaybookNodeShutdown:
 			require.Equal(t, v1alpha1.NodeShutdown, node.State, "%+v", d)
-		case PlaybookFencedUnreachable:
+		case v1alpha1.PlaybookFencedUnreachable:
 			require.Contains(t, []v1alpha1.NodeState{v1alpha1.NodeUnreachable, v1alpha1.NodeNotFound}, node.State, "%+v", d)
 			require.True(t, fenced || (node.State == v1alpha1.NodeUnreachable && slices.Contains(node.Taints, v1alpha1.TaintOutOfService)),
 				"an unreachable holder released without fencing: %+v", d)
 			require.GreaterOrEqual(t, l.AgeSeconds, int64(300), "%+v", d)
-		case PlaybookHealthyMoveWorkload:
+		case v1alpha1.PlaybookHealthyMoveWorkload:
 			require.Equal(t, v1alpha1.NodeHealthy, node.State, "%+v", d)
 			require.True(t, l.RetainedEvents > 0 || l.AgeSeconds >= 600, "a young Lease of a healthy holder without LeaseRetained events: %+v", d)
 		default:
 			t.Fatalf("release-luks-lease allowed with playbook %q: %+v", d.Playbook, d)
 		}
 	case v1alpha1.RemediationReregisterCSIDriver:
-		require.Equal(t, PlaybookRestartNodePlugin, d.Playbook, "%+v", d)
+		require.Equal(t, v1alpha1.PlaybookRestartNodePlugin, d.Playbook, "%+v", d)
 		require.Equal(t, v1alpha1.NodeHealthy, node.State, "%+v", d)
 		require.NotNil(t, f.CSI, "%+v", d)
 		require.False(t, f.CSI.DriverRegistered, "restarting the plugin of a registered driver: %+v", d)

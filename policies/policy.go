@@ -34,14 +34,6 @@ import (
 //go:embed *.cue
 var embedded embed.FS
 
-// Playbook names the policies may choose.
-const (
-	PlaybookNodeShutdown        = "node-shutdown"
-	PlaybookFencedUnreachable   = "fenced-unreachable"
-	PlaybookHealthyMoveWorkload = "healthy-move-workload"
-	PlaybookRestartNodePlugin   = "restart-node-plugin"
-)
-
 // Input is what a policy decides on: the facts, the spec fields a policy may weigh,
 // and the other active requests on the same node or Lease.
 type Input struct {

@@ -1,6 +1,8 @@
 package policies
 
 import (
+	"github.com/remediator/remediator/api/v1alpha1"
+
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -180,7 +182,7 @@ func TestConcurrentDecisions(t *testing.T) {
 			defer wg.Done()
 			for range 20 {
 				d, err := e.Decide(fx.Input)
-				if err != nil || d.Playbook != PlaybookHealthyMoveWorkload {
+				if err != nil || d.Playbook != v1alpha1.PlaybookHealthyMoveWorkload {
 					t.Errorf("concurrent decision: %+v, %v", d, err)
 					return
 				}

@@ -121,7 +121,7 @@ func TestDecideTimesOut(t *testing.T) {
 	fx := loadFixture(t, "testdata/healthy-retained.yaml")
 	d, err := engine(t).Decide(fx.Input)
 	require.NoError(t, err)
-	assert.Equal(t, PlaybookHealthyMoveWorkload, d.Playbook)
+	assert.Equal(t, v1alpha1.PlaybookHealthyMoveWorkload, d.Playbook)
 }
 
 func TestDecideFailsClosedAtRunawayCap(t *testing.T) {
@@ -165,7 +165,7 @@ func TestConditionReason(t *testing.T) {
 	long := strings.Repeat("ab-", 600)
 	cases := []struct{ rule, want string }{
 		{"node-shutdown", "NodeShutdown"},
-		{PlaybookFencedUnreachable, "FencedUnreachable"},
+		{v1alpha1.PlaybookFencedUnreachable, "FencedUnreachable"},
 		{RulePolicyTimeout, "PolicyTimeout"},
 		{"lease_not_found", "LeaseNotFound"},
 		{"unreachable not fenced", "UnreachableNotFenced"},

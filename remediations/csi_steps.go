@@ -16,7 +16,7 @@ import (
 )
 
 // pluginPod is the single node-plugin pod recorded at decision time.
-func pluginPod(r *Run) (v1alpha1.PodFacts, error) {
+func pluginPod(r *Execution) (v1alpha1.PodFacts, error) {
 	f := r.RR.Status.Facts
 	if f == nil || f.CSI == nil || len(f.CSI.PluginPods) != 1 {
 		return v1alpha1.PodFacts{}, fail("the decision's facts do not hold exactly one node-plugin pod")
@@ -29,9 +29,9 @@ func pluginPod(r *Run) (v1alpha1.PodFacts, error) {
 // registers the driver again.
 type deletePluginPod struct{}
 
-func (deletePluginPod) Timeout(r *Run) time.Duration { return r.Timeouts.Eviction }
+func (deletePluginPod) Timeout(r *Execution) time.Duration { return r.Timeouts.Eviction }
 
-func (deletePluginPod) Done(ctx context.Context, r *Run) (Outcome, error) {
+func (deletePluginPod) Done(ctx context.Context, r *Execution) (Outcome, error) {
 	p, err := pluginPod(r)
 	if err != nil {
 		return Outcome{}, err
@@ -49,7 +49,7 @@ func (deletePluginPod) Done(ctx context.Context, r *Run) (Outcome, error) {
 
 // Run evicts the plugin pod the floor has just found, live, to be the only one on
 // the node and the one the decision was made on.
-func (s deletePluginPod) Run(ctx context.Context, r *Run) (Outcome, error) {
+func (s deletePluginPod) Run(ctx context.Context, r *Execution) (Outcome, error) {
 	f, _, err := r.fresh(ctx)
 	if err != nil {
 		return Outcome{}, err
@@ -74,7 +74,7 @@ func (s deletePluginPod) Run(ctx context.Context, r *Run) (Outcome, error) {
 
 // pluginPodsOnNode lists the node-plugin pods on the node, live, in the Trident
 // namespace the decision was made in.
-func pluginPodsOnNode(ctx context.Context, r *Run, node string) ([]corev1.Pod, error) {
+func pluginPodsOnNode(ctx context.Context, r *Execution, node string) ([]corev1.Pod, error) {
 	if r.Observer == nil {
 		return nil, fmt.Errorf("no way to list node-plugin pods was wired in")
 	}
@@ -110,14 +110,14 @@ func podReady(p *corev1.Pod) bool {
 // termination removing the socket again.
 type waitPluginPodReady struct{}
 
-func (waitPluginPodReady) Timeout(r *Run) time.Duration { return r.Timeouts.PluginRestart }
+func (waitPluginPodReady) Timeout(r *Execution) time.Duration { return r.Timeouts.PluginRestart }
 
-func (waitPluginPodReady) Done(ctx context.Context, r *Run) (Outcome, error) {
+func (waitPluginPodReady) Done(ctx context.Context, r *Execution) (Outcome, error) {
 	old, err := pluginPod(r)
 	if err != nil {
 		return Outcome{}, err
 	}
-	node, err := holder(r)
+	node, err := workNode(r)
 	if err != nil {
 		return Outcome{}, err
 	}
@@ -134,15 +134,17 @@ func (waitPluginPodReady) Done(ctx context.Context, r *Run) (Outcome, error) {
 	return Outcome{Message: "Waiting for one Ready replacement node-plugin pod; now: " + describePods(pods), RequeueAfter: 2 * time.Second}, nil
 }
 
-func (s waitPluginPodReady) Run(ctx context.Context, r *Run) (Outcome, error) { return s.Done(ctx, r) }
+func (s waitPluginPodReady) Run(ctx context.Context, r *Execution) (Outcome, error) {
+	return s.Done(ctx, r)
+}
 
 // waitDriverRegistered waits until the node's CSINode lists the driver again.
 type waitDriverRegistered struct{}
 
-func (waitDriverRegistered) Timeout(r *Run) time.Duration { return r.Timeouts.PluginRestart }
+func (waitDriverRegistered) Timeout(r *Execution) time.Duration { return r.Timeouts.PluginRestart }
 
-func (waitDriverRegistered) Done(ctx context.Context, r *Run) (Outcome, error) {
-	node, err := holder(r)
+func (waitDriverRegistered) Done(ctx context.Context, r *Execution) (Outcome, error) {
+	node, err := workNode(r)
 	if err != nil {
 		return Outcome{}, err
 	}
@@ -169,6 +171,6 @@ func (waitDriverRegistered) Done(ctx context.Context, r *Run) (Outcome, error) {
 		node, driver, strings.Join(drivers, ", "), describePods(pods)), RequeueAfter: 2 * time.Second}, nil
 }
 
-func (s waitDriverRegistered) Run(ctx context.Context, r *Run) (Outcome, error) {
+func (s waitDriverRegistered) Run(ctx context.Context, r *Execution) (Outcome, error) {
 	return s.Done(ctx, r)
 }

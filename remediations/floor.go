@@ -93,20 +93,20 @@ func CheckFloor(in FloorInput) *Violation {
 	// the floor below always applies; a playbook that does not is refused.
 	switch in.Spec.Remediation {
 	case v1alpha1.RemediationReleaseLUKSLease:
-		if !slices.Contains(in.Steps, "deleteLease") {
+		if !slices.Contains(in.Steps, v1alpha1.StepDeleteLease) {
 			return violation(InvariantPlaybookMismatch, "playbook %s does not release a Lease", strings.Join(in.Steps, " -> "))
 		}
-		if in.Step != "uncordon" {
+		if in.Step != v1alpha1.StepUncordon {
 			return leaseFloor(in)
 		}
 	case v1alpha1.RemediationReregisterCSIDriver:
-		if !slices.Contains(in.Steps, "deletePluginPod") {
+		if !slices.Contains(in.Steps, v1alpha1.StepDeletePluginPod) {
 			return violation(InvariantPlaybookMismatch, "playbook %s does not restart a node-plugin pod", strings.Join(in.Steps, " -> "))
 		}
 		if in.Decided != nil && in.Decided.Target.Node != in.Now.Target.Node {
 			return violation(InvariantHolderStateChanged, "the decision was made for node %q, the request targets node %q", in.Decided.Target.Node, in.Now.Target.Node)
 		}
-		if in.Step == "" || in.Step == "deletePluginPod" {
+		if in.Step == "" || in.Step == v1alpha1.StepDeletePluginPod {
 			return pluginFloor(in)
 		}
 	default:
@@ -176,13 +176,13 @@ func healthyFloor(in FloorInput) *Violation {
 		return violation(InvariantHealthyHolderPodsRunning, "holder node %s is healthy and no claim of PersistentVolume %s could be verified, so the pods that use the volume cannot be listed",
 			f.Lease.HolderIdentity, f.Lease.Name)
 	}
-	lease := slices.Index(in.Steps, "deleteLease")
-	evict, wait := slices.Index(in.Steps, "deleteAffectedPods"), slices.Index(in.Steps, "waitPodsGone")
+	lease := slices.Index(in.Steps, v1alpha1.StepDeleteLease)
+	evict, wait := slices.Index(in.Steps, v1alpha1.StepDeleteAffectedPods), slices.Index(in.Steps, v1alpha1.StepWaitPodsGone)
 	if evict < 0 || wait < 0 || evict > lease || wait > lease {
 		return violation(InvariantHealthyHolderPodsRunning, "holder node %s is healthy and the playbook (%s) deletes the Lease without first moving the pods that use the volume off it",
 			f.Lease.HolderIdentity, strings.Join(in.Steps, " -> "))
 	}
-	if in.Step == "deleteLease" && len(f.AffectedPods) > 0 {
+	if in.Step == v1alpha1.StepDeleteLease && len(f.AffectedPods) > 0 {
 		return violation(InvariantHealthyHolderPodsRunning, "holder node %s is healthy and pods that use the volume still run on it: %s",
 			f.Lease.HolderIdentity, PodList(f.AffectedPods))
 	}

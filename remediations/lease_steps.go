@@ -21,10 +21,10 @@ import (
 // left alone and the request fails with the reason.
 type deleteLease struct{}
 
-func (deleteLease) Timeout(*Run) time.Duration { return 0 }
+func (deleteLease) Timeout(*Execution) time.Duration { return 0 }
 
 // decidedLease is the Lease recorded at decision time.
-func decidedLease(r *Run) (*v1alpha1.LeaseFacts, error) {
+func decidedLease(r *Execution) (*v1alpha1.LeaseFacts, error) {
 	f := r.RR.Status.Facts
 	if f == nil || f.Lease == nil || f.Lease.UID == "" {
 		return nil, fail("the decision's facts hold no Lease to delete")
@@ -33,7 +33,7 @@ func decidedLease(r *Run) (*v1alpha1.LeaseFacts, error) {
 }
 
 // readLease reads the decided Lease live; nil means it is gone.
-func readLease(ctx context.Context, r *Run, want *v1alpha1.LeaseFacts) (*coordinationv1.Lease, error) {
+func readLease(ctx context.Context, r *Execution, want *v1alpha1.LeaseFacts) (*coordinationv1.Lease, error) {
 	l := &coordinationv1.Lease{}
 	err := r.Reader.Get(ctx, types.NamespacedName{Namespace: want.Namespace, Name: want.Name}, l)
 	if apierrors.IsNotFound(err) {
@@ -55,7 +55,7 @@ func leaseGoneOutcome(want *v1alpha1.LeaseFacts) Outcome {
 // would only repeat it. A Lease the facts still show but that is already gone is
 // found by the delete (NotFound counts as done); one re-created since is refused by
 // its UID precondition.
-func (deleteLease) Done(ctx context.Context, r *Run) (Outcome, error) {
+func (deleteLease) Done(ctx context.Context, r *Execution) (Outcome, error) {
 	want, err := decidedLease(r)
 	if err != nil {
 		return Outcome{}, err
@@ -80,7 +80,7 @@ func (deleteLease) Done(ctx context.Context, r *Run) (Outcome, error) {
 // state with the decision's; the delete carries the decided UID and
 // resourceVersion as preconditions, so a change in between is refused by the API
 // server rather than acted on.
-func (deleteLease) Run(ctx context.Context, r *Run) (Outcome, error) {
+func (deleteLease) Run(ctx context.Context, r *Execution) (Outcome, error) {
 	want, err := decidedLease(r)
 	if err != nil {
 		return Outcome{}, err
@@ -109,7 +109,7 @@ func (deleteLease) Run(ctx context.Context, r *Run) (Outcome, error) {
 // reply was lost), the very UID and resourceVersion of the decision means nothing
 // changed and the delete is retried with the same preconditions, and anything
 // else is the change the preconditions exist to catch.
-func conflictOutcome(ctx context.Context, r *Run, want *v1alpha1.LeaseFacts, key types.NamespacedName, conflict error) (Outcome, error) {
+func conflictOutcome(ctx context.Context, r *Execution, want *v1alpha1.LeaseFacts, key types.NamespacedName, conflict error) (Outcome, error) {
 	cur, err := readLease(ctx, r, want)
 	switch {
 	case err != nil:

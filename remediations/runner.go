@@ -30,7 +30,7 @@ type Progress struct {
 // it starts the next step (journaling StartedAt before anything is done), or checks
 // and runs the running one. A step already done in the cluster, for instance by a
 // process that crashed before writing status, is recorded without acting again.
-func Advance(ctx context.Context, r *Run) (Progress, error) {
+func Advance(ctx context.Context, r *Execution) (Progress, error) {
 	steps := r.RR.Status.Steps
 	for i := range steps {
 		st := &steps[i]
@@ -143,7 +143,7 @@ func failStep(steps []v1alpha1.StepStatus, i int, at time.Time, f *Failure) Prog
 // finalizer: deleting a request whose playbook restores nothing can wait for nothing.
 func NeedsRestore(steps []v1alpha1.StepStatus) bool {
 	for _, st := range steps {
-		if st.Name == "cordon" {
+		if st.Name == v1alpha1.StepCordon {
 			return true
 		}
 	}
@@ -153,14 +153,14 @@ func NeedsRestore(steps []v1alpha1.StepStatus) bool {
 // Restore undoes what a playbook changed and that the playbook will no longer undo
 // itself: today, the cordon. It is safe to call at any time: it only uncordons a node
 // this request cordoned. The restore is journaled on the playbook's uncordon step.
-func Restore(ctx context.Context, r *Run, why string) (string, error) {
+func Restore(ctx context.Context, r *Execution, why string) (string, error) {
 	// The restore works on the node the playbook cordoned, as the journal records it,
 	// not on whichever node the fresh facts name now (the Lease may have passed to
 	// another holder). It only ever undoes a cordon carrying this request's mark.
 	decided := *r
 	decided.observed, decided.conflicts = nil, nil
 	r = &decided
-	if _, err := holder(r); err != nil {
+	if _, err := workNode(r); err != nil {
 		return "", nil
 	}
 	if !NeedsRestore(r.RR.Status.Steps) {
@@ -175,7 +175,7 @@ func Restore(ctx context.Context, r *Run, why string) (string, error) {
 	now := metav1.NewTime(r.Now)
 	for i := range r.RR.Status.Steps {
 		st := &r.RR.Status.Steps[i]
-		if st.Name == "uncordon" && st.State != v1alpha1.StepSucceeded {
+		if st.Name == v1alpha1.StepUncordon && st.State != v1alpha1.StepSucceeded {
 			st.State = v1alpha1.StepSucceeded
 			if st.StartedAt == nil {
 				st.StartedAt = &now

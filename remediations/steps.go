@@ -22,8 +22,9 @@ import (
 // did it, so that only that request uncordons it, even after a restart.
 const CordonedByAnnotation = "remediator.io/cordoned-by"
 
-// Run is what a step sees of one request and the cluster.
-type Run struct {
+// Execution is one request's playbook being carried out: what a step sees of the
+// request and the cluster.
+type Execution struct {
 	RR *v1alpha1.RemediationRequest
 	// Client writes; Reader reads live (uncached) state.
 	Client client.Client
@@ -58,7 +59,7 @@ type Observer interface {
 }
 
 // fresh returns the facts observed for this Advance, gathering them once.
-func (r *Run) fresh(ctx context.Context) (*v1alpha1.Facts, []string, error) {
+func (r *Execution) fresh(ctx context.Context) (*v1alpha1.Facts, []string, error) {
 	if r.observed != nil {
 		return r.observed, r.conflicts, nil
 	}
@@ -77,7 +78,7 @@ func (r *Run) fresh(ctx context.Context) (*v1alpha1.Facts, []string, error) {
 // checks against are the decided playbook's, from the playbooks the controller
 // ships, and the journal in status must list exactly those: status cannot pick a
 // shorter playbook that skips the floor's checks.
-func (r *Run) floor(step string) *Violation {
+func (r *Execution) floor(step string) *Violation {
 	names := make([]string, 0, len(r.RR.Status.Steps))
 	for _, st := range r.RR.Status.Steps {
 		names = append(names, st.Name)
@@ -110,7 +111,7 @@ type Timeouts struct {
 // DefaultTimeouts are generous: a wait that times out restores and fails the request.
 var DefaultTimeouts = Timeouts{Eviction: 10 * time.Minute, PodTermination: 10 * time.Minute, PluginRestart: 5 * time.Minute}
 
-func (r *Run) owner() string { return r.RR.Namespace + "/" + r.RR.Name }
+func (r *Execution) owner() string { return r.RR.Namespace + "/" + r.RR.Name }
 
 // Outcome is what a step reports.
 type Outcome struct {
@@ -137,28 +138,28 @@ func fail(format string, args ...any) error {
 // Step is one entry of the step library.
 type Step interface {
 	// Done reads live state and reports whether the step's effect is in place.
-	Done(ctx context.Context, r *Run) (Outcome, error)
+	Done(ctx context.Context, r *Execution) (Outcome, error)
 	// Run acts, idempotently; an already-done effect is a success.
-	Run(ctx context.Context, r *Run) (Outcome, error)
+	Run(ctx context.Context, r *Execution) (Outcome, error)
 	// Timeout bounds the step from its StartedAt; zero means none.
-	Timeout(r *Run) time.Duration
+	Timeout(r *Execution) time.Duration
 }
 
 var library = map[string]Step{
-	"cordon":               cordon{},
-	"deleteAffectedPods":   deleteAffectedPods{},
-	"waitPodsGone":         waitPodsGone{},
-	"deleteLease":          deleteLease{},
-	"uncordon":             uncordon{},
-	"deletePluginPod":      deletePluginPod{},
-	"waitPluginPodReady":   waitPluginPodReady{},
-	"waitDriverRegistered": waitDriverRegistered{},
+	v1alpha1.StepCordon:               cordon{},
+	v1alpha1.StepDeleteAffectedPods:   deleteAffectedPods{},
+	v1alpha1.StepWaitPodsGone:         waitPodsGone{},
+	v1alpha1.StepDeleteLease:          deleteLease{},
+	v1alpha1.StepUncordon:             uncordon{},
+	v1alpha1.StepDeletePluginPod:      deletePluginPod{},
+	v1alpha1.StepWaitPluginPodReady:   waitPluginPodReady{},
+	v1alpha1.StepWaitDriverRegistered: waitDriverRegistered{},
 }
 
 // destructive steps change the cluster in a way a maintenance window guards: they
 // may only start inside the window. Waits and uncordon (a restore) may always run.
 var destructive = map[string]bool{
-	"cordon": true, "deleteAffectedPods": true, "deleteLease": true, "deletePluginPod": true,
+	v1alpha1.StepCordon: true, v1alpha1.StepDeleteAffectedPods: true, v1alpha1.StepDeleteLease: true, v1alpha1.StepDeletePluginPod: true,
 }
 
 // Destructive reports whether the named step may only start inside a maintenance
@@ -180,9 +181,9 @@ func NextPending(steps []v1alpha1.StepStatus) (string, bool) {
 	return "", false
 }
 
-// holder is the node a playbook works on: the target node of reregister-csi-driver,
+// workNode is the node a playbook works on: the target node of reregister-csi-driver,
 // or the Lease holder of release-luks-lease, as recorded at decision time.
-func holder(r *Run) (string, error) {
+func workNode(r *Execution) (string, error) {
 	// Before a destructive step the node comes from the facts just gathered from the
 	// spec, never from status: status could name any node. The restore reads status,
 	// but only undoes a cordon this request's own mark is on.
@@ -200,7 +201,7 @@ func holder(r *Run) (string, error) {
 	return "", fail("the decision's facts name no node to act on")
 }
 
-func getNode(ctx context.Context, r *Run, name string) (*corev1.Node, error) {
+func getNode(ctx context.Context, r *Execution, name string) (*corev1.Node, error) {
 	n := &corev1.Node{}
 	if err := r.Reader.Get(ctx, types.NamespacedName{Name: name}, n); err != nil {
 		if apierrors.IsNotFound(err) {
@@ -211,9 +212,9 @@ func getNode(ctx context.Context, r *Run, name string) (*corev1.Node, error) {
 	return n, nil
 }
 
-// holderNode reads the node the playbook works on; the node is nil when it is gone.
-func holderNode(ctx context.Context, r *Run) (string, *corev1.Node, error) {
-	name, err := holder(r)
+// readWorkNode reads the node the playbook works on; the node is nil when it is gone.
+func readWorkNode(ctx context.Context, r *Execution) (string, *corev1.Node, error) {
+	name, err := workNode(r)
 	if err != nil {
 		return "", nil, err
 	}
@@ -227,7 +228,7 @@ func nodeOutcome(n *corev1.Node, msg string) Outcome {
 
 // patchNode applies change to n under an optimistic lock, so a concurrent edit of
 // the node (by an operator or another controller) is never overwritten.
-func patchNode(ctx context.Context, r *Run, n *corev1.Node, what string, change func(*corev1.Node)) error {
+func patchNode(ctx context.Context, r *Execution, n *corev1.Node, what string, change func(*corev1.Node)) error {
 	before := n.DeepCopy()
 	change(n)
 	if err := r.Client.Patch(ctx, n, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
@@ -240,10 +241,10 @@ func patchNode(ctx context.Context, r *Run, n *corev1.Node, what string, change 
 // it. A node that was already cordoned is left as it is and will stay cordoned.
 type cordon struct{}
 
-func (cordon) Timeout(*Run) time.Duration { return 0 }
+func (cordon) Timeout(*Execution) time.Duration { return 0 }
 
 // cordoned reports whether n is already cordoned, and by whom.
-func cordoned(r *Run, n *corev1.Node) (Outcome, bool) {
+func cordoned(r *Execution, n *corev1.Node) (Outcome, bool) {
 	switch {
 	case n.Spec.Unschedulable && n.Annotations[CordonedByAnnotation] == r.owner():
 		return nodeOutcome(n, fmt.Sprintf("Cordoned node %s", n.Name)), true
@@ -253,8 +254,8 @@ func cordoned(r *Run, n *corev1.Node) (Outcome, bool) {
 	return Outcome{}, false
 }
 
-func (cordon) Done(ctx context.Context, r *Run) (Outcome, error) {
-	_, n, err := holderNode(ctx, r)
+func (cordon) Done(ctx context.Context, r *Execution) (Outcome, error) {
+	_, n, err := readWorkNode(ctx, r)
 	if err != nil || n == nil {
 		return Outcome{}, err
 	}
@@ -262,8 +263,8 @@ func (cordon) Done(ctx context.Context, r *Run) (Outcome, error) {
 	return out, nil
 }
 
-func (cordon) Run(ctx context.Context, r *Run) (Outcome, error) {
-	name, n, err := holderNode(ctx, r)
+func (cordon) Run(ctx context.Context, r *Execution) (Outcome, error) {
+	name, n, err := readWorkNode(ctx, r)
 	if err != nil {
 		return Outcome{}, err
 	}
@@ -288,10 +289,10 @@ func (cordon) Run(ctx context.Context, r *Run) (Outcome, error) {
 // uncordon undoes cordon, only when this request cordoned the node.
 type uncordon struct{}
 
-func (uncordon) Timeout(*Run) time.Duration { return 0 }
+func (uncordon) Timeout(*Execution) time.Duration { return 0 }
 
 // leftAlone reports whether there is nothing for uncordon to undo on the node.
-func leftAlone(r *Run, name string, n *corev1.Node) (Outcome, bool) {
+func leftAlone(r *Execution, name string, n *corev1.Node) (Outcome, bool) {
 	switch {
 	case n == nil:
 		return Outcome{Done: true, Message: fmt.Sprintf("Node %s no longer exists", name)}, true
@@ -301,8 +302,8 @@ func leftAlone(r *Run, name string, n *corev1.Node) (Outcome, bool) {
 	return Outcome{}, false
 }
 
-func (uncordon) Done(ctx context.Context, r *Run) (Outcome, error) {
-	name, n, err := holderNode(ctx, r)
+func (uncordon) Done(ctx context.Context, r *Execution) (Outcome, error) {
+	name, n, err := readWorkNode(ctx, r)
 	if err != nil {
 		return Outcome{}, err
 	}
@@ -310,8 +311,8 @@ func (uncordon) Done(ctx context.Context, r *Run) (Outcome, error) {
 	return out, nil
 }
 
-func (uncordon) Run(ctx context.Context, r *Run) (Outcome, error) {
-	name, n, err := holderNode(ctx, r)
+func (uncordon) Run(ctx context.Context, r *Execution) (Outcome, error) {
+	name, n, err := readWorkNode(ctx, r)
 	if err != nil {
 		return Outcome{}, err
 	}
@@ -329,7 +330,7 @@ func (uncordon) Run(ctx context.Context, r *Run) (Outcome, error) {
 
 // podState reads one recorded pod: gone (deleted or replaced by a pod with another
 // UID), terminating, or live.
-func podState(ctx context.Context, r *Run, p v1alpha1.PodFacts) (*corev1.Pod, bool, error) {
+func podState(ctx context.Context, r *Execution, p v1alpha1.PodFacts) (*corev1.Pod, bool, error) {
 	pod := &corev1.Pod{}
 	err := r.Reader.Get(ctx, types.NamespacedName{Namespace: p.Namespace, Name: p.Name}, pod)
 	if apierrors.IsNotFound(err) {
@@ -349,9 +350,9 @@ func podState(ctx context.Context, r *Run, p v1alpha1.PodFacts) (*corev1.Pod, bo
 // sets a grace period and never forces.
 type deleteAffectedPods struct{}
 
-func (deleteAffectedPods) Timeout(r *Run) time.Duration { return r.Timeouts.Eviction }
+func (deleteAffectedPods) Timeout(r *Execution) time.Duration { return r.Timeouts.Eviction }
 
-func (deleteAffectedPods) Done(ctx context.Context, r *Run) (Outcome, error) {
+func (deleteAffectedPods) Done(ctx context.Context, r *Execution) (Outcome, error) {
 	f, _, err := r.fresh(ctx)
 	if err != nil {
 		return Outcome{}, err
@@ -375,7 +376,7 @@ func (deleteAffectedPods) Done(ctx context.Context, r *Run) (Outcome, error) {
 // Run evicts the pods that use the volume on the holder node as listed right now
 // (the floor's fresh facts), never the ones recorded in status: status is not proof
 // of which pods may be evicted.
-func (s deleteAffectedPods) Run(ctx context.Context, r *Run) (Outcome, error) {
+func (s deleteAffectedPods) Run(ctx context.Context, r *Execution) (Outcome, error) {
 	f, _, err := r.fresh(ctx)
 	if err != nil {
 		return Outcome{}, err
@@ -415,7 +416,7 @@ func (s deleteAffectedPods) Run(ctx context.Context, r *Run) (Outcome, error) {
 // replacement pod of the same name safe; no GracePeriodSeconds is set, so the pod's
 // own terminationGracePeriodSeconds applies. A refusal (a PodDisruptionBudget) is
 // returned as a description to retry later, not as an error.
-func evict(ctx context.Context, r *Run, pod *corev1.Pod) (refused string, err error) {
+func evict(ctx context.Context, r *Execution, pod *corev1.Pod) (refused string, err error) {
 	uid := pod.UID
 	ev := &policyv1.Eviction{
 		ObjectMeta:    metav1.ObjectMeta{Namespace: pod.Namespace, Name: pod.Name},
@@ -444,11 +445,11 @@ const evictionCallTimeout = 5 * time.Second
 // waitPodsGone waits until the evicted pods have terminated.
 type waitPodsGone struct{}
 
-func (waitPodsGone) Timeout(r *Run) time.Duration { return r.Timeouts.PodTermination }
+func (waitPodsGone) Timeout(r *Execution) time.Duration { return r.Timeouts.PodTermination }
 
 // Done lists the pods that use the volume on the holder again: it waits for every
 // such pod, not only the ones recorded at decision time.
-func (waitPodsGone) Done(ctx context.Context, r *Run) (Outcome, error) {
+func (waitPodsGone) Done(ctx context.Context, r *Execution) (Outcome, error) {
 	f, _, err := r.fresh(ctx)
 	if err != nil {
 		return Outcome{}, err
@@ -459,7 +460,7 @@ func (waitPodsGone) Done(ctx context.Context, r *Run) (Outcome, error) {
 	return Outcome{Done: true, Message: "No pod that uses the volume is left on the holder node"}, nil
 }
 
-func (s waitPodsGone) Run(ctx context.Context, r *Run) (Outcome, error) { return s.Done(ctx, r) }
+func (s waitPodsGone) Run(ctx context.Context, r *Execution) (Outcome, error) { return s.Done(ctx, r) }
 
 // IsFailure reports whether err ends the playbook.
 func IsFailure(err error) (*Failure, bool) {

@@ -39,9 +39,9 @@ func mustCreate(t *testing.T, obj client.Object) {
 }
 
 // shutdownHolder creates a node that classifies as Shutdown and a Trident Lease it
-// holds, and returns a Run whose facts are those of the decision, gathered the way
+// holds, and returns an Execution whose facts are those of the decision, gathered the way
 // the controller gathers them, and which observes fresh facts the same way.
-func shutdownHolder(t *testing.T) (*Run, *coordinationv1.Lease) {
+func shutdownHolder(t *testing.T) (*Execution, *coordinationv1.Lease) {
 	t.Helper()
 	mustCreate(t, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "trident"}})
 	node := &corev1.Node{
@@ -65,7 +65,7 @@ func shutdownHolder(t *testing.T) (*Run, *coordinationv1.Lease) {
 	rr.Status.Decision = &v1alpha1.Decision{Allowed: true, Playbook: "node-shutdown", Rule: "holder-shutdown"}
 	pb, err := DefaultPlaybooks()
 	require.NoError(t, err)
-	return &Run{RR: rr, Client: env.Client, Reader: env.Client, Observer: gathered{g, rr}, Now: time.Now(), Timeouts: DefaultTimeouts, Playbooks: pb}, lease
+	return &Execution{RR: rr, Client: env.Client, Reader: env.Client, Observer: gathered{g, rr}, Now: time.Now(), Timeouts: DefaultTimeouts, Playbooks: pb}, lease
 }
 
 // gathered observes through the controller's gatherer, reading live, as the
@@ -86,7 +86,7 @@ func (o gathered) NodePluginPods(ctx context.Context, namespace, node string) ([
 
 // runStep advances a playbook whose only step has been started, as the runner does
 // on the reconcile after the one that journaled the start.
-func runStep(t *testing.T, r *Run, step string) Progress {
+func runStep(t *testing.T, r *Execution, step string) Progress {
 	t.Helper()
 	now := metav1.NewTime(r.Now)
 	r.RR.Status.Steps = []v1alpha1.StepStatus{{Name: step, State: v1alpha1.StepRunning, StartedAt: &now}}
@@ -109,30 +109,30 @@ func TestDeleteLeasePreconditions(t *testing.T) {
 	cases := []struct {
 		name string
 		// change alters the cluster after the decision.
-		change   func(t *testing.T, r *Run, l *coordinationv1.Lease)
+		change   func(t *testing.T, r *Execution, l *coordinationv1.Lease)
 		wantFail string // "" means the Lease is deleted
 	}{
-		{"unchanged Lease is deleted", func(*testing.T, *Run, *coordinationv1.Lease) {}, ""},
-		{"already released counts as done", func(t *testing.T, _ *Run, l *coordinationv1.Lease) {
+		{"unchanged Lease is deleted", func(*testing.T, *Execution, *coordinationv1.Lease) {}, ""},
+		{"already released counts as done", func(t *testing.T, _ *Execution, l *coordinationv1.Lease) {
 			require.NoError(t, env.Client.Delete(ctx, l))
 		}, ""},
-		{"re-acquired by another node", func(t *testing.T, _ *Run, l *coordinationv1.Lease) {
+		{"re-acquired by another node", func(t *testing.T, _ *Execution, l *coordinationv1.Lease) {
 			l.Spec.HolderIdentity = ptr.To("kwok-node-2")
 			require.NoError(t, env.Client.Update(ctx, l))
 		}, `to "kwok-node-2" since the decision`},
-		{"changed in place", func(t *testing.T, _ *Run, l *coordinationv1.Lease) {
+		{"changed in place", func(t *testing.T, _ *Execution, l *coordinationv1.Lease) {
 			l.Spec.LeaseDurationSeconds = ptr.To[int32](30)
 			require.NoError(t, env.Client.Update(ctx, l))
 		}, "changed since the decision"},
-		{"re-created", func(t *testing.T, _ *Run, l *coordinationv1.Lease) {
+		{"re-created", func(t *testing.T, _ *Execution, l *coordinationv1.Lease) {
 			require.NoError(t, env.Client.Delete(ctx, l))
 			n := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: l.Namespace, Name: l.Name}, Spec: l.Spec}
 			require.NoError(t, env.Client.Create(ctx, n))
 		}, "re-created since the decision"},
-		{"holder node state changed", func(t *testing.T, r *Run, _ *coordinationv1.Lease) {
+		{"holder node state changed", func(t *testing.T, r *Execution, _ *coordinationv1.Lease) {
 			r.RR.Status.Facts.Node.State = v1alpha1.NodeUnreachable
 		}, "not Unreachable as when decided"},
-		{"holder node deleted", func(t *testing.T, r *Run, _ *coordinationv1.Lease) {
+		{"holder node deleted", func(t *testing.T, r *Execution, _ *coordinationv1.Lease) {
 			require.NoError(t, env.Client.Delete(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: r.RR.Status.Facts.Node.Name}}))
 		}, "is now NotFound, not Shutdown as when decided"},
 	}
@@ -289,7 +289,7 @@ func TestPluginPodEvictionRechecksOverlap(t *testing.T) {
 	rr.Status.Decision = &v1alpha1.Decision{Allowed: true, Playbook: "restart-node-plugin", Rule: "driver-deregistered"}
 	pb, err := DefaultPlaybooks()
 	require.NoError(t, err)
-	r := &Run{RR: rr, Client: env.Client, Reader: env.Client, Observer: gathered{g, rr}, Now: time.Now(), Timeouts: DefaultTimeouts, Playbooks: pb}
+	r := &Execution{RR: rr, Client: env.Client, Reader: env.Client, Observer: gathered{g, rr}, Now: time.Now(), Timeouts: DefaultTimeouts, Playbooks: pb}
 
 	// The DaemonSet is recreated after the decision: a second plugin pod lands.
 	plugin("trident-csi-2-" + rand.String(5))

@@ -18,5 +18,63 @@ const (
 	ReasonAborted    = "Aborted"
 )
 
+// Condition reasons besides the playbook and rule names (Accepted) and the safety
+// floor's invariants (remediations.Invariant.Reason). Tools read them: the Argo CD
+// health check (charts/remediator/files/argocd/health.lua) maps DryRun and the
+// waiting reasons to a health status.
+const (
+	ReasonPlaybookRunning   = "PlaybookRunning"
+	ReasonPlaybookCompleted = "PlaybookCompleted"
+	ReasonDryRun            = "DryRun"
+	ReasonRejected          = "Rejected"
+	ReasonWaiting           = "Waiting"
+	ReasonFailed            = "Failed"
+	// ReasonWaitingForWindow: the playbook is allowed and waits for its maintenance
+	// window to open.
+	ReasonWaitingForWindow = "WaitingForMaintenanceWindow"
+	// ReasonWaitingForSlot: the policy allowed the playbook but the cluster-wide cap
+	// on running remediations is reached.
+	ReasonWaitingForSlot = "WaitingForRemediationSlot"
+	// ReasonWindowClosed: the maintenance window closed mid-playbook before a
+	// destructive step, so the playbook stopped, restored and waits for the next one.
+	ReasonWindowClosed = "MaintenanceWindowClosed"
+)
+
+// Event reasons on RemediationRequests.
+const (
+	EventAccepted = "Accepted"
+	EventRejected = "Rejected"
+	EventWaiting  = "Waiting"
+	// Step transitions get a reason per kind so that the event correlator, which
+	// folds more than ten similar events of one reason, keeps each one readable.
+	EventStepStarted   = "StepStarted"
+	EventStepSucceeded = "StepSucceeded"
+	EventFailed        = "Failed"
+	EventDone          = "Succeeded"
+)
+
+// Playbooks a policy may choose (status.decision.playbook). Each is defined, as the
+// steps it runs, in remediations/playbooks.yaml; the policies' schema types the
+// field as exactly these (policies/schema.cue #Playbook), and a test holds the three
+// lists equal.
+const (
+	PlaybookNodeShutdown        = "node-shutdown"
+	PlaybookFencedUnreachable   = "fenced-unreachable"
+	PlaybookHealthyMoveWorkload = "healthy-move-workload"
+	PlaybookRestartNodePlugin   = "restart-node-plugin"
+)
+
+// Step names (status.steps[].name), from the step library in remediations.
+const (
+	StepCordon               = "cordon"
+	StepDeleteAffectedPods   = "deleteAffectedPods"
+	StepWaitPodsGone         = "waitPodsGone"
+	StepDeleteLease          = "deleteLease"
+	StepUncordon             = "uncordon"
+	StepDeletePluginPod      = "deletePluginPod"
+	StepWaitPluginPodReady   = "waitPluginPodReady"
+	StepWaitDriverRegistered = "waitDriverRegistered"
+)
+
 // Finalizer guards requests so that one deleted mid-run restores what it changed.
 const Finalizer = "remediator.io/restore"

@@ -425,13 +425,13 @@ func (p *planner) plan(ctx context.Context, in planInput) planResult {
 	case v1alpha1.PhaseWaiting:
 		dec.Outcome = planWouldWait
 		switch o.Progressing.Reason {
-		case controllers.ReasonWaitingForWindow:
+		case v1alpha1.ReasonWaitingForWindow:
 			dec.WindowOpensAt = d.RecheckAt.UTC().Format(time.RFC3339)
 			dec.RecheckAfterSeconds = 0
 			res.Notes = append(res.Notes, fmt.Sprintf(
 				"Playbook %s is allowed but waits for the maintenance window (%s for %s), which is closed at %s and opens at %s; the controller decides again then, on fresh facts.",
 				d.Playbook, mw.Schedule, mw.Duration.Duration, p.at.UTC().Format(time.RFC3339), dec.WindowOpensAt))
-		case controllers.ReasonWaitingForSlot:
+		case v1alpha1.ReasonWaitingForSlot:
 			res.Notes = append(res.Notes, o.Progressing.Message)
 		}
 	default:
