@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -32,24 +34,14 @@ func TestClusterBaseline(t *testing.T) {
 	ctx := context.Background()
 	for _, name := range []string{"kwok-node-0", "kwok-node-1", "kwok-node-2"} {
 		n := &corev1.Node{}
-		if err := k8s.Get(ctx, types.NamespacedName{Name: name}, n); err != nil {
-			t.Fatal(err)
-		}
-		if !nodeReady(n) {
-			t.Errorf("node %s is not Ready: %+v", name, n.Status.Conditions)
-		}
+		require.NoError(t, k8s.Get(ctx, types.NamespacedName{Name: name}, n))
+		assert.True(t, nodeReady(n), "node %s is not Ready: %+v", name, n.Status.Conditions)
 	}
 	ds := &appsv1.DaemonSet{}
-	if err := k8s.Get(ctx, types.NamespacedName{Namespace: "trident", Name: "trident-csi"}, ds); err != nil {
-		t.Fatal(err)
-	}
-	if ds.Status.NumberReady < 3 {
-		t.Errorf("trident-csi has %d ready pods, want 3", ds.Status.NumberReady)
-	}
+	require.NoError(t, k8s.Get(ctx, types.NamespacedName{Namespace: "trident", Name: "trident-csi"}, ds))
+	assert.GreaterOrEqual(t, ds.Status.NumberReady, int32(3), "trident-csi ready pods, want 3")
 	pods := &corev1.PodList{}
-	if err := k8s.List(ctx, pods, client.InNamespace("trident"), client.MatchingLabels{"app": "node.csi.trident.netapp.io"}); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, k8s.List(ctx, pods, client.InNamespace("trident"), client.MatchingLabels{"app": "node.csi.trident.netapp.io"}))
 	perNode := map[string]int{}
 	for _, p := range pods.Items {
 		if p.Status.Phase == corev1.PodRunning {
@@ -57,9 +49,7 @@ func TestClusterBaseline(t *testing.T) {
 		}
 	}
 	for _, name := range []string{"kwok-node-0", "kwok-node-1", "kwok-node-2"} {
-		if perNode[name] != 1 {
-			t.Errorf("node %s runs %d node-plugin pods, want 1", name, perNode[name])
-		}
+		assert.Equal(t, 1, perNode[name], "node %s: running node-plugin pods", name)
 	}
 }
 
@@ -69,9 +59,7 @@ func TestDisconnectMakesNodeUnreachable(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	cs := kubernetes.NewForConfigOrDie(cfg)
 	const name = "kwok-node-2"
 	unreachable := func(n *corev1.Node) bool {
@@ -82,26 +70,20 @@ func TestDisconnectMakesNodeUnreachable(t *testing.T) {
 		}
 		return false
 	}
-	nodeState := func(cond func(*corev1.Node) bool) func() (bool, string) {
-		return func() (bool, string) {
+	nodeState := func(cond func(*corev1.Node) bool) func(*assert.CollectT) {
+		return func(c *assert.CollectT) {
 			n := &corev1.Node{}
-			if err := k8s.Get(ctx, types.NamespacedName{Name: name}, n); err != nil {
-				return false, err.Error()
-			}
-			return cond(n), ""
+			require.NoError(c, k8s.Get(ctx, types.NamespacedName{Name: name}, n))
+			assert.True(c, cond(n), "node %s: conditions %+v taints %+v", name, n.Status.Conditions, n.Spec.Taints)
 		}
 	}
-	if err := cluster.Disconnect(ctx, cs, name); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, cluster.Disconnect(ctx, cs, name))
 	t.Cleanup(func() { _ = cluster.Reconnect(context.Background(), cs, name) })
 	start := time.Now()
-	eventually(t, 90*time.Second, name+" unreachable", nodeState(unreachable))
+	require.EventuallyWithT(t, nodeState(unreachable), 90*time.Second, poll, "%s unreachable", name)
 	t.Logf("unreachable after %s", time.Since(start).Round(100*time.Millisecond))
-	if err := cluster.Reconnect(ctx, cs, name); err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, 60*time.Second, name+" Ready again", nodeState(func(n *corev1.Node) bool {
+	require.NoError(t, cluster.Reconnect(ctx, cs, name))
+	require.EventuallyWithT(t, nodeState(func(n *corev1.Node) bool {
 		return nodeReady(n) && !unreachable(n)
-	}))
+	}), 60*time.Second, poll, "%s Ready again", name)
 }

@@ -7,11 +7,12 @@ import (
 	"encoding/json"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -27,16 +28,12 @@ import (
 func copyPluginDaemonSet(t *testing.T) *appsv1.DaemonSet {
 	t.Helper()
 	ds := &appsv1.DaemonSet{}
-	if err := k8s.Get(context.Background(), types.NamespacedName{Namespace: tridentNS, Name: simDS}, ds); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, k8s.Get(context.Background(), types.NamespacedName{Namespace: tridentNS, Name: simDS}, ds))
 	cp := &appsv1.DaemonSet{
 		ObjectMeta: metav1.ObjectMeta{Namespace: tridentNS, Name: simDS + "-2", Labels: ds.Labels},
 		Spec:       *ds.Spec.DeepCopy(),
 	}
-	if err := k8s.Create(context.Background(), cp); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, k8s.Create(context.Background(), cp))
 	return cp
 }
 
@@ -50,13 +47,11 @@ func deregisterEverywhere(t *testing.T) map[string]types.UID {
 	original := simWaitPodsReady(t, simDS, 60*time.Second)
 	cp := copyPluginDaemonSet(t)
 	simWaitPodsReady(t, cp.Name, 60*time.Second)
-	if err := k8s.Delete(ctx, cp, client.PropagationPolicy(metav1.DeletePropagationBackground)); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, k8s.Delete(ctx, cp, client.PropagationPolicy(metav1.DeletePropagationBackground)))
 	simWaitRegistered(t, false, 30*time.Second)
-	eventually(t, 30*time.Second, "the copies' pods gone", func() (bool, string) {
-		return len(simPluginPods(t, cp.Name)) == 0, ""
-	})
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		assert.Empty(c, simPluginPods(c, cp.Name), "nodes with %s pods", cp.Name)
+	}, 30*time.Second, poll, "the copies' pods gone")
 	return original
 }
 
@@ -76,30 +71,29 @@ func TestReregisterCSIDriver(t *testing.T) {
 		Reason:      "driver name csi.trident.netapp.io not found in the list of registered CSI drivers on kwok-node-1",
 	})
 	rr := waitPhase(t, key, 120*time.Second, v1alpha1.PhaseSucceeded, v1alpha1.PhaseFailed, v1alpha1.PhaseRejected)
-	if rr.Status.Phase != v1alpha1.PhaseSucceeded || rr.Status.Decision.Playbook != "restart-node-plugin" {
-		t.Fatalf("phase %s decision %+v steps %+v", rr.Status.Phase, rr.Status.Decision, rr.Status.Steps)
-	}
-	if d, _ := simDrivers(t, node); !slices.Contains(d, simDriver) {
-		t.Errorf("CSINode %s drivers %v, want %s registered again", node, d, simDriver)
-	}
+	require.Equal(t, v1alpha1.PhaseSucceeded, rr.Status.Phase, describe(rr))
+	require.Equal(t, "restart-node-plugin", string(decision(t, rr).Playbook), describe(rr))
+	d, _ := simDrivers(t, node)
+	assert.Contains(t, d, simDriver, "CSINode %s drivers: want %s registered again", node, simDriver)
 	// Only the target node was touched.
-	if d, _ := simDrivers(t, "kwok-node-0"); slices.Contains(d, simDriver) {
-		t.Errorf("kwok-node-0 re-registered without a request: %v", d)
-	}
+	d, _ = simDrivers(t, "kwok-node-0")
+	assert.NotContains(t, d, simDriver, "kwok-node-0 re-registered without a request")
 	pods := simPluginPods(t, simDS)
-	if len(pods[node]) != 1 || pods[node][0].UID == original[node] || !simPodReady(&pods[node][0]) {
-		t.Errorf("node-plugin pods on %s = %+v; want one new Ready pod (old uid %s)", node, pods[node], original[node])
+	if assert.Len(t, pods[node], 1, "node-plugin pods on %s: want one new Ready pod", node) {
+		assert.NotEqual(t, original[node], pods[node][0].UID, "the node-plugin pod on %s was not replaced", node)
+		assert.True(t, simPodReady(&pods[node][0]), "the new node-plugin pod on %s is not Ready: %+v", node, pods[node][0].Status)
 	}
-	if len(pods["kwok-node-0"]) != 1 || pods["kwok-node-0"][0].UID != original["kwok-node-0"] {
-		t.Errorf("the plugin pod on kwok-node-0 was restarted")
+	if assert.Len(t, pods["kwok-node-0"], 1, "node-plugin pods on kwok-node-0") {
+		assert.Equal(t, original["kwok-node-0"], pods["kwok-node-0"][0].UID, "the plugin pod on kwok-node-0 was restarted")
 	}
 	// Replaced gracefully: the eviction kept the DaemonSet pod's own grace period.
-	if g, ok := grace()[oldPod]; !ok || g <= 0 {
-		t.Errorf("old plugin pod %s deleted with grace %d (seen %v), want its own positive grace period", oldPod, g, ok)
+	g, ok := grace()[oldPod]
+	if assert.True(t, ok, "no deletion of the old plugin pod %s seen", oldPod) {
+		assert.Positive(t, g, "old plugin pod %s deleted with grace %d, want its own positive grace period", oldPod, g)
 	}
 	n := &corev1.Node{}
-	if err := k8s.Get(ctx, types.NamespacedName{Name: node}, n); err != nil || n.Spec.Unschedulable {
-		t.Errorf("node %s left cordoned: %v", node, err)
+	if assert.NoError(t, k8s.Get(ctx, types.NamespacedName{Name: node}, n)) {
+		assert.False(t, n.Spec.Unschedulable, "node %s left cordoned", node)
 	}
 
 	// Asked again, the policy finds nothing to do.
@@ -109,8 +103,8 @@ func TestReregisterCSIDriver(t *testing.T) {
 		Reason:      "second request for the same node after the fix",
 	})
 	rr = waitPhase(t, key, 60*time.Second, v1alpha1.PhaseRejected, v1alpha1.PhaseSucceeded, v1alpha1.PhaseRunning)
-	if rr.Status.Decision == nil || rr.Status.Decision.Rule != "driver-registered" {
-		t.Errorf("second request: phase %s decision %+v", rr.Status.Phase, rr.Status.Decision)
+	if assert.NotNil(t, rr.Status.Decision, "second request: %s", describe(rr)) {
+		assert.Equal(t, "driver-registered", string(rr.Status.Decision.Rule), "second request: %s", describe(rr))
 	}
 }
 
@@ -134,23 +128,18 @@ func TestReregisterRefusedWhilePluginPodsOverlap(t *testing.T) {
 		Reason:      "trident-operator recreated trident-csi; re-register to be safe",
 	})
 	rr := waitPhase(t, key, 60*time.Second, v1alpha1.PhaseRejected, v1alpha1.PhaseRunning, v1alpha1.PhaseSucceeded)
-	d := rr.Status.Decision
-	if rr.Status.Phase != v1alpha1.PhaseRejected || d.Rule != "plugin-pods-overlap" || !strings.Contains(d.Message, "remove the registration socket again") {
-		t.Fatalf("phase %s decision %+v", rr.Status.Phase, d)
-	}
+	require.Equal(t, v1alpha1.PhaseRejected, rr.Status.Phase, describe(rr))
+	d := decision(t, rr)
+	require.Equal(t, "plugin-pods-overlap", string(d.Rule), describe(rr))
+	require.Contains(t, d.Message, "remove the registration socket again", describe(rr))
 	time.Sleep(2 * time.Second)
-	if now := simWaitPodsReady(t, simDS, 5*time.Second); now[node] != original[node] {
-		t.Errorf("trident-csi pod on %s was touched", node)
-	}
-	if now := simWaitPodsReady(t, cp.Name, 5*time.Second); now[node] != copies[node] {
-		t.Errorf("trident-csi-2 pod on %s was touched", node)
-	}
-	if after, _ := simDrivers(t, node); !slices.Equal(after, before) {
-		t.Errorf("CSINode %s drivers changed from %v to %v", node, before, after)
-	}
+	assert.Equal(t, original[node], simWaitPodsReady(t, simDS, 5*time.Second)[node], "trident-csi pod on %s was touched", node)
+	assert.Equal(t, copies[node], simWaitPodsReady(t, cp.Name, 5*time.Second)[node], "trident-csi-2 pod on %s was touched", node)
+	after, _ := simDrivers(t, node)
+	assert.Equal(t, before, after, "CSINode %s drivers changed", node)
 	n := &corev1.Node{}
-	if err := k8s.Get(ctx, types.NamespacedName{Name: node}, n); err != nil || n.Spec.Unschedulable {
-		t.Errorf("node %s cordoned by a rejected request", node)
+	if assert.NoError(t, k8s.Get(ctx, types.NamespacedName{Name: node}, n)) {
+		assert.False(t, n.Spec.Unschedulable, "node %s cordoned by a rejected request", node)
 	}
 }
 
@@ -173,19 +162,15 @@ func TestScanFindsBothIncidents(t *testing.T) {
 		code := 0
 		if ee, ok := err.(*exec.ExitError); ok {
 			code = ee.ExitCode()
-		} else if err != nil {
-			t.Fatal(err)
+		} else {
+			require.NoError(t, err)
 		}
 		return string(out), code
 	}
 	var findings []struct{ Kind, Node, Lease string }
 	out, code := scan("-o", "json")
-	if code != 3 {
-		t.Fatalf("scan exit code %d with findings, want 3\n%s", code, out)
-	}
-	if err := json.Unmarshal([]byte(out), &findings); err != nil {
-		t.Fatal(err)
-	}
+	require.Equal(t, 3, code, "scan exit code with findings\n%s", out)
+	require.NoError(t, json.Unmarshal([]byte(out), &findings))
 	var got []string
 	for _, f := range findings {
 		got = append(got, f.Kind+" "+f.Node+" "+f.Lease)
@@ -194,37 +179,28 @@ func TestScanFindsBothIncidents(t *testing.T) {
 		"DeregisteredDriver kwok-node-0 ", "DeregisteredDriver kwok-node-1 ", "DeregisteredDriver kwok-node-2 ",
 		"StuckLease " + down + " " + tridentNS + "/" + pv,
 	}
-	if !slices.Equal(got, want) {
-		t.Fatalf("scan found %q, want exactly %q", got, want)
-	}
-	if table, _ := scan(); !strings.Contains(table, "DeregisteredDriver") || !strings.Contains(table, "StuckLease") {
-		t.Errorf("scan table:\n%s", table)
-	}
+	require.Equal(t, want, got, "scan findings")
+	table, _ := scan()
+	assert.Contains(t, table, "DeregisteredDriver", "scan table")
+	assert.Contains(t, table, "StuckLease", "scan table")
 
 	manifests, _ := scan("-o", "yaml")
 	apply := exec.Command(filepath.Join(root, "bin", "kubectl"), "--kubeconfig", kubeconfig, "apply", "-f", "-")
 	apply.Stdin = strings.NewReader(manifests)
-	if res, err := apply.CombinedOutput(); err != nil {
-		t.Fatalf("kubectl apply of scan's manifests: %v\n%s\n%s", err, res, manifests)
-	}
+	res, err := apply.CombinedOutput()
+	require.NoError(t, err, "kubectl apply of scan's manifests:\n%s\n%s", res, manifests)
 	list := &v1alpha1.RemediationRequestList{}
-	if err := k8s.List(ctx, list, client.InNamespace(ns)); err != nil || len(list.Items) != 4 {
-		t.Fatalf("want 4 requests from scan, got %d (%v)", len(list.Items), err)
-	}
+	require.NoError(t, k8s.List(ctx, list, client.InNamespace(ns)))
+	require.Len(t, list.Items, 4, "want 4 requests from scan")
 	t.Cleanup(func() {
 		_ = k8s.DeleteAllOf(context.Background(), &v1alpha1.RemediationRequest{}, client.InNamespace(ns))
 	})
 	for _, rr := range list.Items {
 		done := waitPhase(t, client.ObjectKeyFromObject(&rr), 120*time.Second, v1alpha1.PhaseSucceeded, v1alpha1.PhaseFailed, v1alpha1.PhaseRejected)
-		if done.Status.Phase != v1alpha1.PhaseSucceeded {
-			t.Errorf("%s: phase %s decision %+v", rr.Name, done.Status.Phase, done.Status.Decision)
-		}
+		assert.Equal(t, v1alpha1.PhaseSucceeded, done.Status.Phase, "%s: %s", rr.Name, describe(done))
 	}
 	simWaitRegistered(t, true, 30*time.Second)
-	if leaseExists(t, pv) {
-		t.Error("the stuck Lease still exists")
-	}
-	if out, code := scan(); code != 0 {
-		t.Errorf("after remediation scan exits %d:\n%s", code, out)
-	}
+	assert.False(t, leaseExists(t, pv), "the stuck Lease still exists")
+	out, code = scan()
+	assert.Equal(t, 0, code, "after remediation scan's exit code:\n%s", out)
 }

@@ -5,11 +5,12 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -26,9 +27,7 @@ const tridentNS = "trident"
 
 func create(t *testing.T, obj client.Object) {
 	t.Helper()
-	if err := k8s.Create(context.Background(), obj); err != nil {
-		t.Fatalf("creating %T %s: %v", obj, obj.GetName(), err)
-	}
+	require.NoError(t, k8s.Create(context.Background(), obj), "creating %T %s", obj, obj.GetName())
 	t.Cleanup(func() { _ = k8s.Delete(context.Background(), obj) })
 }
 
@@ -98,12 +97,11 @@ func request(t *testing.T, ns string, spec v1alpha1.RemediationRequestSpec) type
 func factsOf(t *testing.T, key types.NamespacedName) *v1alpha1.RemediationRequest {
 	t.Helper()
 	rr := &v1alpha1.RemediationRequest{}
-	eventually(t, 60*time.Second, "status.facts on "+key.String(), func() (bool, string) {
-		if err := k8s.Get(context.Background(), key, rr); err != nil {
-			return false, err.Error()
-		}
-		return rr.Status.Facts != nil && rr.Status.ObservedGeneration == rr.Generation, fmt.Sprintf("%+v", rr.Status)
-	})
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		require.NoError(c, k8s.Get(context.Background(), key, rr))
+		assert.NotNil(c, rr.Status.Facts, "status %+v", rr.Status)
+		assert.Equal(c, rr.Generation, rr.Status.ObservedGeneration, "observedGeneration; status %+v", rr.Status)
+	}, 60*time.Second, poll, "status.facts on %s", key)
 	return rr
 }
 
@@ -131,24 +129,33 @@ func TestFactsForHealthyHolderFromPodTarget(t *testing.T) {
 	})
 	rr := factsOf(t, key)
 	f := rr.Status.Facts
-	if rr.Status.Phase != v1alpha1.PhasePending || rr.Status.Decision == nil || rr.Status.Decision.Playbook != "healthy-move-workload" {
-		t.Errorf("dry run: phase = %s decision %+v, want Pending with the healthy-move-workload plan", rr.Status.Phase, rr.Status.Decision)
+	// Dry run: Pending with the healthy-move-workload plan.
+	assert.Equal(t, v1alpha1.PhasePending, rr.Status.Phase, "dry run: %s", describe(rr))
+	if assert.NotNil(t, rr.Status.Decision, "dry run: %s", describe(rr)) {
+		assert.Equal(t, "healthy-move-workload", string(rr.Status.Decision.Playbook), "dry run: %s", describe(rr))
 	}
-	if !f.Target.Found || f.Target.PersistentVolume != pv || f.Target.PersistentVolumeClaim != ns+"/"+pvc {
-		t.Errorf("target = %+v", f.Target)
-	}
+	assert.True(t, f.Target.Found, "target = %+v", f.Target)
+	assert.Equal(t, pv, f.Target.PersistentVolume, "target = %+v", f.Target)
+	assert.Equal(t, ns+"/"+pvc, f.Target.PersistentVolumeClaim, "target = %+v", f.Target)
 	// acquireTime says 12 minutes ago, by the holder's clock; the age counts from the
 	// later creationTimestamp, set by the API server when the test created the Lease.
-	if l := f.Lease; l == nil || !l.Exists || l.HolderIdentity != holder || l.RetainedEvents != 2 || l.UID == "" ||
-		l.AgeSeconds < 0 || l.AgeSeconds > 60 || !strings.HasPrefix(l.AgeFrom, "creationTimestamp") || !strings.Contains(l.AgeFrom, "acquireTime") {
-		t.Errorf("lease = %+v", f.Lease)
+	if l := f.Lease; assert.NotNil(t, l, "lease facts") {
+		assert.True(t, l.Exists, "lease = %+v", l)
+		assert.Equal(t, holder, l.HolderIdentity, "lease = %+v", l)
+		assert.EqualValues(t, 2, l.RetainedEvents, "lease = %+v", l)
+		assert.NotEmpty(t, l.UID, "lease = %+v", l)
+		assert.True(t, l.AgeSeconds >= 0 && l.AgeSeconds <= 60, "lease age %ds, want 0 to 60s: %+v", l.AgeSeconds, l)
+		assert.True(t, strings.HasPrefix(l.AgeFrom, "creationTimestamp"), "lease ageFrom %q, want creationTimestamp", l.AgeFrom)
+		assert.Contains(t, l.AgeFrom, "acquireTime", "lease ageFrom")
 	}
 	// kwok renews kwok-node-0's Lease, so the real node lifecycle keeps it Ready.
-	if n := f.Node; n == nil || n.State != v1alpha1.NodeHealthy || n.LeaseRenewAgeSeconds < 0 || n.LeaseRenewAgeSeconds > 20 {
-		t.Errorf("holder node = %+v", f.Node)
+	if n := f.Node; assert.NotNil(t, n, "holder node facts") {
+		assert.Equal(t, v1alpha1.NodeHealthy, n.State, "holder node = %+v", n)
+		assert.True(t, n.LeaseRenewAgeSeconds >= 0 && n.LeaseRenewAgeSeconds <= 20, "holder node lease renewed %ds ago, want 0 to 20s: %+v", n.LeaseRenewAgeSeconds, n)
 	}
-	if len(f.AffectedPods) != 1 || f.AffectedPods[0].Name != "db-0" || f.AffectedPods[0].Node != holder {
-		t.Errorf("affected pods = %+v", f.AffectedPods)
+	if assert.Len(t, f.AffectedPods, 1, "affected pods = %+v", f.AffectedPods) {
+		assert.Equal(t, "db-0", f.AffectedPods[0].Name, "affected pod")
+		assert.Equal(t, holder, f.AffectedPods[0].Node, "affected pod's node")
 	}
 }
 
@@ -166,11 +173,12 @@ func TestFactsForUnreachableHolder(t *testing.T) {
 		Reason:      "holder lost the control plane during cryptsetup",
 	})
 	f := factsOf(t, key).Status.Facts
-	if f.Node == nil || f.Node.State != v1alpha1.NodeUnreachable || !slices.Contains(f.Node.Taints, v1alpha1.TaintUnreachable) {
-		t.Fatalf("holder node = %+v", f.Node)
-	}
-	if f.Lease == nil || f.Lease.RetainedEvents != 0 || f.Lease.HolderIdentity != node {
-		t.Errorf("lease = %+v", f.Lease)
+	require.NotNil(t, f.Node, "holder node facts")
+	require.Equal(t, v1alpha1.NodeUnreachable, f.Node.State, "holder node = %+v", f.Node)
+	require.Contains(t, f.Node.Taints, v1alpha1.TaintUnreachable, "holder node taints")
+	if assert.NotNil(t, f.Lease, "lease facts") {
+		assert.Zero(t, f.Lease.RetainedEvents, "lease = %+v", f.Lease)
+		assert.Equal(t, node, f.Lease.HolderIdentity, "lease = %+v", f.Lease)
 	}
 }
 
@@ -184,16 +192,20 @@ func TestFactsForCSINodeTarget(t *testing.T) {
 		Reason:      "unmounts fail: driver name csi.trident.netapp.io not found in the list of registered CSI drivers",
 	})
 	f := factsOf(t, key).Status.Facts
-	if f.Node == nil || f.Node.State != v1alpha1.NodeHealthy || f.CSI == nil {
-		t.Fatalf("facts = %+v", f)
-	}
+	require.NotNil(t, f.Node, "facts = %+v", f)
+	require.Equal(t, v1alpha1.NodeHealthy, f.Node.State, "facts = %+v", f)
+	require.NotNil(t, f.CSI, "facts = %+v", f)
 	// The real DaemonSet controller and kwok run exactly one node-plugin pod here.
 	pods := f.CSI.PluginPods
-	if len(pods) != 1 || !pods[0].Ready || pods[0].Phase != string(corev1.PodRunning) || pods[0].Node != node {
-		t.Errorf("plugin pods = %+v", pods)
+	if assert.Len(t, pods, 1, "plugin pods = %+v", pods) {
+		assert.True(t, pods[0].Ready, "plugin pod = %+v", pods[0])
+		assert.Equal(t, string(corev1.PodRunning), pods[0].Phase, "plugin pod = %+v", pods[0])
+		assert.Equal(t, node, pods[0].Node, "plugin pod = %+v", pods[0])
 	}
-	if f.CSI.DriverRegistered != slices.Contains(f.CSI.Drivers, "csi.trident.netapp.io") {
-		t.Errorf("csi facts inconsistent: %+v", f.CSI)
+	if f.CSI.DriverRegistered {
+		assert.Contains(t, f.CSI.Drivers, "csi.trident.netapp.io", "csi facts inconsistent: %+v", f.CSI)
+	} else {
+		assert.NotContains(t, f.CSI.Drivers, "csi.trident.netapp.io", "csi facts inconsistent: %+v", f.CSI)
 	}
 	// A node that does not exist is a fact, not a crash.
 	key = request(t, ns, v1alpha1.RemediationRequestSpec{
@@ -202,7 +214,6 @@ func TestFactsForCSINodeTarget(t *testing.T) {
 		Reason:      "typo in the node name must be reported plainly",
 	})
 	f = factsOf(t, key).Status.Facts
-	if f.Target.Found || f.Target.Message != "Node kwok-node-404 not found" {
-		t.Errorf("missing node target = %+v", f.Target)
-	}
+	assert.False(t, f.Target.Found, "missing node target = %+v", f.Target)
+	assert.Equal(t, "Node kwok-node-404 not found", f.Target.Message, "missing node target")
 }

@@ -12,6 +12,8 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -26,9 +28,7 @@ const acquiredLease = "successfully acquired lease"
 func assertStepEventsOnce(t *testing.T, ns string, key types.NamespacedName, want int) {
 	t.Helper()
 	events := &corev1.EventList{}
-	if err := k8s.List(context.Background(), events, client.InNamespace(ns)); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, k8s.List(context.Background(), events, client.InNamespace(ns)))
 	count := map[string]int32{}
 	for _, e := range events.Items {
 		if e.InvolvedObject.Name == key.Name && strings.HasPrefix(e.Reason, "Step") {
@@ -36,13 +36,9 @@ func assertStepEventsOnce(t *testing.T, ns string, key types.NamespacedName, wan
 		}
 	}
 	for msg, n := range count {
-		if n != 1 {
-			t.Errorf("event %q seen %d times", msg, n)
-		}
+		assert.Equal(t, int32(1), n, "times event %q was seen", msg)
 	}
-	if len(count) != want {
-		t.Errorf("want %d step events, got %d: %v", want, len(count), count)
-	}
+	assert.Len(t, count, want, "step events")
 }
 
 // TestLeaderFailover runs two controller processes with leader election. Only the
@@ -53,50 +49,46 @@ func TestLeaderFailover(t *testing.T) {
 	electionNS := namespace(t, "e2e-ha-election")
 	args := []string{"--leader-elect", "--leader-election-namespace", electionNS}
 	first := startController(t, args...)
-	eventually(t, 60*time.Second, "the first process leading", func() (bool, string) {
-		return strings.Contains(first.logs(), acquiredLease), "not yet"
-	})
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		assert.True(c, strings.Contains(first.logs(), acquiredLease), "the first process's log has no %q yet", acquiredLease)
+	}, 60*time.Second, poll, "the first process leading")
 	second := startController(t, args...)
 
 	h := heldAfterCordon(t, "e2e-ha", "kwok-node-1", "retained Lease on the db volume during a controller upgrade")
 	ns, key, pv, pdb, cordonBefore := h.ns, h.key, h.pv, h.pdb, h.cordon
-	if l := second.logs(); strings.Contains(l, acquiredLease) || strings.Contains(l, "Starting workers") || strings.Contains(l, "Accepted") {
-		t.Fatalf("the standby process acted while the first one led:\n%s", l)
+	l := second.logs()
+	for _, acted := range []string{acquiredLease, "Starting workers", "Accepted"} {
+		require.NotContains(t, l, acted, "the standby process acted while the first one led")
 	}
 
 	first.kill()
 	killed := time.Now()
-	if err := k8s.Delete(ctx, pdb); err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, 60*time.Second, "the standby taking over the leader Lease", func() (bool, string) {
-		return strings.Contains(second.logs(), acquiredLease), "not yet"
-	})
+	require.NoError(t, k8s.Delete(ctx, pdb))
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		assert.True(c, strings.Contains(second.logs(), acquiredLease), "the standby's log has no %q yet", acquiredLease)
+	}, 60*time.Second, poll, "the standby taking over the leader Lease")
 	t.Logf("the standby took over %s after the leader was killed", time.Since(killed).Round(time.Second))
 	rr := waitPhase(t, key, 90*time.Second, v1alpha1.PhaseSucceeded, v1alpha1.PhaseFailed)
-	if rr.Status.Phase != v1alpha1.PhaseSucceeded || leaseExists(t, pv) {
-		t.Fatalf("phase %s steps %+v", rr.Status.Phase, rr.Status.Steps)
-	}
+	require.Equal(t, v1alpha1.PhaseSucceeded, rr.Status.Phase, describe(rr))
+	require.False(t, leaseExists(t, pv), "the Lease still exists: %s", describe(rr))
 	cordonAfter := rr.Status.Steps[0]
-	if !cordonAfter.StartedAt.Equal(cordonBefore.StartedAt) || cordonAfter.ObjectResourceVersion != cordonBefore.ObjectResourceVersion {
-		t.Errorf("cordon re-ran after the failover: before %+v after %+v", cordonBefore, cordonAfter)
-	}
+	assert.True(t, cordonAfter.StartedAt.Equal(cordonBefore.StartedAt), "cordon re-ran after the failover: before %+v after %+v", cordonBefore, cordonAfter)
+	assert.Equal(t, cordonBefore.ObjectResourceVersion, cordonAfter.ObjectResourceVersion, "cordon re-ran after the failover: before %+v after %+v", cordonBefore, cordonAfter)
 	assertStepEventsOnce(t, ns, key, 10)
 }
 
-// scrape reads the controller's metrics endpoint.
-func scrape(t *testing.T, addr string) map[string]*dto.MetricFamily {
-	t.Helper()
-	resp, err := http.Get("http://" + addr + "/metrics")
-	if err != nil {
-		t.Fatal(err)
+// scrape reads the controller's metrics endpoint. t is the test, or the
+// *assert.CollectT of a require.EventuallyWithT condition.
+func scrape(t require.TestingT, addr string) map[string]*dto.MetricFamily {
+	if h, ok := t.(interface{ Helper() }); ok {
+		h.Helper()
 	}
+	resp, err := http.Get("http://" + addr + "/metrics")
+	require.NoError(t, err)
 	defer resp.Body.Close()
 	var parser expfmt.TextParser
 	families, err := parser.TextToMetricFamilies(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	return families
 }
 
@@ -137,10 +129,11 @@ func TestMetricsReflectTheScenario(t *testing.T) {
 	const lr = string(v1alpha1.RemediationReleaseLUKSLease)
 	expect := func(name string, labels map[string]string, want float64) {
 		t.Helper()
-		eventually(t, 20*time.Second, fmt.Sprintf("%s%v = %v", name, labels, want), func() (bool, string) {
-			got, ok := metricValue(scrape(t, addr), name, labels)
-			return ok && got == want, fmt.Sprintf("%v (present=%v)", got, ok)
-		})
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
+			got, ok := metricValue(scrape(c, addr), name, labels)
+			require.True(c, ok, "no series %s%v", name, labels)
+			assert.Equal(c, want, got, "%s%v", name, labels)
+		}, 20*time.Second, poll, "%s%v = %v", name, labels, want)
 	}
 
 	// Held after cordon by a PodDisruptionBudget: one active remediation.
@@ -173,13 +166,10 @@ func TestMetricsReflectTheScenario(t *testing.T) {
 	expect("remediator_step_duration_seconds", map[string]string{"step": "cordon", "result": "Succeeded"}, 1)
 	expect("remediator_policy_info", map[string]string{"digest": rr.Status.Decision.PolicyDigest, "source": "embedded"}, 1)
 	expect("remediator_policy_load_errors_total", map[string]string{}, 0)
-	if n, _ := metricValue(scrape(t, addr), "remediator_decision_duration_seconds", map[string]string{"remediation": lr}); n < 3 {
-		t.Errorf("decision latency observed %v times, want at least one per request (3)", n)
-	}
+	n, _ := metricValue(scrape(t, addr), "remediator_decision_duration_seconds", map[string]string{"remediation": lr})
+	assert.GreaterOrEqual(t, n, float64(3), "decision latency observations, want at least one per request (3)")
 
-	if err := k8s.Delete(ctx, pdb); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, k8s.Delete(ctx, pdb))
 	waitPhase(t, held, 60*time.Second, v1alpha1.PhaseSucceeded)
 	expect("remediator_requests_total", map[string]string{"remediation": lr, "outcome": "Succeeded"}, 2)
 	expect("remediator_step_duration_seconds", map[string]string{"step": "deleteLease", "result": "Succeeded"}, 2)

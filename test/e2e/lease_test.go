@@ -4,7 +4,6 @@ package e2e
 
 import (
 	"context"
-	"fmt"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -13,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -37,21 +38,19 @@ import (
 func waitPhase(t *testing.T, key types.NamespacedName, timeout time.Duration, phases ...v1alpha1.Phase) *v1alpha1.RemediationRequest {
 	t.Helper()
 	rr := &v1alpha1.RemediationRequest{}
-	eventually(t, timeout, fmt.Sprintf("%s in %v", key, phases), func() (bool, string) {
-		if err := k8s.Get(context.Background(), key, rr); err != nil {
-			return false, err.Error()
-		}
-		return slices.Contains(phases, rr.Status.Phase) && rr.Status.ObservedGeneration == rr.Generation,
-			fmt.Sprintf("phase %s decision %+v steps %+v", rr.Status.Phase, rr.Status.Decision, rr.Status.Steps)
-	})
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		require.NoError(c, k8s.Get(context.Background(), key, rr))
+		assert.Contains(c, phases, rr.Status.Phase, describe(rr))
+		assert.Equal(c, rr.Generation, rr.Status.ObservedGeneration, "observedGeneration; %s", describe(rr))
+	}, timeout, poll, "%s in %v", key, phases)
 	return rr
 }
 
 func leaseExists(t *testing.T, name string) bool {
 	t.Helper()
 	err := k8s.Get(context.Background(), types.NamespacedName{Namespace: tridentNS, Name: name}, &coordinationv1.Lease{})
-	if err != nil && !apierrors.IsNotFound(err) {
-		t.Fatal(err)
+	if !apierrors.IsNotFound(err) {
+		require.NoError(t, err)
 	}
 	return err == nil
 }
@@ -59,9 +58,7 @@ func leaseExists(t *testing.T, name string) bool {
 func clientset(t *testing.T) kubernetes.Interface {
 	t.Helper()
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	return kubernetes.NewForConfigOrDie(cfg)
 }
 
@@ -88,24 +85,20 @@ func unreachableNode(t *testing.T) string {
 	t.Helper()
 	name := extraNode(t, "e2e-cutoff", true)
 	ctx := context.Background()
-	eventually(t, 60*time.Second, name+" Ready", func() (bool, string) {
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		n := &corev1.Node{}
-		if err := k8s.Get(ctx, types.NamespacedName{Name: name}, n); err != nil {
-			return false, err.Error()
-		}
-		nl := &coordinationv1.Lease{}
-		return nodeReady(n) && k8s.Get(ctx, types.NamespacedName{Namespace: corev1.NamespaceNodeLease, Name: name}, nl) == nil, ""
-	})
-	if err := cluster.Disconnect(ctx, clientset(t), name); err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, 90*time.Second, name+" unreachable", func() (bool, string) {
+		require.NoError(c, k8s.Get(ctx, types.NamespacedName{Name: name}, n))
+		require.True(c, nodeReady(n), "node %s is not Ready: %+v", name, n.Status.Conditions)
+		assert.NoError(c, k8s.Get(ctx, types.NamespacedName{Namespace: corev1.NamespaceNodeLease, Name: name}, &coordinationv1.Lease{}), "the node Lease of %s", name)
+	}, 60*time.Second, poll, "%s Ready", name)
+	require.NoError(t, cluster.Disconnect(ctx, clientset(t), name))
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		n := &corev1.Node{}
-		if err := k8s.Get(ctx, types.NamespacedName{Name: name}, n); err != nil {
-			return false, err.Error()
-		}
-		return !nodeReady(n) && slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == corev1.TaintNodeUnreachable }), ""
-	})
+		require.NoError(c, k8s.Get(ctx, types.NamespacedName{Name: name}, n))
+		assert.False(c, nodeReady(n), "node %s is still Ready", name)
+		assert.True(c, slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == corev1.TaintNodeUnreachable }),
+			"node %s taints %+v lack %s", name, n.Spec.Taints, corev1.TaintNodeUnreachable)
+	}, 90*time.Second, poll, "%s unreachable", name)
 	return name
 }
 
@@ -123,13 +116,11 @@ func appPod(t *testing.T, ns, name, node, claim string, labels map[string]string
 		},
 	}
 	create(t, p)
-	eventually(t, 30*time.Second, "pod "+name+" Running", func() (bool, string) {
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		got := &corev1.Pod{}
-		if err := k8s.Get(context.Background(), client.ObjectKeyFromObject(p), got); err != nil {
-			return false, err.Error()
-		}
-		return got.Status.Phase == corev1.PodRunning, string(got.Status.Phase)
-	})
+		require.NoError(c, k8s.Get(context.Background(), client.ObjectKeyFromObject(p), got))
+		assert.Equal(c, corev1.PodRunning, got.Status.Phase, "pod %s phase", name)
+	}, 30*time.Second, poll, "pod %s Running", name)
 	return p
 }
 
@@ -139,9 +130,7 @@ func graceRecorder(t *testing.T, ns string) func() map[string]int64 {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	w, err := clientset(t).CoreV1().Pods(ns).Watch(ctx, metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	var mu sync.Mutex
 	seen := map[string]int64{}
 	done := make(chan struct{})
@@ -190,14 +179,12 @@ func TestShutdownHolderLeaseDeleted(t *testing.T) {
 		Reason:      "holder powered off after a kernel panic during cryptsetup",
 	})
 	rr := waitPhase(t, key, 60*time.Second, v1alpha1.PhaseSucceeded, v1alpha1.PhaseFailed, v1alpha1.PhaseRejected)
-	if rr.Status.Phase != v1alpha1.PhaseSucceeded || rr.Status.Decision.Playbook != "node-shutdown" {
-		t.Fatalf("phase %s decision %+v", rr.Status.Phase, rr.Status.Decision)
-	}
-	if leaseExists(t, pv) {
-		t.Error("the Lease still exists")
-	}
-	if c := condition(rr, v1alpha1.ConditionAccepted); c == nil || c.Reason != "NodeShutdown" || c.Status != metav1.ConditionTrue {
-		t.Errorf("Accepted = %+v", c)
+	require.Equal(t, v1alpha1.PhaseSucceeded, rr.Status.Phase, describe(rr))
+	require.Equal(t, "node-shutdown", string(decision(t, rr).Playbook), describe(rr))
+	assert.False(t, leaseExists(t, pv), "the Lease still exists")
+	if c := condition(rr, v1alpha1.ConditionAccepted); assert.NotNil(t, c, "no Accepted condition") {
+		assert.Equal(t, "NodeShutdown", c.Reason, "Accepted = %+v", c)
+		assert.Equal(t, metav1.ConditionTrue, c.Status, "Accepted = %+v", c)
 	}
 }
 
@@ -216,9 +203,7 @@ func TestUnreachableHolderNeedsFencingAndAge(t *testing.T) {
 	// it old: the age counts from its creation, just now.
 	pv, _ := luksVolume(t, ns, node, time.Hour, 0)
 	l := &coordinationv1.Lease{}
-	if err := k8s.Get(ctx, types.NamespacedName{Namespace: tridentNS, Name: pv}, l); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, k8s.Get(ctx, types.NamespacedName{Namespace: tridentNS, Name: pv}, l))
 	created := l.CreationTimestamp.Time
 	key := request(t, ns, v1alpha1.RemediationRequestSpec{
 		Remediation: v1alpha1.RemediationReleaseLUKSLease,
@@ -226,42 +211,44 @@ func TestUnreachableHolderNeedsFencingAndAge(t *testing.T) {
 		Reason:      "holder lost the control plane during cryptsetup",
 	})
 	rr := waitPhase(t, key, 60*time.Second, v1alpha1.PhaseRejected, v1alpha1.PhaseSucceeded)
-	if rr.Status.Phase != v1alpha1.PhaseRejected || rr.Status.Decision.Rule != "unreachable-not-fenced" {
-		t.Fatalf("without fencing: phase %s decision %+v", rr.Status.Phase, rr.Status.Decision)
-	}
-	if !strings.Contains(rr.Status.Decision.Message, "spec.fencing.confirmed") || !strings.Contains(rr.Status.Decision.Message, "spec.fencing.node: "+node) || !leaseExists(t, pv) {
-		t.Fatalf("rejection must explain fencing (naming %s) and leave the Lease: %q", node, rr.Status.Decision.Message)
-	}
+	require.Equal(t, v1alpha1.PhaseRejected, rr.Status.Phase, "without fencing: %s", describe(rr))
+	require.Equal(t, "unreachable-not-fenced", string(decision(t, rr).Rule), "without fencing: %s", describe(rr))
+	require.Contains(t, rr.Status.Decision.Message, "spec.fencing.confirmed", "the rejection must explain fencing")
+	require.Contains(t, rr.Status.Decision.Message, "spec.fencing.node: "+node, "the rejection must name the holder")
+	require.True(t, leaseExists(t, pv), "the rejection must leave the Lease")
 
 	// Fencing that names another node says nothing about the holder.
 	updateSpec(t, key, func(s *v1alpha1.RemediationRequestSpec) {
 		s.Fencing = &v1alpha1.Fencing{Confirmed: true, Method: v1alpha1.FencingNodeShutdown, Node: "kwok-node-0"}
 	})
 	rr = waitPhase(t, key, 30*time.Second, v1alpha1.PhaseRejected, v1alpha1.PhaseSucceeded)
-	if rr.Status.Phase != v1alpha1.PhaseRejected || rr.Status.Decision.Rule != "fencing-names-another-node" || !leaseExists(t, pv) {
-		t.Fatalf("fencing names kwok-node-0: phase %s decision %+v lease exists %v", rr.Status.Phase, rr.Status.Decision, leaseExists(t, pv))
-	}
+	require.Equal(t, v1alpha1.PhaseRejected, rr.Status.Phase, "fencing names kwok-node-0: %s", describe(rr))
+	require.Equal(t, "fencing-names-another-node", string(decision(t, rr).Rule), "fencing names kwok-node-0: %s", describe(rr))
+	require.True(t, leaseExists(t, pv), "fencing names kwok-node-0: the Lease was deleted")
 
 	// Fenced, but the Lease is younger than the gate by server time.
 	updateSpec(t, key, func(s *v1alpha1.RemediationRequestSpec) { s.Fencing.Node = node })
 	rr = waitPhase(t, key, 30*time.Second, v1alpha1.PhaseRejected, v1alpha1.PhaseSucceeded)
-	if rr.Status.Decision.Rule != "unreachable-lease-too-young" || rr.Status.Decision.RecheckAt == nil || !leaseExists(t, pv) {
-		t.Fatalf("fenced but young: phase %s decision %+v", rr.Status.Phase, rr.Status.Decision)
-	}
-	if lf := rr.Status.Facts.Lease; lf == nil || time.Duration(lf.AgeSeconds)*time.Second >= shortUnreachableGate || !strings.HasPrefix(lf.AgeFrom, "creationTimestamp") {
-		t.Fatalf("the age must count from creationTimestamp, not the backdated acquireTime: %+v", rr.Status.Facts.Lease)
-	}
-	if at := rr.Status.Decision.RecheckAt.Time; at.Before(created.Add(shortUnreachableGate)) || at.After(created.Add(shortUnreachableGate+5*time.Second)) {
-		t.Errorf("recheckAt %s, want when the Lease is %s old (created %s)", at, shortUnreachableGate, created)
-	}
+	require.Equal(t, "unreachable-lease-too-young", string(decision(t, rr).Rule), "fenced but young: %s", describe(rr))
+	require.NotNil(t, rr.Status.Decision.RecheckAt, "fenced but young: %s", describe(rr))
+	require.True(t, leaseExists(t, pv), "fenced but young: the Lease was deleted")
+	// The age must count from creationTimestamp, not the backdated acquireTime.
+	lf := rr.Status.Facts.Lease
+	require.NotNil(t, lf, "no Lease facts")
+	require.Less(t, time.Duration(lf.AgeSeconds)*time.Second, shortUnreachableGate, "Lease age: %+v", lf)
+	require.True(t, strings.HasPrefix(lf.AgeFrom, "creationTimestamp"), "the age must count from creationTimestamp: %+v", lf)
+	assert.WithinRange(t, rr.Status.Decision.RecheckAt.Time, created.Add(shortUnreachableGate), created.Add(shortUnreachableGate+5*time.Second),
+		"recheckAt: want when the Lease is %s old (created %s)", shortUnreachableGate, created)
 
 	rr = waitPhase(t, key, shortUnreachableGate+60*time.Second, v1alpha1.PhaseSucceeded, v1alpha1.PhaseFailed)
-	if rr.Status.Phase != v1alpha1.PhaseSucceeded || rr.Status.Decision.Playbook != "fenced-unreachable" || rr.Status.Decision.Rule != "unreachable-fenced" || leaseExists(t, pv) {
-		t.Fatalf("once old enough: phase %s decision %+v lease exists %v", rr.Status.Phase, rr.Status.Decision, leaseExists(t, pv))
-	}
+	require.Equal(t, v1alpha1.PhaseSucceeded, rr.Status.Phase, "once old enough: %s", describe(rr))
+	require.Equal(t, "fenced-unreachable", string(decision(t, rr).Playbook), "once old enough: %s", describe(rr))
+	require.Equal(t, "unreachable-fenced", string(rr.Status.Decision.Rule), "once old enough: %s", describe(rr))
+	require.False(t, leaseExists(t, pv), "once old enough: the Lease still exists")
 	for _, st := range rr.Status.Steps {
-		if st.Name == "deleteLease" && (st.StartedAt == nil || st.StartedAt.Time.Before(created.Add(shortUnreachableGate))) {
-			t.Errorf("the Lease (created %s) was deleted before it was %s old: %+v", created, shortUnreachableGate, st)
+		if st.Name == "deleteLease" && assert.NotNil(t, st.StartedAt, "deleteLease has no startedAt: %+v", st) {
+			assert.False(t, st.StartedAt.Time.Before(created.Add(shortUnreachableGate)),
+				"the Lease (created %s) was deleted before it was %s old: %+v", created, shortUnreachableGate, st)
 		}
 	}
 }
@@ -277,31 +264,27 @@ func TestHolderNodeNotFound(t *testing.T) {
 	ns := namespace(t, "e2e-notfound")
 	node := extraNode(t, "e2e-gone", false, corev1.Taint{Key: v1alpha1.TaintOutOfService, Value: "nodeshutdown", Effect: corev1.TaintEffectNoExecute})
 	pv, _ := luksVolume(t, ns, node, 20*time.Minute, 1)
-	if err := k8s.Delete(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}); err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, 30*time.Second, "node "+node+" gone", func() (bool, string) {
+	require.NoError(t, k8s.Delete(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}))
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		err := k8s.Get(ctx, types.NamespacedName{Name: node}, &corev1.Node{})
-		return apierrors.IsNotFound(err), fmt.Sprint(err)
-	})
+		assert.True(c, apierrors.IsNotFound(err), "get node %s: %v", node, err)
+	}, 30*time.Second, poll, "node %s gone", node)
 	key := request(t, ns, v1alpha1.RemediationRequestSpec{
 		Remediation: v1alpha1.RemediationReleaseLUKSLease,
 		Target:      v1alpha1.Target{PersistentVolume: pv},
 		Reason:      "the holder's Node object is gone; its machine may be gone too",
 	})
 	rr := waitPhase(t, key, 60*time.Second, v1alpha1.PhaseRejected, v1alpha1.PhaseSucceeded, v1alpha1.PhaseFailed)
-	if rr.Status.Phase != v1alpha1.PhaseRejected || rr.Status.Decision.Rule != "holder-node-not-found" {
-		t.Fatalf("phase %s decision %+v", rr.Status.Phase, rr.Status.Decision)
+	require.Equal(t, v1alpha1.PhaseRejected, rr.Status.Phase, describe(rr))
+	require.Equal(t, "holder-node-not-found", string(decision(t, rr).Rule), describe(rr))
+	if n := rr.Status.Facts.Node; assert.NotNil(t, n, "no holder node facts") {
+		assert.Equal(t, v1alpha1.NodeNotFound, n.State, "holder node facts = %+v", n)
 	}
-	if n := rr.Status.Facts.Node; n == nil || n.State != v1alpha1.NodeNotFound {
-		t.Errorf("holder node facts = %+v, want state NotFound", n)
+	if c := condition(rr, v1alpha1.ConditionAccepted); assert.NotNil(t, c, "no Accepted condition") {
+		assert.Equal(t, metav1.ConditionFalse, c.Status, "Accepted = %+v", c)
+		assert.Equal(t, "HolderNodeNotFound", c.Reason, "Accepted = %+v", c)
 	}
-	if c := condition(rr, v1alpha1.ConditionAccepted); c == nil || c.Status != metav1.ConditionFalse || c.Reason != "HolderNodeNotFound" {
-		t.Errorf("Accepted = %+v", c)
-	}
-	if !leaseExists(t, pv) {
-		t.Fatal("the Lease of a holder without a Node was deleted")
-	}
+	require.True(t, leaseExists(t, pv), "the Lease of a holder without a Node was deleted")
 
 	// Fencing that names the holder is not enough on its own: the Lease, created just
 	// now, is younger than the (embedded, 300s) gate.
@@ -309,13 +292,10 @@ func TestHolderNodeNotFound(t *testing.T) {
 		s.Fencing = &v1alpha1.Fencing{Confirmed: true, Method: v1alpha1.FencingNodeShutdown, Node: node}
 	})
 	rr = waitPhase(t, key, 30*time.Second, v1alpha1.PhaseRejected, v1alpha1.PhaseSucceeded, v1alpha1.PhaseFailed)
-	if rr.Status.Decision.Rule != "not-found-lease-too-young" || rr.Status.Decision.RecheckAt == nil {
-		t.Fatalf("fenced but young: phase %s decision %+v", rr.Status.Phase, rr.Status.Decision)
-	}
+	require.Equal(t, "not-found-lease-too-young", string(decision(t, rr).Rule), "fenced but young: %s", describe(rr))
+	require.NotNil(t, rr.Status.Decision.RecheckAt, "fenced but young: %s", describe(rr))
 	time.Sleep(2 * time.Second) // give a wrongly acting controller the chance to act
-	if !leaseExists(t, pv) {
-		t.Error("the Lease was deleted before the age gate")
-	}
+	assert.True(t, leaseExists(t, pv), "the Lease was deleted before the age gate")
 }
 
 // updateSpec changes a request's spec, as an amended pull request would, retrying on
@@ -330,9 +310,7 @@ func updateSpec(t *testing.T, key types.NamespacedName, change func(*v1alpha1.Re
 		change(&rr.Spec)
 		return k8s.Update(context.Background(), rr)
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 }
 
 func TestHealthyHolderMovesWorkload(t *testing.T) {
@@ -370,43 +348,32 @@ func TestHealthyHolderMovesWorkload(t *testing.T) {
 				Reason:      "LeaseRetained events: cryptsetup luksOpen failed repeatedly",
 			})
 			rr := waitPhase(t, key, 90*time.Second, v1alpha1.PhaseSucceeded, v1alpha1.PhaseFailed, v1alpha1.PhaseRejected)
-			if rr.Status.Phase != v1alpha1.PhaseSucceeded || rr.Status.Decision.Playbook != "healthy-move-workload" {
-				t.Fatalf("phase %s decision %+v steps %+v", rr.Status.Phase, rr.Status.Decision, rr.Status.Steps)
-			}
-			if leaseExists(t, pv) {
-				t.Error("the Lease still exists")
-			}
+			require.Equal(t, v1alpha1.PhaseSucceeded, rr.Status.Phase, describe(rr))
+			require.Equal(t, "healthy-move-workload", string(decision(t, rr).Playbook), describe(rr))
+			assert.False(t, leaseExists(t, pv), "the Lease still exists")
 			for _, name := range []string{"web-0", "web-1"} {
 				err := k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, &corev1.Pod{})
-				if !apierrors.IsNotFound(err) {
-					t.Errorf("pod %s not gone: %v", name, err)
-				}
+				assert.True(t, apierrors.IsNotFound(err), "pod %s not gone: %v", name, err)
 			}
 			// The eviction kept each pod's own 30s grace period; kwok's simulated
 			// kubelet then finishes the termination, as a kubelet would.
-			if g := grace(); g["web-0"] != 30 || g["web-1"] != 30 {
-				t.Errorf("deletion grace periods = %v, want 30s for both pods", g)
-			}
+			g := grace()
+			assert.Equal(t, int64(30), g["web-0"], "deletion grace period of web-0 (all seen: %v)", g)
+			assert.Equal(t, int64(30), g["web-1"], "deletion grace period of web-1 (all seen: %v)", g)
 			n := &corev1.Node{}
-			if err := k8s.Get(ctx, types.NamespacedName{Name: tc.node}, n); err != nil {
-				t.Fatal(err)
-			}
-			if n.Spec.Unschedulable != tc.alreadyCordoned || n.Annotations[remediations.CordonedByAnnotation] != "" {
-				t.Errorf("node %s unschedulable=%v annotations=%v; want unschedulable=%v and no cordon mark",
-					tc.node, n.Spec.Unschedulable, n.Annotations, tc.alreadyCordoned)
-			}
+			require.NoError(t, k8s.Get(ctx, types.NamespacedName{Name: tc.node}, n))
+			assert.Equal(t, tc.alreadyCordoned, n.Spec.Unschedulable, "node %s unschedulable", tc.node)
+			assert.Empty(t, n.Annotations[remediations.CordonedByAnnotation], "node %s keeps the cordon mark: annotations %v", tc.node, n.Annotations)
 			var names []string
 			for _, st := range rr.Status.Steps {
 				names = append(names, st.Name)
-				if st.State != v1alpha1.StepSucceeded || st.StartedAt == nil || st.CompletedAt == nil {
-					t.Errorf("step %+v", st)
-				}
+				assert.Equal(t, v1alpha1.StepSucceeded, st.State, "step %+v", st)
+				assert.NotNil(t, st.StartedAt, "step %+v", st)
+				assert.NotNil(t, st.CompletedAt, "step %+v", st)
 			}
-			if want := []string{"cordon", "deleteAffectedPods", "waitPodsGone", "deleteLease", "uncordon"}; !slices.Equal(names, want) {
-				t.Errorf("journal %v, want %v", names, want)
-			}
-			if tc.alreadyCordoned && !strings.Contains(rr.Status.Steps[0].Message, "already cordoned") {
-				t.Errorf("cordon step message %q", rr.Status.Steps[0].Message)
+			assert.Equal(t, []string{"cordon", "deleteAffectedPods", "waitPodsGone", "deleteLease", "uncordon"}, names, "journal")
+			if tc.alreadyCordoned {
+				assert.Contains(t, rr.Status.Steps[0].Message, "already cordoned", "cordon step message")
 			}
 			assertKubectlViews(t, key)
 		})
@@ -416,14 +383,10 @@ func TestHealthyHolderMovesWorkload(t *testing.T) {
 func setUnschedulable(t *testing.T, node string, v bool) {
 	t.Helper()
 	n := &corev1.Node{}
-	if err := k8s.Get(context.Background(), types.NamespacedName{Name: node}, n); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, k8s.Get(context.Background(), types.NamespacedName{Name: node}, n))
 	before := n.DeepCopy()
 	n.Spec.Unschedulable = v
-	if err := k8s.Patch(context.Background(), n, client.MergeFrom(before)); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, k8s.Patch(context.Background(), n, client.MergeFrom(before)))
 }
 
 // assertKubectlViews checks what an operator sees with kubectl.
@@ -431,25 +394,16 @@ func assertKubectlViews(t *testing.T, key types.NamespacedName) {
 	t.Helper()
 	kubectl := filepath.Join(root, "bin", "kubectl")
 	out, err := exec.Command(kubectl, "--kubeconfig", kubeconfig, "get", "rr", "-n", key.Namespace, key.Name).CombinedOutput()
-	if err != nil {
-		t.Fatalf("kubectl get rr: %v\n%s", err, out)
-	}
+	require.NoError(t, err, "kubectl get rr:\n%s", out)
 	header := strings.Fields(strings.SplitN(string(out), "\n", 2)[0])
-	if want := []string{"NAME", "REMEDIATION", "TARGET", "PHASE", "DECISION", "AGE"}; !slices.Equal(header, want) {
-		t.Errorf("kubectl get rr columns %v, want %v", header, want)
-	}
-	if !strings.Contains(string(out), "Succeeded") || !strings.Contains(string(out), "healthy-lease-stuck") {
-		t.Errorf("kubectl get rr:\n%s", out)
-	}
+	assert.Equal(t, []string{"NAME", "REMEDIATION", "TARGET", "PHASE", "DECISION", "AGE"}, header, "kubectl get rr columns")
+	assert.Contains(t, string(out), "Succeeded", "kubectl get rr")
+	assert.Contains(t, string(out), "healthy-lease-stuck", "kubectl get rr")
 	out, err = exec.Command(kubectl, "--kubeconfig", kubeconfig, "describe", "rr", "-n", key.Namespace, key.Name).CombinedOutput()
-	if err != nil {
-		t.Fatalf("kubectl describe rr: %v\n%s", err, out)
-	}
+	require.NoError(t, err, "kubectl describe rr:\n%s", out)
 	for _, want := range []string{"healthy-move-workload", "PlaybookCompleted", "Step 1/5 cordon succeeded",
 		"Step 4/5 deleteLease succeeded: Deleted Lease", "Step 5/5 uncordon succeeded", "Playbook healthy-move-workload completed"} {
-		if !strings.Contains(string(out), want) {
-			t.Errorf("kubectl describe rr lacks %q:\n%s", want, out)
-		}
+		assert.Contains(t, string(out), want, "kubectl describe rr")
 	}
 }
 
@@ -467,9 +421,7 @@ func TestHealthyYoungLeaseRejected(t *testing.T) {
 	const node = "kwok-node-2"
 	pv, _ := luksVolume(t, ns, node, 15*time.Minute, 0)
 	l := &coordinationv1.Lease{}
-	if err := k8s.Get(ctx, types.NamespacedName{Namespace: tridentNS, Name: pv}, l); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, k8s.Get(ctx, types.NamespacedName{Namespace: tridentNS, Name: pv}, l))
 	created := l.CreationTimestamp.Time
 	key := request(t, ns, v1alpha1.RemediationRequestSpec{
 		Remediation: v1alpha1.RemediationReleaseLUKSLease,
@@ -477,32 +429,34 @@ func TestHealthyYoungLeaseRejected(t *testing.T) {
 		Reason:      "pods slow to start, suspect the Lease",
 	})
 	rr := waitPhase(t, key, 60*time.Second, v1alpha1.PhaseRejected, v1alpha1.PhaseRunning, v1alpha1.PhaseSucceeded)
-	d := rr.Status.Decision
-	if rr.Status.Phase != v1alpha1.PhaseRejected || d.Rule != "healthy-operation-may-be-running" || !strings.Contains(d.Message, "-c trident-main") || d.RecheckAt == nil {
-		t.Fatalf("phase %s decision %+v", rr.Status.Phase, d)
+	require.Equal(t, v1alpha1.PhaseRejected, rr.Status.Phase, describe(rr))
+	d := decision(t, rr)
+	require.Equal(t, "healthy-operation-may-be-running", string(d.Rule), describe(rr))
+	require.Contains(t, d.Message, "-c trident-main", describe(rr))
+	require.NotNil(t, d.RecheckAt, describe(rr))
+	if c := condition(rr, v1alpha1.ConditionAccepted); assert.NotNil(t, c, "no Accepted condition") {
+		assert.Equal(t, metav1.ConditionFalse, c.Status, "Accepted = %+v", c)
+		assert.Equal(t, "HealthyOperationMayBeRunning", c.Reason, "Accepted = %+v", c)
+		assert.Equal(t, d.Message, c.Message, "Accepted's message")
 	}
-	if c := condition(rr, v1alpha1.ConditionAccepted); c == nil || c.Status != metav1.ConditionFalse || c.Reason != "HealthyOperationMayBeRunning" || c.Message != d.Message {
-		t.Errorf("Accepted = %+v", c)
+	// The age must count from creationTimestamp, not the backdated acquireTime.
+	if lf := rr.Status.Facts.Lease; assert.NotNil(t, lf, "no Lease facts") {
+		assert.Less(t, time.Duration(lf.AgeSeconds)*time.Second, shortHealthyGate, "Lease age: %+v", lf)
+		assert.True(t, strings.HasPrefix(lf.AgeFrom, "creationTimestamp"), "the age must count from creationTimestamp: %+v", lf)
 	}
-	if lf := rr.Status.Facts.Lease; lf == nil || time.Duration(lf.AgeSeconds)*time.Second >= shortHealthyGate || !strings.HasPrefix(lf.AgeFrom, "creationTimestamp") {
-		t.Errorf("the age must count from creationTimestamp, not the backdated acquireTime: %+v", rr.Status.Facts.Lease)
-	}
-	if !leaseExists(t, pv) {
-		t.Error("the Lease was deleted")
-	}
+	assert.True(t, leaseExists(t, pv), "the Lease was deleted")
 
 	// Old enough by server time, the stuck Lease is released the healthy way.
 	rr = waitPhase(t, key, shortHealthyGate+90*time.Second, v1alpha1.PhaseSucceeded, v1alpha1.PhaseFailed)
-	d = rr.Status.Decision
-	if rr.Status.Phase != v1alpha1.PhaseSucceeded || d.Rule != "healthy-lease-stuck" || d.Playbook != "healthy-move-workload" || leaseExists(t, pv) {
-		t.Fatalf("once old enough: phase %s decision %+v steps %+v lease exists %v", rr.Status.Phase, d, rr.Status.Steps, leaseExists(t, pv))
-	}
-	if d.DecidedAt.Time.Before(created.Add(shortHealthyGate)) {
-		t.Errorf("allowed at %s, before the Lease (created %s) was %s old", d.DecidedAt, created, shortHealthyGate)
-	}
+	require.Equal(t, v1alpha1.PhaseSucceeded, rr.Status.Phase, "once old enough: %s", describe(rr))
+	d = decision(t, rr)
+	require.Equal(t, "healthy-lease-stuck", string(d.Rule), "once old enough: %s", describe(rr))
+	require.Equal(t, "healthy-move-workload", string(d.Playbook), "once old enough: %s", describe(rr))
+	require.False(t, leaseExists(t, pv), "once old enough: the Lease still exists")
+	assert.False(t, d.DecidedAt.Time.Before(created.Add(shortHealthyGate)), "allowed at %s, before the Lease (created %s) was %s old", d.DecidedAt, created, shortHealthyGate)
 	n := &corev1.Node{}
-	if err := k8s.Get(ctx, types.NamespacedName{Name: node}, n); err != nil || n.Spec.Unschedulable {
-		t.Errorf("node %s left cordoned: %v", node, err)
+	if assert.NoError(t, k8s.Get(ctx, types.NamespacedName{Name: node}, n)) {
+		assert.False(t, n.Spec.Unschedulable, "node %s left cordoned", node)
 	}
 }
 
@@ -520,13 +474,12 @@ func blockedWorkload(t *testing.T, ns, node string) (pv string, pdb *policyv1.Po
 		},
 	}
 	create(t, pdb)
-	eventually(t, 30*time.Second, "PDB observed", func() (bool, string) {
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		got := &policyv1.PodDisruptionBudget{}
-		if err := k8s.Get(context.Background(), client.ObjectKeyFromObject(pdb), got); err != nil {
-			return false, err.Error()
-		}
-		return got.Status.ObservedGeneration == got.Generation && got.Status.CurrentHealthy == 1, fmt.Sprintf("%+v", got.Status)
-	})
+		require.NoError(c, k8s.Get(context.Background(), client.ObjectKeyFromObject(pdb), got))
+		assert.Equal(c, got.Generation, got.Status.ObservedGeneration, "PDB status %+v", got.Status)
+		assert.Equal(c, int32(1), got.Status.CurrentHealthy, "PDB status %+v", got.Status)
+	}, 30*time.Second, poll, "PDB observed")
 	return pv, pdb
 }
 
@@ -550,9 +503,8 @@ func heldAfterCordon(t *testing.T, nsPrefix, node, reason string) held {
 	})
 	before := waitStep(t, h.key, "deleteAffectedPods", v1alpha1.StepRunning)
 	h.cordon = before.Status.Steps[0]
-	if h.cordon.Name != "cordon" || h.cordon.State != v1alpha1.StepSucceeded {
-		t.Fatalf("journal while held: %+v", before.Status.Steps)
-	}
+	require.Equal(t, "cordon", string(h.cordon.Name), "journal while held: %+v", before.Status.Steps)
+	require.Equal(t, v1alpha1.StepSucceeded, h.cordon.State, "journal while held: %+v", before.Status.Steps)
 	return h
 }
 
@@ -560,17 +512,12 @@ func heldAfterCordon(t *testing.T, nsPrefix, node, reason string) held {
 func waitStep(t *testing.T, key types.NamespacedName, step string, state v1alpha1.StepState) *v1alpha1.RemediationRequest {
 	t.Helper()
 	rr := &v1alpha1.RemediationRequest{}
-	eventually(t, 60*time.Second, step+" "+string(state), func() (bool, string) {
-		if err := k8s.Get(context.Background(), key, rr); err != nil {
-			return false, err.Error()
-		}
-		for _, st := range rr.Status.Steps {
-			if st.Name == step {
-				return st.State == state, fmt.Sprintf("%+v", rr.Status.Steps)
-			}
-		}
-		return false, fmt.Sprintf("%s %+v", rr.Status.Phase, rr.Status.Steps)
-	})
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		require.NoError(c, k8s.Get(context.Background(), key, rr))
+		i := slices.IndexFunc(rr.Status.Steps, func(st v1alpha1.StepStatus) bool { return st.Name == step })
+		require.GreaterOrEqual(c, i, 0, "no step %s yet: %s %+v", step, rr.Status.Phase, rr.Status.Steps)
+		assert.Equal(c, state, rr.Status.Steps[i].State, "step %s: %+v", step, rr.Status.Steps)
+	}, 60*time.Second, poll, "%s %s", step, state)
 	return rr
 }
 
@@ -583,38 +530,31 @@ func TestLeaseReacquiredAfterDecisionIsLeftAlone(t *testing.T) {
 
 	// Another node acquires the Lease after the decision.
 	l := &coordinationv1.Lease{}
-	if err := k8s.Get(ctx, types.NamespacedName{Namespace: tridentNS, Name: pv}, l); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, k8s.Get(ctx, types.NamespacedName{Namespace: tridentNS, Name: pv}, l))
 	l.Spec.HolderIdentity = ptr.To("kwok-node-2")
 	l.Spec.AcquireTime = ptr.To(metav1.NowMicro())
-	if err := k8s.Update(ctx, l); err != nil {
-		t.Fatal(err)
-	}
-	if err := k8s.Delete(ctx, pdb); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, k8s.Update(ctx, l))
+	require.NoError(t, k8s.Delete(ctx, pdb))
 
 	rr := waitPhase(t, key, 60*time.Second, v1alpha1.PhaseFailed, v1alpha1.PhaseSucceeded)
 	// The safety floor compares the live Lease with the decision's right before the
 	// deletion and stops the playbook with the breached invariant as the reason.
 	c := condition(rr, v1alpha1.ConditionSucceeded)
-	if rr.Status.Phase != v1alpha1.PhaseFailed || c == nil || c.Status != metav1.ConditionFalse || c.Reason != remediations.InvariantLeaseChanged.Reason() ||
-		!strings.Contains(c.Message, `passed from "`+node+`" to "kwok-node-2"`) || !strings.Contains(c.Message, "nothing was done") {
-		t.Fatalf("phase %s Succeeded=%+v", rr.Status.Phase, c)
-	}
-	if !slices.ContainsFunc(rr.Status.Steps, func(st v1alpha1.StepStatus) bool {
+	require.Equal(t, v1alpha1.PhaseFailed, rr.Status.Phase, "%s; Succeeded=%+v", describe(rr), c)
+	require.NotNil(t, c, "no Succeeded condition: %s", describe(rr))
+	require.Equal(t, metav1.ConditionFalse, c.Status, "Succeeded=%+v", c)
+	require.Equal(t, remediations.InvariantLeaseChanged.Reason(), c.Reason, "Succeeded=%+v", c)
+	require.Contains(t, c.Message, `passed from "`+node+`" to "kwok-node-2"`, "Succeeded's message")
+	require.Contains(t, c.Message, "nothing was done", "Succeeded's message")
+	assert.True(t, slices.ContainsFunc(rr.Status.Steps, func(st v1alpha1.StepStatus) bool {
 		return st.Name == "deleteLease" && st.State == v1alpha1.StepFailed && strings.Contains(st.Message, "nothing was done")
-	}) {
-		t.Errorf("journal %+v, want a failed deleteLease that did nothing", rr.Status.Steps)
-	}
+	}), "journal %+v, want a failed deleteLease that did nothing", rr.Status.Steps)
 	got := &coordinationv1.Lease{}
-	if err := k8s.Get(ctx, client.ObjectKeyFromObject(l), got); err != nil || *got.Spec.HolderIdentity != "kwok-node-2" {
-		t.Fatalf("the re-acquired Lease must be left alone: %v %+v", err, got.Spec)
-	}
+	require.NoError(t, k8s.Get(ctx, client.ObjectKeyFromObject(l), got), "the re-acquired Lease must be left alone")
+	require.Equal(t, ptr.To("kwok-node-2"), got.Spec.HolderIdentity, "the re-acquired Lease must be left alone: %+v", got.Spec)
 	n := &corev1.Node{}
-	if err := k8s.Get(ctx, types.NamespacedName{Name: node}, n); err != nil || n.Spec.Unschedulable {
-		t.Errorf("node %s must be uncordoned by the restore: %v unschedulable=%v", node, err, n.Spec.Unschedulable)
+	if assert.NoError(t, k8s.Get(ctx, types.NamespacedName{Name: node}, n)) {
+		assert.False(t, n.Spec.Unschedulable, "node %s must be uncordoned by the restore", node)
 	}
 }
 
@@ -625,19 +565,15 @@ func TestRestartResumesWithoutRepeatingSteps(t *testing.T) {
 	ns, key, pv, pdb, cordonBefore := h.ns, h.key, h.pv, h.pdb, h.cordon
 
 	first.kill()
-	if err := k8s.Delete(ctx, pdb); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, k8s.Delete(ctx, pdb))
 	startController(t)
 	rr := waitPhase(t, key, 90*time.Second, v1alpha1.PhaseSucceeded, v1alpha1.PhaseFailed)
-	if rr.Status.Phase != v1alpha1.PhaseSucceeded || leaseExists(t, pv) {
-		t.Fatalf("phase %s steps %+v", rr.Status.Phase, rr.Status.Steps)
-	}
+	require.Equal(t, v1alpha1.PhaseSucceeded, rr.Status.Phase, describe(rr))
+	require.False(t, leaseExists(t, pv), "the Lease still exists: %s", describe(rr))
 	cordonAfter := rr.Status.Steps[0]
-	if !cordonAfter.StartedAt.Equal(cordonBefore.StartedAt) || !cordonAfter.CompletedAt.Equal(cordonBefore.CompletedAt) ||
-		cordonAfter.ObjectResourceVersion != cordonBefore.ObjectResourceVersion {
-		t.Errorf("cordon re-ran after the restart: before %+v after %+v", cordonBefore, cordonAfter)
-	}
+	assert.True(t, cordonAfter.StartedAt.Equal(cordonBefore.StartedAt), "cordon re-ran after the restart: before %+v after %+v", cordonBefore, cordonAfter)
+	assert.True(t, cordonAfter.CompletedAt.Equal(cordonBefore.CompletedAt), "cordon re-ran after the restart: before %+v after %+v", cordonBefore, cordonAfter)
+	assert.Equal(t, cordonBefore.ObjectResourceVersion, cordonAfter.ObjectResourceVersion, "cordon re-ran after the restart: before %+v after %+v", cordonBefore, cordonAfter)
 	// Each step transition emits one Event: a repeated step would show twice.
 	assertStepEventsOnce(t, ns, key, 10)
 }
@@ -655,34 +591,29 @@ func TestDryRunChangesNothing(t *testing.T) {
 		Reason:      "show what would be done for web-0",
 	})
 	rr := &v1alpha1.RemediationRequest{}
-	eventually(t, 60*time.Second, "dry-run decision", func() (bool, string) {
-		if err := k8s.Get(context.Background(), key, rr); err != nil {
-			return false, err.Error()
-		}
-		return rr.Status.Decision != nil, string(rr.Status.Phase)
-	})
-	if rr.Status.Phase != v1alpha1.PhasePending || rr.Status.Decision.Playbook != "healthy-move-workload" || len(rr.Status.Steps) != 5 {
-		t.Fatalf("phase %s decision %+v steps %+v", rr.Status.Phase, rr.Status.Decision, rr.Status.Steps)
-	}
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		require.NoError(c, k8s.Get(context.Background(), key, rr))
+		assert.NotNil(c, rr.Status.Decision, "no decision yet; phase %s", rr.Status.Phase)
+	}, 60*time.Second, poll, "dry-run decision")
+	require.Equal(t, v1alpha1.PhasePending, rr.Status.Phase, describe(rr))
+	require.Equal(t, "healthy-move-workload", string(decision(t, rr).Playbook), describe(rr))
+	require.Len(t, rr.Status.Steps, 5, describe(rr))
 	for _, st := range rr.Status.Steps {
-		if st.State != v1alpha1.StepPending || st.StartedAt != nil {
-			t.Errorf("dry run started step %+v", st)
-		}
+		assert.Equal(t, v1alpha1.StepPending, st.State, "dry run started step %+v", st)
+		assert.Nil(t, st.StartedAt, "dry run started step %+v", st)
 	}
-	if c := condition(rr, v1alpha1.ConditionProgressing); c == nil || c.Reason != "DryRun" {
-		t.Errorf("Progressing = %+v", c)
+	if c := condition(rr, v1alpha1.ConditionProgressing); assert.NotNil(t, c, "no Progressing condition") {
+		assert.Equal(t, "DryRun", c.Reason, "Progressing = %+v", c)
 	}
 	time.Sleep(2 * time.Second) // give a wrongly acting controller the chance to act
-	if !leaseExists(t, pv) {
-		t.Error("dry run deleted the Lease")
-	}
+	assert.True(t, leaseExists(t, pv), "dry run deleted the Lease")
 	n := &corev1.Node{}
-	if err := k8s.Get(context.Background(), types.NamespacedName{Name: node}, n); err != nil || n.Spec.Unschedulable {
-		t.Errorf("dry run cordoned %s", node)
+	if assert.NoError(t, k8s.Get(context.Background(), types.NamespacedName{Name: node}, n)) {
+		assert.False(t, n.Spec.Unschedulable, "dry run cordoned %s", node)
 	}
 	got := &corev1.Pod{}
-	if err := k8s.Get(context.Background(), client.ObjectKeyFromObject(pod), got); err != nil || got.DeletionTimestamp != nil {
-		t.Errorf("dry run touched the pod: %v", err)
+	if assert.NoError(t, k8s.Get(context.Background(), client.ObjectKeyFromObject(pod), got), "dry run touched the pod") {
+		assert.Nil(t, got.DeletionTimestamp, "dry run touched the pod")
 	}
 }
 
@@ -694,29 +625,21 @@ func TestDeletedMidRunRestores(t *testing.T) {
 	ns, key, pv := h.ns, h.key, h.pv
 	rr := waitStep(t, key, "deleteAffectedPods", v1alpha1.StepRunning)
 	n := &corev1.Node{}
-	if err := k8s.Get(ctx, types.NamespacedName{Name: node}, n); err != nil || !n.Spec.Unschedulable {
-		t.Fatalf("node %s should be cordoned mid-run: %v", node, err)
-	}
-	if err := k8s.Delete(ctx, rr); err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, 30*time.Second, "request gone", func() (bool, string) {
+	require.NoError(t, k8s.Get(ctx, types.NamespacedName{Name: node}, n))
+	require.True(t, n.Spec.Unschedulable, "node %s should be cordoned mid-run", node)
+	require.NoError(t, k8s.Delete(ctx, rr))
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		err := k8s.Get(ctx, key, &v1alpha1.RemediationRequest{})
-		return apierrors.IsNotFound(err), fmt.Sprint(err)
-	})
-	if err := k8s.Get(ctx, types.NamespacedName{Name: node}, n); err != nil || n.Spec.Unschedulable || n.Annotations[remediations.CordonedByAnnotation] != "" {
-		t.Errorf("node %s not restored: unschedulable=%v annotations=%v", node, n.Spec.Unschedulable, n.Annotations)
+		assert.True(c, apierrors.IsNotFound(err), "get %s: %v", key, err)
+	}, 30*time.Second, poll, "request gone")
+	if assert.NoError(t, k8s.Get(ctx, types.NamespacedName{Name: node}, n)) {
+		assert.False(t, n.Spec.Unschedulable, "node %s not restored: still unschedulable", node)
+		assert.Empty(t, n.Annotations[remediations.CordonedByAnnotation], "node %s not restored: annotations %v", node, n.Annotations)
 	}
-	if !leaseExists(t, pv) {
-		t.Error("an aborted request deleted the Lease")
-	}
+	assert.True(t, leaseExists(t, pv), "an aborted request deleted the Lease")
 	events := &corev1.EventList{}
-	if err := k8s.List(ctx, events, client.InNamespace(ns)); err != nil {
-		t.Fatal(err)
-	}
-	if !slices.ContainsFunc(events.Items, func(e corev1.Event) bool {
+	require.NoError(t, k8s.List(ctx, events, client.InNamespace(ns)))
+	assert.True(t, slices.ContainsFunc(events.Items, func(e corev1.Event) bool {
 		return e.InvolvedObject.Name == key.Name && strings.Contains(e.Message, "Aborted: the request was deleted mid-run; Uncordoned node "+node)
-	}) {
-		t.Error("no Aborted event saying what was restored")
-	}
+	}), "no Aborted event saying what was restored")
 }

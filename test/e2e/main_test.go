@@ -18,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
@@ -112,9 +114,7 @@ func startController(t *testing.T, extraArgs ...string) *controller {
 	probe := freeAddr(t)
 	logPath := filepath.Join(t.TempDir(), "controller.log")
 	logFile, err := os.Create(logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	args := append([]string{"controller",
 		"--kubeconfig", kubeconfig,
 		"--metrics-bind-address", "0",
@@ -124,9 +124,7 @@ func startController(t *testing.T, extraArgs ...string) *controller {
 	}, extraArgs...)
 	cmd := exec.Command(filepath.Join(root, "bin", "remediator"), args...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("starting bin/remediator (run `make build`): %v", err)
-	}
+	require.NoError(t, cmd.Start(), "starting bin/remediator (run `make build`)")
 	c := &controller{cmd: cmd, done: make(chan error, 1), logPath: logPath}
 	go func() { c.done <- cmd.Wait(); logFile.Close() }()
 	t.Cleanup(func() {
@@ -137,20 +135,23 @@ func startController(t *testing.T, extraArgs ...string) *controller {
 			}
 		}
 	})
-	eventually(t, 60*time.Second, "controller ready on "+probe, func() (bool, string) {
+	// The condition runs in its own goroutine, where the test cannot be stopped: an
+	// exited process ends the polling and fails the test right after it.
+	var exited bool
+	var exitErr error
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
 		select {
-		case err := <-c.done:
-			out, _ := os.ReadFile(logPath)
-			t.Fatalf("controller exited: %v\n%s", err, out)
+		case exitErr = <-c.done:
+			exited = true
+			return
 		default:
 		}
 		resp, err := http.Get("http://" + probe + "/readyz")
-		if err != nil {
-			return false, err.Error()
-		}
+		require.NoError(ct, err)
 		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK, resp.Status
-	})
+		assert.Equal(ct, http.StatusOK, resp.StatusCode, "/readyz: %s", resp.Status)
+	}, 60*time.Second, poll, "controller ready on %s", probe)
+	require.False(t, exited, "controller exited: %v\n%s", exitErr, c.logs())
 	return c
 }
 
@@ -197,9 +198,7 @@ const (
 func shortGatePolicies(t *testing.T) string {
 	t.Helper()
 	files, err := filepath.Glob(filepath.Join(root, "policies", "*.cue"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	dir := t.TempDir()
 	gates := map[string]time.Duration{
 		"#UnreachableMinLeaseAgeSeconds": shortUnreachableGate,
@@ -211,22 +210,16 @@ func shortGatePolicies(t *testing.T) string {
 			continue
 		}
 		src, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		for name, gate := range gates {
 			re := regexp.MustCompile(`(?m)^(` + regexp.QuoteMeta(name) + `:\s*)\d+`)
 			replaced[name] += len(re.FindAllIndex(src, -1))
 			src = re.ReplaceAll(src, []byte(fmt.Sprintf("${1}%d", int(gate.Seconds()))))
 		}
-		if err := os.WriteFile(filepath.Join(dir, filepath.Base(f)), src, 0o644); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, os.WriteFile(filepath.Join(dir, filepath.Base(f)), src, 0o644))
 	}
 	for name := range gates {
-		if replaced[name] != 1 {
-			t.Fatalf("shortening the Lease-age gates: %s is defined %d times in policies/*.cue, want exactly once", name, replaced[name])
-		}
+		require.Equal(t, 1, replaced[name], "shortening the Lease-age gates: %s must be defined exactly once in policies/*.cue", name)
 	}
 	return dir
 }
@@ -234,38 +227,34 @@ func shortGatePolicies(t *testing.T) string {
 func freeAddr(t *testing.T) string {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer l.Close()
 	return l.Addr().String()
 }
 
-// eventually polls cond until it holds; state describes the last observation.
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
+// poll is the tick of every require.EventuallyWithT in the suite. Its conditions run
+// in a goroutine of their own, so they assert on the *assert.CollectT they are given
+// and never on the test's t: a failed tick is retried, and the last tick's failures
+// are reported when the wait times out.
+const poll = 250 * time.Millisecond
+
+// describe says where a request stands, for failure messages.
+func describe(rr *v1alpha1.RemediationRequest) string {
+	return fmt.Sprintf("phase %s decision %+v steps %+v", rr.Status.Phase, rr.Status.Decision, rr.Status.Steps)
+}
+
+// decision returns the request's decision, stopping the test if it has none.
+func decision(t *testing.T, rr *v1alpha1.RemediationRequest) *v1alpha1.Decision {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	last := ""
-	for {
-		ok, state := cond()
-		if ok {
-			return
-		}
-		last = state
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s; last state: %s", timeout, what, last)
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
+	require.NotNil(t, rr.Status.Decision, "no decision: %s", describe(rr))
+	return rr.Status.Decision
 }
 
 // namespace creates a namespace for one test and deletes it afterwards.
 func namespace(t *testing.T, prefix string) string {
 	t.Helper()
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: prefix + "-"}}
-	if err := k8s.Create(context.Background(), ns); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, k8s.Create(context.Background(), ns))
 	t.Cleanup(func() { _ = k8s.Delete(context.Background(), ns) })
 	return ns.Name
 }

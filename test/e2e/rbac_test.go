@@ -4,12 +4,13 @@ package e2e
 
 import (
 	"context"
-	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -36,9 +37,7 @@ func installChart(t *testing.T, release, ns string) string {
 	t.Helper()
 	ctx := context.Background()
 	objs, err := helmchart.Render(release, ns, map[string]any{"trident": map[string]any{"namespace": tridentNS}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	sa := ""
 	for _, o := range objs {
 		switch o.GetKind() {
@@ -48,24 +47,20 @@ func installChart(t *testing.T, release, ns string) string {
 			sa = o.GetName()
 		}
 		obj := o.DeepCopy()
-		if err := k8s.Create(ctx, obj); err != nil {
-			t.Fatalf("applying rendered %s %s/%s: %v", o.GetKind(), o.GetNamespace(), o.GetName(), err)
-		}
+		require.NoError(t, k8s.Create(ctx, obj), "applying rendered %s %s/%s", o.GetKind(), o.GetNamespace(), o.GetName())
 		t.Cleanup(func() {
 			_ = k8s.Delete(context.Background(), &unstructured.Unstructured{Object: obj.Object})
 		})
 	}
-	if sa == "" {
-		t.Fatal("the chart rendered no ServiceAccount")
-	}
-	eventually(t, 60*time.Second, "the chart's Deployment available", func() (bool, string) {
+	require.NotEmpty(t, sa, "the chart rendered no ServiceAccount")
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		list := &appsv1.DeploymentList{}
-		if err := k8s.List(ctx, list, client.InNamespace(ns)); err != nil || len(list.Items) != 1 {
-			return false, fmt.Sprintf("%d deployments, %v", len(list.Items), err)
-		}
+		require.NoError(c, k8s.List(ctx, list, client.InNamespace(ns)))
+		require.Len(c, list.Items, 1, "deployments in %s", ns)
 		d := &list.Items[0]
-		return d.Status.AvailableReplicas == *d.Spec.Replicas && d.Status.ObservedGeneration == d.Generation, fmt.Sprintf("%+v", d.Status)
-	})
+		assert.Equal(c, *d.Spec.Replicas, d.Status.AvailableReplicas, "available replicas; status %+v", d.Status)
+		assert.Equal(c, d.Generation, d.Status.ObservedGeneration, "observedGeneration; status %+v", d.Status)
+	}, 60*time.Second, poll, "the chart's Deployment available")
 	return sa
 }
 
@@ -76,13 +71,9 @@ func serviceAccountKubeconfig(t *testing.T, ns, sa string) (string, kubernetes.I
 	t.Helper()
 	tr, err := clientset(t).CoreV1().ServiceAccounts(ns).CreateToken(context.Background(), sa,
 		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)}}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	admin, err := clientcmd.LoadFromFile(kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	cluster := admin.Clusters[admin.Contexts[admin.CurrentContext].Cluster]
 	cfg := clientcmdapi.NewConfig()
 	cfg.Clusters["local"] = cluster
@@ -90,13 +81,9 @@ func serviceAccountKubeconfig(t *testing.T, ns, sa string) (string, kubernetes.I
 	cfg.Contexts["sa"] = &clientcmdapi.Context{Cluster: "local", AuthInfo: sa, Namespace: ns}
 	cfg.CurrentContext = "sa"
 	path := filepath.Join(t.TempDir(), "sa.kubeconfig")
-	if err := clientcmd.WriteToFile(*cfg, path); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, clientcmd.WriteToFile(*cfg, path))
 	rc, err := clientcmd.BuildConfigFromFlags("", path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	return path, kubernetes.NewForConfigOrDie(rc)
 }
 
@@ -130,13 +117,12 @@ func TestLeastPrivilege(t *testing.T) {
 	for playbook, spec := range requests {
 		key := request(t, ns, spec)
 		rr := waitPhase(t, key, 90*time.Second, v1alpha1.PhaseSucceeded, v1alpha1.PhaseFailed, v1alpha1.PhaseRejected)
-		if rr.Status.Phase != v1alpha1.PhaseSucceeded || rr.Status.Decision.Playbook != playbook {
-			t.Errorf("%s: phase %s decision %+v steps %+v", playbook, rr.Status.Phase, rr.Status.Decision, rr.Status.Steps)
+		assert.Equal(t, v1alpha1.PhaseSucceeded, rr.Status.Phase, "%s: %s", playbook, describe(rr))
+		if assert.NotNil(t, rr.Status.Decision, "%s: %s", playbook, describe(rr)) {
+			assert.Equal(t, playbook, string(rr.Status.Decision.Playbook), "%s: %s", playbook, describe(rr))
 		}
 	}
-	if l := strings.ToLower(ctl.logs()); strings.Contains(l, "forbidden") {
-		t.Errorf("the controller was refused something it needs:\n%s", ctl.logs())
-	}
+	assert.False(t, strings.Contains(strings.ToLower(ctl.logs()), "forbidden"), "the controller was refused something it needs:\n%s", ctl.logs())
 
 	// What the identity must not do. Destructive calls are dry runs: authorization
 	// is decided before the dry run, so a Forbidden is the real answer, and a wrongly
@@ -155,9 +141,7 @@ func TestLeastPrivilege(t *testing.T) {
 		"delete a node heartbeat Lease in kube-node-lease": as.CoordinationV1().Leases(corev1.NamespaceNodeLease).Delete(ctx, "kwok-node-0", dry),
 		"delete a Lease in another namespace": func() error {
 			l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "not-trident"}}
-			if err := k8s.Create(ctx, l); err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, k8s.Create(ctx, l))
 			return as.CoordinationV1().Leases(ns).Delete(ctx, l.Name, dry)
 		}(),
 		"create a pod": func() error {
@@ -169,25 +153,18 @@ func TestLeastPrivilege(t *testing.T) {
 		}(),
 		"delete a pod directly (only the Eviction API is allowed)": func() error {
 			pods, err := clientset(t).CoreV1().Pods(tridentNS).List(ctx, metav1.ListOptions{Limit: 1})
-			if err != nil || len(pods.Items) == 0 {
-				t.Fatalf("no pod to try: %v", err)
-			}
+			require.NoError(t, err, "no pod to try")
+			require.NotEmpty(t, pods.Items, "no pod to try")
 			return as.CoreV1().Pods(tridentNS).Delete(ctx, pods.Items[0].Name, dry)
 		}(),
 	}
 	for what, err := range denied {
-		if !apierrors.IsForbidden(err) {
-			t.Errorf("%s: err = %v, want Forbidden", what, err)
-		}
+		assert.True(t, apierrors.IsForbidden(err), "%s: err = %v, want Forbidden", what, err)
 	}
 	// The same checks pass for what the controller needs, so they can tell the
 	// difference: a Lease in the Trident namespace may be deleted.
 	l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: tridentNS, Name: "pvc-rbac-e2e-probe"}}
-	if err := k8s.Create(ctx, l); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, k8s.Create(ctx, l))
 	t.Cleanup(func() { _ = k8s.Delete(context.Background(), l) })
-	if err := as.CoordinationV1().Leases(tridentNS).Delete(ctx, l.Name, dry); err != nil {
-		t.Errorf("deleting a Lease in the Trident namespace (dry run): %v, want allowed", err)
-	}
+	assert.NoError(t, as.CoordinationV1().Leases(tridentNS).Delete(ctx, l.Name, dry), "deleting a Lease in the Trident namespace (dry run): want allowed")
 }

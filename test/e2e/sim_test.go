@@ -4,13 +4,12 @@ package e2e
 
 import (
 	"context"
-	"fmt"
-	"reflect"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
@@ -33,14 +32,17 @@ const (
 var simNodes = []string{"kwok-node-0", "kwok-node-1", "kwok-node-2"}
 
 // simDrivers returns the drivers node's CSINode lists; ok is false without a CSINode.
-func simDrivers(t *testing.T, node string) (drivers []string, ok bool) {
-	t.Helper()
+// t is the test, or the *assert.CollectT of a require.EventuallyWithT condition.
+func simDrivers(t require.TestingT, node string) (drivers []string, ok bool) {
+	if h, ok := t.(interface{ Helper() }); ok {
+		h.Helper()
+	}
 	cn := &storagev1.CSINode{}
 	if err := k8s.Get(context.Background(), types.NamespacedName{Name: node}, cn); err != nil {
 		if apierrors.IsNotFound(err) {
 			return nil, false
 		}
-		t.Fatal(err)
+		require.NoError(t, err)
 	}
 	for _, d := range cn.Spec.Drivers {
 		drivers = append(drivers, d.Name)
@@ -52,16 +54,12 @@ func simDrivers(t *testing.T, node string) (drivers []string, ok bool) {
 // lacks it (!want).
 func simWaitRegistered(t *testing.T, want bool, timeout time.Duration) {
 	t.Helper()
-	eventually(t, timeout, fmt.Sprintf("driver registered=%v on every node", want), func() (bool, string) {
-		var state []string
-		done := true
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		for _, n := range simNodes {
-			d, _ := simDrivers(t, n)
-			state = append(state, fmt.Sprintf("%s:%v", n, d))
-			done = done && slices.Contains(d, simDriver) == want
+			d, _ := simDrivers(c, n)
+			assert.Equal(c, want, slices.Contains(d, simDriver), "%s registered on %s (drivers %v)", simDriver, n, d)
 		}
-		return done, strings.Join(state, " ")
-	})
+	}, timeout, poll, "driver registered=%v on every node", want)
 }
 
 func simPodReady(p *corev1.Pod) bool {
@@ -77,13 +75,14 @@ func simPodReady(p *corev1.Pod) bool {
 }
 
 // simPluginPods returns the node-plugin pods controlled by the DaemonSet named ds, by node.
-func simPluginPods(t *testing.T, ds string) map[string][]corev1.Pod {
-	t.Helper()
-	pods := &corev1.PodList{}
-	if err := k8s.List(context.Background(), pods, client.InNamespace(tridentNS),
-		client.MatchingLabels{"app": simPodLabel}); err != nil {
-		t.Fatal(err)
+// t is the test, or the *assert.CollectT of a require.EventuallyWithT condition.
+func simPluginPods(t require.TestingT, ds string) map[string][]corev1.Pod {
+	if h, ok := t.(interface{ Helper() }); ok {
+		h.Helper()
 	}
+	pods := &corev1.PodList{}
+	require.NoError(t, k8s.List(context.Background(), pods, client.InNamespace(tridentNS),
+		client.MatchingLabels{"app": simPodLabel}))
 	byNode := map[string][]corev1.Pod{}
 	for _, p := range pods.Items {
 		if ref := metav1.GetControllerOf(&p); ref != nil && ref.Kind == "DaemonSet" && ref.Name == ds {
@@ -98,17 +97,15 @@ func simPluginPods(t *testing.T, ds string) map[string][]corev1.Pod {
 func simWaitPodsReady(t *testing.T, ds string, timeout time.Duration) map[string]types.UID {
 	t.Helper()
 	uids := map[string]types.UID{}
-	eventually(t, timeout, "one Ready "+ds+" pod per node", func() (bool, string) {
-		byNode := simPluginPods(t, ds)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		byNode := simPluginPods(c, ds)
 		clear(uids)
 		for _, n := range simNodes {
-			if len(byNode[n]) != 1 || !simPodReady(&byNode[n][0]) {
-				return false, fmt.Sprintf("%s pods on %s: %d", ds, n, len(byNode[n]))
-			}
+			require.Len(c, byNode[n], 1, "%s pods on %s", ds, n)
+			require.True(c, simPodReady(&byNode[n][0]), "%s pod on %s is not Ready: %+v", ds, n, byNode[n][0].Status)
 			uids[n] = byNode[n][0].UID
 		}
-		return true, ""
-	})
+	}, timeout, poll, "one Ready %s pod per node", ds)
 	return uids
 }
 
@@ -118,17 +115,14 @@ func simRestoreBaseline(t *testing.T) {
 	t.Helper()
 	ctx := context.Background()
 	copyDS := &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Namespace: tridentNS, Name: simDS + "-2"}}
-	if err := k8s.Delete(ctx, copyDS, client.PropagationPolicy(metav1.DeletePropagationForeground)); err != nil && !apierrors.IsNotFound(err) {
-		t.Errorf("deleting %s: %v", copyDS.Name, err)
+	if err := k8s.Delete(ctx, copyDS, client.PropagationPolicy(metav1.DeletePropagationForeground)); !apierrors.IsNotFound(err) {
+		assert.NoError(t, err, "deleting %s", copyDS.Name)
 	}
-	eventually(t, 60*time.Second, "no "+copyDS.Name+" pods", func() (bool, string) {
-		n := len(simPluginPods(t, copyDS.Name))
-		return n == 0, fmt.Sprintf("pods on %d nodes", n)
-	})
-	if err := k8s.DeleteAllOf(ctx, &corev1.Pod{}, client.InNamespace(tridentNS),
-		client.MatchingLabels{"app": simPodLabel}); err != nil {
-		t.Errorf("restarting the node-plugin pods: %v", err)
-	}
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		assert.Empty(c, simPluginPods(c, copyDS.Name), "nodes with %s pods", copyDS.Name)
+	}, 60*time.Second, poll, "no %s pods", copyDS.Name)
+	assert.NoError(t, k8s.DeleteAllOf(ctx, &corev1.Pod{}, client.InNamespace(tridentNS),
+		client.MatchingLabels{"app": simPodLabel}), "restarting the node-plugin pods")
 	simWaitPodsReady(t, simDS, 60*time.Second)
 	simWaitRegistered(t, true, 30*time.Second)
 }
@@ -138,20 +132,18 @@ func TestSimBaselineRegistered(t *testing.T) {
 	simWaitRegistered(t, true, 60*time.Second)
 	for _, n := range simNodes {
 		cn := &storagev1.CSINode{}
-		if err := k8s.Get(context.Background(), types.NamespacedName{Name: n}, cn); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, k8s.Get(context.Background(), types.NamespacedName{Name: n}, cn))
 		node := &corev1.Node{}
-		if err := k8s.Get(context.Background(), types.NamespacedName{Name: n}, node); err != nil {
-			t.Fatal(err)
-		}
-		if len(cn.OwnerReferences) != 1 || cn.OwnerReferences[0].Kind != "Node" || cn.OwnerReferences[0].UID != node.UID {
-			t.Errorf("CSINode %s ownerReferences = %+v", n, cn.OwnerReferences)
+		require.NoError(t, k8s.Get(context.Background(), types.NamespacedName{Name: n}, node))
+		if assert.Len(t, cn.OwnerReferences, 1, "CSINode %s ownerReferences", n) {
+			assert.Equal(t, "Node", cn.OwnerReferences[0].Kind, "CSINode %s owner", n)
+			assert.Equal(t, node.UID, cn.OwnerReferences[0].UID, "CSINode %s owner", n)
 		}
 		i := slices.IndexFunc(cn.Spec.Drivers, func(d storagev1.CSINodeDriver) bool { return d.Name == simDriver })
-		if d := cn.Spec.Drivers[i]; d.NodeID != n || !slices.Equal(d.TopologyKeys, []string{"topology.kubernetes.io/zone"}) {
-			t.Errorf("CSINode %s driver = %+v", n, d)
-		}
+		require.GreaterOrEqual(t, i, 0, "CSINode %s lacks %s: %+v", n, simDriver, cn.Spec.Drivers)
+		d := cn.Spec.Drivers[i]
+		assert.Equal(t, n, d.NodeID, "CSINode %s driver nodeID", n)
+		assert.Equal(t, []string{"topology.kubernetes.io/zone"}, d.TopologyKeys, "CSINode %s driver topologyKeys", n)
 	}
 }
 
@@ -171,31 +163,23 @@ func TestSimCopiedDaemonSetDeregistersDriver(t *testing.T) {
 	start := time.Now()
 	copies := simWaitPodsReady(t, cp.Name, 60*time.Second)
 	t.Logf("%s ran a Ready pod on every node after %s", cp.Name, time.Since(start).Round(time.Millisecond))
-	if now := simWaitPodsReady(t, simDS, 5*time.Second); !reflect.DeepEqual(now, original) {
-		t.Fatalf("trident-csi pods changed while the copy started: %v, were %v", now, original)
-	}
+	require.Equal(t, original, simWaitPodsReady(t, simDS, 5*time.Second), "trident-csi pods changed while the copy started")
 	// The copies' registrars registered too: still listed.
 	simWaitRegistered(t, true, 10*time.Second)
 
-	if err := k8s.Delete(ctx, cp, client.PropagationPolicy(metav1.DeletePropagationBackground)); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, k8s.Delete(ctx, cp, client.PropagationPolicy(metav1.DeletePropagationBackground)))
 	start = time.Now()
 	simWaitRegistered(t, false, 30*time.Second)
 	t.Logf("every CSINode lost %s %s after deleting %s", simDriver, time.Since(start).Round(time.Millisecond), cp.Name)
-	eventually(t, 30*time.Second, "the copies' pods gone", func() (bool, string) {
-		byNode := simPluginPods(t, cp.Name)
-		return len(byNode) == 0, fmt.Sprintf("%d left of %v", len(byNode), copies)
-	})
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		assert.Empty(c, simPluginPods(c, cp.Name), "%s pods left of %v", cp.Name, copies)
+	}, 30*time.Second, poll, "the copies' pods gone")
 	// The bug: the original pods are still Running and Ready, and stay unregistered.
 	time.Sleep(2 * time.Second)
-	if now := simWaitPodsReady(t, simDS, 5*time.Second); !reflect.DeepEqual(now, original) {
-		t.Errorf("trident-csi pods = %v, want the untouched originals %v", now, original)
-	}
+	assert.Equal(t, original, simWaitPodsReady(t, simDS, 5*time.Second), "trident-csi pods: want the untouched originals")
 	for _, n := range simNodes {
-		if d, _ := simDrivers(t, n); slices.Contains(d, simDriver) {
-			t.Errorf("CSINode %s lists %s again (%v); the running pod must not re-register", n, simDriver, d)
-		}
+		d, _ := simDrivers(t, n)
+		assert.NotContains(t, d, simDriver, "CSINode %s lists %s again; the running pod must not re-register", n, simDriver)
 	}
 }
 
@@ -209,16 +193,12 @@ func TestSimRecreatedDaemonSetWithoutOverlap(t *testing.T) {
 	t.Cleanup(func() { simRestoreBaseline(t) })
 
 	ds := &appsv1.DaemonSet{}
-	if err := k8s.Get(ctx, types.NamespacedName{Namespace: tridentNS, Name: simDS}, ds); err != nil {
-		t.Fatal(err)
-	}
-	if err := k8s.Delete(ctx, ds, client.PropagationPolicy(metav1.DeletePropagationForeground)); err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, 60*time.Second, simDS+" gone", func() (bool, string) {
+	require.NoError(t, k8s.Get(ctx, types.NamespacedName{Namespace: tridentNS, Name: simDS}, ds))
+	require.NoError(t, k8s.Delete(ctx, ds, client.PropagationPolicy(metav1.DeletePropagationForeground)))
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		err := k8s.Get(ctx, client.ObjectKeyFromObject(ds), &appsv1.DaemonSet{})
-		return apierrors.IsNotFound(err), fmt.Sprint(err)
-	})
+		assert.True(c, apierrors.IsNotFound(err), "get %s: %v", simDS, err)
+	}, 60*time.Second, poll, "%s gone", simDS)
 	// Its pods terminated: their registrars removed the socket. (The simulator sees the pods
 	// go through its own watch, a moment after the DaemonSet is gone.)
 	simWaitRegistered(t, false, 10*time.Second)
@@ -226,14 +206,10 @@ func TestSimRecreatedDaemonSetWithoutOverlap(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Namespace: tridentNS, Name: simDS, Labels: ds.Labels, Annotations: ds.Annotations},
 		Spec:       *ds.Spec.DeepCopy(),
 	}
-	if err := k8s.Create(ctx, recreated); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, k8s.Create(ctx, recreated))
 	fresh := simWaitPodsReady(t, simDS, 60*time.Second)
 	for n, uid := range fresh {
-		if uid == original[n] {
-			t.Errorf("pod on %s was not replaced", n)
-		}
+		assert.NotEqual(t, original[n], uid, "pod on %s was not replaced", n)
 	}
 	simWaitRegistered(t, true, 30*time.Second)
 }

@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -39,9 +41,7 @@ func startSync(t *testing.T, args []string) func() string {
 	lw := &lockedWriter{w: &log}
 	cmd := exec.Command(filepath.Join(root, "bin", "remediator"), args...)
 	cmd.Stdout, cmd.Stderr = lw, lw
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("starting remediator sync: %v", err)
-	}
+	require.NoError(t, cmd.Start(), "starting remediator sync")
 	done := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(done) }()
 	t.Cleanup(func() {
@@ -86,29 +86,22 @@ spec:
 
 	key := types.NamespacedName{Namespace: ns, Name: "release-lease-shutdown"}
 	rr := waitPhase(t, key, 90*time.Second, v1alpha1.PhaseSucceeded, v1alpha1.PhaseFailed, v1alpha1.PhaseRejected)
-	if rr.Status.Phase != v1alpha1.PhaseSucceeded || rr.Status.Decision.Playbook != "node-shutdown" {
-		t.Fatalf("phase %s decision %+v, want Succeeded by node-shutdown", rr.Status.Phase, rr.Status.Decision)
-	}
-	if got := rr.Annotations[gitsync.AnnotationGitCommit]; got != added {
-		t.Errorf("annotation %s = %q, want the commit that added the request %s", gitsync.AnnotationGitCommit, got, added)
-	}
-	if leaseExists(t, pv) {
-		t.Error("the Lease still exists after the request Succeeded")
-	}
-	if !logLine(logs(), `"Applied"`, `request="`+ns+`/release-lease-shutdown"`, `commit="`+added+`"`) {
-		t.Errorf("the sync log does not record the apply at %s", added)
-	}
+	require.Equal(t, v1alpha1.PhaseSucceeded, rr.Status.Phase, "want Succeeded by node-shutdown: %s", describe(rr))
+	require.Equal(t, "node-shutdown", string(decision(t, rr).Playbook), "want Succeeded by node-shutdown: %s", describe(rr))
+	assert.Equal(t, added, rr.Annotations[gitsync.AnnotationGitCommit], "annotation %s: want the commit that added the request", gitsync.AnnotationGitCommit)
+	assert.False(t, leaseExists(t, pv), "the Lease still exists after the request Succeeded")
+	assert.True(t, logLine(logs(), `"Applied"`, `request="`+ns+`/release-lease-shutdown"`, `commit="`+added+`"`),
+		"the sync log does not record the apply at %s", added)
 
 	// The incident is over: removing the request from Git prunes it.
 	repo.Remove("requests/release-lease-shutdown.yaml")
 	removed := repo.Commit("INC-5120 closed")
-	eventually(t, 60*time.Second, "the request pruned", func() (bool, string) {
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		err := k8s.Get(ctx, key, &v1alpha1.RemediationRequest{})
-		return apierrors.IsNotFound(err), fmt.Sprintf("get: %v", err)
-	})
-	if !logLine(logs(), `"Pruned"`, `request="`+ns+`/release-lease-shutdown"`, `commit="`+removed+`"`) {
-		t.Errorf("the sync log does not record the prune at %s", removed)
-	}
+		assert.True(c, apierrors.IsNotFound(err), "get: %v", err)
+	}, 60*time.Second, poll, "the request pruned")
+	assert.True(t, logLine(logs(), `"Pruned"`, `request="`+ns+`/release-lease-shutdown"`, `commit="`+removed+`"`),
+		"the sync log does not record the prune at %s", removed)
 
 	// Git is not a back door: a commit with a ClusterRole is refused whole, by the
 	// running agent and by a one-off sync (non-zero exit), and nothing of it lands.
@@ -132,26 +125,22 @@ spec:
   reason: Rides along with the ClusterRole in the same commit.
 `, ns))
 	refused := repo.Commit("Sneak in a ClusterRole")
-	eventually(t, 30*time.Second, "the running sync refusing "+refused, func() (bool, string) {
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		l := logs()
-		return strings.Contains(l, "commit "+refused[:12]+" refused, nothing applied") &&
-			strings.Contains(l, `ClusterRole \"e2e-sync-escalate\" is not a RemediationRequest`), "log tail: " + tail(l, 600)
-	})
+		assert.True(c, strings.Contains(l, "commit "+refused[:12]+" refused, nothing applied") &&
+			strings.Contains(l, `ClusterRole \"e2e-sync-escalate\" is not a RemediationRequest`), "log tail: %s", tail(l, 600))
+	}, 30*time.Second, poll, "the running sync refusing %s", refused)
 	once := exec.Command(filepath.Join(root, "bin", "remediator"), syncArgs(repo, ns, t.TempDir())...)
 	out, err := once.CombinedOutput()
-	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() == 0 {
-		t.Errorf("one-off sync of the refused commit: err=%v, want a non-zero exit\n%s", err, out)
+	var ee *exec.ExitError
+	if assert.ErrorAs(t, err, &ee, "one-off sync of the refused commit: want a non-zero exit\n%s", out) {
+		assert.NotZero(t, ee.ExitCode(), "one-off sync of the refused commit: want a non-zero exit\n%s", out)
 	}
-	if !strings.Contains(string(out), "requests/escalate.yaml (document 1): ClusterRole") {
-		t.Errorf("one-off sync output does not name the offending file:\n%s", out)
-	}
+	assert.Contains(t, string(out), "requests/escalate.yaml (document 1): ClusterRole", "one-off sync output does not name the offending file")
 	err = k8s.Get(ctx, client.ObjectKey{Name: "e2e-sync-escalate"}, &rbacv1.ClusterRole{})
-	if !apierrors.IsNotFound(err) {
-		t.Errorf("ClusterRole e2e-sync-escalate: %v, want NotFound", err)
-	}
-	if err := k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: "smuggled"}, &v1alpha1.RemediationRequest{}); !apierrors.IsNotFound(err) {
-		t.Errorf("the request committed with the ClusterRole: %v, want NotFound", err)
-	}
+	assert.True(t, apierrors.IsNotFound(err), "ClusterRole e2e-sync-escalate: %v, want NotFound", err)
+	err = k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: "smuggled"}, &v1alpha1.RemediationRequest{})
+	assert.True(t, apierrors.IsNotFound(err), "the request committed with the ClusterRole: %v, want NotFound", err)
 }
 
 // logLine reports whether one line of log holds all parts.
