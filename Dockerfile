@@ -18,6 +18,7 @@ COPY go.mod go.sum ./
 RUN go mod download
 # The Go packages the binary is built from, and nothing else (no bin/, no test data).
 COPY api/ api/
+COPY charts/ charts/
 COPY cmd/ cmd/
 COPY controllers/ controllers/
 COPY policies/ policies/
