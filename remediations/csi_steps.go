@@ -85,13 +85,10 @@ func describePods(pods []corev1.Pod) string {
 	if len(pods) == 0 {
 		return "none"
 	}
-	var out []string
+	out := make([]string, 0, len(pods))
 	for _, p := range pods {
-		s := fmt.Sprintf("%s (%s, ready=%v", p.Name, p.Status.Phase, podReady(&p))
-		if p.DeletionTimestamp != nil {
-			s += ", terminating"
-		}
-		out = append(out, s+")")
+		out = append(out, v1alpha1.PodFacts{Name: p.Name, Phase: string(p.Status.Phase), Ready: podReady(&p),
+			DeletionTimestamp: p.DeletionTimestamp}.String())
 	}
 	return strings.Join(out, ", ")
 }

@@ -1,6 +1,9 @@
 package v1alpha1
 
 import (
+	"cmp"
+	"fmt"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -169,6 +172,16 @@ type PodFacts struct {
 	// DeletionTimestamp is set when the pod is terminating.
 	// +optional
 	DeletionTimestamp *metav1.Time `json:"deletionTimestamp,omitempty"`
+}
+
+// String describes the pod as the messages, scan's evidence and plan's report show
+// it: "name (phase, ready=true)", with ", terminating" when it is.
+func (p PodFacts) String() string {
+	terminating := ""
+	if p.DeletionTimestamp != nil {
+		terminating = ", terminating"
+	}
+	return fmt.Sprintf("%s (%s, ready=%t%s)", p.Name, cmp.Or(p.Phase, "-"), p.Ready, terminating)
 }
 
 // CSIFacts describes the CSI driver registration on a node.

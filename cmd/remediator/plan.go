@@ -7,6 +7,7 @@ package main
 // decision, the playbook's steps and an exit code a CI job can gate on.
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -473,5 +474,5 @@ func (p *planner) adoptExisting(ctx context.Context, rr *v1alpha1.RemediationReq
 		return note, nil
 	}
 	return fmt.Sprintf("RemediationRequest %s/%s already exists (phase %s); applying this file updates it and it is decided again.",
-		rr.Namespace, rr.Name, orDash(string(existing.Status.Phase))), nil
+		rr.Namespace, rr.Name, cmp.Or(string(existing.Status.Phase), "-")), nil
 }

@@ -3,6 +3,7 @@ package main
 // Saved facts (--facts) for offline planning, and matching them to requests.
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -142,7 +143,7 @@ func matchSavedFacts(saved []savedFacts, rr *v1alpha1.RemediationRequest) (saved
 	}
 	var covered []string
 	for _, s := range saved {
-		covered = append(covered, fmt.Sprintf("%s (%s)", orDash(s.facts.Target.Ref), s.from))
+		covered = append(covered, fmt.Sprintf("%s (%s)", cmp.Or(s.facts.Target.Ref, "-"), s.from))
 	}
 	return savedFacts{}, fmt.Errorf("no saved facts for %s: the --facts given are for %s", ref, strings.Join(covered, ", "))
 }

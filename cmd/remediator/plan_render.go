@@ -3,6 +3,7 @@ package main
 // Rendering a plan: text for people, JSON for tools.
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -66,7 +67,7 @@ func writePlanResult(b *strings.Builder, res planResult, policy planPolicy) {
 		head = fmt.Sprintf("%s (document %d)", rq.Source, rq.Document)
 	}
 	if rq.Name != "" {
-		head = fmt.Sprintf("RemediationRequest %s/%s from %s", orDash(rq.Namespace), rq.Name, head)
+		head = fmt.Sprintf("RemediationRequest %s/%s from %s", cmp.Or(rq.Namespace, "-"), rq.Name, head)
 	}
 	fmt.Fprintf(b, "== %s\n", head)
 	if len(res.Errors) > 0 {
@@ -77,7 +78,7 @@ func writePlanResult(b *strings.Builder, res planResult, policy planPolicy) {
 	s := rq.Spec
 	line("request", "%s on %s, mode %s", s.Remediation, facts.TargetRef(s.Target), s.Mode)
 	if s.Fencing != nil {
-		more("fencing confirmed=%t method=%s node=%s", s.Fencing.Confirmed, orDash(string(s.Fencing.Method)), orDash(s.Fencing.Node))
+		more("fencing confirmed=%t method=%s node=%s", s.Fencing.Confirmed, cmp.Or(string(s.Fencing.Method), "-"), cmp.Or(s.Fencing.Node, "-"))
 	}
 	if s.MaintenanceWindow != nil {
 		more("maintenance window %q for %s", s.MaintenanceWindow.Schedule, s.MaintenanceWindow.Duration.Duration)
@@ -85,7 +86,7 @@ func writePlanResult(b *strings.Builder, res planResult, policy planPolicy) {
 	f := res.Facts
 	line("facts", "%s, gathered at %s", res.FactsFrom, f.GatheredAt.UTC().Format(time.RFC3339))
 	t := f.Target
-	target := fmt.Sprintf("target    %s found=%t", orDash(t.Ref), t.Found)
+	target := fmt.Sprintf("target    %s found=%t", cmp.Or(t.Ref, "-"), t.Found)
 	if t.PersistentVolumeClaim != "" {
 		target += " PVC " + t.PersistentVolumeClaim
 	}
@@ -98,7 +99,7 @@ func writePlanResult(b *strings.Builder, res planResult, policy planPolicy) {
 	more("%s", target)
 	if l := f.Lease; l != nil {
 		if l.Exists {
-			more("lease     %s/%s holder=%s age=%ds LeaseRetained=%d", l.Namespace, l.Name, orDash(l.HolderIdentity), l.AgeSeconds, l.RetainedEvents)
+			more("lease     %s/%s holder=%s age=%ds LeaseRetained=%d", l.Namespace, l.Name, cmp.Or(l.HolderIdentity, "-"), l.AgeSeconds, l.RetainedEvents)
 			if l.LastRetainedMessage != "" {
 				more("          last LeaseRetained: %s", l.LastRetainedMessage)
 			}
@@ -110,16 +111,12 @@ func writePlanResult(b *strings.Builder, res planResult, policy planPolicy) {
 		more("node      %s %s (%s)", n.Name, n.State, n.StateReason)
 	}
 	for _, p := range f.AffectedPods {
-		more("pod       %s/%s %s on %s", p.Namespace, p.Name, orDash(p.Phase), orDash(p.Node))
+		more("pod       %s/%s %s on %s", p.Namespace, p.Name, cmp.Or(p.Phase, "-"), cmp.Or(p.Node, "-"))
 	}
 	if c := f.CSI; c != nil {
 		more("csi       csinode=%t driverRegistered=%t drivers=[%s]", c.CSINodeExists, c.DriverRegistered, strings.Join(c.Drivers, ","))
 		for _, p := range c.PluginPods {
-			terminating := ""
-			if p.DeletionTimestamp != nil {
-				terminating = ", terminating"
-			}
-			more("          plugin pod %s (%s, ready=%t%s)", p.Name, orDash(p.Phase), p.Ready, terminating)
+			more("          plugin pod %s", p)
 		}
 	}
 	for _, c := range res.Conflicts {

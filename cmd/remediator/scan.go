@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -106,7 +107,7 @@ func writeFindings(w io.Writer, findings []facts.Finding, o scanOptions) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "KIND\tNODE\tNODE STATE\tLEASE\tEVIDENCE")
 	for _, f := range findings {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", f.Kind, f.Node, f.NodeState, orDash(f.Lease), f.Evidence)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", f.Kind, f.Node, f.NodeState, cmp.Or(f.Lease, "-"), f.Evidence)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -116,13 +117,6 @@ func writeFindings(w io.Writer, findings []facts.Finding, o scanOptions) error {
 		return err
 	}
 	return nil
-}
-
-func orDash(s string) string {
-	if s == "" {
-		return "-"
-	}
-	return s
 }
 
 // suggestedRequests turns findings into one request per target: a Lease's PV, or a

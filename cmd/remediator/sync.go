@@ -119,20 +119,13 @@ func printSync(w io.Writer, r *gitsync.Result) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "COMMIT\tACTION\tREQUEST: RESULT\n")
 	for _, a := range r.Applied {
-		fmt.Fprintf(tw, "%s\tapply\t%s\n", short(r.Commit), a)
+		fmt.Fprintf(tw, "%s\tapply\t%s\n", gitsync.ShortRevision(r.Commit), a)
 	}
 	for _, p := range r.Pruned {
-		fmt.Fprintf(tw, "%s\tprune\t%s\n", short(r.Commit), p)
+		fmt.Fprintf(tw, "%s\tprune\t%s\n", gitsync.ShortRevision(r.Commit), p)
 	}
 	if len(r.Applied)+len(r.Pruned) == 0 {
-		fmt.Fprintf(tw, "%s\t-\tnothing to sync\n", short(r.Commit))
+		fmt.Fprintf(tw, "%s\t-\tnothing to sync\n", gitsync.ShortRevision(r.Commit))
 	}
 	_ = tw.Flush()
-}
-
-func short(sha string) string {
-	if len(sha) > 12 {
-		return sha[:12]
-	}
-	return sha
 }

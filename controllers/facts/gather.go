@@ -9,6 +9,7 @@
 package facts
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -111,8 +112,8 @@ func (g *Gatherer) Gather(ctx context.Context, rr *v1alpha1.RemediationRequest) 
 	now := g.now()
 	f := &v1alpha1.Facts{
 		GatheredAt:       metav1.NewTime(now.Truncate(time.Second)),
-		TridentNamespace: firstNonEmpty(rr.Spec.TridentNamespace, g.Config.TridentNamespace),
-		DriverName:       firstNonEmpty(rr.Spec.DriverName, g.Config.DriverName),
+		TridentNamespace: cmp.Or(rr.Spec.TridentNamespace, g.Config.TridentNamespace),
+		DriverName:       cmp.Or(rr.Spec.DriverName, g.Config.DriverName),
 		Target:           v1alpha1.TargetFacts{Ref: TargetRef(rr.Spec.Target)},
 	}
 	s := &gathering{g: g, f: f, now: f.GatheredAt.Time}
@@ -429,13 +430,4 @@ func podFacts(p *corev1.Pod) v1alpha1.PodFacts {
 		}
 	}
 	return pf
-}
-
-func firstNonEmpty(vals ...string) string {
-	for _, v := range vals {
-		if v != "" {
-			return v
-		}
-	}
-	return ""
 }

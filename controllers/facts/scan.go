@@ -139,13 +139,10 @@ func (g *Gatherer) pluginFindings(ctx context.Context, now time.Time) ([]Finding
 		ready := false
 		for i := range ps {
 			pf := podFacts(&ps[i])
-			d := fmt.Sprintf("%s (%s, ready=%v", pf.Name, pf.Phase, pf.Ready)
-			if pf.DeletionTimestamp != nil {
-				d += ", terminating"
-			} else if pf.Ready {
+			if pf.DeletionTimestamp == nil && pf.Ready {
 				ready = true
 			}
-			descr = append(descr, d+")")
+			descr = append(descr, pf.String())
 		}
 		nf, err := g.nodeFacts(ctx, node, now)
 		if err != nil {

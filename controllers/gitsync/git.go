@@ -116,7 +116,7 @@ func (m *mirror) files(ctx context.Context, commit, dir string) ([]manifestFile,
 	if dir != "" {
 		spec = commit + ":" + dir
 		if _, err := m.git(ctx, "cat-file", "-e", spec); err != nil {
-			return nil, fmt.Errorf("path %q does not exist at commit %s", dir, short(commit))
+			return nil, fmt.Errorf("path %q does not exist at commit %s", dir, ShortRevision(commit))
 		}
 	}
 	args := []string{"ls-tree", "-r", "-z", "--name-only", commit}
@@ -125,7 +125,7 @@ func (m *mirror) files(ctx context.Context, commit, dir string) ([]manifestFile,
 	}
 	out, err := m.git(ctx, args...)
 	if err != nil {
-		return nil, fmt.Errorf("listing %q at %s: %w", dir, short(commit), err)
+		return nil, fmt.Errorf("listing %q at %s: %w", dir, ShortRevision(commit), err)
 	}
 	var files []manifestFile
 	for _, name := range strings.Split(string(out), "\x00") {
@@ -134,7 +134,7 @@ func (m *mirror) files(ctx context.Context, commit, dir string) ([]manifestFile,
 		}
 		data, err := m.git(ctx, "cat-file", "blob", commit+":"+name)
 		if err != nil {
-			return nil, fmt.Errorf("reading %s at %s: %w", name, short(commit), err)
+			return nil, fmt.Errorf("reading %s at %s: %w", name, ShortRevision(commit), err)
 		}
 		last, err := m.git(ctx, "log", "-1", "--format=%H", commit, "--", name)
 		if err != nil {
@@ -145,7 +145,8 @@ func (m *mirror) files(ctx context.Context, commit, dir string) ([]manifestFile,
 	return files, nil
 }
 
-func short(sha string) string {
+// ShortRevision is a commit as people quote it: its first 12 hex digits.
+func ShortRevision(sha string) string {
 	if len(sha) > 12 {
 		return sha[:12]
 	}

@@ -167,10 +167,10 @@ func (s *Syncer) Sync(ctx context.Context) (*Result, error) {
 	}
 	targets, err := s.admit(files, commit)
 	if err != nil {
-		return res, fmt.Errorf("commit %s refused, nothing applied: %w", short(commit), err)
+		return res, fmt.Errorf("commit %s refused, nothing applied: %w", ShortRevision(commit), err)
 	}
 	if err := s.dryRun(ctx, targets); err != nil {
-		return res, fmt.Errorf("commit %s refused by the API server, nothing applied: %w", short(commit), err)
+		return res, fmt.Errorf("commit %s refused by the API server, nothing applied: %w", ShortRevision(commit), err)
 	}
 	log.Info("Syncing", "commit", commit, "path", s.opts.Path, "requests", len(targets))
 
@@ -203,11 +203,11 @@ func (s *Syncer) Sync(ctx context.Context) (*Result, error) {
 	sort.Strings(res.Applied)
 	sort.Strings(res.Pruned)
 	if err != nil {
-		return res, fmt.Errorf("syncing commit %s: %w", short(commit), err)
+		return res, fmt.Errorf("syncing commit %s: %w", ShortRevision(commit), err)
 	}
 	for _, r := range results {
 		if r.Status == common.ResultCodeSyncFailed {
-			return res, fmt.Errorf("syncing commit %s: %s/%s: %s", short(commit), r.ResourceKey.Namespace, r.ResourceKey.Name, r.Message)
+			return res, fmt.Errorf("syncing commit %s: %s/%s: %s", ShortRevision(commit), r.ResourceKey.Namespace, r.ResourceKey.Name, r.Message)
 		}
 	}
 	return res, nil
