@@ -93,19 +93,19 @@ func Decide(policy *policies.Engine, playbooks remediations.Playbooks, in Decisi
 		Remediation: rr.Spec.Remediation, Mode: rr.Spec.Mode, Fencing: rr.Spec.Fencing, Facts: in.Facts, Conflicts: conflicts,
 	})
 	if err != nil {
-		d = policies.Decision{Rule: RulePolicyError, Reasons: []string{err.Error()}, Digest: policy.Digest(),
+		d = policies.Decision{Verdict: policies.VerdictReject, Rule: RulePolicyError, Reasons: []string{err.Error()}, Digest: policy.Digest(),
 			Message:             fmt.Sprintf("The policy could not decide this request (%v), so it fails closed and nothing is changed. Fix the policy; the request is decided again in %s.", err, policyErrorRecheck),
 			RecheckAfterSeconds: int64(policyErrorRecheck / time.Second)}
 	}
-	o.Decision.Allowed, o.Decision.Playbook, o.Decision.Rule = d.Allowed, d.Playbook, d.Rule
+	o.Decision.Allowed, o.Decision.Playbook, o.Decision.Rule = d.Verdict == policies.VerdictAllow, d.Playbook, d.Rule
 	o.Decision.Reasons, o.Decision.Message, o.Decision.PolicyDigest = d.Reasons, d.Message, d.Digest
 	if d.RecheckAfterSeconds > 0 {
 		o.recheck(now.Add(time.Duration(d.RecheckAfterSeconds) * time.Second))
 	}
-	switch {
-	case d.Allowed:
+	switch d.Verdict {
+	case policies.VerdictAllow:
 		return o.allowed(playbooks, in)
-	case d.Wait:
+	case policies.VerdictWait:
 		return o.wait(now)
 	}
 	return o.reject(fmt.Sprintf("Rejected by policy rule %s", d.Rule))

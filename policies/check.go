@@ -137,7 +137,7 @@ func evalError(err error) *EvalError {
 
 // validateDecision refuses a decision that is not exactly one verdict with a rule, or
 // that is too large to be written to status.
-func validateDecision(d Decision) error {
+func validateDecision(d decoded) error {
 	tooLarge := func(what string, n, limit int) error {
 		return &EvalError{Reason: EvalReasonTooLarge, Err: fmt.Errorf("policy decision too large: %s is %d bytes, at most %d", what, n, limit)}
 	}

@@ -17,10 +17,10 @@ import (
 
 // tryFast runs the fast path and reports whether it decided. A panic counts as not
 // deciding, so that the general path gives its own answer to that input as well.
-func tryFast(ctx *cue.Context, root cue.Value, data []byte) (d Decision, ok bool) {
+func tryFast(ctx *cue.Context, root cue.Value, data []byte) (d decoded, ok bool) {
 	defer func() {
 		if recover() != nil {
-			d, ok = Decision{}, false
+			d, ok = decoded{}, false
 		}
 	}()
 	d, err := decideSelected(ctx, root, data)
@@ -114,10 +114,10 @@ func zeroTime(t *metav1.Time) bool { return t != nil && t.IsZero() }
 // decision. Selecting decision inside the expression lets the evaluator compute only
 // what decision depends on, about half the work on the embedded policies. The input is
 // parsed as an expression from the same JSON that the general path compiles.
-func decideSelected(ctx *cue.Context, root cue.Value, data []byte) (Decision, error) {
+func decideSelected(ctx *cue.Context, root cue.Value, data []byte) (decoded, error) {
 	in, err := parser.ParseExpr("input", data)
 	if err != nil {
-		return Decision{}, fmt.Errorf("parsing policy input: %w", err)
+		return decoded{}, fmt.Errorf("parsing policy input: %w", err)
 	}
 	// A fresh expression each time: compiling it resolves (and so writes to) its
 	// identifiers, and an abandoned evaluation may still hold the previous one.
@@ -130,9 +130,9 @@ func decideSelected(ctx *cue.Context, root cue.Value, data []byte) (Decision, er
 		Sel: ast.NewIdent("decision"),
 	}
 	d := ctx.BuildExpr(expr, cue.Scope(root))
-	var out Decision
+	var out decoded
 	if err := d.Decode(&out); err != nil {
-		return Decision{}, fmt.Errorf("evaluating policy: %w", err)
+		return decoded{}, fmt.Errorf("evaluating policy: %w", err)
 	}
 	return out, nil
 }

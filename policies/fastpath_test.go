@@ -38,12 +38,11 @@ func decideGeneral(e *Engine, in Input) (Decision, error) {
 		return Decision{}, fmt.Errorf("compiling policy input: %w", err)
 	}
 	d := e.policy.FillPath(cue.ParsePath("input"), iv).LookupPath(cue.ParsePath("decision"))
-	var out Decision
+	var out decoded
 	if err := d.Decode(&out); err != nil {
 		return Decision{}, fmt.Errorf("evaluating policy: %w", err)
 	}
-	out.Digest = e.digest
-	return out, nil
+	return out.decision(e.digest), nil
 }
 
 // decideFast runs only the fast path, without the fallback, so that a test sees
@@ -59,8 +58,7 @@ func decideFast(e *Engine, in Input) (Decision, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	d, err := decideSelected(e.ctx, e.root, data)
-	d.Digest = e.digest
-	return d, err
+	return d.decision(e.digest), err
 }
 
 // usesFastPath reports whether Decide takes the fast path for in.

@@ -108,11 +108,11 @@ func checkDecision(t *testing.T, e *Engine, in Input) {
 	require.NotEmpty(t, d.Rule, "a decision without a rule: %+v", d)
 	require.NotEmpty(t, d.Message, "a decision without a message: %+v", d)
 	require.NotEmpty(t, d.Reasons, "a decision without reasons: %+v", d)
-	require.False(t, d.Allowed && d.Wait, "a decision both allowed and waiting: %+v", d)
-	if d.Wait {
+	require.Contains(t, []Verdict{VerdictAllow, VerdictWait, VerdictReject}, d.Verdict, "a decision with no verdict: %+v", d)
+	if d.Verdict == VerdictWait {
 		require.Positive(t, d.RecheckAfterSeconds, "a waiting decision that never rechecks: %+v", d)
 	}
-	if !d.Allowed {
+	if d.Verdict != VerdictAllow {
 		require.Empty(t, d.Playbook, "a refused decision with a playbook: %+v", d)
 		return
 	}

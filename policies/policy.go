@@ -45,8 +45,33 @@ type Input struct {
 	Conflicts []string `json:"conflicts"`
 }
 
+// Verdict is what a policy's answer comes to: one of three, never two at once.
+type Verdict string
+
+const (
+	// VerdictAllow: run Decision.Playbook.
+	VerdictAllow Verdict = "Allow"
+	// VerdictWait: not now, not never (phase Waiting); decided again later.
+	VerdictWait Verdict = "Wait"
+	// VerdictReject: the request is rejected, with an explanation.
+	VerdictReject Verdict = "Reject"
+)
+
 // Decision is a policy's answer.
 type Decision struct {
+	Verdict             Verdict  `json:"verdict"`
+	Playbook            string   `json:"playbook,omitempty"`
+	Rule                string   `json:"rule"`
+	Reasons             []string `json:"reasons"`
+	Message             string   `json:"message"`
+	RecheckAfterSeconds int64    `json:"recheckAfterSeconds,omitempty"`
+	// Digest identifies the policy source that produced the decision.
+	Digest string `json:"digest,omitempty"`
+}
+
+// decoded is a decision as the policies' #Decision spells it, two booleans, before
+// validateDecision has checked that they name one verdict.
+type decoded struct {
 	Allowed             bool     `json:"allowed"`
 	Wait                bool     `json:"wait"`
 	Playbook            string   `json:"playbook,omitempty"`
@@ -54,8 +79,20 @@ type Decision struct {
 	Reasons             []string `json:"reasons"`
 	Message             string   `json:"message"`
 	RecheckAfterSeconds int64    `json:"recheckAfterSeconds,omitempty"`
-	// Digest identifies the policy source that produced the decision.
-	Digest string `json:"-"`
+}
+
+// decision is d as a Decision of policy digest; validateDecision has refused a d
+// that is both allowed and waiting.
+func (d decoded) decision(digest string) Decision {
+	v := VerdictReject
+	switch {
+	case d.Allowed:
+		v = VerdictAllow
+	case d.Wait:
+		v = VerdictWait
+	}
+	return Decision{Verdict: v, Playbook: d.Playbook, Rule: d.Rule, Reasons: d.Reasons, Message: d.Message,
+		RecheckAfterSeconds: d.RecheckAfterSeconds, Digest: digest}
 }
 
 // RulePolicyTimeout is the rule of the decision Decide returns when the policy did
@@ -278,7 +315,7 @@ func (e *Engine) Decide(in Input) (Decision, error) {
 	}
 
 	type result struct {
-		d   Decision
+		d   decoded
 		err error
 	}
 	// Buffered, so that an abandoned evaluation can still deliver its result and end.
@@ -304,8 +341,7 @@ func (e *Engine) Decide(in Input) (Decision, error) {
 		if err := validateDecision(r.d); err != nil {
 			return Decision{}, err
 		}
-		r.d.Digest = e.digest
-		return r.d, nil
+		return r.d.decision(e.digest), nil
 	case <-timer.C:
 		e.stale = true
 		e.runaway.Add(1)
@@ -320,6 +356,7 @@ func (e *Engine) Decide(in Input) (Decision, error) {
 // timedOut is the fail-closed decision for an evaluation that did not finish in time.
 func (e *Engine) timedOut(what string, timeout time.Duration) Decision {
 	return Decision{
+		Verdict: VerdictReject,
 		Rule:    RulePolicyTimeout,
 		Reasons: []string{fmt.Sprintf("policy evaluation exceeded %s", timeout)},
 		Message: fmt.Sprintf("%s Nothing is allowed until the policy decides in time: check policy %s (%s) for unbounded recursion or comprehensions over large inputs, and fix or reload it. Deciding again in %ds.",
@@ -343,7 +380,7 @@ func (e *Engine) timedOut(what string, timeout time.Duration) Decision {
 // (fastPathDigests) and an input that inputInSchema accepts. Where the fast path does
 // not decide (any error), the general path decides, so that every error is the
 // general path's own.
-func evaluate(ctx *cue.Context, root, policy cue.Value, fast bool, data []byte) (Decision, error) {
+func evaluate(ctx *cue.Context, root, policy cue.Value, fast bool, data []byte) (decoded, error) {
 	if fast {
 		if d, ok := tryFast(ctx, root, data); ok {
 			return d, nil
@@ -354,17 +391,17 @@ func evaluate(ctx *cue.Context, root, policy cue.Value, fast bool, data []byte) 
 
 // decideFull is the general path: it fills the input into the policy and decodes its
 // decision.
-func decideFull(ctx *cue.Context, policy cue.Value, data []byte) (Decision, error) {
+func decideFull(ctx *cue.Context, policy cue.Value, data []byte) (decoded, error) {
 	iv := ctx.CompileBytes(data)
 	if err := iv.Err(); err != nil {
-		return Decision{}, fmt.Errorf("compiling policy input: %w", err)
+		return decoded{}, fmt.Errorf("compiling policy input: %w", err)
 	}
 	d := policy.FillPath(cue.ParsePath("input"), iv).LookupPath(cue.ParsePath("decision"))
 	// Decode fails on an incomplete or conflicting decision, so a policy that cannot
 	// decide is an error, never a default.
-	var out Decision
+	var out decoded
 	if err := d.Decode(&out); err != nil {
-		return Decision{}, fmt.Errorf("evaluating policy: %w", err)
+		return decoded{}, fmt.Errorf("evaluating policy: %w", err)
 	}
 	return out, nil
 }

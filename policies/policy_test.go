@@ -57,7 +57,7 @@ func TestGoldenFixtures(t *testing.T) {
 				t.Fatal(err)
 			}
 			w := fx.Want
-			if d.Allowed != w.Allowed || d.Wait != w.Wait || d.Playbook != w.Playbook || d.Rule != w.Rule || d.RecheckAfterSeconds != w.RecheckAfterSeconds {
+			if d.Verdict != (decoded{Allowed: w.Allowed, Wait: w.Wait}).decision("").Verdict || d.Playbook != w.Playbook || d.Rule != w.Rule || d.RecheckAfterSeconds != w.RecheckAfterSeconds {
 				t.Errorf("decision = %+v\nwant %+v", d, w)
 			}
 			if !strings.Contains(d.Message, w.MessageContains) {
@@ -118,7 +118,7 @@ func TestReloadSwapsOnlyCompilingPolicies(t *testing.T) {
 		t.Fatalf("reload of an unchanged dir: changed=%v err=%v", changed, err)
 	}
 	first, before := e.Digest(), decide()
-	if before.Allowed || before.Rule != young.Want.Rule {
+	if before.Verdict == VerdictAllow || before.Rule != young.Want.Rule {
 		t.Fatalf("baseline decision %+v, want rule %s", before, young.Want.Rule)
 	}
 
@@ -139,7 +139,7 @@ func TestReloadSwapsOnlyCompilingPolicies(t *testing.T) {
 		t.Fatalf("reload after an edit: changed=%v err=%v", changed, err)
 	}
 	second, after := e.Digest(), decide()
-	if second == first || !after.Allowed || after.Digest != second {
+	if second == first || after.Verdict != VerdictAllow || after.Digest != second {
 		t.Fatalf("after the edit: digest %s (was %s), decision %+v; want a new digest and an allowed decision", second, first, after)
 	}
 
@@ -149,7 +149,7 @@ func TestReloadSwapsOnlyCompilingPolicies(t *testing.T) {
 	if changed, err := e.Reload(); changed || err == nil {
 		t.Fatalf("reload of a broken policy: changed=%v err=%v; want an error", changed, err)
 	}
-	if e.Digest() != second || !decide().Allowed {
+	if e.Digest() != second || decide().Verdict != VerdictAllow {
 		t.Error("a broken edit replaced the last good policy")
 	}
 	if emb := engine(t); emb.Source() != "embedded" || e.Source() != dir {

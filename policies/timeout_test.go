@@ -85,8 +85,7 @@ func waitForRunaways(t *testing.T, e *Engine) {
 func assertTimedOut(t *testing.T, e *Engine, d Decision) {
 	t.Helper()
 	assert.Equal(t, RulePolicyTimeout, d.Rule)
-	assert.False(t, d.Allowed, "a timed-out policy must not allow anything")
-	assert.False(t, d.Wait)
+	assert.Equal(t, VerdictReject, d.Verdict, "a timed-out policy must not allow anything, nor wait")
 	assert.Empty(t, d.Playbook)
 	assert.Equal(t, int64(60), d.RecheckAfterSeconds)
 	assert.Equal(t, e.Digest(), d.Digest)
