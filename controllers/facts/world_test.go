@@ -1,0 +1,233 @@
+package facts_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/remediator/remediator/api/v1alpha1"
+	"github.com/remediator/remediator/controllers/facts"
+	"github.com/remediator/remediator/test/testenv"
+)
+
+var env *testenv.Env
+
+func TestMain(m *testing.M) { testenv.Main(m, &env) }
+
+// world builds cluster objects for one case. Envtest runs no controllers, so node
+// and pod status are written directly, the way kubelet and kube-controller-manager
+// would.
+//
+// The API server sets a Lease's creationTimestamp to the real time of the create, and
+// a Lease's age counts from the later of that and acquireTime. A test cannot backdate
+// creationTimestamp, so the world's clock runs worldAhead ahead of the real one: every
+// object the API server creates is about worldAhead old in the world's time, and
+// every time a test writes (renewals, acquisitions, events) is relative to w.now. The
+// gatherer reads with the same clock.
+type world struct {
+	t   *testing.T
+	ctx context.Context
+	c   client.Client
+}
+
+// worldAhead bounds the Lease ages a test can stage.
+const worldAhead = time.Hour
+
+// Now and Since make the world a clock.PassiveClock the gatherer reads with.
+func (w *world) Now() time.Time { return time.Now().Add(worldAhead) }
+
+func (w *world) Since(t time.Time) time.Duration { return w.Now().Sub(t) }
+
+func newWorld(t *testing.T) *world {
+	w := &world{t: t, ctx: context.Background(), c: env.Client}
+	for _, ns := range []string{"trident", "app", "remediator"} {
+		w.create(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
+	}
+	return w
+}
+
+func (w *world) create(obj client.Object) {
+	w.t.Helper()
+	status := statusOf(obj)
+	if err := w.c.Create(w.ctx, obj); err != nil {
+		if apierrors.IsAlreadyExists(err) {
+			return
+		}
+		w.t.Fatalf("creating %T %s: %v", obj, obj.GetName(), err)
+	}
+	if status != nil {
+		status(obj)
+		if err := w.c.Status().Update(w.ctx, obj); err != nil {
+			w.t.Fatalf("updating status of %T %s: %v", obj, obj.GetName(), err)
+		}
+	}
+}
+
+// statusOf captures the status a test set before Create wipes it.
+func statusOf(obj client.Object) func(client.Object) {
+	switch o := obj.(type) {
+	case *corev1.Node:
+		s := o.Status
+		return func(obj client.Object) { obj.(*corev1.Node).Status = s }
+	case *corev1.Pod:
+		s := o.Status
+		return func(obj client.Object) { obj.(*corev1.Pod).Status = s }
+	}
+	return nil
+}
+
+type nodeSpec struct {
+	ready      corev1.ConditionStatus
+	taints     []string
+	renewedAgo time.Duration // <0: no node Lease
+}
+
+func (w *world) node(name string, s nodeSpec) {
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	for _, k := range s.taints {
+		n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: k, Effect: corev1.TaintEffectNoExecute})
+	}
+	n.Status.Conditions = []corev1.NodeCondition{{
+		Type: corev1.NodeReady, Status: s.ready, Reason: "KubeletReady",
+		LastHeartbeatTime: metav1.NewTime(w.Now()), LastTransitionTime: metav1.NewTime(w.Now().Add(-10 * time.Minute)),
+	}}
+	w.create(n)
+	if s.renewedAgo >= 0 {
+		w.create(&coordinationv1.Lease{
+			ObjectMeta: metav1.ObjectMeta{Namespace: corev1.NamespaceNodeLease, Name: name},
+			Spec: coordinationv1.LeaseSpec{
+				HolderIdentity: ptr.To(name), LeaseDurationSeconds: ptr.To[int32](40),
+				RenewTime: ptr.To(metav1.NewMicroTime(w.Now().Add(-s.renewedAgo))),
+			},
+		})
+	}
+}
+
+// volume creates a PV and PVC bound to each other, as Trident and the PV controller
+// would for a LUKS RWX volume: the PV's claimRef carries the claim's UID.
+func (w *world) volume(pv, ns, pvc string) {
+	claim := w.claim(ns, pvc, pv)
+	w.pv(pv, &corev1.ObjectReference{Kind: "PersistentVolumeClaim", Namespace: ns, Name: pvc, UID: claim.UID})
+}
+
+// claim creates a PVC whose volumeName is pv ("" for none).
+func (w *world) claim(ns, name, pv string) *corev1.PersistentVolumeClaim {
+	w.t.Helper()
+	c := &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: corev1.PersistentVolumeClaimSpec{
+			AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany},
+			Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("10Gi")}},
+			VolumeName:  pv,
+		},
+	}
+	w.create(c)
+	if c.UID == "" {
+		// It already existed; read it back for its UID.
+		if err := w.c.Get(w.ctx, client.ObjectKeyFromObject(c), c); err != nil {
+			w.t.Fatalf("reading PVC %s/%s: %v", ns, name, err)
+		}
+	}
+	return c
+}
+
+// pv creates a Trident PV with the given claimRef (nil for none).
+func (w *world) pv(name string, claimRef *corev1.ObjectReference) {
+	w.create(&corev1.PersistentVolume{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: corev1.PersistentVolumeSpec{
+			Capacity:    corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("10Gi")},
+			AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany},
+			ClaimRef:    claimRef,
+			PersistentVolumeSource: corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{
+				Driver: facts.DefaultDriverName, VolumeHandle: name,
+			}},
+		},
+	})
+}
+
+func (w *world) pod(ns, name, node string, labels map[string]string, claims ...string) {
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: labels},
+		Spec: corev1.PodSpec{
+			NodeName:   node,
+			Containers: []corev1.Container{{Name: "app", Image: "registry.example/app:1"}},
+		},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning, Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}},
+	}
+	for _, c := range claims {
+		p.Spec.Volumes = append(p.Spec.Volumes, corev1.Volume{Name: c, VolumeSource: corev1.VolumeSource{
+			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: c},
+		}})
+	}
+	w.create(p)
+}
+
+// tridentLease creates the Lease Trident keeps after a failed cryptsetup, acquired
+// acquiredAgo in the world's time (after its creation, which is worldAhead ago), plus
+// `retained` LeaseRetained Warning events on it.
+func (w *world) tridentLease(pv, holder string, acquiredAgo time.Duration, retained int) {
+	w.tridentLeaseAt(pv, holder, w.Now().Add(-acquiredAgo), retained)
+}
+
+func (w *world) tridentLeaseAt(pv, holder string, acquired time.Time, retained int) {
+	l := &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "trident", Name: pv},
+		Spec: coordinationv1.LeaseSpec{
+			HolderIdentity: ptr.To(holder),
+			AcquireTime:    ptr.To(metav1.NewMicroTime(acquired)),
+		},
+	}
+	w.create(l)
+	for i := range retained {
+		at := metav1.NewTime(w.Now().Add(-time.Duration(retained-i) * time.Minute))
+		w.create(&corev1.Event{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "trident", Name: fmt.Sprintf("%s.retained-%d", pv, i)},
+			InvolvedObject: corev1.ObjectReference{
+				APIVersion: "coordination.k8s.io/v1", Kind: "Lease", Namespace: "trident", Name: pv, UID: l.UID,
+			},
+			Reason: "LeaseRetained", Type: corev1.EventTypeWarning, Count: 1,
+			Message:        fmt.Sprintf("cryptsetup luksOpen failed on %s (attempt %d): device or resource busy", holder, i+1),
+			FirstTimestamp: at, LastTimestamp: at,
+			Source: corev1.EventSource{Component: "trident-node", Host: holder},
+		})
+	}
+	// An unrelated Normal event must not count.
+	w.create(&corev1.Event{
+		ObjectMeta:     metav1.ObjectMeta{Namespace: "trident", Name: pv + ".acquired"},
+		InvolvedObject: corev1.ObjectReference{Kind: "Lease", Namespace: "trident", Name: pv, UID: l.UID},
+		Reason:         "LeaseAcquired", Type: corev1.EventTypeNormal, Message: "acquired", Count: 1,
+	})
+}
+
+func (w *world) csiNode(node string, drivers ...string) {
+	cn := &storagev1.CSINode{ObjectMeta: metav1.ObjectMeta{Name: node}}
+	for _, d := range drivers {
+		cn.Spec.Drivers = append(cn.Spec.Drivers, storagev1.CSINodeDriver{Name: d, NodeID: node, TopologyKeys: []string{"topology.kubernetes.io/zone"}})
+	}
+	w.create(cn)
+}
+
+// gather reads facts with the world's clock.
+func (w *world) gather(t *testing.T, remediation v1alpha1.Remediation, target v1alpha1.Target) *v1alpha1.Facts {
+	t.Helper()
+	g := &facts.Gatherer{Reader: env.Client, Config: facts.DefaultConfig(), Clock: w}
+	rr := &v1alpha1.RemediationRequest{Spec: v1alpha1.RemediationRequestSpec{Remediation: remediation, Target: target}}
+	f, err := g.Gather(context.Background(), rr)
+	if err != nil {
+		t.Fatalf("Gather: %v", err)
+	}
+	return f
+}
+
+var pluginLabels = map[string]string{"app": "node.csi.trident.netapp.io"}
