@@ -24,17 +24,16 @@ import (
 // message contains every one of want, and returns its message.
 func warningEvent(t *testing.T, name, reason string, want ...string) string {
 	t.Helper()
-	var last []string
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
+	var msg string
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		events := &corev1.EventList{}
-		require.NoError(t, env.Client.List(context.Background(), events, client.InNamespace("remediator")))
-		last = nil
+		require.NoError(c, env.Client.List(context.Background(), events, client.InNamespace("remediator")))
+		var seen []string
 		for _, ev := range events.Items {
 			if ev.InvolvedObject.Name != name {
 				continue
 			}
-			last = append(last, ev.Type+" "+ev.Reason+": "+ev.Message)
+			seen = append(seen, ev.Type+" "+ev.Reason+": "+ev.Message)
 			if ev.Type != corev1.EventTypeWarning || ev.Reason != reason {
 				continue
 			}
@@ -43,13 +42,13 @@ func warningEvent(t *testing.T, name, reason string, want ...string) string {
 				ok = ok && strings.Contains(ev.Message, w)
 			}
 			if ok {
-				return ev.Message
+				msg = ev.Message
+				return
 			}
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Fatalf("no Warning %s Event on %s containing %q; events: %q", reason, name, want, last)
-	return ""
+		assert.Failf(c, "no matching Event", "no Warning %s Event on %s containing %q; events: %q", reason, name, want, seen)
+	}, 10*time.Second, 100*time.Millisecond)
+	return msg
 }
 
 // TestBrokenPoliciesFailClosed: with a policy that cannot decide a request, the

@@ -7,7 +7,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"k8s.io/apimachinery/pkg/api/meta"
-
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/remediator/remediator/api/v1alpha1"
@@ -48,9 +47,7 @@ func TestNeedsDecision(t *testing.T) {
 		{"window closed mid-playbook waits for the next one", waiting(rr(v1alpha1.PhaseWaiting, 1, 1, &v1alpha1.Decision{RecheckAt: at(time.Hour)}), v1alpha1.ReasonWindowClosed), false},
 	}
 	for _, tc := range cases {
-		if got := needsDecision(tc.rr, now); got != tc.want {
-			t.Errorf("%s: needsDecision = %v, want %v", tc.name, got, tc.want)
-		}
+		assert.Equal(t, tc.want, needsDecision(tc.rr, now), "%s: needsDecision", tc.name)
 	}
 }
 

@@ -3,12 +3,11 @@ package controllers_test
 import (
 	"context"
 	"fmt"
-	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
-	clocktesting "k8s.io/utils/clock/testing"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
@@ -16,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -32,9 +32,7 @@ func withClock(c *clocktesting.FakePassiveClock) func(*controllers.RemediationRe
 
 func create(t *testing.T, obj client.Object) {
 	t.Helper()
-	if err := env.Client.Create(context.Background(), obj); err != nil {
-		t.Fatalf("creating %T %s: %v", obj, obj.GetName(), err)
-	}
+	require.NoError(t, env.Client.Create(context.Background(), obj), "creating %T %s", obj, obj.GetName())
 	inManagerCache(t, obj)
 }
 
@@ -45,7 +43,8 @@ func create(t *testing.T, obj client.Object) {
 // arrives first.
 func inManagerCache(t *testing.T, obj client.Object) {
 	t.Helper()
-	if managerCache == nil {
+	cache := managerCache
+	if cache == nil {
 		return
 	}
 	switch o := obj.(type) {
@@ -58,13 +57,9 @@ func inManagerCache(t *testing.T, obj client.Object) {
 		return
 	}
 	got := obj.DeepCopyObject().(client.Object)
-	deadline := time.Now().Add(10 * time.Second)
-	for managerCache.Get(context.Background(), client.ObjectKeyFromObject(obj), got) != nil {
-		if time.Now().After(deadline) {
-			t.Fatalf("%T %s never reached the controller's cache", obj, client.ObjectKeyFromObject(obj))
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	require.Eventually(t, func() bool {
+		return cache.Get(context.Background(), client.ObjectKeyFromObject(obj), got) == nil
+	}, 10*time.Second, 10*time.Millisecond, "%T %s never reached the controller's cache", obj, client.ObjectKeyFromObject(obj))
 }
 
 // healthyHolder stages incident A on a healthy node as of now: the node Ready with a
@@ -78,9 +73,7 @@ func healthyHolder(t *testing.T, name string, now time.Time) (pod *corev1.Pod) {
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}
 	create(t, node)
 	node.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady", LastTransitionTime: metav1.NewTime(now.Add(-time.Hour))}}
-	if err := env.Client.Status().Update(ctx, node); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, env.Client.Status().Update(ctx, node))
 	create(t, &coordinationv1.Lease{
 		ObjectMeta: metav1.ObjectMeta{Namespace: corev1.NamespaceNodeLease, Name: name},
 		Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptr.To(name), RenewTime: &metav1.MicroTime{Time: now}},
@@ -165,19 +158,14 @@ func newRequest(t *testing.T, name, pv string, window *v1alpha1.MaintenanceWindo
 // waitFor polls a request until cond holds, for at most timeout of real time.
 func waitFor(t *testing.T, key client.ObjectKey, timeout time.Duration, what string, cond func(*v1alpha1.RemediationRequest) bool) *v1alpha1.RemediationRequest {
 	t.Helper()
-	rr := &v1alpha1.RemediationRequest{}
-	deadline := time.Now().Add(timeout)
-	for {
-		err := env.Client.Get(context.Background(), key, rr)
-		if err == nil && cond(rr) {
-			return rr
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: timed out after %s waiting for %s; phase %s, steps %+v, conditions %+v (err %v)",
-				key.Name, timeout, what, rr.Status.Phase, rr.Status.Steps, rr.Status.Conditions, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	var rr *v1alpha1.RemediationRequest
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		got := &v1alpha1.RemediationRequest{}
+		require.NoError(c, env.Client.Get(context.Background(), key, got))
+		require.True(c, cond(got), "phase %s, steps %+v, conditions %+v", got.Status.Phase, got.Status.Steps, got.Status.Conditions)
+		rr = got
+	}, timeout, 100*time.Millisecond, "%s: timed out after %s waiting for %s", key.Name, timeout, what)
+	return rr
 }
 
 func stepState(rr *v1alpha1.RemediationRequest, name string) v1alpha1.StepState {
@@ -194,8 +182,8 @@ func stepState(rr *v1alpha1.RemediationRequest, name string) v1alpha1.StepState 
 func finishTermination(t *testing.T, pod *corev1.Pod) {
 	t.Helper()
 	err := env.Client.Delete(context.Background(), pod, client.GracePeriodSeconds(0))
-	if err != nil && !apierrors.IsNotFound(err) {
-		t.Fatal(err)
+	if !apierrors.IsNotFound(err) {
+		require.NoError(t, err)
 	}
 }
 
@@ -294,9 +282,8 @@ func TestMaintenanceWindowClosingMidPlaybook(t *testing.T) {
 		return stepState(rr, "waitPodsGone") == v1alpha1.StepRunning
 	})
 	n := &corev1.Node{}
-	if err := env.Client.Get(ctx, client.ObjectKey{Name: node}, n); err != nil || !n.Spec.Unschedulable {
-		t.Fatalf("node not cordoned by the playbook: %v", err)
-	}
+	require.NoError(t, env.Client.Get(ctx, client.ObjectKey{Name: node}, n))
+	require.True(t, n.Spec.Unschedulable, "node not cordoned by the playbook")
 
 	// The window closes while the evicted pod is still terminating.
 	clock.SetTime(opened.Add(time.Hour + time.Minute))
@@ -307,52 +294,41 @@ func TestMaintenanceWindowClosingMidPlaybook(t *testing.T) {
 	p := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionProgressing)
 	next := opened.Add(24 * time.Hour)
 	wantMsg := fmt.Sprintf("The maintenance window closed before step deleteLease, so the playbook stopped without starting it; restored: Uncordoned node %s. The request is decided again when the next window opens at %s.", node, next.Format(time.RFC3339))
-	if p == nil || p.Reason != v1alpha1.ReasonWindowClosed || p.Message != wantMsg {
-		t.Errorf("Progressing = %+v\nwant message %q", p, wantMsg)
+	if assert.NotNil(t, p, "Progressing condition") {
+		assert.Equal(t, v1alpha1.ReasonWindowClosed, p.Reason, "Progressing reason")
+		assert.Equal(t, wantMsg, p.Message, "Progressing message")
 	}
 	for step, want := range map[string]v1alpha1.StepState{
 		"cordon": v1alpha1.StepSucceeded, "deleteAffectedPods": v1alpha1.StepSucceeded, "waitPodsGone": v1alpha1.StepSucceeded,
 		"deleteLease": v1alpha1.StepSkipped, "uncordon": v1alpha1.StepSucceeded,
 	} {
-		if got := stepState(got, step); got != want {
-			t.Errorf("step %s = %s, want %s", step, got, want)
-		}
+		assert.Equal(t, want, stepState(got, step), "step %s", step)
 	}
-	if got.Status.Decision.RecheckAt == nil || !got.Status.Decision.RecheckAt.Time.Equal(next) {
-		t.Errorf("recheckAt = %v, want the next window %s", got.Status.Decision.RecheckAt, next)
+	if assert.NotNil(t, got.Status.Decision.RecheckAt, "recheckAt, want the next window %s", next) {
+		assert.True(t, got.Status.Decision.RecheckAt.Time.Equal(next), "recheckAt = %v, want the next window %s", got.Status.Decision.RecheckAt, next)
 	}
-	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: "trident", Name: "pvc-" + node}, &coordinationv1.Lease{}); err != nil {
-		t.Errorf("the Lease must not be deleted after the window closed: %v", err)
-	}
-	if err := env.Client.Get(ctx, client.ObjectKey{Name: node}, n); err != nil || n.Spec.Unschedulable {
-		t.Errorf("the node must be uncordoned by the restore (unschedulable=%v, err=%v)", n.Spec.Unschedulable, err)
+	assert.NoError(t, env.Client.Get(ctx, client.ObjectKey{Namespace: "trident", Name: "pvc-" + node}, &coordinationv1.Lease{}),
+		"the Lease must not be deleted after the window closed")
+	if assert.NoError(t, env.Client.Get(ctx, client.ObjectKey{Name: node}, n), "reading the node") {
+		assert.False(t, n.Spec.Unschedulable, "the node must be uncordoned by the restore")
 	}
 
 	// The next window: the node still heartbeats, and the request is decided again.
 	clock.SetTime(next.Add(time.Minute))
 	nl := &coordinationv1.Lease{}
-	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: corev1.NamespaceNodeLease, Name: node}, nl); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, env.Client.Get(ctx, client.ObjectKey{Namespace: corev1.NamespaceNodeLease, Name: node}, nl))
 	nl.Spec.RenewTime = &metav1.MicroTime{Time: clock.Now()}
-	if err := env.Client.Update(ctx, nl); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, env.Client.Update(ctx, nl))
 	// The controller requeued itself for the real-time instant of the next window;
 	// a refresh annotation (what an operator's `kubectl annotate` does) triggers it now.
 	rr := &v1alpha1.RemediationRequest{}
-	if err := env.Client.Get(ctx, key, rr); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, env.Client.Get(ctx, key, rr))
 	before := rr.DeepCopy()
 	rr.Annotations = map[string]string{"remediator.io/refresh": clock.Now().Format(time.RFC3339)}
-	if err := env.Client.Patch(ctx, rr, client.MergeFrom(before)); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, env.Client.Patch(ctx, rr, client.MergeFrom(before)))
 	waitFor(t, key, 20*time.Second, "Succeeded in the next window", func(rr *v1alpha1.RemediationRequest) bool {
 		return rr.Status.Phase == v1alpha1.PhaseSucceeded
 	})
-	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: "trident", Name: "pvc-" + node}, &coordinationv1.Lease{}); !apierrors.IsNotFound(err) {
-		t.Errorf("the Lease should be deleted in the next window: %v", err)
-	}
+	err := env.Client.Get(ctx, client.ObjectKey{Namespace: "trident", Name: "pvc-" + node}, &coordinationv1.Lease{})
+	assert.True(t, apierrors.IsNotFound(err), "the Lease should be deleted in the next window: %v", err)
 }

@@ -3,10 +3,11 @@ package controllers_test
 import (
 	"context"
 	"fmt"
-	"strings"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -58,23 +59,15 @@ func startManagerOn(t *testing.T, cfg *rest.Config, opts ...func(*controllers.Re
 		// Each test starts its own manager in this process.
 		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := controllers.PrepareCache(context.Background(), mgr); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
+	require.NoError(t, controllers.PrepareCache(context.Background(), mgr))
 	decide, recheck, recheckRelease := controllers.Gatherers(mgr, facts.DefaultConfig())
 	managerCache = mgr.GetClient()
 	t.Cleanup(func() { managerCache = nil })
 	policy, err := policies.Embedded()
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	playbooks, err := remediations.DefaultPlaybooks()
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	r := &controllers.RemediationRequestReconciler{
 		Client:         mgr.GetClient(),
 		Reader:         mgr.GetAPIReader(),
@@ -90,17 +83,13 @@ func startManagerOn(t *testing.T, cfg *rest.Config, opts ...func(*controllers.Re
 	for _, o := range opts {
 		o(r)
 	}
-	if err := r.SetupWithManager(mgr); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, r.SetupWithManager(mgr))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- mgr.Start(ctx) }()
 	t.Cleanup(func() {
 		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("manager: %v", err)
-		}
+		assert.NoError(t, <-done, "manager")
 	})
 }
 
@@ -108,8 +97,8 @@ func ensureNamespaces(t *testing.T, names ...string) {
 	t.Helper()
 	for _, ns := range names {
 		err := env.Client.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
-		if err != nil && !apierrors.IsAlreadyExists(err) {
-			t.Fatal(err)
+		if !apierrors.IsAlreadyExists(err) {
+			require.NoError(t, err, "creating namespace %s", ns)
 		}
 	}
 }
@@ -117,17 +106,10 @@ func ensureNamespaces(t *testing.T, names ...string) {
 // eventually polls cond until it holds or the deadline passes.
 func eventually(t *testing.T, what string, cond func() (bool, string)) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	last := ""
-	for time.Now().Before(deadline) {
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		ok, state := cond()
-		if ok {
-			return
-		}
-		last = state
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Fatalf("timed out waiting for %s; last state: %s", what, last)
+		assert.True(c, ok, "last state: %s", state)
+	}, 20*time.Second, 100*time.Millisecond, "timed out waiting for %s", what)
 }
 
 func TestReconcileRecordsFacts(t *testing.T) {
@@ -144,9 +126,7 @@ func TestReconcileRecordsFacts(t *testing.T) {
 			Reason:      "stuck pods on a volume that may be gone",
 		},
 	}
-	if err := c.Create(ctx, rr); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, c.Create(ctx, rr))
 	key := types.NamespacedName{Namespace: rr.Namespace, Name: rr.Name}
 	got := &v1alpha1.RemediationRequest{}
 	eventually(t, "facts in status", func() (bool, string) {
@@ -156,34 +136,33 @@ func TestReconcileRecordsFacts(t *testing.T) {
 		return got.Status.Facts != nil && got.Status.ObservedGeneration == got.Generation, ""
 	})
 	f := got.Status.Facts
-	if got.Status.Phase != v1alpha1.PhaseRejected || got.Status.Decision == nil || got.Status.Decision.Rule != "target-unresolved" {
-		t.Errorf("phase = %q, decision = %+v; want Rejected by target-unresolved", got.Status.Phase, got.Status.Decision)
+	assert.Equal(t, v1alpha1.PhaseRejected, got.Status.Phase, "phase, want Rejected by target-unresolved")
+	if assert.NotNil(t, got.Status.Decision, "decision") {
+		assert.Equal(t, "target-unresolved", got.Status.Decision.Rule, "decision = %+v", got.Status.Decision)
 	}
-	if c := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionAccepted); c == nil || c.Status != metav1.ConditionFalse || c.Reason != "TargetUnresolved" {
-		t.Errorf("Accepted condition = %+v", c)
+	if c := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionAccepted); assert.NotNil(t, c, "Accepted condition") {
+		assert.Equal(t, metav1.ConditionFalse, c.Status, "Accepted condition = %+v", c)
+		assert.Equal(t, "TargetUnresolved", c.Reason, "Accepted condition = %+v", c)
 	}
-	if f.Target.Found || f.Target.Ref != "PersistentVolume pvc-does-not-exist" ||
-		f.Target.Message != "PersistentVolume pvc-does-not-exist not found; the Lease of that name is still looked up" {
-		t.Errorf("target facts = %+v", f.Target)
+	assert.False(t, f.Target.Found, "target facts = %+v", f.Target)
+	assert.Equal(t, "PersistentVolume pvc-does-not-exist", f.Target.Ref, "target facts = %+v", f.Target)
+	assert.Equal(t, "PersistentVolume pvc-does-not-exist not found; the Lease of that name is still looked up", f.Target.Message, "target message")
+	if assert.NotNil(t, f.Lease, "lease facts") {
+		assert.False(t, f.Lease.Exists, "lease facts = %+v", f.Lease)
+		assert.Equal(t, "trident", f.Lease.Namespace, "lease facts = %+v", f.Lease)
+		assert.Equal(t, "pvc-does-not-exist", f.Lease.Name, "lease facts = %+v", f.Lease)
 	}
-	if f.Lease == nil || f.Lease.Exists || f.Lease.Namespace != "trident" || f.Lease.Name != "pvc-does-not-exist" {
-		t.Errorf("lease facts = %+v", f.Lease)
-	}
-	if f.TridentNamespace != "trident" || f.DriverName != facts.DefaultDriverName || f.GatheredAt.IsZero() {
-		t.Errorf("facts header = %+v", f)
-	}
+	assert.Equal(t, "trident", f.TridentNamespace, "facts header")
+	assert.Equal(t, facts.DefaultDriverName, f.DriverName, "facts header")
+	assert.False(t, f.GatheredAt.IsZero(), "facts header: no gatheredAt")
 	// A rejected request has nothing to restore, so its deletion waits for nothing.
-	if controllerutil.ContainsFinalizer(got, v1alpha1.Finalizer) {
-		t.Errorf("finalizer %s on a rejected request: %v", v1alpha1.Finalizer, got.Finalizers)
-	}
+	assert.False(t, controllerutil.ContainsFinalizer(got, v1alpha1.Finalizer), "finalizer %s on a rejected request: %v", v1alpha1.Finalizer, got.Finalizers)
 
 	// A spec change is a new generation and gets new facts for it.
 	gen := got.Generation
 	got.Spec.Mode = v1alpha1.ModeDryRun
 	got.Spec.TridentNamespace = "trident-alt"
-	if err := c.Update(ctx, got); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, c.Update(ctx, got))
 	eventually(t, "facts for the new generation", func() (bool, string) {
 		if err := c.Get(ctx, key, got); err != nil {
 			return false, err.Error()
@@ -191,14 +170,11 @@ func TestReconcileRecordsFacts(t *testing.T) {
 		return got.Generation > gen && got.Status.ObservedGeneration == got.Generation &&
 			got.Status.Facts.TridentNamespace == "trident-alt", ""
 	})
-	if got.Status.Facts.Lease.Namespace != "trident-alt" {
-		t.Errorf("lease looked up in %q, want the per-request override", got.Status.Facts.Lease.Namespace)
-	}
+	require.NotNil(t, got.Status.Facts.Lease, "lease facts")
+	assert.Equal(t, "trident-alt", got.Status.Facts.Lease.Namespace, "lease looked up in the wrong namespace, want the per-request override")
 
 	// Deleting the request releases the finalizer, so the object goes away.
-	if err := c.Delete(ctx, got); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, c.Delete(ctx, got))
 	eventually(t, "request deleted", func() (bool, string) {
 		err := c.Get(ctx, key, got)
 		return apierrors.IsNotFound(err), "still there"
@@ -217,21 +193,15 @@ func TestShutdownHolderReleasesLease(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Name: "envtest-shutdown"},
 		Spec:       corev1.NodeSpec{Taints: []corev1.Taint{{Key: v1alpha1.TaintOutOfService, Value: "nodeshutdown", Effect: corev1.TaintEffectNoExecute}}},
 	}
-	if err := c.Create(ctx, node); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, c.Create(ctx, node))
 	node.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionFalse, Reason: "KubeletNotReady", LastTransitionTime: metav1.Now()}}
-	if err := c.Status().Update(ctx, node); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, c.Status().Update(ctx, node))
 	holder := node.Name
 	lease := &coordinationv1.Lease{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "trident", Name: "pvc-envtest-shutdown"},
 		Spec:       coordinationv1.LeaseSpec{HolderIdentity: &holder, AcquireTime: &metav1.MicroTime{Time: time.Now().Add(-time.Hour)}},
 	}
-	if err := c.Create(ctx, lease); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, c.Create(ctx, lease))
 	pv := &corev1.PersistentVolume{
 		ObjectMeta: metav1.ObjectMeta{Name: lease.Name},
 		Spec: corev1.PersistentVolumeSpec{
@@ -240,9 +210,7 @@ func TestShutdownHolderReleasesLease(t *testing.T) {
 			PersistentVolumeSource: corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{Driver: facts.DefaultDriverName, VolumeHandle: lease.Name}},
 		},
 	}
-	if err := c.Create(ctx, pv); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, c.Create(ctx, pv))
 	rr := &v1alpha1.RemediationRequest{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "remediator", Name: "shutdown"},
 		Spec: v1alpha1.RemediationRequestSpec{
@@ -251,9 +219,7 @@ func TestShutdownHolderReleasesLease(t *testing.T) {
 			Reason:      "holder was powered off",
 		},
 	}
-	if err := c.Create(ctx, rr); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, c.Create(ctx, rr))
 	got := &v1alpha1.RemediationRequest{}
 	eventually(t, "request Succeeded", func() (bool, string) {
 		if err := c.Get(ctx, client.ObjectKeyFromObject(rr), got); err != nil {
@@ -261,19 +227,23 @@ func TestShutdownHolderReleasesLease(t *testing.T) {
 		}
 		return got.Status.Phase == v1alpha1.PhaseSucceeded, fmt.Sprintf("%s %+v", got.Status.Phase, got.Status.Steps)
 	})
-	if err := c.Get(ctx, client.ObjectKeyFromObject(lease), &coordinationv1.Lease{}); !apierrors.IsNotFound(err) {
-		t.Errorf("Lease still there: %v", err)
-	}
-	if d := got.Status.Decision; d.Playbook != "node-shutdown" || d.Rule != "holder-shutdown" || d.PolicyDigest == "" {
-		t.Errorf("decision = %+v", d)
+	err := c.Get(ctx, client.ObjectKeyFromObject(lease), &coordinationv1.Lease{})
+	assert.True(t, apierrors.IsNotFound(err), "Lease still there: %v", err)
+	if d := got.Status.Decision; assert.NotNil(t, d, "decision") {
+		assert.Equal(t, "node-shutdown", d.Playbook, "decision = %+v", d)
+		assert.Equal(t, "holder-shutdown", d.Rule, "decision = %+v", d)
+		assert.NotEmpty(t, d.PolicyDigest, "decision = %+v", d)
 	}
 	st := got.Status.Steps
-	if len(st) != 1 || st[0].Name != "deleteLease" || st[0].State != v1alpha1.StepSucceeded || st[0].ObjectUID != string(lease.UID) ||
-		st[0].StartedAt == nil || st[0].CompletedAt == nil {
-		t.Errorf("journal = %+v", st)
+	if assert.Len(t, st, 1, "journal") {
+		assert.Equal(t, "deleteLease", st[0].Name, "journal = %+v", st)
+		assert.Equal(t, v1alpha1.StepSucceeded, st[0].State, "journal = %+v", st)
+		assert.Equal(t, string(lease.UID), st[0].ObjectUID, "journal = %+v", st)
+		assert.NotNil(t, st[0].StartedAt, "journal = %+v", st)
+		assert.NotNil(t, st[0].CompletedAt, "journal = %+v", st)
 	}
-	if c := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionSucceeded); c == nil || c.Status != metav1.ConditionTrue {
-		t.Errorf("Succeeded condition = %+v", c)
+	if c := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionSucceeded); assert.NotNil(t, c, "Succeeded condition") {
+		assert.Equal(t, metav1.ConditionTrue, c.Status, "Succeeded condition = %+v", c)
 	}
 }
 
@@ -288,27 +258,21 @@ func TestMaintenanceWindowGatesThePlaybook(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Name: "envtest-window"},
 		Spec:       corev1.NodeSpec{Taints: []corev1.Taint{{Key: v1alpha1.TaintOutOfService, Effect: corev1.TaintEffectNoExecute}}},
 	}
-	if err := c.Create(ctx, node); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, c.Create(ctx, node))
 	holder := node.Name
 	for _, name := range []string{"pvc-window-later", "pvc-window-bad"} {
-		if err := c.Create(ctx, &coordinationv1.Lease{
+		require.NoError(t, c.Create(ctx, &coordinationv1.Lease{
 			ObjectMeta: metav1.ObjectMeta{Namespace: "trident", Name: name},
 			Spec:       coordinationv1.LeaseSpec{HolderIdentity: &holder},
-		}); err != nil {
-			t.Fatal(err)
-		}
-		if err := c.Create(ctx, &corev1.PersistentVolume{
+		}))
+		require.NoError(t, c.Create(ctx, &corev1.PersistentVolume{
 			ObjectMeta: metav1.ObjectMeta{Name: name},
 			Spec: corev1.PersistentVolumeSpec{
 				Capacity:               corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
 				AccessModes:            []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany},
 				PersistentVolumeSource: corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{Driver: facts.DefaultDriverName, VolumeHandle: name}},
 			},
-		}); err != nil {
-			t.Fatal(err)
-		}
+		}))
 	}
 	opens := time.Now().UTC().Add(3 * time.Hour)
 	mk := func(name, pv, schedule string) client.ObjectKey {
@@ -321,9 +285,7 @@ func TestMaintenanceWindowGatesThePlaybook(t *testing.T) {
 				MaintenanceWindow: &v1alpha1.MaintenanceWindow{Schedule: schedule, Duration: metav1.Duration{Duration: time.Hour}},
 			},
 		}
-		if err := c.Create(ctx, rr); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, c.Create(ctx, rr))
 		return client.ObjectKeyFromObject(rr)
 	}
 	later := mk("window-later", "pvc-window-later", fmt.Sprintf("CRON_TZ=UTC %d %d * * *", opens.Minute(), opens.Hour()))
@@ -339,23 +301,22 @@ func TestMaintenanceWindowGatesThePlaybook(t *testing.T) {
 		return got.Status.Phase == v1alpha1.PhaseWaiting, string(got.Status.Phase)
 	})
 	p := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionProgressing)
-	if p == nil || p.Reason != "WaitingForMaintenanceWindow" || got.Status.Decision.RecheckAt == nil ||
-		!got.Status.Decision.RecheckAt.Time.Equal(opens.Truncate(time.Minute)) {
-		t.Errorf("Progressing = %+v, recheckAt = %v, want the window opening at %s", p, got.Status.Decision.RecheckAt, opens.Truncate(time.Minute))
+	if assert.NotNil(t, p, "Progressing condition") {
+		assert.Equal(t, "WaitingForMaintenanceWindow", p.Reason, "Progressing = %+v", p)
 	}
-	if err := c.Get(ctx, client.ObjectKey{Namespace: "trident", Name: "pvc-window-later"}, &coordinationv1.Lease{}); err != nil {
-		t.Errorf("the Lease must wait for the window: %v", err)
+	if assert.NotNil(t, got.Status.Decision.RecheckAt, "recheckAt, want the window opening at %s", opens.Truncate(time.Minute)) {
+		assert.True(t, got.Status.Decision.RecheckAt.Time.Equal(opens.Truncate(time.Minute)),
+			"recheckAt = %v, want the window opening at %s", got.Status.Decision.RecheckAt, opens.Truncate(time.Minute))
 	}
+	assert.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: "trident", Name: "pvc-window-later"}, &coordinationv1.Lease{}),
+		"the Lease must wait for the window")
 	eventually(t, "invalid window rejected", func() (bool, string) {
 		if err := c.Get(ctx, bad, got); err != nil {
 			return false, err.Error()
 		}
 		return got.Status.Phase == v1alpha1.PhaseRejected && got.Status.Decision.Rule == "invalid-maintenance-window", string(got.Status.Phase)
 	})
-	if !strings.Contains(got.Status.Decision.Message, "never") {
-		t.Errorf("the rejection must say the window never opens: %q", got.Status.Decision.Message)
-	}
-	if err := c.Get(ctx, client.ObjectKey{Namespace: "trident", Name: "pvc-window-bad"}, &coordinationv1.Lease{}); err != nil {
-		t.Errorf("the Lease must stay: %v", err)
-	}
+	assert.Contains(t, got.Status.Decision.Message, "never", "the rejection must say the window never opens")
+	assert.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: "trident", Name: "pvc-window-bad"}, &coordinationv1.Lease{}),
+		"the Lease must stay")
 }

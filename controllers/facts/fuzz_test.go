@@ -136,7 +136,7 @@ func FuzzClassifyNode(f *testing.F) {
 				"Unreachable without evidence of a lost control plane: %+v", nf)
 		case v1alpha1.NodeUnknown:
 		default:
-			t.Fatalf("state %q is none of domain.md's: %+v", nf.State, nf)
+			require.Failf(t, "unknown node state", "state %q is none of domain.md's: %+v", nf.State, nf)
 		}
 		// Conflicting evidence is never resolved in favour of acting.
 		if shutdownTaint && readyTrue {

@@ -1,10 +1,11 @@
 package facts_test
 
 import (
-	"slices"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/remediator/remediator/api/v1alpha1"
@@ -57,35 +58,29 @@ func TestGatherCSIFacts(t *testing.T) {
 			w.t = t
 			tc.setup()
 			f := w.gather(t, v1alpha1.RemediationReregisterCSIDriver, v1alpha1.Target{Node: tc.node})
-			if f.Target.Found != tc.targetFound || f.Target.Node != tc.node {
-				t.Fatalf("target = %+v", f.Target)
-			}
-			if f.Node == nil || f.Node.Name != tc.node {
-				t.Fatalf("node facts = %+v", f.Node)
-			}
+			require.Equal(t, tc.targetFound, f.Target.Found, "target = %+v", f.Target)
+			require.Equal(t, tc.node, f.Target.Node, "target = %+v", f.Target)
+			require.NotNil(t, f.Node, "node facts")
+			require.Equal(t, tc.node, f.Node.Name, "node facts = %+v", f.Node)
 			if !tc.targetFound {
-				if f.Target.Message != "Node "+tc.node+" not found" || f.CSI != nil {
-					t.Errorf("missing node: message %q, csi %+v", f.Target.Message, f.CSI)
-				}
+				assert.Equal(t, "Node "+tc.node+" not found", f.Target.Message, "missing node: message")
+				assert.Nil(t, f.CSI, "missing node: csi facts")
 				return
 			}
-			if f.Node.State != v1alpha1.NodeHealthy {
-				t.Errorf("node state = %s (%s)", f.Node.State, f.Node.StateReason)
-			}
+			assert.Equal(t, v1alpha1.NodeHealthy, f.Node.State, "node state (%s)", f.Node.StateReason)
 			c := f.CSI
-			if c.CSINodeExists != tc.csiNode || c.DriverRegistered != tc.registered || !slices.Equal(c.Drivers, tc.drivers) {
-				t.Errorf("csi facts = %+v", c)
-			}
+			require.NotNil(t, c, "csi facts")
+			assert.Equal(t, tc.csiNode, c.CSINodeExists, "csi facts = %+v", c)
+			assert.Equal(t, tc.registered, c.DriverRegistered, "csi facts = %+v", c)
+			assert.Equal(t, tc.drivers, c.Drivers, "csi facts = %+v", c)
 			var pods []string
 			for _, p := range c.PluginPods {
 				pods = append(pods, p.Name)
-				if !p.Ready || p.Phase != string(corev1.PodRunning) || p.DeletionTimestamp != nil {
-					t.Errorf("plugin pod facts = %+v", p)
-				}
+				assert.True(t, p.Ready, "plugin pod facts = %+v", p)
+				assert.Equal(t, string(corev1.PodRunning), p.Phase, "plugin pod facts = %+v", p)
+				assert.Nil(t, p.DeletionTimestamp, "plugin pod facts = %+v", p)
 			}
-			if !slices.Equal(pods, tc.pluginPods) {
-				t.Errorf("plugin pods = %v, want %v", pods, tc.pluginPods)
-			}
+			assert.Equal(t, tc.pluginPods, pods, "plugin pods")
 		})
 	}
 }

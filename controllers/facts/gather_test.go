@@ -3,11 +3,12 @@ package facts_test
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/remediator/remediator/api/v1alpha1"
@@ -238,70 +239,48 @@ func TestGatherLeaseFacts(t *testing.T) {
 			w.t = t
 			tc.setup()
 			f := w.gather(t, v1alpha1.RemediationReleaseLUKSLease, tc.target)
-			if f.Target.Found != tc.want.found {
-				t.Errorf("target found = %v (%s), want %v", f.Target.Found, f.Target.Message, tc.want.found)
-			}
-			if tc.want.message != "" && f.Target.Message != tc.want.message {
-				t.Errorf("target message = %q, want %q", f.Target.Message, tc.want.message)
+			assert.Equal(t, tc.want.found, f.Target.Found, "target found (message %q)", f.Target.Message)
+			if tc.want.message != "" {
+				assert.Equal(t, tc.want.message, f.Target.Message, "target message")
 			}
 			for _, part := range tc.want.contains {
-				if !strings.Contains(f.Target.Message, part) {
-					t.Errorf("target message = %q, want it to contain %q", f.Target.Message, part)
-				}
+				assert.Contains(t, f.Target.Message, part, "target message")
 			}
-			if f.Target.PersistentVolumeClaim != tc.want.claim {
-				t.Errorf("target claim = %q, want %q", f.Target.PersistentVolumeClaim, tc.want.claim)
-			}
+			assert.Equal(t, tc.want.claim, f.Target.PersistentVolumeClaim, "target claim")
 			if !tc.want.found && (tc.want.message != "" || len(tc.want.contains) > 0) {
-				if f.Lease != nil {
-					t.Errorf("lease facts for an unresolved target: %+v", f.Lease)
-				}
+				assert.Nil(t, f.Lease, "lease facts for an unresolved target")
 				return
 			}
-			if f.Lease == nil {
-				t.Fatal("no lease facts")
-			}
-			if f.Lease.Exists != tc.want.leaseExists {
-				t.Fatalf("lease exists = %v, want %v", f.Lease.Exists, tc.want.leaseExists)
-			}
+			require.NotNil(t, f.Lease, "no lease facts")
+			require.Equal(t, tc.want.leaseExists, f.Lease.Exists, "lease exists")
 			if !tc.want.leaseExists {
-				if f.Node != nil {
-					t.Errorf("node facts without a lease holder: %+v", f.Node)
-				}
+				assert.Nil(t, f.Node, "node facts without a lease holder")
 				return
 			}
 			l := f.Lease
-			if l.HolderIdentity != tc.want.holder || l.UID == "" || l.ResourceVersion == "" || l.CreationTimestamp == nil {
-				t.Errorf("lease facts incomplete: %+v", l)
-			}
-			if l.AgeSeconds < tc.want.minAge || l.AgeSeconds > tc.want.maxAge {
-				t.Errorf("lease age = %ds (from %s), want within [%d, %d]", l.AgeSeconds, l.AgeFrom, tc.want.minAge, tc.want.maxAge)
-			}
-			if !strings.HasPrefix(l.AgeFrom, tc.want.ageFrom) || l.AgeFrom == "" {
-				t.Errorf("lease age from %q, want it to start with %q", l.AgeFrom, tc.want.ageFrom)
-			}
-			if l.RetainedEvents != tc.want.retained {
-				t.Errorf("retained events = %d, want %d", l.RetainedEvents, tc.want.retained)
-			}
+			assert.Equal(t, tc.want.holder, l.HolderIdentity, "lease holder")
+			assert.NotEmpty(t, l.UID, "lease facts incomplete: %+v", l)
+			assert.NotEmpty(t, l.ResourceVersion, "lease facts incomplete: %+v", l)
+			assert.NotNil(t, l.CreationTimestamp, "lease facts incomplete: %+v", l)
+			assert.GreaterOrEqual(t, l.AgeSeconds, tc.want.minAge, "lease age in seconds (from %s)", l.AgeFrom)
+			assert.LessOrEqual(t, l.AgeSeconds, tc.want.maxAge, "lease age in seconds (from %s)", l.AgeFrom)
+			assert.NotEmpty(t, l.AgeFrom, "lease age from")
+			assert.True(t, strings.HasPrefix(l.AgeFrom, tc.want.ageFrom), "lease age from %q, want it to start with %q", l.AgeFrom, tc.want.ageFrom)
+			assert.Equal(t, tc.want.retained, l.RetainedEvents, "retained events")
 			if tc.want.retained > 0 {
 				wantMsg := fmt.Sprintf("cryptsetup luksOpen failed on %s (attempt %d): device or resource busy", tc.want.holder, tc.want.retained)
-				if l.LastRetainedMessage != wantMsg {
-					t.Errorf("last retained message = %q, want %q", l.LastRetainedMessage, wantMsg)
-				}
+				assert.Equal(t, wantMsg, l.LastRetainedMessage, "last retained message")
 			}
-			if f.Node == nil || f.Node.State != tc.want.nodeState || f.Node.Exists != tc.want.nodeExists {
-				t.Fatalf("node facts = %+v, want state %s exists %v", f.Node, tc.want.nodeState, tc.want.nodeExists)
-			}
+			require.NotNil(t, f.Node, "node facts")
+			require.Equal(t, tc.want.nodeState, f.Node.State, "node state (%s)", f.Node.StateReason)
+			require.Equal(t, tc.want.nodeExists, f.Node.Exists, "node exists")
 			var affected []string
 			for _, p := range f.AffectedPods {
 				affected = append(affected, p.Namespace+"/"+p.Name)
-				if p.UID == "" || p.Node != tc.want.holder {
-					t.Errorf("affected pod facts incomplete: %+v", p)
-				}
+				assert.NotEmpty(t, p.UID, "affected pod facts incomplete: %+v", p)
+				assert.Equal(t, tc.want.holder, p.Node, "affected pod %s/%s node", p.Namespace, p.Name)
 			}
-			if !slices.Equal(affected, tc.want.affected) {
-				t.Errorf("affected pods = %v, want %v", affected, tc.want.affected)
-			}
+			assert.Equal(t, tc.want.affected, affected, "affected pods")
 		})
 	}
 }
@@ -321,23 +300,19 @@ func TestGatherLeaseAgeCountsFromServerTime(t *testing.T) {
 	f, err := g.Gather(context.Background(), &v1alpha1.RemediationRequest{Spec: v1alpha1.RemediationRequestSpec{
 		Remediation: v1alpha1.RemediationReleaseLUKSLease, Target: v1alpha1.Target{PersistentVolume: "pvc-slowclock"},
 	}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	l := f.Lease
-	if l == nil || !l.Exists || l.CreationTimestamp == nil || l.AcquireTime == nil {
-		t.Fatalf("lease facts = %+v", l)
-	}
-	if l.AgeSeconds > 5 {
-		t.Errorf("lease age = %ds, want about 0: the acquireTime before creationTimestamp must not count", l.AgeSeconds)
-	}
+	require.NotNil(t, l, "lease facts")
+	require.True(t, l.Exists, "lease facts = %+v", l)
+	require.NotNil(t, l.CreationTimestamp, "lease facts = %+v", l)
+	require.NotNil(t, l.AcquireTime, "lease facts = %+v", l)
+	assert.LessOrEqual(t, l.AgeSeconds, int64(5), "lease age in seconds, want about 0: the acquireTime before creationTimestamp must not count")
 	want := fmt.Sprintf("creationTimestamp %s, set by the API server; acquireTime %s, set by the holder's clock, is earlier and does not count",
 		l.CreationTimestamp.UTC().Format(time.RFC3339Nano), l.AcquireTime.UTC().Format(time.RFC3339Nano))
-	if l.AgeFrom != want {
-		t.Errorf("age from:\n got %q\nwant %q", l.AgeFrom, want)
-	}
+	assert.Equal(t, want, l.AgeFrom, "age from")
 	// The holder is unknown to the cluster: NotFound, with what to check.
-	if f.Node == nil || f.Node.State != v1alpha1.NodeNotFound || f.Node.Exists || !strings.Contains(f.Node.StateReason, "kubectl get nodes") {
-		t.Errorf("node facts = %+v, want NotFound with what to check", f.Node)
-	}
+	require.NotNil(t, f.Node, "node facts, want NotFound with what to check")
+	assert.Equal(t, v1alpha1.NodeNotFound, f.Node.State, "node facts = %+v", f.Node)
+	assert.False(t, f.Node.Exists, "node facts = %+v", f.Node)
+	assert.Contains(t, f.Node.StateReason, "kubectl get nodes", "node facts must say what to check")
 }

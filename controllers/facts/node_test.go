@@ -4,6 +4,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -55,15 +57,9 @@ func TestClassifyNode(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			got := ClassifyNode("n", tc.node, tc.lease, now, grace)
-			if got.State != tc.want {
-				t.Fatalf("state = %s (%s), want %s", got.State, got.StateReason, tc.want)
-			}
-			if got.StateReason == "" {
-				t.Error("state has no evidence")
-			}
-			if got.Exists != (tc.node != nil) {
-				t.Errorf("exists = %v", got.Exists)
-			}
+			require.Equal(t, tc.want, got.State, "state (%s)", got.StateReason)
+			assert.NotEmpty(t, got.StateReason, "state has no evidence")
+			assert.Equal(t, tc.node != nil, got.Exists, "exists")
 		})
 	}
 }
@@ -74,17 +70,15 @@ func TestClassifyNode(t *testing.T) {
 func TestClassifyNodeNotFound(t *testing.T) {
 	now := time.Date(2026, 11, 19, 5, 47, 54, 0, time.UTC)
 	got := ClassifyNode("kwok-node-2.example.internal", nil, nil, now, 40*time.Second)
-	if got.State != v1alpha1.NodeNotFound || got.Exists || got.Name != "kwok-node-2.example.internal" {
-		t.Fatalf("facts = %+v, want state NotFound, exists false", got)
-	}
+	require.Equal(t, v1alpha1.NodeNotFound, got.State, "facts = %+v", got)
+	require.False(t, got.Exists, "facts = %+v", got)
+	require.Equal(t, "kwok-node-2.example.internal", got.Name, "facts = %+v", got)
 	want := "no Node is named kwok-node-2.example.internal: check the holderIdentity's spelling against kubectl get nodes " +
 		"(an FQDN versus a short name), and whether the machine is really gone or only its Node object was deleted"
-	if got.StateReason != want {
-		t.Errorf("reason:\n got %q\nwant %q", got.StateReason, want)
-	}
-	if got.LeaseRenewAgeSeconds != -1 || got.Ready != "" || len(got.Taints) != 0 {
-		t.Errorf("a missing Node has no evidence fields: %+v", got)
-	}
+	assert.Equal(t, want, got.StateReason, "reason")
+	assert.Equal(t, int64(-1), got.LeaseRenewAgeSeconds, "a missing Node has no evidence fields: %+v", got)
+	assert.Empty(t, got.Ready, "a missing Node has no evidence fields: %+v", got)
+	assert.Empty(t, got.Taints, "a missing Node has no evidence fields: %+v", got)
 }
 
 func TestClassifyNodeEvidence(t *testing.T) {
@@ -102,13 +96,9 @@ func TestClassifyNodeEvidence(t *testing.T) {
 	renew := metav1.NewMicroTime(now.Add(-80 * time.Second))
 	got := ClassifyNode("kwok-node-2", n, &coordinationv1.Lease{Spec: coordinationv1.LeaseSpec{RenewTime: &renew}}, now, 40*time.Second)
 	want := "Ready=Unknown for 1m15s; taints node.kubernetes.io/unreachable; node Lease renewed 1m20s ago (grace 40s)"
-	if got.StateReason != want {
-		t.Errorf("reason:\n got %q\nwant %q", got.StateReason, want)
-	}
-	if got.ReadyAgeSeconds != 75 || got.LeaseRenewAgeSeconds != 80 || !got.Unschedulable {
-		t.Errorf("evidence fields: %+v", got)
-	}
-	if len(got.Taints) != 1 {
-		t.Errorf("taints = %v, want only the unreachable key once", got.Taints)
-	}
+	assert.Equal(t, want, got.StateReason, "reason")
+	assert.Equal(t, int64(75), got.ReadyAgeSeconds, "evidence fields: %+v", got)
+	assert.Equal(t, int64(80), got.LeaseRenewAgeSeconds, "evidence fields: %+v", got)
+	assert.True(t, got.Unschedulable, "evidence fields: %+v", got)
+	assert.Len(t, got.Taints, 1, "taints, want only the unreachable key once")
 }

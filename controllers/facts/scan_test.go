@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -45,9 +47,7 @@ func TestScan(t *testing.T) {
 
 	g := &facts.Gatherer{Reader: env.Client, Config: facts.DefaultConfig(), Clock: w}
 	got, err := g.Scan(context.Background(), facts.ScanOptions{LeaseAge: 10 * time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	find := func(kind, node, lease string) *facts.Finding {
 		for i := range got {
 			if got[i].Kind == kind && got[i].Node == node && got[i].Lease == lease {
@@ -56,34 +56,29 @@ func TestScan(t *testing.T) {
 		}
 		return nil
 	}
-	if f := find(facts.FindingStuckLease, "scan-holder", "trident/pvc-scan-old"); f == nil || f.NodeState != v1alpha1.NodeHealthy || f.AgeSeconds < 1199 {
-		t.Errorf("old Lease: %+v", f)
+	if f := find(facts.FindingStuckLease, "scan-holder", "trident/pvc-scan-old"); assert.NotNil(t, f, "old Lease") {
+		assert.Equal(t, v1alpha1.NodeHealthy, f.NodeState, "old Lease: %+v", f)
+		assert.GreaterOrEqual(t, f.AgeSeconds, int64(1199), "old Lease: %+v", f)
 	}
-	if f := find(facts.FindingStuckLease, "scan-holder", "trident/pvc-scan-retained"); f == nil || f.RetainedEvents != 2 || !strings.Contains(f.Evidence, "LeaseRetained") {
-		t.Errorf("Lease with LeaseRetained events: %+v", f)
+	if f := find(facts.FindingStuckLease, "scan-holder", "trident/pvc-scan-retained"); assert.NotNil(t, f, "Lease with LeaseRetained events") {
+		assert.Equal(t, int32(2), f.RetainedEvents, "Lease with LeaseRetained events: %+v", f)
+		assert.Contains(t, f.Evidence, "LeaseRetained", "Lease with LeaseRetained events: %+v", f)
 	}
-	if f := find(facts.FindingStuckLease, "scan-holder", "trident/pvc-scan-young"); f != nil {
-		t.Errorf("a young Lease without events is not stuck: %+v", f)
+	assert.Nil(t, find(facts.FindingStuckLease, "scan-holder", "trident/pvc-scan-young"), "a young Lease without events is not stuck")
+	assert.False(t, slices.ContainsFunc(got, func(f facts.Finding) bool { return strings.Contains(f.Lease, "leader") }),
+		"a Lease not named after a PV was reported: %+v", got)
+	if f := find(facts.FindingDeregisteredDriver, "scan-deregistered", ""); assert.NotNil(t, f, "deregistered driver") {
+		assert.Len(t, f.PluginPods, 1, "deregistered driver: %+v", f)
 	}
-	if slices.ContainsFunc(got, func(f facts.Finding) bool { return strings.Contains(f.Lease, "leader") }) {
-		t.Error("a Lease not named after a PV was reported")
-	}
-	if f := find(facts.FindingDeregisteredDriver, "scan-deregistered", ""); f == nil || len(f.PluginPods) != 1 {
-		t.Errorf("deregistered driver: %+v", f)
-	}
-	if f := find(facts.FindingOverlappingPluginPods, "scan-overlap", ""); f == nil || len(f.PluginPods) != 2 {
-		t.Errorf("overlapping pods: %+v", f)
+	if f := find(facts.FindingOverlappingPluginPods, "scan-overlap", ""); assert.NotNil(t, f, "overlapping pods") {
+		assert.Len(t, f.PluginPods, 2, "overlapping pods: %+v", f)
 	}
 	for _, f := range got {
-		if f.Node == "scan-fine" || (f.Node == "scan-overlap" && f.Kind == facts.FindingDeregisteredDriver) {
-			t.Errorf("unexpected finding %+v", f)
-		}
+		assert.False(t, f.Node == "scan-fine" || (f.Node == "scan-overlap" && f.Kind == facts.FindingDeregisteredDriver), "unexpected finding %+v", f)
 	}
-	if !slices.IsSortedFunc(got, func(a, b facts.Finding) int {
+	assert.True(t, slices.IsSortedFunc(got, func(a, b facts.Finding) int {
 		return strings.Compare(a.Kind+"\x00"+a.Node+"\x00"+a.Lease, b.Kind+"\x00"+b.Node+"\x00"+b.Lease)
-	}) {
-		t.Error("findings are not sorted")
-	}
+	}), "findings are not sorted: %+v", got)
 }
 
 // TestScanLeaseAgeCountsFromServerTime: scan measures a Lease's age as the decision
@@ -98,12 +93,9 @@ func TestScanLeaseAgeCountsFromServerTime(t *testing.T) {
 	// The real clock: the Lease was created just now.
 	g := &facts.Gatherer{Reader: env.Client, Config: facts.DefaultConfig()}
 	got, err := g.Scan(context.Background(), facts.ScanOptions{LeaseAge: 10 * time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	for _, f := range got {
-		if f.Lease == "trident/pvc-scan-slowclock" {
-			t.Errorf("a Lease created just now was reported as stuck because of its holder's acquireTime: %+v", f)
-		}
+		assert.NotEqual(t, "trident/pvc-scan-slowclock", f.Lease,
+			"a Lease created just now was reported as stuck because of its holder's acquireTime: %+v", f)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
@@ -59,17 +60,14 @@ func newWorld(t *testing.T) *world {
 func (w *world) create(obj client.Object) {
 	w.t.Helper()
 	status := statusOf(obj)
-	if err := w.c.Create(w.ctx, obj); err != nil {
-		if apierrors.IsAlreadyExists(err) {
-			return
-		}
-		w.t.Fatalf("creating %T %s: %v", obj, obj.GetName(), err)
+	err := w.c.Create(w.ctx, obj)
+	if apierrors.IsAlreadyExists(err) {
+		return
 	}
+	require.NoError(w.t, err, "creating %T %s", obj, obj.GetName())
 	if status != nil {
 		status(obj)
-		if err := w.c.Status().Update(w.ctx, obj); err != nil {
-			w.t.Fatalf("updating status of %T %s: %v", obj, obj.GetName(), err)
-		}
+		require.NoError(w.t, w.c.Status().Update(w.ctx, obj), "updating status of %T %s", obj, obj.GetName())
 	}
 }
 
@@ -134,9 +132,7 @@ func (w *world) claim(ns, name, pv string) *corev1.PersistentVolumeClaim {
 	w.create(c)
 	if c.UID == "" {
 		// It already existed; read it back for its UID.
-		if err := w.c.Get(w.ctx, client.ObjectKeyFromObject(c), c); err != nil {
-			w.t.Fatalf("reading PVC %s/%s: %v", ns, name, err)
-		}
+		require.NoError(w.t, w.c.Get(w.ctx, client.ObjectKeyFromObject(c), c), "reading PVC %s/%s", ns, name)
 	}
 	return c
 }
@@ -224,9 +220,7 @@ func (w *world) gather(t *testing.T, remediation v1alpha1.Remediation, target v1
 	g := &facts.Gatherer{Reader: env.Client, Config: facts.DefaultConfig(), Clock: w}
 	rr := &v1alpha1.RemediationRequest{Spec: v1alpha1.RemediationRequestSpec{Remediation: remediation, Target: target}}
 	f, err := g.Gather(context.Background(), rr)
-	if err != nil {
-		t.Fatalf("Gather: %v", err)
-	}
+	require.NoError(t, err, "Gather")
 	return f
 }
 
