@@ -25,9 +25,10 @@ func TestDecide(t *testing.T) {
 			assert.NotEmpty(t, o.Accepted.Reason)
 			assert.NotEmpty(t, o.Progressing.Reason)
 			assert.Equal(t, tc.Request.Generation, o.Decision.Generation)
-			if o.Phase == "Running" || o.Phase == "Pending" {
+			switch o.Phase {
+			case "Running", "Pending":
 				assert.NotEmpty(t, o.Steps, "an allowed playbook has steps")
-			} else if o.Phase == "Rejected" {
+			case "Rejected":
 				assert.Empty(t, o.Steps)
 				assert.False(t, o.Decision.Allowed)
 			}

@@ -2,13 +2,13 @@ package controllers_test
 
 import (
 	"context"
-	clocktesting "k8s.io/utils/clock/testing"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	"github.com/remediator/remediator/api/v1alpha1"
