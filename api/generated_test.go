@@ -1,6 +1,3 @@
-// Package api_test checks that the artifacts controller-gen derives from the API
-// types and RBAC markers (deepcopy code, the CRD, the ClusterRole) are committed
-// up to date, so that a changed marker cannot ship with a stale CRD.
 package api_test
 
 import (

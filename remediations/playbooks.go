@@ -1,8 +1,3 @@
-// Package remediations owns acting: playbooks as data (playbooks.yaml), the step
-// library they name (cordon, graceful pod eviction, waits, Lease deletion with
-// preconditions, uncordon), and the runner that advances a request's playbook one
-// journaled step per reconcile so that a restart resumes without repeating a
-// destructive call.
 package remediations
 
 import (

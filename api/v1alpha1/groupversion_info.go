@@ -1,9 +1,3 @@
-// Package v1alpha1 owns the remediator.io/v1alpha1 API: the RemediationRequest
-// type, its admission-time validation (kubebuilder and CEL markers), and the
-// condition types and reasons that operators, Argo CD and the docs rely on.
-//
-// +kubebuilder:object:generate=true
-// +groupName=remediator.io
 package v1alpha1
 
 import (

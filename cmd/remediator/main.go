@@ -1,5 +1,3 @@
-// Command remediator is the single Remediator binary: the controller manager and the
-// operator-facing subcommands. This package holds flags and wiring only.
 package main
 
 import (

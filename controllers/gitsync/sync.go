@@ -1,9 +1,3 @@
-// Package gitsync owns the embedded GitOps agent behind `remediator sync`: it fetches
-// the remediation repository with the real git, admits only RemediationRequests in
-// the allowed namespaces, and applies and prunes them through gitops-engine's engine
-// and sync packages, the machinery Argo CD itself uses. Git must not become a back
-// door for arbitrary objects, so a revision with anything else in it is refused
-// whole and nothing of it reaches the cluster.
 package gitsync
 
 import (

@@ -1,8 +1,5 @@
 //go:build e2e
 
-// Package e2e runs Remediator end to end on the local kwok cluster (test/cluster):
-// a real control plane with kwok-simulated kubelets, and bin/remediator running as
-// its own process, the way an operator would run it.
 package e2e
 
 import (

@@ -1,6 +1,3 @@
-// Package gitrepo gives tests an operator's remediation repository: a bare "origin"
-// and a working clone that commits and pushes to it, as a merged pull request would.
-// It runs the real git, like `remediator sync` does.
 package gitrepo
 
 import (
