@@ -153,7 +153,11 @@ func (r *RemediationRequestReconciler) Reconcile(ctx context.Context, req ctrl.R
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if r.written.behind(u.GetUID(), u.GetResourceVersion()) {
-		return ctrl.Result{Requeue: true}, nil
+		// Requeue, not RequeueAfter: the work queue's rate limiter backs off while the
+		// cache catches up with this controller's own write, where a fixed delay would
+		// either wait too long or spin.
+		return ctrl.Result{Requeue: true}, nil //nolint:staticcheck // see above: the rate-limited requeue is the point
+
 	}
 	log := ctrl.LoggerFrom(ctx).WithValues("remediationRequest", klog.KObj(u))
 	ctx = ctrl.LoggerInto(ctx, log)

@@ -49,11 +49,11 @@ type Input struct {
 type Verdict string
 
 const (
-	// VerdictAllow: run Decision.Playbook.
+	// VerdictAllow means run Decision.Playbook.
 	VerdictAllow Verdict = "Allow"
-	// VerdictWait: not now, not never (phase Waiting); decided again later.
+	// VerdictWait means not now, not never (phase Waiting); decided again later.
 	VerdictWait Verdict = "Wait"
-	// VerdictReject: the request is rejected, with an explanation.
+	// VerdictReject means the request is rejected, with an explanation.
 	VerdictReject Verdict = "Reject"
 )
 

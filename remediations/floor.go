@@ -16,38 +16,38 @@ import (
 type Invariant string
 
 const (
-	// InvariantHealthyHolderPodsRunning: the holder is Healthy and pods that use the
+	// InvariantHealthyHolderPodsRunning means the holder is Healthy and pods that use the
 	// volume still run on it (or the playbook does not drain them before deleting the
 	// Lease, or which pods use the volume cannot be established).
 	InvariantHealthyHolderPodsRunning Invariant = "healthy-holder-pods-running"
-	// InvariantHolderNotFenced: the holder is Unreachable or has no Node object, and
+	// InvariantHolderNotFenced means the holder is Unreachable or has no Node object, and
 	// spec.fencing does not confirm fencing of that very node.
 	InvariantHolderNotFenced Invariant = "holder-not-fenced"
-	// InvariantHolderStateUnproven: the holder's state is neither Shutdown,
+	// InvariantHolderStateUnproven means the holder's state is neither Shutdown,
 	// Unreachable, NotFound nor Healthy, so nothing proves the Lease is free to go.
 	InvariantHolderStateUnproven Invariant = "holder-state-unproven"
-	// InvariantLeaseNotHeld: there is no held Lease to act on.
+	// InvariantLeaseNotHeld means there is no held Lease to act on.
 	InvariantLeaseNotHeld Invariant = "lease-not-held"
-	// InvariantLeaseChanged: the Lease's UID, resourceVersion or holder changed since
+	// InvariantLeaseChanged means the Lease's UID, resourceVersion or holder changed since
 	// the decision.
 	InvariantLeaseChanged Invariant = "lease-changed"
-	// InvariantHolderStateChanged: the holder (or target) node's state changed since
+	// InvariantHolderStateChanged means the holder (or target) node's state changed since
 	// the decision.
 	InvariantHolderStateChanged Invariant = "holder-state-changed"
-	// InvariantConcurrentRemediation: another request on the same Lease or node is
+	// InvariantConcurrentRemediation means another request on the same Lease or node is
 	// running.
 	InvariantConcurrentRemediation Invariant = "concurrent-remediation"
-	// InvariantPluginPodsOverlap: the node does not run exactly one node-plugin pod,
+	// InvariantPluginPodsOverlap means the node does not run exactly one node-plugin pod,
 	// or it is not the one the decision was made on. Restarting one while another
 	// overlaps it reproduces incident B.
 	InvariantPluginPodsOverlap Invariant = "plugin-pods-overlap"
-	// InvariantDriverRegistered: the CSI driver is registered on the node again, so
+	// InvariantDriverRegistered means the CSI driver is registered on the node again, so
 	// there is nothing to repair and a restart would only disturb it.
 	InvariantDriverRegistered Invariant = "driver-registered"
-	// InvariantPlaybookMismatch: the playbook does not fit the remediation, or the
+	// InvariantPlaybookMismatch means the playbook does not fit the remediation, or the
 	// journal in status does not list the decided playbook's steps.
 	InvariantPlaybookMismatch Invariant = "playbook-mismatch"
-	// InvariantDryRun: spec.mode is DryRun, which acts on nothing.
+	// InvariantDryRun means spec.mode is DryRun, which acts on nothing.
 	InvariantDryRun Invariant = "dry-run"
 )
 

@@ -12,19 +12,19 @@ import (
 type NodeState string
 
 const (
-	// NodeShutdown: Ready is not True and the node carries a shutdown taint
+	// NodeShutdown means Ready is not True and the node carries a shutdown taint
 	// (out-of-service or the cloud provider's shutdown taint).
 	NodeShutdown NodeState = "Shutdown"
-	// NodeUnreachable: the node lost the control plane (Ready Unknown, a stale
+	// NodeUnreachable means the node lost the control plane (Ready Unknown, a stale
 	// kube-node-lease renewal or the unreachable taint) and carries no shutdown taint.
 	// It may still be running workloads.
 	NodeUnreachable NodeState = "Unreachable"
-	// NodeNotFound: no Node object has the holder's name. It is not proof of a
+	// NodeNotFound means no Node object has the holder's name. It is not proof of a
 	// shutdown: holderIdentity may be spelled differently from the Node name (FQDN
 	// versus short name), or the Node was deleted while its machine still runs. It is
 	// treated like NodeUnreachable: fencing that names the node, then the age gate.
 	NodeNotFound NodeState = "NotFound"
-	// NodeHealthy: Ready is True and the node Lease is fresh.
+	// NodeHealthy means Ready is True and the node Lease is fresh.
 	NodeHealthy NodeState = "Healthy"
 	// NodeUnknown is anything else; the policy rejects it.
 	NodeUnknown NodeState = "Unknown"

@@ -34,11 +34,11 @@ const (
 type FencingMethod string
 
 const (
-	// FencingNodeShutdown: the node was powered off or shut down out of band.
+	// FencingNodeShutdown means the node was powered off or shut down out of band.
 	FencingNodeShutdown FencingMethod = "NodeShutdown"
-	// FencingTridentNodeContainerStopped: the Trident node container on the node was stopped.
+	// FencingTridentNodeContainerStopped means the Trident node container on the node was stopped.
 	FencingTridentNodeContainerStopped FencingMethod = "TridentNodeContainerStopped"
-	// FencingLogsVerified: the trident-main logs show the node can neither acquire nor
+	// FencingLogsVerified means the trident-main logs show the node can neither acquire nor
 	// delete the Lease and is not running cryptsetup.
 	FencingLogsVerified FencingMethod = "LogsVerified"
 )
@@ -179,6 +179,7 @@ type MaintenanceWindow struct {
 // +kubebuilder:validation:Enum=Pending;Rejected;Waiting;Running;Succeeded;Failed
 type Phase string
 
+// The phases; the conditions say why a request is in one.
 const (
 	PhasePending   Phase = "Pending"
 	PhaseRejected  Phase = "Rejected"
@@ -252,6 +253,7 @@ type Decision struct {
 // +kubebuilder:validation:Enum=Pending;Running;Succeeded;Failed;Skipped
 type StepState string
 
+// The states of a step in status.steps.
 const (
 	StepPending   StepState = "Pending"
 	StepRunning   StepState = "Running"

@@ -52,7 +52,7 @@ func parseDockerfile(t *testing.T, path string) []dockerStage {
 	t.Helper()
 	f, err := os.Open(path)
 	require.NoError(t, err)
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	var stages []dockerStage
 	var cur strings.Builder
 	start, n := 0, 0
@@ -196,7 +196,7 @@ func TestDockerfile(t *testing.T) {
 			assert.False(t, s.Name == ".symtab" || strings.HasPrefix(s.Name, ".debug_") || strings.HasPrefix(s.Name, ".zdebug_"),
 				"the binary has section %s despite -ldflags \"-s -w\"", s.Name)
 		}
-		f.Close()
+		_ = f.Close()
 	}
 
 	b, err = exec.CommandContext(ctx, out, "version").CombinedOutput()

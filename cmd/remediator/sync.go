@@ -94,7 +94,9 @@ func runSync(ctx context.Context, out io.Writer, o syncOptions) error {
 		res, err := s.Sync(sctx)
 		// A refused or failed revision prints only what was done before it failed.
 		if res != nil && (err == nil || len(res.Applied)+len(res.Pruned) > 0) {
-			printSync(out, res)
+			if perr := printSync(out, res); perr != nil && err == nil {
+				err = fmt.Errorf("printing the sync result: %w", perr)
+			}
 		}
 		return err
 	}
@@ -115,7 +117,7 @@ func runSync(ctx context.Context, out io.Writer, o syncOptions) error {
 	}
 }
 
-func printSync(w io.Writer, r *gitsync.Result) {
+func printSync(w io.Writer, r *gitsync.Result) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "COMMIT\tACTION\tREQUEST: RESULT\n")
 	for _, a := range r.Applied {
@@ -127,5 +129,5 @@ func printSync(w io.Writer, r *gitsync.Result) {
 	if len(r.Applied)+len(r.Pruned) == 0 {
 		fmt.Fprintf(tw, "%s\t-\tnothing to sync\n", gitsync.ShortRevision(r.Commit))
 	}
-	_ = tw.Flush()
+	return tw.Flush()
 }

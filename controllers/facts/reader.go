@@ -65,7 +65,7 @@ type RetryReader struct {
 	Backoff wait.Backoff
 }
 
-// DefaultReadBackoff: four attempts over about a third of a second.
+// DefaultReadBackoff is four attempts over about a third of a second.
 var DefaultReadBackoff = wait.Backoff{Steps: 4, Duration: 40 * time.Millisecond, Factor: 2.5, Jitter: 0.2}
 
 var _ client.Reader = RetryReader{}

@@ -34,7 +34,7 @@ func freePort() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	defer l.Close()
+	defer func() { _ = l.Close() }()
 	return l.Addr().String(), nil
 }
 
@@ -69,11 +69,11 @@ func startController(ctx context.Context, cfg config, name string, extra ...stri
 	cmd := exec.Command(cfg.controller, args...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	if err := cmd.Start(); err != nil {
-		logFile.Close()
+		_ = logFile.Close()
 		return nil, fmt.Errorf("starting %s: %w", cfg.controller, err)
 	}
 	c := &controllerProc{cmd: cmd, done: make(chan error, 1), metrics: metrics, pprof: pprof, log: logPath}
-	go func() { c.done <- cmd.Wait(); logFile.Close() }()
+	go func() { c.done <- cmd.Wait(); _ = logFile.Close() }()
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		select {
@@ -83,7 +83,7 @@ func startController(ctx context.Context, cfg config, name string, extra ...stri
 		}
 		resp, err := http.Get("http://" + probe + "/readyz")
 		if err == nil {
-			resp.Body.Close()
+			_ = resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
 				break
 			}
@@ -107,10 +107,10 @@ func (c *controllerProc) stop() {
 	}
 	_ = c.cmd.Process.Signal(os.Interrupt)
 	select {
-	case <-c.done:
+	case <-c.done: //nolint:errcheck // the exit status of a stopped controller is not news
 	case <-time.After(20 * time.Second):
 		_ = c.cmd.Process.Kill()
-		<-c.done
+		<-c.done //nolint:errcheck // the exit status of a stopped or killed controller is not news
 	}
 }
 
@@ -120,7 +120,7 @@ func (c *controllerProc) memory() (rss, peak float64, err error) {
 	if err != nil {
 		return 0, 0, err
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	s := bufio.NewScanner(f)
 	for s.Scan() {
 		fields := strings.Fields(s.Text())
@@ -151,7 +151,7 @@ func (c *controllerProc) scrape() (scrape, error) {
 	if err != nil {
 		return scrape{}, err
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	var parser expfmt.TextParser
 	families, err := parser.TextToMetricFamilies(resp.Body)
 	if err != nil {
@@ -207,12 +207,15 @@ func (c *controllerProc) cpuProfile(ctx context.Context, d time.Duration, path s
 	if err != nil {
 		return err
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	f, err := os.Create(path)
 	if err != nil {
 		return err
 	}
-	defer f.Close()
-	_, err = f.ReadFrom(resp.Body)
-	return err
+	if _, err := f.ReadFrom(resp.Body); err != nil {
+		_ = f.Close()
+		return err
+	}
+	// The profile is written: a failed close may have lost its end.
+	return f.Close()
 }

@@ -51,7 +51,7 @@ func summarise(r *Result) string {
 		a, z := m.Samples[0], m.Samples[1]
 		fmt.Fprintf(w, "peak RSS, %d requests: %d pods vs %d pods\t%.0f vs %.0f MiB (%.1f%%)\t-\t<= %d%%: %s\t\n", a.Requests, a.Pods, z.Pods, a.PeakRSSMiB, z.PeakRSSMiB, m.DiffPercent, goalMemoryDiffPct, mark(m.DiffPercent <= goalMemoryDiffPct))
 	}
-	w.Flush()
+	_ = w.Flush() // into a strings.Builder, which cannot fail
 	return b.String()
 }
 

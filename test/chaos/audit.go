@@ -82,7 +82,7 @@ func (a auditLog) calls(offset int64) (controller []call, podGone map[string]tim
 	if err != nil {
 		return nil, nil, err
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	if _, err := f.Seek(offset, io.SeekStart); err != nil {
 		return nil, nil, err
 	}

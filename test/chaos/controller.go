@@ -32,7 +32,7 @@ func freePort() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	defer l.Close()
+	defer func() { _ = l.Close() }()
 	return l.Addr().String(), nil
 }
 
@@ -75,11 +75,11 @@ func (h *harness) start(o procOpts) (*proc, error) {
 		cmd.Env = append(cmd.Env, "REMEDIATOR_FAILPOINTS="+o.failpoint)
 	}
 	if err := cmd.Start(); err != nil {
-		logFile.Close()
+		_ = logFile.Close()
 		return nil, fmt.Errorf("starting %s: %w", h.cfg.controller, err)
 	}
 	p := &proc{cmd: cmd, done: make(chan struct{}), metrics: metrics, log: logPath}
-	go func() { p.err = cmd.Wait(); logFile.Close(); close(p.done) }()
+	go func() { p.err = cmd.Wait(); _ = logFile.Close(); close(p.done) }()
 	if o.noWait {
 		return p, nil
 	}
@@ -91,7 +91,7 @@ func (h *harness) start(o procOpts) (*proc, error) {
 		default:
 		}
 		if resp, err := http.Get("http://" + probe + "/readyz"); err == nil {
-			resp.Body.Close()
+			_ = resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
 				return p, nil
 			}
@@ -164,7 +164,7 @@ func (p *proc) sample(ctx context.Context, name string, match func(string) bool)
 	if err != nil {
 		return 0, err
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {

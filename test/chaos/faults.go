@@ -102,7 +102,7 @@ func (h *harness) faults(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	defer fp.Close()
+	defer func() { _ = fp.Close() }()
 	kubeconfig := filepath.Join(h.workDir, "faultproxy.kubeconfig")
 	if err := fp.WriteKubeconfig(kubeconfig); err != nil {
 		return err

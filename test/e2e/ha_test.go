@@ -85,7 +85,7 @@ func scrape(t require.TestingT, addr string) map[string]*dto.MetricFamily {
 	}
 	resp, err := http.Get("http://" + addr + "/metrics")
 	require.NoError(t, err)
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	var parser expfmt.TextParser
 	families, err := parser.TextToMetricFamilies(resp.Body)
 	require.NoError(t, err)

@@ -17,7 +17,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	authnv1 "k8s.io/api/authentication/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -152,12 +152,12 @@ func TestKubeconfigAndImpersonationReachTheAPIServer(t *testing.T) {
 	assert.Empty(t, cfg.CertData, "the controller under test needs no credentials")
 	cfg.Impersonate = rest.ImpersonationConfig{UserName: "alice", Groups: []string{"ops", "system:authenticated"}, Extra: map[string][]string{"scope": {"trident"}}}
 
-	review, err := kubernetes.NewForConfigOrDie(cfg).AuthenticationV1().SelfSubjectReviews().Create(context.Background(), &authnv1.SelfSubjectReview{}, metav1.CreateOptions{})
+	review, err := kubernetes.NewForConfigOrDie(cfg).AuthenticationV1().SelfSubjectReviews().Create(context.Background(), &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
 	require.NoError(t, err)
 	u := review.Status.UserInfo
 	assert.Equal(t, "alice", u.Username)
 	assert.Equal(t, []string{"ops", "system:authenticated"}, u.Groups)
-	assert.Equal(t, authnv1.ExtraValue{"trident"}, u.Extra["scope"])
+	assert.Equal(t, authenticationv1.ExtraValue{"trident"}, u.Extra["scope"])
 }
 
 func TestConflictsFailWritesAndWriteNothing(t *testing.T) {

@@ -146,7 +146,7 @@ func TestForwardsHeadersAndBodiesUnchanged(t *testing.T) {
 	req.Header = sent.Clone()
 	resp, err := rawClient().Do(req)
 	require.NoError(t, err)
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	got, err := io.ReadAll(resp.Body)
 	require.NoError(t, err)
 
@@ -178,7 +178,7 @@ func TestStreamsWatchEventsAsTheyArrive(t *testing.T) {
 
 	resp, err := rawClient().Get(p.URL() + "/api/v1/pods?watch=true")
 	require.NoError(t, err)
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	first := make(chan string, 1)
 	go func() {
 		buf := make([]byte, 64)
@@ -219,7 +219,7 @@ func mixedRun(t *testing.T, cfg Config, n int) ([]outcome, *Proxy) {
 		resp, err := c.Do(req)
 		if err == nil {
 			_, _ = io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
+			_ = resp.Body.Close()
 			out[i].status = resp.StatusCode
 		}
 		out[i].reached = rec.hits.Load() > before
@@ -308,7 +308,7 @@ func TestPauseAndExcludeLetRequestsThrough(t *testing.T) {
 	get := func(path string) int {
 		resp, err := rawClient().Get(p.URL() + path)
 		require.NoError(t, err)
-		resp.Body.Close()
+		_ = resp.Body.Close()
 		return resp.StatusCode
 	}
 	assert.Equal(t, http.StatusInternalServerError, get("/api/v1/pods"))
@@ -353,7 +353,7 @@ func TestWatchCutsAreCleanOrResets(t *testing.T) {
 		resp, err := rawClient().Get(p.URL() + "/api/v1/pods?watch=true")
 		require.NoError(t, err)
 		body, err := io.ReadAll(resp.Body)
-		resp.Body.Close()
+		_ = resp.Body.Close()
 		elapsed := time.Since(start)
 		assert.Contains(t, string(body), `{"event":0}`)
 		assert.Less(t, elapsed, 2*time.Second)
@@ -382,7 +382,7 @@ func TestStatusBodiesUseTheAcceptedMediaType(t *testing.T) {
 			req.Header.Set("Accept", accept)
 			resp, err := rawClient().Do(req)
 			require.NoError(t, err)
-			defer resp.Body.Close()
+			defer func() { _ = resp.Body.Close() }()
 			body, err := io.ReadAll(resp.Body)
 			require.NoError(t, err)
 
@@ -406,7 +406,7 @@ func TestStatsMarshalToJSON(t *testing.T) {
 	require.NoError(t, err)
 	resp, err := rawClient().Do(req)
 	require.NoError(t, err)
-	resp.Body.Close()
+	_ = resp.Body.Close()
 	b, err := json.Marshal(p.Stats())
 	require.NoError(t, err)
 	assert.JSONEq(t, `{"requests":1,"skipped":0,"clean":0,
@@ -423,7 +423,7 @@ func TestPauseDisarmsWatchCuts(t *testing.T) {
 	p := startProxy(t, &rest.Config{Host: up.URL}, Config{WatchDropRate: 1, WatchDropAfterMin: 100 * time.Millisecond, WatchDropAfterMax: 100 * time.Millisecond})
 	resp, err := rawClient().Get(p.URL() + "/api/v1/pods?watch=true")
 	require.NoError(t, err)
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	p.Pause()
 	ended := make(chan error, 1)
 	go func() { _, err := io.ReadAll(resp.Body); ended <- err }()
@@ -441,7 +441,7 @@ func TestUnreachableUpstreamIsA502(t *testing.T) {
 	p := startProxy(t, &rest.Config{Host: "http://127.0.0.1:1"}, noFaults())
 	resp, err := rawClient().Get(p.URL() + "/api/v1/pods")
 	require.NoError(t, err)
-	resp.Body.Close()
+	_ = resp.Body.Close()
 	assert.Equal(t, http.StatusBadGateway, resp.StatusCode)
 	assert.Equal(t, uint64(1), p.Stats().UpstreamErrors)
 }

@@ -76,6 +76,7 @@ func Parallel(n int, fn func(i int) error) error {
 	return first
 }
 
+// Namespaces creates the apps and requests namespaces; existing ones are kept.
 func (s *Stager) Namespaces(ctx context.Context) error {
 	for _, ns := range []string{s.Apps, s.Requests} {
 		_, err := s.CS.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
