@@ -49,7 +49,7 @@ func declaresModule(gomod string) bool {
 	if err != nil {
 		return false
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	s := bufio.NewScanner(f)
 	for s.Scan() {
 		if fields := strings.Fields(s.Text()); len(fields) == 2 && fields[0] == "module" {

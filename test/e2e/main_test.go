@@ -123,7 +123,7 @@ func startController(t *testing.T, extraArgs ...string) *controller {
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	require.NoError(t, cmd.Start(), "starting bin/remediator (run `make build`)")
 	c := &controller{cmd: cmd, done: make(chan error, 1), logPath: logPath}
-	go func() { c.done <- cmd.Wait(); logFile.Close() }()
+	go func() { c.done <- cmd.Wait(); _ = logFile.Close() }()
 	t.Cleanup(func() {
 		c.stop()
 		if t.Failed() {
@@ -145,7 +145,7 @@ func startController(t *testing.T, extraArgs ...string) *controller {
 		}
 		resp, err := http.Get("http://" + probe + "/readyz")
 		require.NoError(ct, err)
-		resp.Body.Close()
+		_ = resp.Body.Close()
 		assert.Equal(ct, http.StatusOK, resp.StatusCode, "/readyz: %s", resp.Status)
 	}, 60*time.Second, poll, "controller ready on %s", probe)
 	require.False(t, exited, "controller exited: %v\n%s", exitErr, c.logs())
@@ -158,7 +158,7 @@ func (c *controller) kill() {
 		return
 	}
 	_ = c.cmd.Process.Kill()
-	<-c.done
+	<-c.done //nolint:errcheck // the exit status of a stopped or killed controller is not news
 }
 
 func (c *controller) stop() {
@@ -167,10 +167,10 @@ func (c *controller) stop() {
 	}
 	_ = c.cmd.Process.Signal(os.Interrupt)
 	select {
-	case <-c.done:
+	case <-c.done: //nolint:errcheck // the exit status of a stopped controller is not news
 	case <-time.After(15 * time.Second):
 		_ = c.cmd.Process.Kill()
-		<-c.done
+		<-c.done //nolint:errcheck // the exit status of a stopped or killed controller is not news
 	}
 }
 
@@ -225,7 +225,7 @@ func freeAddr(t *testing.T) string {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	defer l.Close()
+	defer func() { _ = l.Close() }()
 	return l.Addr().String()
 }
 
