@@ -50,9 +50,10 @@ func synthetic() []Input {
 		for fi, fe := range fencings {
 			for ai, age := range ages {
 				var taints []string
-				if (ai+fi)%3 == 0 {
+				switch (ai + fi) % 3 {
+				case 0:
 					taints = []string{v1alpha1.TaintOutOfService}
-				} else if (ai+fi)%3 == 1 {
+				case 1:
 					taints = []string{v1alpha1.TaintUnreachable}
 				}
 				in := luks(&v1alpha1.Facts{GatheredAt: ts, TridentNamespace: "trident", DriverName: "csi.trident.netapp.io",

@@ -157,7 +157,7 @@ func checkSafetyFloor(t *testing.T, in Input, d Decision) {
 			require.Equal(t, v1alpha1.NodeHealthy, node.State, "%+v", d)
 			require.True(t, l.RetainedEvents > 0 || l.AgeSeconds >= 600, "a young Lease of a healthy holder without LeaseRetained events: %+v", d)
 		default:
-			t.Fatalf("release-luks-lease allowed with playbook %q: %+v", d.Playbook, d)
+			require.Failf(t, "release-luks-lease allowed with a playbook the floor does not cover", "playbook %q: %+v", d.Playbook, d)
 		}
 	case v1alpha1.RemediationReregisterCSIDriver:
 		require.Equal(t, v1alpha1.PlaybookRestartNodePlugin, d.Playbook, "%+v", d)
@@ -168,7 +168,7 @@ func checkSafetyFloor(t *testing.T, in Input, d Decision) {
 		p := f.CSI.PluginPods[0]
 		require.True(t, p.Phase == "Running" && p.Ready && p.DeletionTimestamp == nil, "restarting a plugin pod that is not Running and Ready: %+v", d)
 	default:
-		t.Fatalf("remediation %q allowed: %+v", in.Remediation, d)
+		require.Failf(t, "a remediation the floor does not cover allowed", "remediation %q: %+v", in.Remediation, d)
 	}
 }
 

@@ -1,8 +1,6 @@
 package policies
 
 import (
-	"github.com/remediator/remediator/api/v1alpha1"
-
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -10,7 +8,11 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	"sigs.k8s.io/yaml"
+
+	"github.com/remediator/remediator/api/v1alpha1"
 )
 
 type fixture struct {
@@ -28,9 +30,7 @@ type fixture struct {
 func engine(t testing.TB) *Engine {
 	t.Helper()
 	e, err := Embedded()
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	return e
 }
 
@@ -38,34 +38,31 @@ func engine(t testing.TB) *Engine {
 // controller writes them) and compares with its expected decision.
 func TestGoldenFixtures(t *testing.T) {
 	e := engine(t)
-	files, _ := filepath.Glob("testdata/*.yaml")
-	if len(files) == 0 {
-		t.Fatal("no fixtures")
+	files, err := filepath.Glob("testdata/*.yaml")
+	require.NoError(t, err)
+	require.NotEmpty(t, files, "no fixtures")
+	// outcome is what a fixture pins of a decision.
+	type outcome struct {
+		Verdict             Verdict
+		Playbook, Rule      string
+		RecheckAfterSeconds int64
 	}
 	for _, f := range files {
 		t.Run(filepath.Base(f), func(t *testing.T) {
 			data, err := os.ReadFile(f)
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			var fx fixture
-			if err := yaml.UnmarshalStrict(data, &fx); err != nil {
-				t.Fatalf("parsing fixture: %v", err)
-			}
+			require.NoError(t, yaml.UnmarshalStrict(data, &fx), "parsing fixture")
 			d, err := e.Decide(fx.Input)
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			w := fx.Want
-			if d.Verdict != (decoded{Allowed: w.Allowed, Wait: w.Wait}).decision("").Verdict || d.Playbook != w.Playbook || d.Rule != w.Rule || d.RecheckAfterSeconds != w.RecheckAfterSeconds {
-				t.Errorf("decision = %+v\nwant %+v", d, w)
-			}
-			if !strings.Contains(d.Message, w.MessageContains) {
-				t.Errorf("message %q does not contain %q", d.Message, w.MessageContains)
-			}
-			if d.Message == "" || len(d.Reasons) == 0 || !strings.HasPrefix(d.Digest, "sha256:") {
-				t.Errorf("decision lacks message, reasons or digest: %+v", d)
-			}
+			assert.Equal(t,
+				outcome{(decoded{Allowed: w.Allowed, Wait: w.Wait}).decision("").Verdict, w.Playbook, w.Rule, w.RecheckAfterSeconds},
+				outcome{d.Verdict, d.Playbook, d.Rule, d.RecheckAfterSeconds}, "decision %+v", d)
+			assert.Contains(t, d.Message, w.MessageContains)
+			assert.NotEmpty(t, d.Message, "decision lacks a message: %+v", d)
+			assert.NotEmpty(t, d.Reasons, "decision lacks reasons: %+v", d)
+			assert.True(t, strings.HasPrefix(d.Digest, "sha256:"), "decision lacks a sha256 digest: %+v", d)
 		})
 	}
 }
@@ -75,24 +72,15 @@ func TestDigestFollowsSource(t *testing.T) {
 	dir := t.TempDir()
 	copyPolicies(t, dir)
 	b, err := FromDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if a.Digest() != b.Digest() {
-		t.Errorf("same source, different digests: %s %s", a.Digest(), b.Digest())
-	}
+	require.NoError(t, err)
+	assert.Equal(t, a.Digest(), b.Digest(), "same source, different digests")
 	p := filepath.Join(dir, "release_luks_lease.cue")
-	src, _ := os.ReadFile(p)
-	if err := os.WriteFile(p, append(src, []byte("\n// changed\n")...), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	src, err := os.ReadFile(p)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(p, append(src, []byte("\n// changed\n")...), 0o644))
 	c, err := FromDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if c.Digest() == a.Digest() {
-		t.Error("changed source kept the digest")
-	}
+	require.NoError(t, err)
+	assert.NotEqual(t, a.Digest(), c.Digest(), "changed source kept the digest")
 }
 
 // TestReloadSwapsOnlyCompilingPolicies: an edited policy directory (a ConfigMap
@@ -102,72 +90,53 @@ func TestReloadSwapsOnlyCompilingPolicies(t *testing.T) {
 	dir := t.TempDir()
 	copyPolicies(t, dir)
 	e, err := FromDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	young := loadFixture(t, "testdata/unreachable-fenced-young.yaml")
 	decide := func() Decision {
 		t.Helper()
 		d, err := e.Decide(young.Input)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		return d
 	}
-	if changed, err := e.Reload(); changed || err != nil {
-		t.Fatalf("reload of an unchanged dir: changed=%v err=%v", changed, err)
-	}
+	changed, err := e.Reload()
+	require.NoError(t, err, "reload of an unchanged dir")
+	require.False(t, changed, "reload of an unchanged dir")
 	first, before := e.Digest(), decide()
-	if before.Verdict == VerdictAllow || before.Rule != young.Want.Rule {
-		t.Fatalf("baseline decision %+v, want rule %s", before, young.Want.Rule)
-	}
+	require.NotEqual(t, VerdictAllow, before.Verdict, "baseline decision %+v", before)
+	require.Equal(t, young.Want.Rule, before.Rule, "baseline decision %+v", before)
 
 	// The reviewed change: fenced unreachable holders need no minimum Lease age.
 	p := filepath.Join(dir, "release_luks_lease.cue")
 	src, err := os.ReadFile(p)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	edited := strings.Replace(string(src), "#UnreachableMinLeaseAgeSeconds: 300", "#UnreachableMinLeaseAgeSeconds: 0", 1)
-	if edited == string(src) {
-		t.Fatal("the threshold to edit is not in release_luks_lease.cue")
-	}
-	if err := os.WriteFile(p, []byte(edited), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if changed, err := e.Reload(); !changed || err != nil {
-		t.Fatalf("reload after an edit: changed=%v err=%v", changed, err)
-	}
+	require.NotEqual(t, string(src), edited, "the threshold to edit is not in release_luks_lease.cue")
+	require.NoError(t, os.WriteFile(p, []byte(edited), 0o644))
+	changed, err = e.Reload()
+	require.NoError(t, err, "reload after an edit")
+	require.True(t, changed, "reload after an edit")
 	second, after := e.Digest(), decide()
-	if second == first || after.Verdict != VerdictAllow || after.Digest != second {
-		t.Fatalf("after the edit: digest %s (was %s), decision %+v; want a new digest and an allowed decision", second, first, after)
-	}
+	require.NotEqual(t, first, second, "the edit kept the digest")
+	require.Equal(t, VerdictAllow, after.Verdict, "after the edit: decision %+v", after)
+	require.Equal(t, second, after.Digest, "after the edit: the decision's digest is not the new policy's")
 
-	if err := os.WriteFile(p, []byte(edited+"\n#Policy: {"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if changed, err := e.Reload(); changed || err == nil {
-		t.Fatalf("reload of a broken policy: changed=%v err=%v; want an error", changed, err)
-	}
-	if e.Digest() != second || decide().Verdict != VerdictAllow {
-		t.Error("a broken edit replaced the last good policy")
-	}
-	if emb := engine(t); emb.Source() != "embedded" || e.Source() != dir {
-		t.Errorf("sources: %q, %q", emb.Source(), e.Source())
-	}
+	require.NoError(t, os.WriteFile(p, []byte(edited+"\n#Policy: {"), 0o644))
+	changed, err = e.Reload()
+	require.Error(t, err, "reload of a broken policy")
+	require.False(t, changed, "reload of a broken policy")
+	assert.Equal(t, second, e.Digest(), "a broken edit replaced the last good policy")
+	assert.Equal(t, VerdictAllow, decide().Verdict, "a broken edit replaced the last good policy")
+	assert.Equal(t, "embedded", engine(t).Source())
+	assert.Equal(t, dir, e.Source())
 }
 
 func TestFromDirRejectsBrokenPolicy(t *testing.T) {
 	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "p.cue"), []byte("package policies\n#Policy: {input: _, decision: \n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := FromDir(dir); err == nil {
-		t.Fatal("a policy with a syntax error compiled")
-	}
-	if _, err := FromDir(t.TempDir()); err == nil || !strings.Contains(err.Error(), "no .cue policy files") {
-		t.Fatalf("empty dir: %v", err)
-	}
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "p.cue"), []byte("package policies\n#Policy: {input: _, decision: \n"), 0o644))
+	_, err := FromDir(dir)
+	require.Error(t, err, "a policy with a syntax error compiled")
+	_, err = FromDir(t.TempDir())
+	require.ErrorContains(t, err, "no .cue policy files", "empty dir")
 }
 
 // TestConcurrentDecisions runs decisions from many goroutines on one Engine; under
@@ -182,8 +151,8 @@ func TestConcurrentDecisions(t *testing.T) {
 			defer wg.Done()
 			for range 20 {
 				d, err := e.Decide(fx.Input)
-				if err != nil || d.Playbook != v1alpha1.PlaybookHealthyMoveWorkload {
-					t.Errorf("concurrent decision: %+v, %v", d, err)
+				if !assert.NoError(t, err, "concurrent decision") ||
+					!assert.Equal(t, v1alpha1.PlaybookHealthyMoveWorkload, d.Playbook, "concurrent decision: %+v", d) {
 					return
 				}
 			}
@@ -197,28 +166,20 @@ func TestConcurrentDecisions(t *testing.T) {
 func TestPolicySuiteCanFail(t *testing.T) {
 	dir := t.TempDir()
 	copyPolicies(t, dir)
-	tests, _ := filepath.Glob("*_test.cue")
-	if len(tests) == 0 {
-		t.Fatal("no *_test.cue files")
-	}
+	tests, err := filepath.Glob("*_test.cue")
+	require.NoError(t, err)
+	require.NotEmpty(t, tests, "no *_test.cue files")
 	for _, tf := range tests {
 		src, err := os.ReadFile(tf)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := vet(t, dir, src); err != nil {
-			t.Fatalf("unmodified %s fails cue vet: %v", tf, err)
-		}
+		require.NoError(t, err)
+		require.NoError(t, vet(t, dir, src), "unmodified %s fails cue vet", tf)
 	}
-	src, _ := os.ReadFile("release_luks_lease_test.cue")
+	src, err := os.ReadFile("release_luks_lease_test.cue")
+	require.NoError(t, err)
 	const from = `want: {allowed: true, playbook: "fenced-unreachable", rule: "unreachable-fenced"}`
-	if !strings.Contains(string(src), from) {
-		t.Fatalf("release_luks_lease_test.cue no longer contains %q", from)
-	}
+	require.Contains(t, string(src), from, "release_luks_lease_test.cue no longer contains the expectation to flip")
 	flipped := strings.Replace(string(src), from, `want: {allowed: false, rule: "unreachable-lease-too-young"}`, 1)
-	if err := vet(t, dir, []byte(flipped)); err == nil {
-		t.Fatal("cue vet passed with a flipped expectation")
-	}
+	require.Error(t, vet(t, dir, []byte(flipped)), "cue vet passed with a flipped expectation")
 }
 
 // vet runs cue vet the way `make policy-test` does: the policy files plus one test
@@ -237,31 +198,24 @@ func vet(t *testing.T, dir string, testSrc []byte) error {
 
 func copyPolicies(t *testing.T, dir string) {
 	t.Helper()
-	files, _ := filepath.Glob("*.cue")
+	files, err := filepath.Glob("*.cue")
+	require.NoError(t, err)
 	for _, f := range files {
 		if strings.HasSuffix(f, "_test.cue") {
 			continue
 		}
 		data, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(dir, f), data, 0o644); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(filepath.Join(dir, f), data, 0o644))
 	}
 }
 
 func loadFixture(t testing.TB, f string) fixture {
 	t.Helper()
 	data, err := os.ReadFile(f)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	var fx fixture
-	if err := yaml.Unmarshal(data, &fx); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, yaml.Unmarshal(data, &fx))
 	return fx
 }
 
@@ -271,8 +225,7 @@ func BenchmarkDecide(b *testing.B) {
 	fx := loadFixture(b, "testdata/shutdown-holder.yaml")
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := e.Decide(fx.Input); err != nil {
-			b.Fatal(err)
-		}
+		_, err := e.Decide(fx.Input)
+		require.NoError(b, err)
 	}
 }

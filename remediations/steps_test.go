@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
@@ -19,9 +21,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
-	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
-
 	"github.com/remediator/remediator/api/v1alpha1"
 	"github.com/remediator/remediator/controllers/facts"
 	"github.com/remediator/remediator/test/testenv"
@@ -33,8 +32,8 @@ func TestMain(m *testing.M) { testenv.Main(m, &env) }
 
 func mustCreate(t *testing.T, obj client.Object) {
 	t.Helper()
-	if err := env.Client.Create(context.Background(), obj); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
+	if err := env.Client.Create(context.Background(), obj); !apierrors.IsAlreadyExists(err) {
+		require.NoError(t, err)
 	}
 }
 
@@ -98,10 +97,11 @@ func runStep(t *testing.T, r *Execution, step string) Progress {
 func leaseGone(t *testing.T, l *coordinationv1.Lease) bool {
 	t.Helper()
 	err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(l), &coordinationv1.Lease{})
-	if err != nil && !apierrors.IsNotFound(err) {
-		t.Fatal(err)
+	if apierrors.IsNotFound(err) {
+		return true
 	}
-	return apierrors.IsNotFound(err)
+	require.NoError(t, err)
+	return false
 }
 
 func TestDeleteLeasePreconditions(t *testing.T) {
@@ -158,30 +158,37 @@ func TestAdvanceJournalsOneStepAtATime(t *testing.T) {
 	ctx := context.Background()
 	r, l := shutdownHolder(t)
 	pb, err := DefaultPlaybooks()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if r.RR.Status.Steps, err = pb.Plan("node-shutdown"); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
+	r.RR.Status.Steps, err = pb.Plan("node-shutdown")
+	require.NoError(t, err)
 
+	// The first advance must only journal the start.
 	p, err := Advance(ctx, r)
+	require.NoError(t, err, "first advance")
 	st := r.RR.Status.Steps[0]
-	if err != nil || !p.Started || st.State != v1alpha1.StepRunning || st.StartedAt == nil || leaseGone(t, l) {
-		t.Fatalf("first advance must only journal the start: %+v %+v %v", p, st, err)
-	}
+	require.True(t, p.Started, "first advance must journal the start: %+v", p)
+	require.Equal(t, v1alpha1.StepRunning, st.State, "first advance: %+v", st)
+	require.NotNil(t, st.StartedAt, "first advance: %+v", st)
+	require.False(t, leaseGone(t, l), "first advance must only journal the start, not delete the Lease")
 	started := *st.StartedAt
 
+	// The second advance must run the step and finish: the last step's success
+	// finishes the playbook in the same journal write.
 	r.Now = r.Now.Add(time.Second)
 	p, err = Advance(ctx, r)
+	require.NoError(t, err, "second advance")
 	st = r.RR.Status.Steps[0]
-	// The last step's success finishes the playbook in the same journal write.
-	if err != nil || !p.Finished || st.State != v1alpha1.StepSucceeded || !st.StartedAt.Equal(&started) || st.ObjectUID != string(l.UID) || !leaseGone(t, l) {
-		t.Fatalf("second advance must run the step and finish: %+v %+v %v", p, st, err)
-	}
-	if p, err = Advance(ctx, r); err != nil || !p.Finished || p.Transition != "" {
-		t.Fatalf("a finished playbook stays finished without a transition: %+v %v", p, err)
-	}
+	require.True(t, p.Finished, "second advance must finish the playbook: %+v", p)
+	require.Equal(t, v1alpha1.StepSucceeded, st.State, "second advance: %+v", st)
+	require.True(t, st.StartedAt.Equal(&started), "second advance changed the start %v, was %v", st.StartedAt, started)
+	require.Equal(t, string(l.UID), st.ObjectUID, "second advance: %+v", st)
+	require.True(t, leaseGone(t, l), "second advance must delete the Lease")
+
+	// A finished playbook stays finished without a transition.
+	p, err = Advance(ctx, r)
+	require.NoError(t, err, "advance of a finished playbook")
+	require.True(t, p.Finished, "a finished playbook stays finished: %+v", p)
+	require.Empty(t, p.Transition, "a finished playbook makes no transition: %+v", p)
 }
 
 func TestCordonRestoresOnlyWhatItChanged(t *testing.T) {
@@ -190,63 +197,47 @@ func TestCordonRestoresOnlyWhatItChanged(t *testing.T) {
 		r, _ := shutdownHolder(t)
 		name := r.RR.Status.Facts.Lease.HolderIdentity
 		node := &corev1.Node{}
-		if err := env.Client.Get(ctx, types.NamespacedName{Name: name}, node); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, env.Client.Get(ctx, types.NamespacedName{Name: name}, node))
 		if already {
 			node.Spec.Unschedulable = true
-			if err := env.Client.Update(ctx, node); err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, env.Client.Update(ctx, node))
 		}
-		if out, err := (cordon{}).Run(ctx, r); err != nil || !out.Done {
-			t.Fatalf("cordon: %+v %v", out, err)
-		}
-		// A second run (a restart) changes nothing and reports the same.
 		out, err := (cordon{}).Run(ctx, r)
-		if err != nil || !out.Done || strings.Contains(out.Message, "already") != already {
-			t.Fatalf("cordon again (already=%v): %+v %v", already, out, err)
-		}
-		if _, err := Restore(ctx, r, "test"); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err, "cordon (already=%v)", already)
+		require.True(t, out.Done, "cordon (already=%v): %+v", already, out)
+		// A second run (a restart) changes nothing and reports the same.
+		out, err = (cordon{}).Run(ctx, r)
+		require.NoError(t, err, "cordon again (already=%v)", already)
+		require.True(t, out.Done, "cordon again (already=%v): %+v", already, out)
+		require.Equal(t, already, strings.Contains(out.Message, "already"), "cordon again (already=%v): message %q", already, out.Message)
+		_, err = Restore(ctx, r, "test")
+		require.NoError(t, err)
 		r.RR.Status.Steps = []v1alpha1.StepStatus{{Name: "cordon"}, {Name: "uncordon"}}
-		if _, err := Restore(ctx, r, "test"); err != nil {
-			t.Fatal(err)
-		}
-		if err := env.Client.Get(ctx, types.NamespacedName{Name: name}, node); err != nil {
-			t.Fatal(err)
-		}
-		if node.Spec.Unschedulable != already || node.Annotations[CordonedByAnnotation] != "" {
-			t.Errorf("already=%v: after restore unschedulable=%v annotations=%v", already, node.Spec.Unschedulable, node.Annotations)
-		}
-		if r.RR.Status.Steps[1].State != v1alpha1.StepSucceeded {
-			t.Errorf("restore not journaled on uncordon: %+v", r.RR.Status.Steps)
-		}
+		_, err = Restore(ctx, r, "test")
+		require.NoError(t, err)
+		require.NoError(t, env.Client.Get(ctx, types.NamespacedName{Name: name}, node))
+		assert.Equal(t, already, node.Spec.Unschedulable, "already=%v: unschedulable after restore", already)
+		assert.Empty(t, node.Annotations[CordonedByAnnotation], "already=%v: annotations after restore %v", already, node.Annotations)
+		assert.Equal(t, v1alpha1.StepSucceeded, r.RR.Status.Steps[1].State, "restore not journaled on uncordon: %+v", r.RR.Status.Steps)
 	}
 }
 
 func TestPlaybooksAreValid(t *testing.T) {
 	pb, err := DefaultPlaybooks()
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	for name, want := range map[string]int{"node-shutdown": 1, "fenced-unreachable": 1, "healthy-move-workload": 5, "restart-node-plugin": 5} {
 		plan, err := pb.Plan(name)
-		if err != nil || len(plan) != want {
-			t.Errorf("%s: %d steps, %v", name, len(plan), err)
+		if assert.NoError(t, err, name) {
+			assert.Len(t, plan, want, "%s: steps", name)
 		}
 	}
-	if _, err := pb.Plan("force-delete"); err == nil {
-		t.Error("unknown playbook planned")
-	}
+	_, err = pb.Plan("force-delete")
+	assert.Error(t, err, "unknown playbook planned")
 	// Only playbooks that disturb running workloads count against the cap; an unknown
 	// playbook is capped (what is not known to be harmless is).
 	for name, want := range map[string]bool{"node-shutdown": false, "fenced-unreachable": false,
 		"healthy-move-workload": true, "restart-node-plugin": true, "force-delete": true} {
-		if got := pb.Disruptive(name); got != want {
-			t.Errorf("Disruptive(%s) = %v, want %v", name, got, want)
-		}
+		assert.Equal(t, want, pb.Disruptive(name), "Disruptive(%s)", name)
 	}
 }
 

@@ -120,15 +120,19 @@ func dryRunCreate(t *testing.T, hc *http.Client, host, ns string, doc []byte) (b
 	req.Header.Set("Accept", "application/json")
 	resp, err := hc.Do(req)
 	require.NoError(t, err)
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
+	defer func() {
+		// The body is read to the end below; closing it has nothing left to report.
+		_ = resp.Body.Close()
+	}()
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
 	switch {
 	case resp.StatusCode == http.StatusCreated || resp.StatusCode == http.StatusOK:
 		return true, ""
 	case resp.StatusCode >= 400 && resp.StatusCode < 500:
 		return false, string(body)
 	}
-	t.Fatalf("API server answered %d: %s", resp.StatusCode, body)
+	require.Failf(t, "the API server answered neither a success nor a client error", "status %d: %s", resp.StatusCode, body)
 	return false, ""
 }
 

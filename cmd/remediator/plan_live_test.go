@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -35,9 +37,7 @@ func writeKubeconfig(t *testing.T, cfg *rest.Config) string {
 	kc.Contexts["envtest"] = &clientcmdapi.Context{Cluster: "envtest", AuthInfo: "envtest"}
 	kc.CurrentContext = "envtest"
 	p := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := clientcmd.WriteToFile(*kc, p); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, clientcmd.WriteToFile(*kc, p))
 	return p
 }
 
@@ -60,14 +60,12 @@ func (w *liveWorld) create(obj client.Object) {
 		s := o.Status
 		status = func() { o.Status = s }
 	}
-	if err := w.c.Create(ctx, obj); err != nil && !apierrors.IsAlreadyExists(err) {
-		w.t.Fatalf("creating %T %s: %v", obj, obj.GetName(), err)
+	if err := w.c.Create(ctx, obj); !apierrors.IsAlreadyExists(err) {
+		require.NoError(w.t, err, "creating %T %s", obj, obj.GetName())
 	}
 	if status != nil {
 		status()
-		if err := w.c.Status().Update(ctx, obj); err != nil {
-			w.t.Fatalf("updating status of %T %s: %v", obj, obj.GetName(), err)
-		}
+		require.NoError(w.t, w.c.Status().Update(ctx, obj), "updating status of %T %s", obj, obj.GetName())
 	}
 }
 
@@ -166,17 +164,13 @@ func TestPlanLiveFacts(t *testing.T) {
 	expect := func(t *testing.T, out string, want ...string) {
 		t.Helper()
 		for _, s := range want {
-			if !strings.Contains(out, s) {
-				t.Errorf("output lacks %q", s)
-			}
+			assert.Contains(t, out, s)
 		}
 	}
 
 	t.Run("shutdown holder allowed", func(t *testing.T) {
 		out, code := live(t, "-f", planTestdata+"shutdown.yaml")
-		if code != 0 {
-			t.Errorf("exit code %d, want 0", code)
-		}
+		assert.Equal(t, 0, code, "exit code")
 		expect(t, out, "facts:     live, gathered at",
 			"node      kwok-node-3 Shutdown (Ready=Unknown for 30m",
 			"taints node.kubernetes.io/out-of-service,node.kubernetes.io/unreachable; no node Lease in kube-node-lease)",
@@ -184,25 +178,27 @@ func TestPlanLiveFacts(t *testing.T) {
 	})
 	t.Run("unreachable holder rejected", func(t *testing.T) {
 		out, code := live(t, "-f", planTestdata+"unreachable-not-fenced.yaml")
-		if code != ExitPlanRejected {
-			t.Errorf("exit code %d, want 2", code)
-		}
+		assert.Equal(t, ExitPlanRejected, code, "exit code")
 		expect(t, out, "node      kwok-node-2 Unreachable", "REJECTED by rule unreachable-not-fenced", "set spec.fencing.confirmed: true")
 	})
 	t.Run("healthy holder allowed, then waits for a running request on the same Lease", func(t *testing.T) {
 		out, code := live(t, "-o", "json", "-f", planTestdata+"dryrun.yaml")
-		if code != 0 {
-			t.Errorf("exit code %d, want 0", code)
-		}
+		assert.Equal(t, 0, code, "exit code")
 		var r planReport
-		if err := json.Unmarshal([]byte(out), &r); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, json.Unmarshal([]byte(out), &r))
+		assert.Equal(t, "live", r.FactsSource)
+		require.NotEmpty(t, r.Requests)
 		res := r.Requests[0]
-		if r.FactsSource != "live" || res.FactsFrom != "live" || res.Decision.Rule != "healthy-lease-stuck" ||
-			len(res.Facts.AffectedPods) != 1 || res.Facts.AffectedPods[0].Name != "web-0" || res.Facts.Lease.RetainedEvents != 3 || len(res.Steps) != 5 {
-			t.Errorf("result = %+v", res)
+		assert.Equal(t, "live", res.FactsFrom, "result %+v", res)
+		require.NotNil(t, res.Decision, "result %+v", res)
+		assert.Equal(t, "healthy-lease-stuck", res.Decision.Rule, "decision %+v", res.Decision)
+		require.NotNil(t, res.Facts, "result %+v", res)
+		if assert.Len(t, res.Facts.AffectedPods, 1, "affected pods") {
+			assert.Equal(t, "web-0", res.Facts.AffectedPods[0].Name, "affected pod")
 		}
+		require.NotNil(t, res.Facts.Lease, "facts %+v", res.Facts)
+		assert.Equal(t, int32(3), res.Facts.Lease.RetainedEvents, "LeaseRetained events")
+		assert.Len(t, res.Steps, 5, "steps")
 
 		// Another request on the same Lease is Running, as the controller records it.
 		running := &v1alpha1.RemediationRequest{
@@ -210,17 +206,11 @@ func TestPlanLiveFacts(t *testing.T) {
 			Spec: v1alpha1.RemediationRequestSpec{Remediation: v1alpha1.RemediationReleaseLUKSLease,
 				Target: v1alpha1.Target{PersistentVolume: "pvc-75a6fd7f-7aee-45e8-a5fa-d4500272528e"}, Reason: "Pods of app/db are stuck in ContainerCreating"},
 		}
-		if err := env.Client.Create(ctx, running); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, env.Client.Create(ctx, running))
 		running.Status = v1alpha1.RemediationRequestStatus{Phase: v1alpha1.PhaseRunning, Facts: res.Facts}
-		if err := env.Client.Status().Update(ctx, running); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, env.Client.Status().Update(ctx, running))
 		out, code = live(t, "-f", planTestdata+"dryrun.yaml")
-		if code != ExitPlanWaiting {
-			t.Errorf("exit code %d, want 4", code)
-		}
+		assert.Equal(t, ExitPlanWaiting, code, "exit code")
 		expect(t, out, "conflict  remediator/release-lease-pvc-75a6fd7f (Running, on Lease trident/pvc-75a6fd7f-7aee-45e8-a5fa-d4500272528e)",
 			"WOULD WAIT by rule one-remediation-at-a-time (phase Waiting)")
 
@@ -229,18 +219,14 @@ func TestPlanLiveFacts(t *testing.T) {
 		obj, spec := validRequest("release-lease-pvc-75a6fd7f")
 		spec["target"] = map[string]any{"persistentVolume": "pvc-75a6fd7f-7aee-45e8-a5fa-d4500272528e"}
 		out, code = live(t, "-f", writeYAML(t, t.TempDir(), "self.yaml", obj))
-		if code != 0 {
-			t.Errorf("exit code %d, want 0", code)
-		}
+		assert.Equal(t, 0, code, "exit code")
 		expect(t, out, "ALLOWED by rule healthy-lease-stuck", "already exists and is Running: applying this file changes its spec but it is not decided again")
 	})
 	t.Run("API unreachable", func(t *testing.T) {
 		cfg := rest.CopyConfig(env.Config)
 		cfg.Host = "https://127.0.0.1:1"
 		_, code, err := runPlanCommand(t, "", "-f", planTestdata+"shutdown.yaml", "--kubeconfig", writeKubeconfig(t, cfg))
-		if code != 1 {
-			t.Errorf("exit code %d, want 1 (err %v)", code, err)
-		}
+		assert.Equal(t, 1, code, "exit code (err %v)", err)
 	})
 
 	// plan's field checks and the API server's admission agree on every refusal.
@@ -249,20 +235,15 @@ func TestPlanLiveFacts(t *testing.T) {
 			obj, spec := validRequest(fmt.Sprintf("admission-%d", i))
 			tc.edit(obj, spec)
 			err := env.Client.Create(ctx, &unstructured.Unstructured{Object: obj}, client.DryRunAll)
-			if err == nil {
-				t.Errorf("%s: the API server accepted it", tc.name)
+			if !assert.Error(t, err, "%s: the API server accepted it", tc.name) {
 				continue
 			}
 			for _, w := range tc.want[:1] {
 				field := strings.SplitN(w, ":", 2)[0]
-				if !strings.Contains(err.Error(), field) {
-					t.Errorf("%s: API server error %q does not name %s", tc.name, err, field)
-				}
+				assert.ErrorContains(t, err, field, "%s: the API server's error does not name the field", tc.name)
 			}
 		}
 		obj, _ := validRequest("admission-ok")
-		if err := env.Client.Create(ctx, &unstructured.Unstructured{Object: obj}, client.DryRunAll); err != nil {
-			t.Errorf("valid request refused: %v", err)
-		}
+		assert.NoError(t, env.Client.Create(ctx, &unstructured.Unstructured{Object: obj}, client.DryRunAll), "valid request refused")
 	})
 }

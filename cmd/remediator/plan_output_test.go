@@ -6,6 +6,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/remediator/remediator/api/v1alpha1"
 )
 
@@ -59,14 +62,12 @@ func TestPlanErrors(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			out, code, err := runPlanCommand(t, "", tc.args...)
-			if code != 1 {
-				t.Fatalf("exit code %d, want 1 (err %v); output:\n%s", code, err, out)
+			require.Equal(t, 1, code, "exit code (err %v); output:\n%s", err, out)
+			if tc.inOutput != "" {
+				assert.Contains(t, out, tc.inOutput)
 			}
-			if tc.inOutput != "" && !strings.Contains(out, tc.inOutput) {
-				t.Errorf("output lacks %q:\n%s", tc.inOutput, out)
-			}
-			if tc.inErr != "" && (err == nil || !strings.Contains(err.Error(), tc.inErr)) {
-				t.Errorf("error %v lacks %q", err, tc.inErr)
+			if tc.inErr != "" {
+				assert.ErrorContains(t, err, tc.inErr)
 			}
 		})
 	}
@@ -77,61 +78,61 @@ func TestPlanJSON(t *testing.T) {
 	args := []string{"-o", "json", "-f", planTestdata + "multi.yaml", "-f", planTestdata + "wrong-kind.yaml",
 		"--facts", planTestdata + "facts/shutdown.yaml", "--facts", planTestdata + "facts/unreachable.json", "--at", "2026-11-19T12:00:00Z"}
 	out, code, _ := runPlanCommand(t, "", args...)
-	if code != 1 {
-		t.Errorf("exit code %d, want 1", code)
-	}
+	assert.Equal(t, 1, code, "exit code")
 	again, _, _ := runPlanCommand(t, "", args...)
-	if again != out {
-		t.Errorf("output differs between two runs")
-	}
+	assert.Equal(t, out, again, "output differs between two runs")
 
 	var r planReport
 	dec := json.NewDecoder(strings.NewReader(out))
 	dec.DisallowUnknownFields()
-	if err := dec.Decode(&r); err != nil {
-		t.Fatalf("decoding: %v\n%s", err, out)
-	}
-	if r.ExitCode != 1 || r.FactsSource != "saved" || r.At != "2026-11-19T12:00:00Z" ||
-		r.Policy.Source != "embedded" || r.Policy.Digest != embeddedDigest(t) {
-		t.Errorf("report header = %+v", r)
-	}
-	if r.Summary != (planSummary{Allowed: 1, Rejected: 1, Failed: 1}) {
-		t.Errorf("summary = %+v", r.Summary)
-	}
-	if len(r.Requests) != 3 {
-		t.Fatalf("want 3 results, got %d", len(r.Requests))
-	}
+	require.NoError(t, dec.Decode(&r), "decoding:\n%s", out)
+	// The report's header.
+	assert.Equal(t, 1, r.ExitCode, "report exit code")
+	assert.Equal(t, "saved", r.FactsSource)
+	assert.Equal(t, "2026-11-19T12:00:00Z", r.At)
+	assert.Equal(t, planPolicy{Source: "embedded", Digest: embeddedDigest(t)}, r.Policy)
+	assert.Equal(t, planSummary{Allowed: 1, Rejected: 1, Failed: 1}, r.Summary)
+	require.Len(t, r.Requests, 3)
 	// Sorted: the unnamed wrong-kind document first, then by name.
 	bad, unreach, shut := r.Requests[0], r.Requests[1], r.Requests[2]
-	if bad.ExitCode != 1 || bad.Decision != nil || len(bad.Errors) != 1 || bad.Request.Source != planTestdata+"wrong-kind.yaml" {
-		t.Errorf("wrong-kind result = %+v", bad)
-	}
-	if unreach.Request.Name != "release-lease-kwok-node-2" || unreach.Request.Document != 2 || unreach.ExitCode != 2 ||
-		unreach.Decision.Outcome != "rejected" || unreach.Decision.Rule != "unreachable-not-fenced" || unreach.Decision.Phase != v1alpha1.PhaseRejected ||
-		len(unreach.Steps) != 0 || unreach.Facts.Node.State != v1alpha1.NodeUnreachable || unreach.Request.Spec.Mode != v1alpha1.ModeApply {
-		t.Errorf("unreachable result = %+v", unreach)
-	}
-	if shut.Request.Name != "release-lease-shutdown-kwok-node-3" || shut.ExitCode != 0 || shut.Decision.Outcome != "allowed" ||
-		shut.Decision.Playbook != "node-shutdown" || shut.Decision.PolicyDigest != r.Policy.Digest ||
-		strings.Join(shut.Steps, ",") != "deleteLease" || shut.FactsFrom != planTestdata+"facts/shutdown.yaml (document 1)" {
-		t.Errorf("shutdown result = %+v", shut)
-	}
+
+	assert.Equal(t, 1, bad.ExitCode, "wrong-kind result %+v", bad)
+	assert.Nil(t, bad.Decision, "wrong-kind result %+v", bad)
+	assert.Len(t, bad.Errors, 1, "wrong-kind result %+v", bad)
+	assert.Equal(t, planTestdata+"wrong-kind.yaml", bad.Request.Source, "wrong-kind result %+v", bad)
+
+	assert.Equal(t, "release-lease-kwok-node-2", unreach.Request.Name, "unreachable result %+v", unreach)
+	assert.Equal(t, 2, unreach.Request.Document, "unreachable result %+v", unreach)
+	assert.Equal(t, 2, unreach.ExitCode, "unreachable result %+v", unreach)
+	require.NotNil(t, unreach.Decision, "unreachable result %+v", unreach)
+	assert.Equal(t, "rejected", unreach.Decision.Outcome, "unreachable decision %+v", unreach.Decision)
+	assert.Equal(t, "unreachable-not-fenced", unreach.Decision.Rule, "unreachable decision %+v", unreach.Decision)
+	assert.Equal(t, v1alpha1.PhaseRejected, unreach.Decision.Phase, "unreachable decision %+v", unreach.Decision)
+	assert.Empty(t, unreach.Steps, "unreachable result %+v", unreach)
+	require.NotNil(t, unreach.Facts, "unreachable result %+v", unreach)
+	require.NotNil(t, unreach.Facts.Node, "unreachable facts %+v", unreach.Facts)
+	assert.Equal(t, v1alpha1.NodeUnreachable, unreach.Facts.Node.State, "unreachable facts %+v", unreach.Facts)
+	require.NotNil(t, unreach.Request.Spec, "unreachable result %+v", unreach)
+	assert.Equal(t, v1alpha1.ModeApply, unreach.Request.Spec.Mode, "unreachable request %+v", unreach.Request)
+
+	assert.Equal(t, "release-lease-shutdown-kwok-node-3", shut.Request.Name, "shutdown result %+v", shut)
+	assert.Equal(t, 0, shut.ExitCode, "shutdown result %+v", shut)
+	require.NotNil(t, shut.Decision, "shutdown result %+v", shut)
+	assert.Equal(t, "allowed", shut.Decision.Outcome, "shutdown decision %+v", shut.Decision)
+	assert.Equal(t, "node-shutdown", shut.Decision.Playbook, "shutdown decision %+v", shut.Decision)
+	assert.Equal(t, r.Policy.Digest, shut.Decision.PolicyDigest, "shutdown decision %+v", shut.Decision)
+	assert.Equal(t, []string{"deleteLease"}, shut.Steps, "shutdown result %+v", shut)
+	assert.Equal(t, planTestdata+"facts/shutdown.yaml (document 1)", shut.FactsFrom, "shutdown result %+v", shut)
 
 	// The field names tools rely on.
 	var raw map[string]any
-	if err := json.Unmarshal([]byte(out), &raw); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, json.Unmarshal([]byte(out), &raw))
 	first := raw["requests"].([]any)[2].(map[string]any)
 	for _, k := range []string{"request", "factsFrom", "facts", "conflicts", "decision", "steps", "notes", "exitCode"} {
-		if _, ok := first[k]; !ok {
-			t.Errorf("result has no %q field: %v", k, first)
-		}
+		assert.Contains(t, first, k, "result has no %q field", k)
 	}
 	decision := first["decision"].(map[string]any)
 	for _, k := range []string{"outcome", "phase", "allowed", "wait", "rule", "playbook", "reasons", "message", "policyDigest"} {
-		if _, ok := decision[k]; !ok {
-			t.Errorf("decision has no %q field: %v", k, decision)
-		}
+		assert.Contains(t, decision, k, "decision has no %q field", k)
 	}
 }

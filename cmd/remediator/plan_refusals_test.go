@@ -4,9 +4,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	"sigs.k8s.io/yaml"
 )
 
@@ -78,13 +79,9 @@ func validRequest(name string) (map[string]any, map[string]any) {
 func writeYAML(t *testing.T, dir, name string, obj any) string {
 	t.Helper()
 	data, err := yaml.Marshal(obj)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	p := filepath.Join(dir, name)
-	if err := os.WriteFile(p, data, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.WriteFile(p, data, 0o644))
 	return p
 }
 
@@ -98,23 +95,15 @@ func TestPlanRefusesWhatAdmissionRefuses(t *testing.T) {
 			tc.edit(obj, spec)
 			p := writeYAML(t, dir, fmt.Sprintf("bad-%d.yaml", i), obj)
 			out, code, _ := runPlanCommand(t, "", "-f", p, "--facts", planTestdata+"facts/shutdown.yaml")
-			if code != 1 {
-				t.Errorf("exit code %d, want 1", code)
-			}
-			if !strings.Contains(out, "is invalid (the API server would refuse it):") {
-				t.Errorf("output does not say the request is invalid:\n%s", out)
-			}
+			assert.Equal(t, 1, code, "exit code")
+			assert.Contains(t, out, "is invalid (the API server would refuse it):", "output does not say the request is invalid")
 			for _, w := range tc.want {
-				if !strings.Contains(out, w) {
-					t.Errorf("output lacks %q:\n%s", w, out)
-				}
+				assert.Contains(t, out, w)
 			}
 		})
 	}
 	// And the valid base passes, so that the refusals above are the edits' doing.
 	obj, _ := validRequest("good")
 	out, code, _ := runPlanCommand(t, "", "-f", writeYAML(t, dir, "good.yaml", obj), "--facts", planTestdata+"facts/shutdown.yaml")
-	if code != 0 {
-		t.Errorf("valid request: exit code %d, want 0:\n%s", code, out)
-	}
+	assert.Equal(t, 0, code, "valid request: exit code; output:\n%s", out)
 }

@@ -8,6 +8,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/remediator/remediator/policies"
 )
 
@@ -42,9 +45,7 @@ func planExitOf(err error) int {
 func embeddedDigest(t *testing.T) string {
 	t.Helper()
 	e, err := policies.Embedded()
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	return e.Digest()
 }
 
@@ -156,18 +157,12 @@ func TestPlanSavedFacts(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			out, code, _ := runPlanCommand(t, tc.stdin, tc.args...)
-			if code != tc.code {
-				t.Errorf("exit code %d, want %d", code, tc.code)
-			}
+			assert.Equal(t, tc.code, code, "exit code")
 			for _, w := range tc.want {
-				if !strings.Contains(out, w) {
-					t.Errorf("output lacks %q", w)
-				}
+				assert.Contains(t, out, w)
 			}
 			for _, d := range tc.deny {
-				if strings.Contains(out, d) {
-					t.Errorf("output has %q", d)
-				}
+				assert.NotContains(t, out, d)
 			}
 			if t.Failed() {
 				t.Logf("output:\n%s", out)
@@ -182,47 +177,34 @@ func TestPlanSavedFacts(t *testing.T) {
 func TestPlanPoliciesDir(t *testing.T) {
 	dir := t.TempDir()
 	srcs, err := filepath.Glob("../../policies/*.cue")
-	if err != nil || len(srcs) == 0 {
-		t.Fatalf("no policies found (%v)", err)
-	}
+	require.NoError(t, err)
+	require.NotEmpty(t, srcs, "no policies found")
 	for _, src := range srcs {
 		data, err := os.ReadFile(src)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		data = bytes.Replace(data, []byte("#UnreachableMinLeaseAgeSeconds: 300"), []byte("#UnreachableMinLeaseAgeSeconds: 3600"), 1)
-		if err := os.WriteFile(filepath.Join(dir, filepath.Base(src)), data, 0o644); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, os.WriteFile(filepath.Join(dir, filepath.Base(src)), data, 0o644))
 	}
 	args := []string{"-f", planTestdata + "fenced-window.yaml", "--facts", planTestdata + "facts/unreachable.json", "--at", "2026-11-20T03:00:00Z"}
-	if out, code, _ := runPlanCommand(t, "", args...); code != 0 || !strings.Contains(out, "ALLOWED by rule unreachable-fenced") {
-		t.Fatalf("embedded policies: exit code %d, want 0:\n%s", code, out)
-	}
+	embOut, embCode, _ := runPlanCommand(t, "", args...)
+	require.Equal(t, 0, embCode, "embedded policies: exit code; output:\n%s", embOut)
+	require.Contains(t, embOut, "ALLOWED by rule unreachable-fenced", "embedded policies")
 	out, code, _ := runPlanCommand(t, "", append(args, "--policies-dir", dir)...)
-	if code != ExitPlanRejected {
-		t.Errorf("override: exit code %d, want 2", code)
-	}
+	assert.Equal(t, ExitPlanRejected, code, "override: exit code")
 	for _, w := range []string{
 		"REJECTED by rule unreachable-lease-too-young",
 		"the request becomes eligible in 1200s",
 		"(the controller decides again after 1200s, on fresh facts)",
 		"(" + dir + ")",
 	} {
-		if !strings.Contains(out, w) {
-			t.Errorf("output lacks %q:\n%s", w, out)
-		}
+		assert.Contains(t, out, w)
 	}
-	if strings.Contains(out, embeddedDigest(t)) {
-		t.Errorf("the override's digest is the embedded one")
-	}
+	assert.NotContains(t, out, embeddedDigest(t), "the override's digest is the embedded one")
 }
 
 func mustRead(t *testing.T, p string) string {
 	t.Helper()
 	data, err := os.ReadFile(p)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	return string(data)
 }

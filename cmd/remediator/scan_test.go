@@ -20,13 +20,9 @@ func TestSuggestedRequests(t *testing.T) {
 		{Kind: facts.FindingStuckLease, Node: "kwok-node-1", Lease: "trident/pvc-75a6fd7f-7aee-45e8-a5fa-d4500272528e", Evidence: "Lease held for 40m"},
 	}
 	var buf bytes.Buffer
-	if err := writeRequests(&buf, suggestedRequests(findings, "remediator")); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, writeRequests(&buf, suggestedRequests(findings, "remediator")))
 	docs := strings.Split(buf.String(), "\n---\n")
-	if len(docs) != 2 {
-		t.Fatalf("want one request per target (2), got %d:\n%s", len(docs), buf.String())
-	}
+	require.Len(t, docs, 2, "want one request per target:\n%s", buf.String())
 	type rr struct {
 		APIVersion string `json:"apiVersion"`
 		Kind       string `json:"kind"`
@@ -38,23 +34,20 @@ func TestSuggestedRequests(t *testing.T) {
 		}
 	}
 	var csi, lease rr
-	if err := yaml.UnmarshalStrict([]byte(docs[0]), &csi); err != nil {
-		t.Fatal(err)
-	}
-	if err := yaml.UnmarshalStrict([]byte(docs[1]), &lease); err != nil {
-		t.Fatal(err)
-	}
-	if csi.APIVersion != "remediator.io/v1alpha1" || csi.Kind != "RemediationRequest" {
-		t.Errorf("type = %s %s", csi.APIVersion, csi.Kind)
-	}
-	if csi.Metadata.Name != "reregister-csi-kwok-node-0" || csi.Spec.Target["node"] != "kwok-node-0" ||
-		!strings.Contains(csi.Spec.Reason, "does not list") || !strings.Contains(csi.Spec.Reason, "2 node-plugin pods") {
-		t.Errorf("csi request = %+v", csi)
-	}
-	if lease.Spec.Remediation != "release-luks-lease" || lease.Spec.Target["persistentVolume"] != "pvc-75a6fd7f-7aee-45e8-a5fa-d4500272528e" ||
-		lease.Metadata.Namespace != "remediator" || !strings.HasPrefix(lease.Spec.Reason, "remediator scan: Lease held") {
-		t.Errorf("lease request = %+v", lease)
-	}
+	require.NoError(t, yaml.UnmarshalStrict([]byte(docs[0]), &csi))
+	require.NoError(t, yaml.UnmarshalStrict([]byte(docs[1]), &lease))
+	assert.Equal(t, "remediator.io/v1alpha1", csi.APIVersion)
+	assert.Equal(t, "RemediationRequest", csi.Kind)
+
+	assert.Equal(t, "reregister-csi-kwok-node-0", csi.Metadata.Name, "csi request")
+	assert.Equal(t, "kwok-node-0", csi.Spec.Target["node"], "csi request")
+	assert.Contains(t, csi.Spec.Reason, "does not list", "csi request")
+	assert.Contains(t, csi.Spec.Reason, "2 node-plugin pods", "csi request")
+
+	assert.Equal(t, "release-luks-lease", lease.Spec.Remediation, "lease request")
+	assert.Equal(t, "pvc-75a6fd7f-7aee-45e8-a5fa-d4500272528e", lease.Spec.Target["persistentVolume"], "lease request")
+	assert.Equal(t, "remediator", lease.Metadata.Namespace, "lease request")
+	assert.True(t, strings.HasPrefix(lease.Spec.Reason, "remediator scan: Lease held"), "lease request reason %q", lease.Spec.Reason)
 }
 
 // TestSuggestedRequestsAreValid: the manifests scan -o yaml prints are ready to commit,
