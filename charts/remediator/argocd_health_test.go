@@ -14,6 +14,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -111,6 +112,22 @@ func TestArgoCDConfigMapEmbedsHealthScript(t *testing.T) {
 
 // TestEveryArgoCDFixtureIsTested catches a fixture added without its expectation,
 // which would otherwise look covered while testing nothing.
+// TestArgoCDHealthCheckReasonsAreTheContract: the condition reasons health.lua
+// branches on are the ones the controller writes (api/v1alpha1), so a renamed reason
+// fails here instead of turning a Suspended request Progressing in Argo CD.
+func TestArgoCDHealthCheckReasonsAreTheContract(t *testing.T) {
+	script := readFile(t, filepath.Join(argoCDDir, "health.lua"))
+	reasons := []string{v1alpha1.ReasonDryRun, v1alpha1.ReasonWaitingForWindow, v1alpha1.ReasonWindowClosed}
+	for _, r := range reasons {
+		assert.Contains(t, script, `reason == "`+r+`"`, "health.lua checks reason %s", r)
+	}
+	used := regexp.MustCompile(`reason == "([A-Za-z]+)"`).FindAllStringSubmatch(script, -1)
+	require.NotEmpty(t, used)
+	for _, m := range used {
+		assert.Contains(t, reasons, m[1], "health.lua checks a reason the controller does not write, or one this test does not know")
+	}
+}
+
 func TestEveryArgoCDFixtureIsTested(t *testing.T) {
 	referenced := map[string]bool{}
 	for _, tc := range loadHealthTests(t) {

@@ -6,6 +6,8 @@
 --
 --   observedGeneration missing or < generation  Progressing  the spec is not seen yet
 --   no phase, Pending, Waiting                  Progressing  Progressing condition
+--   Waiting, reason WaitingForMaintenanceWindow Suspended    Progressing condition
+--     or MaintenanceWindowClosed
 --   Pending + Progressing=False reason DryRun   Healthy      Progressing condition
 --   Running                                     Progressing  Progressing condition
 --                                                            + the running step
@@ -28,6 +30,12 @@
 -- become healthy. The dry run has done all it was asked to do, and its message
 -- carries the plan. A DryRun the policy rejects is still Rejected, so Degraded: its
 -- answer is "no", and the message says what to do next.
+--
+-- A request waiting for its maintenance window is Suspended: it is paused on purpose,
+-- until a time the request itself names, which is what Argo CD's Suspended means
+-- (a suspended Rollout or CronJob). Progressing would read, for hours, as a sync that
+-- is stuck. Waiting for another remediation or a free slot stays Progressing: that
+-- wait ends as soon as the cluster moves.
 --
 -- Rejected is Degraded even when the decision is re-evaluated later
 -- (status.decision.recheckAt): until then the request does not do what the commit
@@ -149,6 +157,10 @@ if phase == nil or phase == "" or phase == "Pending" then
   end
 elseif phase == "Waiting" then
   hs.status = "Progressing"
+  if progressing ~= nil and progressing.status == "True" and
+      (progressing.reason == "WaitingForMaintenanceWindow" or progressing.reason == "MaintenanceWindowClosed") then
+    hs.status = "Suspended"
+  end
   hs.message = first(messageOf(progressing), decisionMessage, "Waiting")
 elseif phase == "Running" then
   hs.status = "Progressing"
