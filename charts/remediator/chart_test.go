@@ -138,6 +138,7 @@ func TestDefaultRenderObjects(t *testing.T) {
 	got := refs(render(t, nil))
 	want := []string{
 		"CustomResourceDefinition remediationrequests.remediator.io",
+		"Namespace remediator",
 		"ServiceAccount remediator-system/remediator",
 		"ClusterRole remediator",
 		"ClusterRoleBinding remediator",
