@@ -139,6 +139,7 @@ func TestDefaultRenderObjects(t *testing.T) {
 	want := []string{
 		"CustomResourceDefinition remediationrequests.remediator.io",
 		"Namespace remediator",
+		"PodDisruptionBudget remediator-system/remediator",
 		"ServiceAccount remediator-system/remediator",
 		"ClusterRole remediator",
 		"ClusterRoleBinding remediator",

@@ -5,11 +5,14 @@ package chart_test
 // and extraArgs.
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 )
 
@@ -61,4 +64,31 @@ func TestSecurityContext(t *testing.T) {
 		assert.Equal(t, ptr.To[int64](2000), pod.SecurityContext.FSGroup)
 		assert.Equal(t, ptr.To[int64](65532), pod.SecurityContext.RunAsUser, "values merge over the default")
 	})
+}
+
+// TestPodDisruptionBudget: with more than one replica a drain keeps one running (the
+// standby takes over the Lease); a single replica gets none, which would block every
+// drain of its node.
+func TestPodDisruptionBudget(t *testing.T) {
+	for _, tc := range []struct {
+		replicas any
+		want     bool
+	}{{nil, true}, {2, true}, {3, true}, {1, false}, {0, false}} {
+		t.Run(fmt.Sprint("replicas ", tc.replicas), func(t *testing.T) {
+			var values map[string]any
+			if tc.replicas != nil {
+				values = map[string]any{"replicaCount": tc.replicas}
+			}
+			objs := render(t, values)
+			o := find(objs, "PodDisruptionBudget", namespace, release)
+			if !tc.want {
+				assert.Nil(t, o, "a PodDisruptionBudget with %v replica(s) blocks every drain", tc.replicas)
+				return
+			}
+			pdb := typed[policyv1.PodDisruptionBudget](t, o)
+			assert.Equal(t, ptr.To(intstr.FromInt32(1)), pdb.Spec.MinAvailable, "minAvailable")
+			assert.Nil(t, pdb.Spec.MaxUnavailable, "maxUnavailable")
+			assert.Equal(t, deployment(t, objs).Spec.Selector, pdb.Spec.Selector, "the PDB selects the Deployment's pods")
+		})
+	}
 }
