@@ -382,6 +382,7 @@ func terminalPhase(p v1alpha1.Phase) bool {
 // patchStatus writes the status once, as a merge patch guarded by the resourceVersion
 // it was computed from, and skips the call when nothing changed.
 func (r *RemediationRequestReconciler) patchStatus(ctx context.Context, s *scope) error {
+	s.rr.Status.CurrentStep = currentStep(s.rr.Status)
 	if apiequality.Semantic.DeepEqual(s.base.Status, s.rr.Status) {
 		return nil
 	}
@@ -410,4 +411,17 @@ func (r *RemediationRequestReconciler) patchStatus(ctx context.Context, s *scope
 	// A second patch in the same reconcile (deletion) diffs from what was written.
 	s.base = s.rr.DeepCopy()
 	return nil
+}
+
+// currentStep is status.currentStep: the running step, else the next pending one
+// while the request runs or waits, as "position/count name".
+func currentStep(st v1alpha1.RemediationRequestStatus) string {
+	at := slices.IndexFunc(st.Steps, func(s v1alpha1.StepStatus) bool { return s.State == v1alpha1.StepRunning })
+	if at < 0 && (st.Phase == v1alpha1.PhaseRunning || st.Phase == v1alpha1.PhaseWaiting) {
+		at = slices.IndexFunc(st.Steps, func(s v1alpha1.StepStatus) bool { return s.State == v1alpha1.StepPending || s.State == "" })
+	}
+	if at < 0 {
+		return ""
+	}
+	return fmt.Sprintf("%d/%d %s", at+1, len(st.Steps), st.Steps[at].Name)
 }

@@ -212,6 +212,13 @@ type RemediationRequestStatus struct {
 	// +optional
 	Steps []StepStatus `json:"steps,omitempty"`
 
+	// CurrentStep is the step the playbook is on, as its position and name
+	// ("2/5 deleteAffectedPods"): the running step, else the next one while the
+	// request runs or waits. Empty otherwise. It repeats steps[] for kubectl's Step
+	// column, which JSONPath cannot compute.
+	// +optional
+	CurrentStep string `json:"currentStep,omitempty"`
+
 	// Conditions are Accepted, Progressing and Succeeded.
 	// +listType=map
 	// +listMapKey=type
@@ -298,6 +305,8 @@ type StepStatus struct {
 // +kubebuilder:printcolumn:name="Target",type=string,JSONPath=`.status.facts.target.ref`
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
 // +kubebuilder:printcolumn:name="Decision",type=string,JSONPath=`.status.decision.rule`
+// +kubebuilder:printcolumn:name="Step",type=string,JSONPath=`.status.currentStep`
+// +kubebuilder:printcolumn:name="Message",type=string,JSONPath=`.status.conditions[?(@.type=="Progressing")].message`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type RemediationRequest struct {
 	metav1.TypeMeta   `json:",inline"`

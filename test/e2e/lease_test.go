@@ -396,9 +396,15 @@ func assertKubectlViews(t *testing.T, key types.NamespacedName) {
 	out, err := exec.Command(kubectl, "--kubeconfig", kubeconfig, "get", "rr", "-n", key.Namespace, key.Name).CombinedOutput()
 	require.NoError(t, err, "kubectl get rr:\n%s", out)
 	header := strings.Fields(strings.SplitN(string(out), "\n", 2)[0])
-	assert.Equal(t, []string{"NAME", "REMEDIATION", "TARGET", "PHASE", "DECISION", "AGE"}, header, "kubectl get rr columns")
+	assert.Equal(t, []string{"NAME", "REMEDIATION", "TARGET", "PHASE", "DECISION", "STEP", "MESSAGE", "AGE"}, header, "kubectl get rr columns")
 	assert.Contains(t, string(out), "Succeeded", "kubectl get rr")
 	assert.Contains(t, string(out), "healthy-lease-stuck", "kubectl get rr")
+	assert.Contains(t, string(out), "Playbook healthy-move-workload completed", "kubectl get rr's Message column")
+	// The documented way to wait for a request in a script.
+	out, err = exec.Command(kubectl, "--kubeconfig", kubeconfig, "wait", "--for=condition=Succeeded", "--timeout=10s",
+		"-n", key.Namespace, "rr/"+key.Name).CombinedOutput()
+	require.NoError(t, err, "kubectl wait --for=condition=Succeeded:\n%s", out)
+	assert.Contains(t, string(out), "condition met")
 	out, err = exec.Command(kubectl, "--kubeconfig", kubeconfig, "describe", "rr", "-n", key.Namespace, key.Name).CombinedOutput()
 	require.NoError(t, err, "kubectl describe rr:\n%s", out)
 	for _, want := range []string{"healthy-move-workload", "PlaybookCompleted", "Step 1/5 cordon succeeded",
