@@ -6,7 +6,15 @@ package chart_test
 
 import (
 	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -14,6 +22,9 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
+
+	"github.com/remediator/remediator/controllers/facts"
+	"github.com/remediator/remediator/remediations"
 )
 
 // TestSecurityContext: the default is today's hardening; a platform that assigns
@@ -91,4 +102,157 @@ func TestPodDisruptionBudget(t *testing.T) {
 			assert.Equal(t, deployment(t, objs).Spec.Selector, pdb.Spec.Selector, "the PDB selects the Deployment's pods")
 		})
 	}
+}
+
+// flagDefaults reads the defaults of the controller's flags from the flag
+// registrations in cmd/remediator (f.DurationVar(&o.x, "name", default, usage) and
+// the like). package main cannot be imported, so the source is parsed; a default
+// that is a name (remediations.DefaultTimeouts.Eviction) is looked up in known,
+// which holds the Go values behind those names. Every default comes back as a
+// string: durations in time.Duration's form, numbers as Go prints them.
+func flagDefaults(t *testing.T, known map[string]string) map[string]string {
+	t.Helper()
+	dir := filepath.Join("..", "..", "cmd", "remediator")
+	entries, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	fset := token.NewFileSet()
+	out := map[string]string{}
+	units := map[string]time.Duration{"Nanosecond": time.Nanosecond, "Microsecond": time.Microsecond,
+		"Millisecond": time.Millisecond, "Second": time.Second, "Minute": time.Minute, "Hour": time.Hour}
+	for _, e := range entries {
+		if !strings.HasSuffix(e.Name(), ".go") || strings.HasSuffix(e.Name(), "_test.go") {
+			continue
+		}
+		path := filepath.Join(dir, e.Name())
+		src, err := os.ReadFile(path)
+		require.NoError(t, err)
+		f, err := parser.ParseFile(fset, path, src, 0)
+		require.NoError(t, err)
+		text := func(n ast.Node) string { return string(src[fset.Position(n.Pos()).Offset:fset.Position(n.End()).Offset]) }
+		var eval func(ast.Expr) (string, bool)
+		eval = func(x ast.Expr) (string, bool) {
+			switch x := x.(type) {
+			case *ast.BasicLit:
+				if x.Kind == token.STRING {
+					s, err := strconv.Unquote(x.Value)
+					return s, err == nil
+				}
+				return x.Value, true
+			case *ast.BinaryExpr: // N * time.Unit
+				n, ok := x.X.(*ast.BasicLit)
+				sel, ok2 := x.Y.(*ast.SelectorExpr)
+				if !ok || !ok2 || x.Op != token.MUL || text(sel.X) != "time" {
+					return "", false
+				}
+				i, err := strconv.ParseInt(n.Value, 10, 64)
+				return (time.Duration(i) * units[sel.Sel.Name]).String(), err == nil && units[sel.Sel.Name] != 0
+			default:
+				v, ok := known[text(x)]
+				return v, ok
+			}
+		}
+		ast.Inspect(f, func(n ast.Node) bool {
+			call, ok := n.(*ast.CallExpr)
+			if !ok || len(call.Args) < 3 {
+				return true
+			}
+			sel, ok := call.Fun.(*ast.SelectorExpr)
+			if !ok || !strings.HasSuffix(sel.Sel.Name, "Var") {
+				return true
+			}
+			name, ok := call.Args[1].(*ast.BasicLit)
+			if !ok || name.Kind != token.STRING {
+				return true
+			}
+			flag, _ := strconv.Unquote(name.Value)
+			if v, ok := eval(call.Args[2]); ok {
+				out[flag] = v
+			} else {
+				out[flag] = "<cannot evaluate " + text(call.Args[2]) + ">"
+			}
+			return true
+		})
+	}
+	return out
+}
+
+// normal puts a flag value into the form flagDefaults returns, so that "10m" and
+// "10m0s" compare equal.
+func normal(v string) string {
+	if d, err := time.ParseDuration(v); err == nil {
+		return d.String()
+	}
+	if f, err := strconv.ParseFloat(v, 64); err == nil {
+		return strconv.FormatFloat(f, 'g', -1, 64)
+	}
+	return v
+}
+
+// TestDefaultsAreTheFlagDefaults keeps one source of truth: the chart's default for
+// each of the controller's flags is the binary's own default, read from the flag
+// registrations in cmd/remediator, so a change of a flag default fails here until
+// values.yaml follows. The one exception is deliberate and named.
+func TestDefaultsAreTheFlagDefaults(t *testing.T) {
+	defaults := flagDefaults(t, map[string]string{
+		"remediations.DefaultTimeouts.Eviction":       remediations.DefaultTimeouts.Eviction.String(),
+		"remediations.DefaultTimeouts.PodTermination": remediations.DefaultTimeouts.PodTermination.String(),
+		"remediations.DefaultTimeouts.PluginRestart":  remediations.DefaultTimeouts.PluginRestart.String(),
+		"facts.DefaultNodeLeaseGracePeriod":           facts.DefaultNodeLeaseGracePeriod.String(),
+		"facts.DefaultTridentNamespace":               facts.DefaultTridentNamespace,
+		"facts.DefaultDriverName":                     facts.DefaultDriverName,
+		"facts.DefaultNodePluginSelector":             facts.DefaultNodePluginSelector,
+	})
+	// --policy-reload-interval is passed only with policies.
+	args := map[string]string{}
+	for _, a := range deployment(t, render(t, map[string]any{"policies": map[string]any{"p.cue": "package policies\n"}})).Spec.Template.Spec.Containers[0].Args {
+		if k, v, ok := strings.Cut(a, "="); ok {
+			args[strings.TrimPrefix(k, "--")] = v
+		}
+	}
+	// The chart caps running playbooks lower than the binary does (2, not 3): a
+	// chart choice, documented at maxConcurrentRemediations in values.yaml.
+	chartChoices := map[string]string{"max-concurrent-remediations": "2"}
+	for _, flag := range []string{
+		"eviction-timeout", "pod-termination-timeout", "plugin-restart-timeout",
+		"node-lease-grace-period", "policy-reload-interval",
+		"max-concurrent-remediations", "max-concurrent-reconciles",
+		"kube-api-qps", "kube-api-burst",
+		"trident-namespace", "driver-name", "node-plugin-selector",
+	} {
+		want, ok := defaults[flag]
+		if !assert.True(t, ok, "cmd/remediator registers no --%s", flag) {
+			continue
+		}
+		got, ok := args[flag]
+		if !assert.True(t, ok, "the chart does not pass --%s", flag) {
+			continue
+		}
+		if c, ok := chartChoices[flag]; ok {
+			assert.Equal(t, c, got, "--%s: the chart's documented choice", flag)
+			assert.NotEqual(t, normal(want), normal(got), "--%s: the binary's default is the chart's now; drop the exception", flag)
+			continue
+		}
+		assert.Equal(t, normal(want), normal(got), "--%s: values.yaml's default differs from the binary's", flag)
+	}
+}
+
+// TestControllerFlagValues: each typed value reaches its flag, and extraArgs come
+// last, so that a flag repeated there overrides the chart's (the last one wins).
+func TestControllerFlagValues(t *testing.T) {
+	args := deployment(t, render(t, map[string]any{
+		"evictionTimeout":         "20m",
+		"podTerminationTimeout":   "15m",
+		"pluginRestartTimeout":    "90s",
+		"maxConcurrentReconciles": 4,
+		"kubeAPI":                 map[string]any{"qps": 12.5, "burst": 25},
+		"extraArgs":               []any{"--pprof-bind-address=:6060", "--eviction-timeout=30m"},
+	})).Spec.Template.Spec.Containers[0].Args
+	for _, w := range []string{
+		"--eviction-timeout=20m", "--pod-termination-timeout=15m", "--plugin-restart-timeout=90s",
+		"--max-concurrent-reconciles=4", "--kube-api-qps=12.5", "--kube-api-burst=25",
+	} {
+		assert.Contains(t, args, w)
+	}
+	require.GreaterOrEqual(t, len(args), 2)
+	assert.Equal(t, []string{"--pprof-bind-address=:6060", "--eviction-timeout=30m"}, args[len(args)-2:], "extraArgs come last")
 }
