@@ -1,7 +1,3 @@
-// Package controllers owns the RemediationRequest reconciler: it fetches a request,
-// guards it with a finalizer, runs small phase functions (decide from freshly gathered
-// facts, then advance the playbook one step) and writes the status back in one merge
-// patch at the end of every reconcile.
 package controllers
 
 import (
