@@ -129,12 +129,12 @@ Exit codes (with several requests the worst wins: 1, then 2, then 4, then 0):
 		},
 	}
 	f := cmd.Flags()
-	f.StringArrayVarP(&o.files, "filename", "f", nil, "RemediationRequest manifest(s) to plan; repeatable; - reads stdin")
+	f.StringArrayVarP(&o.files, "filename", "f", nil, "RemediationRequest manifest(s) to plan: a file, a directory (its .json, .yaml and .yml files, as kubectl -f) or - for stdin; repeatable")
 	f.StringArrayVar(&o.factsFiles, "facts", nil, "Saved facts (v1alpha1.Facts, or RemediationRequests with status.facts) instead of live ones; repeatable")
 	o.cluster.addFlags(f, " (live facts)")
 	f.Lookup("namespace").Usage = "Namespace of the requests whose manifest names none, as kubectl apply -n would create them; a request naming another namespace is refused"
 	f.StringVar(&o.policiesDir, "policies-dir", "", "Directory of CUE policies to use instead of the embedded ones")
-	f.StringVarP(&o.output, "output", "o", "text", "Output format: text or json")
+	f.StringVarP(&o.output, "output", "o", "table", "Output format: table (for people; text is the same), yaml or json (the report, for tools)")
 	f.IntVar(&o.maxConcurrent, "max-concurrent-remediations", 3, "The controller's cap on running playbooks (live facts: a request over it would wait); 0 means no cap")
 	f.StringVar(&o.at, "at", "", "When the request would be applied, for spec.maintenanceWindow (RFC 3339); empty means now")
 	_ = cmd.MarkFlagRequired("filename")
@@ -143,7 +143,7 @@ Exit codes (with several requests the worst wins: 1, then 2, then 4, then 0):
 	return cmd
 }
 
-// planReport is plan's -o json output. Its field names are a contract for tools.
+// planReport is plan's -o json (and -o yaml) output. Its field names are a contract for tools.
 type planReport struct {
 	Policy planPolicy `json:"policy"`
 	// FactsSource is "saved" (--facts) or "live".
@@ -233,8 +233,10 @@ func runPlan(ctx context.Context, w io.Writer, stdin io.Reader, o planOptions) e
 	if o.maxConcurrent < 0 {
 		return fmt.Errorf("--max-concurrent-remediations must be 0 (no cap) or more, got %d", o.maxConcurrent)
 	}
-	if o.output != "text" && o.output != "json" {
-		return fmt.Errorf("unknown --output %q: use text or json", o.output)
+	switch o.output {
+	case "table", "text", "yaml", "json":
+	default:
+		return fmt.Errorf("unknown --output %q: use table, yaml or json", o.output)
 	}
 	at := time.Now()
 	if o.at != "" {

@@ -13,7 +13,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"slices"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -87,7 +89,45 @@ func yamlDocuments(data []byte) ([]yamlDoc, error) {
 	}
 }
 
-// readPlanRequests reads every -f file. A file or document that cannot be used
+// manifestExts are the files a directory given to -f contributes, as kubectl's -f.
+var manifestExts = []string{".json", ".yaml", ".yml"}
+
+type sourceError struct {
+	source string
+	err    error
+}
+
+// expandDirs replaces each directory among names by its manifest files, sorted (not
+// recursively, like kubectl apply -f without -R). A directory without one is an
+// error: a PR that emptied it is told so rather than planned as nothing.
+func expandDirs(names []string) ([]string, []sourceError) {
+	var out []string
+	var errs []sourceError
+	for _, name := range names {
+		fi, err := os.Stat(name)
+		if name == "-" || err != nil || !fi.IsDir() {
+			out = append(out, name) // readSource reports a missing file
+			continue
+		}
+		entries, err := os.ReadDir(name)
+		if err != nil {
+			errs = append(errs, sourceError{name, fmt.Errorf("reading directory -f %s: %w", name, err)})
+			continue
+		}
+		n := len(out)
+		for _, e := range entries {
+			if !e.IsDir() && slices.Contains(manifestExts, filepath.Ext(e.Name())) {
+				out = append(out, filepath.Join(name, e.Name()))
+			}
+		}
+		if len(out) == n {
+			errs = append(errs, sourceError{name, fmt.Errorf("directory -f %s holds no %s file", name, strings.Join(manifestExts, ", "))})
+		}
+	}
+	return out, errs
+}
+
+// readPlanRequests reads every -f file or directory. A file or document that cannot be used
 // becomes an input with errors, so that the other requests are still planned.
 func readPlanRequests(files []string, stdin *onceReader) []planInput {
 	v, err := embeddedRequestValidator()
@@ -95,6 +135,10 @@ func readPlanRequests(files []string, stdin *onceReader) []planInput {
 		return []planInput{{source: "the chart's CRD", errs: []string{err.Error()}}}
 	}
 	var out []planInput
+	files, errs := expandDirs(files)
+	for _, e := range errs {
+		out = append(out, planInput{source: e.source, errs: []string{e.err.Error()}})
+	}
 	for _, name := range files {
 		data, err := readSource(name, stdin, "-f "+name)
 		if err != nil {

@@ -2,12 +2,14 @@ package main
 
 import (
 	"encoding/json"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"sigs.k8s.io/yaml"
 
 	"github.com/remediator/remediator/api/v1alpha1"
 )
@@ -48,8 +50,8 @@ func TestPlanErrors(t *testing.T) {
 			"", "no .cue policy files found"},
 		{"bad --at", []string{"-f", planTestdata + "shutdown.yaml", "--facts", planTestdata + "facts/shutdown.yaml", "--at", "tonight"},
 			"", `parsing --at "tonight"`},
-		{"unknown output", []string{"-f", planTestdata + "shutdown.yaml", "--facts", planTestdata + "facts/shutdown.yaml", "-o", "yaml"},
-			"", `unknown --output "yaml"`},
+		{"unknown output", []string{"-f", planTestdata + "shutdown.yaml", "--facts", planTestdata + "facts/shutdown.yaml", "-o", "wide"},
+			"", `unknown --output "wide": use table, yaml or json`},
 		{"no -f", []string{"--facts", planTestdata + "facts/shutdown.yaml"}, "", `required flag(s) "filename" not set`},
 		{"--facts and --kubeconfig", []string{"-f", planTestdata + "shutdown.yaml", "--facts", planTestdata + "facts/shutdown.yaml", "--kubeconfig", "k"},
 			"", "none of the others can be"},
@@ -135,4 +137,48 @@ func TestPlanJSON(t *testing.T) {
 	for _, k := range []string{"outcome", "phase", "allowed", "wait", "rule", "playbook", "reasons", "message", "policyDigest"} {
 		assert.Contains(t, decision, k, "decision has no %q field", k)
 	}
+}
+
+// TestPlanDirectoryAndYAML: -f takes a directory's manifests, as kubectl does, and
+// -o yaml prints the same report as -o json.
+func TestPlanDirectoryAndYAML(t *testing.T) {
+	dir := t.TempDir()
+	for _, f := range []string{"shutdown.yaml", "dryrun.yaml"} {
+		data, err := os.ReadFile(planTestdata + f)
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(filepath.Join(dir, f), data, 0o600))
+	}
+	// Not a manifest: the template keeps a README in requests/ so that the directory
+	// survives its last request's removal.
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "README.md"), []byte("# requests\n"), 0o600))
+	facts := []string{"--facts", planTestdata + "facts/shutdown.yaml", "--facts", planTestdata + "facts/rr-healthy.yaml"}
+
+	asJSON, code, err := runPlanCommand(t, "", append([]string{"-f", dir, "-o", "json"}, facts...)...)
+	require.NoError(t, err, asJSON)
+	assert.Equal(t, 0, code)
+	var report planReport
+	require.NoError(t, json.Unmarshal([]byte(asJSON), &report))
+	var sources []string
+	for _, r := range report.Requests {
+		sources = append(sources, filepath.Base(r.Request.Source))
+	}
+	assert.ElementsMatch(t, []string{"dryrun.yaml", "shutdown.yaml"}, sources)
+
+	asYAML, code, err := runPlanCommand(t, "", append([]string{"-f", dir, "-o", "yaml"}, facts...)...)
+	require.NoError(t, err, asYAML)
+	assert.Equal(t, 0, code)
+	j, err := yaml.YAMLToJSON([]byte(asYAML))
+	require.NoError(t, err)
+	// The reports differ only in the time plan ran.
+	var a, b map[string]any
+	require.NoError(t, json.Unmarshal([]byte(asJSON), &a))
+	require.NoError(t, json.Unmarshal(j, &b))
+	delete(a, "at")
+	delete(b, "at")
+	assert.Equal(t, a, b)
+
+	empty := t.TempDir()
+	out, code, _ := runPlanCommand(t, "", append([]string{"-f", empty}, facts...)...)
+	assert.Equal(t, 1, code)
+	assert.Contains(t, out, "holds no .json, .yaml, .yml file")
 }

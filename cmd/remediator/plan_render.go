@@ -1,6 +1,6 @@
 package main
 
-// Rendering a plan: text for people, JSON for tools.
+// Rendering a plan: a table for people, the report as JSON or YAML for tools.
 
 import (
 	"cmp"
@@ -10,14 +10,24 @@ import (
 	"strings"
 	"time"
 
+	"sigs.k8s.io/yaml"
+
 	"github.com/remediator/remediator/controllers/facts"
 )
 
 func writePlanReport(w io.Writer, r planReport, output string) error {
-	if output == "json" {
+	switch output {
+	case "json":
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
 		return enc.Encode(r)
+	case "yaml":
+		data, err := yaml.Marshal(r)
+		if err != nil {
+			return fmt.Errorf("encoding the plan: %w", err)
+		}
+		_, err = w.Write(data)
+		return err
 	}
 	var b strings.Builder
 	for i, res := range r.Requests {

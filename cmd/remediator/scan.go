@@ -46,7 +46,9 @@ func newScanCommand() *cobra.Command {
   - deregistered drivers: nodes whose CSINode lacks the driver while a Ready
     node-plugin pod runs there;
   - overlapping node-plugin pods.
--o yaml prints ready-to-commit RemediationRequest manifests, one per target.
+-o yaml and -o json print the same thing for tools, as they do in plan: the suggested
+RemediationRequests, one per target, ready to commit or to pipe into kubectl apply -f -
+(YAML documents, or one JSON v1 List). The table lists the findings.
 It only reads. Exit code: 0 when nothing was found, 3 when findings were printed,
 1 when the scan itself failed.`,
 		Args: cobra.NoArgs,
@@ -64,7 +66,7 @@ It only reads. Exit code: 0 when nothing was found, 3 when findings were printed
 	o.cluster.addFlags(f, "")
 	f.Lookup("namespace").Usage = "Namespace of the suggested RemediationRequests (-o yaml); the same as --request-namespace"
 	f.DurationVar(&o.leaseAge, "lease-age", 10*time.Minute, "Age from which a Lease without LeaseRetained events counts as stuck")
-	f.StringVarP(&o.output, "output", "o", "table", "Output format: table, yaml (RemediationRequest manifests) or json")
+	f.StringVarP(&o.output, "output", "o", "table", "Output format: table (the findings), yaml or json (the suggested RemediationRequests)")
 	f.StringVar(&o.requestNamespace, "request-namespace", "remediator", "Namespace of the suggested RemediationRequests")
 	return cmd
 }
@@ -95,12 +97,13 @@ func runScan(ctx context.Context, w io.Writer, o scanOptions) error {
 func writeFindings(w io.Writer, findings []facts.Finding, o scanOptions) error {
 	switch o.output {
 	case "json":
+		items := suggestedRequests(findings, o.requestNamespace)
+		if items == nil {
+			items = []map[string]any{}
+		}
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
-		if findings == nil {
-			findings = []facts.Finding{}
-		}
-		return enc.Encode(findings)
+		return enc.Encode(map[string]any{"apiVersion": "v1", "kind": "List", "items": items})
 	case "yaml":
 		return writeRequests(w, suggestedRequests(findings, o.requestNamespace))
 	}

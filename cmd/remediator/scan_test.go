@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -76,4 +77,37 @@ func TestSuggestedRequestsAreValid(t *testing.T) {
 			assert.NotContains(t, inputs[0].rr.Spec.Reason, "\uFFFD", "the reason was cut inside a character")
 		})
 	}
+}
+
+// TestScanOutputsAgree: -o yaml and -o json print the same requests (as plan's two
+// print the same report), and the JSON one is a List kubectl apply takes.
+func TestScanOutputsAgree(t *testing.T) {
+	findings := []facts.Finding{
+		{Kind: facts.FindingDeregisteredDriver, Node: "kwok-node-0", Evidence: "CSINode kwok-node-0 does not list csi.trident.netapp.io"},
+		{Kind: facts.FindingStuckLease, Node: "kwok-node-1", Lease: "trident/pvc-75a6fd7f-7aee-45e8-a5fa-d4500272528e", Evidence: "Lease held for 40m"},
+	}
+	var asYAML, asJSON bytes.Buffer
+	require.NoError(t, writeFindings(&asYAML, findings, scanOptions{output: "yaml", requestNamespace: "remediator"}))
+	require.NoError(t, writeFindings(&asJSON, findings, scanOptions{output: "json", requestNamespace: "remediator"}))
+
+	var fromYAML []map[string]any
+	for _, doc := range strings.Split(asYAML.String(), "\n---\n") {
+		var m map[string]any
+		require.NoError(t, yaml.Unmarshal([]byte(doc), &m))
+		fromYAML = append(fromYAML, m)
+	}
+	var list struct {
+		APIVersion string           `json:"apiVersion"`
+		Kind       string           `json:"kind"`
+		Items      []map[string]any `json:"items"`
+	}
+	require.NoError(t, json.Unmarshal(asJSON.Bytes(), &list))
+	assert.Equal(t, "v1", list.APIVersion)
+	assert.Equal(t, "List", list.Kind)
+	require.Len(t, list.Items, 2)
+	assert.Equal(t, fromYAML, list.Items)
+
+	var none bytes.Buffer
+	require.NoError(t, writeFindings(&none, nil, scanOptions{output: "json"}))
+	assert.JSONEq(t, `{"apiVersion": "v1", "kind": "List", "items": []}`, none.String())
 }

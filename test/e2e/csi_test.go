@@ -167,22 +167,30 @@ func TestScanFindsBothIncidents(t *testing.T) {
 		}
 		return string(out), code
 	}
-	var findings []struct{ Kind, Node, Lease string }
+	// -o json is -o yaml's requests, as one v1 List.
+	var suggested struct {
+		Kind  string
+		Items []v1alpha1.RemediationRequest
+	}
 	out, code := scan("-o", "json")
 	require.Equal(t, 3, code, "scan exit code with findings\n%s", out)
-	require.NoError(t, json.Unmarshal([]byte(out), &findings))
+	require.NoError(t, json.Unmarshal([]byte(out), &suggested))
+	assert.Equal(t, "List", suggested.Kind)
 	var got []string
-	for _, f := range findings {
-		got = append(got, f.Kind+" "+f.Node+" "+f.Lease)
+	for _, rr := range suggested.Items {
+		got = append(got, string(rr.Spec.Remediation)+" "+rr.Spec.Target.Node+rr.Spec.Target.PersistentVolume+" "+rr.Namespace)
 	}
 	want := []string{
-		"DeregisteredDriver kwok-node-0 ", "DeregisteredDriver kwok-node-1 ", "DeregisteredDriver kwok-node-2 ",
-		"StuckLease " + down + " " + tridentNS + "/" + pv,
+		"reregister-csi-driver kwok-node-0 " + ns, "reregister-csi-driver kwok-node-1 " + ns, "reregister-csi-driver kwok-node-2 " + ns,
+		"release-luks-lease " + pv + " " + ns,
 	}
-	require.Equal(t, want, got, "scan findings")
+	require.Equal(t, want, got, "scan's suggested requests")
 	table, _ := scan()
-	assert.Contains(t, table, "DeregisteredDriver", "scan table")
-	assert.Contains(t, table, "StuckLease", "scan table")
+	for _, want := range []string{"DeregisteredDriver kwok-node-0", "DeregisteredDriver kwok-node-1", "DeregisteredDriver kwok-node-2",
+		"StuckLease " + down} {
+		assert.Regexp(t, strings.ReplaceAll(want, " ", `\s+`), table, "scan table")
+	}
+	assert.Contains(t, table, tridentNS+"/"+pv, "scan table")
 
 	manifests, _ := scan("-o", "yaml")
 	apply := exec.Command(filepath.Join(root, "bin", "kubectl"), "--kubeconfig", kubeconfig, "apply", "-f", "-")
