@@ -111,6 +111,7 @@ policy-test: ## Run the CUE policy cases (policies/*_test.cue) with cue vet
 test-unit: bins ## Unit and envtest integration tests (real kube-apiserver + etcd from bin/)
 	$(GOTEST) $(TEST_FLAGS) -race ./...
 	$(GOTEST) $(TEST_FLAGS) -tags failpoints ./remediations/failpoint/
+	cd test/promrules && $(GO) test -count=1 ./...
 
 .PHONY: test-e2e
 test-e2e: bins build ## End-to-end tests on the local kwok cluster (started and stopped if not already up)

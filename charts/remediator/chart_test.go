@@ -727,6 +727,9 @@ func typedObject(o *unstructured.Unstructured) (any, error) {
 	if o.GroupVersionKind().Group == "monitoring.coreos.com" && o.GetKind() == "ServiceMonitor" {
 		return &serviceMonitor{}, nil
 	}
+	if o.GroupVersionKind().Group == "monitoring.coreos.com" && o.GetKind() == "PrometheusRule" {
+		return &prometheusRule{}, nil
+	}
 	return decodeScheme.New(o.GroupVersionKind())
 }
 
@@ -738,7 +741,10 @@ func TestObjectsDecodeStrictly(t *testing.T) {
 		"everything on": {
 			"requestNamespaces": []any{"team-a"},
 			"policies":          map[string]any{"luks.cue": "package policies\n"},
-			"metrics":           map[string]any{"serviceMonitor": map[string]any{"enabled": true}},
+			"metrics": map[string]any{
+				"serviceMonitor": map[string]any{"enabled": true},
+				"prometheusRule": map[string]any{"enabled": true},
+			},
 			"imagePullSecrets":  []any{map[string]any{"name": "regcred"}},
 			"tolerations":       []any{map[string]any{"key": "infra", "operator": "Exists", "effect": "NoSchedule"}},
 			"nodeSelector":      map[string]any{"kubernetes.io/os": "linux"},

@@ -128,9 +128,10 @@ func flagDefaults(t *testing.T, known map[string]string) map[string]string {
 		require.NoError(t, err)
 		f, err := parser.ParseFile(fset, path, src, 0)
 		require.NoError(t, err)
-		text := func(n ast.Node) string { return string(src[fset.Position(n.Pos()).Offset:fset.Position(n.End()).Offset]) }
-		var eval func(ast.Expr) (string, bool)
-		eval = func(x ast.Expr) (string, bool) {
+		text := func(n ast.Node) string {
+			return string(src[fset.Position(n.Pos()).Offset:fset.Position(n.End()).Offset])
+		}
+		eval := func(x ast.Expr) (string, bool) {
 			switch x := x.(type) {
 			case *ast.BasicLit:
 				if x.Kind == token.STRING {

@@ -1,0 +1,12 @@
+// Package promrules checks the monitoring the Helm chart ships with Prometheus' own
+// code: the PrometheusRule's groups parse and validate with rulefmt (as promtool
+// check rules does: every expression is valid PromQL, every template compiles), and
+// every query of the Grafana dashboard is valid PromQL over metrics the controller
+// registers.
+//
+// It is its own Go module so that Prometheus' dependencies (newer client_golang,
+// common, Kubernetes libraries) do not move the main module's: it renders the chart
+// from ../../charts/remediator with the Helm library and reads
+// ../../controllers/metrics.go as text, importing nothing from the main module.
+// `make test-unit` runs it.
+package promrules

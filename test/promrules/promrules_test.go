@@ -1,0 +1,167 @@
+package promrules
+
+import (
+	"log/slog"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/common/model"
+	"github.com/prometheus/prometheus/model/rulefmt"
+	"github.com/prometheus/prometheus/promql/parser"
+	"helm.sh/helm/v3/pkg/chart/loader"
+	"helm.sh/helm/v3/pkg/chartutil"
+	"helm.sh/helm/v3/pkg/engine"
+	"helm.sh/helm/v3/pkg/releaseutil"
+	"sigs.k8s.io/yaml"
+)
+
+var repo = filepath.Join("..", "..")
+
+// render renders the chart's templates with values over values.yaml, as
+// `helm template` does, and returns the YAML documents by kind.
+func render(t *testing.T, values map[string]any) map[string][]map[string]any {
+	t.Helper()
+	c, err := loader.Load(filepath.Join(repo, "charts", "remediator"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	vals, err := chartutil.ToRenderValues(c, values, chartutil.ReleaseOptions{
+		Name: "remediator", Namespace: "remediator-system", Revision: 1, IsInstall: true,
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, err := engine.Engine{Strict: true}.Render(c, vals)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string][]map[string]any{}
+	for name, content := range files {
+		if strings.HasSuffix(name, "NOTES.txt") {
+			continue
+		}
+		for _, doc := range releaseutil.SplitManifests(content) {
+			var o map[string]any
+			if err := yaml.Unmarshal([]byte(doc), &o); err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			if kind, ok := o["kind"].(string); ok {
+				out[kind] = append(out[kind], o)
+			}
+		}
+	}
+	return out
+}
+
+// registered are the metric names controllers/metrics.go registers, with the
+// series a histogram adds.
+func registered(t *testing.T) map[string]bool {
+	t.Helper()
+	src, err := os.ReadFile(filepath.Join(repo, "controllers", "metrics.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]bool{}
+	for _, m := range regexp.MustCompile(`(?:Name:\s*|NewDesc\(\s*)"(remediator_[a-z0-9_]+)"`).FindAllSubmatch(src, -1) {
+		names[string(m[1])] = true
+	}
+	for _, m := range regexp.MustCompile(`NewHistogram(?:Vec)?\(prometheus\.HistogramOpts\{\s*Name:\s*"([a-z0-9_]+)"`).FindAllSubmatch(src, -1) {
+		for _, suffix := range []string{"_bucket", "_sum", "_count"} {
+			names[string(m[1])+suffix] = true
+		}
+	}
+	if len(names) == 0 {
+		t.Fatal("controllers/metrics.go: no metric names found")
+	}
+	return names
+}
+
+// foreign are the metrics the chart's queries may read that the controller does
+// not export.
+var foreign = map[string]bool{
+	"kube_lease_renew_time": true, // kube-state-metrics, for TridentLeaseStuck
+}
+
+var promql = parser.NewParser(parser.Options{})
+
+// metricNames returns the metric names an expression selects.
+func metricNames(t *testing.T, expr string) []string {
+	t.Helper()
+	e, err := promql.ParseExpr(expr)
+	if err != nil {
+		t.Fatalf("%q: %v", expr, err)
+	}
+	var names []string
+	parser.Inspect(e, func(n parser.Node, _ []parser.Node) error {
+		if vs, ok := n.(*parser.VectorSelector); ok {
+			names = append(names, vs.Name)
+		}
+		return nil
+	})
+	return names
+}
+
+func checkNames(t *testing.T, known map[string]bool, where, expr string) {
+	t.Helper()
+	names := metricNames(t, expr)
+	if len(names) == 0 {
+		t.Errorf("%s: %q selects no metric", where, expr)
+	}
+	for _, n := range names {
+		if !known[n] && !foreign[n] {
+			t.Errorf("%s: %q queries %s, which controllers/metrics.go does not register", where, expr, n)
+		}
+	}
+}
+
+// TestPrometheusRuleParses is promtool check rules on the rendered PrometheusRule.
+func TestPrometheusRuleParses(t *testing.T) {
+	for name, values := range map[string]map[string]any{
+		"defaults": {"metrics": map[string]any{"prometheusRule": map[string]any{"enabled": true}}},
+		"other trident namespace and threshold": {
+			"trident": map[string]any{"namespace": "netapp-trident"},
+			"metrics": map[string]any{"prometheusRule": map[string]any{
+				"enabled":           true,
+				"ruleLabels":        map[string]any{"team": "storage"},
+				"tridentLeaseStuck": map[string]any{"thresholdSeconds": 1800},
+			}},
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			rules := render(t, values)["PrometheusRule"]
+			if len(rules) != 1 {
+				t.Fatalf("want one PrometheusRule, got %d", len(rules))
+			}
+			spec, err := yaml.Marshal(rules[0]["spec"])
+			if err != nil {
+				t.Fatal(err)
+			}
+			groups, errs := rulefmt.Parse(spec, false, model.UTF8Validation, promql, slog.New(slog.DiscardHandler))
+			for _, err := range errs {
+				t.Errorf("rulefmt: %v\n%s", err, spec)
+			}
+			if groups == nil || len(groups.Groups) != 1 || len(groups.Groups[0].Rules) == 0 {
+				t.Fatalf("want one group of rules, got %+v", groups)
+			}
+			known := registered(t)
+			for _, r := range groups.Groups[0].Rules {
+				if r.Alert == "" {
+					t.Errorf("%q is not an alert", r.Record)
+				}
+				if r.For == 0 {
+					t.Errorf("%s: no for", r.Alert)
+				}
+				checkNames(t, known, r.Alert, r.Expr)
+			}
+		})
+	}
+	t.Run("catches a bad expression", func(t *testing.T) {
+		bad := []byte("groups:\n- name: x\n  rules:\n  - alert: X\n    expr: sum by (a (up)\n")
+		if _, errs := rulefmt.Parse(bad, false, model.UTF8Validation, promql, slog.New(slog.DiscardHandler)); len(errs) == 0 {
+			t.Error("rulefmt accepted a broken expression")
+		}
+	})
+}
