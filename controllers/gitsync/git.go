@@ -116,7 +116,9 @@ func (m *mirror) files(ctx context.Context, commit, dir string) ([]manifestFile,
 	if dir != "" {
 		spec = commit + ":" + dir
 		if _, err := m.git(ctx, "cat-file", "-e", spec); err != nil {
-			return nil, fmt.Errorf("path %q does not exist at commit %s", dir, ShortRevision(commit))
+			return nil, fmt.Errorf("path %q does not exist at commit %s: check --path; if the directory was "+
+				"removed with its last request, keep a file that is not a manifest there (a README.md), since "+
+				"Git does not keep empty directories", dir, ShortRevision(commit))
 		}
 	}
 	args := []string{"ls-tree", "-r", "-z", "--name-only", commit}

@@ -133,6 +133,30 @@ func TestSyncAppliesAnnotatesAndPrunes(t *testing.T) {
 	}
 }
 
+// TestSyncPrunesTheLastRequest: the template keeps requests/README.md, so removing
+// the last request leaves the directory in Git, and the sync prunes the request
+// instead of failing on a missing path.
+func TestSyncPrunesTheLastRequest(t *testing.T) {
+	ns := namespace(t)
+	r := gitrepo.New(t)
+	r.Write("requests/README.md", "# requests\n")
+	r.Write("requests/a.yaml", request(ns, "release-a", "pvc-a"))
+	r.Commit("Release the Lease of pvc-a")
+	s := newSyncer(t, gitsync.Options{Repo: r.Bare, Revision: "main", Path: "requests", Namespaces: []string{ns}, Prune: true})
+	_, err := sync(t, s)
+	require.NoError(t, err, "first sync")
+	_, ok := getRR(t, ns, "release-a")
+	require.True(t, ok, "release-a was not applied")
+
+	r.Remove("requests/a.yaml")
+	r.Commit("release-a is done; the directory keeps its README")
+	res, err := sync(t, s)
+	require.NoError(t, err, "the sync after the last request's removal")
+	assert.Len(t, res.Pruned, 1, "pruned = %v", res.Pruned)
+	_, ok = getRR(t, ns, "release-a")
+	assert.False(t, ok, "release-a still exists after its file was removed from Git")
+}
+
 // Every bad revision fails the sync with a clear error and changes nothing: the
 // request synced before stays as it was and nothing new appears.
 func TestSyncRefusesBadInput(t *testing.T) {
@@ -199,7 +223,7 @@ rules:
 		{
 			name:    "missing path",
 			opts:    func(o *gitsync.Options) { o.Path = "reqeusts" },
-			wantErr: []string{`path "reqeusts" does not exist at commit`},
+			wantErr: []string{`path "reqeusts" does not exist at commit`, "keep a file that is not a manifest there"},
 		},
 		{
 			name:    "unreachable repository",
