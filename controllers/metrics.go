@@ -3,6 +3,7 @@ package controllers
 import (
 	"context"
 	"errors"
+	"runtime"
 	"strings"
 	"time"
 
@@ -48,6 +49,17 @@ var (
 		Name: "remediator_policy_reload_failing",
 		Help: "1 for the reason (read, syntax, compile, no-policy, unknown-playbook) the policies in --policies-dir were last refused for, while they are; 0 once a reload succeeds. The policy of remediator_policy_info stays in use meanwhile.",
 	}, []string{"reason"})
+	remediationSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "remediator_remediation_duration_seconds",
+		Help: "Seconds from a request's decision to its playbook's end (Succeeded or Failed), by remediation and outcome.",
+		// A Lease release takes a second; a healthy holder's drain, or a wait for a
+		// maintenance window, hours.
+		Buckets: []float64{1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, 21600, 86400},
+	}, []string{"remediation", "outcome"})
+	buildInfo = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "remediator_build_info",
+		Help: "Always 1; its labels say which build of the controller runs.",
+	}, []string{"version", "goversion"})
 	decisionsFailedClosed = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "remediator_decisions_failed_closed_total",
 		Help: "Decisions rejected because the policy could not decide (policy-error: ambiguous rules, an incomplete or oversized decision; policy-timeout), chose a playbook that does not exist (unknown-playbook), or allowed what the safety floor refuses (safety-floor).",
@@ -66,42 +78,71 @@ var failClosedRules = []string{RulePolicyError, policies.RulePolicyTimeout, Rule
 // driver-registered is also a policy rule.
 const safetyFloorProgressing = "Rejected by the safety floor: "
 
-// activeDesc is collected at scrape time, so the gauge is the cluster's truth on
-// every replica, not a count a restart would lose. It reads the running requests
-// from the manager's cache, through the guards' index.
-var activeDesc = prometheus.NewDesc("remediator_active_remediations",
-	"Requests whose playbook is running now, by remediation.", []string{"remediation"}, nil)
+// The gauges of the cluster's requests are collected at scrape time, so they are the
+// cluster's truth, not a count a restart would lose. They read the requests from the
+// manager's cache. Only the leader exports them: every replica's cache holds the same
+// requests, so a sum over replicas would count each one once per replica.
+var (
+	activeDesc = prometheus.NewDesc("remediator_active_remediations",
+		"Requests whose playbook is running now, by remediation (exported by the leader only).", []string{"remediation"}, nil)
+	waitingDesc = prometheus.NewDesc("remediator_requests_waiting",
+		"Requests in phase Waiting (for another remediation on the same node or Lease, a free slot, or their maintenance window), by remediation (exported by the leader only).",
+		[]string{"remediation"}, nil)
+)
 
-type activeCollector struct{ reader client.Reader }
+type requestsCollector struct {
+	reader client.Reader
+	// elected is closed once this replica leads (the manager's Elected()).
+	elected <-chan struct{}
+}
 
-func (c activeCollector) Describe(ch chan<- *prometheus.Desc) { ch <- activeDesc }
+func (c requestsCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- activeDesc
+	ch <- waitingDesc
+}
 
-func (c activeCollector) Collect(ch chan<- prometheus.Metric) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	list, err := ListRequests(ctx, c.reader, client.MatchingFields{IndexGuard: keyRunning})
-	if err != nil {
-		ch <- prometheus.NewInvalidMetric(activeDesc, err)
+func (c requestsCollector) Collect(ch chan<- prometheus.Metric) {
+	select {
+	case <-c.elected:
+	default:
 		return
 	}
-	counts := map[string]float64{
-		string(v1alpha1.RemediationReleaseLUKSLease): 0, string(v1alpha1.RemediationReregisterCSIDriver): 0,
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	list, err := ListRequests(ctx, c.reader)
+	if err != nil {
+		ch <- prometheus.NewInvalidMetric(activeDesc, err)
+		ch <- prometheus.NewInvalidMetric(waitingDesc, err)
+		return
 	}
+	zero := func() map[string]float64 {
+		return map[string]float64{string(v1alpha1.RemediationReleaseLUKSLease): 0, string(v1alpha1.RemediationReregisterCSIDriver): 0}
+	}
+	running, waiting := zero(), zero()
 	for i := range list {
-		if rr := &list[i]; rr.Status.Phase == v1alpha1.PhaseRunning {
-			counts[string(rr.Spec.Remediation)]++
+		switch rr := &list[i]; rr.Status.Phase {
+		case v1alpha1.PhaseRunning:
+			running[string(rr.Spec.Remediation)]++
+		case v1alpha1.PhaseWaiting:
+			waiting[string(rr.Spec.Remediation)]++
 		}
 	}
-	for remediation, n := range counts {
+	for remediation, n := range running {
 		ch <- prometheus.MustNewConstMetric(activeDesc, prometheus.GaugeValue, n, remediation)
+	}
+	for remediation, n := range waiting {
+		ch <- prometheus.MustNewConstMetric(waitingDesc, prometheus.GaugeValue, n, remediation)
 	}
 }
 
 // RegisterMetrics registers the metrics on controller-runtime's registry; reader
-// serves the active-remediations gauge.
-func RegisterMetrics(reader client.Reader, engine *policies.Engine) error {
-	for _, c := range []prometheus.Collector{requestsTotal, decisionSeconds, stepSeconds, policyLoadErrors, policyInfo,
-		policyReloadFailing, decisionsFailedClosed, activeCollector{reader: reader}} {
+// serves the gauges of the cluster's requests, which only a replica whose elected
+// channel is closed (the manager's Elected(): the leader, or every replica without
+// leader election) exports; version labels remediator_build_info.
+func RegisterMetrics(reader client.Reader, engine *policies.Engine, elected <-chan struct{}, version string) error {
+	buildInfo.WithLabelValues(version, runtime.Version()).Set(1)
+	for _, c := range []prometheus.Collector{requestsTotal, decisionSeconds, stepSeconds, remediationSeconds, buildInfo,
+		policyLoadErrors, policyInfo, policyReloadFailing, decisionsFailedClosed, requestsCollector{reader: reader, elected: elected}} {
 		if err := metrics.Registry.Register(c); err != nil {
 			return err
 		}
@@ -131,6 +172,9 @@ func observeTransitions(before, after *v1alpha1.RemediationRequest) {
 		switch after.Status.Phase {
 		case v1alpha1.PhaseSucceeded, v1alpha1.PhaseFailed, v1alpha1.PhaseRejected:
 			requestsTotal.WithLabelValues(string(after.Spec.Remediation), string(after.Status.Phase)).Inc()
+		}
+		if d, ok := remediationDuration(after); ok {
+			remediationSeconds.WithLabelValues(string(after.Spec.Remediation), string(after.Status.Phase)).Observe(d.Seconds())
 		}
 	}
 	if decided {
@@ -291,3 +335,22 @@ func (p *PolicyReloader) event(eventType, reason, format string, args ...any) {
 // NeedLeaderElection is false: every replica must decide with the current policy
 // once it becomes the leader.
 func (p *PolicyReloader) NeedLeaderElection() bool { return false }
+
+// remediationDuration is how long a finished playbook took from its decision to its
+// last step's end; ok is false for a request that did not finish a playbook.
+func remediationDuration(rr *v1alpha1.RemediationRequest) (time.Duration, bool) {
+	if p := rr.Status.Phase; p != v1alpha1.PhaseSucceeded && p != v1alpha1.PhaseFailed || rr.Status.Decision == nil ||
+		rr.Status.Decision.DecidedAt.IsZero() {
+		return 0, false
+	}
+	var end time.Time
+	for _, st := range rr.Status.Steps {
+		if st.CompletedAt != nil && st.CompletedAt.After(end) {
+			end = st.CompletedAt.Time
+		}
+	}
+	if end.IsZero() {
+		return 0, false
+	}
+	return end.Sub(rr.Status.Decision.DecidedAt.Time), true
+}

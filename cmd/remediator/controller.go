@@ -144,7 +144,7 @@ func runController(cmd *cobra.Command, o controllerOptions) error {
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the RemediationRequest controller: %w", err)
 	}
-	if err := controllers.RegisterMetrics(mgr.GetClient(), policy); err != nil {
+	if err := controllers.RegisterMetrics(mgr.GetClient(), policy, mgr.Elected(), version); err != nil {
 		return fmt.Errorf("registering metrics: %w", err)
 	}
 	if o.policiesDir != "" && o.policyReloadInterval > 0 {

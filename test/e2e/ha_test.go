@@ -166,6 +166,18 @@ func TestMetricsReflectTheScenario(t *testing.T) {
 	expect("remediator_step_duration_seconds", map[string]string{"step": "cordon", "result": "Succeeded"}, 1)
 	expect("remediator_policy_info", map[string]string{"digest": rr.Status.Decision.PolicyDigest, "source": "embedded"}, 1)
 	expect("remediator_policy_load_errors_total", map[string]string{}, 0)
+	expect("remediator_remediation_duration_seconds", map[string]string{"remediation": lr, "outcome": "Succeeded"}, 1)
+	expect("remediator_requests_waiting", map[string]string{"remediation": lr}, 0)
+	if build := scrape(t, addr)["remediator_build_info"]; assert.NotNil(t, build, "remediator_build_info") && assert.Len(t, build.GetMetric(), 1) {
+		m := build.GetMetric()[0]
+		assert.Equal(t, float64(1), m.GetGauge().GetValue())
+		labels := map[string]string{}
+		for _, l := range m.GetLabel() {
+			labels[l.GetName()] = l.GetValue()
+		}
+		assert.NotEmpty(t, labels["version"], "build_info's version")
+		assert.Contains(t, labels["goversion"], "go1.", "build_info's goversion")
+	}
 	n, _ := metricValue(scrape(t, addr), "remediator_decision_duration_seconds", map[string]string{"remediation": lr})
 	assert.GreaterOrEqual(t, n, float64(3), "decision latency observations, want at least one per request (3)")
 
