@@ -6,6 +6,8 @@ package chart_test
 // both with Prometheus' rulefmt and PromQL parser.
 
 import (
+	"bytes"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -14,6 +16,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/remediator/remediator/test/helmchart"
@@ -139,4 +142,89 @@ func TestPrometheusRule(t *testing.T) {
 		_, err := helmchart.Render(release, namespace, values)
 		assert.ErrorContains(t, err, "metrics.enabled")
 	})
+}
+
+// grafanaDashboard is the part of a Grafana dashboard the test reads.
+type grafanaDashboard struct {
+	Title  string `json:"title"`
+	UID    string `json:"uid"`
+	Panels []struct {
+		ID      int    `json:"id"`
+		Title   string `json:"title"`
+		Type    string `json:"type"`
+		Targets []struct {
+			Expr  string `json:"expr"`
+			RefID string `json:"refId"`
+		} `json:"targets"`
+	} `json:"panels"`
+}
+
+func TestGrafanaDashboard(t *testing.T) {
+	const cm = release + "-dashboard"
+	t.Run("off by default", func(t *testing.T) {
+		assert.Nil(t, find(render(t, nil), "ConfigMap", namespace, cm))
+	})
+	file, err := os.ReadFile(filepath.Join("files", "dashboards", "remediator.json"))
+	require.NoError(t, err)
+	for name, tc := range map[string]struct {
+		values map[string]any
+		ns     string
+	}{
+		"release namespace": {map[string]any{"metrics": map[string]any{"dashboard": map[string]any{
+			"enabled": true, "annotations": map[string]any{"grafana_folder": "Storage"},
+		}}}, namespace},
+		"Grafana's namespace": {map[string]any{"metrics": map[string]any{"dashboard": map[string]any{
+			"enabled": true, "namespace": "monitoring",
+		}}}, "monitoring"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			o := find(render(t, tc.values), "ConfigMap", tc.ns, cm)
+			require.NotNil(t, o, "no ConfigMap %s/%s", tc.ns, cm)
+			c := typed[corev1.ConfigMap](t, o)
+			assert.Equal(t, "1", c.Labels["grafana_dashboard"], "the Grafana sidecar's label")
+			if tc.ns == namespace {
+				assert.Equal(t, "Storage", c.Annotations["grafana_folder"])
+			}
+			assert.Equal(t, strings.TrimSpace(string(file)), strings.TrimSpace(c.Data["remediator.json"]), "the dashboard goes in as it is")
+		})
+	}
+
+	var d grafanaDashboard
+	dec := json.NewDecoder(bytes.NewReader(file))
+	require.NoError(t, dec.Decode(&d), "files/dashboards/remediator.json is not valid JSON")
+	assert.False(t, dec.More(), "files/dashboards/remediator.json: trailing data")
+	assert.Equal(t, "remediator", d.UID)
+	require.NotEmpty(t, d.Panels)
+	registered := registeredMetrics(t)
+	seen := map[string]bool{}
+	ids := map[int]bool{}
+	for _, p := range d.Panels {
+		assert.False(t, ids[p.ID], "panel id %d twice", p.ID)
+		ids[p.ID] = true
+		if !assert.NotEmpty(t, p.Targets, "panel %q has no query", p.Title) {
+			continue
+		}
+		for _, tg := range p.Targets {
+			assert.NotEmpty(t, tg.Expr, "panel %q: empty query", p.Title)
+			assertQueriesRegistered(t, registered, "panel "+p.Title, tg.Expr)
+			for _, m := range remediatorMetric.FindAllString(tg.Expr, -1) {
+				seen[strings.TrimSuffix(m, "_bucket")] = true
+			}
+		}
+	}
+	// The metrics the dashboard was drawn over each have a panel; a metric added to
+	// the controller since is only reported, for a panel to follow.
+	for _, name := range []string{
+		"remediator_requests_total", "remediator_decision_duration_seconds", "remediator_step_duration_seconds",
+		"remediator_active_remediations", "remediator_policy_info", "remediator_policy_load_errors_total",
+		"remediator_policy_reload_failing", "remediator_decisions_failed_closed_total",
+	} {
+		assert.True(t, seen[name] || seen[name+"_count"], "no panel shows %s", name)
+	}
+	for name := range registered {
+		if !strings.HasSuffix(name, "_bucket") && !strings.HasSuffix(name, "_sum") && !strings.HasSuffix(name, "_count") &&
+			!seen[name] && !seen[name+"_count"] {
+			t.Logf("files/dashboards/remediator.json has no panel for %s yet", name)
+		}
+	}
 }

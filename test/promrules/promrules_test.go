@@ -1,6 +1,7 @@
 package promrules
 
 import (
+	"encoding/json"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -164,4 +165,65 @@ func TestPrometheusRuleParses(t *testing.T) {
 			t.Error("rulefmt accepted a broken expression")
 		}
 	})
+}
+
+// grafanaVars are the dashboard's variables, replaced by something PromQL accepts
+// before parsing, as Grafana does before it queries.
+var grafanaVars = strings.NewReplacer(
+	"$__rate_interval", "5m", "$__interval", "1m", "$__range", "6h",
+	"${namespace}", "remediator-system", "$namespace", "remediator-system",
+)
+
+// TestDashboardQueries: the dashboard is valid JSON, and every query parses as
+// PromQL and reads only metrics the controller registers.
+func TestDashboardQueries(t *testing.T) {
+	cms := render(t, map[string]any{"metrics": map[string]any{"dashboard": map[string]any{"enabled": true}}})["ConfigMap"]
+	var raw string
+	for _, cm := range cms {
+		if data, ok := cm["data"].(map[string]any); ok {
+			if s, ok := data["remediator.json"].(string); ok {
+				raw = s
+			}
+		}
+	}
+	if raw == "" {
+		t.Fatal("no ConfigMap with remediator.json")
+	}
+	var d struct {
+		Panels []struct {
+			Title   string `json:"title"`
+			Targets []struct {
+				Expr string `json:"expr"`
+			} `json:"targets"`
+		} `json:"panels"`
+		Templating struct {
+			List []struct {
+				Name  string `json:"name"`
+				Query any    `json:"query"`
+			} `json:"list"`
+		} `json:"templating"`
+	}
+	if err := json.Unmarshal([]byte(raw), &d); err != nil {
+		t.Fatalf("the dashboard is not valid JSON: %v", err)
+	}
+	known := registered(t)
+	queries := 0
+	for _, p := range d.Panels {
+		for _, tg := range p.Targets {
+			queries++
+			checkNames(t, known, "panel "+p.Title, grafanaVars.Replace(tg.Expr))
+		}
+	}
+	if queries == 0 {
+		t.Fatal("the dashboard has no queries")
+	}
+	// label_values(metric, label) variables name a registered metric too.
+	for _, v := range d.Templating.List {
+		q, _ := json.Marshal(v.Query)
+		for _, m := range regexp.MustCompile(`label_values\((\w+)`).FindAllStringSubmatch(string(q), -1) {
+			if !known[m[1]] {
+				t.Errorf("variable %s: label_values over %s, which controllers/metrics.go does not register", v.Name, m[1])
+			}
+		}
+	}
 }
