@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"maps"
 	"os"
@@ -25,6 +24,7 @@ import (
 
 type controllerOptions struct {
 	cluster               *clusterFlags
+	logging               *loggingFlags
 	metricsAddr           string
 	probeAddr             string
 	leaderElect           bool
@@ -68,13 +68,14 @@ func newControllerCommand() *cobra.Command {
 	f.StringVar(&o.pprofAddr, "pprof-bind-address", "0", "Address the Go pprof endpoints (/debug/pprof) bind to; 0 disables them")
 	f.DurationVar(&o.policyReloadInterval, "policy-reload-interval", 30*time.Second,
 		"How often --policies-dir is re-read (a mounted ConfigMap changes in place); a policy that fails to load is not used: the last good one stays, and the log, remediator_policy_load_errors_total, remediator_policy_reload_failing{reason} and a Warning Event on the controller's Pod say why. 0 disables reloading")
-	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
-	klog.InitFlags(klogFlags)
-	f.AddGoFlagSet(klogFlags)
+	o.logging = addLoggingFlags(f)
 	return cmd
 }
 
 func runController(cmd *cobra.Command, o controllerOptions) error {
+	if err := o.logging.apply(); err != nil {
+		return err
+	}
 	ctrl.SetLogger(klog.NewKlogr())
 	log := ctrl.Log.WithName("setup")
 

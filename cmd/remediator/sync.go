@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -18,7 +17,8 @@ import (
 )
 
 type syncOptions struct {
-	conn connectionFlags
+	conn    connectionFlags
+	logging *loggingFlags
 	gitsync.Options
 	interval time.Duration
 	timeout  time.Duration
@@ -62,15 +62,16 @@ the next interval.`,
 	f.DurationVar(&o.interval, "interval", 0, "Sync every interval until interrupted; 0 syncs once")
 	f.DurationVar(&o.timeout, "timeout", 5*time.Minute, "Upper bound for one sync, including waiting for pruned requests to finish restoring")
 	_ = cmd.MarkFlagRequired("repo")
-	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
-	klog.InitFlags(klogFlags)
-	f.AddGoFlagSet(klogFlags)
+	o.logging = addLoggingFlags(f)
 	return cmd
 }
 
 func runSync(ctx context.Context, out io.Writer, o syncOptions) error {
 	if o.interval < 0 || o.timeout <= 0 {
 		return fmt.Errorf("--interval must be >= 0 and --timeout > 0")
+	}
+	if err := o.logging.apply(); err != nil {
+		return err
 	}
 	log := klog.NewKlogr().WithName("sync")
 	o.Log = log
