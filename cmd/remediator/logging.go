@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/pflag"
 	logsapi "k8s.io/component-base/logs/api/v1"
+
 	// The json format, which logsapi knows only once it is registered.
 	_ "k8s.io/component-base/logs/json/register"
 )
