@@ -20,8 +20,9 @@ type syncOptions struct {
 	conn    connectionFlags
 	logging *loggingFlags
 	gitsync.Options
-	interval time.Duration
-	timeout  time.Duration
+	interval    time.Duration
+	timeout     time.Duration
+	metricsAddr string
 }
 
 func newSyncCommand() *cobra.Command {
@@ -61,6 +62,7 @@ the next interval.`,
 	f.StringVar(&o.WorkDir, "work-dir", "", "Directory for the bare clone (default: $TMPDIR/remediator-sync)")
 	f.DurationVar(&o.interval, "interval", 0, "Sync every interval until interrupted; 0 syncs once")
 	f.DurationVar(&o.timeout, "timeout", 5*time.Minute, "Upper bound for one sync, including waiting for pruned requests to finish restoring")
+	f.StringVar(&o.metricsAddr, "metrics-bind-address", "0", "Address /metrics (the last synced revision and its time, failures) binds to; 0 disables it")
 	_ = cmd.MarkFlagRequired("repo")
 	o.logging = addLoggingFlags(f)
 	return cmd
@@ -88,11 +90,18 @@ func runSync(ctx context.Context, out io.Writer, o syncOptions) error {
 		return err
 	}
 	defer stop()
+	metrics := newSyncMetrics()
+	stopMetrics, err := metrics.serve(ctx, o.metricsAddr)
+	if err != nil {
+		return err
+	}
+	defer stopMetrics()
 
 	once := func() error {
 		sctx, cancel := context.WithTimeout(ctx, o.timeout)
 		defer cancel()
 		res, err := s.Sync(sctx)
+		metrics.record(res, err, time.Now())
 		// A refused or failed revision prints only what was done before it failed.
 		if res != nil && (err == nil || len(res.Applied)+len(res.Pruned) > 0) {
 			if perr := printSync(out, res); perr != nil && err == nil {
@@ -131,4 +140,9 @@ func printSync(w io.Writer, r *gitsync.Result) error {
 		fmt.Fprintf(tw, "%s\t-\tnothing to sync\n", gitsync.ShortRevision(r.Commit))
 	}
 	return tw.Flush()
+}
+
+// logSyncError logs an error of the metrics server, which has no caller to return it to.
+func logSyncError(_ context.Context, err error) {
+	klog.NewKlogr().WithName("sync").Error(err, "Serving metrics failed")
 }

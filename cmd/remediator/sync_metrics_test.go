@@ -1,0 +1,53 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/remediator/remediator/controllers/gitsync"
+)
+
+// TestSyncMetrics: a sync's outcome is on /metrics: the revision and time of the last
+// success, and the failures since.
+func TestSyncMetrics(t *testing.T) {
+	m := newSyncMetrics()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := l.Addr().String()
+	require.NoError(t, l.Close())
+	stop, err := m.serve(context.Background(), addr)
+	require.NoError(t, err)
+	defer stop()
+	scrape := func() string {
+		resp, err := http.Get("http://" + addr + "/metrics")
+		require.NoError(t, err)
+		defer func() { _ = resp.Body.Close() }()
+		body, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		return string(body)
+	}
+	assert.Contains(t, scrape(), "remediator_sync_last_success_timestamp_seconds 0")
+
+	at := time.Unix(1795000000, 0)
+	m.record(&gitsync.Result{Commit: "3f9c2a1b7e5d4c6a8b0e1f2d3c4b5a697887e6d5"}, nil, at)
+	m.record(nil, errors.New("revision refused"), at.Add(time.Minute))
+	m.record(&gitsync.Result{Commit: "9b8a7c6d5e4f3a2b1c0d9e8f7a6b5c4d3e2f1a0b"}, nil, at.Add(2*time.Minute))
+	m.record(nil, errors.New("repository unreachable"), at.Add(3*time.Minute))
+	out := scrape()
+	assert.Contains(t, out, "remediator_sync_last_success_timestamp_seconds 1.79500012e+09")
+	assert.Contains(t, out, `remediator_sync_revision_info{commit="9b8a7c6d5e4f3a2b1c0d9e8f7a6b5c4d3e2f1a0b"} 1`)
+	assert.NotContains(t, out, "3f9c2a1b7e5d", "only the last successful revision")
+	assert.Contains(t, out, "remediator_sync_failures_total 2")
+
+	off, err := newSyncMetrics().serve(context.Background(), "0")
+	require.NoError(t, err, "0 disables the endpoint")
+	off()
+}
