@@ -124,7 +124,7 @@ func TestChartMetadata(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "v2", c.Metadata.APIVersion, "Chart.yaml apiVersion")
 	assert.Equal(t, "remediator", c.Metadata.Name, "Chart.yaml name")
-	assert.Equal(t, "0.1.0", c.Metadata.Version, "Chart.yaml version")
+	assert.Equal(t, "0.2.0", c.Metadata.Version, "Chart.yaml version")
 	assert.NotEmpty(t, c.Metadata.AppVersion, "Chart.yaml appVersion")
 	roles := false
 	for _, f := range c.Files {
@@ -574,7 +574,7 @@ func TestLabels(t *testing.T) {
 			"app.kubernetes.io/instance":   release,
 			"app.kubernetes.io/version":    "0.1.0",
 			"app.kubernetes.io/managed-by": "Helm",
-			"helm.sh/chart":                "remediator-0.1.0",
+			"helm.sh/chart":                "remediator-0.2.0",
 		} {
 			assert.Equal(t, v, l[k], "%s: label %s", ref(o), k)
 		}
