@@ -744,11 +744,15 @@ func TestObjectsDecodeStrictly(t *testing.T) {
 			"metrics": map[string]any{
 				"serviceMonitor": map[string]any{"enabled": true},
 				"prometheusRule": map[string]any{"enabled": true},
+				"dashboard":      map[string]any{"enabled": true},
 			},
-			"imagePullSecrets":  []any{map[string]any{"name": "regcred"}},
-			"tolerations":       []any{map[string]any{"key": "infra", "operator": "Exists", "effect": "NoSchedule"}},
-			"nodeSelector":      map[string]any{"kubernetes.io/os": "linux"},
-			"priorityClassName": "system-cluster-critical",
+			"podSecurityContext": map[string]any{"runAsUser": nil, "fsGroup": 2000},
+			"securityContext":    map[string]any{"runAsUser": nil},
+			"extraArgs":          []any{"--pprof-bind-address=:6060"},
+			"imagePullSecrets":   []any{map[string]any{"name": "regcred"}},
+			"tolerations":        []any{map[string]any{"key": "infra", "operator": "Exists", "effect": "NoSchedule"}},
+			"nodeSelector":       map[string]any{"kubernetes.io/os": "linux"},
+			"priorityClassName":  "system-cluster-critical",
 			"topologySpreadConstraints": []any{map[string]any{
 				"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "ScheduleAnyway",
 				"labelSelector": map[string]any{"matchLabels": map[string]any{"app.kubernetes.io/name": "remediator"}},
@@ -804,11 +808,15 @@ func TestServerSideDryRun(t *testing.T) {
 	}
 
 	objs := render(t, map[string]any{
-		"trident":           map[string]any{"namespace": tridentNS},
-		"requestNamespaces": []any{"team-a", "team-b"},
-		"policies":          map[string]any{"luks.cue": "package policies\n"},
-		"imagePullSecrets":  []any{map[string]any{"name": "regcred"}},
-		"tolerations":       []any{map[string]any{"key": "infra", "operator": "Exists", "effect": "NoSchedule"}},
+		"trident":            map[string]any{"namespace": tridentNS},
+		"requestNamespaces":  []any{"team-a", "team-b"},
+		"policies":           map[string]any{"luks.cue": "package policies\n"},
+		"imagePullSecrets":   []any{map[string]any{"name": "regcred"}},
+		"tolerations":        []any{map[string]any{"key": "infra", "operator": "Exists", "effect": "NoSchedule"}},
+		"metrics":            map[string]any{"dashboard": map[string]any{"enabled": true}},
+		"podSecurityContext": map[string]any{"runAsUser": nil, "runAsGroup": nil},
+		"securityContext":    map[string]any{"runAsUser": nil, "runAsGroup": nil},
+		"extraArgs":          []any{"--pprof-bind-address=:6060"},
 	})
 	apply := func(o *unstructured.Unstructured) error {
 		return c.Apply(ctx, client.ApplyConfigurationFromUnstructured(o),
