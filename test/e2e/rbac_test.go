@@ -36,7 +36,10 @@ import (
 func installChart(t *testing.T, release, ns string) string {
 	t.Helper()
 	ctx := context.Background()
-	objs, err := helmchart.Render(release, ns, map[string]any{"trident": map[string]any{"namespace": tridentNS}})
+	// The request namespace is the suite's own (main_test.go), shared by every test:
+	// the release must neither create it nor, at cleanup, delete it.
+	objs, err := helmchart.Render(release, ns, map[string]any{"trident": map[string]any{"namespace": tridentNS},
+		"requestNamespace": map[string]any{"create": false}})
 	require.NoError(t, err)
 	sa := ""
 	for _, o := range objs {
