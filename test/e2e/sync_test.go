@@ -16,15 +16,21 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/remediator/remediator/api/v1alpha1"
 	"github.com/remediator/remediator/controllers/gitsync"
 	"github.com/remediator/remediator/test/gitrepo"
+	"github.com/remediator/remediator/test/helmchart"
 )
 
 // syncArgs are the `remediator sync` arguments for repo into namespace ns.
@@ -180,4 +186,95 @@ func (l *lockedWriter) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.w.String()
+}
+
+// TestChartSyncAgentRunsAsItsServiceAccount: the chart's sync agent (sync.enabled),
+// with the arguments and the ServiceAccount the chart gives it, syncs a repository
+// and prunes from it, and the real API server's RBAC lets it do nothing else.
+func TestChartSyncAgentRunsAsItsServiceAccount(t *testing.T) {
+	ctx := context.Background()
+	system := namespace(t, "e2e-chartsync-system")
+	ns := namespace(t, "e2e-chartsync")
+	objs, err := helmchart.Render("rsync", system, map[string]any{
+		"requestNamespaces": []any{ns},
+		"requestNamespace":  map[string]any{"create": false},
+		"sync":              map[string]any{"enabled": true, "repo": "https://git.example.com/platform/remediation.git", "revision": "main"},
+	})
+	require.NoError(t, err)
+	var args []string
+	sa := ""
+	for _, o := range objs {
+		if !strings.HasSuffix(o.GetName(), "-sync") {
+			continue
+		}
+		switch o.GetKind() {
+		case "Deployment":
+			d := &appsv1.Deployment{}
+			require.NoError(t, runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, d))
+			args = d.Spec.Template.Spec.Containers[0].Args
+			continue // kwok would only pretend to run it; the test runs the binary.
+		case "ServiceAccount":
+			sa = o.GetName()
+		}
+		obj := o.DeepCopy()
+		require.NoError(t, k8s.Create(ctx, obj), "applying rendered %s %s/%s", o.GetKind(), o.GetNamespace(), o.GetName())
+		t.Cleanup(func() { _ = k8s.Delete(context.Background(), &unstructured.Unstructured{Object: obj.Object}) })
+	}
+	require.NotEmpty(t, sa, "the chart rendered no sync ServiceAccount")
+	require.NotEmpty(t, args, "the chart rendered no sync Deployment")
+	saKubeconfig, _ := serviceAccountKubeconfig(t, system, sa)
+
+	repo := gitrepo.New(t)
+	repo.Write("requests/README.md", "# requests\n")
+	repo.Write("requests/reregister-kwok-node-0.yaml", fmt.Sprintf(`apiVersion: remediator.io/v1alpha1
+kind: RemediationRequest
+metadata:
+  name: reregister-kwok-node-0
+  namespace: %s
+spec:
+  mode: DryRun
+  remediation: reregister-csi-driver
+  target: {node: kwok-node-0}
+  reason: CSINode kwok-node-0 lost csi.trident.netapp.io after the DaemonSet was recreated.
+`, ns))
+	repo.Commit("Re-register the driver on kwok-node-0")
+	// The chart's arguments, but for where the repository and the mirror are here,
+	// once instead of every interval.
+	var once []string
+	for _, a := range args {
+		switch {
+		case strings.HasPrefix(a, "--repo="):
+			a = "--repo=" + repo.Bare
+		case strings.HasPrefix(a, "--work-dir="):
+			a = "--work-dir=" + t.TempDir()
+		case strings.HasPrefix(a, "--interval="):
+			continue
+		}
+		once = append(once, a)
+	}
+	once = append(once, "--kubeconfig", saKubeconfig)
+	run := func() string {
+		out, err := exec.Command(filepath.Join(root, "bin", "remediator"), once...).CombinedOutput()
+		require.NoError(t, err, "remediator %s\n%s", strings.Join(once, " "), out)
+		return string(out)
+	}
+	out := run()
+	assert.Contains(t, out, "apply", "sync output")
+	key := types.NamespacedName{Namespace: ns, Name: "reregister-kwok-node-0"}
+	require.NoError(t, k8s.Get(ctx, key, &v1alpha1.RemediationRequest{}), "the synced request")
+
+	repo.Remove("requests/reregister-kwok-node-0.yaml")
+	repo.Commit("Done")
+	run()
+	err = k8s.Get(ctx, key, &v1alpha1.RemediationRequest{})
+	assert.True(t, apierrors.IsNotFound(err), "the request removed from Git is pruned, the directory kept by its README: %v", err)
+
+	// The ServiceAccount may not write anywhere else.
+	other := namespace(t, "e2e-chartsync-other")
+	sar, err := clientset(t).AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+		User: "system:serviceaccount:" + system + ":" + sa,
+		ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: other, Verb: "create", Group: "remediator.io", Resource: "remediationrequests"},
+	}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	assert.False(t, sar.Status.Allowed, "the sync ServiceAccount may create requests in %s", other)
 }

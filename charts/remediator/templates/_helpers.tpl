@@ -106,3 +106,23 @@ a comma, which would split it) fails too, rather than watching nothing.
 {{- join "," $namespaces }}
 {{- end }}
 {{- end }}
+
+{{/*
+The sync agent's pod labels and selector: a name of its own, so that the
+controller's Deployment, Service and PodDisruptionBudget (selectorLabels) never
+select the sync pod.
+*/}}
+{{- define "remediator.syncSelectorLabels" -}}
+app.kubernetes.io/name: {{ include "remediator.name" . }}-sync
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: sync
+{{- end }}
+
+{{- define "remediator.syncLabels" -}}
+helm.sh/chart: {{ include "remediator.chart" . }}
+{{ include "remediator.syncSelectorLabels" . }}
+{{- if .Chart.AppVersion }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+{{- end }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}

@@ -1,0 +1,111 @@
+package chart_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/remediator/remediator/test/helmchart"
+)
+
+func syncValues() map[string]any {
+	return map[string]any{
+		"requestNamespaces": []any{"remediator", "remediator-staging"},
+		"sync":              map[string]any{"enabled": true, "repo": "https://git.example.com/platform/remediation.git", "interval": "30s"},
+	}
+}
+
+// TestSyncIsOffByDefault: the default install runs no sync agent.
+func TestSyncIsOffByDefault(t *testing.T) {
+	for _, o := range render(t, nil) {
+		assert.NotContains(t, o.GetName(), "-sync", "%s rendered without sync.enabled", ref(o))
+	}
+}
+
+// TestSyncRunsAsItsOwnLeastPrivilegeServiceAccount: the sync agent may read and write
+// RemediationRequests in the request namespaces, and nothing else.
+func TestSyncRunsAsItsOwnLeastPrivilegeServiceAccount(t *testing.T) {
+	objs := render(t, syncValues())
+	const sa = release + "-sync"
+	require.NotNil(t, find(objs, "ServiceAccount", namespace, sa))
+	for _, ns := range []string{"remediator", "remediator-staging"} {
+		role := find(objs, "Role", ns, sa)
+		require.NotNil(t, role, "the sync Role in %s", ns)
+		assert.Equal(t, []rbacv1.PolicyRule{{APIGroups: []string{"remediator.io"}, Resources: []string{"remediationrequests"},
+			Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}}}, typed[rbacv1.Role](t, role).Rules)
+		rb := find(objs, "RoleBinding", ns, sa)
+		require.NotNil(t, rb, "the sync RoleBinding in %s", ns)
+		binding := typed[rbacv1.RoleBinding](t, rb)
+		assert.Equal(t, rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: sa}, binding.RoleRef)
+		assert.Equal(t, []rbacv1.Subject{{Kind: "ServiceAccount", Name: sa, Namespace: namespace}}, binding.Subjects)
+	}
+	for _, o := range objs {
+		if strings.HasSuffix(o.GetName(), "-sync") {
+			assert.NotContains(t, []string{"ClusterRole", "ClusterRoleBinding"}, o.GetKind(), "the sync agent has no cluster-wide rights: %s", ref(o))
+		}
+	}
+
+	d := typed[appsv1.Deployment](t, find(objs, "Deployment", namespace, sa))
+	assert.Equal(t, int32(1), *d.Spec.Replicas)
+	assert.Equal(t, appsv1.RecreateDeploymentStrategyType, d.Spec.Strategy.Type, "never two sync pods at once")
+	pod := d.Spec.Template.Spec
+	assert.Equal(t, sa, pod.ServiceAccountName)
+	require.Len(t, pod.Containers, 1)
+	assert.Equal(t, []string{"sync", "--repo=https://git.example.com/platform/remediation.git", "--revision=HEAD", "--path=requests",
+		"--namespaces=remediator,remediator-staging", "--prune=true", "--interval=30s", "--timeout=5m", "--work-dir=/work", "--v=0"},
+		pod.Containers[0].Args)
+	assert.Equal(t, deployment(t, objs).Spec.Template.Spec.Containers[0].SecurityContext, pod.Containers[0].SecurityContext,
+		"the controller's hardening")
+	mounts := map[string]string{}
+	for _, m := range pod.Containers[0].VolumeMounts {
+		mounts[m.Name] = m.MountPath
+	}
+	assert.Equal(t, map[string]string{"work": "/work", "tmp": "/tmp"}, mounts)
+}
+
+// TestSyncPodIsNotTheController: the controller's Deployment, Service and
+// PodDisruptionBudget do not select the sync pod.
+func TestSyncPodIsNotTheController(t *testing.T) {
+	values := syncValues()
+	values["replicaCount"] = 2
+	objs := render(t, values)
+	syncPod := labels.Set(typed[appsv1.Deployment](t, find(objs, "Deployment", namespace, release+"-sync")).Spec.Template.Labels)
+	controller := deployment(t, objs)
+	sel := labels.SelectorFromSet(controller.Spec.Selector.MatchLabels)
+	assert.False(t, sel.Matches(syncPod), "the controller's Deployment selects the sync pod")
+	for _, o := range objs {
+		switch o.GetKind() {
+		case "Service":
+			svc := typed[corev1.Service](t, o)
+			assert.False(t, labels.SelectorFromSet(svc.Spec.Selector).Matches(syncPod), "%s selects the sync pod", ref(o))
+		case "PodDisruptionBudget":
+			pdb := typed[policyv1.PodDisruptionBudget](t, o)
+			assert.False(t, labels.SelectorFromSet(pdb.Spec.Selector.MatchLabels).Matches(syncPod), "%s selects the sync pod", ref(o))
+		}
+	}
+}
+
+func TestSyncNeedsARepoAndNamespaces(t *testing.T) {
+	_, err := helmchart.Render(release, namespace, map[string]any{"sync": map[string]any{"enabled": true}})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "sync.enabled needs sync.repo")
+
+	values := syncValues()
+	values["watchAllNamespaces"] = true
+	values["requestNamespaces"] = []any{}
+	_, err = helmchart.Render(release, namespace, values)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "sync may only write requests into namespaces it is given")
+
+	bad := syncValues()
+	bad["sync"].(map[string]any)["interval"] = 30
+	_, err = helmchart.Render(release, namespace, bad)
+	require.Error(t, err, "the schema refuses a number for sync.interval")
+}
