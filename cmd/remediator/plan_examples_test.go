@@ -82,8 +82,11 @@ func TestPlanHelperProcess(t *testing.T) {
 }
 
 // TestRemediationRepoCheckScript runs ci/check.sh in a Git copy of the template the
-// way a pull request's CI job would: the changed requests are planned on their saved
-// facts, a rejected one fails the job, and override policies are tested with cue.
+// way a pull request's CI job would: the added, changed and renamed requests are
+// planned, on their saved facts (labelled an offline review, with a warning when the
+// pull request changed them) or, with a kubeconfig, on live ones only; a deleted
+// request is listed as a prune; a rejected one fails the job; and override policies
+// are tested with cue.
 func TestRemediationRepoCheckScript(t *testing.T) {
 	for _, tool := range []string{"bash", "git", "go"} {
 		if _, err := exec.LookPath(tool); err != nil {
@@ -113,7 +116,10 @@ func TestRemediationRepoCheckScript(t *testing.T) {
 		t.Helper()
 		cmd := exec.Command("bash", "ci/check.sh", "base")
 		cmd.Dir = repo
-		cmd.Env = append(os.Environ(), append([]string{"REMEDIATOR=" + remediator, "KUBECONFIG="}, env...)...)
+		// Without the user's Git configuration, git diff detects renames (diff.renames
+		// defaults to true), as in a CI job. Later entries of env win.
+		cmd.Env = append(os.Environ(), append([]string{"REMEDIATOR=" + remediator, "KUBECONFIG=",
+			"GIT_CONFIG_GLOBAL=/dev/null", "GIT_CONFIG_NOSYSTEM=1"}, env...)...)
 		out, err := cmd.CombinedOutput()
 		code := 0
 		if ee, ok := err.(*exec.ExitError); ok {
@@ -142,9 +148,12 @@ func TestRemediationRepoCheckScript(t *testing.T) {
 	t.Run("the template's requests pass", func(t *testing.T) {
 		out, code := check(t)
 		assert.Equal(t, 0, code, "exit code")
-		expect(t, out, "4 request file(s) added or changed since base", "policies/ has no .cue files",
+		expect(t, out, "4 request file(s) added, changed or renamed since base", "policies/ has no .cue files",
+			"Facts: saved, from facts/ (KUBECONFIG is not set). This is an OFFLINE REVIEW ONLY",
+			"(planned on saved facts facts/release-lease-shutdown-kwok-node-3.yaml, for offline review only)\n",
 			"ALLOWED by rule holder-shutdown: playbook node-shutdown", "ALLOWED by rule driver-deregistered: playbook restart-node-plugin",
-			"OK: 4 request(s) checked")
+			"facts: saved, from facts/: an offline review only", "OK: 4 request(s) checked, 0 prune(s)")
+		assert.NotContains(t, out, "WARNING", "the pull request changes no facts")
 	})
 
 	// A pull request that drops the fencing statement: only that request is planned,
@@ -158,11 +167,116 @@ func TestRemediationRepoCheckScript(t *testing.T) {
 	t.Run("a rejected request fails the job", func(t *testing.T) {
 		out, code := check(t)
 		assert.Equal(t, 1, code, "exit code")
-		expect(t, out, "1 request file(s) added or changed since base", "REJECTED by rule unreachable-not-fenced",
+		expect(t, out, "1 request file(s) added, changed or renamed since base", "REJECTED by rule unreachable-not-fenced",
 			"FAILED: requests/release-lease-fenced-unreachable-kwok-node-2.yaml (rejected)")
 	})
 	git("checkout", "-q", "HEAD~1", "--", "requests")
 	git("commit", "-q", "-a", "-m", "fenced again")
+
+	// The next pull requests are branches off main, which is their base.
+	pullRequest := func(name string) {
+		git("checkout", "-q", "-b", name, "main")
+		git("branch", "-f", "base", "main")
+	}
+	edit := func(rel, from, to string) {
+		t.Helper()
+		p := filepath.Join(repo, rel)
+		src, err := os.ReadFile(p)
+		require.NoError(t, err)
+		require.Contains(t, string(src), from, "%s no longer contains what this test edits", rel)
+		writeFile(t, p, strings.Replace(string(src), from, to, 1), 0o644)
+	}
+
+	// A request merged as a DryRun, then renamed and switched to Apply in one pull
+	// request: git diff sees a rename, which --diff-filter=AM used to skip, so the
+	// request that acts was never planned.
+	const (
+		shutdown = "release-lease-shutdown-kwok-node-3"
+		renamed  = shutdown + "-apply"
+	)
+	pullRequest("rename")
+	edit("requests/"+shutdown+".yaml", "spec:\n", "spec:\n  mode: DryRun\n")
+	git("commit", "-q", "-a", "-m", "shutdown as a DryRun")
+	git("branch", "-f", "base", "HEAD")
+	git("mv", "requests/"+shutdown+".yaml", "requests/"+renamed+".yaml")
+	git("mv", "facts/"+shutdown+".yaml", "facts/"+renamed+".yaml")
+	edit("requests/"+renamed+".yaml", "  mode: DryRun\n", "  mode: Apply\n")
+	edit("requests/"+renamed+".yaml", "name: "+shutdown+"\n", "name: "+renamed+"\n")
+	git("commit", "-q", "-a", "-m", "shutdown for real")
+	t.Run("a renamed request switched to mode: Apply is planned", func(t *testing.T) {
+		out, code := check(t)
+		assert.Equal(t, 0, code, "exit code")
+		expect(t, out, "1 request file(s) added, changed or renamed since base",
+			" plan -f requests/"+renamed+".yaml --facts facts/"+renamed+".yaml\n",
+			"ALLOWED by rule holder-shutdown: playbook node-shutdown",
+			"prune: requests/"+shutdown+".yaml — the request is deleted from the cluster; a running one restores first",
+			"OK: 1 request(s) checked, 1 prune(s)")
+	})
+	git("checkout", "-q", "main")
+
+	// A pull request that removes a finished request.
+	pullRequest("delete")
+	git("rm", "-q", "requests/reregister-csi-driver-kwok-node-0.yaml")
+	git("commit", "-q", "-m", "csi driver re-registered")
+	t.Run("a deleted request is listed as a prune", func(t *testing.T) {
+		out, code := check(t)
+		assert.Equal(t, 0, code, "exit code")
+		expect(t, out, "0 request file(s) added, changed or renamed since base", "No request to check",
+			"prune: requests/reregister-csi-driver-kwok-node-0.yaml — the request is deleted from the cluster; a running one restores first",
+			"OK: 0 request(s) checked, 1 prune(s)")
+	})
+	git("checkout", "-q", "main")
+
+	// A pull request that changes a request and, with it, the saved facts it is planned
+	// on: offline, that is a warning; with a kubeconfig, facts/ is not read at all.
+	const healthy = "release-lease-healthy-kwok-node-1-app-data"
+	pullRequest("facts")
+	edit("requests/"+healthy+".yaml", "reason: >-\n", "reason: >-\n    Still stuck after the maintenance window (INC-4801).\n")
+	edit("facts/"+healthy+".yaml", "gatheredAt:", "# refreshed by the pull request\ngatheredAt:")
+	git("commit", "-q", "-a", "-m", "healthy: new reason, new facts")
+	t.Run("a pull request changing the facts it is planned on warns", func(t *testing.T) {
+		out, code := check(t)
+		assert.Equal(t, 0, code, "exit code")
+		expect(t, out, "this pull request changes facts/: facts/"+healthy+".yaml",
+			"(planned on saved facts facts/"+healthy+".yaml, for offline review only; WARNING: this pull request itself changed facts/"+healthy+".yaml)",
+			"ALLOWED by rule healthy-lease-stuck",
+			"!!! WARNING: this pull request changes the saved facts that its own requests were planned against:\n"+
+				"!!!   requests/"+healthy+".yaml (facts/"+healthy+".yaml)\n",
+			"OK: 1 request(s) checked")
+	})
+	t.Run("with a kubeconfig, requests are planned on live facts only", func(t *testing.T) {
+		// No cluster here: a fake remediator first on PATH records its command lines.
+		fake := filepath.Join(tmp, "fakebin")
+		calls := filepath.Join(tmp, "fake-remediator-calls")
+		writeFile(t, filepath.Join(fake, "remediator"), fmt.Sprintf("#!/bin/sh\nprintf '%%s\\n' \"$*\" >>%q\n[ \"$1\" = version ] && exec echo 'remediator (fake)'\necho 'ALLOWED (fake remediator)'\n", calls), 0o755)
+		kubeconfig := filepath.Join(tmp, "kubeconfig")
+		writeFile(t, kubeconfig, "apiVersion: v1\nkind: Config\n", 0o600)
+		path := "PATH=" + fake + string(os.PathListSeparator) + os.Getenv("PATH")
+
+		out, code := check(t, "REMEDIATOR=remediator", path, "KUBECONFIG="+kubeconfig)
+		assert.Equal(t, 0, code, "exit code")
+		expect(t, out, "Facts: live, gathered read-only from the cluster in KUBECONFIG="+kubeconfig+"; facts/ is not read",
+			"(planned on live facts from the cluster)", "facts: live, from the cluster in KUBECONFIG",
+			"this pull request changes facts/: saved facts are for offline review only; they were not used",
+			"OK: 1 request(s) checked")
+		assert.NotContains(t, out, "!!! WARNING", "saved facts were not used")
+		recorded, err := os.ReadFile(calls)
+		require.NoError(t, err, "the fake remediator was not called")
+		var plans []string
+		for _, l := range strings.Split(strings.TrimSpace(string(recorded)), "\n") {
+			if strings.HasPrefix(l, "plan ") {
+				plans = append(plans, l)
+			}
+		}
+		require.Equal(t, []string{"plan -f requests/" + healthy + ".yaml --kubeconfig " + kubeconfig}, plans, "remediator plan command lines")
+
+		// A kubeconfig the job cannot read fails the job instead of falling back to facts/.
+		out, code = check(t, "REMEDIATOR=remediator", path, "KUBECONFIG="+filepath.Join(tmp, "missing"))
+		assert.Equal(t, 1, code, "exit code")
+		expect(t, out, "is not a readable file")
+		assert.NotContains(t, out, "--facts", "fell back to saved facts")
+	})
+	git("checkout", "-q", "main")
 
 	// Override policies: their cue cases run first, and plan uses them.
 	policies, _ := filepath.Glob(filepath.Join(moduleRoot, "policies", "*.cue"))
