@@ -44,8 +44,17 @@ const (
 
 // Options configure a Syncer.
 type Options struct {
-	// Repo is a URL or local path git can clone.
+	// Repo is a URL (https://, ssh://, git@host:path, file://) or a local path.
 	Repo string
+	// GitUsername is the user for GitPasswordFile (default "git", what token auth
+	// takes) or for an SSH URL without one.
+	GitUsername string
+	// GitPasswordFile holds an HTTPS token or password (a mounted Secret's key).
+	GitPasswordFile string
+	// GitSSHKeyFile holds a PEM private key for an SSH URL; GitKnownHostsFile, which
+	// it requires, holds the host keys it is verified against.
+	GitSSHKeyFile     string
+	GitKnownHostsFile string
 	// Revision is a branch, tag or commit.
 	Revision string
 	// Path is the directory under the repository root holding the requests.
@@ -105,8 +114,12 @@ func New(cfg *rest.Config, o Options) (*Syncer, error) {
 		}
 	}
 	o.Repo = repo
+	creds, err := newCredentials(o)
+	if err != nil {
+		return nil, err
+	}
 	sum := sha256.Sum256([]byte(repo + "\x00" + filepath.ToSlash(filepath.Clean(o.Path))))
-	s := &Syncer{opts: o, mirror: newMirror(repo, o.WorkDir), source: hex.EncodeToString(sum[:10])}
+	s := &Syncer{opts: o, mirror: newMirror(repo, o.WorkDir, creds), source: hex.EncodeToString(sum[:10])}
 
 	// The cluster cache would otherwise watch every resource type it may list; it
 	// only needs RemediationRequests, and only in the allowed namespaces.

@@ -1,0 +1,150 @@
+package gitsync_test
+
+import (
+	"net/http"
+	"net/http/cgi"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/remediator/remediator/controllers/gitsync"
+	"github.com/remediator/remediator/test/gitrepo"
+)
+
+const (
+	httpUser     = "sync-bot"
+	httpPassword = "s3cret-token-4711"
+)
+
+// serveSmartHTTP serves r's bare origin over Git's smart-HTTP protocol, the way a
+// Git host does, with `git http-backend` behind basic auth, and returns its URL.
+func serveSmartHTTP(t *testing.T, r *gitrepo.Repo) string {
+	t.Helper()
+	gitBin, err := exec.LookPath("git")
+	require.NoError(t, err, "the test server needs the git binary")
+	backend := &cgi.Handler{
+		Path: gitBin,
+		Args: []string{"http-backend"},
+		Env:  []string{"GIT_PROJECT_ROOT=" + filepath.Dir(r.Bare), "GIT_HTTP_EXPORT_ALL=1"},
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if u, p, ok := req.BasicAuth(); !ok || u != httpUser || p != httpPassword {
+			w.Header().Set("WWW-Authenticate", `Basic realm="git"`)
+			http.Error(w, "authentication required", http.StatusUnauthorized)
+			return
+		}
+		backend.ServeHTTP(w, req)
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL + "/" + filepath.Base(r.Bare)
+}
+
+func passwordFile(t *testing.T, password string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "password")
+	require.NoError(t, os.WriteFile(p, []byte(password+"\n"), 0o600))
+	return p
+}
+
+// withoutGit runs f with a PATH that holds no git, as in the distroless image: the
+// sync must not exec it. The test's own git (gitrepo) runs outside f.
+func withoutGit(t *testing.T, f func()) {
+	t.Helper()
+	t.Setenv("PATH", os.Getenv("PATH")) // restored at the end even if f fails
+	old := os.Getenv("PATH")
+	require.NoError(t, os.Setenv("PATH", t.TempDir()))
+	defer func() { _ = os.Setenv("PATH", old) }()
+	_, err := exec.LookPath("git")
+	require.Error(t, err, "git is still on PATH")
+	f()
+}
+
+func TestSyncOverSmartHTTPWithoutGitBinary(t *testing.T) {
+	ns := namespace(t)
+	r := gitrepo.New(t)
+	r.Write("requests/a.yaml", request(ns, "release-a", "pvc-a"))
+	first := r.Commit("Release the Lease of pvc-a")
+	url := serveSmartHTTP(t, r)
+
+	s := newSyncer(t, gitsync.Options{Repo: url, GitUsername: httpUser, GitPasswordFile: passwordFile(t, httpPassword),
+		Path: "requests", Namespaces: []string{ns}, Prune: true})
+	var (
+		res *gitsync.Result
+		err error
+	)
+	withoutGit(t, func() { res, err = sync(t, s) })
+	require.NoError(t, err, "sync over HTTP")
+	require.Equal(t, first, res.Commit, "HEAD is the remote's default branch")
+	rr, ok := getRR(t, ns, "release-a")
+	require.True(t, ok, "release-a was not applied")
+	assert.Equal(t, first, rr.Annotations[gitsync.AnnotationGitCommit])
+
+	// A second fetch into the same mirror, with a pruned request.
+	r.Remove("requests/a.yaml")
+	second := r.Commit("release-a is done")
+	withoutGit(t, func() { res, err = sync(t, s) })
+	require.NoError(t, err, "second sync over HTTP")
+	assert.Equal(t, second, res.Commit)
+	assert.Len(t, res.Pruned, 1, "pruned = %v", res.Pruned)
+	_, ok = getRR(t, ns, "release-a")
+	assert.False(t, ok, "release-a still exists after it was removed from Git")
+}
+
+func TestSyncLocalPathWithoutGitBinary(t *testing.T) {
+	ns := namespace(t)
+	r := gitrepo.New(t)
+	r.Write("requests/a.yaml", request(ns, "release-a", "pvc-a"))
+	first := r.Commit("Release the Lease of pvc-a")
+	r.Git(r.Work, "tag", "-a", "-m", "v1", "v1")
+	r.Git(r.Work, "push", "--quiet", "origin", "v1")
+	r.Write("requests/b.yaml", request(ns, "release-b", "pvc-b"))
+	r.Commit("Release the Lease of pvc-b")
+
+	withoutGit(t, func() {
+		for _, repo := range []string{r.Bare, "file://" + r.Bare, r.Work} {
+			for _, rev := range []string{"v1", first, first[:12]} {
+				res, err := sync(t, newSyncer(t, gitsync.Options{Repo: repo, Revision: rev, Path: "requests", Namespaces: []string{ns}}))
+				require.NoError(t, err, "sync of %s at %s", repo, rev)
+				assert.Equal(t, first, res.Commit, "%s at %s", repo, rev)
+			}
+		}
+	})
+}
+
+func TestSyncCredentialsNeverInErrors(t *testing.T) {
+	ns := namespace(t)
+	r := gitrepo.New(t)
+	r.Write("requests/a.yaml", request(ns, "release-a", "pvc-a"))
+	r.Commit("Release the Lease of pvc-a")
+	url := serveSmartHTTP(t, r)
+	const wrong = "not-the-token-0815"
+
+	t.Run("wrong password", func(t *testing.T) {
+		_, err := sync(t, newSyncer(t, gitsync.Options{Repo: url, GitUsername: httpUser, GitPasswordFile: passwordFile(t, wrong),
+			Path: "requests", Namespaces: []string{ns}}))
+		require.Error(t, err)
+		assert.ErrorContains(t, err, "cloning")
+		assert.NotContains(t, err.Error(), wrong)
+	})
+	t.Run("credentials in the URL", func(t *testing.T) {
+		withCreds := strings.Replace(url, "http://", "http://"+httpUser+":"+wrong+"@", 1)
+		_, err := sync(t, newSyncer(t, gitsync.Options{Repo: withCreds, Path: "requests", Namespaces: []string{ns}}))
+		require.Error(t, err)
+		assert.NotContains(t, err.Error(), wrong)
+		assert.NotContains(t, err.Error(), httpUser)
+		assert.ErrorContains(t, err, "http://redacted@")
+	})
+	t.Run("right credentials in the URL", func(t *testing.T) {
+		withCreds := strings.Replace(url, "http://", "http://"+httpUser+":"+httpPassword+"@", 1)
+		_, err := sync(t, newSyncer(t, gitsync.Options{Repo: withCreds, Path: "requests", Namespaces: []string{ns}, Revision: "no-such-branch"}))
+		require.Error(t, err)
+		assert.ErrorContains(t, err, `revision "no-such-branch" not found in http://redacted@`)
+		assert.NotContains(t, err.Error(), httpPassword)
+	})
+}
