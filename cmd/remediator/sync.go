@@ -54,7 +54,11 @@ the next interval.`,
 	}
 	f := cmd.Flags()
 	o.conn.addFlags(f, "")
-	f.StringVar(&o.Repo, "repo", "", "Repository URL or local path (anything git clone accepts)")
+	f.StringVar(&o.Repo, "repo", "", "Repository URL (https://, ssh://, git@host:path, file://) or local path; fetched in-process, no git binary needed")
+	f.StringVar(&o.GitUsername, "git-username", "git", "User for --git-password-file (git for token auth), or for an SSH URL without one")
+	f.StringVar(&o.GitPasswordFile, "git-password-file", "", "File holding the HTTPS token or password (e.g. a mounted Secret key); read at every fetch")
+	f.StringVar(&o.GitSSHKeyFile, "git-ssh-key-file", "", "File holding the PEM private key for an SSH --repo; needs --git-known-hosts-file")
+	f.StringVar(&o.GitKnownHostsFile, "git-known-hosts-file", "", "known_hosts file the SSH host key is verified against (required with --git-ssh-key-file)")
 	f.StringVar(&o.Revision, "revision", "HEAD", "Branch, tag or commit to sync; HEAD is the repository's default branch")
 	f.StringVar(&o.Path, "path", ".", "Directory in the repository holding the requests")
 	f.StringSliceVar(&o.Namespaces, "namespaces", []string{"remediator"}, "Namespaces requests may be synced into; the first is the default for manifests without one")
