@@ -42,6 +42,8 @@ import (
 // +kubebuilder:rbac:groups=coordination.k8s.io,namespace=trident,resources=leases,verbs=get;list;watch;delete
 // +kubebuilder:rbac:groups="",namespace=trident,resources=events,verbs=list;watch
 // +kubebuilder:rbac:groups=coordination.k8s.io,namespace=kube-node-lease,resources=leases,verbs=get;list;watch
+// +kubebuilder:rbac:groups=authentication.k8s.io,resources=tokenreviews,verbs=create
+// +kubebuilder:rbac:groups=authorization.k8s.io,resources=subjectaccessreviews,verbs=create
 
 // The list and watch verbs on nodes, node Leases, PVs, claims, CSINodes and the
 // Trident namespace's Leases and events serve the informer cache decisions are made

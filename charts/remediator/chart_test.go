@@ -143,6 +143,7 @@ func TestDefaultRenderObjects(t *testing.T) {
 		"ServiceAccount remediator-system/remediator",
 		"ClusterRole remediator",
 		"ClusterRole remediator-edit",
+		"ClusterRole remediator-metrics-reader",
 		"ClusterRole remediator-plan",
 		"ClusterRole remediator-view",
 		"ClusterRoleBinding remediator",
@@ -659,7 +660,26 @@ func TestMetricsServiceAndServiceMonitor(t *testing.T) {
 		if assert.Len(t, sm.Spec.Endpoints, 1, "endpoints") {
 			assert.Equal(t, "http-metrics", sm.Spec.Endpoints[0].Port, "endpoint port")
 			assert.Equal(t, "15s", sm.Spec.Endpoints[0].Interval, "endpoint interval")
+			// --metrics-secure: HTTPS with a token the controller has the API server review.
+			assert.Equal(t, "https", sm.Spec.Endpoints[0].Scheme)
+			assert.Equal(t, "/var/run/secrets/kubernetes.io/serviceaccount/token", sm.Spec.Endpoints[0].BearerTokenFile)
+			if assert.NotNil(t, sm.Spec.Endpoints[0].TLSConfig) {
+				assert.True(t, sm.Spec.Endpoints[0].TLSConfig.InsecureSkipVerify, "the controller's certificate is self-signed")
+			}
 		}
+		assert.Contains(t, deployment(t, objs).Spec.Template.Spec.Containers[0].Args, "--metrics-secure")
+		reader := typed[rbacv1.ClusterRole](t, find(objs, "ClusterRole", "", release+"-metrics-reader"))
+		assert.Equal(t, []rbacv1.PolicyRule{{NonResourceURLs: []string{"/metrics"}, Verbs: []string{"get"}}}, reader.Rules)
+	})
+	t.Run("plain HTTP", func(t *testing.T) {
+		objs := render(t, map[string]any{"metrics": map[string]any{"secure": false, "serviceMonitor": map[string]any{"enabled": true}}})
+		sm := decodeServiceMonitor(t, find(objs, "ServiceMonitor", namespace, release))
+		if assert.Len(t, sm.Spec.Endpoints, 1) {
+			assert.Empty(t, sm.Spec.Endpoints[0].Scheme)
+			assert.Nil(t, sm.Spec.Endpoints[0].TLSConfig)
+		}
+		assert.NotContains(t, deployment(t, objs).Spec.Template.Spec.Containers[0].Args, "--metrics-secure")
+		assert.Nil(t, find(objs, "ClusterRole", "", release+"-metrics-reader"))
 		assert.Equal(t, []string{namespace}, sm.Spec.NamespaceSelector.MatchNames, "namespaceSelector")
 	})
 	t.Run("metrics off", func(t *testing.T) {
@@ -684,9 +704,14 @@ type serviceMonitor struct {
 			MatchNames []string `json:"matchNames,omitempty"`
 		} `json:"namespaceSelector"`
 		Endpoints []struct {
-			Port     string `json:"port"`
-			Path     string `json:"path,omitempty"`
-			Interval string `json:"interval,omitempty"`
+			Port            string `json:"port"`
+			Path            string `json:"path,omitempty"`
+			Interval        string `json:"interval,omitempty"`
+			Scheme          string `json:"scheme,omitempty"`
+			BearerTokenFile string `json:"bearerTokenFile,omitempty"`
+			TLSConfig       *struct {
+				InsecureSkipVerify bool `json:"insecureSkipVerify,omitempty"`
+			} `json:"tlsConfig,omitempty"`
 		} `json:"endpoints"`
 	} `json:"spec"`
 }

@@ -15,6 +15,7 @@ import (
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/remediator/remediator/controllers"
@@ -25,6 +26,7 @@ import (
 type controllerOptions struct {
 	cluster               *clusterFlags
 	logging               *loggingFlags
+	metricsSecure         bool
 	metricsAddr           string
 	probeAddr             string
 	leaderElect           bool
@@ -53,6 +55,8 @@ func newControllerCommand() *cobra.Command {
 	f := cmd.Flags()
 	o.cluster.addFlags(f, "")
 	f.StringVar(&o.metricsAddr, "metrics-bind-address", ":8080", "Address the Prometheus metrics endpoint binds to; 0 disables it")
+	f.BoolVar(&o.metricsSecure, "metrics-secure", false,
+		"Serve metrics over HTTPS (a self-signed certificate), only to clients the API server authenticates (TokenReview) and authorizes to get /metrics (SubjectAccessReview), as kubebuilder's scaffold does; the chart turns it on")
 	f.StringVar(&o.probeAddr, "health-probe-bind-address", ":8081", "Address the /healthz and /readyz probes bind to")
 	f.BoolVar(&o.leaderElect, "leader-elect", false, "Elect a leader so that only one replica reconciles")
 	f.StringVar(&o.leaderElectionNS, "leader-election-namespace", "", "Namespace of the leader-election Lease; empty means the pod's namespace")
@@ -113,7 +117,7 @@ func runController(cmd *cobra.Command, o controllerOptions) error {
 		Scheme:                  newScheme(),
 		Cache:                   cacheOpts,
 		Client:                  clientOpts,
-		Metrics:                 metricsserver.Options{BindAddress: o.metricsAddr},
+		Metrics:                 metricsOptions(o),
 		HealthProbeBindAddress:  o.probeAddr,
 		PprofBindAddress:        o.pprofAddr,
 		LeaderElection:          o.leaderElect,
@@ -187,4 +191,15 @@ func trimmed(vals []string) []string {
 		}
 	}
 	return out
+}
+
+// metricsOptions serves metrics over plain HTTP, or with --metrics-secure over HTTPS
+// behind the API server's authentication and authorization.
+func metricsOptions(o controllerOptions) metricsserver.Options {
+	opts := metricsserver.Options{BindAddress: o.metricsAddr}
+	if o.metricsSecure {
+		opts.SecureServing = true
+		opts.FilterProvider = filters.WithAuthenticationAndAuthorization
+	}
+	return opts
 }

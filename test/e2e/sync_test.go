@@ -272,7 +272,7 @@ spec:
 	// The ServiceAccount may not write anywhere else.
 	other := namespace(t, "e2e-chartsync-other")
 	sar, err := clientset(t).AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
-		User: "system:serviceaccount:" + system + ":" + sa,
+		User:               "system:serviceaccount:" + system + ":" + sa,
 		ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: other, Verb: "create", Group: "remediator.io", Resource: "remediationrequests"},
 	}}, metav1.CreateOptions{})
 	require.NoError(t, err)
