@@ -109,3 +109,43 @@ func TestSyncNeedsARepoAndNamespaces(t *testing.T) {
 	_, err = helmchart.Render(release, namespace, bad)
 	require.Error(t, err, "the schema refuses a number for sync.interval")
 }
+
+// TestSyncCredentials: a private repository's Secret is mounted read-only and named to
+// sync by file, never put in the URL or the arguments.
+func TestSyncCredentials(t *testing.T) {
+	args := func(cred map[string]any) ([]string, []corev1.Volume) {
+		values := syncValues()
+		values["sync"].(map[string]any)["credentials"] = cred
+		d := typed[appsv1.Deployment](t, find(render(t, values), "Deployment", namespace, release+"-sync"))
+		return d.Spec.Template.Spec.Containers[0].Args, d.Spec.Template.Spec.Volumes
+	}
+	a, vols := args(map[string]any{"secretName": "remediation-repo", "type": "https", "username": "oauth2"})
+	assert.Subset(t, a, []string{"--git-username=oauth2", "--git-password-file=/etc/remediator/git/password"})
+	assert.NotContains(t, strings.Join(a, " "), "--git-ssh-key-file")
+	var secret *corev1.SecretVolumeSource
+	for _, v := range vols {
+		if v.Name == "git-credentials" {
+			secret = v.Secret
+		}
+	}
+	if assert.NotNil(t, secret, "the credentials volume") {
+		assert.Equal(t, "remediation-repo", secret.SecretName)
+		assert.Equal(t, int32(0o400), *secret.DefaultMode)
+	}
+
+	a, _ = args(map[string]any{"secretName": "remediation-repo", "type": "ssh"})
+	assert.Subset(t, a, []string{"--git-username=git", "--git-ssh-key-file=/etc/remediator/git/ssh-privatekey",
+		"--git-known-hosts-file=/etc/remediator/git/known_hosts"})
+
+	a, vols = args(map[string]any{})
+	assert.NotContains(t, strings.Join(a, " "), "--git-")
+	for _, v := range vols {
+		assert.NotEqual(t, "git-credentials", v.Name)
+	}
+
+	values := syncValues()
+	values["sync"].(map[string]any)["credentials"] = map[string]any{"secretName": "remediation-repo"}
+	_, err := helmchart.Render(release, namespace, values)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "sync.credentials.type must be https or ssh")
+}
