@@ -189,8 +189,9 @@ func (l *lockedWriter) String() string {
 }
 
 // TestChartSyncAgentRunsAsItsServiceAccount: the chart's sync agent (sync.enabled),
-// with the arguments and the ServiceAccount the chart gives it, syncs a repository
-// and prunes from it, and the real API server's RBAC lets it do nothing else.
+// with the arguments and the ServiceAccount the chart gives it and no git binary (as
+// in the distroless image), syncs a private repository served over smart HTTP and
+// prunes from it, and the real API server's RBAC lets it do nothing else.
 func TestChartSyncAgentRunsAsItsServiceAccount(t *testing.T) {
 	ctx := context.Background()
 	system := namespace(t, "e2e-chartsync-system")
@@ -198,7 +199,8 @@ func TestChartSyncAgentRunsAsItsServiceAccount(t *testing.T) {
 	objs, err := helmchart.Render("rsync", system, map[string]any{
 		"requestNamespaces": []any{ns},
 		"requestNamespace":  map[string]any{"create": false},
-		"sync":              map[string]any{"enabled": true, "repo": "https://git.example.com/platform/remediation.git", "revision": "main"},
+		"sync": map[string]any{"enabled": true, "repo": "https://git.example.com/platform/remediation.git", "revision": "main",
+			"credentials": map[string]any{"secretName": "remediation-repo", "type": "https", "username": "sync-bot"}},
 	})
 	require.NoError(t, err)
 	var args []string
@@ -238,13 +240,19 @@ spec:
   reason: CSINode kwok-node-0 lost csi.trident.netapp.io after the DaemonSet was recreated.
 `, ns))
 	repo.Commit("Re-register the driver on kwok-node-0")
-	// The chart's arguments, but for where the repository and the mirror are here,
-	// once instead of every interval.
+	const password = "glpat-e2e-4711"
+	url := repo.ServeSmartHTTP(t, "sync-bot", password)
+	passwordFile := filepath.Join(t.TempDir(), "password")
+	require.NoError(t, os.WriteFile(passwordFile, []byte(password), 0o600))
+	// The chart's arguments, but for where the repository, the mounted Secret and the
+	// mirror are here, once instead of every interval.
 	var once []string
 	for _, a := range args {
 		switch {
 		case strings.HasPrefix(a, "--repo="):
-			a = "--repo=" + repo.Bare
+			a = "--repo=" + url
+		case strings.HasPrefix(a, "--git-password-file="):
+			a = "--git-password-file=" + passwordFile
 		case strings.HasPrefix(a, "--work-dir="):
 			a = "--work-dir=" + t.TempDir()
 		case strings.HasPrefix(a, "--interval="):
@@ -253,9 +261,13 @@ spec:
 		once = append(once, a)
 	}
 	once = append(once, "--kubeconfig", saKubeconfig)
+	require.Contains(t, once, "--git-username=sync-bot")
 	run := func() string {
-		out, err := exec.Command(filepath.Join(root, "bin", "remediator"), once...).CombinedOutput()
+		cmd := exec.Command(filepath.Join(root, "bin", "remediator"), once...)
+		cmd.Env = append(os.Environ(), "PATH="+t.TempDir()) // no git, as in the image
+		out, err := cmd.CombinedOutput()
 		require.NoError(t, err, "remediator %s\n%s", strings.Join(once, " "), out)
+		assert.NotContains(t, string(out), password, "the sync output shows the password")
 		return string(out)
 	}
 	out := run()
