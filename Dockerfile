@@ -5,10 +5,9 @@
 # (65532) on a base with no shell and no package manager. cmd/remediator's
 # dockerfile_test.go runs this file's build line and checks the result.
 #
-# Scope: this image is for `remediator controller` (and the read-only `scan`, `plan`,
-# `version`). `remediator sync` shells out to `git`, which distroless/static does not
-# have; a sync image needs a base with git (e.g. FROM alpine/git or a debian-slim
-# stage with `apt-get install git ca-certificates`) and is out of scope here.
+# Scope: one image for every command: `remediator controller`, the read-only `scan`
+# and `plan`, and `sync`, which fetches with go-git (pure Go), so it needs no git
+# binary; the chart's sync.enabled runs it from this image.
 
 FROM golang:1.26 AS build
 ARG VERSION=dev

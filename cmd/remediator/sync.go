@@ -31,7 +31,7 @@ func newSyncCommand() *cobra.Command {
 		Use:   "sync",
 		Short: "Sync RemediationRequests from a Git repository into the cluster (gitops-engine)",
 		Long: `sync is the built-in GitOps agent for clusters without Argo CD. It clones or fetches
---repo with git, reads the manifests under --path at --revision, and applies them with
+--repo with go-git (no git binary needed), reads the manifests under --path at --revision, and applies them with
 gitops-engine, the engine Argo CD uses. Requests deleted from Git are pruned; a
 request that is mid-run finishes its restore steps first (its finalizer).
 
