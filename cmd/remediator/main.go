@@ -4,11 +4,15 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
+	"strings"
 
 	"github.com/spf13/cobra"
 )
 
-func main() {
+// newRootCommand is the remediator command. Installed on PATH as kubectl-remediator
+// (argv0), it is a kubectl plugin: `kubectl remediator scan`, and its help says so.
+func newRootCommand(argv0 string) *cobra.Command {
 	root := &cobra.Command{
 		Use:          "remediator",
 		Short:        "Declarative, policy-checked remediation of NetApp Trident storage incidents",
@@ -16,7 +20,15 @@ func main() {
 		// main prints errors itself: scan's findings are an exit code, not an error.
 		SilenceErrors: true,
 	}
+	if strings.TrimSuffix(filepath.Base(argv0), ".exe") == "kubectl-remediator" {
+		root.Annotations = map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl remediator"}
+	}
 	root.AddCommand(newControllerCommand(), newScanCommand(), newSyncCommand(), newPlanCommand(), newVersionCommand())
+	return root
+}
+
+func main() {
+	root := newRootCommand(os.Args[0])
 	if err := root.Execute(); err != nil {
 		var f findingsError
 		if errors.As(err, &f) {
