@@ -160,6 +160,11 @@ func FromDir(dir string) (*Engine, error) {
 	return e, nil
 }
 
+// FromFS compiles the policies at the root of fsys, as FromDir does a directory:
+// remediator sync checks the policies of a revision before it writes them into the
+// ConfigMap the controller loads, with the same digest.
+func FromFS(fsys fs.FS) (*Engine, error) { return compile(fsys, ".") }
+
 // Load returns the policies from dir, or the embedded ones when dir is empty.
 func Load(dir string) (*Engine, error) {
 	if dir == "" {

@@ -149,3 +149,39 @@ func TestSyncCredentials(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "sync.credentials.type must be https or ssh")
 }
+
+// TestSyncPolicies: with sync.policies the sync agent writes the repository's
+// policies into <fullname>-policies, which the controller loads as --policies-dir;
+// its only right besides requests is that one ConfigMap.
+func TestSyncPolicies(t *testing.T) {
+	values := syncValues()
+	values["sync"].(map[string]any)["policies"] = map[string]any{"enabled": true}
+	objs := render(t, values)
+	const sa = release + "-sync"
+	d := typed[appsv1.Deployment](t, find(objs, "Deployment", namespace, sa))
+	assert.Subset(t, d.Spec.Template.Spec.Containers[0].Args, []string{"--policies-path=policies",
+		"--policies-configmap=" + namespace + "/" + release + "-policies"})
+	role := typed[rbacv1.Role](t, find(objs, "Role", namespace, sa+"-policies"))
+	assert.Equal(t, []rbacv1.PolicyRule{
+		{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"create"}},
+		{APIGroups: []string{""}, Resources: []string{"configmaps"}, ResourceNames: []string{release + "-policies"}, Verbs: []string{"get", "patch", "update"}},
+	}, role.Rules)
+	rb := typed[rbacv1.RoleBinding](t, find(objs, "RoleBinding", namespace, sa+"-policies"))
+	assert.Equal(t, []rbacv1.Subject{{Kind: "ServiceAccount", Name: sa, Namespace: namespace}}, rb.Subjects)
+
+	controller := deployment(t, objs).Spec.Template.Spec
+	assert.Contains(t, controller.Containers[0].Args, "--policies-dir="+policiesDir)
+	var fromConfigMap string
+	for _, v := range controller.Volumes {
+		if v.Name == "policies" && v.ConfigMap != nil {
+			fromConfigMap = v.ConfigMap.Name
+		}
+	}
+	assert.Equal(t, release+"-policies", fromConfigMap, "the controller loads the synced ConfigMap")
+	assert.Nil(t, find(objs, "ConfigMap", namespace, release+"-policies"), "the chart does not render the ConfigMap the sync owns")
+
+	values["policies"] = map[string]any{"p.cue": "package policies\n"}
+	_, err := helmchart.Render(release, namespace, values)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "keep them in values or in Git, not both")
+}

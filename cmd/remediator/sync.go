@@ -6,11 +6,13 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
 	"github.com/remediator/remediator/controllers/gitsync"
@@ -20,9 +22,10 @@ type syncOptions struct {
 	conn    connectionFlags
 	logging *loggingFlags
 	gitsync.Options
-	interval    time.Duration
-	timeout     time.Duration
-	metricsAddr string
+	interval          time.Duration
+	timeout           time.Duration
+	metricsAddr       string
+	policiesConfigMap string
 }
 
 func newSyncCommand() *cobra.Command {
@@ -66,6 +69,8 @@ the next interval.`,
 	f.StringVar(&o.WorkDir, "work-dir", "", "Directory for the bare clone (default: $TMPDIR/remediator-sync)")
 	f.DurationVar(&o.interval, "interval", 0, "Sync every interval until interrupted; 0 syncs once")
 	f.DurationVar(&o.timeout, "timeout", 5*time.Minute, "Upper bound for one sync, including waiting for pruned requests to finish restoring")
+	f.StringVar(&o.PoliciesPath, "policies-path", "", "Directory of CUE policies in the repository to sync too, into --policies-configmap (the controller's --policies-dir); empty syncs requests only")
+	f.StringVar(&o.policiesConfigMap, "policies-configmap", "", "The ConfigMap (namespace/name) the policies of --policies-path are written into")
 	f.StringVar(&o.metricsAddr, "metrics-bind-address", "0", "Address /metrics (the last synced revision and its time, failures) binds to; 0 disables it")
 	_ = cmd.MarkFlagRequired("repo")
 	o.logging = addLoggingFlags(f)
@@ -81,6 +86,13 @@ func runSync(ctx context.Context, out io.Writer, o syncOptions) error {
 	}
 	log := klog.NewKlogr().WithName("sync")
 	o.Log = log
+	if o.PoliciesPath != "" {
+		ns, name, ok := strings.Cut(o.policiesConfigMap, "/")
+		if !ok || ns == "" || name == "" {
+			return fmt.Errorf("--policies-path needs --policies-configmap as namespace/name, got %q", o.policiesConfigMap)
+		}
+		o.PoliciesConfigMap = types.NamespacedName{Namespace: ns, Name: name}
+	}
 	cfg, err := o.conn.restConfig()
 	if err != nil {
 		return err
@@ -139,6 +151,9 @@ func printSync(w io.Writer, r *gitsync.Result) error {
 	}
 	for _, p := range r.Pruned {
 		fmt.Fprintf(tw, "%s\tprune\t%s\n", gitsync.ShortRevision(r.Commit), p)
+	}
+	if r.PolicyDigest != "" {
+		fmt.Fprintf(tw, "%s\tpolicies\t%s\n", gitsync.ShortRevision(r.Commit), r.PolicyDigest)
 	}
 	if len(r.Applied)+len(r.Pruned) == 0 {
 		fmt.Fprintf(tw, "%s\t-\tnothing to sync\n", gitsync.ShortRevision(r.Commit))

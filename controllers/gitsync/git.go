@@ -169,7 +169,20 @@ func isManifest(name string) bool {
 // files reads the manifest files under dir at commit. A dir that does not exist at
 // the commit is an error, as in Argo CD: a mistyped --path must not read as "the
 // repository is empty" and prune every request.
-func (m *mirror) files(_ context.Context, commit, dir string) ([]manifestFile, error) {
+func (m *mirror) files(ctx context.Context, commit, dir string) ([]manifestFile, error) {
+	return m.filesMatching(ctx, commit, dir, isManifest)
+}
+
+// isPolicy reports whether a file is a policy the controller loads from its
+// --policies-dir: a .cue file directly in the directory, not a *_test.cue case.
+func isPolicy(dir string) func(string) bool {
+	return func(name string) bool {
+		return path.Dir(name) == dir && strings.HasSuffix(name, ".cue") && !strings.HasSuffix(name, "_test.cue")
+	}
+}
+
+// filesMatching reads the files under dir at commit that keep accepts.
+func (m *mirror) filesMatching(_ context.Context, commit, dir string, keep func(string) bool) ([]manifestFile, error) {
 	dir = strings.Trim(path.Clean("/"+filepath.ToSlash(dir)), "/")
 	repo, err := git.PlainOpen(m.dir)
 	if err != nil {
@@ -217,7 +230,7 @@ func (m *mirror) files(_ context.Context, commit, dir string) ([]manifestFile, e
 	}
 	var files []manifestFile
 	for _, b := range blobs {
-		if !isManifest(b.name) {
+		if !keep(b.name) {
 			continue
 		}
 		data, err := readBlob(b.file)

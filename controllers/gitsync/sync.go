@@ -23,6 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 
@@ -66,7 +67,12 @@ type Options struct {
 	WorkDir string
 	// Prune deletes managed requests that are no longer in Git.
 	Prune bool
-	Log   logr.Logger
+	// PoliciesPath, when set, is the directory of CUE policies in the repository:
+	// they are synced too, into ConfigMap PoliciesConfigMap, which the controller
+	// loads as its --policies-dir.
+	PoliciesPath      string
+	PoliciesConfigMap types.NamespacedName
+	Log               logr.Logger
 }
 
 // Result is what one sync did.
@@ -75,6 +81,8 @@ type Result struct {
 	// Applied and Pruned list "namespace/name: message", sorted.
 	Applied []string
 	Pruned  []string
+	// PolicyDigest is the digest of the policies synced, when Options.PoliciesPath is set.
+	PolicyDigest string
 }
 
 // Syncer syncs one repository path into the cluster.
@@ -83,7 +91,9 @@ type Syncer struct {
 	mirror  *mirror
 	engine  engine.GitOpsEngine
 	dynamic dynamic.Interface
-	source  string
+	// typed writes the policies ConfigMap (Options.PoliciesPath).
+	typed  kubernetes.Interface
+	source string
 }
 
 // New validates the options and prepares the engine; call Start before Sync.
@@ -142,6 +152,14 @@ func New(cfg *rest.Config, o Options) (*Syncer, error) {
 		return nil, fmt.Errorf("creating a dynamic client: %w", err)
 	}
 	s.dynamic = dc
+	if o.PoliciesPath != "" {
+		if o.PoliciesConfigMap.Name == "" || o.PoliciesConfigMap.Namespace == "" {
+			return nil, fmt.Errorf("syncing policies from %q needs the ConfigMap (namespace/name) to write them into", o.PoliciesPath)
+		}
+		if s.typed, err = kubernetes.NewForConfig(cfg); err != nil {
+			return nil, fmt.Errorf("creating a client: %w", err)
+		}
+	}
 	s.engine = engine.NewEngine(cfg, clusterCache, engine.WithLogr(o.Log.V(2)))
 	return s, nil
 }
@@ -176,8 +194,23 @@ func (s *Syncer) Sync(ctx context.Context) (*Result, error) {
 	if err != nil {
 		return res, fmt.Errorf("commit %s refused, nothing applied: %w", ShortRevision(commit), err)
 	}
+	var pols *syncedPolicies
+	if s.opts.PoliciesPath != "" {
+		if pols, err = s.readPolicies(ctx, commit); err != nil {
+			return res, fmt.Errorf("commit %s refused, nothing applied: %w", ShortRevision(commit), err)
+		}
+	}
 	if err := s.dryRun(ctx, targets); err != nil {
 		return res, fmt.Errorf("commit %s refused by the API server, nothing applied: %w", ShortRevision(commit), err)
+	}
+	// The policies first: a request of the same commit may count on them (the
+	// controller re-reads --policies-dir every --policy-reload-interval).
+	if pols != nil {
+		if err := applyPolicies(ctx, s.typed, s.opts.PoliciesConfigMap, pols, commit); err != nil {
+			return res, fmt.Errorf("syncing commit %s: %w", ShortRevision(commit), err)
+		}
+		res.PolicyDigest = pols.digest
+		log.Info("Applied policies", "configMap", s.opts.PoliciesConfigMap.String(), "commit", commit, "policyDigest", pols.digest)
 	}
 	log.Info("Syncing", "commit", commit, "path", s.opts.Path, "requests", len(targets))
 

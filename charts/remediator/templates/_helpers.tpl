@@ -126,3 +126,14 @@ app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 {{- end }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end }}
+
+{{/*
+Whether the controller loads its policies from the <fullname>-policies ConfigMap:
+given in .Values.policies, or synced from Git by the sync agent (sync.policies).
+*/}}
+{{- define "remediator.policiesConfigMap" -}}
+{{- if and .Values.policies .Values.sync.enabled .Values.sync.policies.enabled }}
+{{- fail "policies and sync.policies.enabled both give the controller's policies: keep them in values or in Git, not both" }}
+{{- end }}
+{{- if or .Values.policies (and .Values.sync.enabled .Values.sync.policies.enabled) }}true{{- end }}
+{{- end }}
