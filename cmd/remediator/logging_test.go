@@ -1,45 +1,74 @@
 package main
 
 import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"strings"
 	"testing"
 
 	"github.com/spf13/pflag"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	logsapi "k8s.io/component-base/logs/api/v1"
+	"k8s.io/klog/v2"
 )
 
-// TestLogFormatFlag: --log-format=json (component-base's --logging-format) is
-// accepted and applied, an unknown format is refused, and -v is still there.
+// parseLogging parses args into a fresh logging flag set, without applying it: the
+// applied configuration is process-wide, and klog's flush daemon reads it.
+func parseLogging(t *testing.T, args ...string) *loggingFlags {
+	t.Helper()
+	fs := pflag.NewFlagSet("controller", pflag.ContinueOnError)
+	l := addLoggingFlags(fs)
+	require.NoError(t, fs.Parse(args))
+	return l
+}
+
+// TestLogFormatFlag: --log-format (component-base's --logging-format) takes json and
+// text, refuses anything else, and -v is still there, on both commands that log.
 func TestLogFormatFlag(t *testing.T) {
-	t.Cleanup(func() { _ = logsapi.ResetForTest(nil) })
-	parse := func(args ...string) (*loggingFlags, error) {
-		require.NoError(t, logsapi.ResetForTest(nil))
-		fs := pflag.NewFlagSet("controller", pflag.ContinueOnError)
-		l := addLoggingFlags(fs)
-		require.NoError(t, fs.Parse(args))
-		return l, l.apply()
-	}
-	l, err := parse("--log-format=json", "-v=2")
-	require.NoError(t, err)
+	l := parseLogging(t, "--log-format=json", "-v=2")
 	assert.Equal(t, "json", l.String())
 	assert.Equal(t, logsapi.VerbosityLevel(2), l.config.Verbosity)
+	assert.Empty(t, logsapi.Validate(l.config, nil, field.NewPath("logging")))
 
-	l, err = parse("--logging-format", "text")
-	require.NoError(t, err)
-	assert.Equal(t, "text", l.String())
+	assert.Equal(t, "text", parseLogging(t, "--logging-format", "text").String())
 
-	_, err = parse("--log-format=xml")
-	require.Error(t, err)
-	assert.Contains(t, err.Error(), `"xml"`)
+	errs := logsapi.Validate(parseLogging(t, "--log-format=xml").config, nil, field.NewPath("logging"))
+	require.NotEmpty(t, errs)
+	assert.Contains(t, errs.ToAggregate().Error(), `"xml"`)
 
-	for _, c := range []string{"controller", "sync"} {
-		cmd := map[string]func() *pflag.FlagSet{
-			"controller": func() *pflag.FlagSet { return newControllerCommand().Flags() },
-			"sync":       func() *pflag.FlagSet { return newSyncCommand().Flags() },
-		}[c]()
-		assert.NotNil(t, cmd.Lookup("logging-format"), "%s --logging-format", c)
-		assert.NotNil(t, cmd.Lookup("log-format"), "%s --log-format", c)
-		assert.NotNil(t, cmd.Lookup("v"), "%s -v", c)
+	for name, fs := range map[string]*pflag.FlagSet{"controller": newControllerCommand().Flags(), "sync": newSyncCommand().Flags()} {
+		assert.NotNil(t, fs.Lookup("logging-format"), "%s --logging-format", name)
+		assert.NotNil(t, fs.Lookup("log-format"), "%s --log-format", name)
+		assert.NotNil(t, fs.Lookup("v"), "%s -v", name)
 	}
+}
+
+// TestLogFormatJSONWrites: applied, --log-format=json makes every klog line (and so
+// controller-runtime's) a JSON object. It runs in a child process, since applying a
+// logging configuration is for the whole process.
+func TestLogFormatJSONWrites(t *testing.T) {
+	if os.Getenv("REMEDIATOR_LOG_FORMAT_CHILD") == "1" {
+		l := parseLogging(t, "--log-format=json")
+		require.NoError(t, l.apply())
+		klog.NewKlogr().WithName("setup").Info("Starting manager", "version", "test")
+		klog.Flush()
+		return
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestLogFormatJSONWrites$", "-test.count=1")
+	cmd.Env = append(os.Environ(), "REMEDIATOR_LOG_FORMAT_CHILD=1")
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	var line map[string]any
+	for _, l := range strings.Split(string(out), "\n") {
+		if strings.Contains(l, "Starting manager") {
+			require.NoError(t, json.Unmarshal([]byte(l), &line), "a JSON log line: %s", l)
+		}
+	}
+	require.NotNil(t, line, "the log line is there:\n%s", out)
+	assert.Equal(t, "Starting manager", line["msg"])
+	assert.Equal(t, "setup", line["logger"])
+	assert.Equal(t, "test", line["version"])
 }
