@@ -226,20 +226,24 @@ func TestChartSyncAgentRunsAsItsServiceAccount(t *testing.T) {
 	require.NotEmpty(t, args, "the chart rendered no sync Deployment")
 	saKubeconfig, _ := serviceAccountKubeconfig(t, system, sa)
 
+	// A holder that was powered off: the request committed to Git runs to Succeeded.
+	startController(t, "--request-namespaces", ns)
+	down := extraNode(t, "e2e-chartsync-down", false, corev1.Taint{Key: v1alpha1.TaintOutOfService, Value: "nodeshutdown", Effect: corev1.TaintEffectNoExecute})
+	pv, _ := luksVolume(t, ns, down, 20*time.Minute, 1)
 	repo := gitrepo.New(t)
 	repo.Write("requests/README.md", "# requests\n")
-	repo.Write("requests/reregister-kwok-node-0.yaml", fmt.Sprintf(`apiVersion: remediator.io/v1alpha1
+	repo.Write("requests/release-lease-shutdown.yaml", fmt.Sprintf(`apiVersion: remediator.io/v1alpha1
 kind: RemediationRequest
 metadata:
-  name: reregister-kwok-node-0
+  name: release-lease-shutdown
   namespace: %s
 spec:
-  mode: DryRun
-  remediation: reregister-csi-driver
-  target: {node: kwok-node-0}
-  reason: CSINode kwok-node-0 lost csi.trident.netapp.io after the DaemonSet was recreated.
-`, ns))
-	repo.Commit("Re-register the driver on kwok-node-0")
+  remediation: release-luks-lease
+  target:
+    persistentVolume: %s
+  reason: %s was powered off after a kernel panic during cryptsetup luksOpen (INC-5121).
+`, ns, pv, down))
+	repo.Commit("Release the stuck Lease of " + pv)
 	const password = "glpat-e2e-4711"
 	url := repo.ServeSmartHTTP(t, "sync-bot", password)
 	passwordFile := filepath.Join(t.TempDir(), "password")
@@ -272,10 +276,12 @@ spec:
 	}
 	out := run()
 	assert.Contains(t, out, "apply", "sync output")
-	key := types.NamespacedName{Namespace: ns, Name: "reregister-kwok-node-0"}
-	require.NoError(t, k8s.Get(ctx, key, &v1alpha1.RemediationRequest{}), "the synced request")
+	key := types.NamespacedName{Namespace: ns, Name: "release-lease-shutdown"}
+	rr := waitPhase(t, key, 90*time.Second, v1alpha1.PhaseSucceeded, v1alpha1.PhaseFailed, v1alpha1.PhaseRejected)
+	require.Equal(t, v1alpha1.PhaseSucceeded, rr.Status.Phase, "the request synced by the chart's agent: %s", describe(rr))
+	assert.False(t, leaseExists(t, pv), "the Lease still exists after the request Succeeded")
 
-	repo.Remove("requests/reregister-kwok-node-0.yaml")
+	repo.Remove("requests/release-lease-shutdown.yaml")
 	repo.Commit("Done")
 	run()
 	err = k8s.Get(ctx, key, &v1alpha1.RemediationRequest{})
