@@ -1,9 +1,6 @@
 package gitsync_test
 
 import (
-	"net/http"
-	"net/http/cgi"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -21,29 +18,6 @@ const (
 	httpUser     = "sync-bot"
 	httpPassword = "s3cret-token-4711"
 )
-
-// serveSmartHTTP serves r's bare origin over Git's smart-HTTP protocol, the way a
-// Git host does, with `git http-backend` behind basic auth, and returns its URL.
-func serveSmartHTTP(t *testing.T, r *gitrepo.Repo) string {
-	t.Helper()
-	gitBin, err := exec.LookPath("git")
-	require.NoError(t, err, "the test server needs the git binary")
-	backend := &cgi.Handler{
-		Path: gitBin,
-		Args: []string{"http-backend"},
-		Env:  []string{"GIT_PROJECT_ROOT=" + filepath.Dir(r.Bare), "GIT_HTTP_EXPORT_ALL=1"},
-	}
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		if u, p, ok := req.BasicAuth(); !ok || u != httpUser || p != httpPassword {
-			w.Header().Set("WWW-Authenticate", `Basic realm="git"`)
-			http.Error(w, "authentication required", http.StatusUnauthorized)
-			return
-		}
-		backend.ServeHTTP(w, req)
-	}))
-	t.Cleanup(srv.Close)
-	return srv.URL + "/" + filepath.Base(r.Bare)
-}
 
 func passwordFile(t *testing.T, password string) string {
 	t.Helper()
@@ -70,7 +44,7 @@ func TestSyncOverSmartHTTPWithoutGitBinary(t *testing.T) {
 	r := gitrepo.New(t)
 	r.Write("requests/a.yaml", request(ns, "release-a", "pvc-a"))
 	first := r.Commit("Release the Lease of pvc-a")
-	url := serveSmartHTTP(t, r)
+	url := r.ServeSmartHTTP(t, httpUser, httpPassword)
 
 	s := newSyncer(t, gitsync.Options{Repo: url, GitUsername: httpUser, GitPasswordFile: passwordFile(t, httpPassword),
 		Path: "requests", Namespaces: []string{ns}, Prune: true})
@@ -122,7 +96,7 @@ func TestSyncCredentialsNeverInErrors(t *testing.T) {
 	r := gitrepo.New(t)
 	r.Write("requests/a.yaml", request(ns, "release-a", "pvc-a"))
 	r.Commit("Release the Lease of pvc-a")
-	url := serveSmartHTTP(t, r)
+	url := r.ServeSmartHTTP(t, httpUser, httpPassword)
 	const wrong = "not-the-token-0815"
 
 	t.Run("wrong password", func(t *testing.T) {

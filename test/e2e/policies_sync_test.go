@@ -15,14 +15,12 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/remediator/remediator/api/v1alpha1"
 	"github.com/remediator/remediator/controllers/gitsync"
 	"github.com/remediator/remediator/policies"
 	"github.com/remediator/remediator/test/gitrepo"
-	"github.com/remediator/remediator/test/helmchart"
 )
 
 // TestPoliciesFromGitReachTheController: with sync.policies, the chart's sync agent
@@ -33,34 +31,12 @@ func TestPoliciesFromGitReachTheController(t *testing.T) {
 	ctx := context.Background()
 	system := namespace(t, "e2e-gitpolicies-system")
 	ns := namespace(t, "e2e-gitpolicies")
-	objs, err := helmchart.Render("rpol", system, map[string]any{
+	values := map[string]any{
 		"requestNamespaces": []any{ns},
 		"requestNamespace":  map[string]any{"create": false},
 		"sync": map[string]any{"enabled": true, "repo": "https://git.example.com/platform/remediation.git", "revision": "main",
 			"policies": map[string]any{"enabled": true}},
-	})
-	require.NoError(t, err)
-	var args []string
-	sa := ""
-	for _, o := range objs {
-		if !strings.Contains(o.GetName(), "-sync") {
-			continue
-		}
-		switch o.GetKind() {
-		case "Deployment":
-			cs, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "containers")
-			require.Len(t, cs, 1)
-			args, _, _ = unstructured.NestedStringSlice(cs[0].(map[string]any), "args")
-			continue
-		case "ServiceAccount":
-			sa = o.GetName()
-		}
-		obj := o.DeepCopy()
-		require.NoError(t, k8s.Create(ctx, obj), "applying rendered %s %s/%s", o.GetKind(), o.GetNamespace(), o.GetName())
-		t.Cleanup(func() { _ = k8s.Delete(context.Background(), &unstructured.Unstructured{Object: obj.Object}) })
 	}
-	require.NotEmpty(t, sa)
-	saKubeconfig, _ := serviceAccountKubeconfig(t, system, sa)
 
 	repo := gitrepo.New(t)
 	shipped, err := filepath.Glob(filepath.Join(root, "policies", "*.cue"))
@@ -87,19 +63,7 @@ spec:
 	repo.Write("requests/a.yaml", dryRun("check-a", "kwok-node-0"))
 	repo.Commit("The policies and a first request")
 
-	var once []string
-	for _, a := range args {
-		switch {
-		case strings.HasPrefix(a, "--repo="):
-			a = "--repo=" + repo.Bare
-		case strings.HasPrefix(a, "--work-dir="):
-			a = "--work-dir=" + t.TempDir()
-		case strings.HasPrefix(a, "--interval="):
-			continue
-		}
-		once = append(once, a)
-	}
-	once = append(once, "--kubeconfig", saKubeconfig)
+	once, _ := chartSyncAgent(t, "rpol", system, values, repo.Bare, map[string]string{})
 	var key types.NamespacedName
 	for _, a := range once {
 		if v, ok := strings.CutPrefix(a, "--policies-configmap="); ok {

@@ -196,35 +196,12 @@ func TestChartSyncAgentRunsAsItsServiceAccount(t *testing.T) {
 	ctx := context.Background()
 	system := namespace(t, "e2e-chartsync-system")
 	ns := namespace(t, "e2e-chartsync")
-	objs, err := helmchart.Render("rsync", system, map[string]any{
+	values := map[string]any{
 		"requestNamespaces": []any{ns},
 		"requestNamespace":  map[string]any{"create": false},
 		"sync": map[string]any{"enabled": true, "repo": "https://git.example.com/platform/remediation.git", "revision": "main",
 			"credentials": map[string]any{"secretName": "remediation-repo", "type": "https", "username": "sync-bot"}},
-	})
-	require.NoError(t, err)
-	var args []string
-	sa := ""
-	for _, o := range objs {
-		if !strings.HasSuffix(o.GetName(), "-sync") {
-			continue
-		}
-		switch o.GetKind() {
-		case "Deployment":
-			d := &appsv1.Deployment{}
-			require.NoError(t, runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, d))
-			args = d.Spec.Template.Spec.Containers[0].Args
-			continue // kwok would only pretend to run it; the test runs the binary.
-		case "ServiceAccount":
-			sa = o.GetName()
-		}
-		obj := o.DeepCopy()
-		require.NoError(t, k8s.Create(ctx, obj), "applying rendered %s %s/%s", o.GetKind(), o.GetNamespace(), o.GetName())
-		t.Cleanup(func() { _ = k8s.Delete(context.Background(), &unstructured.Unstructured{Object: obj.Object}) })
 	}
-	require.NotEmpty(t, sa, "the chart rendered no sync ServiceAccount")
-	require.NotEmpty(t, args, "the chart rendered no sync Deployment")
-	saKubeconfig, _ := serviceAccountKubeconfig(t, system, sa)
 
 	// A holder that was powered off: the request committed to Git runs to Succeeded.
 	startController(t, "--request-namespaces", ns)
@@ -250,21 +227,7 @@ spec:
 	require.NoError(t, os.WriteFile(passwordFile, []byte(password), 0o600))
 	// The chart's arguments, but for where the repository, the mounted Secret and the
 	// mirror are here, once instead of every interval.
-	var once []string
-	for _, a := range args {
-		switch {
-		case strings.HasPrefix(a, "--repo="):
-			a = "--repo=" + url
-		case strings.HasPrefix(a, "--git-password-file="):
-			a = "--git-password-file=" + passwordFile
-		case strings.HasPrefix(a, "--work-dir="):
-			a = "--work-dir=" + t.TempDir()
-		case strings.HasPrefix(a, "--interval="):
-			continue
-		}
-		once = append(once, a)
-	}
-	once = append(once, "--kubeconfig", saKubeconfig)
+	once, sa := chartSyncAgent(t, "rsync", system, values, url, map[string]string{"--git-password-file": passwordFile})
 	require.Contains(t, once, "--git-username=sync-bot")
 	run := func() string {
 		cmd := exec.Command(filepath.Join(root, "bin", "remediator"), once...)
@@ -284,7 +247,7 @@ spec:
 	repo.Remove("requests/release-lease-shutdown.yaml")
 	repo.Commit("Done")
 	run()
-	err = k8s.Get(ctx, key, &v1alpha1.RemediationRequest{})
+	err := k8s.Get(ctx, key, &v1alpha1.RemediationRequest{})
 	assert.True(t, apierrors.IsNotFound(err), "the request removed from Git is pruned, the directory kept by its README: %v", err)
 
 	// The ServiceAccount may not write anywhere else.
@@ -295,4 +258,50 @@ spec:
 	}}, metav1.CreateOptions{})
 	require.NoError(t, err)
 	assert.False(t, sar.Status.Allowed, "the sync ServiceAccount may create requests in %s", other)
+}
+
+// chartSyncAgent creates the sync agent's objects the chart renders for values in
+// system (all but its Deployment: kwok would only pretend to run it; the test runs the
+// binary) and returns that Deployment's `remediator sync` arguments made to run once
+// here: repo instead of the chart's URL, the values of replace, a fresh mirror, no
+// --interval, and the agent's ServiceAccount's kubeconfig; and that ServiceAccount.
+func chartSyncAgent(t *testing.T, release, system string, values map[string]any, repo string, replace map[string]string) (args []string, sa string) {
+	t.Helper()
+	ctx := context.Background()
+	objs, err := helmchart.Render(release, system, values)
+	require.NoError(t, err)
+	for _, o := range objs {
+		if !strings.Contains(o.GetName(), "-sync") {
+			continue
+		}
+		switch o.GetKind() {
+		case "Deployment":
+			d := &appsv1.Deployment{}
+			require.NoError(t, runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, d))
+			args = d.Spec.Template.Spec.Containers[0].Args
+			continue
+		case "ServiceAccount":
+			sa = o.GetName()
+		}
+		obj := o.DeepCopy()
+		require.NoError(t, k8s.Create(ctx, obj), "applying rendered %s %s/%s", o.GetKind(), o.GetNamespace(), o.GetName())
+		t.Cleanup(func() { _ = k8s.Delete(context.Background(), &unstructured.Unstructured{Object: obj.Object}) })
+	}
+	require.NotEmpty(t, sa, "the chart rendered no sync ServiceAccount")
+	require.NotEmpty(t, args, "the chart rendered no sync Deployment")
+	saKubeconfig, _ := serviceAccountKubeconfig(t, system, sa)
+	replace["--repo"] = repo
+	replace["--work-dir"] = t.TempDir()
+	var once []string
+	for _, a := range args {
+		flag, _, _ := strings.Cut(a, "=")
+		if flag == "--interval" {
+			continue
+		}
+		if v, ok := replace[flag]; ok {
+			a = flag + "=" + v
+		}
+		once = append(once, a)
+	}
+	return append(once, "--kubeconfig", saKubeconfig), sa
 }
