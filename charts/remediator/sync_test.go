@@ -183,5 +183,5 @@ func TestSyncPolicies(t *testing.T) {
 	values["policies"] = map[string]any{"p.cue": "package policies\n"}
 	_, err := helmchart.Render(release, namespace, values)
 	require.Error(t, err)
-	assert.Contains(t, err.Error(), "keep them in values or in Git, not both")
+	assert.Contains(t, err.Error(), "the controller's policies come from policies and sync.policies.enabled: keep one source")
 }

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -20,11 +21,13 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/kustomize/kyaml/filesys"
 
 	"github.com/remediator/remediator/api/v1alpha1"
 	"github.com/remediator/remediator/controllers"
 	"github.com/remediator/remediator/controllers/facts"
 	"github.com/remediator/remediator/policies"
+	"github.com/remediator/remediator/policies/kustomized"
 	"github.com/remediator/remediator/remediations"
 )
 
@@ -112,6 +115,13 @@ file are fine; -f - reads stdin) it:
      rule, its reasons and message, the policy digest), the playbook's steps, and
      notes on spec.mode DryRun and on spec.maintenanceWindow.
 
+--policies-dir must hold a whole policy package that compiles and names only the
+playbooks the controller runs. When it holds a kustomization.yaml (what Argo CD builds
+into the controller's policies ConfigMap), plan builds it as kustomize does and
+refuses it unless it generates one ConfigMap holding exactly the directory's non-test
+.cue files. With --policies-dir and no -f, plan checks the policies alone and prints
+their digest: the one the controller records in status.decision.policyDigest.
+
 plan never writes to the cluster. It needs get/list on pods, persistentvolumeclaims,
 persistentvolumes, nodes, events, leases, csinodes and remediationrequests.
 
@@ -137,7 +147,6 @@ Exit codes (with several requests the worst wins: 1, then 2, then 4, then 0):
 	f.StringVarP(&o.output, "output", "o", "table", "Output format: table (for people; text is the same), yaml or json (the report, for tools)")
 	f.IntVar(&o.maxConcurrent, "max-concurrent-remediations", 3, "The controller's cap on running playbooks (live facts: a request over it would wait); 0 means no cap")
 	f.StringVar(&o.at, "at", "", "When the request would be applied, for spec.maintenanceWindow (RFC 3339); empty means now")
-	_ = cmd.MarkFlagRequired("filename")
 	cmd.MarkFlagsMutuallyExclusive("facts", "kubeconfig")
 	cmd.MarkFlagsMutuallyExclusive("facts", "context")
 	return cmd
@@ -159,6 +168,10 @@ type planPolicy struct {
 	// Source is "embedded" or the --policies-dir path.
 	Source string `json:"source"`
 	Digest string `json:"digest"`
+	// ConfigMap is the ConfigMap the directory's kustomization.yaml generates (what
+	// Argo CD applies for the controller), checked to hold exactly the policies
+	// evaluated here; empty without a kustomization.
+	ConfigMap string `json:"configMap,omitempty"`
 }
 
 type planSummary struct {
@@ -250,6 +263,9 @@ func runPlan(ctx context.Context, w io.Writer, stdin io.Reader, o planOptions) e
 	if o.policiesDir != "" {
 		source = o.policiesDir
 	}
+	if len(o.files) == 0 && o.policiesDir == "" {
+		return errors.New("-f is required: the requests to plan (or give --policies-dir alone to check policies)")
+	}
 	policy, err := policies.Load(o.policiesDir)
 	if err != nil {
 		return fmt.Errorf("loading policies from %s: %w", source, err)
@@ -258,10 +274,24 @@ func runPlan(ctx context.Context, w io.Writer, stdin io.Reader, o planOptions) e
 	if err != nil {
 		return err
 	}
+	var generated string
+	if o.policiesDir != "" {
+		// What the controller refuses at start-up, refused here first.
+		if err := policy.RequirePlaybooks(slices.Sorted(maps.Keys(playbooks))); err != nil {
+			return fmt.Errorf("the policies in %s: %w", o.policiesDir, err)
+		}
+		cm, err := kustomized.Check(filesys.MakeFsOnDisk(), o.policiesDir)
+		if err != nil {
+			return fmt.Errorf("the policies in %s: %w", o.policiesDir, err)
+		}
+		if cm != nil {
+			generated = cm.String()
+		}
+	}
 	in := &onceReader{r: stdin}
 	inputs := readPlanRequests(o.files, in)
 
-	report := planReport{Policy: planPolicy{Source: source, Digest: policy.Digest()}, At: at.UTC().Format(time.RFC3339)}
+	report := planReport{Policy: planPolicy{Source: source, Digest: policy.Digest(), ConfigMap: generated}, At: at.UTC().Format(time.RFC3339)}
 	p := &planner{policy: policy, playbooks: playbooks, at: at, maxConcurrent: o.maxConcurrent, namespace: o.cluster.namespace()}
 	if len(o.factsFiles) > 0 {
 		report.FactsSource = "saved"

@@ -28,7 +28,6 @@ import (
 // digest a decision records is the one `plan --policies-dir policies/` computes in
 // the pull request, and a policy commit changes the next decision's digest.
 func TestPoliciesFromGitReachTheController(t *testing.T) {
-	ctx := context.Background()
 	system := namespace(t, "e2e-gitpolicies-system")
 	ns := namespace(t, "e2e-gitpolicies")
 	values := map[string]any{
@@ -76,16 +75,7 @@ spec:
 	syncAndProject := func() string {
 		out, err := exec.Command(filepath.Join(root, "bin", "remediator"), once...).CombinedOutput()
 		require.NoError(t, err, "remediator %s\n%s", strings.Join(once, " "), out)
-		cm := &corev1.ConfigMap{}
-		require.NoError(t, k8s.Get(ctx, key, cm))
-		old, _ := filepath.Glob(filepath.Join(policiesDir, "*.cue"))
-		for _, f := range old {
-			require.NoError(t, os.Remove(f))
-		}
-		for name, data := range cm.Data {
-			require.NoError(t, os.WriteFile(filepath.Join(policiesDir, name), []byte(data), 0o600))
-		}
-		return cm.Annotations[gitsync.AnnotationPolicyDigest]
+		return projectConfigMap(t, key, policiesDir).Annotations[gitsync.AnnotationPolicyDigest]
 	}
 	// plan --policies-dir policies/ in the pull request's checkout.
 	planDigest := func() string {
@@ -93,21 +83,11 @@ spec:
 		require.NoError(t, err)
 		return e.Digest()
 	}
-	decidedDigest := func(name string) string {
-		var digest string
-		require.EventuallyWithT(t, func(c *assert.CollectT) {
-			rr := &v1alpha1.RemediationRequest{}
-			require.NoError(c, k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, rr))
-			require.NotNil(c, rr.Status.Decision, "decided")
-			digest = rr.Status.Decision.PolicyDigest
-		}, 60*time.Second, poll, "%s decided", name)
-		return digest
-	}
 
 	first := syncAndProject()
 	assert.Equal(t, planDigest(), first, "the synced policies are the ones plan checks")
 	startController(t, "--policies-dir", policiesDir, "--policy-reload-interval", "1s", "--request-namespaces", ns)
-	assert.Equal(t, first, decidedDigest("check-a"), "the decision was made with the policies from Git")
+	assert.Equal(t, first, decidedDigest(t, types.NamespacedName{Namespace: ns, Name: "check-a"}), "the decision was made with the policies from Git")
 
 	// A reviewed policy change, and a request after it.
 	name := filepath.Join(repo.Work, "policies", "reregister_csi_driver.cue")
@@ -124,5 +104,34 @@ spec:
 	repo.Write("requests/b.yaml", dryRun("check-b", "kwok-node-1"))
 	repo.Commit("A request after the policy change")
 	assert.Equal(t, second, syncAndProject())
-	assert.Equal(t, second, decidedDigest("check-b"), "the next decision carries the new digest")
+	assert.Equal(t, second, decidedDigest(t, types.NamespacedName{Namespace: ns, Name: "check-b"}), "the next decision carries the new digest")
+}
+
+// projectConfigMap does what the kubelet does with a ConfigMap volume: it writes the
+// ConfigMap's data as the files of dir, replacing the .cue files there.
+func projectConfigMap(t *testing.T, key types.NamespacedName, dir string) *corev1.ConfigMap {
+	t.Helper()
+	cm := &corev1.ConfigMap{}
+	require.NoError(t, k8s.Get(context.Background(), key, cm))
+	old, _ := filepath.Glob(filepath.Join(dir, "*.cue"))
+	for _, f := range old {
+		require.NoError(t, os.Remove(f))
+	}
+	for name, data := range cm.Data {
+		require.NoError(t, os.WriteFile(filepath.Join(dir, name), []byte(data), 0o600))
+	}
+	return cm
+}
+
+// decidedDigest waits for the request's decision and returns its policy digest.
+func decidedDigest(t *testing.T, key types.NamespacedName) string {
+	t.Helper()
+	var digest string
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		rr := &v1alpha1.RemediationRequest{}
+		require.NoError(c, k8s.Get(context.Background(), key, rr))
+		require.NotNil(c, rr.Status.Decision, "decided")
+		digest = rr.Status.Decision.PolicyDigest
+	}, 60*time.Second, poll, "%s decided", key)
+	return digest
 }

@@ -128,12 +128,21 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end }}
 
 {{/*
-Whether the controller loads its policies from the <fullname>-policies ConfigMap:
-given in .Values.policies, or synced from Git by the sync agent (sync.policies).
+The name of the ConfigMap the controller loads its policies from, or "" for the
+policies embedded in the image. The chart's own <fullname>-policies holds them when
+they are given in .Values.policies or synced from Git by the sync agent
+(sync.policies); .Values.policiesConfigMap names one written outside the chart (Argo
+CD, from the remediation repository's policies/ kustomization). One source only.
 */}}
 {{- define "remediator.policiesConfigMap" -}}
-{{- if and .Values.policies .Values.sync.enabled .Values.sync.policies.enabled }}
-{{- fail "policies and sync.policies.enabled both give the controller's policies: keep them in values or in Git, not both" }}
+{{- $sources := list }}
+{{- if .Values.policies }}{{ $sources = append $sources "policies" }}{{ end }}
+{{- if and .Values.sync.enabled .Values.sync.policies.enabled }}{{ $sources = append $sources "sync.policies.enabled" }}{{ end }}
+{{- if .Values.policiesConfigMap }}{{ $sources = append $sources "policiesConfigMap" }}{{ end }}
+{{- if gt (len $sources) 1 }}
+{{- fail (printf "the controller's policies come from %s: keep one source (values, Git through the sync agent, or Git through Argo CD)" (join " and " $sources)) }}
 {{- end }}
-{{- if or .Values.policies (and .Values.sync.enabled .Values.sync.policies.enabled) }}true{{- end }}
+{{- if .Values.policiesConfigMap }}{{ .Values.policiesConfigMap }}
+{{- else if $sources }}{{ include "remediator.fullname" . }}-policies
+{{- end }}
 {{- end }}

@@ -122,7 +122,15 @@ if ((${#policy_files[@]} > 0)); then
     "${CUE[@]}" vet -c "${policy_files[@]}" - <"$t" || die "policy cases in ${t#"$ROOT"/} failed"
   done
   plan_flags+=(--policies-dir "$ROOT/policies")
+  # Checked even when the pull request changes no request: they compile, name only
+  # playbooks the controller runs, and a policies/kustomization.yaml (Argo CD's
+  # ConfigMap) generates exactly them. It prints the digest the controller will record.
+  say "Checking the override policies: $REMEDIATOR plan --policies-dir policies"
+  "$REMEDIATOR" plan --policies-dir "$ROOT/policies" || die "the policies in policies/ cannot be used"
 else
+  for k in policies/kustomization.yaml policies/kustomization.yml policies/Kustomization; do
+    [[ -e "$k" ]] && die "$k is there for Argo CD, but policies/ has no .cue files: Argo CD could build no policies ConfigMap (add the policies, or remove $k)"
+  done
   say "policies/ has no .cue files: planning with the policies embedded in $("$REMEDIATOR" version 2>/dev/null || echo remediator)"
 fi
 
