@@ -14,7 +14,6 @@ import (
 
 	"github.com/argoproj/gitops-engine/pkg/cache"
 	"github.com/argoproj/gitops-engine/pkg/engine"
-	gsync "github.com/argoproj/gitops-engine/pkg/sync"
 	"github.com/argoproj/gitops-engine/pkg/sync/common"
 	"github.com/argoproj/gitops-engine/pkg/utils/kube"
 	"github.com/go-logr/logr"
@@ -214,41 +213,8 @@ func (s *Syncer) Sync(ctx context.Context) (*Result, error) {
 	}
 	log.Info("Syncing", "commit", commit, "path", s.opts.Path, "requests", len(targets))
 
-	results, err := s.engine.Sync(ctx, targets, func(r *cache.Resource) bool {
-		src, _ := r.Info.(string)
-		return src == s.source
-	}, commit, s.opts.Namespaces[0],
-		gsync.WithPrune(s.opts.Prune),
-		gsync.WithLogr(log.V(2)),
-		// A request is a request: never delete and recreate it (that would run its
-		// finalizer's restore and lose its journal), and never create it as a hook.
-		gsync.WithReplace(false),
-		// Prune only after every apply succeeded.
-		gsync.WithPruneLast(true),
-		// A request owns nothing, so there are no dependents to wait for; foreground
-		// deletion would only add a finalizer that needs the garbage collector.
-		gsync.WithPrunePropagationPolicy(&background),
-		gsync.WithOperationSettings(false, s.opts.Prune, false, true),
-	)
-	for _, r := range results {
-		line := fmt.Sprintf("%s/%s: %s", r.ResourceKey.Namespace, r.ResourceKey.Name, r.Message)
-		if r.Status == common.ResultCodePruned || r.Status == common.ResultCodePruneSkipped {
-			res.Pruned = append(res.Pruned, line)
-			log.Info("Pruned", "request", klogRef(r.ResourceKey), "commit", commit, "result", r.Status, "message", r.Message)
-			continue
-		}
-		res.Applied = append(res.Applied, line)
-		log.Info("Applied", "request", klogRef(r.ResourceKey), "commit", commit, "result", r.Status, "message", r.Message)
-	}
-	sort.Strings(res.Applied)
-	sort.Strings(res.Pruned)
-	if err != nil {
+	if err := s.apply(ctx, targets, commit, res); err != nil {
 		return res, fmt.Errorf("syncing commit %s: %w", ShortRevision(commit), err)
-	}
-	for _, r := range results {
-		if r.Status == common.ResultCodeSyncFailed {
-			return res, fmt.Errorf("syncing commit %s: %s/%s: %s", ShortRevision(commit), r.ResourceKey.Namespace, r.ResourceKey.Name, r.Message)
-		}
 	}
 	return res, nil
 }

@@ -265,3 +265,56 @@ rules:
 		})
 	}
 }
+
+// TestSyncAddsAndPrunesInOneCommit: a commit that adds one request and removes
+// another applies the one and prunes the other in the same sync.
+func TestSyncAddsAndPrunesInOneCommit(t *testing.T) {
+	ns := namespace(t)
+	r := gitrepo.New(t)
+	r.Write("requests/README.md", "# requests\n")
+	r.Write("requests/a.yaml", request(ns, "release-a", "pvc-a"))
+	r.Commit("Release the Lease of pvc-a")
+	s := newSyncer(t, gitsync.Options{Repo: r.Bare, Revision: "main", Path: "requests", Namespaces: []string{ns}, Prune: true})
+	_, err := sync(t, s)
+	require.NoError(t, err, "first sync")
+
+	r.Remove("requests/a.yaml")
+	r.Write("requests/b.yaml", request(ns, "release-b", "pvc-b"))
+	r.Commit("release-a is done; release the Lease of pvc-b")
+	start := time.Now()
+	res, err := sync(t, s)
+	t.Logf("the sync took %s", time.Since(start))
+	require.NoError(t, err, "the sync adding release-b and removing release-a")
+	assert.Len(t, res.Applied, 1, "applied = %v", res.Applied)
+	assert.Len(t, res.Pruned, 1, "pruned = %v", res.Pruned)
+	_, ok := getRR(t, ns, "release-a")
+	assert.False(t, ok, "release-a still exists after its file was removed from Git")
+	_, ok = getRR(t, ns, "release-b")
+	assert.True(t, ok, "release-b was not applied")
+}
+
+// TestSyncWithoutPruneKeepsRemovedRequests: with Prune off, a request whose file
+// was removed stays in the cluster, and the result lists it as not pruned.
+func TestSyncWithoutPruneKeepsRemovedRequests(t *testing.T) {
+	ns := namespace(t)
+	r := gitrepo.New(t)
+	r.Write("requests/README.md", "# requests\n")
+	r.Write("requests/a.yaml", request(ns, "release-a", "pvc-a"))
+	r.Commit("Release the Lease of pvc-a")
+	s := newSyncer(t, gitsync.Options{Repo: r.Bare, Revision: "main", Path: "requests", Namespaces: []string{ns}})
+	_, err := sync(t, s)
+	require.NoError(t, err, "first sync")
+
+	r.Remove("requests/a.yaml")
+	r.Write("requests/b.yaml", request(ns, "release-b", "pvc-b"))
+	r.Commit("release-a is done; release the Lease of pvc-b")
+	res, err := sync(t, s)
+	require.NoError(t, err)
+	require.Len(t, res.Pruned, 1, "pruned = %v", res.Pruned)
+	assert.True(t, strings.HasPrefix(res.Pruned[0], ns+"/release-a: "), "pruned = %v", res.Pruned)
+	assert.Contains(t, res.Pruned[0], "pruning", "the result says why it was not pruned: %v", res.Pruned)
+	_, ok := getRR(t, ns, "release-a")
+	assert.True(t, ok, "release-a was pruned with Prune off")
+	_, ok = getRR(t, ns, "release-b")
+	assert.True(t, ok, "release-b was not applied")
+}
