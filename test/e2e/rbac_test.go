@@ -35,11 +35,18 @@ import (
 // process with the chart's ServiceAccount identity instead.
 func installChart(t *testing.T, release, ns string) string {
 	t.Helper()
-	ctx := context.Background()
 	// The request namespace is the suite's own (main_test.go), shared by every test:
 	// the release must neither create it nor, at cleanup, delete it.
-	objs, err := helmchart.Render(release, ns, map[string]any{"trident": map[string]any{"namespace": tridentNS},
+	return installChartWith(t, release, ns, map[string]any{"trident": map[string]any{"namespace": tridentNS},
 		"requestNamespace": map[string]any{"create": false}})
+}
+
+// installChartWith is installChart with the given values; every object it creates,
+// a request Namespace included, is deleted at cleanup.
+func installChartWith(t *testing.T, release, ns string, values map[string]any) string {
+	t.Helper()
+	ctx := context.Background()
+	objs, err := helmchart.Render(release, ns, values)
 	require.NoError(t, err)
 	sa := ""
 	for _, o := range objs {

@@ -1,0 +1,67 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/remediator/remediator/api/v1alpha1"
+)
+
+// TestScanApplyOnAFreshInstall: `remediator scan -o yaml | kubectl apply -f -`, the
+// quick start's first remediation, works right after the chart is installed with its
+// defaults: scan suggests requests in the namespace the chart creates. Before the
+// install the same apply fails with `namespaces "remediator" not found`, the symptom
+// a new user met.
+func TestScanApplyOnAFreshInstall(t *testing.T) {
+	ctx := context.Background()
+	const requestNS = "remediator" // the chart's default requestNamespaces, and scan's --request-namespace
+	err := k8s.Get(ctx, types.NamespacedName{Name: requestNS}, &corev1.Namespace{})
+	require.True(t, apierrors.IsNotFound(err), "namespace %s exists before the install (%v): this test needs a cluster without it", requestNS, err)
+
+	apps := namespace(t, "e2e-fresh-apps")
+	down := extraNode(t, "e2e-fresh-down", false, corev1.Taint{Key: v1alpha1.TaintOutOfService, Value: "nodeshutdown", Effect: corev1.TaintEffectNoExecute})
+	pv, _ := luksVolume(t, apps, down, 25*time.Minute, 2)
+
+	out, err := exec.Command(filepath.Join(root, "bin", "remediator"), "scan", "--kubeconfig", kubeconfig,
+		"--node-lease-grace-period", "20s", "-o", "yaml").Output()
+	var exit *exec.ExitError
+	require.ErrorAs(t, err, &exit, "scan with findings exits non-zero")
+	require.Equal(t, 3, exit.ExitCode(), "scan's exit code with findings\n%s", out)
+	manifests := string(out)
+	require.Contains(t, manifests, "namespace: "+requestNS)
+	require.Contains(t, manifests, "persistentVolume: "+pv)
+
+	apply := func(args ...string) (string, error) {
+		cmd := exec.Command(filepath.Join(root, "bin", "kubectl"), append([]string{"--kubeconfig", kubeconfig, "apply", "-f", "-"}, args...)...)
+		cmd.Stdin = strings.NewReader(manifests)
+		res, err := cmd.CombinedOutput()
+		return string(res), err
+	}
+	res, err := apply("--dry-run=server")
+	require.Error(t, err, "apply before the install:\n%s", res)
+	assert.Contains(t, res, `namespaces "remediator" not found`)
+
+	installChartWith(t, "fresh", namespace(t, "e2e-fresh-system"), map[string]any{"trident": map[string]any{"namespace": tridentNS}})
+	res, err = apply()
+	require.NoError(t, err, "kubectl apply of scan's requests on a fresh install:\n%s\n%s", res, manifests)
+	list := &v1alpha1.RemediationRequestList{}
+	require.NoError(t, k8s.List(ctx, list, client.InNamespace(requestNS)))
+	var targets []string
+	for _, rr := range list.Items {
+		targets = append(targets, string(rr.Spec.Remediation)+" "+rr.Spec.Target.PersistentVolume+rr.Spec.Target.Node)
+	}
+	assert.Contains(t, targets, "release-luks-lease "+pv, "the requests scan suggested are in the chart's request namespace")
+}
