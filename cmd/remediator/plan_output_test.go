@@ -52,7 +52,7 @@ func TestPlanErrors(t *testing.T) {
 			"", `parsing --at "tonight"`},
 		{"unknown output", []string{"-f", planTestdata + "shutdown.yaml", "--facts", planTestdata + "facts/shutdown.yaml", "-o", "wide"},
 			"", `unknown --output "wide": use table, yaml or json`},
-		{"no -f", []string{"--facts", planTestdata + "facts/shutdown.yaml"}, "", `required flag(s) "filename" not set`},
+		{"no -f", []string{"--facts", planTestdata + "facts/shutdown.yaml"}, "", "-f is required: the requests to plan"},
 		{"--facts and --kubeconfig", []string{"-f", planTestdata + "shutdown.yaml", "--facts", planTestdata + "facts/shutdown.yaml", "--kubeconfig", "k"},
 			"", "none of the others can be"},
 		{"stdin twice", []string{"-f", "-", "--facts", "-"}, "", "stdin (-) can be read only once"},
