@@ -33,6 +33,11 @@ const (
 // a fixed policy (reloaded from --policies-dir) then decides it.
 const policyErrorRecheck = time.Minute
 
+// maxRecheck caps a policy's recheckAfterSeconds. A recheck only decides again, on
+// fresh facts, so deciding sooner is always safe; an uncapped value from an override
+// policy (say, 10^12 seconds) would overflow time.Duration into a time in the past.
+const maxRecheck = 24 * time.Hour
+
 // DecisionInput is everything one decision depends on. It is plain data: the
 // controller fills it from the live cluster, `remediator plan` from live or saved
 // facts, and tests from tables.
@@ -100,7 +105,11 @@ func Decide(policy *policies.Engine, playbooks remediations.Playbooks, in Decisi
 	o.Decision.Allowed, o.Decision.Playbook, o.Decision.Rule = d.Verdict == policies.VerdictAllow, d.Playbook, d.Rule
 	o.Decision.Reasons, o.Decision.Message, o.Decision.PolicyDigest = d.Reasons, d.Message, d.Digest
 	if d.RecheckAfterSeconds > 0 {
-		o.recheck(now.Add(time.Duration(d.RecheckAfterSeconds) * time.Second))
+		after := maxRecheck
+		if d.RecheckAfterSeconds < int64(maxRecheck/time.Second) {
+			after = time.Duration(d.RecheckAfterSeconds) * time.Second
+		}
+		o.recheck(now.Add(after))
 	}
 	switch d.Verdict {
 	case policies.VerdictAllow:

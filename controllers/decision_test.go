@@ -1,12 +1,18 @@
 package controllers_test
 
 import (
+	"fmt"
+	"math"
 	"testing"
+	"testing/fstest"
+	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/remediator/remediator/controllers"
 	"github.com/remediator/remediator/controllers/decisiontest"
+	"github.com/remediator/remediator/policies"
 )
 
 // TestDecide runs the decision table through the one decision path, without a
@@ -32,6 +38,31 @@ func TestDecide(t *testing.T) {
 				assert.Empty(t, o.Steps)
 				assert.False(t, o.Decision.Allowed)
 			}
+		})
+	}
+}
+
+// TestDecideCapsTheRecheck: an override policy asking to decide again in 10^12 s (or
+// more than time.Duration holds) is decided again within a day, never at a time that
+// overflowed into the past.
+func TestDecideCapsTheRecheck(t *testing.T) {
+	_, playbooks := decisiontest.Deciders(t)
+	tc := decisiontest.Cases()[0]
+	for _, after := range []int64{30, 86_400, 1_000_000_000_000, math.MaxInt64} {
+		t.Run(fmt.Sprint(after), func(t *testing.T) {
+			policy, err := policies.FromFS(fstest.MapFS{"p.cue": &fstest.MapFile{Data: []byte(fmt.Sprintf(`package policies
+#Policy: {input: _, decision: {allowed: false, rule: "later", reasons: ["asked"], message: "Later.", recheckAfterSeconds: %d}}
+`, after))}})
+			require.NoError(t, err)
+			o := controllers.Decide(policy, playbooks, controllers.DecisionInput{Request: tc.Request, Facts: tc.Facts, Now: tc.Now})
+			require.Equal(t, "later", o.Decision.Rule, o.Decision.Message)
+			require.NotNil(t, o.Decision.RecheckAt)
+			want := 24 * time.Hour
+			if after < int64(want/time.Second) {
+				want = time.Duration(after) * time.Second
+			}
+			assert.Equal(t, want, o.RequeueAfter)
+			assert.Equal(t, tc.Now.Add(want), o.Decision.RecheckAt.Time)
 		})
 	}
 }
