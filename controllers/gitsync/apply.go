@@ -8,6 +8,7 @@ import (
 	"github.com/argoproj/gitops-engine/pkg/cache"
 	gsync "github.com/argoproj/gitops-engine/pkg/sync"
 	"github.com/argoproj/gitops-engine/pkg/sync/common"
+	"github.com/argoproj/gitops-engine/pkg/utils/kube"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 )
 
@@ -23,7 +24,7 @@ import (
 // (TestSyncAddsAndPrunesInOneCommit). One wave per pass never waits on health.
 func (s *Syncer) apply(ctx context.Context, targets []*unstructured.Unstructured, commit string, res *Result) error {
 	log := s.opts.Log
-	first, err := s.engineSync(ctx, targets, commit, false)
+	first, err := s.engineSync(ctx, targets, commit, false, notTerminating)
 	var toPrune int
 	for _, r := range first {
 		line := fmt.Sprintf("%s/%s: %s", r.ResourceKey.Namespace, r.ResourceKey.Name, r.Message)
@@ -46,7 +47,11 @@ func (s *Syncer) apply(ctx context.Context, targets []*unstructured.Unstructured
 	if !s.opts.Prune || toPrune == 0 {
 		return nil
 	}
-	second, err := s.engineSync(ctx, targets, commit, true)
+	// Only the prunes: every apply succeeded in the first pass, and an apply failing
+	// here would be reported after the prunes already ran.
+	second, err := s.engineSync(ctx, targets, commit, true, func(k kube.ResourceKey, target, live *unstructured.Unstructured) bool {
+		return target == nil && notTerminating(k, target, live)
+	})
 	for _, r := range second {
 		if r.Status == common.ResultCodePruned || r.Status == common.ResultCodePruneSkipped {
 			res.Pruned = append(res.Pruned, fmt.Sprintf("%s/%s: %s", r.ResourceKey.Namespace, r.ResourceKey.Name, r.Message))
@@ -57,13 +62,24 @@ func (s *Syncer) apply(ctx context.Context, targets []*unstructured.Unstructured
 	return failed(second, err)
 }
 
-// engineSync is one gitops-engine sync of targets, in a single wave.
-func (s *Syncer) engineSync(ctx context.Context, targets []*unstructured.Unstructured, commit string, prune bool) ([]common.ResourceSyncResult, error) {
+// notTerminating leaves out a request already being deleted: it is finishing its
+// restore (its finalizer), was pruned by an earlier sync, and is neither to be
+// pruned nor reported as pruned again at every sync until it is gone.
+func notTerminating(_ kube.ResourceKey, target, live *unstructured.Unstructured) bool {
+	return target != nil || live == nil || live.GetDeletionTimestamp() == nil
+}
+
+// engineSync is one gitops-engine sync of targets, in a single wave, of the
+// resources filter keeps.
+func (s *Syncer) engineSync(ctx context.Context, targets []*unstructured.Unstructured, commit string, prune bool,
+	filter func(kube.ResourceKey, *unstructured.Unstructured, *unstructured.Unstructured) bool,
+) ([]common.ResourceSyncResult, error) {
 	return s.engine.Sync(ctx, targets, func(r *cache.Resource) bool {
 		src, _ := r.Info.(string)
 		return src == s.source
 	}, commit, s.opts.Namespaces[0],
 		gsync.WithPrune(prune),
+		gsync.WithResourcesFilter(filter),
 		gsync.WithLogr(s.opts.Log.V(2)),
 		// A request is a request: never delete and recreate it (that would run its
 		// finalizer's restore and lose its journal), and never create it as a hook.

@@ -318,3 +318,45 @@ func TestSyncWithoutPruneKeepsRemovedRequests(t *testing.T) {
 	_, ok = getRR(t, ns, "release-b")
 	assert.True(t, ok, "release-b was not applied")
 }
+
+// TestSyncDoesNotPruneATerminatingRequestAgain: a pruned request that is finishing
+// its restore (held here by a finalizer, as the controller's remediator.io/restore
+// holds it) is pruned once; later syncs neither delete nor report it again.
+func TestSyncDoesNotPruneATerminatingRequestAgain(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	r := gitrepo.New(t)
+	r.Write("requests/README.md", "# requests\n")
+	r.Write("requests/a.yaml", request(ns, "release-a", "pvc-a"))
+	r.Commit("Release the Lease of pvc-a")
+	s := newSyncer(t, gitsync.Options{Repo: r.Bare, Revision: "main", Path: "requests", Namespaces: []string{ns}, Prune: true})
+	_, err := sync(t, s)
+	require.NoError(t, err, "first sync")
+	rr, ok := getRR(t, ns, "release-a")
+	require.True(t, ok)
+	const hold = "test.remediator.io/restoring"
+	rr.Finalizers = append(rr.Finalizers, hold)
+	require.NoError(t, env.Client.Update(ctx, rr))
+
+	r.Remove("requests/a.yaml")
+	r.Commit("release-a is done")
+	res, err := sync(t, s)
+	require.NoError(t, err, "the pruning sync")
+	require.Len(t, res.Pruned, 1, "pruned = %v", res.Pruned)
+	rr, ok = getRR(t, ns, "release-a")
+	require.True(t, ok, "the finalizer holds release-a")
+	require.NotNil(t, rr.DeletionTimestamp, "release-a was not deleted")
+
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		res, err := sync(t, s)
+		require.NoError(c, err, "a later sync")
+		assert.Empty(c, res.Pruned, "a terminating request is reported pruned again")
+	}, 30*time.Second, 200*time.Millisecond, "the cluster cache sees release-a terminating")
+
+	rr.Finalizers = nil
+	require.NoError(t, env.Client.Update(ctx, rr))
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		_, ok := getRR(t, ns, "release-a")
+		assert.False(c, ok)
+	}, 30*time.Second, 200*time.Millisecond, "release-a gone once its finalizer is removed")
+}
