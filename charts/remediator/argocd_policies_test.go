@@ -39,7 +39,7 @@ func argoGenerated(t *testing.T) *kustomized.ConfigMap {
 	data, err := os.ReadFile(filepath.Join(templateDir, "argocd", "policies-kustomization.yaml"))
 	require.NoError(t, err)
 	require.NoError(t, fsys.WriteFile("/policies/kustomization.yaml", data))
-	cm, err := kustomized.Check(fsys, "/policies")
+	cm, err := kustomized.Check(fsys, "/policies", "remediator-policies")
 	require.NoError(t, err)
 	require.NotNil(t, cm)
 	return cm
@@ -66,8 +66,11 @@ type argoObject struct {
 		// Application
 		Project string `json:"project"`
 		Source  struct {
-			RepoURL string `json:"repoURL"`
-			Path    string `json:"path"`
+			RepoURL   string `json:"repoURL"`
+			Path      string `json:"path"`
+			Kustomize *struct {
+				Namespace string `json:"namespace"`
+			} `json:"kustomize"`
 		} `json:"source"`
 		Destination struct {
 			Server    string `json:"server"`
@@ -115,6 +118,9 @@ func TestArgoCDPoliciesPathAgrees(t *testing.T) {
 	assert.Contains(t, project.Spec.SourceRepos, app.Spec.Source.RepoURL)
 	assert.Empty(t, project.Spec.ClusterResourceWhitelist, "nothing cluster-scoped")
 	assert.Equal(t, cm.Namespace, app.Spec.Destination.Namespace)
+	if assert.NotNil(t, app.Spec.Source.Kustomize, "the policies Application is explicitly kustomize: no kustomization, no build") {
+		assert.Equal(t, cm.Namespace, app.Spec.Source.Kustomize.Namespace)
+	}
 	assert.True(t, admits(project, "", "ConfigMap", app.Spec.Destination.Server, cm.Namespace),
 		"the policies project admits the generated ConfigMap %s", cm)
 	assert.Len(t, project.Spec.NamespaceResourceWhitelist, 1, "the policies project admits ConfigMaps only")

@@ -84,13 +84,15 @@ func planCodeRank(code int) int {
 }
 
 type planOptions struct {
-	files         []string
-	factsFiles    []string
-	cluster       *clusterFlags
-	policiesDir   string
-	output        string
-	at            string
-	maxConcurrent int
+	files       []string
+	factsFiles  []string
+	cluster     *clusterFlags
+	policiesDir string
+	// policiesConfigMap is the ConfigMap a kustomization in policiesDir must generate.
+	policiesConfigMap string
+	output            string
+	at                string
+	maxConcurrent     int
 }
 
 func newPlanCommand() *cobra.Command {
@@ -118,9 +120,10 @@ file are fine; -f - reads stdin) it:
 --policies-dir must hold a whole policy package that compiles and names only the
 playbooks the controller runs. When it holds a kustomization.yaml (what Argo CD builds
 into the controller's policies ConfigMap), plan builds it as kustomize does and
-refuses it unless it generates one ConfigMap holding exactly the directory's non-test
-.cue files. With --policies-dir and no -f, plan checks the policies alone and prints
-their digest: the one the controller records in status.decision.policyDigest.
+refuses it unless it generates one ConfigMap, --policies-configmap, holding exactly
+the directory's non-test .cue files; the directory may hold nothing else but Markdown.
+With --policies-dir and no -f, plan checks the policies alone and prints their
+digest: the one the controller records in status.decision.policyDigest.
 
 plan never writes to the cluster. It needs get/list on pods, persistentvolumeclaims,
 persistentvolumes, nodes, events, leases, csinodes and remediationrequests.
@@ -144,6 +147,8 @@ Exit codes (with several requests the worst wins: 1, then 2, then 4, then 0):
 	o.cluster.addFlags(f, " (live facts)")
 	f.Lookup("namespace").Usage = "Namespace of the requests whose manifest names none, as kubectl apply -n would create them; a request naming another namespace is refused"
 	f.StringVar(&o.policiesDir, "policies-dir", "", "Directory of CUE policies to use instead of the embedded ones")
+	f.StringVar(&o.policiesConfigMap, "policies-configmap", "remediator-policies",
+		"The ConfigMap (NAME, or NAMESPACE/NAME) a kustomization.yaml in --policies-dir must generate: the chart's policiesConfigMap")
 	f.StringVarP(&o.output, "output", "o", "table", "Output format: table (for people; text is the same), yaml or json (the report, for tools)")
 	f.IntVar(&o.maxConcurrent, "max-concurrent-remediations", 3, "The controller's cap on running playbooks (live facts: a request over it would wait); 0 means no cap")
 	f.StringVar(&o.at, "at", "", "When the request would be applied, for spec.maintenanceWindow (RFC 3339); empty means now")
@@ -280,7 +285,7 @@ func runPlan(ctx context.Context, w io.Writer, stdin io.Reader, o planOptions) e
 		if err := policy.RequirePlaybooks(slices.Sorted(maps.Keys(playbooks))); err != nil {
 			return fmt.Errorf("the policies in %s: %w", o.policiesDir, err)
 		}
-		cm, err := kustomized.Check(filesys.MakeFsOnDisk(), o.policiesDir)
+		cm, err := kustomized.Check(filesys.MakeFsOnDisk(), o.policiesDir, o.policiesConfigMap)
 		if err != nil {
 			return fmt.Errorf("the policies in %s: %w", o.policiesDir, err)
 		}

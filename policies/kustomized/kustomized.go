@@ -53,10 +53,16 @@ func Find(fsys filesys.FileSystem, dir string) string {
 	return ""
 }
 
-// Check builds the kustomization in dir and checks that it generates one ConfigMap
-// holding exactly dir's non-test .cue files. It returns nil, nil when dir has no
-// kustomization.
-func Check(fsys filesys.FileSystem, dir string) (*ConfigMap, error) {
+// Check builds the kustomization in dir and checks that it generates one ConfigMap,
+// named want (NAME, or NAMESPACE/NAME to pin the namespace too), holding exactly
+// dir's non-test .cue files. Whether or not dir has a kustomization, it refuses a
+// file in dir that is neither a policy, a Markdown file nor the kustomization: Argo CD
+// would apply a manifest there, or merge a hidden .argocd-source*.yaml override into
+// the build. It returns nil, nil when dir has no kustomization.
+func Check(fsys filesys.FileSystem, dir, want string) (*ConfigMap, error) {
+	if err := onlyPolicyFiles(fsys, dir); err != nil {
+		return nil, err
+	}
 	file := Find(fsys, dir)
 	if file == "" {
 		return nil, nil
@@ -85,17 +91,25 @@ func Check(fsys filesys.FileSystem, dir string) (*ConfigMap, error) {
 	if declared := k.ConfigMapGenerator[0].Name; cm.Name != declared {
 		return nil, fmt.Errorf("%s generates ConfigMap %q, not %q: the chart mounts the policies by a fixed name, so set generatorOptions.disableNameSuffixHash: true", name, cm.Name, declared)
 	}
+	wantNS, wantName, pinned := strings.Cut(want, "/")
+	if !pinned {
+		wantNS, wantName = "", want
+	}
+	if cm.Name != wantName || (pinned && cm.Namespace != wantNS) {
+		return nil, fmt.Errorf("%s generates ConfigMap %s, not %s, the one the controller mounts (the chart's policiesConfigMap): "+
+			"another name would leave the controller's policies behind, or overwrite another ConfigMap", name, cm, want)
+	}
 	if len(r.GetBinaryDataMap()) > 0 {
 		return nil, fmt.Errorf("%s generates binaryData; policies are UTF-8 .cue files", name)
 	}
 	data := r.GetDataMap()
-	want, err := policyFiles(fsys, dir)
+	files, err := policyFiles(fsys, dir)
 	if err != nil {
 		return nil, err
 	}
 	var problems []string
 	for key, content := range data {
-		file, ok := want[key]
+		file, ok := files[key]
 		switch {
 		case strings.HasSuffix(key, "_test.cue"):
 			problems = append(problems, fmt.Sprintf("%s is a test case file, which the controller ignores: leave it out", key))
@@ -105,7 +119,7 @@ func Check(fsys filesys.FileSystem, dir string) (*ConfigMap, error) {
 			problems = append(problems, fmt.Sprintf("%s differs from %s/%s, which plan evaluates", key, dir, key))
 		}
 	}
-	for key := range want {
+	for key := range files {
 		if _, ok := data[key]; !ok {
 			problems = append(problems, fmt.Sprintf("%s/%s is missing: plan evaluates it, so list it under files", dir, key))
 		}
@@ -121,23 +135,75 @@ func Check(fsys filesys.FileSystem, dir string) (*ConfigMap, error) {
 	return cm, nil
 }
 
-// onlyAGenerator refuses a kustomization that does more than generate one ConfigMap:
-// resources, patches, helm charts or plugins would put other objects in the cluster,
-// fetch from the network or run programs, none of which a policies directory needs.
+// onlyAGenerator refuses a kustomization that does more than generate one ConfigMap
+// from the policy files: resources, patches, helm charts or plugins would put other
+// objects in the cluster, fetch from the network or run programs; labels and
+// annotations could carry Argo CD's own (argocd.argoproj.io/hook: Skip skips the
+// apply, and prune then deletes the live ConfigMap); an immutable ConfigMap would
+// refuse every later policy change. None of it has a place in a policies directory.
 func onlyAGenerator(k types.Kustomization) error {
 	if len(k.ConfigMapGenerator) != 1 {
 		return fmt.Errorf("it must have exactly one configMapGenerator, the policies ConfigMap; it has %d", len(k.ConfigMapGenerator))
 	}
-	if len(k.ConfigMapGenerator[0].EnvSources) > 0 || len(k.ConfigMapGenerator[0].LiteralSources) > 0 {
+	gen := k.ConfigMapGenerator[0]
+	if len(gen.EnvSources) > 0 || len(gen.LiteralSources) > 0 {
 		return fmt.Errorf("the configMapGenerator must take its data from files only (the policy files), not envs or literals")
 	}
+	for _, src := range gen.FileSources {
+		key, file, renamed := strings.Cut(src, "=")
+		if !renamed {
+			key, file = src, src
+		}
+		if key != file || file != path.Base(file) || strings.Contains(file, ":") || !strings.HasSuffix(file, ".cue") {
+			return fmt.Errorf("files entry %q: list each policy by its own file name in this directory (such as schema.cue), "+
+				"without a key, a path or a URL, so that the ConfigMap holds the very files plan evaluates", src)
+		}
+	}
+	noHashOnly := func(o *types.GeneratorOptions) bool {
+		return o == nil || reflect.DeepEqual(*o, types.GeneratorOptions{DisableNameSuffixHash: true})
+	}
+	if !noHashOnly(k.GeneratorOptions) || !noHashOnly(gen.Options) {
+		return fmt.Errorf("generatorOptions may only set disableNameSuffixHash: true (no labels, annotations or immutable)")
+	}
 	rest := k
-	rest.TypeMeta, rest.MetaData = types.TypeMeta{}, nil
+	rest.TypeMeta = types.TypeMeta{}
 	rest.Namespace, rest.ConfigMapGenerator, rest.GeneratorOptions = "", nil, nil
-	rest.Labels, rest.CommonAnnotations = nil, nil
 	if !reflect.DeepEqual(rest, types.Kustomization{}) {
-		return fmt.Errorf("it may hold only namespace, labels, commonAnnotations, generatorOptions and the configMapGenerator; " +
-			"resources, patches, name prefixes, helm charts and plugins have no place in a policies directory")
+		return fmt.Errorf("it may hold only namespace, generatorOptions and the configMapGenerator; " +
+			"resources, patches, labels, annotations, name prefixes, helm charts and plugins have no place in a policies directory")
+	}
+	if gen.Behavior != "" {
+		return fmt.Errorf("the configMapGenerator's behavior applies to a base, and a policies kustomization has none: leave it out")
+	}
+	return nil
+}
+
+// onlyPolicyFiles refuses what in dir is neither a policy file, a Markdown file nor
+// a kustomization file: a manifest (Argo CD applies the YAML of a directory without
+// a kustomization), a hidden file (Argo CD merges .argocd-source*.yaml into a build,
+// and kustomize and plan list hidden .cue files differently) or a subdirectory.
+func onlyPolicyFiles(fsys filesys.FileSystem, dir string) error {
+	entries, err := fsys.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("listing %s: %w", dir, err)
+	}
+	kustomizations := konfig.RecognizedKustomizationFileNames()
+	var refused []string
+	for _, e := range entries {
+		e = path.Base(e)
+		switch {
+		case strings.HasPrefix(e, "."):
+			refused = append(refused, e+" (hidden: Argo CD reads .argocd-source*.yaml overrides, and a hidden .cue file is listed differently)")
+		case fsys.IsDir(path.Join(dir, e)):
+			refused = append(refused, e+"/ (a directory)")
+		case strings.HasSuffix(e, ".cue"), strings.HasSuffix(e, ".md"), slices.Contains(kustomizations, e):
+		default:
+			refused = append(refused, e+" (Argo CD could apply it)")
+		}
+	}
+	if len(refused) > 0 {
+		slices.Sort(refused)
+		return fmt.Errorf("%s may hold only .cue policies, Markdown and kustomization.yaml; refused: %s", dir, strings.Join(refused, "; "))
 	}
 	return nil
 }

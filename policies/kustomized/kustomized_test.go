@@ -37,7 +37,7 @@ func overridden(t *testing.T) filesys.FileSystem {
 }
 
 func TestTheTemplateGeneratesThePolicies(t *testing.T) {
-	cm, err := kustomized.Check(overridden(t), "/repo/policies")
+	cm, err := kustomized.Check(overridden(t), "/repo/policies", "remediator-system/remediator-policies")
 	require.NoError(t, err)
 	require.NotNil(t, cm)
 	assert.Equal(t, kustomized.ConfigMap{Namespace: "remediator-system", Name: "remediator-policies",
@@ -48,7 +48,7 @@ func TestTheTemplateGeneratesThePolicies(t *testing.T) {
 func TestNoKustomization(t *testing.T) {
 	fsys := overridden(t)
 	require.NoError(t, fsys.RemoveAll("/repo/policies/kustomization.yaml"))
-	cm, err := kustomized.Check(fsys, "/repo/policies")
+	cm, err := kustomized.Check(fsys, "/repo/policies", "remediator-policies")
 	require.NoError(t, err)
 	assert.Nil(t, cm, "without a kustomization nothing is generated, and nothing is checked")
 }
@@ -81,9 +81,8 @@ func TestRefusesWhatWouldDiffer(t *testing.T) {
 		},
 		{
 			name:          "a file under another key",
-			kustomization: head + noHash + "configMapGenerator:\n- name: remediator-policies\n  files: [schema.cue, release_luks_lease.cue, reregister_csi_driver.cue=other/reregister_csi_driver.cue]\n",
-			extra:         map[string]string{"other/reregister_csi_driver.cue": "package policies\n// not the reviewed one\n"},
-			want:          "reregister_csi_driver.cue differs from /repo/policies/reregister_csi_driver.cue",
+			kustomization: head + noHash + "configMapGenerator:\n- name: remediator-policies\n  files: [schema.cue, release_luks_lease.cue=reregister_csi_driver.cue, reregister_csi_driver.cue=release_luks_lease.cue]\n",
+			want:          `files entry "release_luks_lease.cue=reregister_csi_driver.cue"`,
 		},
 		{
 			name:          "the hash suffix",
@@ -93,12 +92,11 @@ func TestRefusesWhatWouldDiffer(t *testing.T) {
 		{
 			name:          "a name prefix",
 			kustomization: head + noHash + "namePrefix: x-\nconfigMapGenerator:\n- name: remediator-policies\n  files: [schema.cue, release_luks_lease.cue, reregister_csi_driver.cue]\n",
-			want:          "it may hold only namespace, labels",
+			want:          "name prefixes",
 		},
 		{
 			name:          "another object",
 			kustomization: head + noHash + "resources: [role.yaml]\nconfigMapGenerator:\n- name: remediator-policies\n  files: [schema.cue, release_luks_lease.cue, reregister_csi_driver.cue]\n",
-			extra:         map[string]string{"role.yaml": "apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata: {name: r}\n"},
 			want:          "resources, patches",
 		},
 		{
@@ -130,7 +128,67 @@ func TestRefusesWhatWouldDiffer(t *testing.T) {
 			name:          "a file outside the directory",
 			kustomization: head + noHash + "configMapGenerator:\n- name: remediator-policies\n  files: [schema.cue, release_luks_lease.cue, reregister_csi_driver.cue=../elsewhere.cue]\n",
 			extra:         map[string]string{"../elsewhere.cue": "package policies\n"},
-			want:          "kustomize build of /repo/policies",
+			want:          `files entry "reregister_csi_driver.cue=../elsewhere.cue"`,
+		},
+		{
+			name:          "a policy fetched over HTTP",
+			kustomization: head + noHash + "configMapGenerator:\n- name: remediator-policies\n  files: [schema.cue=http://127.0.0.1:1/schema.cue, release_luks_lease.cue, reregister_csi_driver.cue]\n",
+			want:          `files entry "schema.cue=http://127.0.0.1:1/schema.cue"`,
+		},
+		{
+			name:          "a URL without a key",
+			kustomization: head + noHash + "configMapGenerator:\n- name: remediator-policies\n  files: [https://example.com/schema.cue, release_luks_lease.cue, reregister_csi_driver.cue]\n",
+			want:          `files entry "https://example.com/schema.cue"`,
+		},
+		{
+			name:          "Argo CD's hook annotation",
+			kustomization: head + noHash + "commonAnnotations:\n  argocd.argoproj.io/hook: Skip\nconfigMapGenerator:\n- name: remediator-policies\n  files: [schema.cue, release_luks_lease.cue, reregister_csi_driver.cue]\n",
+			want:          "it may hold only namespace, generatorOptions and the configMapGenerator",
+		},
+		{
+			name:          "labels",
+			kustomization: head + noHash + "labels:\n- pairs: {a: b}\nconfigMapGenerator:\n- name: remediator-policies\n  files: [schema.cue, release_luks_lease.cue, reregister_csi_driver.cue]\n",
+			want:          "it may hold only namespace",
+		},
+		{
+			name:          "an immutable ConfigMap",
+			kustomization: head + "generatorOptions:\n  disableNameSuffixHash: true\n  immutable: true\nconfigMapGenerator:\n- name: remediator-policies\n  files: [schema.cue, release_luks_lease.cue, reregister_csi_driver.cue]\n",
+			want:          "generatorOptions may only set disableNameSuffixHash: true",
+		},
+		{
+			name:          "annotations in the generator's options",
+			kustomization: head + noHash + "configMapGenerator:\n- name: remediator-policies\n  options:\n    annotations: {argocd.argoproj.io/sync-options: Prune=false}\n  files: [schema.cue, release_luks_lease.cue, reregister_csi_driver.cue]\n",
+			want:          "generatorOptions may only set disableNameSuffixHash: true",
+		},
+		{
+			name:          "another ConfigMap's name",
+			kustomization: head + noHash + "configMapGenerator:\n- name: remediator-dashboard\n  files: [schema.cue, release_luks_lease.cue, reregister_csi_driver.cue]\n",
+			want:          "generates ConfigMap remediator-system/remediator-dashboard, not remediator-system/remediator-policies",
+		},
+		{
+			name:          "another namespace",
+			kustomization: "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nnamespace: kube-system\n" + noHash + "configMapGenerator:\n- name: remediator-policies\n  files: [schema.cue, release_luks_lease.cue, reregister_csi_driver.cue]\n",
+			want:          "generates ConfigMap kube-system/remediator-policies",
+		},
+		{
+			name:  "a manifest beside the policies",
+			extra: map[string]string{"cm.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: remediator-policies}\n"},
+			want:  "cm.yaml (Argo CD could apply it)",
+		},
+		{
+			name:  "Argo CD's source override",
+			extra: map[string]string{".argocd-source-remediation-policies.yaml": "kustomize:\n  namePrefix: x-\n"},
+			want:  ".argocd-source-remediation-policies.yaml (hidden",
+		},
+		{
+			name:  "a hidden policy file",
+			extra: map[string]string{".evil.cue": "package policies\n"},
+			want:  ".evil.cue (hidden",
+		},
+		{
+			name:  "a subdirectory",
+			extra: map[string]string{"sub/x.cue": "package policies\n"},
+			want:  "sub/ (a directory)",
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -142,7 +200,7 @@ func TestRefusesWhatWouldDiffer(t *testing.T) {
 				require.NoError(t, fsys.MkdirAll(filepath.Dir(filepath.Join("/repo/policies", name))))
 				require.NoError(t, fsys.WriteFile(filepath.Join("/repo/policies", name), []byte(data)))
 			}
-			cm, err := kustomized.Check(fsys, "/repo/policies")
+			cm, err := kustomized.Check(fsys, "/repo/policies", "remediator-system/remediator-policies")
 			require.Error(t, err, "generated %v", cm)
 			assert.Contains(t, err.Error(), tc.want)
 		})
