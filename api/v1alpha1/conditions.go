@@ -78,3 +78,16 @@ const (
 
 // Finalizer guards requests so that one deleted mid-run restores what it changed.
 const Finalizer = "remediator.io/restore"
+
+// AnnotationBreakGlass on a request says that it was written outside Git review by a
+// member of the break-glass group, and why (its value). The chart's admission policy
+// admits such writes from that group only; the controller shows the annotation in
+// ConditionBreakGlass and an Event, so a break-glass write is never silent.
+const AnnotationBreakGlass = "remediator.io/break-glass"
+
+// ConditionBreakGlass is True, with reason BreakGlass and the annotation's reason as
+// message, while the request carries AnnotationBreakGlass.
+const ConditionBreakGlass = "BreakGlass"
+
+// ReasonBreakGlass is ConditionBreakGlass's reason, and the Event's.
+const ReasonBreakGlass = "BreakGlass"

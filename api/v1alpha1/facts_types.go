@@ -113,9 +113,16 @@ type LeaseFacts struct {
 	// AgeFrom says which timestamp AgeSeconds counts from, and why, in words.
 	// +optional
 	AgeFrom string `json:"ageFrom,omitempty"`
-	// RetainedEvents counts LeaseRetained Warning events on the Lease.
+	// RetainedEvents counts LeaseRetained Warning events on this incarnation of the
+	// Lease: events whose involvedObject.uid is the Lease's UID and that were last seen
+	// at or after the later of its creation and acquisition. Older events, and events
+	// that name no UID, are evidence about another incarnation and are not counted.
 	// +optional
 	RetainedEvents int32 `json:"retainedEvents,omitempty"`
+	// IgnoredRetainedEvents counts LeaseRetained events on the Lease's name that were
+	// not counted (no or another UID, or seen before this incarnation began).
+	// +optional
+	IgnoredRetainedEvents int32 `json:"ignoredRetainedEvents,omitempty"`
 	// LastRetainedMessage is the message of the newest LeaseRetained event.
 	// +optional
 	LastRetainedMessage string `json:"lastRetainedMessage,omitempty"`
@@ -155,6 +162,17 @@ type NodeFacts struct {
 	LeaseRenewTime *metav1.Time `json:"leaseRenewTime,omitempty"`
 	// LeaseRenewAgeSeconds is the age of that renewal; -1 when the node has no Lease.
 	LeaseRenewAgeSeconds int64 `json:"leaseRenewAgeSeconds"`
+	// ReadyHeartbeatTime is the Ready condition's lastHeartbeatTime: when the kubelet
+	// (or, for a node that never reported, the node controller) last posted it.
+	// +optional
+	ReadyHeartbeatTime *metav1.Time `json:"readyHeartbeatTime,omitempty"`
+	// LastHeartbeat is the newer of LeaseRenewTime and ReadyHeartbeatTime: the last
+	// sign of life of the node's kubelet. Empty when there was none.
+	// +optional
+	LastHeartbeat *metav1.Time `json:"lastHeartbeat,omitempty"`
+	// HeartbeatAgeSeconds is the age of LastHeartbeat; -1 when there was none.
+	// +optional
+	HeartbeatAgeSeconds int64 `json:"heartbeatAgeSeconds,omitempty"`
 }
 
 // PodFacts describes one pod the remediation cares about.

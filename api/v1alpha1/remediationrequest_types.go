@@ -150,6 +150,13 @@ type Fencing struct {
 	// +kubebuilder:validation:MaxLength=253
 	// +optional
 	Node string `json:"node,omitempty"`
+	// FencedAt is when the node was fenced (RFC 3339), and must not be in the future.
+	// The statement holds only while the node stays silent: a kube-node-lease renewal
+	// or Ready heartbeat of the node newer than FencedAt (or, without it, newer than
+	// the request's creation) means the node came back after it was fenced, and the
+	// statement is void. Set it when the request is written long after the fencing.
+	// +optional
+	FencedAt *metav1.Time `json:"fencedAt,omitempty"`
 }
 
 // MaintenanceWindow is a recurring window in which playbook steps may start.
@@ -254,6 +261,28 @@ type Decision struct {
 	RecheckAt *metav1.Time `json:"recheckAt,omitempty"`
 	// DecidedAt is when the decision was made.
 	DecidedAt metav1.Time `json:"decidedAt"`
+	// Floor are the safety floor's minimums in force for this decision: the runbook's
+	// values unless the controller's flags shortened them. No policy can change them.
+	// +optional
+	Floor *FloorSettings `json:"floor,omitempty"`
+}
+
+// FloorSettings are the runbook's gates the Go safety floor enforces whatever the
+// policy answers. They are controller flags (--floor-*), defaulting to the runbook.
+type FloorSettings struct {
+	// UnreachableMinLeaseAgeSeconds is the age a Lease held by an unreachable or
+	// missing holder must reach before it may be deleted (runbook: 300).
+	UnreachableMinLeaseAgeSeconds int64 `json:"unreachableMinLeaseAgeSeconds"`
+	// HealthyStuckLeaseAgeSeconds is the age at which a healthy holder's Lease counts
+	// as stuck without a LeaseRetained event (runbook: 600).
+	HealthyStuckLeaseAgeSeconds int64 `json:"healthyStuckLeaseAgeSeconds"`
+	// HeartbeatGraceSeconds is how old a node's last heartbeat (kube-node-lease
+	// renewal, Ready heartbeat) must be before the node counts as silent.
+	HeartbeatGraceSeconds int64 `json:"heartbeatGraceSeconds"`
+	// DriverName is the controller's configured CSI driver; a request naming another
+	// driver is rejected.
+	// +optional
+	DriverName string `json:"driverName,omitempty"`
 }
 
 // StepState is where one playbook step is.
