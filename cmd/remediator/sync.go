@@ -40,7 +40,10 @@ request that is mid-run finishes its restore steps first (its finalizer).
 
 Only remediator.io RemediationRequests in --namespaces are accepted. A revision with
 any other object, a malformed manifest, or a request in another namespace is refused
-whole: nothing of it is applied or pruned, and the sync fails.
+whole: nothing of it is applied or pruned, and the sync fails. So is a request that
+sets metadata.finalizers or metadata.ownerReferences (they are the controller's and
+the API server's), a hook annotation (argocd.argoproj.io/hook, helm.sh/hook) or the
+sync options Replace=true or Force=true (argocd.argoproj.io/sync-options).
 
 Each applied request carries the annotations remediator.io/git-commit (the last
 commit that changed its file) and remediator.io/git-path.

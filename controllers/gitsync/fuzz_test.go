@@ -27,11 +27,12 @@ var fuzzNamespaces = []string{"remediator", "team-a"}
 // accepted only if everything in it is a remediator.io/v1alpha1 RemediationRequest
 // with a name, in an allowed namespace. It is checked twice. On what admit returns
 // (which is exactly what the engine applies): kind, apiVersion, namespace and name as
-// the API server will read them, the sync's annotations, no hook annotations and no
-// status. And on the files themselves, read by an independent reader (YAML documents
-// split on ---, or a JSON stream): an accepted revision holds as many objects as
-// admit returned, each of them a request in an allowed namespace, so that nothing in
-// the files was skipped instead of refused.
+// the API server will read them, the sync's annotations, no hook annotations nor
+// recreating sync options, no finalizers nor owner references, and no status. And on
+// the files themselves, read by an independent reader (YAML documents split on ---,
+// or a JSON stream): an accepted revision holds as many objects as admit returned,
+// each of them a request in an allowed namespace, so that nothing in the files was
+// skipped instead of refused.
 func FuzzAdmit(f *testing.F) {
 	for _, glob := range []string{"../../examples/remediation-repo/requests/*.yaml", "../../examples/requests/*.yaml", "../../cmd/remediator/testdata/plan/*.yaml"} {
 		files, err := filepath.Glob(glob)
@@ -55,6 +56,9 @@ func FuzzAdmit(f *testing.F) {
 	f.Add(rr("  namespace: 7\n", ""), []byte{})
 	f.Add(rr("  annotations:\n    argocd.argoproj.io/hook: PreSync\n", ""), []byte{})
 	f.Add(rr("  annotations:\n    argocd.argoproj.io/sync-options: Replace=true\n", ""), []byte{})
+	f.Add(rr("  finalizers: [remediator.io/restore]\n", ""), []byte{})
+	f.Add(rr("  finalizers: []\n  ownerReferences: null\n", ""), []byte{})
+	f.Add(rr("  ownerReferences:\n  - {apiVersion: v1, kind: ConfigMap, name: owner, uid: u}\n", ""), []byte{})
 	f.Add([]byte("apiVersion: remediator.io/v1beta1\nkind: RemediationRequest\nmetadata:\n  name: a\n"), []byte("kind: RemediationRequest\n"))
 	f.Add([]byte("apiVersion: v1\nkind: List\nitems:\n- apiVersion: v1\n  kind: Secret\n  metadata:\n    name: s\n"), []byte{})
 	f.Add([]byte("{\"apiVersion\":\"remediator.io/v1alpha1\",\"kind\":\"RemediationRequest\",\"metadata\":{\"name\":\"a\"}}\n{\"apiVersion\":\"v1\",\"kind\":\"Secret\",\"metadata\":{\"name\":\"s\"}}"), []byte{})
@@ -86,12 +90,22 @@ func FuzzAdmit(f *testing.F) {
 			ann := o.GetAnnotations()
 			require.Equal(t, s.source, ann[AnnotationSyncSource])
 			require.NotEmpty(t, ann[AnnotationGitPath])
-			for _, a := range refusedAnnotations {
+			for _, a := range []string{common.AnnotationKeyHook, common.AnnotationKeyHookDeletePolicy, "helm.sh/hook", "helm.sh/hook-delete-policy"} {
 				require.NotContains(t, ann, a)
 			}
-			opts := ann[common.AnnotationSyncOptions]
-			require.False(t, strings.Contains(opts, "Force=true") || strings.Contains(opts, "Replace=true"), "sync options %q applied", opts)
+			opts := strings.ToLower(ann[common.AnnotationSyncOptions])
+			require.False(t, strings.Contains(opts, "force=true") || strings.Contains(opts, "replace=true"), "sync options %q applied", opts)
 			require.NotContains(t, obj, "status")
+			// Finalizers and owners are the controller's and the API server's: Git
+			// may not set one (an empty list or null sets nothing).
+			require.Empty(t, o.GetFinalizers(), "finalizers applied: %v", obj)
+			require.Empty(t, o.GetOwnerReferences(), "owner references applied: %v", obj)
+			for _, f := range []string{"finalizers", "ownerReferences"} {
+				if v, ok := md[f]; ok && v != nil {
+					l, isList := v.([]any)
+					require.True(t, isList && len(l) == 0, "metadata.%s %v applied", f, v)
+				}
+			}
 		}
 
 		var docs []any

@@ -14,7 +14,6 @@ import (
 
 	"github.com/argoproj/gitops-engine/pkg/cache"
 	"github.com/argoproj/gitops-engine/pkg/engine"
-	"github.com/argoproj/gitops-engine/pkg/sync/common"
 	"github.com/argoproj/gitops-engine/pkg/utils/kube"
 	"github.com/go-logr/logr"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -249,12 +248,8 @@ var background = metav1.DeletePropagationBackground
 
 func klogRef(k kube.ResourceKey) string { return k.Namespace + "/" + k.Name }
 
-// refusedAnnotations would let Git change how objects are applied (hooks run
-// arbitrary objects at sync phases, Force deletes and recreates).
-var refusedAnnotations = []string{common.AnnotationKeyHook, common.AnnotationKeyHookDeletePolicy, "helm.sh/hook"}
-
 // admit parses every file and refuses the whole revision if any object is not a
-// RemediationRequest in an allowed namespace. All problems are reported at once,
+// RemediationRequest in an allowed namespace, or sets what Refusals refuses. All problems are reported at once,
 // sorted, so that the log names every offending file in one line.
 func (s *Syncer) admit(files []manifestFile, commit string) ([]*unstructured.Unstructured, error) {
 	var (
@@ -300,15 +295,13 @@ func (s *Syncer) admit(files []manifestFile, commit string) ([]*unstructured.Uns
 				continue
 			}
 			seen[key] = where
+			// Fields and annotations that would let the manifest decide how or when
+			// the request is applied or deleted (hooks, recreating sync options,
+			// finalizers, owners); see Refusals.
+			for _, r := range Refusals(o.Object) {
+				problems = append(problems, where+": "+r)
+			}
 			ann := o.GetAnnotations()
-			for _, a := range refusedAnnotations {
-				if _, ok := ann[a]; ok {
-					problems = append(problems, fmt.Sprintf("%s: annotation %s is not allowed on a RemediationRequest", where, a))
-				}
-			}
-			if opts := ann[common.AnnotationSyncOptions]; strings.Contains(opts, "Force=true") || strings.Contains(opts, "Replace=true") {
-				problems = append(problems, fmt.Sprintf("%s: sync options %q would delete and recreate the request; not allowed", where, opts))
-			}
 			if ann == nil {
 				ann = map[string]string{}
 			}

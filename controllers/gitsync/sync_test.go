@@ -204,6 +204,14 @@ rules:
 			wantErr: []string{"annotation argocd.argoproj.io/hook is not allowed"},
 		},
 		{
+			name: "finalizer and owner reference",
+			stage: func(r *gitrepo.Repo, ns string) {
+				r.Write("requests/owned.yaml", strings.Replace(request(ns, "new", "pvc-n"), "metadata:\n",
+					"metadata:\n  finalizers: [example.com/keep]\n  ownerReferences: [{apiVersion: v1, kind: ConfigMap, name: owner, uid: 6f1c1d1e-0000-4000-8000-000000000001}]\n", 1))
+			},
+			wantErr: []string{"requests/owned.yaml (document 1): metadata.finalizers is not allowed", "requests/owned.yaml (document 1): metadata.ownerReferences is not allowed"},
+		},
+		{
 			name: "refused at admission",
 			stage: func(r *gitrepo.Repo, ns string) {
 				r.Write("requests/short.yaml", strings.Replace(request(ns, "new", "pvc-n"), "reason: Pods stuck", "reason: x\n  #", 1))
