@@ -237,6 +237,9 @@ type planInput struct {
 	doc    int
 	rr     *v1alpha1.RemediationRequest
 	errs   []string
+	// refused says why a request that admission accepts must not come from Git as it
+	// is (gitsync.Refusals); kept apart from errs, which are admission's verdict.
+	refused []string
 }
 
 // savedFacts is one facts document of a --facts file.
@@ -388,8 +391,8 @@ func (p *planner) plan(ctx context.Context, in planInput) planResult {
 		}
 	}
 	res.Request.Namespace, res.Request.Name, res.Request.Spec = rr.Namespace, rr.Name, &rr.Spec
-	if len(in.errs) > 0 {
-		return fail(in.errs...)
+	if len(in.errs) > 0 || len(in.refused) > 0 {
+		return fail(append(slices.Clone(in.errs), in.refused...)...)
 	}
 
 	// The other requests the guards weigh: live ones, or none with saved facts.

@@ -2,7 +2,8 @@ package main
 
 // Reading plan's input: -f files, their YAML documents, and each document's
 // decoding into a request, refused where admission would refuse it, naming the field
-// (the check itself is plan_validate.go's, from the CRD).
+// (the check itself is plan_validate.go's, from the CRD), and where Git must not carry
+// it although admission accepts it (gitsync.Refusals, as remediator sync refuses it).
 
 import (
 	"bufio"
@@ -24,6 +25,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/remediator/remediator/api/v1alpha1"
+	"github.com/remediator/remediator/controllers/gitsync"
 )
 
 // onceReader lets several flags name "-" while stdin is read only once.
@@ -231,12 +233,18 @@ func decodePlanRequest(v *requestValidator, source string, doc int, data []byte)
 		rr.ObjectMeta = *a.meta
 	}
 	in.rr = rr
+	name := rr.Name
+	if rr.Namespace != "" {
+		name = rr.Namespace + "/" + name
+	}
 	if len(msgs) > 0 {
-		name := rr.Name
-		if rr.Namespace != "" {
-			name = rr.Namespace + "/" + name
-		}
 		in.errs = append([]string{fmt.Sprintf("%s: RemediationRequest %s is invalid (the API server would refuse it):", where, cmp.Or(name, "-"))}, msgs...)
+	}
+	// What admission accepts but Git must not carry: Argo CD would apply it as it is
+	// (a hook, a recreation, a finalizer or owner), and remediator sync refuses it.
+	if r := gitsync.Refusals(obj); len(r) > 0 {
+		in.refused = append([]string{fmt.Sprintf("%s: RemediationRequest %s must not come from Git as it is (remediator sync refuses it; Argo CD would apply it):",
+			where, cmp.Or(name, "-"))}, r...)
 	}
 	return in
 }
