@@ -180,7 +180,7 @@ func (e *Engine) RequirePlaybooks(known []string) error {
 	known = slices.Sorted(slices.Values(known))
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if err := checkPlaybooks(e.files, known); err != nil {
+	if err := checkPlaybooks(e.current().files, known); err != nil {
 		return err
 	}
 	e.known = known

@@ -30,18 +30,22 @@ func decideGeneral(e *Engine, in Input) (Decision, error) {
 	if err != nil {
 		return Decision{}, fmt.Errorf("encoding policy input: %w", err)
 	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	iv := e.ctx.CompileBytes(data)
+	c := e.current()
+	inst, err := c.take()
+	if err != nil {
+		return Decision{}, err
+	}
+	defer c.give(inst)
+	iv := inst.ctx.CompileBytes(data)
 	if err := iv.Err(); err != nil {
 		return Decision{}, fmt.Errorf("compiling policy input: %w", err)
 	}
-	d := e.policy.FillPath(cue.ParsePath("input"), iv).LookupPath(cue.ParsePath("decision"))
+	d := inst.policy.FillPath(cue.ParsePath("input"), iv).LookupPath(cue.ParsePath("decision"))
 	var out decoded
 	if err := d.Decode(&out); err != nil {
 		return Decision{}, fmt.Errorf("evaluating policy: %w", err)
 	}
-	return out.decision(e.digest), nil
+	return out.decision(c.digest), nil
 }
 
 // decideFast runs only the fast path, without the fallback, so that a test sees
@@ -54,10 +58,14 @@ func decideFast(e *Engine, in Input) (Decision, error) {
 	if err != nil {
 		return Decision{}, err
 	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	d, err := decideSelected(e.ctx, e.root, data)
-	return d.decision(e.digest), err
+	c := e.current()
+	inst, err := c.take()
+	if err != nil {
+		return Decision{}, err
+	}
+	defer c.give(inst)
+	d, err := decideSelected(inst.ctx, inst.root, data)
+	return d.decision(c.digest), err
 }
 
 // usesFastPath reports whether Decide takes the fast path for in.
@@ -65,9 +73,7 @@ func usesFastPath(e *Engine, in Input) bool {
 	if in.Conflicts == nil {
 		in.Conflicts = []string{}
 	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.fast && inputInSchema(in)
+	return e.current().fast && inputInSchema(in)
 }
 
 // assertSameDecision checks that Decide gives exactly the general path's answer
@@ -105,7 +111,7 @@ func assertSameDecision(t *testing.T, e *Engine, in Input) bool {
 // general path, which is correct but slower.
 func TestFastPathReviewed(t *testing.T) {
 	e := engine(t)
-	assert.True(t, e.fast, "the embedded policies (%s) are not in fastPathDigests", e.Digest())
+	assert.True(t, e.current().fast, "the embedded policies (%s) are not in fastPathDigests", e.Digest())
 	assert.Len(t, fastPathDigests, 1, "only the current embedded policies belong in fastPathDigests")
 }
 
@@ -202,7 +208,7 @@ func TestFastPathNeedsTheGate(t *testing.T) {
 }
 
 // TestFastPathSurvivesRecompile: after an abandoned evaluation the Engine compiles a
-// fresh copy of the policy, and after Reload a new one; the fast path must use the
+// fresh copy of the policy for the next one, and after Reload a new one; the fast path must use the
 // new package, not the old one.
 func TestFastPathSurvivesRecompile(t *testing.T) {
 	dir := t.TempDir()
@@ -214,9 +220,12 @@ func TestFastPathSurvivesRecompile(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "unreachable-lease-too-young", d.Rule)
 
-	e.mu.Lock()
-	e.stale = true
-	e.mu.Unlock()
+	// As after an abandoned evaluation, which keeps its copy: no copy is idle, so
+	// the next decision compiles another.
+	c := e.current()
+	c.poolMu.Lock()
+	c.idle = nil
+	c.poolMu.Unlock()
 	assertSameDecision(t, e, young)
 
 	p := filepath.Join(dir, "release_luks_lease.cue")

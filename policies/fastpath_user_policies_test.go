@@ -113,7 +113,7 @@ func TestFastPathMatchesUserPolicies(t *testing.T) {
 				// A policy that does not compile never reaches Decide.
 				t.Skipf("does not compile: %v", err)
 			}
-			require.False(t, e.fast, "an unreviewed policy is decided on the fast path")
+			require.False(t, e.current().fast, "an unreviewed policy is decided on the fast path")
 			for i, in := range ins {
 				t.Run(fmt.Sprint(i), func(t *testing.T) {
 					assertSameDecision(t, e, in)

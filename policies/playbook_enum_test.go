@@ -19,7 +19,10 @@ import (
 func TestPlaybookEnumMatchesPlaybooks(t *testing.T) {
 	e, err := Embedded()
 	require.NoError(t, err)
-	enum := e.root.LookupPath(cue.ParsePath("#Playbook"))
+	inst, err := e.current().take()
+	require.NoError(t, err)
+	root := inst.root
+	enum := root.LookupPath(cue.ParsePath("#Playbook"))
 	require.True(t, enum.Exists(), "schema.cue defines #Playbook")
 	op, args := enum.Expr()
 	require.Equal(t, cue.OrOp, op, "#Playbook is a disjunction of names")
@@ -47,8 +50,11 @@ func TestPlaybookEnumMatchesPlaybooks(t *testing.T) {
 func TestPlaybookEnumRefusesUnknownPlaybook(t *testing.T) {
 	e, err := Embedded()
 	require.NoError(t, err)
-	d := e.root.LookupPath(cue.ParsePath("#Decision")).FillPath(cue.ParsePath("playbook"), "node-shutdwn")
+	inst, err := e.current().take()
+	require.NoError(t, err)
+	root := inst.root
+	d := root.LookupPath(cue.ParsePath("#Decision")).FillPath(cue.ParsePath("playbook"), "node-shutdwn")
 	assert.Error(t, d.Validate(), "an unknown playbook is not a #Playbook")
-	d = e.root.LookupPath(cue.ParsePath("#Decision")).FillPath(cue.ParsePath("playbook"), v1alpha1.PlaybookNodeShutdown)
+	d = root.LookupPath(cue.ParsePath("#Decision")).FillPath(cue.ParsePath("playbook"), v1alpha1.PlaybookNodeShutdown)
 	assert.NoError(t, d.LookupPath(cue.ParsePath("playbook")).Err())
 }

@@ -108,37 +108,77 @@ const MaxRunawayEvaluations = 2
 // fixed policy (Reload) takes over soon.
 const timeoutRecheckAfterSeconds = 60
 
-// Engine holds compiled policies. CUE values are not safe for concurrent use (see
-// cue-lang/cue#2733), so decisions on one Engine are serialised.
+// Engine decides with compiled policies. No lock is held around a decision: the
+// policy in use is a compiledPolicy that Reload swaps whole (an atomic pointer), and
+// each evaluation runs on CUE values of its own (compiledPolicy.take), so a slow
+// evaluation delays its own request only, not every worker's.
 type Engine struct {
 	// Timeout bounds each evaluation; zero means DefaultTimeout. Set it before the
 	// Engine is used.
 	Timeout time.Duration
 
-	mu  sync.Mutex
+	// cur is the policy in use, never nil.
+	cur atomic.Pointer[compiledPolicy]
+	// dir is where the policies were loaded from; empty means embedded.
+	dir string
+
+	// mu serialises Reload and RequirePlaybooks, the writers of cur and known, so
+	// that a reload cannot swap in a policy checked against stale playbooks or store
+	// an older compile over a newer one. No decision takes it.
+	mu sync.Mutex
+	// known are the playbooks a policy may spell out (RequirePlaybooks), sorted; nil
+	// means unchecked.
+	known []string
+
+	// onEvaluate, when set (tests only, before the Engine is used), is called by
+	// every evaluation as it starts, on the goroutine that evaluates.
+	onEvaluate func()
+}
+
+// compiledPolicy is one policy source, compiled. Its source, digest and fast flag
+// never change after compile: Reload replaces the whole value, so a decision that
+// started on one policy finishes on it and reports its digest.
+type compiledPolicy struct {
+	files []sourceFile
+	// digest identifies files.
+	digest string
+	// fast is set for a policy source reviewed for the fast path (fastPathDigests);
+	// it follows the digest, so every copy of the same files has it.
+	fast bool
+	// runaway counts this policy's abandoned evaluations that have not ended yet. It
+	// belongs to the policy, not to the Engine: a reload starts from zero, so the
+	// runaways of a replaced policy no longer suspend decisions. They still run until
+	// they end (CUE cannot cancel them); since Reload swaps only a changed source,
+	// each new source can add at most its own cap of them.
+	runaway atomic.Int32
+
+	// poolMu guards idle, and only idle: it is held to take or give back a copy,
+	// never while one is evaluated.
+	poolMu sync.Mutex
+	// idle are compiled copies of files that no evaluation uses. CUE values are not
+	// safe for concurrent use: evaluating a value writes to the vertices it shares
+	// with every value derived from the same compile (cue-lang/cue#2733; races in
+	// Value.FillPath were still reported against v0.17, cue-lang/cue#4351), whatever
+	// the Value documentation says. So each evaluation takes a copy of its own,
+	// compiled anew in a fresh cue.Context when none is idle, and gives it back when
+	// it is done. An abandoned evaluation keeps its copy for good: no later decision
+	// touches values a runaway may still write to.
+	idle []*instance
+}
+
+// instance is one compiled copy of a policy source, in a cue.Context of its own.
+type instance struct {
 	ctx *cue.Context
 	// root is the policy package, the scope in which the fast path (decideSelected)
 	// resolves #Policy; policy is its #Policy, for the general path (decideFull).
 	root   cue.Value
 	policy cue.Value
-	// fast is set for a policy source reviewed for the fast path (fastPathDigests);
-	// it follows digest, so a recompile of the same files keeps it.
-	fast   bool
-	digest string
-	// files is the policy source the values were compiled from, kept so that a fresh
-	// copy can be compiled when an evaluation is abandoned.
-	files []sourceFile
-	// stale is set when an abandoned evaluation still uses ctx and policy: they may
-	// not be touched again, so the next decision compiles a fresh copy of files.
-	stale bool
-	// runaway counts abandoned evaluations that have not ended yet.
-	runaway atomic.Int32
-	// dir is where the policies were loaded from; empty means embedded.
-	dir string
-	// known are the playbooks a policy may spell out (RequirePlaybooks), sorted; nil
-	// means unchecked.
-	known []string
 }
+
+// maxIdleInstances bounds the copies a policy keeps for later evaluations: about as
+// many as evaluate at once (the controller's workers), so that a burst does not keep
+// its copies, each a full compile, for the life of the process.
+const maxIdleInstances = 8
 
 // sourceFile is one policy file, by base name.
 type sourceFile struct {
@@ -147,23 +187,16 @@ type sourceFile struct {
 }
 
 // Embedded compiles the policies built into the binary.
-func Embedded() (*Engine, error) { return compile(embedded, ".") }
+func Embedded() (*Engine, error) { return newEngine(embedded, "") }
 
 // FromDir compiles the policies in dir (for example a ConfigMap synced from Git).
 // *_test.cue files are ignored, as by cue itself.
-func FromDir(dir string) (*Engine, error) {
-	e, err := compile(os.DirFS(dir), ".")
-	if err != nil {
-		return nil, err
-	}
-	e.dir = dir
-	return e, nil
-}
+func FromDir(dir string) (*Engine, error) { return newEngine(os.DirFS(dir), dir) }
 
 // FromFS compiles the policies at the root of fsys, as FromDir does a directory:
 // remediator sync checks the policies of a revision before it writes them into the
 // ConfigMap the controller loads, with the same digest.
-func FromFS(fsys fs.FS) (*Engine, error) { return compile(fsys, ".") }
+func FromFS(fsys fs.FS) (*Engine, error) { return newEngine(fsys, "") }
 
 // Load returns the policies from dir, or the embedded ones when dir is empty.
 func Load(dir string) (*Engine, error) {
@@ -173,9 +206,19 @@ func Load(dir string) (*Engine, error) {
 	return FromDir(dir)
 }
 
+func newEngine(fsys fs.FS, dir string) (*Engine, error) {
+	c, err := compile(fsys, ".")
+	if err != nil {
+		return nil, err
+	}
+	e := &Engine{dir: dir}
+	e.cur.Store(c)
+	return e, nil
+}
+
 // compile loads every non-test .cue file of one package. Files are read into an
 // overlay so that embedded and on-disk policies load the same way.
-func compile(fsys fs.FS, dir string) (*Engine, error) {
+func compile(fsys fs.FS, dir string) (*compiledPolicy, error) {
 	names, err := fs.Glob(fsys, path.Join(dir, "*.cue"))
 	if err != nil {
 		return nil, loadError(LoadReasonRead, "listing policies: %w", err)
@@ -200,16 +243,29 @@ func compile(fsys fs.FS, dir string) (*Engine, error) {
 // relative to it.
 const policyRoot = "/remediator/policies"
 
-// compileFiles compiles policy files into a new CUE context. Each call gives values
-// that share nothing with earlier ones, so they may be used while an abandoned
-// evaluation still runs on the old ones.
-func compileFiles(files []sourceFile) (*Engine, error) {
-	const root = policyRoot
+// compileFiles compiles policy files, keeping the copy it compiled them into for the
+// first evaluation.
+func compileFiles(files []sourceFile) (*compiledPolicy, error) {
+	inst, err := compileInstance(files)
+	if err != nil {
+		return nil, err
+	}
 	h := sha256.New()
-	overlay := map[string]load.Source{}
 	for _, f := range files {
 		fmt.Fprintf(h, "%s\x00%d\x00", f.name, len(f.data))
 		h.Write(f.data)
+	}
+	digest := "sha256:" + hex.EncodeToString(h.Sum(nil))
+	return &compiledPolicy{files: files, digest: digest, fast: fastPathDigests[digest], idle: []*instance{inst}}, nil
+}
+
+// compileInstance compiles policy files into a new CUE context. Each call gives
+// values that share nothing with earlier ones, so they may be evaluated while other
+// copies are.
+func compileInstance(files []sourceFile) (*instance, error) {
+	const root = policyRoot
+	overlay := map[string]load.Source{}
+	for _, f := range files {
 		overlay[filepath.Join(root, f.name)] = load.FromBytes(f.data)
 	}
 	insts := load.Instances([]string{"."}, &load.Config{Dir: root, Overlay: overlay})
@@ -228,16 +284,41 @@ func compileFiles(files []sourceFile) (*Engine, error) {
 	if !policy.Exists() {
 		return nil, loadError(LoadReasonNoPolicy, "policies define no #Policy")
 	}
-	digest := "sha256:" + hex.EncodeToString(h.Sum(nil))
-	return &Engine{ctx: ctx, root: v, policy: policy, fast: fastPathDigests[digest], files: files, digest: digest}, nil
+	return &instance{ctx: ctx, root: v, policy: policy}, nil
 }
 
-// Digest identifies the compiled policy source.
-func (e *Engine) Digest() string {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.digest
+// take returns a copy of the policy for one evaluation alone.
+func (c *compiledPolicy) take() (*instance, error) {
+	c.poolMu.Lock()
+	if n := len(c.idle); n > 0 {
+		inst := c.idle[n-1]
+		c.idle = c.idle[:n-1]
+		c.poolMu.Unlock()
+		return inst, nil
+	}
+	c.poolMu.Unlock()
+	// The same files compiled before, so only a resource failure can fail this.
+	inst, err := compileInstance(c.files)
+	if err != nil {
+		return nil, fmt.Errorf("compiling another copy of policy %s: %w", c.digest, err)
+	}
+	return inst, nil
 }
+
+// give returns a copy after an evaluation that ended, for the next one.
+func (c *compiledPolicy) give(inst *instance) {
+	c.poolMu.Lock()
+	defer c.poolMu.Unlock()
+	if len(c.idle) < maxIdleInstances {
+		c.idle = append(c.idle, inst)
+	}
+}
+
+// current is the policy in use.
+func (e *Engine) current() *compiledPolicy { return e.cur.Load() }
+
+// Digest identifies the compiled policy source in use.
+func (e *Engine) Digest() string { return e.current().digest }
 
 // Source is the policy directory, or "embedded".
 func (e *Engine) Source() string {
@@ -247,30 +328,57 @@ func (e *Engine) Source() string {
 	return e.dir
 }
 
+func (e *Engine) timeout() time.Duration {
+	if e.Timeout <= 0 {
+		return DefaultTimeout
+	}
+	return e.Timeout
+}
+
+// Suspended reports whether the policy in use decides nothing for now:
+// MaxRunawayEvaluations of its evaluations took longer than the timeout and are
+// still running, so Decide rejects every request at once (rule RulePolicyTimeout)
+// until they end or Reload swaps in another policy. why says so, for a readiness
+// check or a log; it is empty when the Engine is not suspended.
+func (e *Engine) Suspended() (suspended bool, why string) {
+	c := e.current()
+	if n := c.runaway.Load(); n >= MaxRunawayEvaluations {
+		return true, e.suspendedWhy(c, n, e.timeout())
+	}
+	return false, ""
+}
+
+func (e *Engine) suspendedWhy(c *compiledPolicy, n int32, timeout time.Duration) string {
+	return fmt.Sprintf("Policy evaluation is suspended: %d earlier evaluations of policy %s (%s) took longer than %s and are still running.",
+		n, c.digest, e.Source(), timeout)
+}
+
 // Reload recompiles on-disk policies (a ConfigMap volume changes under a running
 // process) and swaps them in when their digest changed. A policy that no longer
 // compiles is an error and the previous one stays in use: a bad edit must not stop
 // the controller from deciding. Embedded policies never change. The error is a
 // *LoadError, which says why.
+//
+// The new policy starts with no runaway evaluations: the old one's may still run,
+// but they no longer suspend decisions. Decisions already evaluating on the old
+// policy finish on it.
 func (e *Engine) Reload() (changed bool, err error) {
 	if e.dir == "" {
 		return false, nil
 	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
 	n, err := compile(os.DirFS(e.dir), ".")
 	if err != nil {
 		return false, err
 	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if n.digest == e.digest {
+	if n.digest == e.current().digest {
 		return false, nil
 	}
 	if err := checkPlaybooks(n.files, e.known); err != nil {
 		return false, err
 	}
-	// The new values are fresh, so an abandoned evaluation on the old ones no longer
-	// matters to later decisions.
-	e.ctx, e.root, e.policy, e.fast, e.digest, e.files, e.stale = n.ctx, n.root, n.policy, n.fast, n.digest, n.files, false
+	e.cur.Store(n)
 	return true, nil
 }
 
@@ -278,9 +386,11 @@ func (e *Engine) Reload() (changed bool, err error) {
 // evaluation that takes longer is abandoned and the request is rejected with rule
 // RulePolicyTimeout (no error: it is the policy's answer, to be rechecked), so a
 // runaway policy cannot stall the controller's workers. CUE cannot cancel it, so it
-// runs on in the background on values no later decision touches: the next decision
-// compiles a fresh copy of the same source. While MaxRunawayEvaluations of them are
-// still running, Decide rejects at once.
+// runs on in the background on its own copy of the policy, which no later decision
+// touches. While MaxRunawayEvaluations of the policy's evaluations are still running,
+// Decide rejects at once (see Suspended). Decisions run concurrently, each on its own
+// copy, so callers evaluating at once may each add a runaway before the cap is seen:
+// at most MaxRunawayEvaluations-1 plus the number of concurrent callers.
 //
 // An error is an *EvalError: the policy could not decide (two rules disagree, or the
 // decision is incomplete, names no rule, or is too large to write to status), and
@@ -295,72 +405,74 @@ func (e *Engine) Decide(in Input) (Decision, error) {
 		return Decision{}, &EvalError{Reason: EvalReasonError, Err: fmt.Errorf("encoding policy input: %w", err)}
 	}
 
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	timeout := e.Timeout
-	if timeout <= 0 {
-		timeout = DefaultTimeout
+	c := e.current()
+	timeout := e.timeout()
+	if n := c.runaway.Load(); n >= MaxRunawayEvaluations {
+		return e.timedOut(c, e.suspendedWhy(c, n, timeout), timeout), nil
 	}
-	if n := e.runaway.Load(); n >= MaxRunawayEvaluations {
-		return e.timedOut(fmt.Sprintf("Policy evaluation is suspended: %d earlier evaluations of policy %s (%s) took longer than %s and are still running.", n, e.digest, e.Source(), timeout), timeout), nil
-	}
-	if e.stale {
-		fresh, err := compileFiles(e.files)
-		if err != nil {
-			return Decision{}, &EvalError{Reason: EvalReasonError, Err: fmt.Errorf("recompiling policy %s after an abandoned evaluation: %w", e.digest, err)}
-		}
-		e.ctx, e.root, e.policy, e.stale = fresh.ctx, fresh.root, fresh.policy, false
+	inst, err := c.take()
+	if err != nil {
+		return Decision{}, &EvalError{Reason: EvalReasonError, Err: err}
 	}
 
 	type result struct {
 		d   decoded
 		err error
+		// panicked: the copy may be half-written and is not given back.
+		panicked bool
 	}
 	// Buffered, so that an abandoned evaluation can still deliver its result and end.
 	done := make(chan result, 1)
-	ctx, root, policy, fast := e.ctx, e.root, e.policy, e.fast && inSchema
+	fast, hook := c.fast && inSchema, e.onEvaluate
 	go func() {
 		var r result
 		defer func() {
 			if p := recover(); p != nil {
-				r = result{err: fmt.Errorf("evaluating policy: panic: %v", p)}
+				r = result{err: fmt.Errorf("evaluating policy: panic: %v", p), panicked: true}
 			}
 			done <- r
 		}()
-		r.d, r.err = evaluate(ctx, root, policy, fast, data)
+		if hook != nil {
+			hook()
+		}
+		r.d, r.err = evaluate(inst.ctx, inst.root, inst.policy, fast, data)
 	}()
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
 	select {
 	case r := <-done:
+		if !r.panicked {
+			c.give(inst)
+		}
 		if r.err != nil {
 			return Decision{}, evalError(r.err)
 		}
 		if err := validateDecision(r.d); err != nil {
 			return Decision{}, err
 		}
-		return r.d.decision(e.digest), nil
+		return r.d.decision(c.digest), nil
 	case <-timer.C:
-		e.stale = true
-		e.runaway.Add(1)
+		c.runaway.Add(1)
 		go func() {
+			// The copy is dropped with the result: a runaway's values are never reused.
 			<-done
-			e.runaway.Add(-1)
+			c.runaway.Add(-1)
 		}()
-		return e.timedOut(fmt.Sprintf("Policy evaluation took longer than %s and was abandoned.", timeout), timeout), nil
+		return e.timedOut(c, fmt.Sprintf("Policy evaluation took longer than %s and was abandoned.", timeout), timeout), nil
 	}
 }
 
-// timedOut is the fail-closed decision for an evaluation that did not finish in time.
-func (e *Engine) timedOut(what string, timeout time.Duration) Decision {
+// timedOut is the fail-closed decision for an evaluation of policy c that did not
+// finish in time.
+func (e *Engine) timedOut(c *compiledPolicy, what string, timeout time.Duration) Decision {
 	return Decision{
 		Verdict: VerdictReject,
 		Rule:    RulePolicyTimeout,
 		Reasons: []string{fmt.Sprintf("policy evaluation exceeded %s", timeout)},
 		Message: fmt.Sprintf("%s Nothing is allowed until the policy decides in time: check policy %s (%s) for unbounded recursion or comprehensions over large inputs, and fix or reload it. Deciding again in %ds.",
-			what, e.digest, e.Source(), timeoutRecheckAfterSeconds),
+			what, c.digest, e.Source(), timeoutRecheckAfterSeconds),
 		RecheckAfterSeconds: timeoutRecheckAfterSeconds,
-		Digest:              e.digest,
+		Digest:              c.digest,
 	}
 }
 

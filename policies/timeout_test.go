@@ -78,7 +78,14 @@ func decide(t *testing.T, e *Engine, in Input) (Decision, time.Duration) {
 // take CPU from the tests that follow.
 func waitForRunaways(t *testing.T, e *Engine) {
 	t.Helper()
-	require.Eventually(t, func() bool { return e.runaway.Load() == 0 }, 2*time.Minute, 10*time.Millisecond,
+	waitForCompiledRunaways(t, e.current())
+}
+
+// waitForCompiledRunaways waits until the abandoned evaluations of policy c end, also
+// after a Reload replaced it.
+func waitForCompiledRunaways(t *testing.T, c *compiledPolicy) {
+	t.Helper()
+	require.Eventually(t, func() bool { return c.runaway.Load() == 0 }, 2*time.Minute, 10*time.Millisecond,
 		"the abandoned evaluations never ended")
 }
 
@@ -131,13 +138,13 @@ func TestDecideFailsClosedAtRunawayCap(t *testing.T) {
 		d, _ := decide(t, e, input(slowConflicts))
 		require.Equal(t, RulePolicyTimeout, d.Rule, "runaway %d", i)
 	}
-	require.EqualValues(t, MaxRunawayEvaluations, e.runaway.Load(), "the slow evaluations ended before the test could see them running")
+	require.EqualValues(t, MaxRunawayEvaluations, e.current().runaway.Load(), "the slow evaluations ended before the test could see them running")
 
 	// At the cap even a quick input is refused at once: no more evaluations start.
 	d, took := decide(t, e, input(2))
 	assertTimedOut(t, e, d)
 	assert.Less(t, took, testTimeout+slack)
-	assert.EqualValues(t, MaxRunawayEvaluations, e.runaway.Load(), "at the cap Decide must not start another evaluation")
+	assert.EqualValues(t, MaxRunawayEvaluations, e.current().runaway.Load(), "at the cap Decide must not start another evaluation")
 	assert.True(t, strings.HasPrefix(d.Message, fmt.Sprintf("Policy evaluation is suspended: %d earlier evaluations of policy %s (%s) took longer than 25ms and are still running.",
 		MaxRunawayEvaluations, e.Digest(), e.Source())), d.Message)
 
