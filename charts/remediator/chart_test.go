@@ -155,6 +155,10 @@ func TestDefaultRenderObjects(t *testing.T) {
 		"RoleBinding trident/remediator",
 		"Service remediator-system/remediator-metrics",
 		"Deployment remediator-system/remediator",
+		"ValidatingAdmissionPolicy remediator-git-writers",
+		"ValidatingAdmissionPolicy remediator-node-writes",
+		"ValidatingAdmissionPolicyBinding remediator-git-writers",
+		"ValidatingAdmissionPolicyBinding remediator-node-writes",
 	}
 	assert.Equal(t, want, got, "rendered objects, in order")
 }

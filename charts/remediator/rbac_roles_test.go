@@ -25,11 +25,17 @@ func TestAggregatedClusterRoles(t *testing.T) {
 	assert.NotContains(t, view.Labels, aggregate+"edit")
 	assert.NotContains(t, view.Labels, aggregate+"admin")
 
+	// Git is the only writer (admissionPolicy): edit and admin do not write requests
+	// unless asked for.
 	edit := typed[rbacv1.ClusterRole](t, find(objs, "ClusterRole", "", release+"-edit"))
 	assert.Equal(t, requestRules("get", "list", "watch", "create", "update", "patch", "delete"), edit.Rules, "remediator-edit rules")
-	assert.Equal(t, "true", edit.Labels[aggregate+"edit"], "remediator-edit aggregates into edit")
-	assert.Equal(t, "true", edit.Labels[aggregate+"admin"], "remediator-edit aggregates into admin")
-	assert.NotContains(t, edit.Labels, aggregate+"view")
+	for k := range edit.Labels {
+		assert.NotContains(t, k, aggregate, "remediator-edit aggregates by default")
+	}
+	aggregated := typed[rbacv1.ClusterRole](t, find(render(t, map[string]any{"rbac": map[string]any{"aggregateToEdit": true}}), "ClusterRole", "", release+"-edit"))
+	assert.Equal(t, "true", aggregated.Labels[aggregate+"edit"], "aggregateToEdit: remediator-edit aggregates into edit")
+	assert.Equal(t, "true", aggregated.Labels[aggregate+"admin"], "aggregateToEdit: remediator-edit aggregates into admin")
+	assert.NotContains(t, aggregated.Labels, aggregate+"view")
 
 	// Not even edit may write what only the controller writes.
 	for _, r := range append(view.Rules, edit.Rules...) {

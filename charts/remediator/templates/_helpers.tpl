@@ -146,3 +146,51 @@ CD, from the remediation repository's policies/ kustomization). One source only.
 {{- else if $sources }}{{ include "remediator.fullname" . }}-policies
 {{- end }}
 {{- end }}
+
+{{/*
+The controller's restore finalizer (api/v1alpha1.Finalizer) and its node annotation
+(remediations.CordonedByAnnotation), the only parts of a request and of a Node its
+ServiceAccount may change, and the break-glass annotation
+(api/v1alpha1.AnnotationBreakGlass), for templates/admissionpolicy.yaml; the chart's
+tests check that they agree with the code.
+*/}}
+{{- define "remediator.admission.finalizer" -}}
+remediator.io/restore
+{{- end }}
+
+{{- define "remediator.admission.cordonedBy" -}}
+remediator.io/cordoned-by
+{{- end }}
+
+{{- define "remediator.admission.breakGlass" -}}
+remediator.io/break-glass
+{{- end }}
+
+{{/*
+The variables a Git-writers policy decides on, for a dict of users and groups (the
+Git writers) and breakGlass (the break-glass group, "" for none):
+- gitWriter: the request comes from one of the users or groups;
+- breakGlass: a member of the break-glass group writes an object that carries the
+  annotation remediator.io/break-glass with a non-empty reason (for a delete, the
+  object as it is must carry it);
+- namespaceTerminating: a delete in a namespace that is being deleted.
+The names are JSON strings, which CEL reads as its own string literals.
+*/}}
+{{- define "remediator.admission.writerVariables" -}}
+- name: gitWriter
+  expression: >-
+    request.userInfo.username in {{ .users | toRawJson }} ||
+    request.userInfo.?groups.orValue([]).exists(g, g in {{ .groups | toRawJson }})
+- name: breakGlass
+  {{- if .breakGlass }}
+  expression: >-
+    {{ .breakGlass | toRawJson }} in request.userInfo.?groups.orValue([]) &&
+    (request.operation == "DELETE" ? oldObject : object).metadata.?annotations[?{{ include "remediator.admission.breakGlass" . | toRawJson }}].orValue("").trim() != ""
+  {{- else }}
+  expression: "false"
+  {{- end }}
+- name: namespaceTerminating
+  expression: >-
+    request.operation == "DELETE" && namespaceObject != null &&
+    has(namespaceObject.metadata.deletionTimestamp)
+{{- end }}

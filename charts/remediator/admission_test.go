@@ -1,0 +1,549 @@
+package chart_test
+
+// This file owns "Git is the only writer" (templates/admissionpolicy.yaml): what the
+// chart renders for the admission policies and their bindings, that their names of
+// the controller's finalizer and node annotation agree with the code, the chart's
+// minimum Kubernetes version, and, against a real kube-apiserver (envtest), what the
+// rendered CEL allows and refuses for each kind of writer.
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"helm.sh/helm/v3/pkg/chartutil"
+
+	"github.com/remediator/remediator/test/helmchart"
+	"github.com/remediator/remediator/test/testenv"
+)
+
+const (
+	argoCD         = "system:serviceaccount:argocd:argocd-application-controller"
+	controllerUser = "system:serviceaccount:" + namespace + ":" + release
+	syncUser       = "system:serviceaccount:" + namespace + ":" + release + "-sync"
+)
+
+func policy(t *testing.T, objs []*unstructured.Unstructured, name string) *admissionregistrationv1.ValidatingAdmissionPolicy {
+	t.Helper()
+	return typed[admissionregistrationv1.ValidatingAdmissionPolicy](t, find(objs, "ValidatingAdmissionPolicy", "", name))
+}
+
+func binding(t *testing.T, objs []*unstructured.Unstructured, name string) *admissionregistrationv1.ValidatingAdmissionPolicyBinding {
+	t.Helper()
+	return typed[admissionregistrationv1.ValidatingAdmissionPolicyBinding](t, find(objs, "ValidatingAdmissionPolicyBinding", "", name))
+}
+
+func variable(p *admissionregistrationv1.ValidatingAdmissionPolicy, name string) string {
+	for _, v := range p.Spec.Variables {
+		if v.Name == name {
+			return v.Expression
+		}
+	}
+	return ""
+}
+
+// boundNamespaces returns the namespaces a binding selects by name, or nil for
+// every namespace.
+func boundNamespaces(t *testing.T, b *admissionregistrationv1.ValidatingAdmissionPolicyBinding) []string {
+	t.Helper()
+	if b.Spec.MatchResources == nil || b.Spec.MatchResources.NamespaceSelector == nil {
+		return nil
+	}
+	sel := b.Spec.MatchResources.NamespaceSelector
+	require.Empty(t, sel.MatchLabels, "%s: namespaceSelector", b.Name)
+	require.Len(t, sel.MatchExpressions, 1, "%s: namespaceSelector", b.Name)
+	e := sel.MatchExpressions[0]
+	require.Equal(t, "kubernetes.io/metadata.name", e.Key, "%s: namespaceSelector", b.Name)
+	require.Equal(t, "In", string(e.Operator), "%s: namespaceSelector", b.Name)
+	return e.Values
+}
+
+func TestAdmissionPolicyRenders(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		values map[string]any
+		// requests' binding: nil means every namespace
+		namespaces []string
+		writers    []string // user names in gitWriter
+		notWriters []string
+		groups     []string
+		breakGlass string // "" for none
+		// the policies ConfigMap guarded, "" for none
+		policiesConfigMap string
+	}{{
+		name:       "defaults",
+		namespaces: []string{"remediator"},
+		writers:    []string{argoCD},
+		notWriters: []string{syncUser, controllerUser},
+		breakGlass: "remediator:break-glass",
+	}, {
+		name:       "several request namespaces",
+		values:     map[string]any{"requestNamespaces": []any{"team-a", "team-b"}},
+		namespaces: []string{"team-a", "team-b"},
+		writers:    []string{argoCD},
+		breakGlass: "remediator:break-glass",
+	}, {
+		name:       "every namespace",
+		values:     map[string]any{"watchAllNamespaces": true},
+		namespaces: nil,
+		writers:    []string{argoCD},
+		breakGlass: "remediator:break-glass",
+	}, {
+		name:       "the sync agent",
+		values:     map[string]any{"sync": map[string]any{"enabled": true, "repo": "https://git.example.com/r.git"}},
+		namespaces: []string{"remediator"},
+		writers:    []string{argoCD, syncUser},
+		breakGlass: "remediator:break-glass",
+	}, {
+		name: "the sync agent with policies",
+		values: map[string]any{"sync": map[string]any{"enabled": true, "repo": "https://git.example.com/r.git",
+			"policies": map[string]any{"enabled": true}}},
+		namespaces:        []string{"remediator"},
+		writers:           []string{argoCD, syncUser},
+		breakGlass:        "remediator:break-glass",
+		policiesConfigMap: release + "-policies",
+	}, {
+		name:              "policies from Argo CD",
+		values:            map[string]any{"policiesConfigMap": "remediation-policies"},
+		namespaces:        []string{"remediator"},
+		writers:           []string{argoCD},
+		breakGlass:        "remediator:break-glass",
+		policiesConfigMap: "remediation-policies",
+	}, {
+		// Helm writes the ConfigMap of the `policies` value: the Git rule would refuse
+		// the chart's own upgrade.
+		name:       "policies from values",
+		values:     map[string]any{"policies": map[string]any{"luks.cue": "package policies\n"}},
+		namespaces: []string{"remediator"},
+		writers:    []string{argoCD},
+		breakGlass: "remediator:break-glass",
+	}, {
+		name: "own writers, no break glass",
+		values: map[string]any{"admissionPolicy": map[string]any{
+			"gitWriters": map[string]any{"users": []any{"gitops-bot", `odd"name`}, "groups": []any{"gitops"}},
+			"breakGlass": map[string]any{"group": ""},
+		}},
+		namespaces: []string{"remediator"},
+		writers:    []string{"gitops-bot", `odd"name`},
+		notWriters: []string{argoCD},
+		groups:     []string{"gitops"},
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			objs := render(t, tc.values)
+			requests := policy(t, objs, release+"-git-writers")
+			assert.Equal(t, admissionregistrationv1.Fail, *requests.Spec.FailurePolicy, "failurePolicy")
+			require.Len(t, requests.Spec.MatchConstraints.ResourceRules, 1)
+			rule := requests.Spec.MatchConstraints.ResourceRules[0]
+			assert.Equal(t, []string{"remediator.io"}, rule.APIGroups)
+			assert.Equal(t, []string{"remediationrequests"}, rule.Resources, "the main resource only: status is the controller's")
+			assert.ElementsMatch(t, []admissionregistrationv1.OperationType{"CREATE", "UPDATE", "DELETE"}, rule.Operations)
+
+			gitWriter := variable(requests, "gitWriter")
+			for _, u := range tc.writers {
+				assert.Contains(t, gitWriter, jsonString(u), "gitWriter lists %s", u)
+			}
+			for _, u := range tc.notWriters {
+				assert.NotContains(t, gitWriter, jsonString(u), "gitWriter lists %s", u)
+			}
+			groups := "[]"
+			if tc.groups != nil {
+				groups = "[" + strings.Join(mapSlice(tc.groups, jsonString), ",") + "]"
+			}
+			assert.Contains(t, gitWriter, "exists(g, g in "+groups+")", "gitWriter's groups")
+			if tc.breakGlass == "" {
+				assert.Equal(t, "false", variable(requests, "breakGlass"), "no break glass")
+			} else {
+				assert.Contains(t, variable(requests, "breakGlass"), jsonString(tc.breakGlass)+" in request.userInfo")
+				assert.Contains(t, variable(requests, "breakGlass"), `"remediator.io/break-glass"`)
+			}
+			assert.Equal(t, "request.userInfo.username == "+jsonString(controllerUser), variable(requests, "controller"))
+			assert.Contains(t, variable(requests, "onlyItsFinalizer"), `f != "remediator.io/restore"`)
+			for _, v := range requests.Spec.Validations {
+				assert.Contains(t, v.Message+v.MessageExpression, "open a pull request in the remediation repository", "validation %q", v.Expression)
+			}
+
+			b := binding(t, objs, release+"-git-writers")
+			assert.Equal(t, requests.Name, b.Spec.PolicyName)
+			assert.Equal(t, []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny}, b.Spec.ValidationActions)
+			assert.Equal(t, tc.namespaces, boundNamespaces(t, b), "the requests' binding")
+
+			nodes := policy(t, objs, release+"-node-writes")
+			assert.Equal(t, admissionregistrationv1.Fail, *nodes.Spec.FailurePolicy, "failurePolicy")
+			require.Len(t, nodes.Spec.MatchConditions, 1)
+			assert.Equal(t, "request.userInfo.username == "+jsonString(controllerUser), nodes.Spec.MatchConditions[0].Expression,
+				"the node policy judges the controller's writes only")
+			assert.Equal(t, []string{"nodes"}, nodes.Spec.MatchConstraints.ResourceRules[0].Resources)
+			nb := binding(t, objs, release+"-node-writes")
+			assert.Equal(t, nodes.Name, nb.Spec.PolicyName)
+			assert.Equal(t, []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny}, nb.Spec.ValidationActions)
+
+			cm := find(objs, "ValidatingAdmissionPolicy", "", release+"-policies-writers")
+			if tc.policiesConfigMap == "" {
+				assert.Nil(t, cm, "a policies ConfigMap policy without policies from Git")
+				assert.Nil(t, find(objs, "ValidatingAdmissionPolicyBinding", "", release+"-policies-writers"))
+				return
+			}
+			p := policy(t, objs, release+"-policies-writers")
+			assert.Equal(t, []string{tc.policiesConfigMap}, p.Spec.MatchConstraints.ResourceRules[0].ResourceNames)
+			assert.Equal(t, []string{"configmaps"}, p.Spec.MatchConstraints.ResourceRules[0].Resources)
+			assert.Equal(t, gitWriter, variable(p, "gitWriter"), "the policies' writers are the requests' writers")
+			pb := binding(t, objs, release+"-policies-writers")
+			assert.Equal(t, []string{namespace}, boundNamespaces(t, pb), "the policies ConfigMap's binding")
+		})
+	}
+}
+
+func jsonString(s string) string {
+	return `"` + strings.ReplaceAll(strings.ReplaceAll(s, `\`, `\\`), `"`, `\"`) + `"`
+}
+
+func mapSlice(in []string, f func(string) string) []string {
+	out := make([]string, 0, len(in))
+	for _, s := range in {
+		out = append(out, f(s))
+	}
+	return out
+}
+
+func TestAdmissionPolicyOff(t *testing.T) {
+	objs := render(t, map[string]any{
+		"admissionPolicy": map[string]any{"enabled": false},
+		"sync":            map[string]any{"enabled": true, "repo": "https://git.example.com/r.git", "policies": map[string]any{"enabled": true}},
+	})
+	for _, o := range objs {
+		assert.NotContains(t, o.GetKind(), "ValidatingAdmissionPolicy", "%s rendered with admissionPolicy.enabled=false", ref(o))
+	}
+}
+
+// TestAdmissionNamesMatchTheCode: the finalizer and the node annotation the policies
+// let the controller write are the ones the code writes, and the break-glass
+// annotation is the one the controller shows.
+func TestAdmissionNamesMatchTheCode(t *testing.T) {
+	for _, tc := range []struct {
+		file, pattern, define string
+	}{
+		{filepath.Join("api", "v1alpha1", "conditions.go"), `(?m)^const Finalizer = "([^"]+)"`, "remediator.admission.finalizer"},
+		{filepath.Join("remediations", "steps.go"), `(?m)^const CordonedByAnnotation = "([^"]+)"`, "remediator.admission.cordonedBy"},
+		{filepath.Join("api", "v1alpha1", "conditions.go"), `(?m)^const AnnotationBreakGlass = "([^"]+)"`, "remediator.admission.breakGlass"},
+	} {
+		src, err := os.ReadFile(filepath.Join("..", "..", tc.file))
+		require.NoError(t, err)
+		m := regexp.MustCompile(tc.pattern).FindSubmatch(src)
+		require.NotNil(t, m, "%s: no %s; update this test and templates/_helpers.tpl's %s together", tc.file, tc.pattern, tc.define)
+		helpers, err := os.ReadFile(filepath.Join("templates", "_helpers.tpl"))
+		require.NoError(t, err)
+		d := regexp.MustCompile(`(?s)\{\{- define "` + regexp.QuoteMeta(tc.define) + `" -\}\}\s*(\S+)\s*\{\{- end \}\}`).FindSubmatch(helpers)
+		require.NotNil(t, d, "templates/_helpers.tpl: no define %s", tc.define)
+		assert.Equal(t, string(m[1]), string(d[1]), "%s in templates/_helpers.tpl and %s", tc.define, tc.file)
+	}
+}
+
+// TestKubeVersion: the chart needs ValidatingAdmissionPolicy v1 (Kubernetes 1.30).
+// Helm's own check (helm install, helm template --kube-version: action's
+// renderResources) compares Chart.yaml's kubeVersion with chartutil.IsCompatibleRange,
+// as here: the local cluster's v1.34.2 and a vendor's 1.30 pass, 1.29 is refused.
+// The render the tests use (test/helmchart) does not check it.
+func TestKubeVersion(t *testing.T) {
+	c, err := helmchart.Load()
+	require.NoError(t, err)
+	assert.Equal(t, ">=1.30.0-0", c.Metadata.KubeVersion, "Chart.yaml kubeVersion")
+	for version, ok := range map[string]bool{"v1.34.2": true, "v1.30.0": true, "v1.30.0-eks-1234": true, "v1.29.9": false} {
+		kv, err := chartutil.ParseKubeVersion(version)
+		require.NoError(t, err)
+		assert.Equal(t, ok, chartutil.IsCompatibleRange(c.Metadata.KubeVersion, kv.String()), "Kubernetes %s", version)
+	}
+}
+
+// writer is one identity the envtest cases write as.
+type writer struct {
+	user   string
+	groups []string
+}
+
+func (w writer) client(t *testing.T, cfg *rest.Config) client.Client {
+	t.Helper()
+	cfg = rest.CopyConfig(cfg)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: w.user, Groups: append(slices.Clone(w.groups), "system:authenticated")}
+	c, err := client.New(cfg, client.Options{Scheme: decodeScheme})
+	require.NoError(t, err)
+	return c
+}
+
+func serviceAccount(ns, name string) writer {
+	return writer{user: "system:serviceaccount:" + ns + ":" + name, groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + ns}}
+}
+
+// requestObject is a RemediationRequest as unstructured, so that this package needs
+// no API types of its own.
+func requestObject(ns, name string, annotations map[string]string) *unstructured.Unstructured {
+	u := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "remediator.io/v1alpha1", "kind": "RemediationRequest",
+		"metadata": map[string]any{"namespace": ns, "name": name},
+		"spec": map[string]any{
+			"remediation": "release-luks-lease",
+			"target":      map[string]any{"persistentVolume": "pvc-4711"},
+			"reason":      "envtest: who may write a RemediationRequest",
+		},
+	}}
+	if annotations != nil {
+		u.SetAnnotations(annotations)
+	}
+	return u
+}
+
+func patchJSON(ctx context.Context, c client.Client, obj client.Object, patch string) error {
+	return c.Patch(ctx, obj, client.RawPatch(types.MergePatchType, []byte(patch)))
+}
+
+// TestAdmissionPolicyDecides installs the rendered policies on a real kube-apiserver
+// (envtest) and has each kind of identity write: the CEL is evaluated as a cluster
+// would. RBAC lets every identity here write requests (and the test's ConfigMaps),
+// so each refusal is the policy's. The local cluster's e2e TestGitIsTheOnlyWriter
+// covers the same ground with real ServiceAccount tokens and edit's aggregation.
+func TestAdmissionPolicyDecides(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts kube-apiserver and etcd")
+	}
+	env := testenv.StartT(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	admin := env.Client
+	const requestNS, terminatingNS, policiesCM = "remediator", "team-gone", release + "-policies"
+	for _, ns := range []string{namespace, requestNS, terminatingNS, "trident", "kube-node-lease"} {
+		err := admin.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
+		if !apierrors.IsAlreadyExists(err) {
+			require.NoError(t, err, "creating namespace %s", ns)
+		}
+	}
+	objs := render(t, map[string]any{
+		"requestNamespaces": []any{requestNS, terminatingNS},
+		"requestNamespace":  map[string]any{"create": false},
+		"sync": map[string]any{"enabled": true, "repo": "https://git.example.com/r.git",
+			"policies": map[string]any{"enabled": true}},
+	})
+	for _, o := range objs {
+		if o.GetKind() == "CustomResourceDefinition" || o.GetKind() == "Deployment" {
+			continue
+		}
+		require.NoError(t, admin.Create(ctx, o.DeepCopy()), ref(o))
+	}
+
+	var (
+		argo       = writer{user: argoCD, groups: []string{"system:serviceaccounts", "system:serviceaccounts:argocd"}}
+		syncAgent  = serviceAccount(namespace, release+"-sync")
+		controller = serviceAccount(namespace, release)
+		alice      = writer{user: "alice@example.com", groups: []string{"storage-team"}}
+		oncall     = writer{user: "oncall@example.com", groups: []string{"remediator:break-glass"}}
+	)
+	// RBAC allows all of them (envtest runs no controller-manager, so no aggregation:
+	// the chart's edit role is bound directly); the policy must tell them apart.
+	for _, ns := range []string{requestNS, terminatingNS} {
+		for _, w := range []writer{argo, alice, oncall} {
+			require.NoError(t, admin.Create(ctx, &rbacv1.RoleBinding{
+				ObjectMeta: metav1.ObjectMeta{Namespace: ns, GenerateName: "requests-"},
+				RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: release + "-edit"},
+				Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: w.user}},
+			}))
+		}
+	}
+	require.NoError(t, admin.Create(ctx, &rbacv1.Role{
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "configmaps"},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"configmaps"},
+			Verbs: []string{"get", "create", "update", "patch", "delete"}}},
+	}))
+	require.NoError(t, admin.Create(ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "configmaps"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "configmaps"},
+		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: alice.user}},
+	}))
+	clients := map[string]client.Client{}
+	as := func(w writer) client.Client {
+		if c, ok := clients[w.user]; ok {
+			return c
+		}
+		clients[w.user] = w.client(t, env.Config)
+		return clients[w.user]
+	}
+
+	// A policy takes a moment to become effective.
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		rr := requestObject(requestNS, "probe", nil)
+		err := as(alice).Create(ctx, rr)
+		if err == nil {
+			_ = as(argo).Delete(ctx, rr)
+		}
+		require.Error(c, err, "alice's create was allowed")
+		assert.Contains(c, err.Error(), "open a pull request")
+	}, 30*time.Second, 100*time.Millisecond, "the policy in force")
+	for _, name := range []string{"from-git", "to-delete", "annotated"} {
+		annotations := map[string]string(nil)
+		if name == "annotated" {
+			annotations = map[string]string{"remediator.io/break-glass": "INC-1: Git is down"}
+		}
+		require.NoError(t, as(argo).Create(ctx, requestObject(requestNS, name, annotations)), name)
+	}
+	require.NoError(t, as(argo).Create(ctx, requestObject(terminatingNS, "left-behind", nil)))
+	require.NoError(t, as(syncAgent).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: policiesCM}}))
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1", Labels: map[string]string{"kubernetes.io/os": "linux"},
+		Annotations: map[string]string{"example.com/owner": "infra"}}}
+	require.NoError(t, admin.Create(ctx, node))
+
+	rr := func(name string) client.Object { return requestObject(requestNS, name, nil) }
+	cm := func(name string) client.Object {
+		return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name}}
+	}
+	const (
+		pr           = "open a pull request in the remediation repository"
+		onlyFinalize = "may write a RemediationRequest's status and add or remove its finalizer remediator.io/restore"
+		onlyCordon   = "may change only a Node's spec.unschedulable and its annotation remediator.io/cordoned-by"
+		fencing      = `{"spec":{"fencing":{"confirmed":true,"method":"NodeShutdown","node":"node-1"}}}`
+	)
+	// In order: some cases set up the next ones.
+	for _, tc := range []struct {
+		name  string
+		as    writer
+		write func(c client.Client) error
+		want  string // "" allowed, else the refusal
+	}{
+		{"Argo CD creates", argo, func(c client.Client) error { return c.Create(ctx, requestObject(requestNS, "argo-new", nil)) }, ""},
+		{"the sync agent creates", syncAgent, func(c client.Client) error { return c.Create(ctx, requestObject(requestNS, "sync-new", nil)) }, ""},
+		{"the sync agent patches", syncAgent, func(c client.Client) error { return patchJSON(ctx, c, rr("sync-new"), fencing) }, ""},
+		{"the sync agent deletes", syncAgent, func(c client.Client) error { return c.Delete(ctx, rr("sync-new")) }, ""},
+		{"alice creates", alice, func(c client.Client) error { return c.Create(ctx, requestObject(requestNS, "alice-new", nil)) }, alice.user + " may not create RemediationRequest remediator/alice-new"},
+		{"alice creates with generateName", alice, func(c client.Client) error {
+			o := requestObject(requestNS, "", nil)
+			o.SetGenerateName("rr-")
+			return c.Create(ctx, o)
+		}, alice.user + " may not create RemediationRequest remediator/rr-"},
+		{"alice adds spec.fencing", alice, func(c client.Client) error { return patchJSON(ctx, c, rr("from-git"), fencing) }, pr},
+		{"alice annotates", alice, func(c client.Client) error {
+			return patchJSON(ctx, c, rr("from-git"), `{"metadata":{"annotations":{"example.com/a":"b"}}}`)
+		}, pr},
+		{"alice deletes", alice, func(c client.Client) error { return c.Delete(ctx, rr("from-git")) }, pr},
+		{"alice with the annotation but not the group", alice, func(c client.Client) error {
+			return c.Create(ctx, requestObject(requestNS, "alice-glass", map[string]string{"remediator.io/break-glass": "I mean it"}))
+		}, pr},
+		{"the controller adds its finalizer", controller, func(c client.Client) error {
+			return patchJSON(ctx, c, rr("from-git"), `{"metadata":{"finalizers":["remediator.io/restore"]}}`)
+		}, ""},
+		{"the controller writes status", controller, func(c client.Client) error {
+			return c.Status().Patch(ctx, rr("from-git"), client.RawPatch(types.MergePatchType, []byte(`{"status":{"phase":"Running"}}`)))
+		}, ""},
+		{"alice removes the finalizer", alice, func(c client.Client) error {
+			return patchJSON(ctx, c, rr("from-git"), `{"metadata":{"finalizers":null}}`)
+		}, pr},
+		{"the controller adds another finalizer", controller, func(c client.Client) error {
+			return patchJSON(ctx, c, rr("from-git"), `{"metadata":{"finalizers":["remediator.io/restore","example.com/keep"]}}`)
+		}, onlyFinalize},
+		{"the controller changes spec", controller, func(c client.Client) error { return patchJSON(ctx, c, rr("from-git"), fencing) }, onlyFinalize},
+		{"the controller changes a label", controller, func(c client.Client) error {
+			return patchJSON(ctx, c, rr("from-git"), `{"metadata":{"labels":{"a":"b"}}}`)
+		}, onlyFinalize},
+		{"the controller annotates", controller, func(c client.Client) error {
+			return patchJSON(ctx, c, rr("from-git"), `{"metadata":{"annotations":{"remediator.io/break-glass":"controller"}}}`)
+		}, onlyFinalize},
+		// RBAC refuses these before the policy would.
+		{"the controller creates", controller, func(c client.Client) error { return c.Create(ctx, requestObject(requestNS, "ctl-new", nil)) }, "cannot create"},
+		{"the controller deletes", controller, func(c client.Client) error { return c.Delete(ctx, rr("to-delete")) }, "cannot delete"},
+		{"the controller removes its finalizer", controller, func(c client.Client) error {
+			return patchJSON(ctx, c, rr("from-git"), `{"metadata":{"finalizers":null}}`)
+		}, ""},
+		{"break glass without the annotation", oncall, func(c client.Client) error {
+			return c.Create(ctx, requestObject(requestNS, "glass", nil))
+		}, pr},
+		{"break glass with an empty reason", oncall, func(c client.Client) error {
+			return c.Create(ctx, requestObject(requestNS, "glass", map[string]string{"remediator.io/break-glass": " "}))
+		}, pr},
+		{"break glass creates", oncall, func(c client.Client) error {
+			return c.Create(ctx, requestObject(requestNS, "glass", map[string]string{"remediator.io/break-glass": "INC-2: Git is down"}))
+		}, ""},
+		{"break glass patches an annotated request", oncall, func(c client.Client) error { return patchJSON(ctx, c, rr("annotated"), fencing) }, ""},
+		{"break glass removes the annotation", oncall, func(c client.Client) error {
+			return patchJSON(ctx, c, rr("annotated"), `{"metadata":{"annotations":null}}`)
+		}, pr},
+		{"break glass patches a request from Git", oncall, func(c client.Client) error { return patchJSON(ctx, c, rr("to-delete"), fencing) }, pr},
+		{"break glass deletes a request without the annotation", oncall, func(c client.Client) error { return c.Delete(ctx, rr("to-delete")) }, pr},
+		{"break glass annotates a request", oncall, func(c client.Client) error {
+			return patchJSON(ctx, c, rr("to-delete"), `{"metadata":{"annotations":{"remediator.io/break-glass":"INC-3: stop it"}}}`)
+		}, ""},
+		{"break glass deletes the annotated request", oncall, func(c client.Client) error { return c.Delete(ctx, rr("to-delete")) }, ""},
+		{"Argo CD patches", argo, func(c client.Client) error { return patchJSON(ctx, c, rr("from-git"), fencing) }, ""},
+		{"Argo CD deletes", argo, func(c client.Client) error { return c.Delete(ctx, rr("from-git")) }, ""},
+
+		{"the sync agent writes the policies", syncAgent, func(c client.Client) error {
+			return patchJSON(ctx, c, cm(policiesCM), `{"data":{"schema.cue":"package policies\n"}}`)
+		}, ""},
+		{"alice writes the policies", alice, func(c client.Client) error {
+			return patchJSON(ctx, c, cm(policiesCM), `{"data":{"luks.cue":"package policies\n"}}`)
+		}, alice.user + " may not update the controller's policies, ConfigMap " + namespace + "/" + policiesCM},
+		{"alice deletes the policies", alice, func(c client.Client) error { return c.Delete(ctx, cm(policiesCM)) }, pr},
+		{"alice writes another ConfigMap", alice, func(c client.Client) error {
+			return c.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "other"}})
+		}, ""},
+		{"break glass writes the policies", oncall, func(c client.Client) error {
+			return patchJSON(ctx, c, cm(policiesCM), `{"metadata":{"annotations":{"remediator.io/break-glass":"INC-4: bad policy merged"}}}`)
+		}, "forbidden"}, // allowed by the policy, but RBAC gives oncall no ConfigMaps here
+
+		{"the controller cordons", controller, func(c client.Client) error {
+			return patchJSON(ctx, c, node, `{"spec":{"unschedulable":true},"metadata":{"annotations":{"remediator.io/cordoned-by":"remediator/rr-1"}}}`)
+		}, ""},
+		{"the controller labels", controller, func(c client.Client) error {
+			return patchJSON(ctx, c, node, `{"metadata":{"labels":{"example.com/pool":"quarantine"}}}`)
+		}, onlyCordon},
+		{"the controller removes a label", controller, func(c client.Client) error {
+			return patchJSON(ctx, c, node, `{"metadata":{"labels":{"kubernetes.io/os":null}}}`)
+		}, onlyCordon},
+		{"the controller taints", controller, func(c client.Client) error {
+			return patchJSON(ctx, c, node, `{"spec":{"taints":[{"key":"example.com/q","effect":"NoSchedule"}]}}`)
+		}, onlyCordon},
+		{"the controller sets the providerID", controller, func(c client.Client) error {
+			return patchJSON(ctx, c, node, `{"spec":{"providerID":"kwok://node-1"}}`)
+		}, onlyCordon},
+		{"the controller adds another annotation", controller, func(c client.Client) error {
+			return patchJSON(ctx, c, node, `{"metadata":{"annotations":{"example.com/note":"x"}}}`)
+		}, onlyCordon},
+		{"the controller removes another annotation", controller, func(c client.Client) error {
+			return patchJSON(ctx, c, node, `{"metadata":{"annotations":{"example.com/owner":null}}}`)
+		}, onlyCordon},
+		{"the controller uncordons", controller, func(c client.Client) error {
+			return patchJSON(ctx, c, node, `{"spec":{"unschedulable":null},"metadata":{"annotations":{"remediator.io/cordoned-by":null}}}`)
+		}, ""},
+		{"an admin labels the node", writer{user: "admin@example.com", groups: []string{"system:masters"}}, func(c client.Client) error {
+			return patchJSON(ctx, c, node, `{"metadata":{"labels":{"example.com/pool":"quarantine"}}}`)
+		}, ""},
+	} {
+		err := tc.write(as(tc.as))
+		if tc.want == "" {
+			assert.NoError(t, err, "%s: want allowed", tc.name)
+			continue
+		}
+		if assert.Error(t, err, "%s: want refused", tc.name) {
+			assert.True(t, apierrors.IsForbidden(err), "%s: want 403, got %v", tc.name, err)
+			assert.Contains(t, err.Error(), tc.want, "%s", tc.name)
+		}
+	}
+
+	// Deleting a request namespace deletes its requests (the namespace controller,
+	// whoever it runs as): a delete in a terminating namespace is allowed.
+	left := requestObject(terminatingNS, "left-behind", nil)
+	assert.ErrorContains(t, as(alice).Delete(ctx, left), pr, "alice deletes in a live namespace")
+	require.NoError(t, admin.Delete(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: terminatingNS}}))
+	assert.NoError(t, as(alice).Delete(ctx, left), "alice deletes in a terminating namespace")
+}
