@@ -33,6 +33,11 @@ const (
 // a fixed policy (reloaded from --policies-dir) then decides it.
 const policyErrorRecheck = time.Minute
 
+// minRecheck is the shortest recheck a policy may ask for: each recheck gathers live
+// facts again, and a policy answering recheckAfterSeconds: 1 would make every waiting
+// request re-read the cluster every second.
+const minRecheck = 10 * time.Second
+
 // maxRecheck caps a policy's recheckAfterSeconds. A recheck only decides again, on
 // fresh facts, so deciding sooner is always safe; an uncapped value from an override
 // policy (say, 10^12 seconds) would overflow time.Duration into a time in the past.
@@ -54,7 +59,10 @@ type DecisionInput struct {
 	Others []v1alpha1.RemediationRequest
 	// MaxConcurrent caps the disruptive playbooks running at once; zero means no cap.
 	MaxConcurrent int
-	Now           time.Time
+	// Gates are the safety floor's minimums (the controller's --floor-* flags); zero
+	// fields mean the runbook's values.
+	Gates remediations.Gates
+	Now   time.Time
 }
 
 // Condition is a status condition an outcome sets.
@@ -89,25 +97,41 @@ type Outcome struct {
 // the compiled policy, and always returns an outcome: whatever cannot be decided is
 // rejected with an explanation.
 func Decide(policy *policies.Engine, playbooks remediations.Playbooks, in DecisionInput) Outcome {
-	rr, now := in.Request, in.Now
-	conflicts := conflictsIn(in.Others, rr.UID, in.Facts)
-	o := Outcome{Conflicts: conflicts}
-	o.Decision = v1alpha1.Decision{DecidedAt: metav1.NewTime(now), Generation: rr.Generation, PolicyDigest: policy.Digest()}
+	return DecideWith(Evaluate(policy, in), playbooks, in)
+}
 
+// Evaluate asks the policy about the request, on the guards' view in in.Others. It
+// always answers: a policy that cannot decide fails closed (RulePolicyError). It
+// takes no lock of the controller's, so a slow policy holds up no other decision.
+func Evaluate(policy *policies.Engine, in DecisionInput) policies.Decision {
+	conflicts := conflictsIn(in.Others, in.Request.UID, in.Facts)
 	d, err := policy.Decide(policies.Input{
-		Remediation: rr.Spec.Remediation, Mode: rr.Spec.Mode, Fencing: rr.Spec.Fencing, Facts: in.Facts, Conflicts: conflicts,
+		Remediation: in.Request.Spec.Remediation, Mode: in.Request.Spec.Mode, Fencing: in.Request.Spec.Fencing, Facts: in.Facts, Conflicts: conflicts,
 	})
 	if err != nil {
 		d = policies.Decision{Verdict: policies.VerdictReject, Rule: RulePolicyError, Reasons: []string{err.Error()}, Digest: policy.Digest(),
 			Message:             fmt.Sprintf("The policy could not decide this request (%v), so it fails closed and nothing is changed. Fix the policy; the request is decided again in %s.", err, policyErrorRecheck),
 			RecheckAfterSeconds: int64(policyErrorRecheck / time.Second)}
 	}
+	return d
+}
+
+// DecideWith takes the policy's answer d through the floor, DryRun, the maintenance
+// window and the cap. It is pure. The conflicts the floor weighs come from in.Others,
+// which may be a later reading than the one the policy saw: the controller reads the
+// guards again, under its reservation lock, before it takes a slot.
+func DecideWith(d policies.Decision, playbooks remediations.Playbooks, in DecisionInput) Outcome {
+	rr, now := in.Request, in.Now
+	conflicts := conflictsIn(in.Others, rr.UID, in.Facts)
+	o := Outcome{Conflicts: conflicts}
+	o.Decision = v1alpha1.Decision{DecidedAt: metav1.NewTime(now), Generation: rr.Generation, PolicyDigest: d.Digest, Floor: in.Gates.Settings()}
+
 	o.Decision.Allowed, o.Decision.Playbook, o.Decision.Rule = d.Verdict == policies.VerdictAllow, d.Playbook, d.Rule
 	o.Decision.Reasons, o.Decision.Message, o.Decision.PolicyDigest = d.Reasons, d.Message, d.Digest
 	if d.RecheckAfterSeconds > 0 {
 		after := maxRecheck
 		if d.RecheckAfterSeconds < int64(maxRecheck/time.Second) {
-			after = time.Duration(d.RecheckAfterSeconds) * time.Second
+			after = max(time.Duration(d.RecheckAfterSeconds)*time.Second, minRecheck)
 		}
 		o.recheck(now.Add(after))
 	}
@@ -164,13 +188,18 @@ func (o Outcome) allowed(playbooks remediations.Playbooks, in DecisionInput) Out
 	for _, st := range plan {
 		names = append(names, st.Name)
 	}
-	if v := remediations.CheckFloor(remediations.FloorInput{Spec: rr.Spec, Steps: names, Now: in.Facts, Conflicts: o.Conflicts}); v != nil {
+	if v := remediations.CheckFloor(remediations.FloorInput{Spec: rr.Spec, Steps: names, Now: in.Facts, Conflicts: o.Conflicts,
+		Gates: in.Gates, Created: created(rr, now)}); v != nil {
 		o.Decision.Rule, o.Decision.RecheckAt, o.RequeueAfter = string(v.Invariant), nil, 0
 		o.Decision.Reasons = []string{v.Message, fmt.Sprintf("policy rule %s chose playbook %s", rule, playbook)}
 		o.Decision.Message = fmt.Sprintf("Refused by the safety floor (invariant %s): %s. Policy rule %s allowed playbook %s, but no policy can lift this invariant. %s",
 			v.Invariant, v.Message, rule, playbook, v.Invariant.Advice())
 		if v.Invariant == remediations.InvariantConcurrentRemediation {
 			return o.wait(now)
+		}
+		if v.RecheckAfter > 0 {
+			// Time alone lifts it (a Lease too young): decide again then, on fresh facts.
+			o.recheck(now.Add(max(v.RecheckAfter, minRecheck)))
 		}
 		return o.reject("Rejected by the safety floor: " + string(v.Invariant))
 	}
@@ -220,6 +249,16 @@ func (o Outcome) allowed(playbooks remediations.Playbooks, in DecisionInput) Out
 	o.EventType, o.EventReason = corev1.EventTypeNormal, v1alpha1.EventAccepted
 	o.EventMessage = fmt.Sprintf("Policy rule %s chose playbook %s: %s", rule, playbook, o.Decision.Message)
 	return o
+}
+
+// created is the request's creation, the time of its fencing statement. A request
+// that is not in the cluster yet (plan, on a pull request) will be created no
+// earlier than now.
+func created(rr *v1alpha1.RemediationRequest, now time.Time) time.Time {
+	if rr.CreationTimestamp.IsZero() {
+		return now
+	}
+	return rr.CreationTimestamp.Time
 }
 
 // conflictsIn lists the other Running requests on the same Lease or node as the

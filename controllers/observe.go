@@ -38,7 +38,7 @@ func observed(rr *v1alpha1.RemediationRequest) *v1alpha1.RemediationRequest {
 func (r *RemediationRequestReconciler) execution(s *scope) *remediations.Execution {
 	return &remediations.Execution{
 		RR: s.rr, Client: r.Client, Reader: r.Reader, Observer: observer{r: r, s: s},
-		Now: s.now, Timeouts: r.Timeouts, Playbooks: r.Playbooks,
+		Now: s.now, Timeouts: r.Timeouts, Playbooks: r.Playbooks, Gates: r.gates(),
 	}
 }
 

@@ -1,6 +1,7 @@
 package controllers
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -81,6 +82,9 @@ type RemediationRequestReconciler struct {
 	// is never reconciled by two workers at once (the work queue guarantees it), and
 	// the guards are exact across workers (slotTable).
 	Workers int
+	// Gates are the safety floor's minimums (--floor-* flags); zero fields mean the
+	// runbook's values. The heartbeat grace and the driver are the gatherer's.
+	Gates remediations.Gates
 	// Clock is the one clock of the reconciler: the scope's time, the windows, the
 	// timeouts, and the ages its gatherers measure (it overrides theirs); nil means
 	// the real clock.
@@ -169,9 +173,15 @@ func (r *RemediationRequestReconciler) Reconcile(ctx context.Context, req ctrl.R
 		return ctrl.Result{}, nil
 	}
 
+	// A finalizer write the API server refuses for good (admission, RBAC) is not
+	// retried without end: the playbook is aborted below, before its next step.
+	var finalizerRefused error
 	if rr.DeletionTimestamp.IsZero() && rr.Status.Phase == v1alpha1.PhaseRunning && remediations.NeedsRestore(rr.Status.Steps) {
 		if err := r.ensureFinalizer(ctx, rr); err != nil {
-			return ctrl.Result{}, err
+			if !remediations.RefusedForGood(err) {
+				return ctrl.Result{}, err
+			}
+			finalizerRefused = err
 		}
 	}
 	s := &scope{rr: rr, base: rr.DeepCopy(), now: r.clock().Now()}
@@ -196,7 +206,10 @@ func (r *RemediationRequestReconciler) Reconcile(ctx context.Context, req ctrl.R
 		}
 	}()
 
-	for _, p := range []phase{r.decide, r.honourSpecChange, r.runPlaybook} {
+	if finalizerRefused != nil {
+		return r.abort(ctx, s, fmt.Sprintf("the API server refused the restore finalizer a playbook that cordons needs (%v)", finalizerRefused))
+	}
+	for _, p := range []phase{r.breakGlass, r.decide, r.honourSpecChange, r.runPlaybook} {
 		res, err := p(ctx, s)
 		if err != nil || !res.IsZero() {
 			return res, err
@@ -210,6 +223,26 @@ func (r *RemediationRequestReconciler) clock() clock.PassiveClock {
 		return clock.RealClock{}
 	}
 	return r.Clock
+}
+
+// readGuards reads the guards' view the policy weighs. The reading itself holds the
+// slot table's lock (it drops the reservations of requests that are gone), the
+// evaluation that follows does not.
+func (r *RemediationRequestReconciler) readGuards(ctx context.Context, f *v1alpha1.Facts) ([]v1alpha1.RemediationRequest, error) {
+	r.slots.mu.Lock()
+	defer r.slots.mu.Unlock()
+	return r.guardOthers(ctx, f, r.slots.heldLocked())
+}
+
+// gates are the floor's minimums, with the heartbeat grace and the driver the
+// gatherer classifies and looks for.
+func (r *RemediationRequestReconciler) gates() remediations.Gates {
+	g := r.Gates
+	if r.Gatherer != nil {
+		g.HeartbeatGrace = cmp.Or(g.HeartbeatGrace, r.Gatherer.Config.NodeLeaseGracePeriod)
+		g.DriverName = cmp.Or(g.DriverName, r.Gatherer.Config.DriverName)
+	}
+	return g
 }
 
 // gatherer is g on the reconciler's clock.
@@ -251,15 +284,24 @@ func (r *RemediationRequestReconciler) decide(ctx context.Context, s *scope) (ct
 	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("gathering facts: %w", err)
 	}
-	// The guards are read and, when the playbook starts, its slot reserved in one
-	// critical section, so that two workers cannot both take the last slot.
+	// The policy is evaluated outside every lock, on the guards as read now: a slow
+	// policy holds up no other worker. Only the reservation is serialised: the guards
+	// are read again and, when the playbook starts, its slot reserved in one critical
+	// section, so that two workers cannot both take the last slot; the floor weighs
+	// the conflicts of that second reading.
+	in := DecisionInput{Request: rr, Facts: f, MaxConcurrent: r.MaxConcurrent, Gates: r.gates(), Now: s.now}
+	if in.Others, err = r.readGuards(ctx, f); err != nil {
+		return ctrl.Result{}, err
+	}
+	answer := Evaluate(r.Policy, in)
 	r.slots.mu.Lock()
 	others, err := r.guardOthers(ctx, f, r.slots.heldLocked())
 	if err != nil {
 		r.slots.mu.Unlock()
 		return ctrl.Result{}, err
 	}
-	o := Decide(r.Policy, r.Playbooks, DecisionInput{Request: rr, Facts: f, Others: others, MaxConcurrent: r.MaxConcurrent, Now: s.now})
+	in.Others = others
+	o := DecideWith(answer, r.Playbooks, in)
 	rr.Status.Facts = f
 	dec := o.Decision
 	rr.Status.Decision = &dec
@@ -281,21 +323,27 @@ func (r *RemediationRequestReconciler) decide(ctx context.Context, s *scope) (ct
 	return ctrl.Result{RequeueAfter: o.RequeueAfter}, nil
 }
 
-// runPlaybook advances a running playbook by one step.
+// runPlaybook advances a running playbook by one step. A request in any other
+// phase has nothing to restore and does not keep the restore finalizer.
 func (r *RemediationRequestReconciler) runPlaybook(ctx context.Context, s *scope) (ctrl.Result, error) {
 	rr := s.rr
 	if rr.Status.Phase != v1alpha1.PhaseRunning {
-		return ctrl.Result{}, nil
+		return ctrl.Result{}, r.releaseIdle(ctx, s)
 	}
 	run := r.execution(s)
 	// Only the start of a destructive step is gated: waits and restore steps finish
-	// even after the window closed, so nothing is left half-done.
+	// even after the window closed, so nothing is left half-done. Once the workload
+	// was evicted, the rest of the playbook is what brings it back, so a closed
+	// window no longer stops it (workloadEvicted).
+	afterEviction := ""
 	if next, ok := remediations.NextPending(rr.Status.Steps); ok && remediations.Destructive(next) {
 		inside, opens, err := MaintenanceWindow(rr.Spec.MaintenanceWindow, s.now)
 		switch {
 		case err != nil:
 			// Fail closed: a window that cannot be evaluated is not open.
 			return r.abort(ctx, s, fmt.Sprintf("spec.maintenanceWindow is invalid (%v)", err))
+		case !inside && workloadEvicted(rr.Status.Steps):
+			afterEviction = next
 		case !inside:
 			return r.windowClosed(ctx, s, run, next, opens)
 		}
@@ -308,18 +356,28 @@ func (r *RemediationRequestReconciler) runPlaybook(ctx context.Context, s *scope
 	if p.Transition != "" {
 		log.Info(p.Transition)
 	}
+	if afterEviction != "" && p.Started {
+		r.windowClosedAfterEviction(ctx, s, afterEviction)
+	}
 	switch {
 	case p.Failure != nil:
 		msg := p.Failure.Message
+		reason := p.Failure.Reason
 		restored, err := remediations.Restore(ctx, run, "the failure")
+		if rf, ok := remediations.IsRestoreFailure(err); ok {
+			reason, restored, err = remediations.ReasonRestoreFailed, rf.Message, nil
+		}
 		if err != nil {
 			return ctrl.Result{}, err
 		}
-		if restored != "" {
+		switch {
+		case reason == remediations.ReasonRestoreFailed:
+			msg += "; " + restored
+		case restored != "":
 			msg += "; restored: " + restored
 		}
 		rr.Status.Phase = v1alpha1.PhaseFailed
-		r.setCondition(rr, v1alpha1.ConditionSucceeded, metav1.ConditionFalse, p.Failure.Reason, msg)
+		r.setCondition(rr, v1alpha1.ConditionSucceeded, metav1.ConditionFalse, reason, msg)
 		r.setCondition(rr, v1alpha1.ConditionProgressing, metav1.ConditionFalse, v1alpha1.ReasonFailed, msg)
 		r.Recorder.Event(rr, corev1.EventTypeWarning, v1alpha1.EventFailed, msg)
 		return ctrl.Result{}, nil

@@ -1,9 +1,11 @@
 package remediations
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/remediator/remediator/api/v1alpha1"
 )
@@ -49,12 +51,86 @@ const (
 	InvariantPlaybookMismatch Invariant = "playbook-mismatch"
 	// InvariantDryRun means spec.mode is DryRun, which acts on nothing.
 	InvariantDryRun Invariant = "dry-run"
+	// InvariantLeaseTooYoung means the Lease of an unreachable or missing holder is
+	// younger than the runbook's minimum (Gates.UnreachableMinLeaseAge), counted from
+	// the later of its creation and acquisition: an operation in flight may still be
+	// finishing.
+	InvariantLeaseTooYoung Invariant = "lease-too-young"
+	// InvariantLeaseNotProvenStuck means the holder is healthy and nothing shows that
+	// its operation failed: no LeaseRetained Warning on this Lease's UID since the hold
+	// began, and the Lease is younger than Gates.HealthyStuckLeaseAge.
+	InvariantLeaseNotProvenStuck Invariant = "lease-not-proven-stuck"
+	// InvariantFencingStale means the holder gave a sign of life (a kube-node-lease
+	// renewal or a Ready heartbeat) after the fencing statement was made
+	// (spec.fencing.fencedAt, else the request's creation), or fencedAt is in the
+	// future: the statement no longer describes the node.
+	InvariantFencingStale Invariant = "fencing-stale"
+	// InvariantDriverNotConfigured means spec.driverName names a CSI driver other than
+	// the one the controller is configured for (--driver-name).
+	InvariantDriverNotConfigured Invariant = "driver-not-configured"
+	// InvariantNodeNotHealthy means the node whose node-plugin pod would be restarted
+	// is not Healthy: restarting the plugin on a node that is down or cut off repairs
+	// nothing and cannot be watched.
+	InvariantNodeNotHealthy Invariant = "node-not-healthy"
+	// InvariantPluginPodNotReady means the node's one node-plugin pod is not Running
+	// and Ready, or is terminating: a rollout is under way.
+	InvariantPluginPodNotReady Invariant = "plugin-pod-not-ready"
 )
+
+// Gates are the runbook's minimums the floor enforces. They are controller flags, so
+// tests and the demo may shorten them; no policy can. A zero field means the
+// runbook's value (DefaultGates), so a caller that forgets to set one gets the
+// strictest floor, never none.
+type Gates struct {
+	// UnreachableMinLeaseAge: an unreachable or missing holder's Lease is deleted only
+	// once this old (runbook: 5 minutes from its creation or later acquisition).
+	UnreachableMinLeaseAge time.Duration
+	// HealthyStuckLeaseAge: a healthy holder's Lease without a LeaseRetained Warning
+	// counts as stuck only once this old (runbook: 5-10 minutes; 10 here).
+	HealthyStuckLeaseAge time.Duration
+	// HeartbeatGrace: a node whose kubelet gave a sign of life within it is alive (the
+	// node-lease grace, kube-controller-manager's --node-monitor-grace-period).
+	HeartbeatGrace time.Duration
+	// DriverName is the configured CSI driver (--driver-name); empty means none is
+	// enforced (offline plan without a configuration).
+	DriverName string
+}
+
+// DefaultGates are the runbook's values.
+var DefaultGates = Gates{UnreachableMinLeaseAge: 5 * time.Minute, HealthyStuckLeaseAge: 10 * time.Minute, HeartbeatGrace: 50 * time.Second}
+
+// Effective fills zero fields with the runbook's values.
+func (g Gates) Effective() Gates {
+	if g.UnreachableMinLeaseAge <= 0 {
+		g.UnreachableMinLeaseAge = DefaultGates.UnreachableMinLeaseAge
+	}
+	if g.HealthyStuckLeaseAge <= 0 {
+		g.HealthyStuckLeaseAge = DefaultGates.HealthyStuckLeaseAge
+	}
+	if g.HeartbeatGrace <= 0 {
+		g.HeartbeatGrace = DefaultGates.HeartbeatGrace
+	}
+	return g
+}
+
+// Settings are the effective gates as status.decision.floor records them.
+func (g Gates) Settings() *v1alpha1.FloorSettings {
+	g = g.Effective()
+	return &v1alpha1.FloorSettings{
+		UnreachableMinLeaseAgeSeconds: int64(g.UnreachableMinLeaseAge / time.Second),
+		HealthyStuckLeaseAgeSeconds:   int64(g.HealthyStuckLeaseAge / time.Second),
+		HeartbeatGraceSeconds:         int64(g.HeartbeatGrace / time.Second),
+		DriverName:                    g.DriverName,
+	}
+}
 
 // Violation is a breached invariant with the facts that breached it.
 type Violation struct {
 	Invariant Invariant
 	Message   string
+	// RecheckAfter is set when time alone lifts the violation (a Lease that is too
+	// young): the request is decided again then, on fresh facts.
+	RecheckAfter time.Duration
 }
 
 func (v *Violation) Error() string { return fmt.Sprintf("safety floor %s: %s", v.Invariant, v.Message) }
@@ -75,10 +151,16 @@ type FloorInput struct {
 	Now *v1alpha1.Facts
 	// Conflicts are the other running requests on the same Lease or node.
 	Conflicts []string
+	// Gates are the runbook's minimums; zero fields mean the runbook's values.
+	Gates Gates
+	// Created is the request's creationTimestamp: the time of its fencing statement
+	// when spec.fencing.fencedAt is not set.
+	Created time.Time
 }
 
 // CheckFloor returns the first invariant the input breaches, or nil.
 func CheckFloor(in FloorInput) *Violation {
+	in.Gates = in.Gates.Effective()
 	if len(in.Conflicts) > 0 {
 		return violation(InvariantConcurrentRemediation, "another remediation is running on the same Lease or node: %s",
 			strings.Join(in.Conflicts, "; "))
@@ -106,7 +188,9 @@ func CheckFloor(in FloorInput) *Violation {
 		if in.Decided != nil && in.Decided.Target.Node != in.Now.Target.Node {
 			return violation(InvariantHolderStateChanged, "the decision was made for node %q, the request targets node %q", in.Decided.Target.Node, in.Now.Target.Node)
 		}
-		if in.Step == "" || in.Step == v1alpha1.StepDeletePluginPod {
+		// Every destructive step, the cordon included: a cordon of a node whose
+		// plugin is mid-rollout is already a disruption the runbook does not call for.
+		if in.Step != v1alpha1.StepUncordon {
 			return pluginFloor(in)
 		}
 	default:
@@ -148,9 +232,10 @@ func leaseFloor(in FloorInput) *Violation {
 	if n == nil || n.Name != l.HolderIdentity {
 		return violation(InvariantHolderStateUnproven, "the state of holder node %s was not established", l.HolderIdentity)
 	}
+	now := in.Now.GatheredAt.Time
 	switch n.State {
 	case v1alpha1.NodeShutdown:
-		return nil
+		return shutdownFloor(in, n, now)
 	case v1alpha1.NodeUnreachable, v1alpha1.NodeNotFound:
 		f := in.Spec.Fencing
 		switch {
@@ -161,11 +246,87 @@ func leaseFloor(in FloorInput) *Violation {
 			return violation(InvariantHolderNotFenced, "holder node %s is %s, but spec.fencing names node %q: a fencing statement covers only the node it names",
 				n.Name, n.State, f.Node)
 		}
-		return nil
+		if v := fencingFresh(in, n, now); v != nil {
+			return v
+		}
+		return leaseOldEnough(l, in.Gates.UnreachableMinLeaseAge, fmt.Sprintf("holder node %s is %s", n.Name, n.State))
 	case v1alpha1.NodeHealthy:
+		if v := provenStuck(l, in.Gates.HealthyStuckLeaseAge); v != nil {
+			return v
+		}
 		return healthyFloor(in)
 	}
 	return violation(InvariantHolderStateUnproven, "holder node %s is %s (%s)", l.HolderIdentity, nodeState(n), n.StateReason)
+}
+
+// shutdownFloor: a shutdown is the taint (an administrator's or the cloud
+// provider's word) and the kubelet's silence. A heartbeat within the grace period
+// means the kubelet runs, whatever the taint says, and may be running cryptsetup.
+func shutdownFloor(in FloorInput, n *v1alpha1.NodeFacts, now time.Time) *Violation {
+	// The taint itself is the gatherer's to find (ClassifyNode records Shutdown only
+	// with one); the floor checks again what would make acting on it fatal.
+	if n.Ready == "True" || n.HeartbeatFresh(now, in.Gates.HeartbeatGrace) {
+		return violation(InvariantHolderStateUnproven, "holder node %s carries a shutdown taint, but its kubelet still reports (Ready=%s, last heartbeat %s, within the grace period of %s): a node whose kubelet still reports is not shut down",
+			n.Name, cmp.Or(n.Ready, "none"), heartbeatString(n), in.Gates.HeartbeatGrace)
+	}
+	return nil
+}
+
+func heartbeatString(n *v1alpha1.NodeFacts) string {
+	if hb := n.NewestHeartbeat(); hb != nil {
+		return hb.UTC().Format(time.RFC3339)
+	}
+	return "none"
+}
+
+// fencingFresh: a fencing statement describes the node as it was when it was made.
+// A node that renewed its Lease or posted Ready afterwards came back, and whatever
+// was fenced then may run again now.
+func fencingFresh(in FloorInput, n *v1alpha1.NodeFacts, now time.Time) *Violation {
+	made, from := in.Created, "the request's creation"
+	if at := in.Spec.Fencing.FencedAt; at != nil {
+		if at.After(now) {
+			return violation(InvariantFencingStale, "spec.fencing.fencedAt %s is in the future (now %s)", at.UTC().Format(time.RFC3339), now.UTC().Format(time.RFC3339))
+		}
+		made, from = at.Time, "spec.fencing.fencedAt"
+	}
+	if made.IsZero() {
+		return violation(InvariantFencingStale, "the time of the fencing statement is unknown: neither spec.fencing.fencedAt nor the request's creation is set")
+	}
+	if n.HeartbeatSince(made) {
+		return violation(InvariantFencingStale, "holder node %s gave a heartbeat at %s, after the fencing statement (%s, %s): it came back since it was fenced, so the statement no longer holds",
+			n.Name, n.NewestHeartbeat().UTC().Format(time.RFC3339), from, made.UTC().Format(time.RFC3339))
+	}
+	return nil
+}
+
+// leaseOldEnough: the runbook gives an operation in flight min from the Lease's
+// creation (or a later acquisition), by server time, to finish. The gatherer
+// measures the age from the later of the two (LeaseFacts.AgeSeconds), so a slow
+// holder clock can only make the Lease look younger.
+func leaseOldEnough(l *v1alpha1.LeaseFacts, min time.Duration, who string) *Violation {
+	if age := time.Duration(l.AgeSeconds) * time.Second; age < min {
+		v := violation(InvariantLeaseTooYoung, "%s and Lease %s/%s is %s old, younger than the floor's %s (%s)",
+			who, l.Namespace, l.Name, age, min, cmp.Or(l.AgeFrom, "age counted from its creation or later acquisition"))
+		v.RecheckAfter = min - age
+		return v
+	}
+	return nil
+}
+
+// provenStuck: a healthy holder's Lease goes only on evidence that its operation
+// failed: a LeaseRetained Warning on this very Lease (the gatherer counts only those
+// naming its UID and last seen since its hold began), or an age past the point where
+// cryptsetup, which takes seconds, can still be running.
+func provenStuck(l *v1alpha1.LeaseFacts, stuck time.Duration) *Violation {
+	age := time.Duration(l.AgeSeconds) * time.Second
+	if l.RetainedEvents > 0 || age >= stuck {
+		return nil
+	}
+	v := violation(InvariantLeaseNotProvenStuck, "holder node %s is healthy and nothing proves its operation on Lease %s/%s failed: no LeaseRetained Warning names this Lease's UID since its hold began, and it is %s old, younger than the floor's %s",
+		l.HolderIdentity, l.Namespace, l.Name, age, stuck)
+	v.RecheckAfter = stuck - age
+	return v
 }
 
 // healthyFloor: a healthy holder may still be running cryptsetup for pods that use
@@ -197,6 +358,13 @@ func pluginFloor(in FloorInput) *Violation {
 	if f.Node == nil || !f.Node.Exists || f.CSI == nil {
 		return violation(InvariantHolderStateUnproven, "node %s or its CSI facts were not found", node)
 	}
+	if want := in.Gates.DriverName; want != "" && (f.DriverName != want || (in.Spec.DriverName != "" && in.Spec.DriverName != want)) {
+		return violation(InvariantDriverNotConfigured, "the request is about CSI driver %q, but this controller is configured for %q (--driver-name): restarting the node plugin for another driver's missing registration would disturb a healthy plugin",
+			cmp.Or(in.Spec.DriverName, f.DriverName), want)
+	}
+	if f.Node.State != v1alpha1.NodeHealthy {
+		return violation(InvariantNodeNotHealthy, "node %s is %s (%s), not Healthy: its node plugin is restarted only on a node whose kubelet reports", node, f.Node.State, f.Node.StateReason)
+	}
 	if d := in.Decided; d != nil && d.Target.Node != node {
 		return violation(InvariantHolderStateChanged, "the decision was made for node %q, the request targets node %q", d.Target.Node, node)
 	}
@@ -210,6 +378,9 @@ func pluginFloor(in FloorInput) *Violation {
 	if len(f.CSI.PluginPods) != 1 {
 		return violation(InvariantPluginPodsOverlap, "node %s runs %d node-plugin pods (%s), not exactly one; restarting one while another overlaps it deregisters the driver again",
 			node, len(f.CSI.PluginPods), PodList(f.CSI.PluginPods))
+	}
+	if p := f.CSI.PluginPods[0]; p.Phase != "Running" || !p.Ready || p.DeletionTimestamp != nil {
+		return violation(InvariantPluginPodNotReady, "the node-plugin pod on node %s is %s, not Running, Ready and in place", node, p)
 	}
 	if d := in.Decided; d != nil && (d.CSI == nil || len(d.CSI.PluginPods) != 1 || d.CSI.PluginPods[0].UID != f.CSI.PluginPods[0].UID) {
 		return violation(InvariantPluginPodsOverlap, "the node-plugin pod on node %s is now %s, not the one the decision was made on",
@@ -280,6 +451,18 @@ func (i Invariant) Advice() string {
 		return "The request's status does not match a playbook this controller runs; create a new request."
 	case InvariantDryRun:
 		return "Set spec.mode: Apply in a new request to act."
+	case InvariantLeaseTooYoung:
+		return "Wait: the request is decided again when the Lease is old enough."
+	case InvariantLeaseNotProvenStuck:
+		return "Read the trident-main logs of the holder's Trident node pod; the request is decided again when the Lease is old enough to count as stuck, or when Trident reports LeaseRetained on it."
+	case InvariantFencingStale:
+		return "The holder came back after it was fenced: fence it again (shut it down, or stop its Trident node container), then set spec.fencing.fencedAt to the time you did, in a new pull request."
+	case InvariantDriverNotConfigured:
+		return "Remove spec.driverName, or run a controller configured for that driver (--driver-name)."
+	case InvariantNodeNotHealthy:
+		return "Bring the node back (its kubelet must report Ready), then re-submit; a node that is down needs no plugin restart."
+	case InvariantPluginPodNotReady:
+		return "Wait until the node's plugin pod is Running and Ready (the DaemonSet rollout has finished), then re-submit."
 	}
 	return ""
 }

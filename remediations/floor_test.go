@@ -2,20 +2,53 @@ package remediations
 
 import (
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/remediator/remediator/api/v1alpha1"
 )
 
+// factsAt is when the fixtures' facts were factsAt. The Lease was requestAt an hour
+// before, the request half an hour before; a silent node's last heartbeat is older
+// than both, a healthy node's a few seconds old.
+var (
+	factsAt   = time.Date(2026, 12, 2, 3, 0, 0, 0, time.UTC)
+	requestAt = factsAt.Add(-30 * time.Minute)
+)
+
+func ago(d time.Duration) *metav1.Time { t := metav1.NewTime(factsAt.Add(-d)); return &t }
+
+// nodeFacts are the facts of a node in state, as ClassifyNode records them.
+func nodeFacts(name string, state v1alpha1.NodeState) *v1alpha1.NodeFacts {
+	n := &v1alpha1.NodeFacts{Name: name, Exists: state != v1alpha1.NodeNotFound, State: state, StateReason: "test", LeaseRenewAgeSeconds: -1, HeartbeatAgeSeconds: -1}
+	silent := func(ready string) {
+		n.Ready, n.LeaseRenewTime, n.ReadyHeartbeatTime = ready, ago(2*time.Hour), ago(2*time.Hour)
+	}
+	switch state {
+	case v1alpha1.NodeShutdown:
+		silent("False")
+		n.Taints = []string{v1alpha1.TaintOutOfService}
+	case v1alpha1.NodeUnreachable:
+		silent("Unknown")
+		n.Taints = []string{v1alpha1.TaintUnreachable}
+	case v1alpha1.NodeHealthy:
+		n.Ready, n.LeaseRenewTime, n.ReadyHeartbeatTime = "True", ago(5*time.Second), ago(10*time.Second)
+	}
+	return n
+}
+
 // leaseFacts are the facts of a Lease held by node-a, whose state is given.
 func leaseFacts(state v1alpha1.NodeState, pods ...string) *v1alpha1.Facts {
 	f := &v1alpha1.Facts{
+		GatheredAt:       metav1.NewTime(factsAt),
 		TridentNamespace: "trident", DriverName: "csi.trident.netapp.io",
 		Target: v1alpha1.TargetFacts{Found: true, PersistentVolume: "pvc-1", PersistentVolumeClaim: "app/data"},
-		Lease:  &v1alpha1.LeaseFacts{Namespace: "trident", Name: "pvc-1", Exists: true, UID: "lease-uid", ResourceVersion: "10", HolderIdentity: "node-a"},
-		Node:   &v1alpha1.NodeFacts{Name: "node-a", Exists: state != v1alpha1.NodeNotFound, State: state, StateReason: "test"},
+		Lease: &v1alpha1.LeaseFacts{Namespace: "trident", Name: "pvc-1", Exists: true, UID: "lease-uid", ResourceVersion: "10", HolderIdentity: "node-a",
+			AgeSeconds: 3600},
+		Node: nodeFacts("node-a", state),
 	}
 	for _, p := range pods {
 		f.AffectedPods = append(f.AffectedPods, v1alpha1.PodFacts{Namespace: "app", Name: p, UID: p + "-uid", Node: "node-a"})
@@ -25,19 +58,26 @@ func leaseFacts(state v1alpha1.NodeState, pods ...string) *v1alpha1.Facts {
 
 func csiFacts(registered bool, pods ...string) *v1alpha1.Facts {
 	f := &v1alpha1.Facts{
+		GatheredAt:       metav1.NewTime(factsAt),
 		TridentNamespace: "trident", DriverName: "csi.trident.netapp.io",
 		Target: v1alpha1.TargetFacts{Found: true, Node: "node-b"},
-		Node:   &v1alpha1.NodeFacts{Name: "node-b", Exists: true, State: v1alpha1.NodeHealthy},
+		Node:   nodeFacts("node-b", v1alpha1.NodeHealthy),
 		CSI:    &v1alpha1.CSIFacts{CSINodeExists: true, DriverRegistered: registered},
 	}
 	for _, p := range pods {
-		f.CSI.PluginPods = append(f.CSI.PluginPods, v1alpha1.PodFacts{Namespace: "trident", Name: p, UID: p + "-uid", Node: "node-b"})
+		f.CSI.PluginPods = append(f.CSI.PluginPods, v1alpha1.PodFacts{Namespace: "trident", Name: p, UID: p + "-uid", Node: "node-b", Phase: "Running", Ready: true})
 	}
 	return f
 }
 
 func fenced(node string) v1alpha1.RemediationRequestSpec {
 	return v1alpha1.RemediationRequestSpec{Fencing: &v1alpha1.Fencing{Confirmed: true, Method: v1alpha1.FencingNodeShutdown, Node: node}}
+}
+
+func fencedAt(node string, at *metav1.Time) v1alpha1.RemediationRequestSpec {
+	s := fenced(node)
+	s.Fencing.FencedAt = at
+	return s
 }
 
 func with(f *v1alpha1.Facts, change func(*v1alpha1.Facts)) *v1alpha1.Facts {
@@ -73,11 +113,66 @@ func TestCheckFloor(t *testing.T) {
 		{"another request runs on the Lease", FloorInput{Steps: release, Now: leaseFacts(v1alpha1.NodeShutdown), Conflicts: []string{"ns/other (Running, on Lease trident/pvc-1)"}}, InvariantConcurrentRemediation},
 		{"no facts", FloorInput{Steps: release}, InvariantHolderStateUnproven},
 
+		// The runbook's gates, which no policy can lower (issue 22).
+		{"shutdown taint, but the kubelet still renews its node Lease", FloorInput{Steps: release, Now: with(leaseFacts(v1alpha1.NodeShutdown), func(f *v1alpha1.Facts) {
+			f.Node.LeaseRenewTime = ago(3 * time.Second)
+		})}, InvariantHolderStateUnproven},
+		{"shutdown taint, but the kubelet still posts Ready=False", FloorInput{Steps: release, Now: with(leaseFacts(v1alpha1.NodeShutdown), func(f *v1alpha1.Facts) {
+			f.Node.ReadyHeartbeatTime = ago(20 * time.Second)
+		})}, InvariantHolderStateUnproven},
+		{"shutdown, heartbeat just past a shortened grace", FloorInput{Steps: release, Gates: Gates{HeartbeatGrace: 10 * time.Second}, Now: with(leaseFacts(v1alpha1.NodeShutdown), func(f *v1alpha1.Facts) {
+			f.Node.ReadyHeartbeatTime = ago(20 * time.Second)
+		})}, ""},
+		{"recorded Shutdown but Ready=True", FloorInput{Steps: release, Now: with(leaseFacts(v1alpha1.NodeShutdown), func(f *v1alpha1.Facts) { f.Node.Ready = "True" })}, InvariantHolderStateUnproven},
+		{"fenced unreachable holder, Lease one minute old", FloorInput{Spec: fenced("node-a"), Steps: release, Now: with(leaseFacts(v1alpha1.NodeUnreachable), func(f *v1alpha1.Facts) {
+			f.Lease.AgeSeconds = 60
+		})}, InvariantLeaseTooYoung},
+		{"fenced unreachable holder, Lease re-acquired a minute ago", FloorInput{Spec: fenced("node-a"), Steps: release, Now: with(leaseFacts(v1alpha1.NodeUnreachable), func(f *v1alpha1.Facts) {
+			f.Lease.AgeSeconds = 60
+		})}, InvariantLeaseTooYoung},
+		{"fenced unreachable holder, Lease past a shortened gate", FloorInput{Spec: fenced("node-a"), Steps: release, Gates: Gates{UnreachableMinLeaseAge: 30 * time.Second}, Now: with(leaseFacts(v1alpha1.NodeUnreachable), func(f *v1alpha1.Facts) {
+			f.Lease.AgeSeconds = 60
+		})}, ""},
+		{"fenced missing holder, Lease one minute old", FloorInput{Spec: fenced("node-a"), Steps: release, Now: with(leaseFacts(v1alpha1.NodeNotFound), func(f *v1alpha1.Facts) {
+			f.Lease.AgeSeconds = 60
+		})}, InvariantLeaseTooYoung},
+		{"fencing statement older than the holder's last heartbeat", FloorInput{Spec: fenced("node-a"), Steps: release, Now: with(leaseFacts(v1alpha1.NodeUnreachable), func(f *v1alpha1.Facts) {
+			f.Node.LeaseRenewTime = ago(10 * time.Minute) // the request was created 30 minutes ago
+		})}, InvariantFencingStale},
+		{"fencedAt after the holder's last heartbeat", FloorInput{Spec: fencedAt("node-a", ago(5*time.Minute)), Steps: release, Now: with(leaseFacts(v1alpha1.NodeUnreachable), func(f *v1alpha1.Facts) {
+			f.Node.LeaseRenewTime = ago(10 * time.Minute)
+		})}, ""},
+		{"fencedAt before the holder's last heartbeat", FloorInput{Spec: fencedAt("node-a", ago(3*time.Hour)), Steps: release, Now: leaseFacts(v1alpha1.NodeUnreachable)}, InvariantFencingStale},
+		{"fencedAt in the future", FloorInput{Spec: fencedAt("node-a", ago(-time.Minute)), Steps: release, Now: leaseFacts(v1alpha1.NodeUnreachable)}, InvariantFencingStale},
+		{"healthy holder, young Lease, no LeaseRetained", FloorInput{Steps: move, Now: with(leaseFacts(v1alpha1.NodeHealthy, "web-0"), func(f *v1alpha1.Facts) {
+			f.Lease.AgeSeconds = 60
+		})}, InvariantLeaseNotProvenStuck},
+		{"healthy holder, young Lease, LeaseRetained on it", FloorInput{Steps: move, Now: with(leaseFacts(v1alpha1.NodeHealthy, "web-0"), func(f *v1alpha1.Facts) {
+			f.Lease.AgeSeconds, f.Lease.RetainedEvents = 60, 2
+		})}, ""},
+		{"healthy holder, young Lease, LeaseRetained only on another incarnation", FloorInput{Steps: move, Now: with(leaseFacts(v1alpha1.NodeHealthy, "web-0"), func(f *v1alpha1.Facts) {
+			f.Lease.AgeSeconds, f.Lease.IgnoredRetainedEvents = 60, 3
+		})}, InvariantLeaseNotProvenStuck},
+		{"healthy holder, young Lease past a shortened gate", FloorInput{Steps: move, Gates: Gates{HealthyStuckLeaseAge: 40 * time.Second}, Now: with(leaseFacts(v1alpha1.NodeHealthy, "web-0"), func(f *v1alpha1.Facts) {
+			f.Lease.AgeSeconds = 60
+		})}, ""},
+		{"evict, healthy holder's Lease re-acquired since the decision", FloorInput{Steps: move, Step: "deleteAffectedPods", Decided: leaseFacts(v1alpha1.NodeHealthy, "web-0"),
+			Now: with(leaseFacts(v1alpha1.NodeHealthy, "web-0"), func(f *v1alpha1.Facts) { f.Lease.AgeSeconds = 1 })}, InvariantLeaseNotProvenStuck},
+		{"CSI: the node is not Healthy", FloorInput{Steps: restart, Now: with(csiFacts(false, "trident-csi-a"), func(f *v1alpha1.Facts) { f.Node = nodeFacts("node-b", v1alpha1.NodeUnreachable) })}, InvariantNodeNotHealthy},
+		{"CSI: the plugin pod is not Ready", FloorInput{Steps: restart, Now: with(csiFacts(false, "trident-csi-a"), func(f *v1alpha1.Facts) { f.CSI.PluginPods[0].Ready = false })}, InvariantPluginPodNotReady},
+		{"CSI: the plugin pod is Pending", FloorInput{Steps: restart, Now: with(csiFacts(false, "trident-csi-a"), func(f *v1alpha1.Facts) { f.CSI.PluginPods[0].Phase = "Pending" })}, InvariantPluginPodNotReady},
+		{"CSI: the plugin pod is terminating", FloorInput{Steps: restart, Now: with(csiFacts(false, "trident-csi-a"), func(f *v1alpha1.Facts) { f.CSI.PluginPods[0].DeletionTimestamp = ago(time.Second) })}, InvariantPluginPodNotReady},
+		{"CSI: spec.driverName is not the configured driver", FloorInput{Spec: v1alpha1.RemediationRequestSpec{Remediation: v1alpha1.RemediationReregisterCSIDriver, DriverName: "csi.trident.netapp.com"}, Steps: restart,
+			Now: with(csiFacts(false, "trident-csi-a"), func(f *v1alpha1.Facts) { f.DriverName = "csi.trident.netapp.com" })}, InvariantDriverNotConfigured},
+		{"CSI: cordon, a second plugin pod appeared", FloorInput{Steps: restart, Step: "cordon", Decided: csiFacts(false, "trident-csi-a"), Now: csiFacts(false, "trident-csi-a", "trident-csi-2-b")}, InvariantPluginPodsOverlap},
+		{"CSI: cordon, the node dropped off", FloorInput{Steps: restart, Step: "cordon", Decided: csiFacts(false, "trident-csi-a"),
+			Now: with(csiFacts(false, "trident-csi-a"), func(f *v1alpha1.Facts) { f.Node = nodeFacts("node-b", v1alpha1.NodeUnreachable) })}, InvariantNodeNotHealthy},
+
 		// Right before a destructive step, against the decision's facts.
 		{"deleteLease, unchanged", FloorInput{Steps: release, Step: "deleteLease", Decided: leaseFacts(v1alpha1.NodeShutdown), Now: leaseFacts(v1alpha1.NodeShutdown)}, ""},
 		{"deleteLease, Lease passed to another holder", FloorInput{Steps: release, Step: "deleteLease", Decided: leaseFacts(v1alpha1.NodeShutdown),
 			Now: with(leaseFacts(v1alpha1.NodeShutdown), func(f *v1alpha1.Facts) { f.Lease.HolderIdentity = "node-b" })}, InvariantLeaseChanged},
-		{"deleteLease, Lease re-created", FloorInput{Steps: release, Step: "deleteLease", Decided: leaseFacts(v1alpha1.NodeShutdown),
+		{"deleteLease, Lease re-requestAt", FloorInput{Steps: release, Step: "deleteLease", Decided: leaseFacts(v1alpha1.NodeShutdown),
 			Now: with(leaseFacts(v1alpha1.NodeShutdown), func(f *v1alpha1.Facts) { f.Lease.UID = "other" })}, InvariantLeaseChanged},
 		{"deleteLease, Lease updated", FloorInput{Steps: release, Step: "deleteLease", Decided: leaseFacts(v1alpha1.NodeShutdown),
 			Now: with(leaseFacts(v1alpha1.NodeShutdown), func(f *v1alpha1.Facts) { f.Lease.ResourceVersion = "11" })}, InvariantLeaseChanged},
@@ -131,6 +226,12 @@ func TestCheckFloor(t *testing.T) {
 					tc.in.Spec.Remediation = v1alpha1.RemediationReregisterCSIDriver
 				}
 			}
+			if tc.in.Created.IsZero() {
+				tc.in.Created = requestAt
+			}
+			if tc.in.Gates.DriverName == "" {
+				tc.in.Gates.DriverName = "csi.trident.netapp.io"
+			}
 			v := CheckFloor(tc.in)
 			if tc.want == "" {
 				assert.Nil(t, v)
@@ -146,4 +247,20 @@ func TestCheckFloor(t *testing.T) {
 func TestInvariantReason(t *testing.T) {
 	assert.Equal(t, "HolderNotFenced", InvariantHolderNotFenced.Reason())
 	assert.Equal(t, "HealthyHolderPodsRunning", InvariantHealthyHolderPodsRunning.Reason())
+}
+
+func TestGatesEffective(t *testing.T) {
+	assert.Equal(t, DefaultGates, Gates{}.Effective(), "a zero Gates is the runbook's floor, never none")
+	assert.Equal(t, DefaultGates, Gates{UnreachableMinLeaseAge: -time.Second}.Effective())
+	short := Gates{UnreachableMinLeaseAge: time.Second, HealthyStuckLeaseAge: 2 * time.Second, HeartbeatGrace: 3 * time.Second, DriverName: "d"}
+	assert.Equal(t, short, short.Effective())
+	assert.Equal(t, &v1alpha1.FloorSettings{UnreachableMinLeaseAgeSeconds: 300, HealthyStuckLeaseAgeSeconds: 600, HeartbeatGraceSeconds: 50}, Gates{}.Settings())
+}
+
+func TestTooYoungSaysWhenToRecheck(t *testing.T) {
+	v := CheckFloor(FloorInput{Spec: v1alpha1.RemediationRequestSpec{Remediation: v1alpha1.RemediationReleaseLUKSLease, Fencing: fenced("node-a").Fencing},
+		Steps: []string{"deleteLease"}, Created: requestAt, Now: with(leaseFacts(v1alpha1.NodeUnreachable), func(f *v1alpha1.Facts) { f.Lease.AgeSeconds = 60 })})
+	require.NotNil(t, v)
+	assert.Equal(t, InvariantLeaseTooYoung, v.Invariant)
+	assert.Equal(t, 4*time.Minute, v.RecheckAfter)
 }

@@ -1,6 +1,7 @@
 package remediations
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -37,6 +38,9 @@ type Execution struct {
 	// Playbooks are the playbooks the journal must match: status.steps is checked
 	// against the decided playbook's steps before every destructive step.
 	Playbooks Playbooks
+	// Gates are the safety floor's minimums, checked again before every destructive
+	// step; zero fields mean the runbook's values.
+	Gates Gates
 
 	// observed caches one Observe per Advance: the Done check, the floor and the
 	// step act on the same reading.
@@ -93,11 +97,16 @@ func (r *Execution) floor(step string) *Violation {
 		return violation(InvariantPlaybookMismatch, "the journal lists steps %s, not those of playbook %q", strings.Join(names, " -> "), d.Playbook)
 	}
 	return CheckFloor(FloorInput{Spec: r.RR.Spec, Steps: want, Step: step, Decided: r.RR.Status.Facts,
-		Now: r.observed, Conflicts: r.conflicts})
+		Now: r.observed, Conflicts: r.conflicts, Gates: r.Gates, Created: r.RR.CreationTimestamp.Time})
 }
 
-// Timeouts bound the steps that wait on the cluster.
+// Timeouts bound every step from its StartedAt, and the restore from its first
+// attempt. A zero field means its default, never "no bound": a step that can retry
+// for ever keeps its request Running and its disruptive slot for ever.
 type Timeouts struct {
+	// Step bounds the steps that write once (cordon, deleteLease, uncordon) and the
+	// restore: how long their errors are retried before the playbook fails.
+	Step time.Duration
 	// Eviction is how long deleteAffectedPods keeps retrying evictions a
 	// PodDisruptionBudget refuses.
 	Eviction time.Duration
@@ -109,7 +118,20 @@ type Timeouts struct {
 }
 
 // DefaultTimeouts are generous: a wait that times out restores and fails the request.
-var DefaultTimeouts = Timeouts{Eviction: 10 * time.Minute, PodTermination: 10 * time.Minute, PluginRestart: 5 * time.Minute}
+// A write step is one call that succeeds in moments; five minutes rides out an API
+// server restart or a leader change of etcd, not a refusal (refusedForGood).
+var DefaultTimeouts = Timeouts{Step: 5 * time.Minute, Eviction: 10 * time.Minute, PodTermination: 10 * time.Minute, PluginRestart: 5 * time.Minute}
+
+// step, eviction, podTermination and pluginRestart are the bounds in force: the
+// configured ones, or the defaults for those left zero.
+func (t Timeouts) step() time.Duration     { return cmp.Or(t.Step, DefaultTimeouts.Step) }
+func (t Timeouts) eviction() time.Duration { return cmp.Or(t.Eviction, DefaultTimeouts.Eviction) }
+func (t Timeouts) podTermination() time.Duration {
+	return cmp.Or(t.PodTermination, DefaultTimeouts.PodTermination)
+}
+func (t Timeouts) pluginRestart() time.Duration {
+	return cmp.Or(t.PluginRestart, DefaultTimeouts.PluginRestart)
+}
 
 func (r *Execution) owner() string { return r.RR.Namespace + "/" + r.RR.Name }
 
@@ -127,9 +149,13 @@ type Outcome struct {
 type Failure struct {
 	Reason  string
 	Message string
+	// cause is the error the failure was made from, if any, for errors.Is and As.
+	cause error
 }
 
 func (f *Failure) Error() string { return f.Message }
+
+func (f *Failure) Unwrap() error { return f.cause }
 
 func fail(format string, args ...any) error {
 	return &Failure{Reason: v1alpha1.ReasonStepFailed, Message: fmt.Sprintf(format, args...)}
@@ -141,7 +167,7 @@ type Step interface {
 	Done(ctx context.Context, r *Execution) (Outcome, error)
 	// Run acts, idempotently; an already-done effect is a success.
 	Run(ctx context.Context, r *Execution) (Outcome, error)
-	// Timeout bounds the step from its StartedAt; zero means none.
+	// Timeout bounds the step from its StartedAt, errors included; it is never zero.
 	Timeout(r *Execution) time.Duration
 }
 
@@ -231,8 +257,8 @@ func nodeOutcome(n *corev1.Node, msg string) Outcome {
 func patchNode(ctx context.Context, r *Execution, n *corev1.Node, what string, change func(*corev1.Node)) error {
 	before := n.DeepCopy()
 	change(n)
-	if err := r.Client.Patch(ctx, n, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
-		return fmt.Errorf("%s node %s: %w", what, n.Name, err)
+	if err := r.Client.Patch(ctx, n, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{}), client.FieldOwner(FieldManager)); err != nil {
+		return writeFailed(err, "%s node %s", what, n.Name)
 	}
 	return nil
 }
@@ -241,7 +267,7 @@ func patchNode(ctx context.Context, r *Execution, n *corev1.Node, what string, c
 // it. A node that was already cordoned is left as it is and will stay cordoned.
 type cordon struct{}
 
-func (cordon) Timeout(*Execution) time.Duration { return 0 }
+func (cordon) Timeout(r *Execution) time.Duration { return r.Timeouts.step() }
 
 // cordoned reports whether n is already cordoned, and by whom.
 func cordoned(r *Execution, n *corev1.Node) (Outcome, bool) {
@@ -286,10 +312,12 @@ func (cordon) Run(ctx context.Context, r *Execution) (Outcome, error) {
 	return nodeOutcome(n, fmt.Sprintf("Cordoned node %s", name)), nil
 }
 
-// uncordon undoes cordon, only when this request cordoned the node.
+// uncordon undoes cordon, only when this request cordoned the node and nobody else
+// asserted the cordon since (CordonAssertedBy): such a cordon is left in place, and
+// only this request's mark is removed.
 type uncordon struct{}
 
-func (uncordon) Timeout(*Execution) time.Duration { return 0 }
+func (uncordon) Timeout(r *Execution) time.Duration { return r.Timeouts.step() }
 
 // leftAlone reports whether there is nothing for uncordon to undo on the node.
 func leftAlone(r *Execution, name string, n *corev1.Node) (Outcome, bool) {
@@ -319,13 +347,32 @@ func (uncordon) Run(ctx context.Context, r *Execution) (Outcome, error) {
 	if out, ok := leftAlone(r, name, n); ok {
 		return out, nil
 	}
+	if others := CordonAssertedBy(n); n.Spec.Unschedulable && len(others) > 0 {
+		err := patchNode(ctx, r, n, "removing the cordoned-by mark from", func(n *corev1.Node) {
+			delete(n.Annotations, CordonedByAnnotation)
+		})
+		if err != nil {
+			return gone(name, err)
+		}
+		return nodeOutcome(n, fmt.Sprintf("Node %s left cordoned: %s also set spec.unschedulable during the run, so the cordon is theirs now; only this request's %s mark was removed",
+			name, strings.Join(others, ", "), CordonedByAnnotation)), nil
+	}
 	if err := patchNode(ctx, r, n, "uncordoning", func(n *corev1.Node) {
 		n.Spec.Unschedulable = false
 		delete(n.Annotations, CordonedByAnnotation)
 	}); err != nil {
-		return Outcome{}, err
+		return gone(name, err)
 	}
 	return nodeOutcome(n, fmt.Sprintf("Uncordoned node %s", name)), nil
+}
+
+// gone turns a NotFound from an uncordon's patch into success: a node deleted
+// since it was read has no cordon left to undo. Any other error stands.
+func gone(name string, err error) (Outcome, error) {
+	if apierrors.IsNotFound(err) {
+		return Outcome{Done: true, Message: fmt.Sprintf("Node %s no longer exists", name)}, nil
+	}
+	return Outcome{}, err
 }
 
 // podState reads one recorded pod: gone (deleted or replaced by a pod with another
@@ -350,7 +397,7 @@ func podState(ctx context.Context, r *Execution, p v1alpha1.PodFacts) (*corev1.P
 // sets a grace period and never forces.
 type deleteAffectedPods struct{}
 
-func (deleteAffectedPods) Timeout(r *Execution) time.Duration { return r.Timeouts.Eviction }
+func (deleteAffectedPods) Timeout(r *Execution) time.Duration { return r.Timeouts.eviction() }
 
 func (deleteAffectedPods) Done(ctx context.Context, r *Execution) (Outcome, error) {
 	f, _, err := r.fresh(ctx)
@@ -436,7 +483,7 @@ func evict(ctx context.Context, r *Execution, pod *corev1.Pod) (refused string, 
 	case ctx.Err() == nil && errors.Is(callCtx.Err(), context.DeadlineExceeded):
 		return fmt.Sprintf("%s/%s (the Eviction API asked to retry later for %s)", pod.Namespace, pod.Name, evictionCallTimeout), nil
 	}
-	return "", fmt.Errorf("evicting pod %s/%s: %w", pod.Namespace, pod.Name, err)
+	return "", writeFailed(err, "evicting pod %s/%s", pod.Namespace, pod.Name)
 }
 
 // evictionCallTimeout bounds one eviction call, client-go's own retries included.
@@ -445,7 +492,7 @@ const evictionCallTimeout = 5 * time.Second
 // waitPodsGone waits until the evicted pods have terminated.
 type waitPodsGone struct{}
 
-func (waitPodsGone) Timeout(r *Execution) time.Duration { return r.Timeouts.PodTermination }
+func (waitPodsGone) Timeout(r *Execution) time.Duration { return r.Timeouts.podTermination() }
 
 // Done lists the pods that use the volume on the holder again: it waits for every
 // such pod, not only the ones recorded at decision time.

@@ -3,6 +3,7 @@ package v1alpha1
 import (
 	"cmp"
 	"fmt"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -216,4 +217,44 @@ type CSIFacts struct {
 	// +listType=atomic
 	// +optional
 	PluginPods []PodFacts `json:"pluginPods,omitempty"`
+}
+
+// NewestHeartbeat is the newer of the node's kube-node-lease renewal and its Ready
+// heartbeat, or nil when it has neither.
+func (n NodeFacts) NewestHeartbeat() *metav1.Time {
+	var last *metav1.Time
+	for _, t := range []*metav1.Time{n.LeaseRenewTime, n.ReadyHeartbeatTime} {
+		if t != nil && (last == nil || t.After(last.Time)) {
+			c := *t
+			last = &c
+		}
+	}
+	return last
+}
+
+// HeartbeatFresh reports whether the node's kubelet gave a sign of life (a
+// kube-node-lease renewal or a Ready heartbeat) within grace of now. A heartbeat in
+// the future (clock skew) counts as fresh.
+func (n NodeFacts) HeartbeatFresh(now time.Time, grace time.Duration) bool {
+	hb := n.NewestHeartbeat()
+	return hb != nil && now.Sub(hb.Time) <= grace
+}
+
+// HeartbeatSince reports whether the node's kubelet gave a sign of life after t.
+func (n NodeFacts) HeartbeatSince(t time.Time) bool {
+	hb := n.NewestHeartbeat()
+	return hb != nil && hb.After(t)
+}
+
+// HeldSince is when the current holder's hold on the Lease began: the later of its
+// creationTimestamp (server time) and acquireTime (the holder's clock), so that a
+// slow holder clock can only make the hold look younger. Zero when neither is set.
+func (l LeaseFacts) HeldSince() time.Time {
+	var t time.Time
+	for _, ts := range []*metav1.Time{l.CreationTimestamp, l.AcquireTime} {
+		if ts != nil && ts.After(t) {
+			t = ts.Time
+		}
+	}
+	return t
 }

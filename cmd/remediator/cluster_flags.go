@@ -19,6 +19,7 @@ import (
 
 	"github.com/remediator/remediator/api/v1alpha1"
 	"github.com/remediator/remediator/controllers/facts"
+	"github.com/remediator/remediator/remediations"
 )
 
 // connectionFlags say how to reach the API server, and how fast to talk to it.
@@ -41,6 +42,9 @@ type clusterFlags struct {
 	driverName           string
 	nodePluginSelector   string
 	nodeLeaseGracePeriod time.Duration
+
+	floorUnreachableLeaseAge time.Duration
+	floorHealthyLeaseAge     time.Duration
 }
 
 // newConnectionFlags returns kubectl's connection flags; withNamespace keeps
@@ -77,7 +81,21 @@ func (c *clusterFlags) addFlags(fs *pflag.FlagSet, liveOnly string) {
 	fs.StringVar(&c.driverName, "driver-name", facts.DefaultDriverName, "CSI driver name Trident registers on CSINodes"+liveOnly)
 	fs.StringVar(&c.nodePluginSelector, "node-plugin-selector", facts.DefaultNodePluginSelector, "Label selector of Trident's node-plugin pods"+liveOnly)
 	fs.DurationVar(&c.nodeLeaseGracePeriod, "node-lease-grace-period", facts.DefaultNodeLeaseGracePeriod,
-		"Age of a kube-node-lease renewal after which a node counts as unreachable; match kube-controller-manager's --node-monitor-grace-period"+liveOnly)
+		"Age of a node's last heartbeat (kube-node-lease renewal, Ready heartbeat) after which it counts as silent: unreachable, or, with a shutdown taint, shut down; match kube-controller-manager's --node-monitor-grace-period (50s since Kubernetes 1.32)"+liveOnly)
+	fs.DurationVar(&c.floorUnreachableLeaseAge, "floor-unreachable-lease-age", remediations.DefaultGates.UnreachableMinLeaseAge,
+		"Safety floor: the age (from its creation or later acquisition) a Lease held by an unreachable or missing holder must reach before it is deleted, whatever the policy says; the runbook's 5m unless shortened for tests")
+	fs.DurationVar(&c.floorHealthyLeaseAge, "floor-healthy-lease-age", remediations.DefaultGates.HealthyStuckLeaseAge,
+		"Safety floor: the age at which a healthy holder's Lease with no LeaseRetained Warning on it counts as stuck, whatever the policy says; the runbook's 10m unless shortened for tests")
+}
+
+// gates are the safety floor's minimums the flags set.
+func (c *clusterFlags) gates() (remediations.Gates, error) {
+	if c.floorUnreachableLeaseAge <= 0 || c.floorHealthyLeaseAge <= 0 {
+		return remediations.Gates{}, fmt.Errorf("--floor-unreachable-lease-age and --floor-healthy-lease-age must be positive, got %s and %s",
+			c.floorUnreachableLeaseAge, c.floorHealthyLeaseAge)
+	}
+	return remediations.Gates{UnreachableMinLeaseAge: c.floorUnreachableLeaseAge, HealthyStuckLeaseAge: c.floorHealthyLeaseAge,
+		HeartbeatGrace: c.nodeLeaseGracePeriod, DriverName: c.driverName}, nil
 }
 
 // factsConfig checks the Trident flags and returns the gatherer's configuration.

@@ -33,6 +33,7 @@ type controllerOptions struct {
 	leaderElectionNS      string
 	requestNamespaces     []string
 	policiesDir           string
+	stepTimeout           time.Duration
 	evictionTimeout       time.Duration
 	podTerminationTimeout time.Duration
 	pluginRestartTimeout  time.Duration
@@ -62,6 +63,8 @@ func newControllerCommand() *cobra.Command {
 	f.StringVar(&o.leaderElectionNS, "leader-election-namespace", "", "Namespace of the leader-election Lease; empty means the pod's namespace")
 	f.StringSliceVar(&o.requestNamespaces, "request-namespaces", nil, "Namespaces whose RemediationRequests are reconciled; empty means all")
 	f.StringVar(&o.policiesDir, "policies-dir", "", "Directory of CUE policies to use instead of the embedded ones (e.g. a ConfigMap synced from Git)")
+	f.DurationVar(&o.stepTimeout, "step-timeout", remediations.DefaultTimeouts.Step,
+		"How long a step that writes once (cordon, deleteLease, uncordon), and the restore after a failure, may keep failing before the playbook fails; a write the API server refuses for good (admission, RBAC: a 4xx other than 409 and 429) fails it at once")
 	f.DurationVar(&o.evictionTimeout, "eviction-timeout", remediations.DefaultTimeouts.Eviction, "How long evictions refused by a PodDisruptionBudget are retried before the playbook fails")
 	f.DurationVar(&o.podTerminationTimeout, "pod-termination-timeout", remediations.DefaultTimeouts.PodTermination, "How long to wait for evicted pods to terminate before the playbook fails")
 	f.DurationVar(&o.pluginRestartTimeout, "plugin-restart-timeout", remediations.DefaultTimeouts.PluginRestart, "How long to wait for a replacement node-plugin pod, and then for the driver to be registered again")
@@ -87,8 +90,15 @@ func runController(cmd *cobra.Command, o controllerOptions) error {
 	if err != nil {
 		return err
 	}
+	gates, err := o.cluster.gates()
+	if err != nil {
+		return err
+	}
 	if o.workers < 1 {
 		return fmt.Errorf("--max-concurrent-reconciles must be 1 or more, got %d", o.workers)
+	}
+	if err := o.checkTimeouts(); err != nil {
+		return err
 	}
 	if o.maxConcurrent < 0 {
 		return fmt.Errorf("--max-concurrent-remediations must be 0 (no cap) or more, got %d", o.maxConcurrent)
@@ -142,8 +152,9 @@ func runController(cmd *cobra.Command, o controllerOptions) error {
 		Policy:         policy,
 		Playbooks:      playbooks,
 		MaxConcurrent:  o.maxConcurrent,
+		Gates:          gates,
 		Namespaces:     namespaces,
-		Timeouts: remediations.Timeouts{Eviction: o.evictionTimeout, PodTermination: o.podTerminationTimeout,
+		Timeouts: remediations.Timeouts{Step: o.stepTimeout, Eviction: o.evictionTimeout, PodTermination: o.podTerminationTimeout,
 			PluginRestart: o.pluginRestartTimeout},
 		Recorder: mgr.GetEventRecorderFor("remediator"),
 	}).SetupWithManager(mgr); err != nil {
@@ -162,13 +173,28 @@ func runController(cmd *cobra.Command, o controllerOptions) error {
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		return fmt.Errorf("adding health check: %w", err)
 	}
-	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
+	if err := mgr.AddReadyzCheck("policy", policyReadiness(policy, ctrl.Log.WithName("readiness"))); err != nil {
 		return fmt.Errorf("adding readiness check: %w", err)
 	}
 
 	log.Info("Starting manager", "version", version, "tridentNamespace", fc.TridentNamespace,
 		"driver", fc.DriverName, "policyDigest", policy.Digest(), "requestNamespaces", o.requestNamespaces, "leaderElect", o.leaderElect)
 	return mgr.Start(ctrl.SetupSignalHandler())
+}
+
+// checkTimeouts refuses a step timeout that is not positive: every step is bounded,
+// and a zero would read as "no bound" to whoever set it.
+func (o controllerOptions) checkTimeouts() error {
+	for _, t := range []struct {
+		flag string
+		d    time.Duration
+	}{{"--step-timeout", o.stepTimeout}, {"--eviction-timeout", o.evictionTimeout},
+		{"--pod-termination-timeout", o.podTerminationTimeout}, {"--plugin-restart-timeout", o.pluginRestartTimeout}} {
+		if t.d <= 0 {
+			return fmt.Errorf("%s must be positive: every step is bounded, got %s", t.flag, t.d)
+		}
+	}
+	return nil
 }
 
 // ownPod is the controller's Pod, from the downward API environment the chart sets

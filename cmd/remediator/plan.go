@@ -254,6 +254,10 @@ func runPlan(ctx context.Context, w io.Writer, stdin io.Reader, o planOptions) e
 	if o.maxConcurrent < 0 {
 		return fmt.Errorf("--max-concurrent-remediations must be 0 (no cap) or more, got %d", o.maxConcurrent)
 	}
+	gates, err := o.cluster.gates()
+	if err != nil {
+		return err
+	}
 	switch o.output {
 	case "table", "text", "yaml", "json":
 	default:
@@ -300,7 +304,7 @@ func runPlan(ctx context.Context, w io.Writer, stdin io.Reader, o planOptions) e
 	inputs := readPlanRequests(o.files, in)
 
 	report := planReport{Policy: planPolicy{Source: source, Digest: policy.Digest(), ConfigMap: generated}, At: at.UTC().Format(time.RFC3339)}
-	p := &planner{policy: policy, playbooks: playbooks, at: at, maxConcurrent: o.maxConcurrent, namespace: o.cluster.namespace()}
+	p := &planner{policy: policy, playbooks: playbooks, at: at, maxConcurrent: o.maxConcurrent, gates: gates, namespace: o.cluster.namespace()}
 	if len(o.factsFiles) > 0 {
 		report.FactsSource = "saved"
 		if p.saved, err = readSavedFacts(o.factsFiles, in); err != nil {
@@ -364,6 +368,9 @@ type planner struct {
 	others []v1alpha1.RemediationRequest
 	// maxConcurrent is the controller's --max-concurrent-remediations.
 	maxConcurrent int
+	// gates are the controller's safety-floor minimums (--floor-*, the heartbeat
+	// grace and the driver), so that plan refuses what the floor refuses.
+	gates remediations.Gates
 	// namespace is --namespace: where a request whose manifest names none goes.
 	namespace string
 }
@@ -429,7 +436,7 @@ func (p *planner) plan(ctx context.Context, in planInput) planResult {
 	// The controller's own decision path: the policy, the safety floor, DryRun, the
 	// maintenance window and the cap, in the same order and with the same outcome.
 	o := controllers.Decide(p.policy, p.playbooks, controllers.DecisionInput{
-		Request: rr, Facts: rr.Status.Facts, Others: others, MaxConcurrent: p.maxConcurrent, Now: p.at,
+		Request: rr, Facts: rr.Status.Facts, Others: others, MaxConcurrent: p.maxConcurrent, Gates: p.gates, Now: p.at,
 	})
 	if o.Conflicts != nil {
 		res.Conflicts = o.Conflicts

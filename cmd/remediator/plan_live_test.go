@@ -74,9 +74,15 @@ func (w *liveWorld) node(name string, ready corev1.ConditionStatus, taints []str
 	for _, k := range taints {
 		n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: k, Effect: corev1.TaintEffectNoExecute})
 	}
+	// A reporting kubelet posts its heartbeat now; a node that went down 30 minutes
+	// ago posted its last one then.
+	heartbeat := metav1.Now()
+	if ready != corev1.ConditionTrue {
+		heartbeat = metav1.NewTime(time.Now().Add(-30 * time.Minute))
+	}
 	n.Status.Conditions = []corev1.NodeCondition{{
 		Type: corev1.NodeReady, Status: ready, Reason: "KubeletReady",
-		LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.NewTime(time.Now().Add(-30 * time.Minute)),
+		LastHeartbeatTime: heartbeat, LastTransitionTime: metav1.NewTime(time.Now().Add(-30 * time.Minute)),
 	}}
 	w.create(n)
 	if renewedAgo >= 0 {

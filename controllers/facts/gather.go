@@ -28,7 +28,7 @@ const (
 	DefaultDriverName           = "csi.trident.netapp.io"
 	DefaultNodePluginSelector   = "app=node.csi.trident.netapp.io"
 	DefaultRetainedEventReason  = "LeaseRetained"
-	DefaultNodeLeaseGracePeriod = 40 * time.Second
+	DefaultNodeLeaseGracePeriod = 50 * time.Second
 
 	nodeLeaseNamespace = corev1.NamespaceNodeLease
 )
@@ -242,8 +242,12 @@ func leaseAge(l *coordinationv1.Lease, now time.Time) (age int64, from string) {
 func stamp(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
 
 // retainedEvents counts the LeaseRetained Warning events Trident emitted on this
-// Lease. Events of an earlier Lease of the same name (another UID) are not evidence
-// about this one.
+// incarnation of the Lease. Only an event that names this Lease's UID and was last
+// seen at or after the later of its creation and acquisition is evidence that the
+// current holder's operation failed: an event without a UID, or of an earlier Lease
+// of the same name, or from before this holder acquired it, says nothing about the
+// operation now holding it. Those are counted apart, so status shows what was set
+// aside.
 func (g *Gatherer) retainedEvents(ctx context.Context, lease *coordinationv1.Lease, lf *v1alpha1.LeaseFacts) error {
 	events := &corev1.EventList{}
 	if err := g.Reader.List(ctx, events, client.InNamespace(lease.Namespace), client.MatchingFields{
@@ -254,14 +258,19 @@ func (g *Gatherer) retainedEvents(ctx context.Context, lease *coordinationv1.Lea
 	}); err != nil {
 		return fmt.Errorf("listing %s events of Lease %s/%s: %w", g.Config.RetainedEventReason, lease.Namespace, lease.Name, err)
 	}
+	// core/v1 Event timestamps have whole seconds: an event of the second the hold
+	// began counts.
+	began := lf.HeldSince().Truncate(time.Second)
 	var last time.Time
 	for i := range events.Items {
 		ev := &events.Items[i]
-		if ev.InvolvedObject.UID != "" && ev.InvolvedObject.UID != lease.UID {
+		seen := eventLastSeen(ev)
+		if ev.InvolvedObject.UID == "" || ev.InvolvedObject.UID != lease.UID || seen.Before(began) {
+			lf.IgnoredRetainedEvents += eventCount(ev)
 			continue
 		}
 		lf.RetainedEvents += eventCount(ev)
-		if seen := eventLastSeen(ev); lf.LastRetainedAt == nil || seen.After(last) || (seen.Equal(last) && ev.Message > lf.LastRetainedMessage) {
+		if lf.LastRetainedAt == nil || seen.After(last) || (seen.Equal(last) && ev.Message > lf.LastRetainedMessage) {
 			last = seen
 			at := metav1.NewTime(seen)
 			lf.LastRetainedAt = &at
@@ -337,22 +346,43 @@ func (g *Gatherer) nodeFacts(ctx context.Context, name string, now time.Time) (*
 	return &nf, nil
 }
 
-// affectedPods lists the pods on node that mount claim. Listing by node keeps the
-// read proportional to one node, not the cluster.
+// affectedPods lists the pods on node that use claim: through a persistentVolumeClaim
+// volume, or through a generic ephemeral volume, whose claim Kubernetes names
+// <pod>-<volume>. Listing by node keeps the read proportional to one node, not the
+// cluster.
 func (s *gathering) affectedPods(ctx context.Context, node string, claim types.NamespacedName) error {
 	pods, err := s.podsOnNode(ctx, node, client.InNamespace(claim.Namespace))
 	if err != nil {
 		return err
 	}
 	for i := range pods {
-		for _, v := range pods[i].Spec.Volumes {
-			if v.PersistentVolumeClaim != nil && v.PersistentVolumeClaim.ClaimName == claim.Name {
-				s.f.AffectedPods = append(s.f.AffectedPods, podFacts(&pods[i]))
-				break
-			}
+		if slices.Contains(ClaimsOf(&pods[i]), claim.Name) {
+			s.f.AffectedPods = append(s.f.AffectedPods, podFacts(&pods[i]))
 		}
 	}
 	return nil
+}
+
+// ClaimsOf lists the names of the claims pod uses, in its namespace, sorted: those of
+// its persistentVolumeClaim volumes, and those Kubernetes creates for its generic
+// ephemeral volumes (named <pod>-<volume>, as the ephemeral volume controller names
+// them).
+func ClaimsOf(pod *corev1.Pod) []string {
+	var claims []string
+	for _, v := range pod.Spec.Volumes {
+		name := ""
+		switch {
+		case v.PersistentVolumeClaim != nil:
+			name = v.PersistentVolumeClaim.ClaimName
+		case v.Ephemeral != nil:
+			name = pod.Name + "-" + v.Name
+		}
+		if name != "" && !slices.Contains(claims, name) {
+			claims = append(claims, name)
+		}
+	}
+	slices.Sort(claims)
+	return claims
 }
 
 // podsOnNode lists pods by spec.nodeName on the API server, sorted by namespace/name.

@@ -10,6 +10,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/remediator/remediator/api/v1alpha1"
 	"github.com/remediator/remediator/controllers/facts"
@@ -315,4 +318,68 @@ func TestGatherLeaseAgeCountsFromServerTime(t *testing.T) {
 	assert.Equal(t, v1alpha1.NodeNotFound, f.Node.State, "node facts = %+v", f.Node)
 	assert.False(t, f.Node.Exists, "node facts = %+v", f.Node)
 	assert.Contains(t, f.Node.StateReason, "kubectl get nodes", "node facts must say what to check")
+}
+
+// TestRetainedEventsOfThisIncarnationOnly: only a LeaseRetained Warning that names the
+// Lease's UID and was last seen since the hold began is evidence about the operation
+// holding it now (issue 22). Events without a UID, of an earlier Lease of the same
+// name, or from before the current acquisition are counted apart.
+func TestRetainedEventsOfThisIncarnationOnly(t *testing.T) {
+	w := newWorld(t)
+	w.node("holder-evidence", nodeSpec{ready: corev1.ConditionTrue, renewedAgo: time.Second})
+	w.volume("pvc-evidence", "app", "data-evidence")
+	w.tridentLease("pvc-evidence", "holder-evidence", time.Minute, 0)
+	event := func(name, uid string, at time.Time) {
+		ts := metav1.NewTime(at)
+		w.create(&corev1.Event{
+			ObjectMeta:     metav1.ObjectMeta{Namespace: "trident", Name: name},
+			InvolvedObject: corev1.ObjectReference{Kind: "Lease", Namespace: "trident", Name: "pvc-evidence", UID: types.UID(uid)},
+			Reason:         "LeaseRetained", Type: corev1.EventTypeWarning, Count: 1, Message: name,
+			FirstTimestamp: ts, LastTimestamp: ts,
+		})
+	}
+	f := w.gather(t, v1alpha1.RemediationReleaseLUKSLease, v1alpha1.Target{PersistentVolume: "pvc-evidence"})
+	uid := f.Lease.UID
+	event("no-uid", "", w.Now().Add(-10*time.Second))
+	event("other-incarnation", "0b6f1c1e-0000-4000-8000-000000000000", w.Now().Add(-10*time.Second))
+	event("before-the-hold", uid, w.Now().Add(-2*time.Minute))
+	f = w.gather(t, v1alpha1.RemediationReleaseLUKSLease, v1alpha1.Target{PersistentVolume: "pvc-evidence"})
+	assert.Zero(t, f.Lease.RetainedEvents, "events that are not evidence about this hold counted")
+	assert.Equal(t, int32(3), f.Lease.IgnoredRetainedEvents)
+
+	event("this-hold", uid, w.Now().Add(-10*time.Second))
+	f = w.gather(t, v1alpha1.RemediationReleaseLUKSLease, v1alpha1.Target{PersistentVolume: "pvc-evidence"})
+	assert.Equal(t, int32(1), f.Lease.RetainedEvents)
+	assert.Equal(t, "this-hold", f.Lease.LastRetainedMessage)
+}
+
+// TestAffectedPodsIncludeEphemeralVolumes: a pod that uses the claim through a
+// generic ephemeral volume (claim <pod>-<volume>) uses the volume as much as one that
+// names the claim; the healthy playbook must move it before the Lease goes (issue 22).
+func TestAffectedPodsIncludeEphemeralVolumes(t *testing.T) {
+	w := newWorld(t)
+	w.node("holder-ephemeral", nodeSpec{ready: corev1.ConditionTrue, renewedAgo: time.Second})
+	w.volume("pvc-ephemeral", "app", "scratch-0-cache")
+	w.tridentLease("pvc-ephemeral", "holder-ephemeral", 20*time.Minute, 1)
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "app", Name: "scratch-0"},
+		Spec: corev1.PodSpec{
+			NodeName:   "holder-ephemeral",
+			Containers: []corev1.Container{{Name: "app", Image: "registry.example/app:1"}},
+			Volumes: []corev1.Volume{{Name: "cache", VolumeSource: corev1.VolumeSource{Ephemeral: &corev1.EphemeralVolumeSource{
+				VolumeClaimTemplate: &corev1.PersistentVolumeClaimTemplate{Spec: corev1.PersistentVolumeClaimSpec{
+					AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany},
+					Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}},
+				}},
+			}}}},
+		},
+	}
+	w.create(p)
+	f := w.gather(t, v1alpha1.RemediationReleaseLUKSLease, v1alpha1.Target{PersistentVolume: "pvc-ephemeral"})
+	require.Len(t, f.AffectedPods, 1, "affected pods: %+v", f.AffectedPods)
+	assert.Equal(t, "scratch-0", f.AffectedPods[0].Name)
+
+	f = w.gather(t, v1alpha1.RemediationReleaseLUKSLease, v1alpha1.Target{Pod: &v1alpha1.ObjectReference{Namespace: "app", Name: "scratch-0"}})
+	assert.True(t, f.Target.Found, "a pod's ephemeral claim resolves: %s", f.Target.Message)
+	assert.Equal(t, "pvc-ephemeral", f.Target.PersistentVolume)
 }

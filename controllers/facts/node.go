@@ -41,6 +41,10 @@ func ClassifyNode(name string, node *corev1.Node, nodeLease *coordinationv1.Leas
 			continue
 		}
 		nf.Ready = string(c.Status)
+		if !c.LastHeartbeatTime.IsZero() {
+			hb := c.LastHeartbeatTime
+			nf.ReadyHeartbeatTime = &hb
+		}
 		if !c.LastTransitionTime.IsZero() {
 			since := c.LastTransitionTime
 			nf.ReadySince = &since
@@ -62,11 +66,23 @@ func ClassifyNode(name string, node *corev1.Node, nodeLease *coordinationv1.Leas
 		leaseFresh = now.Sub(renew.Time) <= grace
 	}
 
+	nf.HeartbeatAgeSeconds = -1
+	if hb := nf.NewestHeartbeat(); hb != nil {
+		nf.LastHeartbeat = hb
+		nf.HeartbeatAgeSeconds = ageSeconds(now, hb.Time)
+	}
 	shutdownTaint := slices.Contains(nf.Taints, v1alpha1.TaintOutOfService) || slices.Contains(nf.Taints, v1alpha1.TaintCloudShutdown)
 	readyTrue := nf.Ready == string(corev1.ConditionTrue)
 	evidence := nodeEvidence(&nf, nodeLease != nil, grace)
 
 	switch {
+	case shutdownTaint && !readyTrue && nf.HeartbeatFresh(now, grace):
+		// A taint is an administrator's (or a cloud provider's) word; a heartbeat is
+		// the kubelet's own. A kubelet that still renews its node Lease or posts Ready
+		// is running, whatever the taint says (a runtime or CNI outage, a taint set by
+		// mistake), and may be running cryptsetup: never a shutdown.
+		nf.State = v1alpha1.NodeUnknown
+		evidence = fmt.Sprintf("conflicting evidence: shutdown taint, but the kubelet's last heartbeat is only %s old (grace %s); ", time.Duration(nf.HeartbeatAgeSeconds)*time.Second, grace) + evidence
 	case shutdownTaint && !readyTrue:
 		nf.State = v1alpha1.NodeShutdown
 	case shutdownTaint:

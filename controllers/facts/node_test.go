@@ -13,6 +13,13 @@ import (
 	"github.com/remediator/remediator/api/v1alpha1"
 )
 
+func withHeartbeat(n *corev1.Node, at time.Time) *corev1.Node {
+	for i := range n.Status.Conditions {
+		n.Status.Conditions[i].LastHeartbeatTime = metav1.NewTime(at)
+	}
+	return n
+}
+
 func TestClassifyNode(t *testing.T) {
 	now := time.Date(2026, 11, 19, 5, 47, 54, 0, time.UTC)
 	grace := 40 * time.Second
@@ -45,6 +52,14 @@ func TestClassifyNode(t *testing.T) {
 		{"out-of-service and NotReady", node(corev1.ConditionFalse, v1alpha1.TaintOutOfService), lease(time.Hour), v1alpha1.NodeShutdown},
 		{"cloud shutdown and Unknown", node(corev1.ConditionUnknown, v1alpha1.TaintCloudShutdown, v1alpha1.TaintUnreachable), lease(time.Hour), v1alpha1.NodeShutdown},
 		{"shutdown taint but Ready", node(corev1.ConditionTrue, v1alpha1.TaintOutOfService), lease(time.Second), v1alpha1.NodeUnknown},
+		// Issue 22: a kubelet that still renews its node Lease is running, whatever the
+		// taint says (runtime or CNI down, a taint set by mistake): never a shutdown.
+		{"out-of-service, NotReady, node Lease renewed seconds ago", node(corev1.ConditionFalse, v1alpha1.TaintOutOfService), lease(3 * time.Second), v1alpha1.NodeUnknown},
+		{"out-of-service, NotReady, node Lease renewed exactly at grace", node(corev1.ConditionFalse, v1alpha1.TaintOutOfService), lease(grace), v1alpha1.NodeUnknown},
+		{"out-of-service, NotReady, Ready heartbeat fresh, no node Lease", withHeartbeat(node(corev1.ConditionFalse, v1alpha1.TaintOutOfService), now.Add(-5*time.Second)), nil, v1alpha1.NodeUnknown},
+		{"out-of-service, NotReady, Ready heartbeat fresh, node Lease stale", withHeartbeat(node(corev1.ConditionFalse, v1alpha1.TaintOutOfService), now.Add(-5*time.Second)), lease(time.Hour), v1alpha1.NodeUnknown},
+		{"out-of-service, NotReady, both heartbeats stale", withHeartbeat(node(corev1.ConditionFalse, v1alpha1.TaintOutOfService), now.Add(-time.Hour)), lease(time.Hour), v1alpha1.NodeShutdown},
+		{"out-of-service, never reported", node("", v1alpha1.TaintOutOfService), nil, v1alpha1.NodeShutdown},
 		{"Ready Unknown", node(corev1.ConditionUnknown), lease(time.Second), v1alpha1.NodeUnreachable},
 		{"unreachable taint only", node(corev1.ConditionTrue, v1alpha1.TaintUnreachable), lease(time.Second), v1alpha1.NodeUnreachable},
 		{"stale node lease", node(corev1.ConditionTrue), lease(grace + time.Second), v1alpha1.NodeUnreachable},

@@ -6,7 +6,6 @@ package facts
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strings"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -141,13 +140,7 @@ func (s *gathering) resolvePod(ctx context.Context, key types.NamespacedName) (*
 		s.f.Target.Message = fmt.Sprintf("Pod %s not found", key)
 		return nil, "", nil
 	}
-	var claims []string
-	for _, v := range pod.Spec.Volumes {
-		if v.PersistentVolumeClaim != nil && !slices.Contains(claims, v.PersistentVolumeClaim.ClaimName) {
-			claims = append(claims, v.PersistentVolumeClaim.ClaimName)
-		}
-	}
-	slices.Sort(claims)
+	claims := ClaimsOf(pod)
 	if len(claims) == 0 {
 		s.f.Target.Message = fmt.Sprintf("Pod %s mounts no PersistentVolumeClaim", key)
 		return nil, "", nil

@@ -95,9 +95,15 @@ func (w *world) node(name string, s nodeSpec) {
 	for _, k := range s.taints {
 		n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: k, Effect: corev1.TaintEffectNoExecute})
 	}
+	// A kubelet that reports Ready posts its heartbeat now; a node that went down
+	// posted its last one when it did.
+	heartbeat := w.Now()
+	if s.ready != corev1.ConditionTrue {
+		heartbeat = w.Now().Add(-10 * time.Minute)
+	}
 	n.Status.Conditions = []corev1.NodeCondition{{
 		Type: corev1.NodeReady, Status: s.ready, Reason: "KubeletReady",
-		LastHeartbeatTime: metav1.NewTime(w.Now()), LastTransitionTime: metav1.NewTime(w.Now().Add(-10 * time.Minute)),
+		LastHeartbeatTime: metav1.NewTime(heartbeat), LastTransitionTime: metav1.NewTime(w.Now().Add(-10 * time.Minute)),
 	}}
 	w.create(n)
 	if s.renewedAgo >= 0 {
@@ -185,8 +191,11 @@ func (w *world) tridentLeaseAt(pv, holder string, acquired time.Time, retained i
 		},
 	}
 	w.create(l)
+	// Trident reports each failed attempt while it holds the Lease: after it acquired
+	// it, before now.
+	held := w.Now().Sub(acquired)
 	for i := range retained {
-		at := metav1.NewTime(w.Now().Add(-time.Duration(retained-i) * time.Minute))
+		at := metav1.NewTime(acquired.Add(held * time.Duration(i+1) / time.Duration(retained+1)))
 		w.create(&corev1.Event{
 			ObjectMeta: metav1.ObjectMeta{Namespace: "trident", Name: fmt.Sprintf("%s.retained-%d", pv, i)},
 			InvolvedObject: corev1.ObjectReference{
