@@ -10,6 +10,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kerrors "k8s.io/apimachinery/pkg/util/errors"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -62,17 +63,51 @@ func (r *RemediationRequestReconciler) releaseFinalizer(ctx context.Context, rr 
 	return nil
 }
 
+// releaseIdle releases the restore finalizer of a request that is neither Running
+// nor finished (Waiting, Rejected): it has nothing to restore, since every way out
+// of Running restores first, and a request that runs again gets the finalizer again
+// before its first step acts (ensureFinalizer). A finished request's finalizer is
+// released by Reconcile after its terminal status write. The status is written
+// first, so that the finalizer never goes before the restore's journal; this
+// reconcile has honoured the generation by then (decided, or found nothing to
+// decide), as the deferred write would record.
+func (r *RemediationRequestReconciler) releaseIdle(ctx context.Context, s *scope) error {
+	rr := s.rr
+	if rr.Status.Phase == v1alpha1.PhaseRunning || finished(rr) || !controllerutil.ContainsFinalizer(rr, v1alpha1.Finalizer) {
+		return nil
+	}
+	rr.Status.ObservedGeneration = rr.Generation
+	if err := r.patchStatus(ctx, s); err != nil {
+		return err
+	}
+	if err := r.releaseFinalizer(ctx, rr); err != nil {
+		return err
+	}
+	// The deferred status write of the reconcile diffs from what is stored now.
+	s.base = rr.DeepCopy()
+	return nil
+}
+
 // reconcileDelete restores what a running playbook changed, journals it, and only
-// then releases the finalizer.
+// then releases the finalizer. A restore that fails is retried within the step
+// timeout, its first attempt journaled; one that gives up ends the request Failed
+// with the node named, and the finalizer is released all the same: nothing that a
+// controller can do is left, and a finalizer kept for ever would only block the
+// deletion (the sweeper uncordons the node once the API server allows it).
 func (r *RemediationRequestReconciler) reconcileDelete(ctx context.Context, s *scope) (ctrl.Result, error) {
 	rr := s.rr
 	if !controllerutil.ContainsFinalizer(rr, v1alpha1.Finalizer) {
 		return ctrl.Result{}, nil
 	}
 	if rr.Status.Phase == v1alpha1.PhaseRunning {
+		reason := v1alpha1.ReasonAborted
 		msg, err := remediations.Restore(ctx, r.execution(s), "the request was deleted")
+		if rf, ok := remediations.IsRestoreFailure(err); ok {
+			reason, msg, err = remediations.ReasonRestoreFailed, rf.Message, nil
+		}
 		if err != nil {
-			return ctrl.Result{}, err
+			// Journal the attempt: the bound counts from the first one.
+			return ctrl.Result{}, kerrors.NewAggregate([]error{err, r.patchStatus(ctx, s)})
 		}
 		for i := range rr.Status.Steps {
 			if st := &rr.Status.Steps[i]; st.State == v1alpha1.StepPending || st.State == v1alpha1.StepRunning {
@@ -81,7 +116,7 @@ func (r *RemediationRequestReconciler) reconcileDelete(ctx context.Context, s *s
 			}
 		}
 		rr.Status.Phase = v1alpha1.PhaseFailed
-		r.setCondition(rr, v1alpha1.ConditionSucceeded, metav1.ConditionFalse, v1alpha1.ReasonAborted, "The request was deleted mid-run; "+cmp.Or(msg, "nothing needed restoring"))
+		r.setCondition(rr, v1alpha1.ConditionSucceeded, metav1.ConditionFalse, reason, "The request was deleted mid-run; "+cmp.Or(msg, "nothing needed restoring"))
 		r.setCondition(rr, v1alpha1.ConditionProgressing, metav1.ConditionFalse, v1alpha1.ReasonAborted, "Aborted")
 		r.Recorder.Event(rr, corev1.EventTypeWarning, v1alpha1.EventFailed, "Aborted: the request was deleted mid-run; "+cmp.Or(msg, "nothing needed restoring"))
 		if err := r.patchStatus(ctx, s); err != nil {

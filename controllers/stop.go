@@ -41,10 +41,14 @@ func (r *RemediationRequestReconciler) honourSpecChange(ctx context.Context, s *
 
 // abort stops a running playbook before its next destructive step: it restores
 // what the playbook changed, skips the remaining steps and fails the request with
-// reason Aborted.
+// reason Aborted (RestoreFailed when the restore gave up, naming the node).
 func (r *RemediationRequestReconciler) abort(ctx context.Context, s *scope, why string) (ctrl.Result, error) {
 	rr := s.rr
+	reason := v1alpha1.ReasonAborted
 	restored, err := remediations.Restore(ctx, r.execution(s), "the abort")
+	if rf, ok := remediations.IsRestoreFailure(err); ok {
+		reason, restored, err = remediations.ReasonRestoreFailed, rf.Message, nil
+	}
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -56,12 +60,43 @@ func (r *RemediationRequestReconciler) abort(ctx context.Context, s *scope, why 
 	}
 	msg := fmt.Sprintf("Aborted before the next destructive step because %s; %s", why, cmp.Or(restored, "nothing needed restoring"))
 	rr.Status.Phase = v1alpha1.PhaseFailed
-	r.setCondition(rr, v1alpha1.ConditionSucceeded, metav1.ConditionFalse, v1alpha1.ReasonAborted, msg)
+	r.setCondition(rr, v1alpha1.ConditionSucceeded, metav1.ConditionFalse, reason, msg)
 	r.setCondition(rr, v1alpha1.ConditionProgressing, metav1.ConditionFalse, v1alpha1.ReasonAborted, msg)
 	r.Recorder.Event(rr, corev1.EventTypeWarning, v1alpha1.EventFailed, msg)
 	ctrl.LoggerFrom(ctx).Info("Aborted the playbook after a spec change", "why", why)
 	return ctrl.Result{}, nil
 }
+
+// workloadEvicted reports whether the playbook has evicted the workload: its
+// deleteAffectedPods step succeeded. From then on the pods are down until the Lease
+// is released, so stopping at a closing window would strand them until the next
+// one; the playbook finishes instead (the Lease deletion and the uncordon).
+func workloadEvicted(steps []v1alpha1.StepStatus) bool {
+	for _, st := range steps {
+		if st.Name == v1alpha1.StepDeleteAffectedPods {
+			return st.State == v1alpha1.StepSucceeded
+		}
+	}
+	return false
+}
+
+// windowClosedAfterEviction says so when the maintenance window closed after the
+// workload was evicted and step next starts all the same.
+func (r *RemediationRequestReconciler) windowClosedAfterEviction(ctx context.Context, s *scope, next string) {
+	rr := s.rr
+	msg := fmt.Sprintf("The maintenance window closed after the affected pods were evicted; step %s starts all the same, so that the workload is not left down until the next window: the playbook finishes the Lease deletion and the uncordon", next)
+	for i := range rr.Status.Steps {
+		if st := &rr.Status.Steps[i]; st.Name == next && st.State == v1alpha1.StepRunning {
+			st.Message = msg
+		}
+	}
+	r.Recorder.Event(rr, corev1.EventTypeWarning, EventWindowClosedAfterEviction, msg)
+	ctrl.LoggerFrom(ctx).Info("Maintenance window closed after the eviction; the playbook finishes", "step", next)
+}
+
+// EventWindowClosedAfterEviction is the Event of a destructive step that starts after
+// the window closed, because the workload was already evicted.
+const EventWindowClosedAfterEviction = "WindowClosedAfterEviction"
 
 // withdrawn says why the current spec no longer allows the running playbook, or ""
 // when it still does.
@@ -82,7 +117,9 @@ func withdrawn(rr *v1alpha1.RemediationRequest, now time.Time) string {
 	switch {
 	case err != nil:
 		return fmt.Sprintf("spec.maintenanceWindow is now invalid (%v)", err)
-	case !inside:
+	case !inside && !workloadEvicted(rr.Status.Steps):
+		// After the eviction a closed window does not stop the playbook either way:
+		// it finishes, rather than leave the workload down (see workloadEvicted).
 		return "the spec changed and its maintenance window is closed now"
 	case f != nil && spec.TridentNamespace != "" && spec.TridentNamespace != f.TridentNamespace:
 		return fmt.Sprintf("spec.tridentNamespace changed to %s, but the facts were gathered in %s", spec.TridentNamespace, f.TridentNamespace)
@@ -95,10 +132,15 @@ func withdrawn(rr *v1alpha1.RemediationRequest, now time.Time) string {
 // windowClosed stops a playbook whose maintenance window closed before its next
 // destructive step: it restores what the playbook changed (the cordon), skips the
 // remaining steps, and waits for the next window, when the request is decided again
-// on fresh facts.
+// on fresh facts. A waiting request has nothing left to restore, so the restore
+// finalizer is released once that is written. A restore that gave up ends the
+// request Failed instead, naming the node it left cordoned.
 func (r *RemediationRequestReconciler) windowClosed(ctx context.Context, s *scope, run *remediations.Execution, next string, opens time.Time) (ctrl.Result, error) {
 	rr := s.rr
 	restored, err := remediations.Restore(ctx, run, "the maintenance window closed")
+	if rf, ok := remediations.IsRestoreFailure(err); ok {
+		return r.restoreGaveUp(ctx, s, fmt.Sprintf("The maintenance window closed before step %s, so the playbook stopped without starting it", next), rf)
+	}
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -120,5 +162,29 @@ func (r *RemediationRequestReconciler) windowClosed(ctx context.Context, s *scop
 	r.setCondition(rr, v1alpha1.ConditionProgressing, metav1.ConditionTrue, v1alpha1.ReasonWindowClosed, msg)
 	r.Recorder.Event(rr, corev1.EventTypeWarning, v1alpha1.ReasonWindowClosed, msg)
 	ctrl.LoggerFrom(ctx).Info("Maintenance window closed mid-playbook", "nextStep", next, "opens", at.Time)
+	if err := r.releaseIdle(ctx, s); err != nil {
+		return ctrl.Result{}, err
+	}
 	return ctrl.Result{RequeueAfter: opens.Sub(s.now)}, nil
+}
+
+// restoreGaveUp ends a running request Failed because its restore gave up: the
+// remaining steps are skipped, and the condition and a Warning Event name the node
+// left cordoned. The caller's status write then releases the slot and the
+// finalizer.
+func (r *RemediationRequestReconciler) restoreGaveUp(ctx context.Context, s *scope, what string, rf *remediations.RestoreFailure) (ctrl.Result, error) {
+	rr := s.rr
+	for i := range rr.Status.Steps {
+		if st := &rr.Status.Steps[i]; st.State == v1alpha1.StepPending || st.State == v1alpha1.StepRunning {
+			st.State = v1alpha1.StepSkipped
+			st.Message = "Skipped: the restore failed"
+		}
+	}
+	msg := what + "; " + rf.Message
+	rr.Status.Phase = v1alpha1.PhaseFailed
+	r.setCondition(rr, v1alpha1.ConditionSucceeded, metav1.ConditionFalse, remediations.ReasonRestoreFailed, msg)
+	r.setCondition(rr, v1alpha1.ConditionProgressing, metav1.ConditionFalse, v1alpha1.ReasonFailed, msg)
+	r.Recorder.Event(rr, corev1.EventTypeWarning, v1alpha1.EventFailed, msg)
+	ctrl.LoggerFrom(ctx).Info("The restore gave up; the node stays cordoned", "node", rf.Node)
+	return ctrl.Result{}, nil
 }

@@ -29,7 +29,7 @@ func pluginPod(r *Execution) (v1alpha1.PodFacts, error) {
 // registers the driver again.
 type deletePluginPod struct{}
 
-func (deletePluginPod) Timeout(r *Execution) time.Duration { return r.Timeouts.Eviction }
+func (deletePluginPod) Timeout(r *Execution) time.Duration { return r.Timeouts.eviction() }
 
 func (deletePluginPod) Done(ctx context.Context, r *Execution) (Outcome, error) {
 	p, err := pluginPod(r)
@@ -107,7 +107,7 @@ func podReady(p *corev1.Pod) bool {
 // termination removing the socket again.
 type waitPluginPodReady struct{}
 
-func (waitPluginPodReady) Timeout(r *Execution) time.Duration { return r.Timeouts.PluginRestart }
+func (waitPluginPodReady) Timeout(r *Execution) time.Duration { return r.Timeouts.pluginRestart() }
 
 func (waitPluginPodReady) Done(ctx context.Context, r *Execution) (Outcome, error) {
 	old, err := pluginPod(r)
@@ -138,7 +138,7 @@ func (s waitPluginPodReady) Run(ctx context.Context, r *Execution) (Outcome, err
 // waitDriverRegistered waits until the node's CSINode lists the driver again.
 type waitDriverRegistered struct{}
 
-func (waitDriverRegistered) Timeout(r *Execution) time.Duration { return r.Timeouts.PluginRestart }
+func (waitDriverRegistered) Timeout(r *Execution) time.Duration { return r.Timeouts.pluginRestart() }
 
 func (waitDriverRegistered) Done(ctx context.Context, r *Execution) (Outcome, error) {
 	node, err := workNode(r)

@@ -21,7 +21,7 @@ import (
 // left alone and the request fails with the reason.
 type deleteLease struct{}
 
-func (deleteLease) Timeout(*Execution) time.Duration { return 0 }
+func (deleteLease) Timeout(r *Execution) time.Duration { return r.Timeouts.step() }
 
 // decidedLease is the Lease recorded at decision time.
 func decidedLease(r *Execution) (*v1alpha1.LeaseFacts, error) {
@@ -94,7 +94,7 @@ func (deleteLease) Run(ctx context.Context, r *Execution) (Outcome, error) {
 	case apierrors.IsConflict(err):
 		return conflictOutcome(ctx, r, want, key, err)
 	default:
-		return Outcome{}, fmt.Errorf("deleting Lease %s: %w", key, err)
+		return Outcome{}, writeFailed(err, "deleting Lease %s", key)
 	}
 	return Outcome{Done: true, Message: fmt.Sprintf("Deleted Lease %s held by %s", key, want.HolderIdentity),
 		Object: "Lease " + key.String(), UID: want.UID, ResourceVersion: want.ResourceVersion}, nil

@@ -58,16 +58,12 @@ func Advance(ctx context.Context, r *Execution) (Progress, error) {
 			if _, _, err := r.fresh(ctx); err != nil {
 				// A step that cannot re-read its facts does not act, and does not wait
 				// past its timeout either: the request fails and restores.
-				if t := step.Timeout(r); t > 0 && st.StartedAt != nil && r.Now.Sub(st.StartedAt.Time) > t {
-					msg := fmt.Sprintf("step %s timed out after %s: the facts could not be re-read: %v", st.Name, t, err)
-					return failStep(steps, i, r.Now, &Failure{Reason: v1alpha1.ReasonTimeout, Message: msg}), nil
-				}
-				return Progress{}, fmt.Errorf("step %s: %w", st.Name, err)
+				return stepError(steps, i, step, r, fmt.Errorf("the facts could not be re-read: %w", err))
 			}
 		}
 		out, err := step.Done(ctx, r)
 		if err == nil && !out.Done {
-			if t := step.Timeout(r); t > 0 && st.StartedAt != nil && r.Now.Sub(st.StartedAt.Time) > t {
+			if t := step.Timeout(r); timedOut(st, t, r.Now) {
 				msg := fmt.Sprintf("step %s timed out after %s: %s", st.Name, t, st.Message)
 				return failStep(steps, i, r.Now, &Failure{Reason: v1alpha1.ReasonTimeout, Message: msg}), nil
 			}
@@ -81,10 +77,7 @@ func Advance(ctx context.Context, r *Execution) (Progress, error) {
 			failpoint.Inject(failpoint.Name(st.Name, failpoint.AfterCall))
 		}
 		if err != nil {
-			if f, ok := IsFailure(err); ok {
-				return failStep(steps, i, r.Now, f), nil
-			}
-			return Progress{}, fmt.Errorf("step %s: %w", st.Name, err)
+			return stepError(steps, i, step, r, err)
 		}
 		st.Message = out.Message
 		if !out.Done {
@@ -100,6 +93,28 @@ func Advance(ctx context.Context, r *Execution) (Progress, error) {
 			Finished: i == len(steps)-1}, nil
 	}
 	return Progress{Finished: true}, nil
+}
+
+// timedOut reports whether a step started at st.StartedAt has run past t by now.
+func timedOut(st *v1alpha1.StepStatus, t time.Duration, now time.Time) bool {
+	return st.StartedAt != nil && now.Sub(st.StartedAt.Time) > t
+}
+
+// stepError judges an error of step i's Done or Run: a Failure (a refusal for good
+// among them) fails the playbook at once; any other error is retried until the
+// step's timeout, counted from its start like every wait, and then fails it with
+// the error's text. While it is retried, the journal says why.
+func stepError(steps []v1alpha1.StepStatus, i int, step Step, r *Execution, err error) (Progress, error) {
+	st := &steps[i]
+	if f, ok := IsFailure(err); ok {
+		return failStep(steps, i, r.Now, f), nil
+	}
+	if t := step.Timeout(r); timedOut(st, t, r.Now) {
+		msg := fmt.Sprintf("step %s timed out after %s: %v", st.Name, t, err)
+		return failStep(steps, i, r.Now, &Failure{Reason: v1alpha1.ReasonTimeout, Message: msg, cause: err}), nil
+	}
+	st.Message = "Retrying after an error: " + err.Error()
+	return Progress{}, fmt.Errorf("step %s: %w", st.Name, err)
 }
 
 // Polling bounds for a step that waits on the cluster.
@@ -153,6 +168,12 @@ func NeedsRestore(steps []v1alpha1.StepStatus) bool {
 // Restore undoes what a playbook changed and that the playbook will no longer undo
 // itself: today, the cordon. It is safe to call at any time: it only uncordons a node
 // this request cordoned. The restore is journaled on the playbook's uncordon step.
+//
+// A restore is bounded like a step: an error is returned to be retried, with the
+// first attempt's time journaled on the uncordon step (its StartedAt), until the
+// step timeout has passed since then; a refusal for good, or an error past that
+// bound, gives up with a *RestoreFailure naming the node, and the uncordon step is
+// journaled Failed. The caller then ends the request.
 func Restore(ctx context.Context, r *Execution, why string) (string, error) {
 	// The restore works on the node the playbook cordoned, as the journal records it,
 	// not on whichever node the fresh facts name now (the Lease may have passed to
@@ -160,7 +181,8 @@ func Restore(ctx context.Context, r *Execution, why string) (string, error) {
 	decided := *r
 	decided.observed, decided.conflicts = nil, nil
 	r = &decided
-	if _, err := workNode(r); err != nil {
+	node, err := workNode(r)
+	if err != nil {
 		return "", nil
 	}
 	if !NeedsRestore(r.RR.Status.Steps) {
@@ -169,21 +191,58 @@ func Restore(ctx context.Context, r *Execution, why string) (string, error) {
 	failpoint.Inject(failpoint.Name(failpoint.Restore, failpoint.BeforeCall))
 	out, err := uncordon{}.Run(ctx, r)
 	failpoint.Inject(failpoint.Name(failpoint.Restore, failpoint.AfterCall))
+	st := restoreStep(r.RR.Status.Steps)
 	if err != nil {
-		return "", fmt.Errorf("restoring: %w", err)
+		return "", restoreFailed(r, st, node, why, err)
 	}
 	now := metav1.NewTime(r.Now)
-	for i := range r.RR.Status.Steps {
-		st := &r.RR.Status.Steps[i]
-		if st.Name == v1alpha1.StepUncordon && st.State != v1alpha1.StepSucceeded {
-			st.State = v1alpha1.StepSucceeded
-			if st.StartedAt == nil {
-				st.StartedAt = &now
-			}
-			st.CompletedAt = &now
-			st.Message = "Restore after " + why + ": " + out.Message
-			st.Object, st.ObjectUID, st.ObjectResourceVersion = out.Object, out.UID, out.ResourceVersion
+	if st != nil && st.State != v1alpha1.StepSucceeded {
+		st.State = v1alpha1.StepSucceeded
+		if st.StartedAt == nil {
+			st.StartedAt = &now
 		}
+		st.CompletedAt = &now
+		st.Message = "Restore after " + why + ": " + out.Message
+		st.Object, st.ObjectUID, st.ObjectResourceVersion = out.Object, out.UID, out.ResourceVersion
 	}
 	return out.Message, nil
+}
+
+// restoreStep is the journal entry the restore is recorded on: the uncordon step.
+func restoreStep(steps []v1alpha1.StepStatus) *v1alpha1.StepStatus {
+	for i := range steps {
+		if steps[i].Name == v1alpha1.StepUncordon {
+			return &steps[i]
+		}
+	}
+	return nil
+}
+
+// restoreFailed judges a failed restore attempt: retried (an error) within the step
+// timeout since the first attempt, given up (a *RestoreFailure) on a refusal for
+// good or past that bound. A journal without an uncordon step has nowhere to record
+// the first attempt, so it gives up at once rather than retry without a bound.
+func restoreFailed(r *Execution, st *v1alpha1.StepStatus, node, why string, err error) error {
+	now := metav1.NewTime(r.Now)
+	if st != nil && st.StartedAt == nil {
+		st.StartedAt = &now
+	}
+	bound := r.Timeouts.step()
+	_, refused := IsFailure(err)
+	if !refused && st != nil && !timedOut(st, bound, r.Now) {
+		st.Message = fmt.Sprintf("Restore after %s failed, retried until %s: %v", why, st.StartedAt.Add(bound).UTC().Format(time.RFC3339), err)
+		return fmt.Errorf("restoring node %s: %w", node, err)
+	}
+	tried := "was refused"
+	if !refused {
+		tried = fmt.Sprintf("kept failing for %s", bound)
+	}
+	msg := fmt.Sprintf("the restore could not uncordon node %s: it %s (%v); node %s stays cordoned with this request's %s mark: the sweeper uncordons it once the API server allows it, or uncordon it by hand (kubectl uncordon %s)",
+		node, tried, err, node, CordonedByAnnotation, node)
+	if st != nil {
+		st.State = v1alpha1.StepFailed
+		st.CompletedAt = &now
+		st.Message = "Restore after " + why + " failed: " + msg
+	}
+	return &RestoreFailure{Node: node, Message: msg}
 }

@@ -387,7 +387,7 @@ func TestDeploymentArgs(t *testing.T) {
 			"--metrics-bind-address=:8080", "--health-probe-bind-address=:8081",
 			"--trident-namespace=trident", "--driver-name=csi.trident.netapp.io",
 			"--node-plugin-selector=app=node.csi.trident.netapp.io",
-			"--max-concurrent-remediations=2", "--node-lease-grace-period=40s", "--v=0",
+			"--max-concurrent-remediations=2", "--node-lease-grace-period=50s", "--v=0",
 			// Only the namespace the remediation repository syncs to, not every one.
 			"--request-namespaces=remediator",
 		},
