@@ -115,6 +115,7 @@ stop_all # a re-run picks up a rebuilt binary
 "$BIN/remediator" controller --kubeconfig "$KUBECONFIG" \
   --health-probe-bind-address "$PROBE" --metrics-bind-address "$METRICS" \
   --policies-dir "$POLICIES" \
+  --floor-unreachable-lease-age "${UNREACHABLE_GATE}s" --floor-healthy-lease-age "${HEALTHY_GATE}s" \
   --node-lease-grace-period 20s >"$STATE/remediator.log" 2>&1 </dev/null &
 echo $! >"$STATE/remediator.pid"
 for i in $(seq 1 120); do
@@ -135,13 +136,16 @@ say "Staging incident A: LUKS volumes whose Leases Trident retained"
 # The Leases are created now: their age counts from creationTimestamp (server time).
 acquired="$(date -u +%Y-%m-%dT%H:%M:%S.000000Z)"
 sed "s/ACQUIRED_AT/$acquired/" "$HERE/demo/incident-a.yaml" | kc apply -f - >/dev/null
+# Trident's events name the Lease's UID (client-go's recorder sets it); the controller
+# counts only events about this very Lease, seen since it was acquired.
+lease_uid="$(kc get lease -n trident pvc-75a6fd7f-7aee-45e8-a5fa-d4500272528e -o jsonpath='{.metadata.uid}')"
 for attempt in 1 2 3; do
   # Trident's own Warning events on the retained Lease, as `kubectl describe lease` shows them.
   kc create -f - <<YAML >/dev/null
 apiVersion: v1
 kind: Event
 metadata: {generateName: pvc-75a6fd7f-7aee-45e8-a5fa-d4500272528e., namespace: trident}
-involvedObject: {apiVersion: coordination.k8s.io/v1, kind: Lease, namespace: trident, name: pvc-75a6fd7f-7aee-45e8-a5fa-d4500272528e}
+involvedObject: {apiVersion: coordination.k8s.io/v1, kind: Lease, namespace: trident, name: pvc-75a6fd7f-7aee-45e8-a5fa-d4500272528e, uid: $lease_uid}
 reason: LeaseRetained
 type: Warning
 count: 1

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -20,9 +21,10 @@ import (
 	"github.com/remediator/remediator/api/v1alpha1"
 )
 
-// TestScanApplyOnAFreshInstall: `remediator scan -o yaml | kubectl apply -f -`, the
-// quick start's first remediation, works right after the chart is installed with its
-// defaults: scan suggests requests in the namespace the chart creates. Before the
+// TestScanApplyOnAFreshInstall: scan's suggested requests (`remediator scan -o yaml`)
+// apply right after the chart is installed with its defaults, as the Git writer
+// applies them: scan suggests requests in the namespace the chart creates, and a
+// plain `kubectl apply` by hand is refused (Git is the only writer). Before the
 // install the same apply fails with `namespaces "remediator" not found`, the symptom
 // a new user met.
 func TestScanApplyOnAFreshInstall(t *testing.T) {
@@ -55,8 +57,19 @@ func TestScanApplyOnAFreshInstall(t *testing.T) {
 	assert.Contains(t, res, `namespaces "remediator" not found`)
 
 	installChartWith(t, "fresh", namespace(t, "e2e-fresh-system"), map[string]any{"trident": map[string]any{"namespace": tridentNS}})
+	// Git is the only writer: on a fresh install the chart's admission policy refuses
+	// a request applied by hand, even by the cluster's admin, and says to open a pull
+	// request; the same manifests committed to the remediation repository are applied
+	// by Argo CD (here impersonated, with the chart's edit role bound to it).
 	res, err = apply()
-	require.NoError(t, err, "kubectl apply of scan's requests on a fresh install:\n%s\n%s", res, manifests)
+	require.Error(t, err, "a plain apply on a fresh install is refused:\n%s", res)
+	assert.Contains(t, res, "Git is the only writer: open a pull request")
+	const argocd = "system:serviceaccount:argocd:argocd-application-controller"
+	bind(t, requestNS, "fresh-remediator-edit", rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Namespace: "argocd", Name: "argocd-application-controller"})
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		res, err = apply("--as", argocd, "--as-group", "system:serviceaccounts")
+		assert.NoError(c, err, "kubectl apply of scan's requests as Argo CD on a fresh install:\n%s\n%s", res, manifests)
+	}, 30*time.Second, poll)
 	list := &v1alpha1.RemediationRequestList{}
 	require.NoError(t, k8s.List(ctx, list, client.InNamespace(requestNS)))
 	var targets []string

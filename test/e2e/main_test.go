@@ -118,6 +118,10 @@ func startController(t *testing.T, extraArgs ...string) *controller {
 		"--health-probe-bind-address", probe,
 		// The local cluster's controller-manager uses a 20s node-monitor grace period.
 		"--node-lease-grace-period", "20s",
+		// The safety floor's gates, shortened as shortGatePolicies shortens the
+		// policies' (the embedded policies keep the runbook's, which are stricter).
+		"--floor-unreachable-lease-age", shortUnreachableGate.String(),
+		"--floor-healthy-lease-age", shortHealthyGate.String(),
 	}, extraArgs...)
 	cmd := exec.Command(filepath.Join(root, "bin", "remediator"), args...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile

@@ -113,9 +113,11 @@ func (s *Stager) deadNode(ctx context.Context, name string, taint corev1.Taint, 
 		if err != nil {
 			return err
 		}
-		now := metav1.Now()
+		// The kubelet's last heartbeat is when the node went down, some time ago: a
+		// heartbeat within the grace period would make it a live node.
+		then := metav1.NewTime(time.Now().Add(-time.Hour))
 		cur.Status.Conditions = []corev1.NodeCondition{{
-			Type: corev1.NodeReady, Status: ready, Reason: reason, Message: msg, LastHeartbeatTime: now, LastTransitionTime: now,
+			Type: corev1.NodeReady, Status: ready, Reason: reason, Message: msg, LastHeartbeatTime: then, LastTransitionTime: then,
 		}}
 		_, err = s.CS.CoreV1().Nodes().UpdateStatus(ctx, cur, metav1.UpdateOptions{})
 		return err

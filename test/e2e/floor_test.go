@@ -1,0 +1,273 @@
+//go:build e2e
+
+package e2e
+
+// The runbook's gates in the Go floor (issue 22): a policy can only be stricter than
+// the runbook. These tests run the real controller on the local cluster.
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/ptr"
+
+	"github.com/remediator/remediator/api/v1alpha1"
+	"github.com/remediator/remediator/remediations"
+	"github.com/remediator/remediator/test/cluster"
+)
+
+// gatePolicies writes a copy of the real policies with the Lease-age gates set to
+// the given seconds, as a one-line pull request to the policies would.
+func gatePolicies(t *testing.T, unreachable, healthy int) string {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(root, "policies", "*.cue"))
+	require.NoError(t, err)
+	dir := t.TempDir()
+	set := map[string]int{"#UnreachableMinLeaseAgeSeconds": unreachable, "#HealthyStuckLeaseAgeSeconds": healthy}
+	found := map[string]int{}
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.cue") {
+			continue
+		}
+		src, err := os.ReadFile(f)
+		require.NoError(t, err)
+		for name, v := range set {
+			re := regexp.MustCompile(`(?m)^(` + regexp.QuoteMeta(name) + `:\s*)\d+`)
+			found[name] += len(re.FindAllIndex(src, -1))
+			src = re.ReplaceAll(src, []byte(fmt.Sprintf("${1}%d", v)))
+		}
+		require.NoError(t, os.WriteFile(filepath.Join(dir, filepath.Base(f)), src, 0o644))
+	}
+	for name := range set {
+		require.Equal(t, 1, found[name], "%s must be defined exactly once in policies/*.cue", name)
+	}
+	return dir
+}
+
+// runbookFloor are the floor flags at the runbook's values, overriding the shortened
+// ones startController passes.
+var runbookFloor = []string{"--floor-unreachable-lease-age", "5m", "--floor-healthy-lease-age", "10m"}
+
+// TestPolicyCannotLowerTheFloor: a policy from Git that sets both Lease-age gates to
+// 0 (a one-line pull request) allows what the runbook forbids; the Go floor refuses
+// it, names itself, and leaves the Lease, the pods and the node alone.
+func TestPolicyCannotLowerTheFloor(t *testing.T) {
+	startController(t, append([]string{"--policies-dir", gatePolicies(t, 0, 0)}, runbookFloor...)...)
+	ctx := context.Background()
+
+	t.Run("fenced unreachable holder, Lease one minute old", func(t *testing.T) {
+		ns := namespace(t, "e2e-floor-unreach")
+		node := unreachableNode(t)
+		pv, _ := luksVolume(t, ns, node, time.Hour, 0)
+		key := request(t, ns, v1alpha1.RemediationRequestSpec{
+			Remediation: v1alpha1.RemediationReleaseLUKSLease,
+			Target:      v1alpha1.Target{PersistentVolume: pv},
+			Reason:      "holder lost the control plane; fenced by powering it off",
+			Fencing:     &v1alpha1.Fencing{Confirmed: true, Method: v1alpha1.FencingNodeShutdown, Node: node},
+		})
+		rr := waitPhase(t, key, 60*time.Second, v1alpha1.PhaseRejected, v1alpha1.PhaseRunning, v1alpha1.PhaseSucceeded)
+		require.Equal(t, v1alpha1.PhaseRejected, rr.Status.Phase, describe(rr))
+		d := decision(t, rr)
+		assert.Equal(t, string(remediations.InvariantLeaseTooYoung), d.Rule, describe(rr))
+		assert.Contains(t, d.Message, "Refused by the safety floor", "the reason must name the floor")
+		assert.Contains(t, d.Message, "Policy rule unreachable-fenced allowed playbook fenced-unreachable", "the policy allowed it")
+		require.NotNil(t, d.RecheckAt, "a Lease too young is decided again when it is old enough")
+		if assert.NotNil(t, d.Floor, "status records the floor in force") {
+			assert.Equal(t, int64(300), d.Floor.UnreachableMinLeaseAgeSeconds)
+			assert.Equal(t, int64(600), d.Floor.HealthyStuckLeaseAgeSeconds)
+		}
+		if c := condition(rr, v1alpha1.ConditionAccepted); assert.NotNil(t, c) {
+			assert.Equal(t, remediations.InvariantLeaseTooYoung.Reason(), c.Reason)
+		}
+		assert.True(t, leaseExists(t, pv), "the floor let the young Lease go")
+	})
+
+	t.Run("healthy holder, fresh Lease, no LeaseRetained", func(t *testing.T) {
+		ns := namespace(t, "e2e-floor-healthy")
+		const node = "kwok-node-2"
+		pv, pvc := luksVolume(t, ns, node, 10*time.Second, 0)
+		appPod(t, ns, "web-0", node, pvc, nil)
+		key := request(t, ns, v1alpha1.RemediationRequestSpec{
+			Remediation: v1alpha1.RemediationReleaseLUKSLease,
+			Target:      v1alpha1.Target{PersistentVolumeClaim: &v1alpha1.ObjectReference{Namespace: ns, Name: pvc}},
+			Reason:      "pods stuck in ContainerCreating behind the Lease",
+		})
+		rr := waitPhase(t, key, 60*time.Second, v1alpha1.PhaseRejected, v1alpha1.PhaseRunning, v1alpha1.PhaseSucceeded)
+		require.Equal(t, v1alpha1.PhaseRejected, rr.Status.Phase, describe(rr))
+		d := decision(t, rr)
+		assert.Equal(t, string(remediations.InvariantLeaseNotProvenStuck), d.Rule, describe(rr))
+		assert.Contains(t, d.Message, "Refused by the safety floor", "the reason must name the floor")
+		assert.Contains(t, d.Message, "healthy-move-workload", "the policy chose the playbook")
+		assert.Empty(t, rr.Status.Steps, "no step may run")
+		assert.True(t, leaseExists(t, pv), "the floor let the Lease go")
+		pod := &corev1.Pod{}
+		require.NoError(t, k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: "web-0"}, pod))
+		assert.Nil(t, pod.DeletionTimestamp, "the application pod was evicted")
+		n := &corev1.Node{}
+		require.NoError(t, k8s.Get(ctx, types.NamespacedName{Name: node}, n))
+		assert.False(t, n.Spec.Unschedulable, "the holder was cordoned")
+	})
+}
+
+// TestStaleFencingIsRefused: a fencing statement describes the node when it was
+// made. Fenced for the holder, rejected while the Lease is young; the holder then
+// comes back (its kubelet renews its node Lease) and drops off again. Decided again,
+// the old statement no longer holds: the Lease stays. Fenced anew (spec.fencing.
+// fencedAt after the last heartbeat), it goes.
+func TestStaleFencingIsRefused(t *testing.T) {
+	// The healthy gate stays the runbook's: while the holder is back, its Lease must
+	// not count as a healthy holder's stuck one.
+	startController(t, "--policies-dir", gatePolicies(t, int(shortUnreachableGate/time.Second), 600), "--floor-healthy-lease-age", "10m")
+	ctx := context.Background()
+	cs := clientset(t)
+	ns := namespace(t, "e2e-stale-fence")
+	node := unreachableNode(t)
+	t.Cleanup(func() { _ = cluster.Reconnect(context.Background(), cs, node) })
+	pv, _ := luksVolume(t, ns, node, time.Hour, 0)
+	key := request(t, ns, v1alpha1.RemediationRequestSpec{
+		Remediation: v1alpha1.RemediationReleaseLUKSLease,
+		Target:      v1alpha1.Target{PersistentVolume: pv},
+		Reason:      "holder lost the control plane; fenced by powering it off",
+		Fencing:     &v1alpha1.Fencing{Confirmed: true, Method: v1alpha1.FencingNodeShutdown, Node: node},
+	})
+	rr := waitPhase(t, key, 60*time.Second, v1alpha1.PhaseRejected, v1alpha1.PhaseSucceeded)
+	require.Equal(t, v1alpha1.PhaseRejected, rr.Status.Phase, "young: %s", describe(rr))
+	require.Contains(t, []string{"unreachable-lease-too-young", string(remediations.InvariantLeaseTooYoung)}, decision(t, rr).Rule, describe(rr))
+
+	// The holder comes back: its kubelet (kwok) renews its node Lease again...
+	require.NoError(t, cluster.Reconnect(ctx, cs, node))
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		l := &coordinationv1.Lease{}
+		require.NoError(c, k8s.Get(ctx, types.NamespacedName{Namespace: corev1.NamespaceNodeLease, Name: node}, l))
+		assert.NotEqual(c, cluster.DisconnectedHolder, ptr.Deref(l.Spec.HolderIdentity, ""), "kwok renews the node Lease of %s", node)
+		assert.True(c, l.Spec.RenewTime != nil && l.Spec.RenewTime.After(rr.CreationTimestamp.Time), "renewed after the fencing statement")
+	}, 60*time.Second, poll, "%s back", node)
+	// ...and drops off again.
+	require.NoError(t, cluster.Disconnect(ctx, cs, node))
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		n := &corev1.Node{}
+		require.NoError(c, k8s.Get(ctx, types.NamespacedName{Name: node}, n))
+		assert.False(c, nodeReady(n), "node %s is still Ready", node)
+	}, 90*time.Second, poll, "%s unreachable again", node)
+	// The Lease is past the gate by now; the request is decided again (an amended
+	// pull request, here a new reason).
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		l := &coordinationv1.Lease{}
+		require.NoError(c, k8s.Get(ctx, types.NamespacedName{Namespace: tridentNS, Name: pv}, l),
+			"Lease %s: the stale fencing statement must not release it", pv)
+		assert.Greater(c, time.Since(l.CreationTimestamp.Time), shortUnreachableGate+2*time.Second, "Lease age")
+	}, shortUnreachableGate+30*time.Second, poll)
+	updateSpec(t, key, func(s *v1alpha1.RemediationRequestSpec) { s.Reason += " (rechecked)" })
+	rr = waitPhase(t, key, 60*time.Second, v1alpha1.PhaseRejected, v1alpha1.PhaseSucceeded)
+	require.Equal(t, v1alpha1.PhaseRejected, rr.Status.Phase, "stale fencing: %s", describe(rr))
+	require.Equal(t, string(remediations.InvariantFencingStale), decision(t, rr).Rule, describe(rr))
+	assert.Contains(t, rr.Status.Decision.Message, "came back since it was fenced")
+	assert.True(t, leaseExists(t, pv), "stale fencing: the Lease was deleted")
+
+	// Fenced again after it dropped off: the statement holds.
+	updateSpec(t, key, func(s *v1alpha1.RemediationRequestSpec) { s.Fencing.FencedAt = ptr.To(metav1.Now()) })
+	rr = waitPhase(t, key, 60*time.Second, v1alpha1.PhaseSucceeded, v1alpha1.PhaseFailed, v1alpha1.PhaseRejected)
+	require.Equal(t, v1alpha1.PhaseSucceeded, rr.Status.Phase, "fenced anew: %s", describe(rr))
+	assert.False(t, leaseExists(t, pv), "fenced anew: the Lease still exists")
+}
+
+// TestFreshHeartbeatUnderShutdownTaintIsNotAShutdown: the out-of-service taint on a
+// node whose kubelet still renews its node Lease (runtime or CNI down, Ready=False,
+// or a taint set by mistake) is not a shutdown: the Lease stays. Once the kubelet
+// falls silent for the grace period, the same node is shut down and the Lease goes.
+func TestFreshHeartbeatUnderShutdownTaintIsNotAShutdown(t *testing.T) {
+	startController(t)
+	ctx := context.Background()
+	ns := namespace(t, "e2e-oos-live")
+	node := extraNode(t, "e2e-oos-live", false, corev1.Taint{Key: v1alpha1.TaintOutOfService, Value: "nodeshutdown", Effect: corev1.TaintEffectNoExecute})
+
+	// A kubelet whose container runtime is down: it posts Ready=False and renews its
+	// node Lease every 2 s, until stop is called.
+	create(t, &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Namespace: corev1.NamespaceNodeLease, Name: node},
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(node), LeaseDurationSeconds: ptr.To[int32](40),
+			RenewTime: ptr.To(metav1.NowMicro())},
+	})
+	t.Cleanup(func() {
+		_ = k8s.Delete(context.Background(), &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: corev1.NamespaceNodeLease, Name: node}})
+	})
+	renewCtx, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			_ = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+				l := &coordinationv1.Lease{}
+				if err := k8s.Get(renewCtx, types.NamespacedName{Namespace: corev1.NamespaceNodeLease, Name: node}, l); err != nil {
+					return err
+				}
+				l.Spec.RenewTime = ptr.To(metav1.NowMicro())
+				return k8s.Update(renewCtx, l)
+			})
+			select {
+			case <-renewCtx.Done():
+				return
+			case <-time.After(2 * time.Second):
+			}
+		}
+	}()
+	stopped := false
+	stopRenewing := func() {
+		if !stopped {
+			stopped = true
+			stop()
+			wg.Wait()
+		}
+	}
+	t.Cleanup(stopRenewing)
+	require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		n := &corev1.Node{}
+		if err := k8s.Get(ctx, types.NamespacedName{Name: node}, n); err != nil {
+			return err
+		}
+		now := metav1.Now()
+		n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionFalse, Reason: "KubeletNotReady",
+			Message: "container runtime network not ready: NetworkReady=false", LastHeartbeatTime: now, LastTransitionTime: now}}
+		return k8s.Status().Update(ctx, n)
+	}))
+
+	pv, _ := luksVolume(t, ns, node, 20*time.Minute, 1)
+	key := request(t, ns, v1alpha1.RemediationRequestSpec{
+		Remediation: v1alpha1.RemediationReleaseLUKSLease,
+		Target:      v1alpha1.Target{PersistentVolume: pv},
+		Reason:      "node tainted out-of-service during a CNI outage",
+	})
+	rr := waitPhase(t, key, 60*time.Second, v1alpha1.PhaseRejected, v1alpha1.PhaseSucceeded, v1alpha1.PhaseRunning)
+	require.Equal(t, v1alpha1.PhaseRejected, rr.Status.Phase, "live kubelet under the taint: %s", describe(rr))
+	require.NotNil(t, rr.Status.Facts.Node)
+	assert.Equal(t, v1alpha1.NodeUnknown, rr.Status.Facts.Node.State, "node facts: %+v", rr.Status.Facts.Node)
+	assert.Contains(t, rr.Status.Facts.Node.StateReason, "conflicting evidence: shutdown taint, but the kubelet's last heartbeat")
+	assert.Equal(t, "holder-state-unknown", decision(t, rr).Rule, describe(rr))
+	assert.True(t, leaseExists(t, pv), "a node whose kubelet still renews its Lease was taken for shut down")
+
+	// The kubelet falls silent: after the grace period (20s here) it is shut down.
+	stopRenewing()
+	time.Sleep(25 * time.Second)
+	updateSpec(t, key, func(s *v1alpha1.RemediationRequestSpec) { s.Reason += " (rechecked)" })
+	rr = waitPhase(t, key, 60*time.Second, v1alpha1.PhaseSucceeded, v1alpha1.PhaseFailed, v1alpha1.PhaseRejected)
+	require.Equal(t, v1alpha1.PhaseSucceeded, rr.Status.Phase, "silent kubelet: %s", describe(rr))
+	assert.Equal(t, "node-shutdown", decision(t, rr).Playbook)
+	err := k8s.Get(ctx, types.NamespacedName{Namespace: tridentNS, Name: pv}, &coordinationv1.Lease{})
+	assert.True(t, apierrors.IsNotFound(err), "the Lease of a shut-down holder is released: %v", err)
+}
