@@ -60,6 +60,9 @@ func (h *harness) start(o procOpts) (*proc, error) {
 	args := []string{"controller", "--kubeconfig", o.kubeconfig,
 		"--metrics-bind-address", metrics, "--health-probe-bind-address", probe,
 		"--node-lease-grace-period", "20s", "--policies-dir", h.policies,
+		// The floor's gate is shortened with the policies' (a policy can only be
+		// stricter than the floor).
+		"--floor-unreachable-lease-age", fencingGate.String(),
 		"--request-namespaces", requestNamespace}
 	args = append(args, o.extra...)
 	h.procSeq++
