@@ -48,7 +48,9 @@ func TestDecide(t *testing.T) {
 func TestDecideCapsTheRecheck(t *testing.T) {
 	_, playbooks := decisiontest.Deciders(t)
 	tc := decisiontest.Cases()[0]
-	for _, after := range []int64{30, 86_400, 1_000_000_000_000, math.MaxInt64} {
+	// A recheck gathers live facts again: a policy's 1 s would make every waiting
+	// request re-read the cluster every second, so rechecks are at least 10 s apart.
+	for _, after := range []int64{1, 9, 10, 30, 86_400, 1_000_000_000_000, math.MaxInt64} {
 		t.Run(fmt.Sprint(after), func(t *testing.T) {
 			policy, err := policies.FromFS(fstest.MapFS{"p.cue": &fstest.MapFile{Data: []byte(fmt.Sprintf(`package policies
 #Policy: {input: _, decision: {allowed: false, rule: "later", reasons: ["asked"], message: "Later.", recheckAfterSeconds: %d}}
@@ -59,7 +61,7 @@ func TestDecideCapsTheRecheck(t *testing.T) {
 			require.NotNil(t, o.Decision.RecheckAt)
 			want := 24 * time.Hour
 			if after < int64(want/time.Second) {
-				want = time.Duration(after) * time.Second
+				want = max(time.Duration(after)*time.Second, 10*time.Second)
 			}
 			assert.Equal(t, want, o.RequeueAfter)
 			assert.Equal(t, tc.Now.Add(want), o.Decision.RecheckAt.Time)
