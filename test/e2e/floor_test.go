@@ -18,6 +18,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -25,6 +26,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/remediator/remediator/api/v1alpha1"
 	"github.com/remediator/remediator/remediations"
@@ -270,4 +272,115 @@ func TestFreshHeartbeatUnderShutdownTaintIsNotAShutdown(t *testing.T) {
 	assert.Equal(t, "node-shutdown", decision(t, rr).Playbook)
 	err := k8s.Get(ctx, types.NamespacedName{Namespace: tridentNS, Name: pv}, &coordinationv1.Lease{})
 	assert.True(t, apierrors.IsNotFound(err), "the Lease of a shut-down holder is released: %v", err)
+}
+
+// TestRefusedCordonFailsAndTheNextStarts: an admission policy refuses to cordon one
+// node, as a change freeze would. The request on it fails at once with the API
+// server's message (WriteRefused) instead of holding its slot for ever, and the
+// request waiting for that slot (cap 1) starts and succeeds.
+func TestRefusedCordonFailsAndTheNextStarts(t *testing.T) {
+	ctx := context.Background()
+	const freeze = "e2e.remediator.io/freeze-cordons"
+	const msg = "cordons are frozen during the change freeze (CHG-1234)"
+	policy := &admissionregistrationv1.ValidatingAdmissionPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: "e2e-freeze-cordons"},
+		Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
+			FailurePolicy: ptr.To(admissionregistrationv1.Fail),
+			MatchConstraints: &admissionregistrationv1.MatchResources{
+				ObjectSelector: &metav1.LabelSelector{MatchLabels: map[string]string{freeze: "true"}},
+				ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{RuleWithOperations: admissionregistrationv1.RuleWithOperations{
+					Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Update},
+					Rule:       admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"nodes"}},
+				}}},
+			},
+			Validations: []admissionregistrationv1.Validation{{
+				Expression: "!(has(object.spec.unschedulable) && object.spec.unschedulable) || (has(oldObject.spec.unschedulable) && oldObject.spec.unschedulable)",
+				Message:    msg,
+			}},
+		},
+	}
+	binding := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "e2e-freeze-cordons"},
+		Spec: admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{PolicyName: policy.Name,
+			ValidationActions: []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny}},
+	}
+	for _, obj := range []client.Object{policy, binding} {
+		create(t, obj)
+		t.Cleanup(func() { _ = k8s.Delete(context.Background(), obj) })
+	}
+	frozen := extraNode(t, "e2e-frozen", true)
+	other := extraNode(t, "e2e-thawed", true)
+	for _, n := range []string{frozen, other} {
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
+			node := &corev1.Node{}
+			require.NoError(c, k8s.Get(ctx, types.NamespacedName{Name: n}, node))
+			assert.True(c, nodeReady(node), "node %s Ready", n)
+		}, 60*time.Second, poll)
+	}
+	require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		n := &corev1.Node{}
+		if err := k8s.Get(ctx, types.NamespacedName{Name: frozen}, n); err != nil {
+			return err
+		}
+		n.Labels[freeze] = "true"
+		return k8s.Update(ctx, n)
+	}))
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		n := &corev1.Node{}
+		require.NoError(c, k8s.Get(ctx, types.NamespacedName{Name: frozen}, n))
+		before := n.DeepCopy()
+		n.Spec.Unschedulable = true
+		err := k8s.Patch(ctx, n, client.MergeFrom(before), client.DryRunAll)
+		assert.Error(c, err, "the freeze is not enforced yet")
+	}, 30*time.Second, poll)
+
+	startController(t, "--max-concurrent-remediations", "1", "--step-timeout", "1m")
+	// A first request holds the only slot: its eviction is blocked by a budget.
+	h := heldAfterCordon(t, "e2e-slot", "kwok-node-1", "retained Lease on the db volume")
+	healthy := func(prefix, node string) (types.NamespacedName, string) {
+		ns := namespace(t, prefix)
+		pv, pvc := luksVolume(t, ns, node, 3*time.Minute, 2)
+		appPod(t, ns, "web-0", node, pvc, nil)
+		return request(t, ns, v1alpha1.RemediationRequestSpec{
+			Remediation: v1alpha1.RemediationReleaseLUKSLease,
+			Target:      v1alpha1.Target{PersistentVolume: pv},
+			Reason:      "LeaseRetained events: cryptsetup luksOpen failed repeatedly",
+		}), pv
+	}
+	frozenKey, frozenPV := healthy("e2e-frozen", frozen)
+	waitFor := func(key types.NamespacedName, what string, ok func(*v1alpha1.RemediationRequest) bool) *v1alpha1.RemediationRequest {
+		rr := &v1alpha1.RemediationRequest{}
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
+			require.NoError(c, k8s.Get(ctx, key, rr))
+			assert.True(c, ok(rr), "%s: %s", what, describe(rr))
+		}, 90*time.Second, poll, what)
+		return rr
+	}
+	waiting := func(rr *v1alpha1.RemediationRequest) bool {
+		c := condition(rr, v1alpha1.ConditionProgressing)
+		return rr.Status.Phase == v1alpha1.PhaseWaiting && c != nil && c.Reason == v1alpha1.ReasonWaitingForSlot
+	}
+	waitFor(frozenKey, "the frozen node's request waits for the slot", waiting)
+	nextKey, nextPV := healthy("e2e-next", other)
+	waitFor(nextKey, "the next request waits for the slot", waiting)
+
+	// The slot frees: the oldest waiting request, on the frozen node, starts and
+	// its cordon is refused.
+	require.NoError(t, k8s.Delete(ctx, h.pdb))
+	rr := waitFor(frozenKey, "the refused request Failed", func(rr *v1alpha1.RemediationRequest) bool { return rr.Status.Phase == v1alpha1.PhaseFailed })
+	c := condition(rr, v1alpha1.ConditionSucceeded)
+	require.NotNil(t, c, describe(rr))
+	assert.Equal(t, remediations.ReasonWriteRefused, c.Reason, describe(rr))
+	assert.Contains(t, c.Message, msg, "the API server's message")
+	for _, st := range rr.Status.Steps {
+		if st.Name == v1alpha1.StepCordon {
+			require.NotNil(t, st.StartedAt)
+			require.NotNil(t, st.CompletedAt)
+			assert.Less(t, st.CompletedAt.Sub(st.StartedAt.Time), time.Minute, "failed within the step timeout: %+v", st)
+		}
+	}
+	assert.True(t, leaseExists(t, frozenPV), "nothing but the cordon was tried")
+	rr = waitFor(nextKey, "the next request started and Succeeded", func(rr *v1alpha1.RemediationRequest) bool { return rr.Status.Phase == v1alpha1.PhaseSucceeded })
+	assert.False(t, leaseExists(t, nextPV), "the next request released its Lease")
+	waitFor(h.key, "the slot holder Succeeded", func(rr *v1alpha1.RemediationRequest) bool { return rr.Status.Phase == v1alpha1.PhaseSucceeded })
 }
