@@ -11,11 +11,14 @@ import (
 	"sync/atomic"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/ptr"
 
 	"github.com/remediator/remediator/api/v1alpha1"
 	"github.com/remediator/remediator/remediations"
@@ -37,8 +40,8 @@ type branch struct {
 	// is where the campaign leaves it. Other rejections with a recheck time (the
 	// fencing gate, 15 s here) are waited out.
 	Recheck bool
-	// FailReason is the Succeeded=False reason a Failed branch must end with.
-	FailReason string
+	// FailReasons are the Succeeded=False reasons a Failed branch may end with.
+	FailReasons []string
 }
 
 var (
@@ -57,7 +60,15 @@ var (
 	// machine is powered on again): the floor's re-check before the delete must
 	// see it and fail the playbook without touching the Lease.
 	brReturns = &branch{Name: "returns", Phase: v1alpha1.PhaseFailed, Playbook: "node-shutdown", Rule: "holder-shutdown",
-		Steps: []string{"deleteLease"}, FailReason: remediations.InvariantHolderStateChanged.Reason()}
+		Steps: []string{"deleteLease"}, FailReasons: []string{remediations.InvariantHolderStateChanged.Reason()}}
+	// brFencedBack is a fenced unreachable holder that comes back while the release
+	// is under way: its kubelet renews its kube-node-lease Lease again (and may post
+	// Ready), after the fencing statement was made. The statement no longer
+	// describes the node, so the floor's re-check before the delete must fail the
+	// playbook without touching the Lease: the fencing is stale (the node still
+	// looks unreachable) or the holder's state changed (it turned Healthy).
+	brFencedBack = &branch{Name: "fencedback", Phase: v1alpha1.PhaseFailed, Playbook: "fenced-unreachable", Rule: "unreachable-fenced",
+		Steps: []string{"deleteLease"}, FailReasons: []string{remediations.InvariantFencingStale.Reason(), remediations.InvariantHolderStateChanged.Reason()}}
 	brUnfenced   = &branch{Name: "unfenced", Phase: v1alpha1.PhaseRejected, Rule: "unreachable-not-fenced"}
 	brYoung      = &branch{Name: "young", Phase: v1alpha1.PhaseRejected, Rule: "healthy-operation-may-be-running", Recheck: true}
 	brNotFound   = &branch{Name: "notfound", Phase: v1alpha1.PhaseRejected, Rule: "holder-node-not-found"}
@@ -76,8 +87,11 @@ type subject struct {
 	Lease  string // trident/<pv> for the LUKS branches
 	// LeaseCreated is the Lease's creationTimestamp: the fencing age gate counts from it.
 	LeaseCreated time.Time
-	Node         string   // the holder, or the plugin's node
-	Pods         []string // namespace/name of the pods the playbook must move off Node first
+	// LeaseUID is the staged Lease's UID: a branch that never deletes the Lease must
+	// end with this very Lease in place.
+	LeaseUID types.UID
+	Node     string   // the holder, or the plugin's node
+	Pods     []string // namespace/name of the pods the playbook must move off Node first
 	// Deleted is set when the campaign deleted the request before it was terminal:
 	// it then only has to end without a leak and without a repeated call.
 	Deleted bool
@@ -136,7 +150,7 @@ func (s *stager) luks(ctx context.Context, b *branch, holder, podNode string, re
 	if err != nil {
 		return nil, err
 	}
-	sub := &subject{Branch: b, Lease: stage.TridentNamespace + "/" + in.Name, LeaseCreated: l.CreationTimestamp.Time, Node: holder}
+	sub := &subject{Branch: b, Lease: stage.TridentNamespace + "/" + in.Name, LeaseCreated: l.CreationTimestamp.Time, LeaseUID: l.UID, Node: holder}
 	if podNode == holder {
 		sub.Pods = []string{s.st.Apps + "/" + in.Pod}
 	}
@@ -165,13 +179,13 @@ func (s *stager) stage(ctx context.Context, b *branch, pluginNode string) (*subj
 			return nil, err
 		}
 		return s.luks(ctx, b, n, s.carrier, false, nil)
-	case brFenced, brUnfenced:
+	case brFenced, brUnfenced, brFencedBack:
 		n := s.next("cutoff")
 		if err := s.st.UnreachableNode(ctx, n); err != nil {
 			return nil, err
 		}
 		var f *v1alpha1.Fencing
-		if b == brFenced {
+		if b != brUnfenced {
 			f = &v1alpha1.Fencing{Confirmed: true, Method: v1alpha1.FencingNodeShutdown, Node: n}
 		}
 		return s.luks(ctx, b, n, s.carrier, false, f)
@@ -215,6 +229,55 @@ func (s *stager) powerOn(ctx context.Context, node string) error {
 		}
 		n.Spec.Taints = slices.DeleteFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == v1alpha1.TaintOutOfService })
 		_, err = s.h.cs.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{})
+		return err
+	})
+}
+
+// heartbeat makes a cut-off holder's kubelet reach the API server again: it renews
+// the node's Lease in kube-node-lease now, as a kubelet does every 10 s (the staged
+// node has none: its kubelet was never heard from). With ready it also posts
+// Ready=True with a fresh heartbeat, after which the node lifecycle controller
+// lifts the unreachable taint. Either is a sign of life after the fencing
+// statement.
+func (s *stager) heartbeat(ctx context.Context, node string, ready bool) error {
+	n, err := s.h.cs.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	now := metav1.NowMicro()
+	leases := s.h.cs.CoordinationV1().Leases(corev1.NamespaceNodeLease)
+	l, err := leases.Get(ctx, node, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		// Owned by the node, as the kubelet's is, so that it goes with the node.
+		l = &coordinationv1.Lease{
+			ObjectMeta: metav1.ObjectMeta{Name: node, Namespace: corev1.NamespaceNodeLease, Labels: map[string]string{stage.Label: s.st.RunID},
+				OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: node, UID: n.UID}}},
+			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(node), LeaseDurationSeconds: ptr.To[int32](40), RenewTime: &now},
+		}
+		if _, err := leases.Create(ctx, l, metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("renewing the node Lease of %s: %w", node, err)
+		}
+	case err != nil:
+		return err
+	default:
+		l.Spec.HolderIdentity, l.Spec.RenewTime = ptr.To(node), &now
+		if _, err := leases.Update(ctx, l, metav1.UpdateOptions{}); err != nil {
+			return fmt.Errorf("renewing the node Lease of %s: %w", node, err)
+		}
+	}
+	if !ready {
+		return nil
+	}
+	return retry.RetryOnConflict(retry.DefaultBackoff, func() error {
+		cur, err := s.h.cs.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		t := metav1.Now()
+		cur.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue,
+			Reason: "KubeletReady", Message: "kubelet is posting ready status", LastHeartbeatTime: t, LastTransitionTime: t}}
+		_, err = s.h.cs.CoreV1().Nodes().UpdateStatus(ctx, cur, metav1.UpdateOptions{})
 		return err
 	})
 }

@@ -6,11 +6,13 @@ package main
 // destructive call made at most once.
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math/rand/v2"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -54,7 +56,7 @@ func (h *harness) crash(ctx context.Context) error {
 			if b == brPlugin {
 				pn = nextPluginNode()
 			}
-			killed, v, err := h.crashCycle(ctx, b, fp, pn, nil)
+			killed, v, err := h.crashCycle(ctx, b, fp, pn, cycleOpts{})
 			if err != nil {
 				return fmt.Errorf("%s at %s: %w", b.Name, fp, err)
 			}
@@ -76,24 +78,22 @@ func (h *harness) crash(ctx context.Context) error {
 	}
 	// The holder comes back while the controller is down, after the release was
 	// journaled or right before its delete: the restarted controller's re-check
-	// must refuse.
-	returns := []string{failpoint.Name("deleteLease", failpoint.AfterJournal)}
-	if h.p.everyBoundary {
-		returns = append(returns, failpoint.Name("deleteLease", failpoint.BeforeCall))
-	}
-	for _, fp := range returns {
-		killed, v, err := h.crashCycle(ctx, brReturns, fp, "", func(s *subject) error { return h.stager.powerOn(ctx, s.Node) })
+	// must refuse. A shut-down holder's out-of-service taint is removed; a fenced
+	// unreachable holder's kubelet gives a heartbeat again, after its fencing
+	// statement.
+	for _, back := range h.holderBackCycles() {
+		killed, v, err := h.crashCycle(ctx, back.b, back.fp, "", cycleOpts{whileDown: back.whileDown})
 		if err != nil {
-			return fmt.Errorf("holder back at %s: %w", fp, err)
+			return fmt.Errorf("%s at %s: %w", back.label, back.fp, err)
 		}
 		res.Verdict.add(v)
 		if killed {
 			res.FailpointKills++
-			res.ByPoint["node-shutdown (holder back) "+fp]++
+			res.ByPoint[back.label+" "+back.fp]++
 		} else {
-			res.Unreached = append(res.Unreached, "node-shutdown (holder back) "+fp)
+			res.Unreached = append(res.Unreached, back.label+" "+back.fp)
 		}
-		logf("R1 node-shutdown, holder back while down, %s: killed %v, %d/%d correct, %d violations", fp, killed, v.Correct, v.Requests, v.Violations())
+		logf("R1 %s while down, %s: killed %v, %d/%d correct, %d violations", back.label, back.fp, killed, v.Correct, v.Requests, v.Violations())
 	}
 	if h.p.everyBoundary {
 		for _, b := range []*branch{brMove, brPlugin} {
@@ -129,6 +129,38 @@ func (h *harness) crash(ctx context.Context) error {
 		logf("R1 timed: %d kills (%d with a step running), %d/%d correct, %d violations", n.kills, n.midStep, v.Correct, v.Requests, v.Violations())
 	}
 	return nil
+}
+
+// holderBack is one cycle in which the holder comes back mid-playbook: the
+// controller is killed at fp of the release, and whileDown brings the holder back
+// before a clean controller continues.
+type holderBack struct {
+	b         *branch
+	label     string
+	fp        string
+	whileDown func(context.Context, *subject) error
+}
+
+// holderBackCycles: after the release was journaled (smoke too) and, in the full
+// preset, right before its delete. A shut-down holder is powered on (its
+// out-of-service taint removed); a fenced unreachable holder's kubelet renews its
+// node Lease after the journal write, and also posts Ready right before the delete.
+func (h *harness) holderBackCycles() []holderBack {
+	points := []string{failpoint.Name("deleteLease", failpoint.AfterJournal)}
+	if h.p.everyBoundary {
+		points = append(points, failpoint.Name("deleteLease", failpoint.BeforeCall))
+	}
+	var out []holderBack
+	for _, fp := range points {
+		out = append(out, holderBack{b: brReturns, label: "node-shutdown (holder back)", fp: fp,
+			whileDown: func(ctx context.Context, s *subject) error { return h.stager.powerOn(ctx, s.Node) }})
+	}
+	for _, fp := range points {
+		ready := fp == failpoint.Name("deleteLease", failpoint.BeforeCall)
+		out = append(out, holderBack{b: brFencedBack, label: "fenced-unreachable (holder back)", fp: fp,
+			whileDown: func(ctx context.Context, s *subject) error { return h.stager.heartbeat(ctx, s.Node, ready) }})
+	}
+	return out
 }
 
 // restorePoints are the crash points of the restore a request deleted mid-run
@@ -220,25 +252,65 @@ func (h *harness) restoreCycle(ctx context.Context, b *branch, fp, pluginNode st
 	return killed, v, err
 }
 
+// cycleOpts are what differs between a crash cycle of R1 and one of R2.
+type cycleOpts struct {
+	// kubeconfig is the controllers' (default: the cluster's); R2 passes the fault
+	// proxy's.
+	kubeconfig string
+	// starting, when set, is held true while a controller starts (the fault proxy
+	// then faults only its watches, see faults) and set false once it is ready.
+	starting *atomic.Bool
+	// whileDown runs after the armed controller died and before the clean one starts.
+	whileDown func(context.Context, *subject) error
+}
+
 // crashCycle stages one request of branch b, runs a controller armed with
 // failpoint fp until it dies (or the request ends without reaching fp), starts a
 // clean one and judges the request once it is terminal.
-func (h *harness) crashCycle(ctx context.Context, b *branch, fp, pluginNode string, whileDown func(*subject) error) (bool, Verdict, error) {
+func (h *harness) crashCycle(ctx context.Context, b *branch, fp, pluginNode string, o cycleOpts) (bool, Verdict, error) {
 	offset, err := h.audit.size()
 	if err != nil {
 		return false, Verdict{}, err
 	}
+	sub, killed, p2, err := h.failpointRun(ctx, b, fp, pluginNode, o)
+	if err != nil {
+		return killed, Verdict{}, err
+	}
+	defer p2.stop()
+	settle()
+	v, err := h.judge(ctx, []*subject{sub}, offset)
+	return killed, v, err
+}
+
+// failpointRun stages one request of branch b, runs a controller armed with
+// failpoint fp until it dies (or the request ends without reaching fp), runs
+// o.whileDown, and starts a clean controller, which it returns running once the
+// request is terminal: the caller stops it after judging, so that a call made
+// after the end is seen too.
+func (h *harness) failpointRun(ctx context.Context, b *branch, fp, pluginNode string, o cycleOpts) (*subject, bool, *proc, error) {
+	kubeconfig := cmp.Or(o.kubeconfig, h.cfg.kubeconfig)
+	start := func(po procOpts) (*proc, error) {
+		if o.starting == nil {
+			return h.start(po)
+		}
+		// Behind the fault proxy: wait until the controller is ready (a failpoint of
+		// a step cannot fire before the request exists), then let the faults in.
+		po.noWait = false
+		o.starting.Store(true)
+		defer o.starting.Store(false)
+		return h.start(po)
+	}
 	sub, err := h.stager.stage(ctx, b, pluginNode)
 	if err != nil {
-		return false, Verdict{}, err
+		return nil, false, nil, err
 	}
-	p, err := h.start(procOpts{name: "crash", kubeconfig: h.cfg.kubeconfig, failpoint: fp + "=kill", noWait: true})
+	p, err := start(procOpts{name: "crash", kubeconfig: kubeconfig, failpoint: fp + "=kill", noWait: true})
 	if err != nil {
-		return false, Verdict{}, err
+		return nil, false, nil, err
 	}
 	if err := h.k8s.Create(ctx, sub.RR); err != nil {
 		p.kill()
-		return false, Verdict{}, err
+		return nil, false, nil, err
 	}
 	subs := []*subject{sub}
 	deadline := time.Now().Add(90*time.Second + h.gate)
@@ -252,24 +324,22 @@ func (h *harness) crashCycle(ctx context.Context, b *branch, fp, pluginNode stri
 	if !p.exited() {
 		p.stop()
 	} else if !killed {
-		return false, Verdict{}, fmt.Errorf("the controller exited on its own: %v (log %s)", p.err, p.log)
+		return nil, false, nil, fmt.Errorf("the controller exited on its own: %v (log %s)", p.err, p.log)
 	}
-	if whileDown != nil {
-		if err := whileDown(sub); err != nil {
-			return killed, Verdict{}, err
+	if o.whileDown != nil {
+		if err := o.whileDown(ctx, sub); err != nil {
+			return nil, killed, nil, err
 		}
 	}
-	p2, err := h.start(procOpts{name: "restart", kubeconfig: h.cfg.kubeconfig})
+	p2, err := start(procOpts{name: "restart", kubeconfig: kubeconfig})
 	if err != nil {
-		return killed, Verdict{}, err
+		return nil, killed, nil, err
 	}
-	defer p2.stop()
 	if err := h.waitTerminal(ctx, subs, 120*time.Second+h.gate); err != nil {
-		return killed, Verdict{}, fmt.Errorf("%w (logs %s, %s)", err, p.log, p2.log)
+		p2.stop()
+		return nil, killed, nil, fmt.Errorf("%w (logs %s, %s)", err, p.log, p2.log)
 	}
-	settle()
-	v, err := h.judge(ctx, subs, offset)
-	return killed, v, err
+	return sub, killed, p2, nil
 }
 
 // timedKills runs one request of each playbook at once and kills the controller

@@ -107,6 +107,11 @@ func (h *harness) faults(ctx context.Context) error {
 	if err := fp.WriteKubeconfig(kubeconfig); err != nil {
 		return err
 	}
+	back, err := h.holderBackUnderFaults(ctx, kubeconfig, &starting)
+	if err != nil {
+		return err
+	}
+	starting.Store(true)
 	p, err := h.start(procOpts{name: "faults", kubeconfig: kubeconfig})
 	if err != nil {
 		return err
@@ -168,7 +173,7 @@ func (h *harness) faults(ctx context.Context) error {
 	}
 	logf("R2 %s", res.Baseline)
 	// Judged after the settling: a call made after a request ended counts too.
-	if res.Verdict, err = h.judge(ctx, subs, offset); err != nil {
+	if res.Verdict, err = h.judge(ctx, append(subs, back...), offset); err != nil {
 		return err
 	}
 	if h.p.faultRequests >= 200 {
@@ -179,4 +184,35 @@ func (h *harness) faults(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// holderBackUnderFaults runs, before the mixed batch, the subject in which a fenced
+// unreachable holder comes back in the middle of its playbook while the faults go
+// on. Nothing outside the controller can time a heartbeat into the moment between
+// the release's journal write and its delete, so a controller behind the proxy is
+// armed with a failpoint there and killed; the holder's kubelet then renews its
+// node Lease (and, before the delete, posts Ready too), and a clean controller
+// behind the same proxy must fail the playbook without deleting the Lease. The
+// subjects are judged with the batch.
+func (h *harness) holderBackUnderFaults(ctx context.Context, kubeconfig string, starting *atomic.Bool) ([]*subject, error) {
+	res := h.result.Faults
+	var subs []*subject
+	for _, back := range h.holderBackCycles() {
+		if back.b != brFencedBack {
+			continue
+		}
+		sub, killed, p, err := h.failpointRun(ctx, back.b, back.fp, "", cycleOpts{kubeconfig: kubeconfig, starting: starting, whileDown: back.whileDown})
+		if err != nil {
+			return nil, fmt.Errorf("%s at %s: %w", back.label, back.fp, err)
+		}
+		p.stop() // the batch's controller must be the only one; the judge reads the audit log at the end
+		subs = append(subs, sub)
+		if killed {
+			res.HolderBack = append(res.HolderBack, back.label+" "+back.fp)
+		} else {
+			res.HolderBackMissed = append(res.HolderBackMissed, back.label+" "+back.fp)
+		}
+		logf("R2 %s through faults, %s: killed %v", back.label, back.fp, killed)
+	}
+	return subs, nil
 }

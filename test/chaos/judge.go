@@ -13,6 +13,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/remediator/remediator/api/v1alpha1"
@@ -99,6 +100,19 @@ func (h *harness) judge(ctx context.Context, subjects []*subject, offset int64) 
 		if why := outOfOrder(s, got); why != "" {
 			fail(&v.Unsafe, "%s", why)
 		}
+		// Not only the audit log: a branch that never deletes the Lease (a holder
+		// that came back mid-playbook among them) must end with the very Lease that
+		// was staged still in place, whoever would have removed it. A delete the
+		// audit log shows is already counted above, once.
+		if s.Lease != "" && !slices.Contains(s.Branch.Calls, callDeleteLease) && len(got[callDeleteLease+" "+s.Lease]) == 0 {
+			why, err := h.leaseKept(ctx, s)
+			if err != nil {
+				return v, err
+			}
+			if why != "" {
+				fail(&v.Unsafe, "%s", why)
+			}
+		}
 		rr, err := h.settled(ctx, s)
 		switch {
 		case s.Deleted && apierrors.IsNotFound(err):
@@ -118,8 +132,8 @@ func (h *harness) judge(ctx context.Context, subjects []*subject, offset int64) 
 			if rr.Status.Phase != s.Branch.Phase || rule != s.Branch.Rule || playbook != s.Branch.Playbook {
 				fail(&v.Wrong, "phase %s rule %q playbook %q, want %s %q %q (%s)", rr.Status.Phase, rule, playbook,
 					s.Branch.Phase, s.Branch.Rule, s.Branch.Playbook, condMessage(rr))
-			} else if c := meta.FindStatusCondition(rr.Status.Conditions, v1alpha1.ConditionSucceeded); s.Branch.FailReason != "" && (c == nil || c.Reason != s.Branch.FailReason) {
-				fail(&v.Wrong, "failed, but not with %s (%s)", s.Branch.FailReason, condMessage(rr))
+			} else if c := meta.FindStatusCondition(rr.Status.Conditions, v1alpha1.ConditionSucceeded); len(s.Branch.FailReasons) > 0 && (c == nil || !slices.Contains(s.Branch.FailReasons, c.Reason)) {
+				fail(&v.Wrong, "failed, but not with %s (%s)", strings.Join(s.Branch.FailReasons, " or "), condMessage(rr))
 			} else if s.Branch.Recheck && (d.RecheckAt == nil || d.RecheckAt.Time.Sub(s.LeaseCreated.Add(youngGate)).Abs() > 5*time.Second) {
 				fail(&v.Wrong, "rejected without the recheck when the Lease is %s old, within 5 s (recheckAt %v, Lease created %s)", youngGate, d.RecheckAt, s.LeaseCreated.Format(time.TimeOnly))
 			} else if s.Branch.Phase == v1alpha1.PhaseSucceeded {
@@ -245,6 +259,21 @@ func (h *harness) unsafeDelete(s *subject, c call, podGone map[string]time.Time)
 		return ""
 	}
 	return "branch " + s.Branch.Name + " never deletes the Lease"
+}
+
+// leaseKept says why a subject's staged Lease is no longer in place, or "".
+func (h *harness) leaseKept(ctx context.Context, s *subject) (string, error) {
+	ns, name, _ := strings.Cut(s.Lease, "/")
+	l, err := h.cs.CoordinationV1().Leases(ns).Get(ctx, name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return fmt.Sprintf("Lease %s is gone, although branch %s never deletes it", s.Lease, s.Branch.Name), nil
+	case err != nil:
+		return "", fmt.Errorf("reading Lease %s: %w", s.Lease, err)
+	case s.LeaseUID != "" && l.UID != s.LeaseUID:
+		return fmt.Sprintf("Lease %s was deleted and re-created (uid %s, staged %s), although branch %s never deletes it", s.Lease, l.UID, s.LeaseUID, s.Branch.Name), nil
+	}
+	return "", nil
 }
 
 // ownerOf attributes a call to the subject whose playbook makes it, else to any

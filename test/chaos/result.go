@@ -53,6 +53,12 @@ type Faults struct {
 	Baseline                          string `json:"baseline"` // why it counts as back at baseline, or why not
 	// Missing are fault kinds the full run never injected: a violation.
 	Missing []string `json:"missing,omitempty"`
+	// HolderBack are the failpoints of the release at which a fenced holder came
+	// back mid-playbook behind the proxy (the controller killed there, the holder's
+	// heartbeat resumed, a clean controller finished); HolderBackMissed those that
+	// were not reached, so the case was never tested: a violation.
+	HolderBack       []string `json:"holderBack,omitempty"`
+	HolderBackMissed []string `json:"holderBackMissed,omitempty"`
 }
 
 // Churn is R4.
@@ -81,7 +87,7 @@ func (r *Result) violations() int {
 		if !strings.HasPrefix(r.Faults.Baseline, "back") {
 			n++
 		}
-		n += len(r.Faults.Missing)
+		n += len(r.Faults.Missing) + len(r.Faults.HolderBackMissed)
 	}
 	if r.Churn != nil {
 		n += r.Churn.Verdict.Violations() + len(r.Churn.Stuck) + len(r.Churn.TwoLeaders)
@@ -132,6 +138,12 @@ func (r *Result) summary() string {
 	}
 	if c := r.Crash; c != nil {
 		fmt.Fprintf(&b, "R1 kills: %d (floor %d); timed kills with a step running: %d of %d\n", c.FailpointKills+c.TimedKills, c.MinKills, c.MidStepKills, c.TimedKills)
+	}
+	if f := r.Faults; f != nil && len(f.HolderBack) > 0 {
+		fmt.Fprintf(&b, "R2 holder back mid-playbook, controller killed at: %s\n", strings.Join(f.HolderBack, ", "))
+	}
+	if f := r.Faults; f != nil && len(f.HolderBackMissed) > 0 {
+		fmt.Fprintf(&b, "R2 VIOLATION, holder-back failpoints not reached: %s\n", strings.Join(f.HolderBackMissed, ", "))
 	}
 	if f := r.Faults; f != nil && len(f.Missing) > 0 {
 		fmt.Fprintf(&b, "R2 VIOLATION, fault kinds never injected: %s\n", strings.Join(f.Missing, ", "))
