@@ -143,6 +143,9 @@ func TestCheckFloor(t *testing.T) {
 			f.Node.LeaseRenewTime = ago(10 * time.Minute)
 		})}, ""},
 		{"fencedAt before the holder's last heartbeat", FloorInput{Spec: fencedAt("node-a", ago(3*time.Hour)), Steps: release, Now: leaseFacts(v1alpha1.NodeUnreachable)}, InvariantFencingStale},
+		{"missing holder node whose kubelet renewed its node Lease after the fencing statement", FloorInput{Spec: fenced("node-a"), Steps: release, Now: with(leaseFacts(v1alpha1.NodeNotFound), func(f *v1alpha1.Facts) {
+			f.Node.LeaseRenewTime = ago(10 * time.Minute) // the request was created 30 minutes ago
+		})}, InvariantFencingStale},
 		{"fencedAt in the future", FloorInput{Spec: fencedAt("node-a", ago(-time.Minute)), Steps: release, Now: leaseFacts(v1alpha1.NodeUnreachable)}, InvariantFencingStale},
 		{"healthy holder, young Lease, no LeaseRetained", FloorInput{Steps: move, Now: with(leaseFacts(v1alpha1.NodeHealthy, "web-0"), func(f *v1alpha1.Facts) {
 			f.Lease.AgeSeconds = 60

@@ -331,12 +331,17 @@ func (g *Gatherer) nodeFacts(ctx context.Context, name string, now time.Time) (*
 	if err != nil {
 		return nil, err
 	}
-	if !found {
-		nf := ClassifyNode(name, nil, nil, now, g.Config.NodeLeaseGracePeriod)
-		return &nf, nil
-	}
 	if leaseErr != nil {
 		return nil, leaseErr
+	}
+	if !found {
+		// The node's Lease is read even without a Node: a kubelet that renews it runs.
+		var nodeLease *coordinationv1.Lease
+		if leaseFound {
+			nodeLease = l
+		}
+		nf := ClassifyNode(name, nil, nodeLease, now, g.Config.NodeLeaseGracePeriod)
+		return &nf, nil
 	}
 	var nodeLease *coordinationv1.Lease
 	if leaseFound {

@@ -9,10 +9,12 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 
 	"github.com/remediator/remediator/api/v1alpha1"
 	"github.com/remediator/remediator/controllers/facts"
@@ -382,4 +384,25 @@ func TestAffectedPodsIncludeEphemeralVolumes(t *testing.T) {
 	f = w.gather(t, v1alpha1.RemediationReleaseLUKSLease, v1alpha1.Target{Pod: &v1alpha1.ObjectReference{Namespace: "app", Name: "scratch-0"}})
 	assert.True(t, f.Target.Found, "a pod's ephemeral claim resolves: %s", f.Target.Message)
 	assert.Equal(t, "pvc-ephemeral", f.Target.PersistentVolume)
+}
+
+// TestMissingNodeWithARenewedLease: a Node object deleted while its machine runs.
+// Its kubelet still renews its node Lease, so the holder is alive: not NotFound
+// (which fencing could release), and the renewal is recorded for the floor's
+// fencing check. Seen failing before: the gatherer dropped the Lease it had read.
+func TestMissingNodeWithARenewedLease(t *testing.T) {
+	w := newWorld(t)
+	w.create(&coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Namespace: corev1.NamespaceNodeLease, Name: "holder-no-node"},
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("holder-no-node"), LeaseDurationSeconds: ptr.To[int32](40),
+			RenewTime: ptr.To(metav1.NewMicroTime(w.Now().Add(-2 * time.Second)))},
+	})
+	w.volume("pvc-no-node", "app", "data-no-node")
+	w.tridentLease("pvc-no-node", "holder-no-node", 20*time.Minute, 0)
+	f := w.gather(t, v1alpha1.RemediationReleaseLUKSLease, v1alpha1.Target{PersistentVolume: "pvc-no-node"})
+	require.NotNil(t, f.Node)
+	assert.False(t, f.Node.Exists)
+	assert.Equal(t, v1alpha1.NodeUnknown, f.Node.State, f.Node.StateReason)
+	assert.NotNil(t, f.Node.LeaseRenewTime, "the renewal is recorded")
+	assert.NotNil(t, f.Node.LastHeartbeat, "the renewal is the last heartbeat")
 }

@@ -22,15 +22,28 @@ var stateTaints = []string{v1alpha1.TaintCloudShutdown, v1alpha1.TaintOutOfServi
 // nodeLease == nil means the node has no Lease in kube-node-lease. It is pure so that
 // every branch can be table-tested.
 func ClassifyNode(name string, node *corev1.Node, nodeLease *coordinationv1.Lease, now time.Time, grace time.Duration) v1alpha1.NodeFacts {
-	nf := v1alpha1.NodeFacts{Name: name, LeaseRenewAgeSeconds: -1}
+	nf := v1alpha1.NodeFacts{Name: name, LeaseRenewAgeSeconds: -1, HeartbeatAgeSeconds: -1}
+	leaseFresh := false
+	if renew := leaseRenewal(nodeLease); renew != nil {
+		nf.LeaseRenewTime = renew
+		nf.LeaseRenewAgeSeconds = ageSeconds(now, renew.Time)
+		leaseFresh = now.Sub(renew.Time) <= grace
+	}
 	if node == nil {
 		// A missing Node is not proof that the machine is down: a holderIdentity spelled
 		// differently from the Node name (an FQDN versus a short name), or a Node object
 		// deleted while its machine still runs, would make a live holder look dead. It
-		// is a state of its own, which the policy treats like Unreachable.
+		// is a state of its own, which the policy treats like Unreachable. A kubelet
+		// that still renews the node's Lease runs, whatever became of the Node object.
+		recordHeartbeat(&nf, now)
 		nf.State = v1alpha1.NodeNotFound
 		nf.StateReason = fmt.Sprintf("no Node is named %s: check the holderIdentity's spelling against kubectl get nodes "+
 			"(an FQDN versus a short name), and whether the machine is really gone or only its Node object was deleted", name)
+		if leaseFresh {
+			nf.State = v1alpha1.NodeUnknown
+			nf.StateReason = fmt.Sprintf("conflicting evidence: no Node is named %s, but its kubelet renewed its node Lease %s ago (grace %s): the machine runs",
+				name, time.Duration(nf.LeaseRenewAgeSeconds)*time.Second, grace)
+		}
 		return nf
 	}
 	nf.Exists = true
@@ -41,10 +54,7 @@ func ClassifyNode(name string, node *corev1.Node, nodeLease *coordinationv1.Leas
 			continue
 		}
 		nf.Ready = string(c.Status)
-		if !c.LastHeartbeatTime.IsZero() {
-			hb := c.LastHeartbeatTime
-			nf.ReadyHeartbeatTime = &hb
-		}
+		nf.ReadyHeartbeatTime = readyHeartbeat(node, c)
 		if !c.LastTransitionTime.IsZero() {
 			since := c.LastTransitionTime
 			nf.ReadySince = &since
@@ -58,19 +68,7 @@ func ClassifyNode(name string, node *corev1.Node, nodeLease *coordinationv1.Leas
 	}
 	slices.Sort(nf.Taints)
 
-	leaseFresh := false
-	if nodeLease != nil && nodeLease.Spec.RenewTime != nil {
-		renew := metav1.NewTime(nodeLease.Spec.RenewTime.Time)
-		nf.LeaseRenewTime = &renew
-		nf.LeaseRenewAgeSeconds = ageSeconds(now, renew.Time)
-		leaseFresh = now.Sub(renew.Time) <= grace
-	}
-
-	nf.HeartbeatAgeSeconds = -1
-	if hb := nf.NewestHeartbeat(); hb != nil {
-		nf.LastHeartbeat = hb
-		nf.HeartbeatAgeSeconds = ageSeconds(now, hb.Time)
-	}
+	recordHeartbeat(&nf, now)
 	shutdownTaint := slices.Contains(nf.Taints, v1alpha1.TaintOutOfService) || slices.Contains(nf.Taints, v1alpha1.TaintCloudShutdown)
 	readyTrue := nf.Ready == string(corev1.ConditionTrue)
 	evidence := nodeEvidence(&nf, nodeLease != nil, grace)
@@ -99,6 +97,56 @@ func ClassifyNode(name string, node *corev1.Node, nodeLease *coordinationv1.Leas
 	}
 	nf.StateReason = evidence
 	return nf
+}
+
+// recordHeartbeat records the newest of the node's heartbeats and its age.
+func recordHeartbeat(nf *v1alpha1.NodeFacts, now time.Time) {
+	if hb := nf.NewestHeartbeat(); hb != nil {
+		nf.LastHeartbeat = hb
+		nf.HeartbeatAgeSeconds = ageSeconds(now, hb.Time)
+	}
+}
+
+// leaseRenewal is when the node's Lease was last renewed: the later of its
+// spec.renewTime, which the kubelet writes from its own clock, and the server-set
+// time of the newest write to it (managedFields), when the read carries them (live
+// reads do; the informer cache strips them). A kubelet whose clock runs slow must not
+// look silent: the later of the two can only make the node look more alive.
+func leaseRenewal(l *coordinationv1.Lease) *metav1.Time {
+	if l == nil {
+		return nil
+	}
+	var t *metav1.Time
+	if l.Spec.RenewTime != nil {
+		r := metav1.NewTime(l.Spec.RenewTime.Time)
+		t = &r
+	}
+	for _, mf := range l.ManagedFields {
+		if mf.Time != nil && (t == nil || mf.Time.After(t.Time)) {
+			w := *mf.Time
+			t = &w
+		}
+	}
+	return t
+}
+
+// readyHeartbeat is the Ready condition's lastHeartbeatTime (the kubelet's clock), or
+// the server-set time of the kubelet's newest status write when that is later. Only
+// the kubelet's own writes count: kube-controller-manager writes the status of a
+// node that went silent, and that is no sign of life.
+func readyHeartbeat(node *corev1.Node, c corev1.NodeCondition) *metav1.Time {
+	var t *metav1.Time
+	if !c.LastHeartbeatTime.IsZero() {
+		hb := c.LastHeartbeatTime
+		t = &hb
+	}
+	for _, mf := range node.ManagedFields {
+		if mf.Manager == "kubelet" && mf.Subresource == "status" && mf.Time != nil && (t == nil || mf.Time.After(t.Time)) {
+			w := *mf.Time
+			t = &w
+		}
+	}
+	return t
 }
 
 // nodeEvidence describes the facts behind a node state in one deterministic line.

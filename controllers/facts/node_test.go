@@ -20,6 +20,20 @@ func withHeartbeat(n *corev1.Node, at time.Time) *corev1.Node {
 	return n
 }
 
+// written records a write by manager at the server's time at.
+func written(l *coordinationv1.Lease, manager, subresource string, at time.Time) *coordinationv1.Lease {
+	ts := metav1.NewTime(at)
+	l.ManagedFields = append(l.ManagedFields, metav1.ManagedFieldsEntry{Manager: manager, Operation: metav1.ManagedFieldsOperationUpdate, Subresource: subresource, Time: &ts})
+	return l
+}
+
+// writtenNode records a status write of the Node by manager at the server's time at.
+func writtenNode(n *corev1.Node, manager string, at time.Time) *corev1.Node {
+	ts := metav1.NewTime(at)
+	n.ManagedFields = append(n.ManagedFields, metav1.ManagedFieldsEntry{Manager: manager, Operation: metav1.ManagedFieldsOperationUpdate, Subresource: "status", Time: &ts})
+	return n
+}
+
 func TestClassifyNode(t *testing.T) {
 	now := time.Date(2026, 11, 19, 5, 47, 54, 0, time.UTC)
 	grace := 40 * time.Second
@@ -60,6 +74,15 @@ func TestClassifyNode(t *testing.T) {
 		{"out-of-service, NotReady, Ready heartbeat fresh, node Lease stale", withHeartbeat(node(corev1.ConditionFalse, v1alpha1.TaintOutOfService), now.Add(-5*time.Second)), lease(time.Hour), v1alpha1.NodeUnknown},
 		{"out-of-service, NotReady, both heartbeats stale", withHeartbeat(node(corev1.ConditionFalse, v1alpha1.TaintOutOfService), now.Add(-time.Hour)), lease(time.Hour), v1alpha1.NodeShutdown},
 		{"out-of-service, never reported", node("", v1alpha1.TaintOutOfService), nil, v1alpha1.NodeShutdown},
+		// A Node deleted while its machine runs: the kubelet still renews its Lease.
+		{"node gone, node Lease renewed seconds ago", nil, lease(3 * time.Second), v1alpha1.NodeUnknown},
+		{"node gone, node Lease stale", nil, lease(time.Hour), v1alpha1.NodeNotFound},
+		// Server time: a kubelet whose clock runs an hour slow writes an old renewTime,
+		// but the API server stamps its write now (managedFields).
+		{"out-of-service, NotReady, slow kubelet clock, renewed now by server time", node(corev1.ConditionFalse, v1alpha1.TaintOutOfService), written(lease(time.Hour), "kubelet", "", now), v1alpha1.NodeUnknown},
+		{"out-of-service, NotReady, kubelet posted status now by server time", writtenNode(withHeartbeat(node(corev1.ConditionFalse, v1alpha1.TaintOutOfService), now.Add(-time.Hour)), "kubelet", now), lease(time.Hour), v1alpha1.NodeUnknown},
+		// kube-controller-manager writes the status of a silent node: no sign of life.
+		{"out-of-service, Unknown, only the controller-manager wrote status now", writtenNode(withHeartbeat(node(corev1.ConditionUnknown, v1alpha1.TaintOutOfService), now.Add(-time.Hour)), "kube-controller-manager", now), lease(time.Hour), v1alpha1.NodeShutdown},
 		{"Ready Unknown", node(corev1.ConditionUnknown), lease(time.Second), v1alpha1.NodeUnreachable},
 		{"unreachable taint only", node(corev1.ConditionTrue, v1alpha1.TaintUnreachable), lease(time.Second), v1alpha1.NodeUnreachable},
 		{"stale node lease", node(corev1.ConditionTrue), lease(grace + time.Second), v1alpha1.NodeUnreachable},
