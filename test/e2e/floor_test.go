@@ -380,7 +380,7 @@ func TestRefusedCordonFailsAndTheNextStarts(t *testing.T) {
 		}
 	}
 	assert.True(t, leaseExists(t, frozenPV), "nothing but the cordon was tried")
-	rr = waitFor(nextKey, "the next request started and Succeeded", func(rr *v1alpha1.RemediationRequest) bool { return rr.Status.Phase == v1alpha1.PhaseSucceeded })
+	waitFor(nextKey, "the next request started and Succeeded", func(rr *v1alpha1.RemediationRequest) bool { return rr.Status.Phase == v1alpha1.PhaseSucceeded })
 	assert.False(t, leaseExists(t, nextPV), "the next request released its Lease")
 	waitFor(h.key, "the slot holder Succeeded", func(rr *v1alpha1.RemediationRequest) bool { return rr.Status.Phase == v1alpha1.PhaseSucceeded })
 }
