@@ -8,6 +8,7 @@ package chart_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -152,7 +153,9 @@ func TestAdmissionPolicyRenders(t *testing.T) {
 			require.Len(t, requests.Spec.MatchConstraints.ResourceRules, 1)
 			rule := requests.Spec.MatchConstraints.ResourceRules[0]
 			assert.Equal(t, []string{"remediator.io"}, rule.APIGroups)
-			assert.Equal(t, []string{"remediationrequests"}, rule.Resources, "the main resource only: status is the controller's")
+			assert.Equal(t, []string{"remediationrequests", "remediationrequests/status"}, rule.Resources,
+				"the main resource and status (the controller's only)")
+			assert.Equal(t, `request.?subResource.orValue("") == "status"`, variable(requests, "status"))
 			assert.ElementsMatch(t, []admissionregistrationv1.OperationType{"CREATE", "UPDATE", "DELETE"}, rule.Operations)
 
 			gitWriter := variable(requests, "gitWriter")
@@ -201,7 +204,12 @@ func TestAdmissionPolicyRenders(t *testing.T) {
 				return
 			}
 			p := policy(t, objs, release+"-policies-writers")
-			assert.Equal(t, []string{tc.policiesConfigMap}, p.Spec.MatchConstraints.ResourceRules[0].ResourceNames)
+			// Not resourceNames: a deletecollection's per-item DELETE has no name, so
+			// resourceNames would let it through. The name is matched in CEL instead.
+			assert.Empty(t, p.Spec.MatchConstraints.ResourceRules[0].ResourceNames, "resourceNames")
+			require.Len(t, p.Spec.MatchConditions, 1)
+			assert.Contains(t, p.Spec.MatchConditions[0].Expression, ".metadata.name == "+jsonString(tc.policiesConfigMap))
+			assert.Contains(t, p.Spec.MatchConditions[0].Expression, "request.namespace == "+jsonString(namespace))
 			assert.Equal(t, []string{"configmaps"}, p.Spec.MatchConstraints.ResourceRules[0].Resources)
 			assert.Equal(t, gitWriter, variable(p, "gitWriter"), "the policies' writers are the requests' writers")
 			pb := binding(t, objs, release+"-policies-writers")
@@ -350,7 +358,10 @@ func TestAdmissionPolicyDecides(t *testing.T) {
 		syncAgent  = serviceAccount(namespace, release+"-sync")
 		controller = serviceAccount(namespace, release)
 		alice      = writer{user: "alice@example.com", groups: []string{"storage-team"}}
-		oncall     = writer{user: "oncall@example.com", groups: []string{"remediator:break-glass"}}
+		// owner holds a namespace-wide `*` Role in the request namespace: RBAC lets it
+		// write status and delete collections too.
+		owner  = writer{user: "owner@example.com", groups: []string{"team-owners"}}
+		oncall = writer{user: "oncall@example.com", groups: []string{"remediator:break-glass"}}
 	)
 	// RBAC allows all of them (envtest runs no controller-manager, so no aggregation:
 	// the chart's edit role is bound directly); the policy must tell them apart.
@@ -363,10 +374,23 @@ func TestAdmissionPolicyDecides(t *testing.T) {
 			}))
 		}
 	}
+	// The `*` Role: owner's, and Argo CD's and break glass's too, so that their
+	// status writes are refused by the policy rather than by RBAC.
+	require.NoError(t, admin.Create(ctx, &rbacv1.Role{
+		ObjectMeta: metav1.ObjectMeta{Namespace: requestNS, Name: "everything"},
+		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{"*"}, Resources: []string{"*"}, Verbs: []string{"*"}}},
+	}))
+	require.NoError(t, admin.Create(ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Namespace: requestNS, Name: "everything"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "everything"},
+		Subjects: []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: owner.user},
+			{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: argo.user},
+			{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: oncall.user}},
+	}))
 	require.NoError(t, admin.Create(ctx, &rbacv1.Role{
 		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "configmaps"},
 		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"configmaps"},
-			Verbs: []string{"get", "create", "update", "patch", "delete"}}},
+			Verbs: []string{"get", "list", "create", "update", "patch", "delete", "deletecollection"}}},
 	}))
 	require.NoError(t, admin.Create(ctx, &rbacv1.RoleBinding{
 		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "configmaps"},
@@ -406,12 +430,14 @@ func TestAdmissionPolicyDecides(t *testing.T) {
 	require.NoError(t, admin.Create(ctx, node))
 
 	rr := func(name string) client.Object { return requestObject(requestNS, name, nil) }
+	other := map[string]string{"example.com/policies": "no"}
 	cm := func(name string) client.Object {
 		return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name}}
 	}
 	const (
 		pr           = "open a pull request in the remediation repository"
 		onlyFinalize = "may write a RemediationRequest's status and add or remove its finalizer remediator.io/restore"
+		onlyStatus   = "only the controller's ServiceAccount " + controllerUser + " writes a RemediationRequest's status"
 		onlyCordon   = "may change only a Node's spec.unschedulable and its annotation remediator.io/cordoned-by"
 		fencing      = `{"spec":{"fencing":{"confirmed":true,"method":"NodeShutdown","node":"node-1"}}}`
 	)
@@ -446,6 +472,46 @@ func TestAdmissionPolicyDecides(t *testing.T) {
 		{"the controller writes status", controller, func(c client.Client) error {
 			return c.Status().Patch(ctx, rr("from-git"), client.RawPatch(types.MergePatchType, []byte(`{"status":{"phase":"Running"}}`)))
 		}, ""},
+		{"the controller writes status with its optimistic lock", controller, func(c client.Client) error {
+			cur := requestObject(requestNS, "from-git", nil)
+			if err := c.Get(ctx, client.ObjectKeyFromObject(cur), cur); err != nil {
+				return err
+			}
+			base := cur.DeepCopy()
+			require.NoError(t, unstructured.SetNestedField(cur.Object, "Rejected", "status", "phase"))
+			return c.Status().Patch(ctx, cur, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}))
+		}, ""},
+		// Status is the controller's record: nobody else writes it, however RBAC allows.
+		{"a namespace admin writes status", owner, func(c client.Client) error {
+			return c.Status().Patch(ctx, rr("from-git"), client.RawPatch(types.MergePatchType, []byte(`{"status":{"phase":"Running"}}`)))
+		}, owner.user + " may not write the status of RemediationRequest remediator/from-git"},
+		{"a namespace admin replaces status", owner, func(c client.Client) error {
+			cur := requestObject(requestNS, "from-git", nil)
+			if err := c.Get(ctx, client.ObjectKeyFromObject(cur), cur); err != nil {
+				return err
+			}
+			require.NoError(t, unstructured.SetNestedField(cur.Object, "Succeeded", "status", "phase"))
+			return c.Status().Update(ctx, cur)
+		}, onlyStatus},
+		{"Argo CD writes status", argo, func(c client.Client) error {
+			return c.Status().Patch(ctx, rr("from-git"), client.RawPatch(types.MergePatchType, []byte(`{"status":{"phase":"Succeeded"}}`)))
+		}, onlyStatus},
+		{"break glass writes status of an annotated request", oncall, func(c client.Client) error {
+			return c.Status().Patch(ctx, rr("annotated"), client.RawPatch(types.MergePatchType, []byte(`{"status":{"phase":"Succeeded"}}`)))
+		}, onlyStatus},
+		{"the status is the controller's", owner, func(c client.Client) error {
+			cur := requestObject(requestNS, "from-git", nil)
+			if err := c.Get(ctx, client.ObjectKeyFromObject(cur), cur); err != nil {
+				return err
+			}
+			if phase, _, _ := unstructured.NestedString(cur.Object, "status", "phase"); phase != "Rejected" {
+				return fmt.Errorf("status.phase %q, want the controller's Rejected", phase)
+			}
+			return nil
+		}, ""},
+		{"a namespace admin deletes every request", owner, func(c client.Client) error {
+			return c.DeleteAllOf(ctx, requestObject(requestNS, "", nil), client.InNamespace(requestNS))
+		}, pr},
 		{"alice removes the finalizer", alice, func(c client.Client) error {
 			return patchJSON(ctx, c, rr("from-git"), `{"metadata":{"finalizers":null}}`)
 		}, pr},
@@ -495,7 +561,24 @@ func TestAdmissionPolicyDecides(t *testing.T) {
 		}, alice.user + " may not update the controller's policies, ConfigMap " + namespace + "/" + policiesCM},
 		{"alice deletes the policies", alice, func(c client.Client) error { return c.Delete(ctx, cm(policiesCM)) }, pr},
 		{"alice writes another ConfigMap", alice, func(c client.Client) error {
-			return c.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "other"}})
+			return c.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "other", Labels: other}})
+		}, ""},
+		{"alice patches another ConfigMap", alice, func(c client.Client) error {
+			return patchJSON(ctx, c, cm("other"), `{"data":{"a":"b"}}`)
+		}, ""},
+		{"alice deletes other ConfigMaps as a collection", alice, func(c client.Client) error {
+			return c.DeleteAllOf(ctx, &corev1.ConfigMap{}, client.InNamespace(namespace), client.MatchingLabels(other))
+		}, ""},
+		{"alice writes another ConfigMap again", alice, func(c client.Client) error {
+			return c.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "other", Labels: other}})
+		}, ""},
+		// A deletecollection's per-item DELETE carries no name (`kubectl delete
+		// --raw`, client-go's DeleteCollection): the policy must still see the policies.
+		{"alice deletes every ConfigMap", alice, func(c client.Client) error {
+			return c.DeleteAllOf(ctx, &corev1.ConfigMap{}, client.InNamespace(namespace))
+		}, alice.user + " may not delete the controller's policies, ConfigMap " + namespace + "/" + policiesCM},
+		{"the policies survive the collection delete", alice, func(client.Client) error {
+			return admin.Get(ctx, client.ObjectKey{Namespace: namespace, Name: policiesCM}, &corev1.ConfigMap{})
 		}, ""},
 		{"break glass writes the policies", oncall, func(c client.Client) error {
 			return patchJSON(ctx, c, cm(policiesCM), `{"metadata":{"annotations":{"remediator.io/break-glass":"INC-4: bad policy merged"}}}`)

@@ -165,7 +165,8 @@ func TestGitIsTheOnlyWriter(t *testing.T) {
 	bind(t, system, "edit", userSubject(editUser))
 	explicit := &rbacv1.Role{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "e2e-admission-requests"},
-		Rules: []rbacv1.PolicyRule{{APIGroups: []string{v1alpha1.GroupVersion.Group}, Resources: []string{"remediationrequests"},
+		// status too: RBAC allows it, the policy must refuse it.
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{v1alpha1.GroupVersion.Group}, Resources: []string{"remediationrequests", "remediationrequests/status"},
 			Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}}},
 	}
 	create(t, explicit)
@@ -237,6 +238,9 @@ func TestGitIsTheOnlyWriter(t *testing.T) {
 			prMessage, who+": break-glass annotation without the group")
 		refusedBy(t, c.Delete(ctx, admissionRequest(ns, "from-git", nil)), prMessage, who+": delete")
 	}
+	// Status is the controller's alone.
+	refusedBy(t, role.Status().Patch(ctx, gitRR, client.RawPatch(types.MergePatchType, []byte(`{"status":{"phase":"Succeeded"}}`))),
+		roleUser+" may not write the status of RemediationRequest "+ns+"/from-git", "a Role on requests and their status: status")
 	err := edit.Create(ctx, admissionRequest(ns, "by-hand", nil))
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), editUser+" may not create RemediationRequest "+ns+"/by-hand", "the message names who and what")
@@ -244,6 +248,7 @@ func TestGitIsTheOnlyWriter(t *testing.T) {
 	require.NoError(t, k8s.Get(ctx, client.ObjectKeyFromObject(gitRR), current))
 	assert.Nil(t, current.Spec.Fencing, "spec.fencing after the refused patches")
 	assert.Equal(t, []string{v1alpha1.Finalizer}, current.Finalizers, "finalizers after the refused patches")
+	assert.Equal(t, v1alpha1.PhaseRejected, current.Status.Phase, "status.phase after the refused status patch")
 
 	// The controller releases its finalizer; Argo CD updates and deletes.
 	require.NoError(t, mergePatch(ctx, controller, gitRR, map[string]any{"metadata": map[string]any{"finalizers": nil}}), "the controller removes its finalizer")
