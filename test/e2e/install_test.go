@@ -61,6 +61,13 @@ func TestScanApplyOnAFreshInstall(t *testing.T) {
 	// a request applied by hand, even by the cluster's admin, and says to open a pull
 	// request; the same manifests committed to the remediation repository are applied
 	// by Argo CD (here impersonated, with the chart's edit role bound to it).
+	// The API server takes a moment to load a new admission policy: wait until a
+	// server-side dry run is refused, then a real apply must be too.
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		res, err := apply("--dry-run=server")
+		assert.Error(c, err, "a plain apply on a fresh install is refused:\n%s", res)
+		assert.Contains(c, res, "Git is the only writer: open a pull request")
+	}, 30*time.Second, poll, "the admission policy in force")
 	res, err = apply()
 	require.Error(t, err, "a plain apply on a fresh install is refused:\n%s", res)
 	assert.Contains(t, res, "Git is the only writer: open a pull request")
