@@ -232,6 +232,9 @@ echo $! >"$STATE/sync.pid"
 # second call for the same branch adds a commit to the open pull request.
 # CI tests the override's cases with the cue that remediator pins.
 export REMEDIATOR="$BIN/remediator" REMEDIATOR_CUE="go -C $ROOT tool cue" KUBECONFIG
+# CI plans with the controller's settings: the local cluster's 20s node grace and the
+# floor's gates shortened as the demo's policies are.
+export REMEDIATOR_PLAN_FLAGS="--node-lease-grace-period=20s --floor-unreachable-lease-age=${UNREACHABLE_GATE}s --floor-healthy-lease-age=${HEALTHY_GATE}s"
 approved=()
 # pull_request BRANCH TITLE FILE [EXPECTED_CHECK_EXIT [EXPECTED_RULE]]
 pull_request() {

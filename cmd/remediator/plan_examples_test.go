@@ -156,6 +156,15 @@ func TestRemediationRepoCheckScript(t *testing.T) {
 		assert.NotContains(t, out, "WARNING", "the pull request changes no facts")
 	})
 
+	// REMEDIATOR_PLAN_FLAGS carries the controller's settings into plan: with the
+	// floor's minimum for an unreachable holder's Lease at an hour, the fenced
+	// request's 40-minute-old Lease is refused, as that controller would refuse it.
+	t.Run("plan takes the controller's settings", func(t *testing.T) {
+		out, code := check(t, "REMEDIATOR_PLAN_FLAGS=--floor-unreachable-lease-age=1h --max-concurrent-remediations=2")
+		assert.Equal(t, 1, code, "exit code")
+		expect(t, out, "REJECTED by rule lease-too-young", "FAILED: requests/release-lease-fenced-unreachable-kwok-node-2.yaml (rejected)")
+	})
+
 	// A pull request that drops the fencing statement: only that request is planned,
 	// and the policy's rejection fails the job.
 	fenced := filepath.Join(repo, "requests", "release-lease-fenced-unreachable-kwok-node-2.yaml")

@@ -24,6 +24,11 @@
 #                   "go -C /src/remediator tool cue" to use the one pinned by remediator
 #   KUBECONFIG      one kubeconfig file with read-only credentials (the remediator-plan
 #                   ClusterRole): plan on live facts, as above
+#   REMEDIATOR_PLAN_FLAGS
+#                   the controller's settings where they differ from plan's defaults,
+#                   so that CI decides as the controller will, e.g.
+#                   "--node-lease-grace-period=40s --max-concurrent-remediations=2"
+#                   (the safety floor's --floor-* minimums too, on a test cluster)
 #
 # Exit code: 0 when every checked request would be allowed or would wait (prunes and
 # facts warnings do not fail the job), 1 otherwise: a request is invalid, would be
@@ -105,6 +110,8 @@ fi
 # stdin, unified with the policy files, because cue ignores *_test.cue files named as
 # paths (the same as remediator's `make policy-test`).
 plan_flags=()
+read -r -a extra_flags <<<"${REMEDIATOR_PLAN_FLAGS:-}"
+plan_flags+=(${extra_flags[@]+"${extra_flags[@]}"})
 policy_files=()
 case_files=()
 for f in policies/*.cue; do
