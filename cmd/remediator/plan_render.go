@@ -1,6 +1,6 @@
 package main
 
-// Rendering a plan: a table for people, the report as JSON or YAML for tools.
+// The plan report, and rendering it: a table for people, JSON or YAML for tools.
 
 import (
 	"cmp"
@@ -12,8 +12,83 @@ import (
 
 	"sigs.k8s.io/yaml"
 
+	"github.com/remediator/remediator/api/v1alpha1"
 	"github.com/remediator/remediator/controllers/facts"
 )
+
+// planReport is plan's -o json (and -o yaml) output. Its field names are a contract for tools.
+type planReport struct {
+	Policy planPolicy `json:"policy"`
+	// FactsSource is "saved" (--facts) or "live".
+	FactsSource string `json:"factsSource"`
+	// At is the time spec.maintenanceWindow was checked against.
+	At       string       `json:"at"`
+	Requests []planResult `json:"requests"`
+	Summary  planSummary  `json:"summary"`
+	ExitCode int          `json:"exitCode"`
+}
+
+type planPolicy struct {
+	// Source is "embedded" or the --policies-dir path.
+	Source string `json:"source"`
+	Digest string `json:"digest"`
+	// ConfigMap is the ConfigMap the directory's kustomization.yaml generates (what
+	// Argo CD applies for the controller), checked to hold exactly the policies
+	// evaluated here; empty without a kustomization.
+	ConfigMap string `json:"configMap,omitempty"`
+}
+
+type planSummary struct {
+	Allowed   int `json:"allowed"`
+	Rejected  int `json:"rejected"`
+	WouldWait int `json:"wouldWait"`
+	Failed    int `json:"failed"`
+}
+
+// planResult is one request's plan.
+type planResult struct {
+	Request planRequest `json:"request"`
+	// FactsFrom is "live" or the saved facts file (and document) used.
+	FactsFrom string          `json:"factsFrom,omitempty"`
+	Facts     *v1alpha1.Facts `json:"facts,omitempty"`
+	Conflicts []string        `json:"conflicts"`
+	Decision  *planDecision   `json:"decision,omitempty"`
+	// Steps are the playbook's steps, in order; empty unless a playbook was chosen.
+	Steps []string `json:"steps"`
+	Notes []string `json:"notes"`
+	// Errors say why the request could not be planned (exit code 1).
+	Errors   []string `json:"errors,omitempty"`
+	ExitCode int      `json:"exitCode"`
+}
+
+type planRequest struct {
+	// Source is the file the request was read from ("-" for stdin), Document its
+	// 1-based position among the file's YAML documents.
+	Source    string                           `json:"source"`
+	Document  int                              `json:"document"`
+	Namespace string                           `json:"namespace,omitempty"`
+	Name      string                           `json:"name,omitempty"`
+	Spec      *v1alpha1.RemediationRequestSpec `json:"spec,omitempty"`
+}
+
+type planDecision struct {
+	// Outcome is allowed, rejected or would-wait.
+	Outcome string `json:"outcome"`
+	// Phase is the status.phase the controller would set: Running, Pending (DryRun),
+	// Waiting or Rejected.
+	Phase    v1alpha1.Phase `json:"phase"`
+	Allowed  bool           `json:"allowed"`
+	Wait     bool           `json:"wait"`
+	Rule     string         `json:"rule"`
+	Playbook string         `json:"playbook,omitempty"`
+	Reasons  []string       `json:"reasons"`
+	Message  string         `json:"message"`
+	// RecheckAfterSeconds: the controller decides again, on fresh facts, after that long.
+	RecheckAfterSeconds int64 `json:"recheckAfterSeconds,omitempty"`
+	// WindowOpensAt is when a closed maintenance window opens next (RFC 3339).
+	WindowOpensAt string `json:"windowOpensAt,omitempty"`
+	PolicyDigest  string `json:"policyDigest"`
+}
 
 func writePlanReport(w io.Writer, r planReport, output string) error {
 	switch output {

@@ -1,0 +1,170 @@
+package policies
+
+// Compiling a policy source: what one compiled policy holds, and the copies of it
+// each evaluation takes for itself, so that evaluations share no CUE value.
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io/fs"
+	"path"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"cuelang.org/go/cue"
+	"cuelang.org/go/cue/cuecontext"
+	"cuelang.org/go/cue/load"
+)
+
+// compiledPolicy is one policy source, compiled. Its source, digest and fast flag
+// never change after compile: Reload replaces the whole value, so a decision that
+// started on one policy finishes on it and reports its digest.
+type compiledPolicy struct {
+	files []sourceFile
+	// digest identifies files.
+	digest string
+	// fast is set for a policy source reviewed for the fast path (fastPathDigests);
+	// it follows the digest, so every copy of the same files has it.
+	fast bool
+	// runaway counts this policy's abandoned evaluations that have not ended yet. It
+	// belongs to the policy, not to the Engine: a reload starts from zero, so the
+	// runaways of a replaced policy no longer suspend decisions. They still run until
+	// they end (CUE cannot cancel them); since Reload swaps only a changed source,
+	// each new source can add at most its own cap of them.
+	runaway atomic.Int32
+
+	// poolMu guards idle, and only idle: it is held to take or give back a copy,
+	// never while one is evaluated.
+	poolMu sync.Mutex
+	// idle are compiled copies of files that no evaluation uses. CUE values are not
+	// safe for concurrent use: evaluating a value writes to the vertices it shares
+	// with every value derived from the same compile (cue-lang/cue#2733; races in
+	// Value.FillPath were still reported against v0.17, cue-lang/cue#4351), whatever
+	// the Value documentation says. So each evaluation takes a copy of its own,
+	// compiled anew in a fresh cue.Context when none is idle, and gives it back when
+	// it is done. An abandoned evaluation keeps its copy for good: no later decision
+	// touches values a runaway may still write to.
+	idle []*instance
+}
+
+// instance is one compiled copy of a policy source, in a cue.Context of its own.
+type instance struct {
+	ctx *cue.Context
+	// root is the policy package, the scope in which the fast path (decideSelected)
+	// resolves #Policy; policy is its #Policy, for the general path (decideFull).
+	root   cue.Value
+	policy cue.Value
+}
+
+// maxIdleInstances bounds the copies a policy keeps for later evaluations: about as
+// many as evaluate at once (the controller's workers), so that a burst does not keep
+// its copies, each a full compile, for the life of the process.
+const maxIdleInstances = 8
+
+// sourceFile is one policy file, by base name.
+type sourceFile struct {
+	name string
+	data []byte
+}
+
+// compile loads every non-test .cue file of one package. Files are read into an
+// overlay so that embedded and on-disk policies load the same way.
+func compile(fsys fs.FS, dir string) (*compiledPolicy, error) {
+	names, err := fs.Glob(fsys, path.Join(dir, "*.cue"))
+	if err != nil {
+		return nil, loadError(LoadReasonRead, "listing policies: %w", err)
+	}
+	names = slices.DeleteFunc(names, func(n string) bool { return strings.HasSuffix(n, "_test.cue") })
+	if len(names) == 0 {
+		return nil, loadError(LoadReasonRead, "no .cue policy files found")
+	}
+	slices.Sort(names)
+	files := make([]sourceFile, 0, len(names))
+	for _, n := range names {
+		data, err := fs.ReadFile(fsys, n)
+		if err != nil {
+			return nil, loadError(LoadReasonRead, "reading policy %s: %w", n, err)
+		}
+		files = append(files, sourceFile{name: path.Base(n), data: data})
+	}
+	return compileFiles(files)
+}
+
+// policyRoot is where the policy files are overlaid for loading; errors name files
+// relative to it.
+const policyRoot = "/remediator/policies"
+
+// compileFiles compiles policy files, keeping the copy it compiled them into for the
+// first evaluation.
+func compileFiles(files []sourceFile) (*compiledPolicy, error) {
+	inst, err := compileInstance(files)
+	if err != nil {
+		return nil, err
+	}
+	h := sha256.New()
+	for _, f := range files {
+		fmt.Fprintf(h, "%s\x00%d\x00", f.name, len(f.data))
+		h.Write(f.data)
+	}
+	digest := "sha256:" + hex.EncodeToString(h.Sum(nil))
+	return &compiledPolicy{files: files, digest: digest, fast: fastPathDigests[digest], idle: []*instance{inst}}, nil
+}
+
+// compileInstance compiles policy files into a new CUE context. Each call gives
+// values that share nothing with earlier ones, so they may be evaluated while other
+// copies are.
+func compileInstance(files []sourceFile) (*instance, error) {
+	const root = policyRoot
+	overlay := map[string]load.Source{}
+	for _, f := range files {
+		overlay[filepath.Join(root, f.name)] = load.FromBytes(f.data)
+	}
+	insts := load.Instances([]string{"."}, &load.Config{Dir: root, Overlay: overlay})
+	if len(insts) != 1 {
+		return nil, loadError(LoadReasonSyntax, "want one policy package, got %d", len(insts))
+	}
+	if err := insts[0].Err; err != nil {
+		return nil, loadError(LoadReasonSyntax, "loading policies: %w", positioned{err})
+	}
+	ctx := cuecontext.New()
+	v := ctx.BuildInstance(insts[0])
+	if err := v.Err(); err != nil {
+		return nil, loadError(LoadReasonCompile, "compiling policies: %w", positioned{err})
+	}
+	policy := v.LookupPath(cue.ParsePath("#Policy"))
+	if !policy.Exists() {
+		return nil, loadError(LoadReasonNoPolicy, "policies define no #Policy")
+	}
+	return &instance{ctx: ctx, root: v, policy: policy}, nil
+}
+
+// take returns a copy of the policy for one evaluation alone.
+func (c *compiledPolicy) take() (*instance, error) {
+	c.poolMu.Lock()
+	if n := len(c.idle); n > 0 {
+		inst := c.idle[n-1]
+		c.idle = c.idle[:n-1]
+		c.poolMu.Unlock()
+		return inst, nil
+	}
+	c.poolMu.Unlock()
+	// The same files compiled before, so only a resource failure can fail this.
+	inst, err := compileInstance(c.files)
+	if err != nil {
+		return nil, fmt.Errorf("compiling another copy of policy %s: %w", c.digest, err)
+	}
+	return inst, nil
+}
+
+// give returns a copy after an evaluation that ended, for the next one.
+func (c *compiledPolicy) give(inst *instance) {
+	c.poolMu.Lock()
+	defer c.poolMu.Unlock()
+	if len(c.idle) < maxIdleInstances {
+		c.idle = append(c.idle, inst)
+	}
+}
