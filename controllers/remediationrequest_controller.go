@@ -225,6 +225,24 @@ func (r *RemediationRequestReconciler) clock() clock.PassiveClock {
 	return r.Clock
 }
 
+// admit takes an allowed answer through the floor, the window and the cap on the
+// guards read again under the slot table's lock, and reserves the slot of a playbook
+// that starts, in the same critical section.
+func (r *RemediationRequestReconciler) admit(ctx context.Context, rr *v1alpha1.RemediationRequest, answer policies.Decision, in DecisionInput) (Outcome, error) {
+	r.slots.mu.Lock()
+	defer r.slots.mu.Unlock()
+	others, err := r.guardOthers(ctx, in.Facts, r.slots.heldLocked())
+	if err != nil {
+		return Outcome{}, err
+	}
+	in.Others = others
+	o := DecideWith(answer, r.Playbooks, in)
+	if o.Phase == v1alpha1.PhaseRunning {
+		r.slots.reserveLocked(rr)
+	}
+	return o, nil
+}
+
 // readGuards reads the guards' view the policy weighs. The reading itself holds the
 // slot table's lock (it drops the reservations of requests that are gone), the
 // evaluation that follows does not.
@@ -294,23 +312,20 @@ func (r *RemediationRequestReconciler) decide(ctx context.Context, s *scope) (ct
 		return ctrl.Result{}, err
 	}
 	answer := Evaluate(r.Policy, in)
-	r.slots.mu.Lock()
-	others, err := r.guardOthers(ctx, f, r.slots.heldLocked())
-	if err != nil {
-		r.slots.mu.Unlock()
-		return ctrl.Result{}, err
+	var o Outcome
+	if answer.Verdict == policies.VerdictAllow {
+		if o, err = r.admit(ctx, rr, answer, in); err != nil {
+			return ctrl.Result{}, err
+		}
+	} else {
+		// Without a playbook nothing is reserved: the first reading stands.
+		o = DecideWith(answer, r.Playbooks, in)
 	}
-	in.Others = others
-	o := DecideWith(answer, r.Playbooks, in)
 	rr.Status.Facts = f
 	dec := o.Decision
 	rr.Status.Decision = &dec
 	rr.Status.Steps = o.Steps
 	rr.Status.Phase = o.Phase
-	if o.Phase == v1alpha1.PhaseRunning {
-		r.slots.reserveLocked(rr)
-	}
-	r.slots.mu.Unlock()
 	decisionSeconds.WithLabelValues(string(rr.Spec.Remediation)).Observe(time.Since(started).Seconds())
 
 	r.setCondition(rr, v1alpha1.ConditionAccepted, o.Accepted.Status, o.Accepted.Reason, o.Accepted.Message)

@@ -295,7 +295,7 @@ func fencingFresh(in FloorInput, n *v1alpha1.NodeFacts, now time.Time) *Violatio
 	}
 	if n.HeartbeatSince(made) {
 		return violation(InvariantFencingStale, "holder node %s gave a heartbeat at %s, after the fencing statement (%s, %s): it came back since it was fenced, so the statement no longer holds",
-			n.Name, n.NewestHeartbeat().UTC().Format(time.RFC3339), from, made.UTC().Format(time.RFC3339))
+			n.Name, heartbeatString(n), from, made.UTC().Format(time.RFC3339))
 	}
 	return nil
 }

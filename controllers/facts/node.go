@@ -116,18 +116,11 @@ func leaseRenewal(l *coordinationv1.Lease) *metav1.Time {
 	if l == nil {
 		return nil
 	}
-	var t *metav1.Time
+	var renewed *metav1.Time
 	if l.Spec.RenewTime != nil {
-		r := metav1.NewTime(l.Spec.RenewTime.Time)
-		t = &r
+		renewed = &metav1.Time{Time: l.Spec.RenewTime.Time}
 	}
-	for _, mf := range l.ManagedFields {
-		if mf.Time != nil && (t == nil || mf.Time.After(t.Time)) {
-			w := *mf.Time
-			t = &w
-		}
-	}
-	return t
+	return latestWrite(renewed, l.ManagedFields, func(metav1.ManagedFieldsEntry) bool { return true })
 }
 
 // readyHeartbeat is the Ready condition's lastHeartbeatTime (the kubelet's clock), or
@@ -135,15 +128,20 @@ func leaseRenewal(l *coordinationv1.Lease) *metav1.Time {
 // the kubelet's own writes count: kube-controller-manager writes the status of a
 // node that went silent, and that is no sign of life.
 func readyHeartbeat(node *corev1.Node, c corev1.NodeCondition) *metav1.Time {
-	var t *metav1.Time
+	var posted *metav1.Time
 	if !c.LastHeartbeatTime.IsZero() {
-		hb := c.LastHeartbeatTime
-		t = &hb
+		posted = &metav1.Time{Time: c.LastHeartbeatTime.Time}
 	}
-	for _, mf := range node.ManagedFields {
-		if mf.Manager == "kubelet" && mf.Subresource == "status" && mf.Time != nil && (t == nil || mf.Time.After(t.Time)) {
-			w := *mf.Time
-			t = &w
+	return latestWrite(posted, node.ManagedFields, func(mf metav1.ManagedFieldsEntry) bool {
+		return mf.Manager == "kubelet" && mf.Subresource == "status"
+	})
+}
+
+// latestWrite is the later of t and the server-set times of the writes counted.
+func latestWrite(t *metav1.Time, writes []metav1.ManagedFieldsEntry, counts func(metav1.ManagedFieldsEntry) bool) *metav1.Time {
+	for _, mf := range writes {
+		if mf.Time != nil && counts(mf) && (t == nil || mf.Time.After(t.Time)) {
+			t = &metav1.Time{Time: mf.Time.Time}
 		}
 	}
 	return t

@@ -18,7 +18,6 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -31,6 +30,7 @@ import (
 	"github.com/remediator/remediator/api/v1alpha1"
 	"github.com/remediator/remediator/remediations"
 	"github.com/remediator/remediator/test/cluster"
+	"github.com/remediator/remediator/test/stage"
 )
 
 // gatePolicies writes a copy of the real policies with the Lease-age gates set to
@@ -282,29 +282,7 @@ func TestRefusedCordonFailsAndTheNextStarts(t *testing.T) {
 	ctx := context.Background()
 	const freeze = "e2e.remediator.io/freeze-cordons"
 	const msg = "cordons are frozen during the change freeze (CHG-1234)"
-	policy := &admissionregistrationv1.ValidatingAdmissionPolicy{
-		ObjectMeta: metav1.ObjectMeta{Name: "e2e-freeze-cordons"},
-		Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
-			FailurePolicy: ptr.To(admissionregistrationv1.Fail),
-			MatchConstraints: &admissionregistrationv1.MatchResources{
-				ObjectSelector: &metav1.LabelSelector{MatchLabels: map[string]string{freeze: "true"}},
-				ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{RuleWithOperations: admissionregistrationv1.RuleWithOperations{
-					Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Update},
-					Rule:       admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"nodes"}},
-				}}},
-			},
-			Validations: []admissionregistrationv1.Validation{{
-				Expression: "!(has(object.spec.unschedulable) && object.spec.unschedulable) || (has(oldObject.spec.unschedulable) && oldObject.spec.unschedulable)",
-				Message:    msg,
-			}},
-		},
-	}
-	binding := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: "e2e-freeze-cordons"},
-		Spec: admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{PolicyName: policy.Name,
-			ValidationActions: []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny}},
-	}
-	for _, obj := range []client.Object{policy, binding} {
+	for _, obj := range stage.FreezeCordons("e2e-freeze-cordons", freeze, msg) {
 		create(t, obj)
 		t.Cleanup(func() { _ = k8s.Delete(context.Background(), obj) })
 	}
