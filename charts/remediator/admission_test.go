@@ -248,7 +248,7 @@ func TestAdmissionNamesMatchTheCode(t *testing.T) {
 		file, pattern, define string
 	}{
 		{filepath.Join("api", "v1alpha1", "conditions.go"), `(?m)^const Finalizer = "([^"]+)"`, "remediator.admission.finalizer"},
-		{filepath.Join("remediations", "steps.go"), `(?m)^const CordonedByAnnotation = "([^"]+)"`, "remediator.admission.cordonedBy"},
+		{filepath.Join("remediations", "node_steps.go"), `(?m)^const CordonedByAnnotation = "([^"]+)"`, "remediator.admission.cordonedBy"},
 		{filepath.Join("api", "v1alpha1", "conditions.go"), `(?m)^const AnnotationBreakGlass = "([^"]+)"`, "remediator.admission.breakGlass"},
 	} {
 		src, err := os.ReadFile(filepath.Join("..", "..", tc.file))
