@@ -39,8 +39,23 @@ func create(t *testing.T, obj client.Object) {
 // Lease old. Tests that need an old Lease run the controller on shortGatePolicies.
 func luksVolume(t *testing.T, ns, holder string, acquiredAgo time.Duration, retained int) (pv, pvc string) {
 	t.Helper()
+	pv, pvc = csiVolume(t, ns, true)
+	strandLease(t, pv, holder, acquiredAgo, retained)
+	return pv, pvc
+}
+
+// csiVolume creates a bound RWX PersistentVolume of Trident's driver and its claim in
+// ns; luks marks it LUKS-encrypted, as Trident's volume attributes do. On a real node
+// the project's node plugin (test/tools/tridentnode) stages and mounts it, and takes
+// the PV's Lease while it "runs cryptsetup" on a LUKS volume.
+func csiVolume(t *testing.T, ns string, luks bool) (pv, pvc string) {
+	t.Helper()
 	pv = "pvc-" + rand.String(8) + "-7aee-45e8-a5fa-d4500272528e"
 	pvc = "data-" + rand.String(5)
+	attrs := map[string]string{}
+	if luks {
+		attrs["luksEncryption"] = "true"
+	}
 	create(t, &corev1.PersistentVolume{
 		ObjectMeta: metav1.ObjectMeta{Name: pv},
 		Spec: corev1.PersistentVolumeSpec{
@@ -49,8 +64,7 @@ func luksVolume(t *testing.T, ns, holder string, acquiredAgo time.Duration, reta
 			PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimRetain,
 			ClaimRef:                      &corev1.ObjectReference{Namespace: ns, Name: pvc},
 			PersistentVolumeSource: corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{
-				Driver: "csi.trident.netapp.io", VolumeHandle: pv,
-				VolumeAttributes: map[string]string{"luksEncryption": "true"},
+				Driver: "csi.trident.netapp.io", VolumeHandle: pv, VolumeAttributes: attrs,
 			}},
 		},
 	})
@@ -62,6 +76,13 @@ func luksVolume(t *testing.T, ns, holder string, acquiredAgo time.Duration, reta
 			VolumeName:  pv,
 		},
 	})
+	return pv, pvc
+}
+
+// strandLease leaves the Lease of pv held by holder, as a holder that died in the
+// middle of cryptsetup leaves it, with `retained` LeaseRetained Warnings on it.
+func strandLease(t *testing.T, pv, holder string, acquiredAgo time.Duration, retained int) {
+	t.Helper()
 	lease := &coordinationv1.Lease{
 		ObjectMeta: metav1.ObjectMeta{Namespace: tridentNS, Name: pv},
 		Spec: coordinationv1.LeaseSpec{
@@ -83,7 +104,6 @@ func luksVolume(t *testing.T, ns, holder string, acquiredAgo time.Duration, reta
 			Source: corev1.EventSource{Component: "trident-node", Host: holder},
 		})
 	}
-	return pv, pvc
 }
 
 func request(t *testing.T, ns string, spec v1alpha1.RemediationRequestSpec) types.NamespacedName {
