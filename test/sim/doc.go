@@ -4,5 +4,9 @@
 // would, including seed B's bug (a terminating plugin pod deregisters the driver even while
 // another plugin pod on the node is Running). The logic lives in test/sim/registrar.
 //
+// Nodes labelled node.remediator.io/real=true (make cluster REAL_NODES=N) run a real kubelet
+// and the project's node plugin test/tools/tridentnode: their kubelet's plugin watcher owns
+// their CSINode, and the simulator leaves them alone.
+//
 // test/cluster/up.sh builds, starts and restarts it; down.sh stops it.
 package main

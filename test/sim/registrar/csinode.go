@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 
+	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -15,16 +16,29 @@ import (
 // DefaultTopologyKeys are the topology keys Trident reports for its node plugin.
 var DefaultTopologyKeys = []string{"topology.kubernetes.io/zone"}
 
+// RealNodeLabel (value "true") marks the nodes of the local cluster that run a real kubelet
+// (make cluster REAL_NODES=N, test/realnode). Their kubelet's plugin watcher registers the
+// driver from the node plugin's real registration socket and owns their CSINode, so the
+// simulator leaves those nodes alone.
+const RealNodeLabel = "node.remediator.io/real"
+
+// IsRealNode reports whether n carries RealNodeLabel=true.
+func IsRealNode(n *corev1.Node) bool { return n != nil && n.Labels[RealNodeLabel] == "true" }
+
 // Syncer writes intents to CSINode objects the way kubelet's nodeinfomanager does.
 type Syncer struct {
 	Client       kubernetes.Interface
 	Driver       string
 	TopologyKeys []string
+	// Skip, if set, names the nodes whose CSINode the Syncer must not touch (the real
+	// nodes, from Run's node informer). Independently of it, the Syncer never creates a
+	// CSINode for a Node labelled RealNodeLabel=true.
+	Skip func(node string) bool
 }
 
 // Sync makes node's CSINode agree with intent and reports whether it changed anything.
 func (s *Syncer) Sync(ctx context.Context, node string, intent Intent) (changed bool, err error) {
-	if intent == IntentNone {
+	if intent == IntentNone || (s.Skip != nil && s.Skip(node)) {
 		return false, nil
 	}
 	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
@@ -69,6 +83,10 @@ func (s *Syncer) create(ctx context.Context, node string) (bool, error) {
 	}
 	if err != nil {
 		return false, fmt.Errorf("get Node %s for its CSINode: %w", node, err)
+	}
+	if IsRealNode(n) {
+		// Its real kubelet creates its CSINode when it registers with the API server.
+		return false, nil
 	}
 	cn := &storagev1.CSINode{
 		ObjectMeta: metav1.ObjectMeta{

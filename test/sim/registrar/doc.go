@@ -9,4 +9,7 @@
 // SIGTERM, and kubelet's plugin watcher then deregisters the driver. So when two node-plugin
 // pods overlap on a node and the older one terminates, the driver is gone although the newer
 // pod keeps running and Ready; its registrar registered once at start and never again.
+//
+// Real nodes (RealNodeLabel=true) are left alone: there the real kubelet registers the driver
+// from the real registration socket of test/tools/tridentnode, which has the same bug.
 package registrar

@@ -289,3 +289,86 @@ func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Log(string(p[:len(p)-1]))
 	return len(p), nil
 }
+
+func realNode(name string) *corev1.Node {
+	n := node(name)
+	n.Labels = map[string]string{RealNodeLabel: "true"}
+	return n
+}
+
+// TestSyncLeavesRealNodesAlone: a real kubelet owns a real node's CSINode. The Syncer never
+// creates one for a Node labelled real, and touches none of the nodes Skip names.
+func TestSyncLeavesRealNodesAlone(t *testing.T) {
+	ctx := context.Background()
+	cs := fake.NewClientset(realNode("real-1"), realNode("real-2"), csiNode("real-2", driver), node("n1"))
+	s := &Syncer{Client: cs, Driver: driver}
+	changed, err := s.Sync(ctx, "real-1", IntentRegister)
+	require.NoError(t, err)
+	assert.False(t, changed, "Sync changed something for real-1")
+	assert.Nil(t, drivers(t, s, "real-1"), "the simulator created real-1's CSINode")
+
+	s.Skip = func(n string) bool { return n == "real-2" }
+	changed, err = s.Sync(ctx, "real-2", IntentDeregister)
+	require.NoError(t, err)
+	assert.False(t, changed, "Sync changed something for real-2")
+	assert.Equal(t, []string{driver}, drivers(t, s, "real-2"), "real-2's CSINode, which its kubelet wrote")
+
+	// Simulated nodes are still the simulator's.
+	changed, err = s.Sync(ctx, "n1", IntentRegister)
+	require.NoError(t, err)
+	assert.True(t, changed, "Sync did not register the driver on n1")
+	assert.Equal(t, []string{driver}, drivers(t, s, "n1"), "n1's CSINode")
+}
+
+// TestRunLeavesRealNodesAlone drives the whole loop: the plugin pods of a real node neither
+// create its CSINode nor, when they terminate, remove the driver its kubelet registered,
+// while a kwok node's CSINode follows its plugin pod as before.
+func TestRunLeavesRealNodesAlone(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	cs := fake.NewClientset(node("n1"), realNode("real-1"), realNode("real-2"), csiNode("real-2", driver))
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(ctx, Config{Client: cs, Namespace: "trident", Selector: "app=node.csi.trident.netapp.io",
+			Driver: driver, Log: testWriter{t}})
+	}()
+	s := &Syncer{Client: cs, Driver: driver}
+	pod := func(name, node string) *corev1.Pod {
+		return &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "trident", UID: types.UID(name),
+				Labels: map[string]string{"app": "node.csi.trident.netapp.io"}},
+			Spec: corev1.PodSpec{NodeName: node},
+			Status: corev1.PodStatus{Phase: corev1.PodRunning,
+				Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}},
+		}
+	}
+	waitDrivers := func(node string, want []string) {
+		t.Helper()
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
+			assert.Equal(c, want, drivers(c, s, node), "CSINode %s drivers", node)
+		}, 10*time.Second, 20*time.Millisecond)
+	}
+	time.Sleep(100 * time.Millisecond)
+	pods := cs.CoreV1().Pods("trident")
+	// Each real node's pod first, then the kwok node's: once the kwok node's CSINode has
+	// changed, the simulator has handled the real nodes' events before it.
+	for _, p := range []*corev1.Pod{pod("r1", "real-1"), pod("r2", "real-2"), pod("k1", "n1")} {
+		_, err := pods.Create(ctx, p, metav1.CreateOptions{})
+		require.NoError(t, err)
+	}
+	waitDrivers("n1", []string{driver})
+	assert.Nil(t, drivers(t, s, "real-1"), "the simulator created real-1's CSINode")
+	for _, name := range []string{"r1", "r2", "k1"} {
+		require.NoError(t, pods.Delete(ctx, name, metav1.DeleteOptions{}))
+	}
+	waitDrivers("n1", []string{})
+	assert.Equal(t, []string{driver}, drivers(t, s, "real-2"), "the simulator deregistered the driver real-2's kubelet registered")
+	assert.Nil(t, drivers(t, s, "real-1"), "the simulator created real-1's CSINode")
+	cancel()
+	select {
+	case err := <-done:
+		require.NoError(t, err, "Run")
+	case <-time.After(10 * time.Second):
+		require.FailNow(t, "Run did not return after cancel")
+	}
+}

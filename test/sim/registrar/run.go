@@ -33,11 +33,22 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.Log == nil {
 		cfg.Log = os.Stderr
 	}
+	// The real nodes (RealNodeLabel=true): their kubelets own their CSINodes. Only those
+	// Nodes are cached.
+	nodeFactory := informers.NewSharedInformerFactoryWithOptions(cfg.Client, 0,
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = RealNodeLabel + "=true" }))
+	realNodes := nodeFactory.Core().V1().Nodes()
+	nodeInformer := realNodes.Informer()
+	isReal := func(node string) bool {
+		n, err := realNodes.Lister().Get(node)
+		return err == nil && IsRealNode(n)
+	}
 	r := &runner{
 		cfg:     cfg,
 		log:     &Logger{W: cfg.Log},
 		tracker: NewTracker(),
-		syncer:  &Syncer{Client: cfg.Client, Driver: cfg.Driver},
+		syncer:  &Syncer{Client: cfg.Client, Driver: cfg.Driver, Skip: isReal},
+		isReal:  isReal,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "csinodes"}),
@@ -60,12 +71,18 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	r.log.Info("trident-sim", "", "Watching node-plugin pods in namespace %s with selector %q for driver %s",
 		cfg.Namespace, cfg.Selector, cfg.Driver)
+	nodeFactory.Start(ctx.Done())
+	defer nodeFactory.Shutdown()
+	// Real nodes first: a real node's plugin pod must not be taken for a simulated one.
+	if !cache.WaitForCacheSync(ctx.Done(), nodeInformer.HasSynced) {
+		return fmt.Errorf("node informer did not sync: %w", ctx.Err())
+	}
 	factory.Start(ctx.Done())
 	defer factory.Shutdown()
 	if !cache.WaitForCacheSync(ctx.Done(), pods.HasSynced) {
 		return fmt.Errorf("pod informer did not sync: %w", ctx.Err())
 	}
-	r.log.Info("trident-sim", "", "Pod informer synced")
+	r.log.Info("trident-sim", "", "Pod informer synced; leaving nodes labelled %s=true to their real kubelets", RealNodeLabel)
 
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -85,6 +102,8 @@ type runner struct {
 	cfg    Config
 	log    *Logger
 	syncer *Syncer
+	// isReal tells the real nodes, whose kubelets own their CSINodes.
+	isReal func(node string) bool
 	queue  workqueue.TypedRateLimitingInterface[string]
 
 	mu      sync.Mutex
@@ -147,6 +166,10 @@ func (r *runner) handle(ts []Transition) {
 	for _, t := range ts {
 		l := func(src, format string, args ...any) {
 			r.log.Info(src, fmt.Sprintf("node=%q pod=%q", t.Node, t.Pod), format, args...)
+		}
+		if r.isReal != nil && r.isReal(t.Node) {
+			l("trident-sim", "Real node: its kubelet registers the driver from the plugin pod's own socket; leaving its CSINode alone (intent %s not applied)", t.Intent)
+			continue
 		}
 		switch t.Intent {
 		case IntentRegister, IntentAdopt:
