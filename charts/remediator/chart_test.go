@@ -846,6 +846,8 @@ func TestServerSideDryRun(t *testing.T) {
 		"podSecurityContext": map[string]any{"runAsUser": nil, "runAsGroup": nil},
 		"securityContext":    map[string]any{"runAsUser": nil, "runAsGroup": nil},
 		"extraArgs":          []any{"--pprof-bind-address=:6060"},
+		"extraEnv": []any{map[string]any{"name": "KUBERNETES_SERVICE_HOST", "value": "192.0.2.2"},
+			map[string]any{"name": "GOMEMLIMIT", "valueFrom": map[string]any{"resourceFieldRef": map[string]any{"resource": "limits.memory"}}}},
 	})
 	apply := func(o *unstructured.Unstructured) error {
 		return c.Apply(ctx, client.ApplyConfigurationFromUnstructured(o),

@@ -2,7 +2,7 @@ package chart_test
 
 // This file owns the Deployment's overridable parts: the pod and container
 // securityContext, the PodDisruptionBudget, the controller's timeouts and limits,
-// and extraArgs.
+// extraArgs and extraEnv.
 
 import (
 	"fmt"
@@ -18,6 +18,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -25,6 +26,7 @@ import (
 
 	"github.com/remediator/remediator/controllers/facts"
 	"github.com/remediator/remediator/remediations"
+	"github.com/remediator/remediator/test/helmchart"
 )
 
 // TestSecurityContext: the default is today's hardening; a platform that assigns
@@ -256,4 +258,52 @@ func TestControllerFlagValues(t *testing.T) {
 	}
 	require.GreaterOrEqual(t, len(args), 2)
 	assert.Equal(t, []string{"--pprof-bind-address=:6060", "--eviction-timeout=30m"}, args[len(args)-2:], "extraArgs come last")
+}
+
+// TestExtraEnv: extraEnv reaches the controller container after the chart's own
+// variables and sync.extraEnv the sync agent's, each only its own; by default
+// there is none. A cluster whose pods cannot reach the API server through the
+// kubernetes Service (no kube-proxy, as on the local cluster's real nodes) points
+// the in-cluster client at the API server this way.
+func TestExtraEnv(t *testing.T) {
+	names := func(env []corev1.EnvVar) []string {
+		var out []string
+		for _, e := range env {
+			out = append(out, e.Name)
+		}
+		return out
+	}
+	containers := func(values map[string]any) (controller, sync corev1.Container) {
+		objs := render(t, values)
+		return deployment(t, objs).Spec.Template.Spec.Containers[0],
+			typed[appsv1.Deployment](t, find(objs, "Deployment", namespace, release+"-sync")).Spec.Template.Spec.Containers[0]
+	}
+	controller, sync := containers(syncValues())
+	assert.Equal(t, []string{"POD_NAMESPACE", "POD_NAME", "POD_UID"}, names(controller.Env), "the controller's default env")
+	assert.Empty(t, sync.Env, "the sync agent's default env")
+
+	values := syncValues()
+	values["extraEnv"] = []any{
+		map[string]any{"name": "KUBERNETES_SERVICE_HOST", "value": "192.0.2.2"},
+		map[string]any{"name": "KUBERNETES_SERVICE_PORT", "value": "6443"},
+	}
+	values["sync"].(map[string]any)["extraEnv"] = []any{
+		map[string]any{"name": "HTTPS_PROXY", "value": "http://proxy.example.com:3128"},
+		map[string]any{"name": "GOMEMLIMIT", "valueFrom": map[string]any{"resourceFieldRef": map[string]any{"resource": "limits.memory"}}},
+	}
+	controller, sync = containers(values)
+	assert.Equal(t, []string{"POD_NAMESPACE", "POD_NAME", "POD_UID", "KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT"}, names(controller.Env),
+		"extraEnv comes after the chart's own")
+	assert.Equal(t, corev1.EnvVar{Name: "KUBERNETES_SERVICE_PORT", Value: "6443"}, controller.Env[4])
+	assert.Equal(t, []corev1.EnvVar{
+		{Name: "HTTPS_PROXY", Value: "http://proxy.example.com:3128"},
+		{Name: "GOMEMLIMIT", ValueFrom: &corev1.EnvVarSource{ResourceFieldRef: &corev1.ResourceFieldSelector{Resource: "limits.memory"}}},
+	}, sync.Env, "sync.extraEnv")
+
+	// Kubernetes takes env values as strings only; the schema says so before the API
+	// server would.
+	_, err := helmchart.Render(release, namespace, map[string]any{"extraEnv": []any{map[string]any{"name": "KUBERNETES_SERVICE_PORT", "value": 6443}}})
+	assert.ErrorContains(t, err, "extraEnv", "a number as an env value")
+	_, err = helmchart.Render(release, namespace, map[string]any{"extraEnv": []any{map[string]any{"value": "x"}}})
+	assert.ErrorContains(t, err, "extraEnv", "an env variable without a name")
 }

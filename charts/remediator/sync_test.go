@@ -92,6 +92,27 @@ func TestSyncPodIsNotTheController(t *testing.T) {
 	}
 }
 
+// TestSyncPodPlacement: nodeSelector and tolerations place the sync agent's pod with
+// the controller's (on nodes that can reach the API server and the repository); the
+// controller's default pod anti-affinity stays its own.
+func TestSyncPodPlacement(t *testing.T) {
+	values := syncValues()
+	values["nodeSelector"] = map[string]any{"node-role.example.com/infra": "true"}
+	values["tolerations"] = []any{map[string]any{"key": "infra", "operator": "Exists", "effect": "NoSchedule"}}
+	objs := render(t, values)
+	sync := typed[appsv1.Deployment](t, find(objs, "Deployment", namespace, release+"-sync")).Spec.Template.Spec
+	controller := deployment(t, objs).Spec.Template.Spec
+	assert.Equal(t, map[string]string{"node-role.example.com/infra": "true"}, sync.NodeSelector)
+	assert.Equal(t, controller.NodeSelector, sync.NodeSelector, "the controller's nodeSelector")
+	assert.Equal(t, []corev1.Toleration{{Key: "infra", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}}, sync.Tolerations)
+	assert.Equal(t, controller.Tolerations, sync.Tolerations, "the controller's tolerations")
+	assert.Nil(t, sync.Affinity, "the controller's anti-affinity on the sync pod")
+
+	sync = typed[appsv1.Deployment](t, find(render(t, syncValues()), "Deployment", namespace, release+"-sync")).Spec.Template.Spec
+	assert.Empty(t, sync.NodeSelector, "default nodeSelector")
+	assert.Empty(t, sync.Tolerations, "default tolerations")
+}
+
 func TestSyncNeedsARepoAndNamespaces(t *testing.T) {
 	_, err := helmchart.Render(release, namespace, map[string]any{"sync": map[string]any{"enabled": true}})
 	require.Error(t, err)
