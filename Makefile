@@ -14,8 +14,11 @@ GOLANGCI_LINT_VERSION := v2.15.0
 
 # Kubernetes binaries built offline from the Go module proxy by the test tools module.
 TOOLS_MOD   := test/tools
-TOOLS_SRC   := $(TOOLS_MOD)/go.mod $(TOOLS_MOD)/go.sum $(wildcard $(TOOLS_MOD)/*/main.go)
-KUBE_BINS   := kube-apiserver kube-controller-manager kube-scheduler kubectl etcd
+# kubelet runs the real nodes of `make cluster REAL_NODES=N`; ociimage builds their images.
+KUBE_BINS   := kube-apiserver kube-controller-manager kube-scheduler kubectl etcd kubelet ociimage
+# Only these binaries' own sources: a change to another tool (pause, tridentnode) must not touch
+# the control plane's binaries, whose mtimes make test/cluster/up.sh recreate the cluster.
+TOOLS_SRC   := $(TOOLS_MOD)/go.mod $(TOOLS_MOD)/go.sum $(foreach b,$(KUBE_BINS),$(wildcard $(TOOLS_MOD)/$(b)/*.go))
 KUBE_LDFLAGS := -s -w \
 	-X k8s.io/component-base/version.gitVersion=$(KUBE_VERSION) \
 	-X k8s.io/component-base/version.gitMajor=1 \
@@ -25,7 +28,7 @@ KUBE_LDFLAGS := -s -w \
 	-X k8s.io/client-go/pkg/version.gitMinor=34
 
 .PHONY: bins
-bins: $(addprefix $(BIN)/,$(KUBE_BINS)) $(BIN)/kwok $(BIN)/kwokctl ## Build the Kubernetes, etcd and kwok binaries into bin/
+bins: $(addprefix $(BIN)/,$(KUBE_BINS)) $(BIN)/kwok $(BIN)/kwokctl ## Build the Kubernetes (kubelet included), etcd and kwok binaries and ociimage into bin/
 
 # One `go build` for all of them: the binaries share most packages, and a single
 # invocation compiles each package once instead of once per concurrent build.
@@ -67,18 +70,28 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 build: ## Build bin/remediator (static, as in the image)
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w -X main.version=$(VERSION)" -o $(BIN)/remediator ./cmd/remediator
 
-# The controller image (Dockerfile: static binary on distroless, non-root). Needs
-# docker or podman; nothing else in the Makefile does.
-IMAGE ?= remediator:$(VERSION)
-CONTAINER_ENGINE ?= $(shell command -v docker || command -v podman)
+# The controller image, built without docker or a registry: bin/remediator (the same
+# static binary as the Dockerfile's) as /remediator, user 65532, entrypoint /remediator,
+# written by bin/ociimage (test/tools/ociimage) as a docker-archive tarball that
+# `docker load` and `ctr images import` read. The real nodes of `make cluster REAL_NODES=N`
+# run it. `make image-docker` builds the Dockerfile with docker or podman instead.
+IMAGE ?= remediator.local/remediator:latest
 
 .PHONY: image
-image: ## Build the controller image remediator:<VERSION> with docker or podman (IMAGE=, CONTAINER_ENGINE= override)
+image: build $(BIN)/ociimage ## Build the controller image bin/images/remediator.tar (IMAGE=, default remediator.local/remediator:latest) without docker
+	@rm -f $(BIN)/images/remediator.tar
+	ROOT=$(ROOT) BIN=$(BIN) REMEDIATOR_IMAGE=$(IMAGE) test/realnode/images.sh remediator
+
+CONTAINER_ENGINE ?= $(shell command -v docker || command -v podman)
+DOCKER_IMAGE ?= remediator:$(VERSION)
+
+.PHONY: image-docker
+image-docker: ## Build the Dockerfile's image remediator:<VERSION> with docker or podman (DOCKER_IMAGE=, CONTAINER_ENGINE= override)
 	@if [ -z "$(CONTAINER_ENGINE)" ]; then \
-		echo "make image: no container engine found: install docker or podman, or set CONTAINER_ENGINE" >&2; \
+		echo "make image-docker: no container engine found: install docker or podman, or set CONTAINER_ENGINE" >&2; \
 		exit 1; \
 	fi
-	$(CONTAINER_ENGINE) build --build-arg VERSION=$(VERSION) -t $(IMAGE) .
+	$(CONTAINER_ENGINE) build --build-arg VERSION=$(VERSION) -t $(DOCKER_IMAGE) .
 
 # ---------------------------------------------------------------------------
 # Tests. `make test` is the one command CI runs (.ci/run).
@@ -86,7 +99,7 @@ GOTEST ?= $(GO) test
 TEST_FLAGS ?= -count=1
 
 .PHONY: test
-test: lint bins build policy-test test-unit test-e2e bench-smoke chaos-smoke fuzz-smoke ## Lint, build what the tests need, then run policy, unit, envtest and e2e tests, and the smoke runs of the benchmark, the chaos campaigns and the fuzz targets
+test: lint bins build policy-test test-unit test-e2e test-realnode-host bench-smoke chaos-smoke fuzz-smoke ## Lint, build what the tests need, then run policy, unit, envtest and e2e tests, and the smoke runs of the benchmark, the chaos campaigns and the fuzz targets
 
 # .golangci.yml's run.build-tags (e2e, failpoints) takes in the tagged files, which
 # leaves out the release build's !failpoints files; go ignores build tags for files
@@ -113,9 +126,18 @@ test-unit: bins ## Unit and envtest integration tests (real kube-apiserver + etc
 	$(GOTEST) $(TEST_FLAGS) -tags failpoints ./remediations/failpoint/
 	cd test/promrules && $(GO) test -count=1 ./...
 
+# With two real kubelet nodes beside the kwok ones (needs root); E2E_REAL_NODES makes the
+# real-node tests fail, not skip, when the nodes are missing.
+E2E_REAL_NODES ?= 2
 .PHONY: test-e2e
-test-e2e: bins build ## End-to-end tests on the local kwok cluster (started and stopped if not already up)
-	$(GOTEST) $(TEST_FLAGS) -tags e2e -timeout 20m -v ./test/e2e/...
+test-e2e: bins build realnode-deps ## End-to-end tests on the local cluster with E2E_REAL_NODES (2) real nodes (started and stopped if not already up)
+	REAL_NODES=$(E2E_REAL_NODES) E2E_REAL_NODES=$(E2E_REAL_NODES) $(GOTEST) $(TEST_FLAGS) -tags e2e -timeout 30m -v ./test/e2e/...
+
+# The host after `make cluster REAL_NODES=2` and `make cluster-down` is the host before
+# (processes, mounts, links, netns, cgroups, sysctls, fixed paths): test/realnode/host_test.go.
+.PHONY: test-realnode-host
+test-realnode-host: bins build realnode-deps ## Bring real nodes up and down and check the host is left as found
+	$(GOTEST) $(TEST_FLAGS) -tags realnode -timeout 15m -v ./test/realnode/
 
 # ---------------------------------------------------------------------------
 # Benchmarks on the local cluster (started and stopped if not already up), kept out
@@ -172,12 +194,37 @@ fuzz-smoke: ## Run every fuzz target for 1000 inputs (the corpus replay included
 # ---------------------------------------------------------------------------
 # Local cluster: real etcd, kube-apiserver, kube-controller-manager, kube-scheduler
 # and kwok, run as processes by kwokctl. Kubeconfig: bin/cluster/kubeconfig.
+# REAL_NODES=N adds real kubelet nodes real-1..real-N on containerd (root; the Debian
+# packages are installed when missing): test/realnode, docs/realnodes.md.
+REAL_NODES ?= 0
 .PHONY: cluster
-cluster: bins ## Start the local cluster (3 Ready kwok nodes, trident namespace, trident-csi DaemonSet, CRDs)
-	ROOT=$(ROOT) BIN=$(BIN) CRD_DIR=$(ROOT)/$(CRD_DIR) test/cluster/up.sh
+cluster: bins $(if $(filter-out 0,$(REAL_NODES)),build realnode-deps) ## Start the local cluster (3 Ready kwok nodes, trident namespace, trident-csi DaemonSet, CRDs; REAL_NODES=N real nodes)
+	ROOT=$(ROOT) BIN=$(BIN) CRD_DIR=$(ROOT)/$(CRD_DIR) REAL_NODES=$(REAL_NODES) test/cluster/up.sh
+
+# Installs containerd (ctr, runc), containernetworking-plugins and busybox-static with apt
+# when missing; they stay installed.
+.PHONY: realnode-deps
+realnode-deps: ## Install the real nodes' Debian packages when missing (root)
+	test/realnode/deps.sh
+
+.PHONY: images
+images: bins build realnode-deps ## Build the real nodes' images into bin/images/ (pause, busybox, trident-node, remediator)
+	ROOT=$(ROOT) BIN=$(BIN) test/realnode/images.sh
+
+NODE ?=
+.PHONY: node-off node-partition node-on
+node-off: ## Power real node NODE off: its kubelet, containers, shims and containerd stop
+	@test -n "$(NODE)" || { echo "make node-off: set NODE=real-N" >&2; exit 1; }
+	ROOT=$(ROOT) BIN=$(BIN) test/realnode/node.sh off $(NODE)
+node-partition: ## Stop only real node NODE's kubelet (containers keep running)
+	@test -n "$(NODE)" || { echo "make node-partition: set NODE=real-N" >&2; exit 1; }
+	ROOT=$(ROOT) BIN=$(BIN) test/realnode/node.sh partition $(NODE)
+node-on: ## Bring real node NODE back (containerd, kubelet) and wait until it is Ready
+	@test -n "$(NODE)" || { echo "make node-on: set NODE=real-N" >&2; exit 1; }
+	ROOT=$(ROOT) BIN=$(BIN) test/realnode/node.sh on $(NODE)
 
 .PHONY: cluster-down
-cluster-down: ## Stop the local cluster and everything the demo started
+cluster-down: ## Stop the local cluster, its real nodes (the host restored) and everything the demo started
 	ROOT=$(ROOT) BIN=$(BIN) test/demo.sh stop
 	ROOT=$(ROOT) BIN=$(BIN) test/cluster/down.sh
 

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strings"
 	"time"
 
@@ -96,9 +97,12 @@ func Down(ctx context.Context) error {
 	return run(ctx, root, "down.sh")
 }
 
-func run(ctx context.Context, root, script string) error {
+func run(ctx context.Context, root, script string, args ...string) error {
 	path := filepath.Join(root, "test", "cluster", script)
-	cmd := exec.CommandContext(ctx, "bash", path)
+	if filepath.IsAbs(script) {
+		path = script
+	}
+	cmd := exec.CommandContext(ctx, "bash", append([]string{path}, args...)...)
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "ROOT="+root)
 	var out bytes.Buffer
@@ -142,4 +146,46 @@ func Reconnect(ctx context.Context, cs kubernetes.Interface, node string) error 
 		return fmt.Errorf("reconnect node %s: delete its lease: %w", node, err)
 	}
 	return nil
+}
+
+// RealNodeLabel marks the real kubelet nodes (real-1..real-N) that up.sh starts with
+// REAL_NODES=N (test/realnode/node.sh); kwok nodes do not have it.
+const RealNodeLabel = "node.remediator.io/real"
+
+// RealNodes returns the names of the cluster's real kubelet nodes, sorted (real-1, real-2, ...).
+func RealNodes(ctx context.Context, cs kubernetes.Interface) ([]string, error) {
+	list, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: RealNodeLabel + "=true"})
+	if err != nil {
+		return nil, fmt.Errorf("list real nodes: %w", err)
+	}
+	names := make([]string, 0, len(list.Items))
+	for _, n := range list.Items {
+		names = append(names, n.Name)
+	}
+	sort.Strings(names)
+	return names, nil
+}
+
+// NodeOff powers real node name off, as `make node-off NODE=name` does: its kubelet, every
+// container and shim, and its containerd are killed at once, and its mounts are gone. The node
+// turns Ready=Unknown after kube-controller-manager's grace period (20s).
+func NodeOff(ctx context.Context, name string) error { return realNode(ctx, "off", name) }
+
+// NodePartition stops only real node name's kubelet, as `make node-partition NODE=name` does:
+// its containers keep running (a network partition as the control plane sees it).
+func NodePartition(ctx context.Context, name string) error {
+	return realNode(ctx, "partition", name)
+}
+
+// NodeOn brings real node name back after NodeOff or NodePartition, as `make node-on
+// NODE=name` does (containerd if stopped, then the kubelet), and returns once the kubelet
+// has reported the node Ready.
+func NodeOn(ctx context.Context, name string) error { return realNode(ctx, "on", name) }
+
+func realNode(ctx context.Context, verb, name string) error {
+	root, err := Root()
+	if err != nil {
+		return err
+	}
+	return run(ctx, root, filepath.Join(root, "test", "realnode", "node.sh"), verb, name)
 }

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Tear down the Remediator local cluster created by test/cluster/up.sh, and the Trident simulator
-# it started, and make sure none of their processes survive. Idempotent: succeeds (and does
-# nothing) when no cluster exists.
+# Tear down the Remediator local cluster created by test/cluster/up.sh, the Trident simulator
+# it started and its real nodes (test/realnode/node.sh down, which restores the host), and make
+# sure none of their processes survive. Idempotent: succeeds (and does nothing) when no cluster
+# exists. Real nodes are removed whether or not REAL_NODES is set.
 #
 # Usage: test/cluster/down.sh   (no arguments)
 #   ROOT   repo root                      (default: two directories above this script)
@@ -19,13 +20,24 @@ WORKDIR="$CLUSTER_DIR/clusters/$CLUSTER_NAME"
 log() { printf '[cluster down] %s\n' "$*" >&2; }
 die() { printf '[cluster down] ERROR: %s\n' "$*" >&2; exit 1; }
 
+REALNODE_SH="$ROOT/test/realnode/node.sh"
+# Real nodes (REAL_NODES=N) first, while the API server is there to delete their pods through
+# (so their kubelets tear the pods' networks down); then the host is restored. Nothing to do
+# when none was ever started (no /var/lib/remediator-nodes).
+realnodes_down() {
+  ROOT="$ROOT" BIN="$BIN" "$REALNODE_SH" down 9>&- || die "removing the real nodes failed"
+}
+
 if [[ ! -d "$CLUSTER_DIR" ]]; then
+  realnodes_down
   log "no cluster under $CLUSTER_DIR; nothing to do"
   exit 0
 fi
 
 exec 9>"$CLUSTER_DIR/.lock"
 flock -w 600 9 || die "timed out waiting for another up.sh/down.sh holding $CLUSTER_DIR/.lock"
+
+realnodes_down
 
 # The Trident simulator first, while the apiserver it watches is still there.
 # shellcheck source=trident-sim.sh

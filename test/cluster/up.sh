@@ -10,6 +10,11 @@
 #   CRD_DIR      CRDs to apply, relative to ROOT or absolute (default: charts/remediator/crds;
 #                skipped if missing or empty)
 #   UP_TIMEOUT   seconds to wait for nodes, DaemonSet and CRDs (default: 180)
+#   REAL_NODES   number of real kubelet nodes real-1..real-N to run beside the kwok ones
+#                (default: 0; needs root; test/realnode/node.sh, docs/realnodes.md). They run
+#                the trident-csi DaemonSet's pods for real when bin/images/trident-node.tar
+#                exists; without it the bring-up still succeeds and says so. Real nodes a
+#                previous run started are left alone when REAL_NODES is smaller.
 #
 # Result: admin kubeconfig at $BIN/cluster/kubeconfig; cluster state (pki, etcd data, pid files,
 # component logs, the kube-apiserver's audit log logs/audit.log, see audit-policy.yaml) under
@@ -31,6 +36,9 @@ ROOT="$(cd "${ROOT:-$HERE/../..}" && pwd)"
 BIN="${BIN:-$ROOT/bin}"
 CRD_DIR="${CRD_DIR:-charts/remediator/crds}"
 UP_TIMEOUT="${UP_TIMEOUT:-180}"
+REAL_NODES="${REAL_NODES:-0}"
+[[ "$REAL_NODES" =~ ^[0-9]+$ ]] || { echo "[cluster up] ERROR: REAL_NODES=$REAL_NODES is not a number" >&2; exit 1; }
+REALNODE_SH="$ROOT/test/realnode/node.sh"
 
 CLUSTER_NAME=remediator
 CLUSTER_DIR="$BIN/cluster"
@@ -140,6 +148,12 @@ else
     log "cluster $CLUSTER_NAME exists but is not reachable; restarting its components"
   else
     log "creating cluster $CLUSTER_NAME (kwokctl --runtime binary, state in $CLUSTER_DIR)"
+    # Real nodes left from an earlier control plane (e.g. a run killed before down.sh) hold
+    # its credentials and pods: start them afresh.
+    if [[ -n "$(ROOT="$ROOT" BIN="$BIN" "$REALNODE_SH" list 2>/dev/null)" ]]; then
+      log "removing real nodes left from an earlier cluster"
+      ROOT="$ROOT" BIN="$BIN" "$REALNODE_SH" down 9>&- || die "removing the real nodes left from an earlier cluster failed"
+    fi
   fi
   # --kubeconfig= : do not merge a context into ~/.kube/config (see write_kubeconfig).
   # --timeout bounds kwokctl itself; it already waits up to 2m for the apiserver to serve.
@@ -225,6 +239,27 @@ if [[ -n "$strays" ]]; then
     || die "deleting DaemonSets $strays failed"
 fi
 
+# --- Real nodes ------------------------------------------------------------------------------
+# real-1..real-N: kubelets on containerd (test/realnode/node.sh). Each is Ready when this
+# returns; the waits below count them too. Their trident-csi pods need the trident-node image.
+real_ds=0
+if (( REAL_NODES > 0 )); then
+  log "bringing up $REAL_NODES real node(s)"
+  ROOT="$ROOT" BIN="$BIN" "$REALNODE_SH" up "$REAL_NODES" 9>&- || die "bringing up the real nodes failed; logs in $CLUSTER_DIR/realnodes/"
+  for ((i = 1; i <= REAL_NODES; i++)); do nodes+=("node/real-$i"); done
+  ds_image=$(kc -n trident get ds trident-csi -o jsonpath='{.spec.template.spec.containers[0].image}') \
+    || die "reading DaemonSet trident/trident-csi failed"
+  if [[ ! -f "$BIN/images/trident-node.tar" ]]; then
+    log "WARNING: no $BIN/images/trident-node.tar (test/tools/tridentnode): the trident-csi pods on the real nodes cannot start; not waiting for them"
+  elif [[ "$ds_image" != remediator.local/trident-node:* ]]; then
+    log "WARNING: DaemonSet trident/trident-csi runs $ds_image, not remediator.local/trident-node: its pods on the real nodes cannot start; not waiting for them"
+  else
+    real_ds=$REAL_NODES
+  fi
+fi
+EXPECTED_NODES=$(( EXPECTED_NODES + REAL_NODES ))
+EXPECTED_DS=$(( EXPECTED_NODES - REAL_NODES + real_ds ))
+
 # --- Wait for the baseline -------------------------------------------------------------------
 WAIT_START=$SECONDS WAIT_DEADLINE=$((SECONDS + UP_TIMEOUT))
 
@@ -245,7 +280,7 @@ wait_until "$EXPECTED_NODES nodes Ready" nodes_ready \
   || die "nodes not Ready after ${UP_TIMEOUT}s (kwok-controller heartbeats them; see $LOGS/kwok-controller.log):
 $(kc get nodes -o wide 2>&1)"
 
-# Ready pods >= 3 rather than == desired: a test may leave extra (unmanaged) nodes behind, whose
+# Ready pods >= expected rather than == desired: a test may leave extra (unmanaged) nodes behind, whose
 # DaemonSet pods never start. observedGeneration guards against reading a stale status right
 # after a template change.
 ds_ready() {
@@ -253,9 +288,9 @@ ds_ready() {
   s=$(kc -n trident get ds trident-csi \
     -o jsonpath='{.metadata.generation} {.status.observedGeneration} {.status.numberReady} {.status.updatedNumberScheduled}' 2>/dev/null) || return 1
   read -r gen obs ready updated <<<"$s"
-  [[ "$gen" == "$obs" ]] && (( ${ready:-0} >= EXPECTED_NODES && ${updated:-0} >= EXPECTED_NODES ))
+  [[ "$gen" == "$obs" ]] && (( ${ready:-0} >= EXPECTED_DS && ${updated:-0} >= EXPECTED_DS ))
 }
-wait_until "DaemonSet trident/trident-csi has $EXPECTED_NODES ready pods" ds_ready \
+wait_until "DaemonSet trident/trident-csi has $EXPECTED_DS ready pods" ds_ready \
   || die "DaemonSet trident/trident-csi not ready after ${UP_TIMEOUT}s:
 $(kc -n trident get ds,pods -o wide 2>&1)
 (scheduling: $LOGS/kube-scheduler.log, pod creation: $LOGS/kube-controller-manager.log, Running/Ready: $LOGS/kwok-controller.log)"
@@ -265,6 +300,10 @@ $(kc -n trident get ds,pods -o wide 2>&1)
 # it was deregistered earlier (seed B, e.g. by an interrupted test), and the fix is the one from
 # the seed: restart its node-plugin pod, whose registrar then registers again.
 node_names=("${nodes[@]#node/}")
+# Real nodes' CSINodes only when their plugin pods can run (the real kubelet registers it).
+if (( real_ds == 0 && REAL_NODES > 0 )); then
+  node_names=("${node_names[@]:0:${#node_names[@]}-REAL_NODES}")
+fi
 unregistered() {
   local out n
   out=$(kc get csinodes -o jsonpath='{range .items[*]}{.metadata.name}{":"}{.spec.drivers[*].name}{" \n"}{end}' 2>/dev/null) \
