@@ -11,6 +11,7 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/utils/ptr"
 
 	"github.com/remediator/remediator/test/helmchart"
 )
@@ -153,6 +154,27 @@ func TestSyncCredentials(t *testing.T) {
 		assert.Equal(t, "remediation-repo", secret.SecretName)
 		assert.Equal(t, int32(0o400), *secret.DefaultMode)
 	}
+	// The kubelet writes the Secret's files owned by root; the agent runs as 65532. An
+	// fsGroup makes them its group's (0440): without it the agent could not read them
+	// (open /etc/remediator/git/password: permission denied, on the real nodes).
+	podSC := func(values map[string]any) *corev1.PodSecurityContext {
+		d := typed[appsv1.Deployment](t, find(render(t, values), "Deployment", namespace, release+"-sync"))
+		return d.Spec.Template.Spec.SecurityContext
+	}
+	withCredentials := func(podSecurityContext map[string]any) map[string]any {
+		values := syncValues()
+		values["sync"].(map[string]any)["credentials"] = map[string]any{"secretName": "remediation-repo", "type": "https"}
+		if podSecurityContext != nil {
+			values["podSecurityContext"] = podSecurityContext
+		}
+		return values
+	}
+	assert.Equal(t, ptr.To[int64](65532), podSC(withCredentials(nil)).FSGroup, "the sync pod's fsGroup: its runAsGroup")
+	assert.Equal(t, ptr.To[int64](4000), podSC(withCredentials(map[string]any{"fsGroup": 4000})).FSGroup, "an fsGroup of the values")
+	assert.Nil(t, podSC(withCredentials(map[string]any{"runAsUser": nil, "runAsGroup": nil})).FSGroup,
+		"no fixed group (OpenShift, whose SCC assigns the fsGroup): none set")
+	assert.Nil(t, podSC(syncValues()).FSGroup, "no credentials, no fsGroup")
+	assert.Nil(t, deployment(t, render(t, withCredentials(nil))).Spec.Template.Spec.SecurityContext.FSGroup, "the controller's pod")
 
 	a, _ = args(map[string]any{"secretName": "remediation-repo", "type": "ssh"})
 	assert.Subset(t, a, []string{"--git-username=git", "--git-ssh-key-file=/etc/remediator/git/ssh-privatekey",
