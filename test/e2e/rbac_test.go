@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -32,7 +33,8 @@ import (
 // (the CRDs are already installed by the cluster) and returns the ServiceAccount's
 // name. The Deployment is accepted, scheduled and rolled out onto kwok nodes, whose
 // simulated kubelets run no containers; the controller under test runs as a local
-// process with the chart's ServiceAccount identity instead.
+// process with the chart's ServiceAccount identity instead. (installOnRealNodes, in
+// realchart_test.go, runs the chart's own pods on the real nodes.)
 func installChart(t *testing.T, release, ns string) string {
 	t.Helper()
 	// The request namespace is the suite's own (main_test.go), shared by every test:
@@ -42,19 +44,25 @@ func installChart(t *testing.T, release, ns string) string {
 }
 
 // installChartWith is installChart with the given values; every object it creates,
-// a request Namespace included, is deleted at cleanup.
+// a request Namespace included, is deleted at cleanup. It waits until every
+// Deployment the chart made (the controller's, and the sync agent's with
+// sync.enabled) is available.
 func installChartWith(t *testing.T, release, ns string, values map[string]any) string {
 	t.Helper()
 	ctx := context.Background()
 	objs, err := helmchart.Render(release, ns, values)
 	require.NoError(t, err)
-	sa := ""
+	sa, deployments := "", 0
 	for _, o := range objs {
 		switch o.GetKind() {
 		case "CustomResourceDefinition":
 			continue
 		case "ServiceAccount":
-			sa = o.GetName()
+			if !strings.HasSuffix(o.GetName(), "-sync") {
+				sa = o.GetName()
+			}
+		case "Deployment":
+			deployments++
 		}
 		obj := o.DeepCopy()
 		require.NoError(t, k8s.Create(ctx, obj), "applying rendered %s %s/%s", o.GetKind(), o.GetNamespace(), o.GetName())
@@ -63,15 +71,55 @@ func installChartWith(t *testing.T, release, ns string, values map[string]any) s
 		})
 	}
 	require.NotEmpty(t, sa, "the chart rendered no ServiceAccount")
-	require.EventuallyWithT(t, func(c *assert.CollectT) {
+	if !assert.EventuallyWithT(t, func(c *assert.CollectT) {
 		list := &appsv1.DeploymentList{}
 		require.NoError(c, k8s.List(ctx, list, client.InNamespace(ns)))
-		require.Len(c, list.Items, 1, "deployments in %s", ns)
-		d := &list.Items[0]
-		assert.Equal(c, *d.Spec.Replicas, d.Status.AvailableReplicas, "available replicas; status %+v", d.Status)
-		assert.Equal(c, d.Generation, d.Status.ObservedGeneration, "observedGeneration; status %+v", d.Status)
-	}, 60*time.Second, poll, "the chart's Deployment available")
+		require.Len(c, list.Items, deployments, "deployments in %s", ns)
+		for i := range list.Items {
+			d := &list.Items[i]
+			if *d.Spec.Replicas != d.Status.AvailableReplicas || *d.Spec.Replicas != d.Status.UpdatedReplicas || d.Generation != d.Status.ObservedGeneration {
+				assert.Fail(c, "not available", "Deployment %s: generation %d, status %+v", d.Name, d.Generation, d.Status)
+			}
+		}
+	}, 90*time.Second, poll, "the chart's Deployments available") {
+		require.FailNow(t, "the chart's Deployments are not available", "pods in %s:%s", ns, podStates(t, ns))
+	}
 	return sa
+}
+
+// podStates says where each pod in ns stands, for failure messages: a pod on a real
+// node that cannot start says why (ErrImageNeverPull, CrashLoopBackOff, a failing
+// probe), with the end of the log of a container that restarted.
+func podStates(t *testing.T, ns string) string {
+	pods := &corev1.PodList{}
+	if err := k8s.List(context.Background(), pods, client.InNamespace(ns)); err != nil {
+		return err.Error()
+	}
+	var b strings.Builder
+	for _, p := range pods.Items {
+		fmt.Fprintf(&b, "\n%s on %q: %s", p.Name, p.Spec.NodeName, p.Status.Phase)
+		for _, c := range p.Status.Conditions {
+			if c.Status != corev1.ConditionTrue {
+				fmt.Fprintf(&b, " %s=%s(%s)", c.Type, c.Status, c.Message)
+			}
+		}
+		for _, c := range p.Status.ContainerStatuses {
+			switch {
+			case c.State.Waiting != nil:
+				fmt.Fprintf(&b, " %s waiting: %s %s", c.Name, c.State.Waiting.Reason, c.State.Waiting.Message)
+			case c.State.Terminated != nil:
+				fmt.Fprintf(&b, " %s terminated: %s %s", c.Name, c.State.Terminated.Reason, c.State.Terminated.Message)
+			}
+			if c.RestartCount > 0 {
+				fmt.Fprintf(&b, " restarts %d", c.RestartCount)
+				if out, err := clientset(t).CoreV1().Pods(ns).GetLogs(p.Name, &corev1.PodLogOptions{Container: c.Name, Previous: true,
+					TailLines: ptr.To[int64](20)}).DoRaw(context.Background()); err == nil {
+					fmt.Fprintf(&b, "; the previous container's log ends:\n%s", out)
+				}
+			}
+		}
+	}
+	return b.String()
 }
 
 // serviceAccountKubeconfig writes a kubeconfig that authenticates as the
@@ -100,15 +148,59 @@ func serviceAccountKubeconfig(t *testing.T, ns, sa string) (string, kubernetes.I
 // TestLeastPrivilege runs the controller as the chart's ServiceAccount through
 // incident A (a shut-down holder and a healthy one whose workload is moved) and
 // incident B (the deregistered driver), then shows what that identity may not do.
+//
+// On a cluster with real nodes (make cluster REAL_NODES=2; make test-e2e) the
+// controller is the chart's own: its Deployment runs the image on the real nodes as
+// the ServiceAccount and RBAC the chart installed, the requests come from the
+// default Git writer (the chart's admission policy refuses anyone else), and the
+// checks use a token bound to the leader pod, as the one the kubelet projects into
+// it. Without real nodes the Deployment lands on kwok nodes, which run no
+// containers, so a local controller process runs with a token of the chart's
+// ServiceAccount instead.
 func TestLeastPrivilege(t *testing.T) {
 	ctx := context.Background()
 	release := namespace(t, "e2e-rbac-release")
-	sa := installChart(t, "rbac-e2e", release)
-	saKubeconfig, as := serviceAccountKubeconfig(t, release, sa)
-	t.Cleanup(func() { simRestoreBaseline(t) })
-	ctl := startController(t, "--kubeconfig", saKubeconfig, "--leader-elect", "--leader-election-namespace", release)
-
 	ns := namespace(t, "e2e-rbac")
+	t.Cleanup(func() { simRestoreBaseline(t) })
+	var (
+		as   kubernetes.Interface
+		logs func() string
+	)
+	writer := k8s
+	if _, onReal := realNodesForChart(t, 2); onReal {
+		rel := installOnRealNodes(t, "rbac-e2e", release, map[string]any{
+			"requestNamespaces": []any{ns}, "requestNamespace": map[string]any{"create": false}})
+		var leader *corev1.Pod
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
+			leader = nil
+			name := rel.leader(c)
+			for _, p := range rel.controllerPods(c) {
+				if p.Name == name {
+					leader = &p
+				}
+			}
+			assert.NotNil(c, leader, "the Lease holder %s is none of the release's pods", name)
+		}, 60*time.Second, poll, "a leader among the chart's pods")
+		require.Equal(t, rel.sa, leader.Spec.ServiceAccountName, "the leader pod's ServiceAccount")
+		t.Logf("the chart's controller runs on the real nodes: leader %s on %s as ServiceAccount %s/%s", leader.Name, leader.Spec.NodeName, release, rel.sa)
+		as = tokenClientset(t, podToken(t, leader))
+		// Who the API server takes the token for: the chart's ServiceAccount, in the
+		// leader pod.
+		who, err := as.AuthenticationV1().SelfSubjectReviews().Create(ctx, &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
+		require.NoError(t, err)
+		assert.Equal(t, "system:serviceaccount:"+release+":"+rel.sa, who.Status.UserInfo.Username, "the token's user")
+		assert.Equal(t, authenticationv1.ExtraValue{leader.Name}, who.Status.UserInfo.Extra["authentication.kubernetes.io/pod-name"], "the token's pod")
+		t.Logf("the checks run as %s (pod %v, node %v)", who.Status.UserInfo.Username,
+			who.Status.UserInfo.Extra["authentication.kubernetes.io/pod-name"], who.Status.UserInfo.Extra["authentication.kubernetes.io/node-name"])
+		logs = func() string { return rel.controllerLogs(t) }
+		writer = gitWriter(t, ns, rel.fullname)
+	} else {
+		sa := installChart(t, "rbac-e2e", release)
+		saKubeconfig, c := serviceAccountKubeconfig(t, release, sa)
+		ctl := startController(t, "--kubeconfig", saKubeconfig, "--leader-elect", "--leader-election-namespace", release)
+		as, logs = c, ctl.logs
+	}
+
 	down := extraNode(t, "e2e-rbac-down", false, corev1.Taint{Key: v1alpha1.TaintOutOfService, Value: "nodeshutdown", Effect: corev1.TaintEffectNoExecute})
 	downPV, _ := luksVolume(t, ns, down, 20*time.Minute, 1)
 	_, claim := luksVolume(t, ns, "kwok-node-1", 40*time.Minute, 2)
@@ -125,14 +217,15 @@ func TestLeastPrivilege(t *testing.T) {
 			Reason: "CSINode kwok-node-0 lost csi.trident.netapp.io after the DaemonSet was recreated"},
 	}
 	for playbook, spec := range requests {
-		key := request(t, ns, spec)
+		key := createRequest(t, writer, ns, spec)
 		rr := waitPhase(t, key, 90*time.Second, v1alpha1.PhaseSucceeded, v1alpha1.PhaseFailed, v1alpha1.PhaseRejected)
 		assert.Equal(t, v1alpha1.PhaseSucceeded, rr.Status.Phase, "%s: %s", playbook, describe(rr))
 		if assert.NotNil(t, rr.Status.Decision, "%s: %s", playbook, describe(rr)) {
 			assert.Equal(t, playbook, string(rr.Status.Decision.Playbook), "%s: %s", playbook, describe(rr))
 		}
 	}
-	assert.False(t, strings.Contains(strings.ToLower(ctl.logs()), "forbidden"), "the controller was refused something it needs:\n%s", ctl.logs())
+	controllerLog := logs()
+	assert.False(t, strings.Contains(strings.ToLower(controllerLog), "forbidden"), "the controller was refused something it needs:\n%s", controllerLog)
 
 	// What the identity must not do. Destructive calls are dry runs: authorization
 	// is decided before the dry run, so a Forbidden is the real answer, and a wrongly
