@@ -2,6 +2,7 @@ package registrar
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -13,7 +14,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
+	clienttesting "k8s.io/client-go/testing"
 )
 
 const driver = "csi.trident.netapp.io"
@@ -241,10 +244,40 @@ func TestCreatedCSINodeLooksLikeKubelets(t *testing.T) {
 	assert.False(t, changed, "second Sync changed something")
 }
 
+// podWatchOpened returns a channel closed once an informer has opened its watch of pods on cs.
+// The fake clientset's watch does not resume from the list's resourceVersion, so an object
+// created between the informer's list and its watch is never seen (client-go's own
+// fake-client example waits the same way); a fixed sleep was not enough under CI load
+// (TestRunLeavesRealNodesAlone missed the kwok node's pod).
+func podWatchOpened(cs *fake.Clientset) <-chan struct{} {
+	opened := make(chan struct{})
+	var once sync.Once
+	cs.PrependWatchReactor("pods", func(action clienttesting.Action) (bool, watch.Interface, error) {
+		wa := action.(clienttesting.WatchActionImpl)
+		w, err := cs.Tracker().Watch(wa.GetResource(), wa.GetNamespace(), wa.ListOptions)
+		if err != nil {
+			return false, nil, err
+		}
+		once.Do(func() { close(opened) })
+		return true, w, nil
+	})
+	return opened
+}
+
+func waitOpened(t *testing.T, opened <-chan struct{}) {
+	t.Helper()
+	select {
+	case <-opened:
+	case <-time.After(10 * time.Second):
+		require.FailNow(t, "the informer never opened its watch of pods")
+	}
+}
+
 // TestRun drives the whole loop (informer, queue, Syncer) against a fake clientset.
 func TestRun(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cs := fake.NewClientset(node("n1"))
+	opened := podWatchOpened(cs)
 	done := make(chan error, 1)
 	go func() {
 		done <- Run(ctx, Config{Client: cs, Namespace: "trident", Selector: "app=node.csi.trident.netapp.io",
@@ -266,9 +299,7 @@ func TestRun(t *testing.T) {
 			assert.Equal(c, want, d, "CSINode n1 drivers")
 		}, 10*time.Second, 20*time.Millisecond)
 	}
-	// The fake watch starts with the informer; give it a moment so the pod arrives as an event
-	// rather than racing the initial list (either way it is registered).
-	time.Sleep(100 * time.Millisecond)
+	waitOpened(t, opened)
 	_, err := cs.CoreV1().Pods("trident").Create(ctx, pod, metav1.CreateOptions{})
 	require.NoError(t, err)
 	waitDrivers([]string{driver})
@@ -327,6 +358,7 @@ func TestRunLeavesRealNodesAlone(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	cs := fake.NewClientset(node("n1"), realNode("real-1"), realNode("real-2"), csiNode("real-2", driver))
+	opened := podWatchOpened(cs)
 	done := make(chan error, 1)
 	go func() {
 		done <- Run(ctx, Config{Client: cs, Namespace: "trident", Selector: "app=node.csi.trident.netapp.io",
@@ -348,7 +380,7 @@ func TestRunLeavesRealNodesAlone(t *testing.T) {
 			assert.Equal(c, want, drivers(c, s, node), "CSINode %s drivers", node)
 		}, 10*time.Second, 20*time.Millisecond)
 	}
-	time.Sleep(100 * time.Millisecond)
+	waitOpened(t, opened)
 	pods := cs.CoreV1().Pods("trident")
 	// Each real node's pod first, then the kwok node's: once the kwok node's CSINode has
 	// changed, the simulator has handled the real nodes' events before it.
