@@ -9,11 +9,11 @@ import (
 	"fmt"
 	"io/fs"
 	"path"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"testing/fstest"
 
 	"cuelang.org/go/cue"
 	"cuelang.org/go/cue/cuecontext"
@@ -94,9 +94,10 @@ func compile(fsys fs.FS, dir string) (*compiledPolicy, error) {
 	return compileFiles(files)
 }
 
-// policyRoot is where the policy files are overlaid for loading; errors name files
-// relative to it.
-const policyRoot = "/remediator/policies"
+// policyRoot is where the policy files sit in the in-memory filesystem they are loaded
+// from; errors name files relative to it. A variable only so that a test can place it
+// where the host has a file.
+var policyRoot = "/remediator/policies"
 
 // compileFiles compiles policy files, keeping the copy it compiled them into for the
 // first evaluation.
@@ -118,12 +119,16 @@ func compileFiles(files []sourceFile) (*compiledPolicy, error) {
 // values that share nothing with earlier ones, so they may be evaluated while other
 // copies are.
 func compileInstance(files []sourceFile) (*instance, error) {
-	const root = policyRoot
-	overlay := map[string]load.Source{}
+	// An in-memory filesystem, not an overlay: with Overlay the loader still lists and
+	// stats the host's directories along Dir, and in the chart's image /remediator is the
+	// controller's binary, so every start failed with "readDir: open
+	// /remediator/policies: not a directory". With FS the host is never read.
+	root := strings.TrimPrefix(policyRoot, "/")
+	fsys := fstest.MapFS{}
 	for _, f := range files {
-		overlay[filepath.Join(root, f.name)] = load.FromBytes(f.data)
+		fsys[path.Join(root, f.name)] = &fstest.MapFile{Data: f.data, Mode: 0o444}
 	}
-	insts := load.Instances([]string{"."}, &load.Config{Dir: root, Overlay: overlay})
+	insts := load.Instances([]string{"."}, &load.Config{Dir: policyRoot, FS: fsys})
 	if len(insts) != 1 {
 		return nil, loadError(LoadReasonSyntax, "want one policy package, got %d", len(insts))
 	}
