@@ -39,6 +39,7 @@ UP_TIMEOUT="${UP_TIMEOUT:-180}"
 REAL_NODES="${REAL_NODES:-0}"
 [[ "$REAL_NODES" =~ ^[0-9]+$ ]] || { echo "[cluster up] ERROR: REAL_NODES=$REAL_NODES is not a number" >&2; exit 1; }
 REALNODE_SH="$ROOT/test/realnode/node.sh"
+REALNODE_MANIFESTS="$ROOT/test/realnode/manifests"
 
 CLUSTER_NAME=remediator
 CLUSTER_DIR="$BIN/cluster"
@@ -212,7 +213,19 @@ if [[ -n "$disconnected" ]]; then
   # shellcheck disable=SC2086 # one Lease name per word
   kc -n kube-node-lease delete lease $disconnected >/dev/null || die "deleting Leases $disconnected failed"
 fi
-kc apply -f "$MANIFESTS/20-trident-csi.yaml" >/dev/null || die "applying $MANIFESTS/20-trident-csi.yaml failed"
+# With real nodes, the DaemonSet that runs the project's node plugin for real
+# (test/realnode/manifests, docs/realnodes-csi.md): on kwok nodes kwok fakes its pods as it
+# does the stand-in's. Its pods reach the API server on the host network, at the port of this
+# control plane.
+if (( REAL_NODES > 0 )); then
+  apiserver_port=$(kc config view -o jsonpath='{.clusters[0].cluster.server}' | sed -n 's#^https\?://[^:/]*:\([0-9]*\).*#\1#p')
+  [[ -n "$apiserver_port" ]] || die "no API server port in $KUBECONFIG_OUT"
+  sed "s/__APISERVER_PORT__/$apiserver_port/" "$REALNODE_MANIFESTS/trident-csi.yaml" | kc apply -f - >/dev/null \
+    || die "applying $REALNODE_MANIFESTS/trident-csi.yaml failed"
+  kc apply -f "$REALNODE_MANIFESTS/csidriver.yaml" >/dev/null || die "applying $REALNODE_MANIFESTS/csidriver.yaml failed"
+else
+  kc apply -f "$MANIFESTS/20-trident-csi.yaml" >/dev/null || die "applying $MANIFESTS/20-trident-csi.yaml failed"
+fi
 
 # --- Trident registration simulator ----------------------------------------------------------
 # Started before waiting for the DaemonSet, so that it sees the node-plugin pods turn Ready.
