@@ -167,7 +167,7 @@ func TestLeastPrivilege(t *testing.T) {
 		logs func() string
 	)
 	writer := k8s
-	if _, onReal := realNodesForChart(t, 2); onReal {
+	if _, onReal := readyRealNodes(t, 2); onReal {
 		rel := installOnRealNodes(t, "rbac-e2e", release, map[string]any{
 			"requestNamespaces": []any{ns}, "requestNamespace": map[string]any{"create": false}})
 		var leader *corev1.Pod

@@ -51,12 +51,12 @@ const (
 	realNodesEnvVar = "E2E_REAL_NODES"
 )
 
-// realNodesForChart returns the local cluster's Ready real nodes and whether there are at
+// readyRealNodes returns the local cluster's Ready real nodes and whether there are at
 // least want of them. Fewer fails the test when E2E_REAL_NODES is set (`make
 // test-e2e` sets it and brings the cluster up with REAL_NODES): a suite that must
 // prove something on real kubelets may not pass without them. Otherwise the caller
 // skips, or runs its kwok-only variant.
-func realNodesForChart(t *testing.T, want int) ([]string, bool) {
+func readyRealNodes(t *testing.T, want int) ([]string, bool) {
 	t.Helper()
 	ctx := context.Background()
 	names, err := cluster.RealNodes(ctx, clientset(t))
@@ -346,7 +346,7 @@ func (r realRelease) metricsEndpoints(t require.TestingT) map[string]string {
 // metrics-reader role allows and to no one else; and deleting the leader pod hands
 // the Lease to another replica, which then decides the next request.
 func TestChartOnRealNodes(t *testing.T) {
-	nodes, ok := realNodesForChart(t, 2)
+	nodes, ok := readyRealNodes(t, 2)
 	if !ok {
 		t.Skipf("needs 2 Ready real nodes (make cluster REAL_NODES=2; found %v); set %s to make their absence a failure", nodes, realNodesEnvVar)
 	}

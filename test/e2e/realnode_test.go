@@ -1,0 +1,505 @@
+//go:build e2e
+
+package e2e
+
+// The incidents on real kubelets (issue 23). Everywhere else in this suite kwok plays
+// the kubelets and test/sim plays kubelet's plugin registration; here two real
+// kubelets on containerd (`make cluster REAL_NODES=2`, test/realnode) run the pods,
+// the project's own Trident-like node plugin (test/tools/tridentnode) stages and
+// mounts the volumes and takes a LUKS volume's Lease as Trident does, and the nodes
+// drop off the way real nodes do: powered off (kubelet and containers stop) or cut
+// off (only the kubelet stops). What is still a model: Trident's controller and a
+// real LUKS device (the plugin bind-mounts a directory), and the CSI sidecars (the
+// plugin's registrar part removes its socket on SIGTERM as the upstream one does).
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/rand"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/remediator/remediator/api/v1alpha1"
+	"github.com/remediator/remediator/test/cluster"
+)
+
+const (
+	// realLabel marks the real kubelet nodes of the local cluster.
+	realLabel = "node.remediator.io/real"
+	// busybox is the local image every real node has (test/realnode builds it).
+	busybox = "remediator.local/busybox:latest"
+	// volumesDir is where the project's node plugin keeps each volume's data, one
+	// directory per volume handle, shared by the nodes of this one host.
+	volumesDir = "/var/lib/remediator-nodes/volumes"
+	// notRegistered is kubelet's own message for a volume of a driver it does not
+	// know (pkg/volume/csi, seed 000).
+	notRegistered = "driver name csi.trident.netapp.io not found in the list of registered CSI drivers"
+)
+
+// realNodePair returns two Ready real nodes of the local cluster, each restored after
+// the test whatever it did to it. Without them the test fails where E2E_REAL_NODES asks
+// for them (make test-e2e) and is skipped elsewhere.
+func realNodePair(t *testing.T) (a, b string) {
+	t.Helper()
+	nodes, ok := readyRealNodes(t, 2)
+	if !ok {
+		t.Skipf("no two Ready real nodes (have %v): `make cluster REAL_NODES=2` runs these tests", nodes)
+	}
+	for _, n := range nodes[:2] {
+		restoreRealNode(t, n)
+	}
+	return nodes[0], nodes[1]
+}
+
+// restoreRealNode brings the node back after the test whatever it did to it: powered
+// on, the out-of-service taint removed, uncordoned, Ready again.
+func restoreRealNode(t *testing.T, node string) {
+	t.Helper()
+	t.Cleanup(func() {
+		ctx := context.Background()
+		if err := cluster.NodeOn(ctx, node); err != nil {
+			t.Errorf("powering %s on: %v", node, err)
+		}
+		n := &corev1.Node{}
+		if err := k8s.Get(ctx, types.NamespacedName{Name: node}, n); err != nil {
+			t.Errorf("reading %s: %v", node, err)
+			return
+		}
+		patch := client.MergeFrom(n.DeepCopy())
+		var kept []corev1.Taint
+		for _, tn := range n.Spec.Taints {
+			if tn.Key != v1alpha1.TaintOutOfService {
+				kept = append(kept, tn)
+			}
+		}
+		n.Spec.Taints, n.Spec.Unschedulable = kept, false
+		if err := k8s.Patch(ctx, n, patch); err != nil {
+			t.Errorf("restoring %s: %v", node, err)
+		}
+		waitNodeReady(t, node, true, 90*time.Second)
+	})
+}
+
+func waitNodeReady(t *testing.T, node string, ready bool, timeout time.Duration) {
+	t.Helper()
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		n := &corev1.Node{}
+		require.NoError(c, k8s.Get(context.Background(), types.NamespacedName{Name: node}, n))
+		assert.Equal(c, ready, nodeReady(n), "node %s Ready: %+v", node, n.Status.Conditions)
+	}, timeout, poll, "node %s Ready=%v", node, ready)
+}
+
+// realPodSpec is a busybox pod on the real nodes that mounts claim at /data and runs
+// script; a TERM handler, if the script sets one, runs within grace seconds.
+func realPodSpec(node, claim, script string, grace int64) corev1.PodSpec {
+	spec := corev1.PodSpec{
+		NodeSelector:                  map[string]string{realLabel: "true"},
+		TerminationGracePeriodSeconds: ptr.To(grace),
+		Containers: []corev1.Container{{
+			Name: "app", Image: busybox, ImagePullPolicy: corev1.PullNever,
+			Command:      []string{"sh", "-c", script},
+			VolumeMounts: []corev1.VolumeMount{{Name: "data", MountPath: "/data"}},
+		}},
+		Volumes: []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{
+			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim},
+		}}},
+	}
+	if node != "" {
+		spec.NodeName = node
+	}
+	return spec
+}
+
+// realPod runs a pod on node and waits until it runs.
+func realPod(t *testing.T, ns, name, node, claim, script string, grace int64, labels map[string]string) *corev1.Pod {
+	t.Helper()
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: labels}, Spec: realPodSpec(node, claim, script, grace)}
+	create(t, p)
+	waitPodRunning(t, client.ObjectKeyFromObject(p), 60*time.Second)
+	return p
+}
+
+func waitPodRunning(t *testing.T, key types.NamespacedName, timeout time.Duration) *corev1.Pod {
+	t.Helper()
+	got := &corev1.Pod{}
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		require.NoError(c, k8s.Get(context.Background(), key, got))
+		assert.Equal(c, corev1.PodRunning, got.Status.Phase, "pod %s: %s", key, podEvents(c, key.Namespace, key.Name))
+	}, timeout, poll, "pod %s Running", key)
+	return got
+}
+
+// podEvents lists the events of a pod, for failure messages and assertions.
+func podEvents(c require.TestingT, ns, pod string) string {
+	list := &corev1.EventList{}
+	require.NoError(c, k8s.List(context.Background(), list, client.InNamespace(ns)))
+	var out []string
+	for _, e := range list.Items {
+		if e.InvolvedObject.Kind == "Pod" && e.InvolvedObject.Name == pod {
+			out = append(out, e.Reason+": "+e.Message)
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
+// waitFailedMount waits for the real kubelet's FailedMount event on the pod that
+// carries want.
+func waitFailedMount(t *testing.T, ns, pod, want string, timeout time.Duration) {
+	t.Helper()
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		assert.Contains(c, podEvents(c, ns, pod), "FailedMount: ", "kubelet's events")
+		assert.Contains(c, podEvents(c, ns, pod), want, "kubelet's events")
+	}, timeout, poll, "FailedMount on %s/%s saying %q", ns, pod, want)
+}
+
+// volumeFile reads a file the pods wrote into the volume, from the host side.
+func volumeFile(pv, name string) string {
+	b, _ := os.ReadFile(filepath.Join(volumesDir, pv, name))
+	return strings.TrimSpace(string(b))
+}
+
+// runningOnHost reports whether a process whose command line contains marker runs on
+// this host: a container of a real node is a process of the host.
+func runningOnHost(marker string) bool {
+	return exec.Command("pgrep", "-f", marker).Run() == nil
+}
+
+// TestRealShutdownReleasesLease is incident A on a powered-off node. A workload on
+// node a uses a LUKS volume; a holder that dies in the middle of cryptsetup leaves the
+// volume's Lease behind; a is powered off (kubelet and containers stop) and
+// kube-controller-manager marks it NotReady; the operator taints it out-of-service as
+// the runbook says; the workload's replacement on node b cannot stage the volume
+// while the Lease is held (the plugin's FailedMount); the request releases the Lease
+// and the replacement mounts the volume and runs on b, reading what a wrote.
+func TestRealShutdownReleasesLease(t *testing.T) {
+	a, b := realNodePair(t)
+	ctx := context.Background()
+	ns := namespace(t, "e2e-real-down")
+	startController(t, "--policies-dir", shortGatePolicies(t), "--request-namespaces", ns)
+	pv, pvc := csiVolume(t, ns, true)
+
+	// The workload starts on a: b is cordoned until a is gone.
+	setUnschedulable(t, b, true)
+	t.Cleanup(func() { setUnschedulable(t, b, false) })
+	labels := map[string]string{"app": "db-" + rand.String(4)}
+	dep := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "db"},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To[int32](1),
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec:       realPodSpec("", pvc, `echo "$NODE" >> /data/nodes; while true; do sleep 1; done`, 10),
+			},
+		},
+	}
+	dep.Spec.Template.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "NODE", ValueFrom: &corev1.EnvVarSource{
+		FieldRef: &corev1.ObjectFieldSelector{FieldPath: "spec.nodeName"}}}}
+	create(t, dep)
+	first := waitWorkloadPod(t, ns, labels, a)
+	require.Eventually(t, func() bool { return volumeFile(pv, "nodes") == a }, 30*time.Second, poll, "the pod on %s wrote to the volume", a)
+
+	// a dies in the middle of cryptsetup: its Lease stays, and a goes dark.
+	strandLease(t, pv, a, 0, 0)
+	require.NoError(t, cluster.NodeOff(ctx, a))
+	waitNodeReady(t, a, false, 90*time.Second)
+	setUnschedulable(t, b, false)
+	taintOutOfService(t, a)
+
+	// The replacement lands on b and is held by the Lease.
+	second := waitWorkloadPodNot(t, ns, labels, first.Name)
+	require.Equal(t, b, second.Spec.NodeName, "the replacement's node")
+	waitFailedMount(t, ns, second.Name, "held by "+a, 90*time.Second)
+	require.True(t, leaseExists(t, pv), "the Lease went before the request")
+
+	key := request(t, ns, v1alpha1.RemediationRequestSpec{
+		Remediation: v1alpha1.RemediationReleaseLUKSLease,
+		Target:      v1alpha1.Target{PersistentVolume: pv},
+		Reason:      fmt.Sprintf("%s powered off during cryptsetup; its replacement on %s cannot mount", a, b),
+	})
+	rr := waitPhase(t, key, 90*time.Second, v1alpha1.PhaseSucceeded, v1alpha1.PhaseFailed, v1alpha1.PhaseRejected)
+	require.Equal(t, v1alpha1.PhaseSucceeded, rr.Status.Phase, describe(rr))
+	require.Equal(t, "node-shutdown", string(decision(t, rr).Playbook), describe(rr))
+	assert.Equal(t, v1alpha1.NodeShutdown, holderState(rr), "holder state: %s", describe(rr))
+
+	waitPodRunning(t, client.ObjectKeyFromObject(second), 120*time.Second)
+	require.Eventually(t, func() bool { return volumeFile(pv, "nodes") == a+"\n"+b }, 30*time.Second, poll,
+		"the replacement on %s appended to what %s wrote: %q", b, a, volumeFile(pv, "nodes"))
+}
+
+// taintOutOfService sets the out-of-service taint on a node that is shut down, as
+// the runbook tells the operator to.
+func taintOutOfService(t *testing.T, node string) {
+	t.Helper()
+	n := &corev1.Node{}
+	require.NoError(t, k8s.Get(context.Background(), types.NamespacedName{Name: node}, n))
+	patch := client.MergeFrom(n.DeepCopy())
+	n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: v1alpha1.TaintOutOfService, Value: "nodeshutdown", Effect: corev1.TaintEffectNoExecute})
+	require.NoError(t, k8s.Patch(context.Background(), n, patch))
+}
+
+// waitWorkloadPod waits for the workload's pod to run on node.
+func waitWorkloadPod(t *testing.T, ns string, labels map[string]string, node string) *corev1.Pod {
+	t.Helper()
+	var pod corev1.Pod
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		list := &corev1.PodList{}
+		require.NoError(c, k8s.List(context.Background(), list, client.InNamespace(ns), client.MatchingLabels(labels)))
+		require.Len(c, list.Items, 1, "workload pods")
+		pod = list.Items[0]
+		assert.Equal(c, node, pod.Spec.NodeName, "node of %s", pod.Name)
+		assert.Equal(c, corev1.PodRunning, pod.Status.Phase, "pod %s: %s", pod.Name, podEvents(c, ns, pod.Name))
+	}, 60*time.Second, poll, "workload running on %s", node)
+	return &pod
+}
+
+// waitWorkloadPodNot waits for a scheduled pod of the workload other than old.
+func waitWorkloadPodNot(t *testing.T, ns string, labels map[string]string, old string) *corev1.Pod {
+	t.Helper()
+	var pod *corev1.Pod
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		list := &corev1.PodList{}
+		require.NoError(c, k8s.List(context.Background(), list, client.InNamespace(ns), client.MatchingLabels(labels)))
+		pod = nil
+		for i := range list.Items {
+			if p := &list.Items[i]; p.Name != old && p.Spec.NodeName != "" && p.DeletionTimestamp == nil {
+				pod = p
+			}
+		}
+		assert.NotNil(c, pod, "a replacement for %s: %d pods", old, len(list.Items))
+	}, 90*time.Second, poll, "a replacement for %s", old)
+	return pod
+}
+
+// TestRealPartitionNeedsFencing is incident A on a node cut off from the control
+// plane: only its kubelet stops, the containers go on running with the volume
+// mounted. The request is rejected without fencing; once the operator fences the
+// node, it is released after the age gate.
+func TestRealPartitionNeedsFencing(t *testing.T) {
+	_, b := realNodePair(t)
+	ctx := context.Background()
+	ns := namespace(t, "e2e-real-cut")
+	startController(t, "--policies-dir", shortGatePolicies(t), "--request-namespaces", ns)
+	pv, pvc := csiVolume(t, ns, true)
+	marker := "cutoff-" + rand.String(6)
+	realPod(t, ns, "db-0", b, pvc, `while true; do sleep 1; done # `+marker, 10, nil)
+	require.True(t, runningOnHost(marker), "the container on %s runs on the host", b)
+
+	stranded := time.Now()
+	strandLease(t, pv, b, 0, 0)
+	require.NoError(t, cluster.NodePartition(ctx, b))
+	waitNodeReady(t, b, false, 90*time.Second)
+	assert.True(t, runningOnHost(marker), "a partition stops the kubelet only: the container on %s still runs", b)
+
+	key := request(t, ns, v1alpha1.RemediationRequestSpec{
+		Remediation: v1alpha1.RemediationReleaseLUKSLease,
+		Target:      v1alpha1.Target{PersistentVolume: pv},
+		Reason:      fmt.Sprintf("%s lost the control plane during cryptsetup", b),
+	})
+	rr := waitPhase(t, key, 60*time.Second, v1alpha1.PhaseRejected, v1alpha1.PhaseSucceeded, v1alpha1.PhaseFailed)
+	require.Equal(t, v1alpha1.PhaseRejected, rr.Status.Phase, describe(rr))
+	require.Equal(t, "unreachable-not-fenced", string(decision(t, rr).Rule), describe(rr))
+	assert.Equal(t, v1alpha1.NodeUnreachable, holderState(rr), "holder state: %s", describe(rr))
+	require.True(t, leaseExists(t, pv), "rejected, yet the Lease was deleted")
+
+	// The operator stops Trident's node container there (the partition keeps the
+	// node's containers running) and says so.
+	updateSpec(t, key, func(s *v1alpha1.RemediationRequestSpec) {
+		s.Fencing = &v1alpha1.Fencing{Confirmed: true, Method: v1alpha1.FencingTridentNodeContainerStopped, Node: b}
+	})
+	rr = waitPhase(t, key, shortUnreachableGate+60*time.Second, v1alpha1.PhaseSucceeded, v1alpha1.PhaseFailed)
+	require.Equal(t, v1alpha1.PhaseSucceeded, rr.Status.Phase, describe(rr))
+	require.Equal(t, "fenced-unreachable", string(decision(t, rr).Playbook), describe(rr))
+	assert.False(t, leaseExists(t, pv), "the Lease still exists")
+	// The age gate counts from the Lease's acquireTime; CompletedAt has whole seconds.
+	var deleted bool
+	for _, st := range rr.Status.Steps {
+		if st.Name == "deleteLease" && st.CompletedAt != nil {
+			deleted = true
+			assert.GreaterOrEqual(t, st.CompletedAt.Sub(stranded), shortUnreachableGate-time.Second, "the Lease went before the age gate")
+		}
+	}
+	assert.True(t, deleted, "no completed deleteLease step: %s", describe(rr))
+}
+
+// TestRealHealthyEvictionHonoursGrace is incident A on a healthy holder: the pod's
+// TERM handler runs within its grace period during the eviction, a
+// PodDisruptionBudget holds the playbook until it allows, and the node is uncordoned
+// after.
+func TestRealHealthyEvictionHonoursGrace(t *testing.T) {
+	a, _ := realNodePair(t)
+	ns := namespace(t, "e2e-real-healthy")
+	startController(t, "--policies-dir", shortGatePolicies(t), "--request-namespaces", ns)
+	pv, pvc := csiVolume(t, ns, true)
+	labels := map[string]string{"app": "db"}
+	// The handler takes 3 s to flush, well inside the 20 s grace: the pod is gone only
+	// after it wrote its last line.
+	realPod(t, ns, "db-0", a, pvc,
+		`trap 'echo term >> /data/term; sleep 3; echo flushed >> /data/term; exit 0' TERM; while true; do sleep 1; done`, 20, labels)
+	pdb := &policyv1.PodDisruptionBudget{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "db"},
+		Spec: policyv1.PodDisruptionBudgetSpec{
+			MinAvailable: ptr.To(intstr.FromInt32(1)),
+			Selector:     &metav1.LabelSelector{MatchLabels: labels},
+		},
+	}
+	create(t, pdb)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		got := &policyv1.PodDisruptionBudget{}
+		require.NoError(c, k8s.Get(context.Background(), client.ObjectKeyFromObject(pdb), got))
+		assert.Equal(c, int32(1), got.Status.CurrentHealthy, "PDB status %+v", got.Status)
+	}, 30*time.Second, poll, "PDB observed")
+	grace := graceRecorder(t, ns)
+
+	// The Lease is retained after failed cryptsetup runs: proof that it is stuck on a
+	// healthy holder.
+	strandLease(t, pv, a, 0, 2)
+	key := request(t, ns, v1alpha1.RemediationRequestSpec{
+		Remediation: v1alpha1.RemediationReleaseLUKSLease,
+		Target:      v1alpha1.Target{PersistentVolume: pv},
+		Reason:      "LeaseRetained events: cryptsetup luksOpen failed repeatedly",
+	})
+	waitStep(t, key, "deleteAffectedPods", v1alpha1.StepRunning)
+	n := &corev1.Node{}
+	require.NoError(t, k8s.Get(context.Background(), types.NamespacedName{Name: a}, n))
+	require.True(t, n.Spec.Unschedulable, "%s not cordoned", a)
+	time.Sleep(3 * time.Second) // the PDB holds: nothing may be evicted meanwhile
+	assert.Empty(t, volumeFile(pv, "term"), "the pod was told to stop while the PDB forbade it")
+	require.True(t, leaseExists(t, pv), "the Lease went while the PDB held the pod")
+
+	require.NoError(t, k8s.Delete(context.Background(), pdb))
+	rr := waitPhase(t, key, shortHealthyGate+90*time.Second, v1alpha1.PhaseSucceeded, v1alpha1.PhaseFailed, v1alpha1.PhaseRejected)
+	require.Equal(t, v1alpha1.PhaseSucceeded, rr.Status.Phase, describe(rr))
+	require.Equal(t, "healthy-move-workload", string(decision(t, rr).Playbook), describe(rr))
+	assert.Equal(t, "term\nflushed", volumeFile(pv, "term"), "the TERM handler ran to its end")
+	assert.Equal(t, map[string]int64{"db-0": 20}, grace(), "grace periods of the deletions")
+	assert.False(t, leaseExists(t, pv), "the Lease still exists")
+	require.NoError(t, k8s.Get(context.Background(), types.NamespacedName{Name: a}, n))
+	assert.False(t, n.Spec.Unschedulable, "%s still cordoned", a)
+}
+
+// TestRealCSIDeregistrationAndFix is incident B exactly as seed 000 reproduces it, on
+// a real kubelet: a copy of the node-plugin DaemonSet, then its deletion; the copy's
+// registrar removes the registration socket it shares with the original on SIGTERM;
+// the real kubelet drops the driver from the node's CSINode; a new pod using a volume
+// of that driver fails with kubelet's own FailedMount; scan finds it; the request
+// restarts the node plugin, kubelet registers the driver again, and the pod mounts
+// its volume and runs.
+func TestRealCSIDeregistrationAndFix(t *testing.T) {
+	a, b := realNodePair(t)
+	ctx := context.Background()
+	ns := namespace(t, "e2e-real-csi")
+	startController(t, "--request-namespaces", ns)
+	t.Cleanup(func() {
+		simRestoreBaseline(t)
+		restorePlugin(t, b)
+	})
+	waitRealDriver(t, a, true, 60*time.Second)
+	waitRealDriver(t, b, true, 60*time.Second)
+	pluginUID := func(node string) types.UID {
+		p := simPluginPods(t, simDS)[node]
+		require.Len(t, p, 1, "trident-csi pods on %s", node)
+		return p[0].UID
+	}
+	before := pluginUID(a)
+
+	// The copy's registrar takes over the shared socket; kubelet calls it back when it
+	// registered the driver through it (NotifyRegistrationStatus), which its log shows.
+	cp := copyPluginDaemonSet(t)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		pods := simPluginPods(c, cp.Name)[a]
+		require.Len(c, pods, 1, "%s pods on %s", cp.Name, a)
+		require.True(c, simPodReady(&pods[0]), "%s pod on %s Ready: %+v", cp.Name, a, pods[0].Status)
+		assert.Contains(c, chartPodLogs(c, tridentNS, pods[0].Name, "driver-registrar"), "pluginRegistered=true",
+			"the copy's registrar on %s was registered by kubelet", a)
+	}, 60*time.Second, poll, "the copy runs on %s and kubelet registered the driver through it", a)
+	require.NoError(t, k8s.Delete(ctx, cp, client.PropagationPolicy(metav1.DeletePropagationBackground)))
+	waitRealDriver(t, a, false, 60*time.Second)
+	assert.Equal(t, before, pluginUID(a), "the original plugin pod on %s still runs", a)
+
+	_, pvc := csiVolume(t, ns, false)
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "app-0"},
+		Spec: realPodSpec(a, pvc, `echo mounted > /data/app; while true; do sleep 1; done`, 5)}
+	create(t, pod)
+	waitFailedMount(t, ns, pod.Name, notRegistered, 90*time.Second)
+
+	out, err := exec.Command(filepath.Join(root, "bin", "remediator"), "scan", "--kubeconfig", kubeconfig,
+		"--node-lease-grace-period", "20s", "--request-namespace", ns, "-o", "json").Output()
+	var exit *exec.ExitError
+	require.ErrorAs(t, err, &exit, "scan with findings exits 3:\n%s", out)
+	require.Equal(t, 3, exit.ExitCode(), "scan exit code:\n%s", out)
+	var suggested struct{ Items []v1alpha1.RemediationRequest }
+	require.NoError(t, json.Unmarshal(out, &suggested))
+	var fix *v1alpha1.RemediationRequest
+	for i, rr := range suggested.Items {
+		if rr.Spec.Remediation == v1alpha1.RemediationReregisterCSIDriver && rr.Spec.Target.Node == a {
+			fix = &suggested.Items[i]
+		}
+	}
+	require.NotNil(t, fix, "scan suggests no reregister-csi-driver for %s:\n%s", a, out)
+
+	create(t, fix)
+	rr := waitPhase(t, client.ObjectKeyFromObject(fix), 120*time.Second, v1alpha1.PhaseSucceeded, v1alpha1.PhaseFailed, v1alpha1.PhaseRejected)
+	require.Equal(t, v1alpha1.PhaseSucceeded, rr.Status.Phase, describe(rr))
+	require.Equal(t, "restart-node-plugin", string(decision(t, rr).Playbook), describe(rr))
+	waitRealDriver(t, a, true, 60*time.Second)
+	assert.NotEqual(t, before, pluginUID(a), "the plugin pod on %s was not restarted", a)
+	waitPodRunning(t, client.ObjectKeyFromObject(pod), 150*time.Second)
+}
+
+// waitRealDriver waits until the real kubelet of node lists (or no longer lists) the
+// driver in the node's CSINode.
+func waitRealDriver(t *testing.T, node string, registered bool, timeout time.Duration) {
+	t.Helper()
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		cn := &storagev1.CSINode{}
+		require.NoError(c, k8s.Get(context.Background(), types.NamespacedName{Name: node}, cn))
+		var got bool
+		for _, d := range cn.Spec.Drivers {
+			got = got || d.Name == simDriver
+		}
+		assert.Equal(c, registered, got, "CSINode %s drivers %+v", node, cn.Spec.Drivers)
+	}, timeout, poll, "CSINode %s lists %s: %v", node, simDriver, registered)
+}
+
+// restorePlugin restarts the node plugin on a real node the test left deregistered,
+// the seed's own fix, by hand.
+func restorePlugin(t *testing.T, node string) {
+	t.Helper()
+	cn := &storagev1.CSINode{}
+	require.NoError(t, k8s.Get(context.Background(), types.NamespacedName{Name: node}, cn))
+	for _, d := range cn.Spec.Drivers {
+		if d.Name == simDriver {
+			return
+		}
+	}
+	for _, p := range simPluginPods(t, simDS)[node] {
+		_ = k8s.Delete(context.Background(), &p)
+	}
+	waitRealDriver(t, node, true, 90*time.Second)
+}
+
+// holderState is the holder node's state in the request's facts, empty without them.
+func holderState(rr *v1alpha1.RemediationRequest) v1alpha1.NodeState {
+	if rr.Status.Facts == nil || rr.Status.Facts.Node == nil {
+		return ""
+	}
+	return rr.Status.Facts.Node.State
+}
