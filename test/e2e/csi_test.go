@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -45,13 +46,20 @@ func deregisterEverywhere(t *testing.T) map[string]types.UID {
 	ctx := context.Background()
 	simWaitRegistered(t, true, 60*time.Second)
 	original := simWaitPodsReady(t, simDS, 60*time.Second)
+	// The real nodes, whose real kubelets register through the copy too (deregisters only
+	// the nodes where kubelet had registered through it).
+	reals, _ := readyRealNodes(t, 0)
 	cp := copyPluginDaemonSet(t)
 	simWaitPodsReady(t, cp.Name, 60*time.Second)
+	for _, n := range reals {
+		waitRegisteredThrough(t, cp.Name, n)
+	}
 	require.NoError(t, k8s.Delete(ctx, cp, client.PropagationPolicy(metav1.DeletePropagationBackground)))
 	simWaitRegistered(t, false, 30*time.Second)
-	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		assert.Empty(c, simPluginPods(c, cp.Name), "nodes with %s pods", cp.Name)
-	}, 30*time.Second, poll, "the copies' pods gone")
+	waitCopyGone(t, cp.Name)
+	for _, n := range reals {
+		waitRealDriver(t, n, false, 60*time.Second)
+	}
 	return original
 }
 
@@ -180,14 +188,18 @@ func TestScanFindsBothIncidents(t *testing.T) {
 	for _, rr := range suggested.Items {
 		got = append(got, string(rr.Spec.Remediation)+" "+rr.Spec.Target.Node+rr.Spec.Target.PersistentVolume+" "+rr.Namespace)
 	}
-	want := []string{
-		"reregister-csi-driver kwok-node-0 " + ns, "reregister-csi-driver kwok-node-1 " + ns, "reregister-csi-driver kwok-node-2 " + ns,
-		"release-luks-lease " + pv + " " + ns,
+	// Every node lost the driver: the kwok nodes and the real ones (make test-e2e runs two).
+	reals, _ := readyRealNodes(t, 0)
+	var want []string
+	wantTable := []string{"StuckLease " + down}
+	for _, n := range append(slices.Clone(simNodes), reals...) {
+		want = append(want, "reregister-csi-driver "+n+" "+ns)
+		wantTable = append(wantTable, "DeregisteredDriver "+n)
 	}
+	want = append(want, "release-luks-lease "+pv+" "+ns)
 	require.Equal(t, want, got, "scan's suggested requests")
 	table, _ := scan()
-	for _, want := range []string{"DeregisteredDriver kwok-node-0", "DeregisteredDriver kwok-node-1", "DeregisteredDriver kwok-node-2",
-		"StuckLease " + down} {
+	for _, want := range wantTable {
 		assert.Regexp(t, strings.ReplaceAll(want, " ", `\s+`), table, "scan table")
 	}
 	assert.Contains(t, table, tridentNS+"/"+pv, "scan table")
@@ -199,7 +211,7 @@ func TestScanFindsBothIncidents(t *testing.T) {
 	require.NoError(t, err, "kubectl apply of scan's manifests:\n%s\n%s", res, manifests)
 	list := &v1alpha1.RemediationRequestList{}
 	require.NoError(t, k8s.List(ctx, list, client.InNamespace(ns)))
-	require.Len(t, list.Items, 4, "want 4 requests from scan")
+	require.Len(t, list.Items, len(want), "want %d requests from scan", len(want))
 	t.Cleanup(func() {
 		_ = k8s.DeleteAllOf(context.Background(), &v1alpha1.RemediationRequest{}, client.InNamespace(ns))
 	})

@@ -198,9 +198,9 @@ func (r realRelease) leader(t require.TestingT) string {
 	return name
 }
 
-// chartPodLogs returns the log of a pod's container through the API server and the pod's
+// podLogs returns the log of a pod's container through the API server and the pod's
 // kubelet, as `kubectl logs` does.
-func chartPodLogs(t require.TestingT, ns, pod, container string) string {
+func podLogs(t require.TestingT, ns, pod, container string) string {
 	cs, err := kubernetes.NewForConfig(chartRestConfig(t))
 	require.NoError(t, err)
 	out, err := cs.CoreV1().Pods(ns).GetLogs(pod, &corev1.PodLogOptions{Container: container}).DoRaw(context.Background())
@@ -218,7 +218,7 @@ func chartRestConfig(t require.TestingT) *rest.Config {
 func (r realRelease) controllerLogs(t require.TestingT) string {
 	var b strings.Builder
 	for _, p := range r.controllerPods(t) {
-		fmt.Fprintf(&b, "==> %s (%s)\n%s\n", p.Name, p.Spec.NodeName, chartPodLogs(t, r.namespace, p.Name, "controller"))
+		fmt.Fprintf(&b, "==> %s (%s)\n%s\n", p.Name, p.Spec.NodeName, podLogs(t, r.namespace, p.Name, "controller"))
 	}
 	return b.String()
 }
@@ -391,7 +391,7 @@ spec:
 		if t.Failed() {
 			t.Logf("controller logs:\n%s", tail(rel.controllerLogs(t), 20000))
 			for _, p := range rel.pods(t, "sync") {
-				t.Logf("sync log of %s:\n%s", p.Name, tail(chartPodLogs(t, system, p.Name, "sync"), 5000))
+				t.Logf("sync log of %s:\n%s", p.Name, tail(podLogs(t, system, p.Name, "sync"), 5000))
 			}
 		}
 	})
@@ -439,9 +439,9 @@ spec:
 	assert.False(t, leaseExists(t, pv), "the Lease still exists after the request Succeeded")
 	assert.Equal(t, commit, rr.Annotations["remediator.io/git-commit"], "the request's commit: applied by the sync agent")
 	t.Logf("request %s %s after %s: %s", key, rr.Status.Phase, time.Since(start).Round(time.Second), decision(t, rr).Message)
-	assert.True(t, logLine(chartPodLogs(t, system, syncPod(t, rel).Name, "sync"), `"Applied"`, `request="`+key.String()+`"`, `commit="`+commit+`"`),
+	assert.True(t, logLine(podLogs(t, system, syncPod(t, rel).Name, "sync"), `"Applied"`, `request="`+key.String()+`"`, `commit="`+commit+`"`),
 		"the sync pod's log does not record the apply")
-	leaderLog, standbyLog := chartPodLogs(t, system, leaderPod, "controller"), chartPodLogs(t, system, standbyPod, "controller")
+	leaderLog, standbyLog := podLogs(t, system, leaderPod, "controller"), podLogs(t, system, standbyPod, "controller")
 	assert.Contains(t, leaderLog, acquiredLease, "the leader's log")
 	assert.True(t, logLine(leaderLog, `"Decided"`, key.Name, `playbook="node-shutdown"`),
 		"the leader pod's log has no decision on %s:\n%s", key, tail(leaderLog, 4000))
@@ -535,7 +535,7 @@ spec:
 		if len(p.Status.ContainerStatuses) == 0 || p.Status.ContainerStatuses[0].State.Waiting != nil {
 			continue // not started yet: it cannot have acted
 		}
-		l := chartPodLogs(t, system, p.Name, "controller")
+		l := podLogs(t, system, p.Name, "controller")
 		if p.Name == newLeader {
 			assert.Contains(t, l, acquiredLease, "the new leader's log")
 			assert.True(t, logLine(l, `"Decided"`, key2.Name), "the new leader's log has no decision on %s:\n%s", key2, tail(l, 4000))

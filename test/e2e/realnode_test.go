@@ -58,14 +58,28 @@ const (
 // for them (make test-e2e) and is skipped elsewhere.
 func realNodePair(t *testing.T) (a, b string) {
 	t.Helper()
+	nodes := readyRealPair(t)
+	restoreRealNode(t, nodes[0])
+	restoreRealNode(t, nodes[1])
+	return nodes[0], nodes[1]
+}
+
+// realNode returns the i-th (0 or 1) of two Ready real nodes and restores only that
+// one after the test: the tests that use one node each run in parallel, each on its own.
+func realNode(t *testing.T, i int) string {
+	t.Helper()
+	node := readyRealPair(t)[i]
+	restoreRealNode(t, node)
+	return node
+}
+
+func readyRealPair(t *testing.T) []string {
+	t.Helper()
 	nodes, ok := readyRealNodes(t, 2)
 	if !ok {
 		t.Skipf("no two Ready real nodes (have %v): `make cluster REAL_NODES=2` runs these tests", nodes)
 	}
-	for _, n := range nodes[:2] {
-		restoreRealNode(t, n)
-	}
-	return nodes[0], nodes[1]
+	return nodes[:2]
 }
 
 // restoreRealNode brings the node back after the test whatever it did to it: powered
@@ -293,7 +307,10 @@ func waitWorkloadPodNot(t *testing.T, ns string, labels map[string]string, old s
 // mounted. The request is rejected without fencing; once the operator fences the
 // node, it is released after the age gate.
 func TestRealPartitionNeedsFencing(t *testing.T) {
-	_, b := realNodePair(t)
+	// In parallel with TestRealHealthyEvictionHonoursGrace on the other node: both
+	// mostly wait, for kube-controller-manager's grace and the Lease-age gates.
+	t.Parallel()
+	b := realNode(t, 1)
 	ctx := context.Background()
 	ns := namespace(t, "e2e-real-cut")
 	startController(t, "--policies-dir", shortGatePolicies(t), "--request-namespaces", ns)
@@ -344,7 +361,8 @@ func TestRealPartitionNeedsFencing(t *testing.T) {
 // PodDisruptionBudget holds the playbook until it allows, and the node is uncordoned
 // after.
 func TestRealHealthyEvictionHonoursGrace(t *testing.T) {
-	a, _ := realNodePair(t)
+	t.Parallel() // with TestRealPartitionNeedsFencing, on the other node
+	a := realNode(t, 0)
 	ns := namespace(t, "e2e-real-healthy")
 	startController(t, "--policies-dir", shortGatePolicies(t), "--request-namespaces", ns)
 	pv, pvc := csiVolume(t, ns, true)
@@ -407,12 +425,12 @@ func TestRealCSIDeregistrationAndFix(t *testing.T) {
 	ctx := context.Background()
 	ns := namespace(t, "e2e-real-csi")
 	startController(t, "--request-namespaces", ns)
-	t.Cleanup(func() {
-		simRestoreBaseline(t)
-		restorePlugin(t, b)
-	})
-	waitRealDriver(t, a, true, 60*time.Second)
-	waitRealDriver(t, b, true, 60*time.Second)
+	t.Cleanup(func() { simRestoreBaseline(t) })
+	// The baseline: one plugin pod per real node, through which kubelet registered.
+	for _, n := range []string{a, b} {
+		waitRegisteredThrough(t, simDS, n)
+		waitRealDriver(t, n, true, 60*time.Second)
+	}
 	pluginUID := func(node string) types.UID {
 		p := simPluginPods(t, simDS)[node]
 		require.Len(t, p, 1, "trident-csi pods on %s", node)
@@ -420,17 +438,10 @@ func TestRealCSIDeregistrationAndFix(t *testing.T) {
 	}
 	before := pluginUID(a)
 
-	// The copy's registrar takes over the shared socket; kubelet calls it back when it
-	// registered the driver through it (NotifyRegistrationStatus), which its log shows.
 	cp := copyPluginDaemonSet(t)
-	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		pods := simPluginPods(c, cp.Name)[a]
-		require.Len(c, pods, 1, "%s pods on %s", cp.Name, a)
-		require.True(c, simPodReady(&pods[0]), "%s pod on %s Ready: %+v", cp.Name, a, pods[0].Status)
-		assert.Contains(c, chartPodLogs(c, tridentNS, pods[0].Name, "driver-registrar"), "pluginRegistered=true",
-			"the copy's registrar on %s was registered by kubelet", a)
-	}, 60*time.Second, poll, "the copy runs on %s and kubelet registered the driver through it", a)
+	waitRegisteredThrough(t, cp.Name, a)
 	require.NoError(t, k8s.Delete(ctx, cp, client.PropagationPolicy(metav1.DeletePropagationBackground)))
+	waitCopyGone(t, cp.Name)
 	waitRealDriver(t, a, false, 60*time.Second)
 	assert.Equal(t, before, pluginUID(a), "the original plugin pod on %s still runs", a)
 
@@ -479,21 +490,30 @@ func waitRealDriver(t *testing.T, node string, registered bool, timeout time.Dur
 	}, timeout, poll, "CSINode %s lists %s: %v", node, simDriver, registered)
 }
 
-// restorePlugin restarts the node plugin on a real node the test left deregistered,
-// the seed's own fix, by hand.
-func restorePlugin(t *testing.T, node string) {
+// waitCopyGone waits until every pod of the DaemonSet ds is gone: their registrars have
+// removed the shared socket on SIGTERM. Only then is a driver missing from a real node's
+// CSINode a deregistration: kubelet briefly unregisters and registers the driver again
+// when a registrar replaces the socket, and a test that looked then saw a pod mount.
+func waitCopyGone(t *testing.T, ds string) {
 	t.Helper()
-	cn := &storagev1.CSINode{}
-	require.NoError(t, k8s.Get(context.Background(), types.NamespacedName{Name: node}, cn))
-	for _, d := range cn.Spec.Drivers {
-		if d.Name == simDriver {
-			return
-		}
-	}
-	for _, p := range simPluginPods(t, simDS)[node] {
-		_ = k8s.Delete(context.Background(), &p)
-	}
-	waitRealDriver(t, node, true, 90*time.Second)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		assert.Empty(c, simPluginPods(c, ds), "nodes with %s pods", ds)
+	}, 60*time.Second, poll, "the %s pods gone", ds)
+}
+
+// waitRegisteredThrough waits until the pod of DaemonSet ds on a real node is Ready and
+// kubelet registered the driver through its registrar: the registrar takes over the
+// registration socket it shares with any other plugin pod there, and kubelet calls it
+// back when it registered (NotifyRegistrationStatus), which its log shows.
+func waitRegisteredThrough(t *testing.T, ds, node string) {
+	t.Helper()
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		pods := simPluginPods(c, ds)[node]
+		require.Len(c, pods, 1, "%s pods on %s", ds, node)
+		require.True(c, simPodReady(&pods[0]), "%s pod on %s Ready: %+v", ds, node, pods[0].Status)
+		assert.Contains(c, podLogs(c, tridentNS, pods[0].Name, "driver-registrar"), "pluginRegistered=true",
+			"kubelet registered the driver through %s's registrar on %s", ds, node)
+	}, 60*time.Second, poll, "%s runs on %s and kubelet registered the driver through it", ds, node)
 }
 
 // holderState is the holder node's state in the request's facts, empty without them.

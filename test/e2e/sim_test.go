@@ -125,6 +125,14 @@ func simRestoreBaseline(t *testing.T) {
 		client.MatchingLabels{"app": simPodLabel}), "restarting the node-plugin pods")
 	simWaitPodsReady(t, simDS, 60*time.Second)
 	simWaitRegistered(t, true, 30*time.Second)
+	// The Ready real nodes' kubelets register the driver through the restarted pods: each
+	// node's one pod, once the old ones are gone (their registrars removed the socket on
+	// their way out), so that no late exit deregisters the driver in the next test.
+	reals, _ := readyRealNodes(t, 0)
+	for _, n := range reals {
+		waitRegisteredThrough(t, simDS, n)
+		waitRealDriver(t, n, true, 60*time.Second)
+	}
 }
 
 // TestSimBaselineRegistered: every node's CSINode lists the driver, created like kubelet's.
