@@ -256,8 +256,19 @@ chaos-smoke: bins build-failpoints
 
 # ---------------------------------------------------------------------------
 .PHONY: demo
-demo: bins build cluster ## The GitOps path end to end on the local cluster: incidents, PRs with plan, sync, controller, summary (KEEP=1 keeps the cluster)
+demo: demo-on-kwok bins build cluster ## The GitOps path end to end on the local cluster: incidents, PRs with plan, sync, controller, summary (KEEP=1 keeps the cluster)
 	ROOT=$(ROOT) BIN=$(BIN) KEEP=$(KEEP) test/demo.sh
+
+# The demo stages its incidents on kwok nodes (no root, nothing changed on the host). It has
+# no real-node variant yet: refuse REAL_NODES rather than start real nodes it would not use.
+.PHONY: demo-on-kwok
+demo-on-kwok:
+	@if [ "$(REAL_NODES)" != 0 ]; then \
+		echo "make demo: REAL_NODES=$(REAL_NODES): the demo runs its incidents on kwok nodes only. The incidents on real kubelets:" >&2; \
+		echo "  make cluster REAL_NODES=2 && REAL_NODES=2 E2E_REAL_NODES=2 go test -tags e2e -v -run 'TestReal|TestChartOnRealNodes' ./test/e2e/" >&2; \
+		echo "  (root; README, 'Real nodes'; make cluster-down restores the host)" >&2; \
+		exit 2; \
+	fi
 
 .PHONY: help
 help: ## Show the targets
