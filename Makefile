@@ -131,8 +131,19 @@ test-unit: bins ## Unit and envtest integration tests (real kube-apiserver + etc
 # real-node tests fail, not skip, when the nodes are missing.
 E2E_REAL_NODES ?= 2
 .PHONY: test-e2e
+# When the suite starts the cluster itself it also stops it, and the host must then be as it
+# was before, after the real-node scenarios too (hoststate.sh; the same check as
+# test-realnode-host, around the whole suite).
+E2E_HOSTSTATE := $(BIN)/cluster-hoststate-before-e2e
 test-e2e: bins build realnode-deps ## End-to-end tests on the local cluster with E2E_REAL_NODES (2) real nodes (started and stopped if not already up)
+	@rm -f $(E2E_HOSTSTATE); \
+	if ! $(BIN)/kubectl --kubeconfig $(BIN)/cluster/kubeconfig get --raw /readyz --request-timeout=5s >/dev/null 2>&1 \
+		&& [ ! -e /var/lib/remediator-nodes ]; then test/realnode/hoststate.sh snapshot $(E2E_HOSTSTATE); fi
 	REAL_NODES=$(E2E_REAL_NODES) E2E_REAL_NODES=$(E2E_REAL_NODES) $(GOTEST) $(TEST_FLAGS) -tags e2e -timeout 30m -v ./test/e2e/...
+	@if [ -f $(E2E_HOSTSTATE) ]; then \
+		echo "test/realnode/hoststate.sh compare: the host after the e2e suite and its cluster-down"; \
+		test/realnode/hoststate.sh compare $(E2E_HOSTSTATE) && rm -f $(E2E_HOSTSTATE); \
+	fi
 
 # The host after `make cluster REAL_NODES=2` and `make cluster-down` is the host before
 # (processes, mounts, links, netns, cgroups, sysctls, fixed paths): test/realnode/host_test.go.

@@ -132,12 +132,16 @@ func TestPolicyCannotLowerTheFloor(t *testing.T) {
 // the old statement no longer holds: the Lease stays. Fenced anew (spec.fencing.
 // fencedAt after the last heartbeat), it goes.
 func TestStaleFencingIsRefused(t *testing.T) {
+	// In parallel with the other tests that mostly wait out a Lease-age gate or a node's
+	// grace (make test's budget), so its controller decides only this namespace's requests.
+	t.Parallel()
+	ns := namespace(t, "e2e-stale-fence")
 	// The healthy gate stays the runbook's: while the holder is back, its Lease must
 	// not count as a healthy holder's stuck one.
-	startController(t, "--policies-dir", gatePolicies(t, int(shortUnreachableGate/time.Second), 600), "--floor-healthy-lease-age", "10m")
+	startController(t, "--policies-dir", gatePolicies(t, int(shortUnreachableGate/time.Second), 600), "--floor-healthy-lease-age", "10m",
+		"--request-namespaces", ns)
 	ctx := context.Background()
 	cs := clientset(t)
-	ns := namespace(t, "e2e-stale-fence")
 	node := unreachableNode(t)
 	t.Cleanup(func() { _ = cluster.Reconnect(context.Background(), cs, node) })
 	pv, _ := luksVolume(t, ns, node, time.Hour, 0)

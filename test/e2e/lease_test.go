@@ -195,9 +195,12 @@ func TestShutdownHolderLeaseDeleted(t *testing.T) {
 // runs on a copy of the real policies whose 300s gate is shortened to
 // shortUnreachableGate (shortGatePolicies); production keeps the runbook's 5 minutes.
 func TestUnreachableHolderNeedsFencingAndAge(t *testing.T) {
-	startController(t, "--policies-dir", shortGatePolicies(t))
-	ctx := context.Background()
+	// In parallel with the other tests that mostly wait out a Lease-age gate or a node's
+	// grace (make test's budget), so its controller decides only this namespace's requests.
+	t.Parallel()
 	ns := namespace(t, "e2e-unreach")
+	startController(t, "--policies-dir", shortGatePolicies(t), "--request-namespaces", ns)
+	ctx := context.Background()
 	node := unreachableNode(t)
 	// The holder's clock claims the Lease was acquired an hour ago; that must not make
 	// it old: the age counts from its creation, just now.
@@ -421,9 +424,13 @@ func assertKubectlViews(t *testing.T, key types.NamespacedName) {
 // is shortened to shortHealthyGate (shortGatePolicies), since creationTimestamp cannot
 // be backdated; production keeps the runbook's 10 minutes.
 func TestHealthyYoungLeaseRejected(t *testing.T) {
-	startController(t, "--policies-dir", shortGatePolicies(t))
-	ctx := context.Background()
+	// In parallel with the other tests that mostly wait out a Lease-age gate or a node's
+	// grace (make test's budget), so its controller decides only this namespace's requests.
+	t.Parallel()
 	ns := namespace(t, "e2e-young")
+	startController(t, "--policies-dir", shortGatePolicies(t), "--request-namespaces", ns)
+	ctx := context.Background()
+	// No other parallel test uses this node.
 	const node = "kwok-node-2"
 	pv, _ := luksVolume(t, ns, node, 15*time.Minute, 0)
 	l := &coordinationv1.Lease{}

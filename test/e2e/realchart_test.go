@@ -363,17 +363,7 @@ func TestChartOnRealNodes(t *testing.T) {
 	down := extraNode(t, "e2e-realchart-down", false, corev1.Taint{Key: v1alpha1.TaintOutOfService, Value: "nodeshutdown", Effect: corev1.TaintEffectNoExecute})
 	pv, _ := luksVolume(t, apps, down, 20*time.Minute, 1)
 	repo := gitrepo.New(t)
-	repo.Write("requests/release-lease-shutdown.yaml", fmt.Sprintf(`apiVersion: remediator.io/v1alpha1
-kind: RemediationRequest
-metadata:
-  name: release-lease-shutdown
-  namespace: %s
-spec:
-  remediation: release-luks-lease
-  target:
-    persistentVolume: %s
-  reason: %s was powered off after a kernel panic during cryptsetup luksOpen (INC-5123).
-`, requestNS, pv, down))
+	repo.Write("requests/release-lease-shutdown.yaml", shutdownRequestYAML(requestNS, pv, down, "INC-5123"))
 	commit := repo.Commit("Release the stuck Lease of " + pv)
 	apiHost, _ := apiServerForPods(t)
 	const user, password = "sync-bot", "glpat-e2e-realchart"

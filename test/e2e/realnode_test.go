@@ -307,8 +307,8 @@ func waitWorkloadPodNot(t *testing.T, ns string, labels map[string]string, old s
 // mounted. The request is rejected without fencing; once the operator fences the
 // node, it is released after the age gate.
 func TestRealPartitionNeedsFencing(t *testing.T) {
-	// In parallel with TestRealHealthyEvictionHonoursGrace on the other node: both
-	// mostly wait, for kube-controller-manager's grace and the Lease-age gates.
+	// In parallel with the other tests that mostly wait (kube-controller-manager's grace,
+	// the Lease-age gates); TestRealHealthyEvictionHonoursGrace has the other real node.
 	t.Parallel()
 	b := realNode(t, 1)
 	ctx := context.Background()
@@ -361,7 +361,7 @@ func TestRealPartitionNeedsFencing(t *testing.T) {
 // PodDisruptionBudget holds the playbook until it allows, and the node is uncordoned
 // after.
 func TestRealHealthyEvictionHonoursGrace(t *testing.T) {
-	t.Parallel() // with TestRealPartitionNeedsFencing, on the other node
+	t.Parallel() // as TestRealPartitionNeedsFencing, which has the other real node
 	a := realNode(t, 0)
 	ns := namespace(t, "e2e-real-healthy")
 	startController(t, "--policies-dir", shortGatePolicies(t), "--request-namespaces", ns)

@@ -209,17 +209,7 @@ func TestChartSyncAgentRunsAsItsServiceAccount(t *testing.T) {
 	pv, _ := luksVolume(t, ns, down, 20*time.Minute, 1)
 	repo := gitrepo.New(t)
 	repo.Write("requests/README.md", "# requests\n")
-	repo.Write("requests/release-lease-shutdown.yaml", fmt.Sprintf(`apiVersion: remediator.io/v1alpha1
-kind: RemediationRequest
-metadata:
-  name: release-lease-shutdown
-  namespace: %s
-spec:
-  remediation: release-luks-lease
-  target:
-    persistentVolume: %s
-  reason: %s was powered off after a kernel panic during cryptsetup luksOpen (INC-5121).
-`, ns, pv, down))
+	repo.Write("requests/release-lease-shutdown.yaml", shutdownRequestYAML(ns, pv, down, "INC-5121"))
 	repo.Commit("Release the stuck Lease of " + pv)
 	const password = "glpat-e2e-4711"
 	url := repo.ServeSmartHTTP(t, "sync-bot", password)
@@ -304,4 +294,20 @@ func chartSyncAgent(t *testing.T, release, system string, values map[string]any,
 		once = append(once, a)
 	}
 	return append(once, "--kubeconfig", saKubeconfig), sa
+}
+
+// shutdownRequestYAML is the request file an operator commits to release the Lease of pv
+// that node held when it was powered off.
+func shutdownRequestYAML(ns, pv, node, incident string) string {
+	return fmt.Sprintf(`apiVersion: remediator.io/v1alpha1
+kind: RemediationRequest
+metadata:
+  name: release-lease-shutdown
+  namespace: %s
+spec:
+  remediation: release-luks-lease
+  target:
+    persistentVolume: %s
+  reason: %s was powered off after a kernel panic during cryptsetup luksOpen (%s).
+`, ns, pv, node, incident)
 }
