@@ -180,8 +180,11 @@ func TestFactsForHealthyHolderFromPodTarget(t *testing.T) {
 }
 
 func TestFactsForUnreachableHolder(t *testing.T) {
-	startController(t)
+	// In parallel with the other tests that mostly wait (make test's budget): its
+	// controller decides only this namespace's requests, and its node is its own.
+	t.Parallel()
 	ns := namespace(t, "e2e-unreachable")
+	startController(t, "--request-namespaces", ns)
 	// The node's heartbeats stop, so the real kube-controller-manager marks it
 	// NotReady and taints it unreachable.
 	node := unreachableNode(t)

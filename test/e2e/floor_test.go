@@ -197,9 +197,12 @@ func TestStaleFencingIsRefused(t *testing.T) {
 // or a taint set by mistake) is not a shutdown: the Lease stays. Once the kubelet
 // falls silent for the grace period, the same node is shut down and the Lease goes.
 func TestFreshHeartbeatUnderShutdownTaintIsNotAShutdown(t *testing.T) {
-	startController(t)
-	ctx := context.Background()
+	// In parallel with the other tests that mostly wait (make test's budget): its
+	// controller decides only this namespace's requests, and its node is its own.
+	t.Parallel()
 	ns := namespace(t, "e2e-oos-live")
+	startController(t, "--request-namespaces", ns)
+	ctx := context.Background()
 	node := extraNode(t, "e2e-oos-live", false, corev1.Taint{Key: v1alpha1.TaintOutOfService, Value: "nodeshutdown", Effect: corev1.TaintEffectNoExecute})
 
 	// A kubelet whose container runtime is down: it posts Ready=False and renews its
