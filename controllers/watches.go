@@ -57,12 +57,17 @@ func phaseOf(o client.Object) v1alpha1.Phase {
 }
 
 // stoppedRunning passes a request whose playbook just stopped (finished, failed,
-// or went back to waiting) or a deleted one that was running.
+// or went back to waiting) or a deleted one that was running. It also passes one the
+// cache saw become terminal without seeing it run: after a cut watch, the re-list
+// takes a request from New or Waiting straight to Succeeded. Missing that stop left
+// the requests waiting for its slot asleep until the 5-minute recheck (make
+// chaos-smoke, R2 through injected faults: 5 minutes without a reconcile).
 var stoppedRunning = predicate.Funcs{
 	CreateFunc:  func(event.CreateEvent) bool { return false },
 	GenericFunc: func(event.GenericEvent) bool { return false },
 	UpdateFunc: func(e event.UpdateEvent) bool {
-		return phaseOf(e.ObjectOld) == v1alpha1.PhaseRunning && phaseOf(e.ObjectNew) != v1alpha1.PhaseRunning
+		old, cur := phaseOf(e.ObjectOld), phaseOf(e.ObjectNew)
+		return (old == v1alpha1.PhaseRunning && cur != v1alpha1.PhaseRunning) || (!terminalPhase(old) && terminalPhase(cur))
 	},
 	DeleteFunc: func(e event.DeleteEvent) bool { return phaseOf(e.Object) == v1alpha1.PhaseRunning },
 }
