@@ -19,6 +19,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -28,7 +29,6 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
-	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -178,8 +178,9 @@ func podEvents(c require.TestingT, ns, pod string) string {
 func waitFailedMount(t *testing.T, ns, pod, want string, timeout time.Duration) {
 	t.Helper()
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		assert.Contains(c, podEvents(c, ns, pod), "FailedMount: ", "kubelet's events")
-		assert.Contains(c, podEvents(c, ns, pod), want, "kubelet's events")
+		events := podEvents(c, ns, pod)
+		assert.Contains(c, events, "FailedMount: ", "kubelet's events")
+		assert.Contains(c, events, want, "kubelet's events")
 	}, timeout, poll, "FailedMount on %s/%s saying %q", ns, pod, want)
 }
 
@@ -426,11 +427,7 @@ func TestRealCSIDeregistrationAndFix(t *testing.T) {
 	ns := namespace(t, "e2e-real-csi")
 	startController(t, "--request-namespaces", ns)
 	t.Cleanup(func() { simRestoreBaseline(t) })
-	// The baseline: one plugin pod per real node, through which kubelet registered.
-	for _, n := range []string{a, b} {
-		waitRegisteredThrough(t, simDS, n)
-		waitRealDriver(t, n, true, 60*time.Second)
-	}
+	waitRealBaseline(t, a, b)
 	pluginUID := func(node string) types.UID {
 		p := simPluginPods(t, simDS)[node]
 		require.Len(t, p, 1, "trident-csi pods on %s", node)
@@ -480,13 +477,9 @@ func TestRealCSIDeregistrationAndFix(t *testing.T) {
 func waitRealDriver(t *testing.T, node string, registered bool, timeout time.Duration) {
 	t.Helper()
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		cn := &storagev1.CSINode{}
-		require.NoError(c, k8s.Get(context.Background(), types.NamespacedName{Name: node}, cn))
-		var got bool
-		for _, d := range cn.Spec.Drivers {
-			got = got || d.Name == simDriver
-		}
-		assert.Equal(c, registered, got, "CSINode %s drivers %+v", node, cn.Spec.Drivers)
+		d, ok := simDrivers(c, node)
+		require.True(c, ok, "no CSINode %s", node)
+		assert.Equal(c, registered, slices.Contains(d, simDriver), "CSINode %s drivers %v", node, d)
 	}, timeout, poll, "CSINode %s lists %s: %v", node, simDriver, registered)
 }
 
@@ -499,6 +492,17 @@ func waitCopyGone(t *testing.T, ds string) {
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		assert.Empty(c, simPluginPods(c, ds), "nodes with %s pods", ds)
 	}, 60*time.Second, poll, "the %s pods gone", ds)
+}
+
+// waitRealBaseline waits until each real node runs its one trident-csi pod (the old
+// ones gone: their registrars removed the socket on their way out) and kubelet
+// registered the driver through it, so that no late exit deregisters the driver.
+func waitRealBaseline(t *testing.T, nodes ...string) {
+	t.Helper()
+	for _, n := range nodes {
+		waitRegisteredThrough(t, simDS, n)
+		waitRealDriver(t, n, true, 60*time.Second)
+	}
 }
 
 // waitRegisteredThrough waits until the pod of DaemonSet ds on a real node is Ready and

@@ -118,21 +118,14 @@ func simRestoreBaseline(t *testing.T) {
 	if err := k8s.Delete(ctx, copyDS, client.PropagationPolicy(metav1.DeletePropagationForeground)); !apierrors.IsNotFound(err) {
 		assert.NoError(t, err, "deleting %s", copyDS.Name)
 	}
-	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		assert.Empty(c, simPluginPods(c, copyDS.Name), "nodes with %s pods", copyDS.Name)
-	}, 60*time.Second, poll, "no %s pods", copyDS.Name)
+	waitCopyGone(t, copyDS.Name)
 	assert.NoError(t, k8s.DeleteAllOf(ctx, &corev1.Pod{}, client.InNamespace(tridentNS),
 		client.MatchingLabels{"app": simPodLabel}), "restarting the node-plugin pods")
 	simWaitPodsReady(t, simDS, 60*time.Second)
 	simWaitRegistered(t, true, 30*time.Second)
-	// The Ready real nodes' kubelets register the driver through the restarted pods: each
-	// node's one pod, once the old ones are gone (their registrars removed the socket on
-	// their way out), so that no late exit deregisters the driver in the next test.
+	// The Ready real nodes' kubelets register the driver through the restarted pods.
 	reals, _ := readyRealNodes(t, 0)
-	for _, n := range reals {
-		waitRegisteredThrough(t, simDS, n)
-		waitRealDriver(t, n, true, 60*time.Second)
-	}
+	waitRealBaseline(t, reals...)
 }
 
 // TestSimBaselineRegistered: every node's CSINode lists the driver, created like kubelet's.
