@@ -194,7 +194,7 @@ func normal(v string) string {
 // TestDefaultsAreTheFlagDefaults keeps one source of truth: the chart's default for
 // each of the controller's flags is the binary's own default, read from the flag
 // registrations in cmd/remediator, so a change of a flag default fails here until
-// values.yaml follows. The one exception is deliberate and named.
+// values.yaml follows. There is no exception.
 func TestDefaultsAreTheFlagDefaults(t *testing.T) {
 	defaults := flagDefaults(t, map[string]string{
 		"remediations.DefaultTimeouts.Eviction":       remediations.DefaultTimeouts.Eviction.String(),
@@ -212,9 +212,6 @@ func TestDefaultsAreTheFlagDefaults(t *testing.T) {
 			args[strings.TrimPrefix(k, "--")] = v
 		}
 	}
-	// The chart caps running playbooks lower than the binary does (2, not 3): a
-	// chart choice, documented at maxConcurrentRemediations in values.yaml.
-	chartChoices := map[string]string{"max-concurrent-remediations": "2"}
 	for _, flag := range []string{
 		"eviction-timeout", "pod-termination-timeout", "plugin-restart-timeout",
 		"node-lease-grace-period", "policy-reload-interval",
@@ -228,11 +225,6 @@ func TestDefaultsAreTheFlagDefaults(t *testing.T) {
 		}
 		got, ok := args[flag]
 		if !assert.True(t, ok, "the chart does not pass --%s", flag) {
-			continue
-		}
-		if c, ok := chartChoices[flag]; ok {
-			assert.Equal(t, c, got, "--%s: the chart's documented choice", flag)
-			assert.NotEqual(t, normal(want), normal(got), "--%s: the binary's default is the chart's now; drop the exception", flag)
 			continue
 		}
 		assert.Equal(t, normal(want), normal(got), "--%s: values.yaml's default differs from the binary's", flag)

@@ -68,7 +68,7 @@ func newControllerCommand() *cobra.Command {
 	f.DurationVar(&o.evictionTimeout, "eviction-timeout", remediations.DefaultTimeouts.Eviction, "How long evictions refused by a PodDisruptionBudget are retried before the playbook fails")
 	f.DurationVar(&o.podTerminationTimeout, "pod-termination-timeout", remediations.DefaultTimeouts.PodTermination, "How long to wait for evicted pods to terminate before the playbook fails")
 	f.DurationVar(&o.pluginRestartTimeout, "plugin-restart-timeout", remediations.DefaultTimeouts.PluginRestart, "How long to wait for a replacement node-plugin pod, and then for the driver to be registered again")
-	f.IntVar(&o.maxConcurrent, "max-concurrent-remediations", 3,
+	f.IntVar(&o.maxConcurrent, "max-concurrent-remediations", 2,
 		"Disruptive playbooks (cordon, evict, node-plugin restart) that may run at once across the cluster; more allowed requests wait (phase Waiting) and start, oldest first, when one finishes. Lease releases for holders proven down are not capped. 0 means no cap")
 	f.IntVar(&o.workers, "max-concurrent-reconciles", 10,
 		"Requests reconciled at once. One request is never reconciled twice at once, and the guards stay exact across workers")

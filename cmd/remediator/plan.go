@@ -150,7 +150,7 @@ Exit codes (with several requests the worst wins: 1, then 2, then 4, then 0):
 	f.StringVar(&o.policiesConfigMap, "policies-configmap", "remediator-policies",
 		"The ConfigMap (NAME, or NAMESPACE/NAME) a kustomization.yaml in --policies-dir must generate: the chart's policiesConfigMap")
 	f.StringVarP(&o.output, "output", "o", "table", "Output format: table (for people; text is the same), yaml or json (the report, for tools)")
-	f.IntVar(&o.maxConcurrent, "max-concurrent-remediations", 3, "The controller's cap on running playbooks (live facts: a request over it would wait); 0 means no cap")
+	f.IntVar(&o.maxConcurrent, "max-concurrent-remediations", 2, "The controller's cap on running playbooks (live facts: a request over it would wait); 0 means no cap")
 	f.StringVar(&o.at, "at", "", "When the request would be applied, for spec.maintenanceWindow (RFC 3339); empty means now")
 	cmd.MarkFlagsMutuallyExclusive("facts", "kubeconfig")
 	cmd.MarkFlagsMutuallyExclusive("facts", "context")

@@ -321,7 +321,7 @@ func abs(x float64) float64 {
 // holder is its own kwok node, whose application pod must be evicted before the
 // Lease goes.
 func (b *bench) disruptive(ctx context.Context) (*Disruptive, error) {
-	n, capacity := b.p.disruptiveRequests, 3
+	n, capacity := b.p.disruptiveRequests, 2 // the controller's --max-concurrent-remediations default
 	logf("Disruptive storm: %d healthy-holder requests, cap %d", n, capacity)
 	if err := b.ensureNodes(ctx, n); err != nil {
 		return nil, err
