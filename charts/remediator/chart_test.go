@@ -141,6 +141,7 @@ func TestDefaultRenderObjects(t *testing.T) {
 		"Namespace remediator",
 		"PodDisruptionBudget remediator-system/remediator",
 		"ServiceAccount remediator-system/remediator",
+		"ConfigMap remediator-system/remediator-settings",
 		"ClusterRole remediator",
 		"ClusterRole remediator-edit",
 		"ClusterRole remediator-metrics-reader",
@@ -311,7 +312,7 @@ func TestNamespacedRoles(t *testing.T) {
 					assert.NotEqual(t, "trident", o.GetNamespace(), "%s is in namespace trident although trident.namespace is %s", ref(o), tc.tridentNS)
 				}
 			}
-			args := deployment(t, objs).Spec.Template.Spec.Containers[0].Args
+			args := controllerArgs(t, objs)
 			assert.Contains(t, args, "--trident-namespace="+tc.tridentNS, "args lack --trident-namespace=%s", tc.tridentNS)
 			crb := typed[rbacv1.ClusterRoleBinding](t, find(objs, "ClusterRoleBinding", "", release))
 			assert.Equal(t, release, crb.RoleRef.Name, "ClusterRoleBinding roleRef %+v", crb.RoleRef)
@@ -430,7 +431,10 @@ func TestDeploymentArgs(t *testing.T) {
 		wantNot: []string{"--metrics-bind-address=:"},
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
-			c := deployment(t, render(t, tc.values)).Spec.Template.Spec.Containers[0]
+			objs := render(t, tc.values)
+			c := deployment(t, objs).Spec.Template.Spec.Containers[0]
+			// The settings' $(VAR)s resolved from the settings ConfigMap, as the kubelet does.
+			c.Args = controllerArgs(t, objs)
 			assert.Empty(t, c.Command, "command overrides the image's entrypoint")
 			if assert.NotEmpty(t, c.Args, "args: want the controller subcommand first") {
 				assert.Equal(t, "controller", c.Args[0], "args %q: want the controller subcommand first", c.Args)

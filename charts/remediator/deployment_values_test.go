@@ -11,6 +11,7 @@ import (
 	"go/token"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -197,17 +198,19 @@ func normal(v string) string {
 // values.yaml follows. There is no exception.
 func TestDefaultsAreTheFlagDefaults(t *testing.T) {
 	defaults := flagDefaults(t, map[string]string{
-		"remediations.DefaultTimeouts.Eviction":       remediations.DefaultTimeouts.Eviction.String(),
-		"remediations.DefaultTimeouts.PodTermination": remediations.DefaultTimeouts.PodTermination.String(),
-		"remediations.DefaultTimeouts.PluginRestart":  remediations.DefaultTimeouts.PluginRestart.String(),
-		"facts.DefaultNodeLeaseGracePeriod":           facts.DefaultNodeLeaseGracePeriod.String(),
-		"facts.DefaultTridentNamespace":               facts.DefaultTridentNamespace,
-		"facts.DefaultDriverName":                     facts.DefaultDriverName,
-		"facts.DefaultNodePluginSelector":             facts.DefaultNodePluginSelector,
+		"remediations.DefaultTimeouts.Eviction":            remediations.DefaultTimeouts.Eviction.String(),
+		"remediations.DefaultTimeouts.PodTermination":      remediations.DefaultTimeouts.PodTermination.String(),
+		"remediations.DefaultTimeouts.PluginRestart":       remediations.DefaultTimeouts.PluginRestart.String(),
+		"facts.DefaultNodeLeaseGracePeriod":                facts.DefaultNodeLeaseGracePeriod.String(),
+		"facts.DefaultTridentNamespace":                    facts.DefaultTridentNamespace,
+		"facts.DefaultDriverName":                          facts.DefaultDriverName,
+		"facts.DefaultNodePluginSelector":                  facts.DefaultNodePluginSelector,
+		"remediations.DefaultGates.UnreachableMinLeaseAge": remediations.DefaultGates.UnreachableMinLeaseAge.String(),
+		"remediations.DefaultGates.HealthyStuckLeaseAge":   remediations.DefaultGates.HealthyStuckLeaseAge.String(),
 	})
 	// --policy-reload-interval is passed only with policies.
 	args := map[string]string{}
-	for _, a := range deployment(t, render(t, map[string]any{"policies": map[string]any{"p.cue": "package policies\n"}})).Spec.Template.Spec.Containers[0].Args {
+	for _, a := range controllerArgs(t, render(t, map[string]any{"policies": map[string]any{"p.cue": "package policies\n"}})) {
 		if k, v, ok := strings.Cut(a, "="); ok {
 			args[strings.TrimPrefix(k, "--")] = v
 		}
@@ -218,6 +221,7 @@ func TestDefaultsAreTheFlagDefaults(t *testing.T) {
 		"max-concurrent-remediations", "max-concurrent-reconciles",
 		"kube-api-qps", "kube-api-burst",
 		"trident-namespace", "driver-name", "node-plugin-selector",
+		"floor-unreachable-lease-age", "floor-healthy-lease-age",
 	} {
 		want, ok := defaults[flag]
 		if !assert.True(t, ok, "cmd/remediator registers no --%s", flag) {
@@ -270,8 +274,11 @@ func TestExtraEnv(t *testing.T) {
 		return deployment(t, objs).Spec.Template.Spec.Containers[0],
 			typed[appsv1.Deployment](t, find(objs, "Deployment", namespace, release+"-sync")).Spec.Template.Spec.Containers[0]
 	}
+	own := []string{"POD_NAMESPACE", "POD_NAME", "POD_UID", // and the settings, from the settings ConfigMap
+		"SETTING_DRIVER_NAME", "SETTING_FLOOR_HEALTHY_LEASE_AGE", "SETTING_FLOOR_UNREACHABLE_LEASE_AGE", "SETTING_MAX_CONCURRENT_REMEDIATIONS",
+		"SETTING_NODE_LEASE_GRACE_PERIOD", "SETTING_NODE_PLUGIN_SELECTOR", "SETTING_TRIDENT_NAMESPACE"}
 	controller, sync := containers(syncValues())
-	assert.Equal(t, []string{"POD_NAMESPACE", "POD_NAME", "POD_UID"}, names(controller.Env), "the controller's default env")
+	assert.Equal(t, own, names(controller.Env), "the controller's default env")
 	assert.Empty(t, sync.Env, "the sync agent's default env")
 
 	values := syncValues()
@@ -284,9 +291,9 @@ func TestExtraEnv(t *testing.T) {
 		map[string]any{"name": "GOMEMLIMIT", "valueFrom": map[string]any{"resourceFieldRef": map[string]any{"resource": "limits.memory"}}},
 	}
 	controller, sync = containers(values)
-	assert.Equal(t, []string{"POD_NAMESPACE", "POD_NAME", "POD_UID", "KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT"}, names(controller.Env),
+	assert.Equal(t, append(slices.Clone(own), "KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT"), names(controller.Env),
 		"extraEnv comes after the chart's own")
-	assert.Equal(t, corev1.EnvVar{Name: "KUBERNETES_SERVICE_PORT", Value: "6443"}, controller.Env[4])
+	assert.Equal(t, corev1.EnvVar{Name: "KUBERNETES_SERVICE_PORT", Value: "6443"}, controller.Env[len(own)+1])
 	assert.Equal(t, []corev1.EnvVar{
 		{Name: "HTTPS_PROXY", Value: "http://proxy.example.com:3128"},
 		{Name: "GOMEMLIMIT", ValueFrom: &corev1.EnvVarSource{ResourceFieldRef: &corev1.ResourceFieldSelector{Resource: "limits.memory"}}},

@@ -55,11 +55,13 @@ func TestAggregatedClusterRoles(t *testing.T) {
 }
 
 // TestPlanClusterRole: exactly the reads `remediator plan` and `scan` make on live
-// facts (plan --help lists them), nothing that writes or watches.
+// facts (plan --help lists them) and the get of the settings ConfigMap, by name,
+// nothing that writes or watches.
 func TestPlanClusterRole(t *testing.T) {
 	cr := typed[rbacv1.ClusterRole](t, find(render(t, nil), "ClusterRole", "", release+"-plan"))
 	read := []string{"get", "list"}
 	assert.Equal(t, []rbacv1.PolicyRule{
+		{APIGroups: []string{""}, Resources: []string{"configmaps"}, ResourceNames: []string{release + "-settings"}, Verbs: []string{"get"}},
 		{APIGroups: []string{""}, Resources: []string{"events", "nodes", "persistentvolumeclaims", "persistentvolumes", "pods"}, Verbs: read},
 		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: read},
 		{APIGroups: []string{"remediator.io"}, Resources: []string{"remediationrequests"}, Verbs: read},

@@ -194,3 +194,39 @@ The names are JSON strings, which CEL reads as its own string literals.
     request.operation == "DELETE" && namespaceObject != null &&
     has(namespaceObject.metadata.deletionTimestamp)
 {{- end }}
+
+{{/*
+The controller's settings that `remediator plan` must decide with too, as flag name ->
+value: the data of the settings ConfigMap (<fullname>-settings). The controller takes
+each of them from that ConfigMap (deployment.yaml: env valueFrom configMapKeyRef and a
+$(VAR) argument), so what plan reads there is what the controller runs with.
+*/}}
+{{- define "remediator.settings" -}}
+driver-name: {{ .Values.trident.driverName | toString | quote }}
+floor-healthy-lease-age: {{ .Values.safetyFloor.healthyLeaseAge | toString | quote }}
+floor-unreachable-lease-age: {{ .Values.safetyFloor.unreachableLeaseAge | toString | quote }}
+max-concurrent-remediations: {{ .Values.maxConcurrentRemediations | toString | quote }}
+node-lease-grace-period: {{ .Values.nodeLeaseGracePeriod | toString | quote }}
+node-plugin-selector: {{ .Values.trident.nodePluginSelector | toString | quote }}
+trident-namespace: {{ .Values.trident.namespace | toString | quote }}
+{{- end }}
+
+{{/*
+The value that sets each of the settings: what extraArgs' refusal points at.
+*/}}
+{{- define "remediator.settingsValues" -}}
+driver-name: trident.driverName
+floor-healthy-lease-age: safetyFloor.healthyLeaseAge
+floor-unreachable-lease-age: safetyFloor.unreachableLeaseAge
+max-concurrent-remediations: maxConcurrentRemediations
+node-lease-grace-period: nodeLeaseGracePeriod
+node-plugin-selector: trident.nodePluginSelector
+trident-namespace: trident.namespace
+{{- end }}
+
+{{/*
+The environment variable that carries a setting (its flag name) into the controller.
+*/}}
+{{- define "remediator.settingEnv" -}}
+{{- printf "SETTING_%s" (. | upper | replace "-" "_") }}
+{{- end }}
