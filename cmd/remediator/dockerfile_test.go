@@ -5,6 +5,7 @@ import (
 	"context"
 	"debug/elf"
 	"encoding/json"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,6 +18,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/remediator/remediator/test/helmchart"
@@ -257,19 +259,47 @@ func TestChartArgsAreControllerFlags(t *testing.T) {
 			objs, err := helmchart.Render("remediator", "remediator-system", values)
 			require.NoError(t, err)
 			var args []string
+			var env []corev1.EnvVar
+			configMaps := map[string]map[string]string{}
 			for _, o := range objs {
-				if o.GetKind() != "Deployment" {
-					continue
+				switch o.GetKind() {
+				case "ConfigMap":
+					cm := &corev1.ConfigMap{}
+					require.NoError(t, runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, cm))
+					configMaps[cm.Name] = cm.Data
+				case "Deployment":
+					d := &appsv1.Deployment{}
+					require.NoError(t, runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, d))
+					args, env = d.Spec.Template.Spec.Containers[0].Args, d.Spec.Template.Spec.Containers[0].Env
 				}
-				d := &appsv1.Deployment{}
-				require.NoError(t, runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, d))
-				args = d.Spec.Template.Spec.Containers[0].Args
 			}
 			require.NotEmpty(t, args, "the chart renders no Deployment args")
 			require.Equal(t, "controller", args[0], "args %q: want the controller subcommand first", args)
+			// $(VAR) of a variable from a ConfigMap, expanded as the kubelet does.
+			var pairs []string
+			for _, e := range env {
+				if r := e.ValueFrom; r != nil && r.ConfigMapKeyRef != nil {
+					v, ok := configMaps[r.ConfigMapKeyRef.Name][r.ConfigMapKeyRef.Key]
+					require.True(t, ok, "env %s: the chart renders no ConfigMap %s with key %s", e.Name, r.ConfigMapKeyRef.Name, r.ConfigMapKeyRef.Key)
+					pairs = append(pairs, "$("+e.Name+")", v)
+				}
+			}
+			expand := strings.NewReplacer(pairs...)
+			for i := range args {
+				args[i] = expand.Replace(args[i])
+			}
 			cmd := newControllerCommand()
 			require.NoError(t, cmd.ParseFlags(args[1:]), "the controller refuses the chart's args %q", args)
 			assert.Empty(t, cmd.Flags().Args(), "args %q leave positional arguments, which the controller refuses", args)
+			// The controller runs with the settings plan reads, each parsed as plan parses it.
+			settings := configMaps["remediator-settings"]
+			require.NotEmpty(t, settings, "the chart renders no remediator-settings ConfigMap")
+			plan := newPlanCommand()
+			for k, v := range settings {
+				require.NoError(t, plan.Flags().Set(k, v), "plan refuses the setting %s=%q", k, v)
+				assert.Equal(t, plan.Flags().Lookup(k).Value.String(), cmd.Flags().Lookup(k).Value.String(), "--%s: plan and the controller differ", k)
+			}
+			assert.ElementsMatch(t, settingFlags, slices.Collect(maps.Keys(settings)), "the settings ConfigMap's keys are plan's settingFlags")
 		})
 	}
 }

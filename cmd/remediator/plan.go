@@ -7,7 +7,6 @@ package main
 // decision, the playbook's steps and an exit code a CI job can gate on.
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -18,8 +17,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/types"
+	"github.com/spf13/pflag"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 
@@ -93,6 +91,11 @@ type planOptions struct {
 	output            string
 	at                string
 	maxConcurrent     int
+	// settingsConfigMap is the chart's settings ConfigMap (NAMESPACE/NAME) whose
+	// values apply to the flags not given; flags is the command's flag set, which
+	// says which were.
+	settingsConfigMap string
+	flags             *pflag.FlagSet
 }
 
 func newPlanCommand() *cobra.Command {
@@ -138,7 +141,8 @@ Exit codes (with several requests the worst wins: 1, then 2, then 4, then 0):
      the API unreachable, policies that do not compile`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return runPlan(cmd.Context(), cmd.OutOrStdout(), cmd.InOrStdin(), o)
+			o.flags = cmd.Flags()
+			return runPlan(cmd.Context(), cmd.OutOrStdout(), cmd.InOrStdin(), &o)
 		},
 	}
 	f := cmd.Flags()
@@ -152,6 +156,7 @@ Exit codes (with several requests the worst wins: 1, then 2, then 4, then 0):
 	f.StringVarP(&o.output, "output", "o", "table", "Output format: table (for people; text is the same), yaml or json (the report, for tools)")
 	f.IntVar(&o.maxConcurrent, "max-concurrent-remediations", 2, "The controller's cap on running playbooks (live facts: a request over it would wait); 0 means no cap")
 	f.StringVar(&o.at, "at", "", "When the request would be applied, for spec.maintenanceWindow (RFC 3339); empty means now")
+	addSettingsFlag(f, &o.settingsConfigMap)
 	cmd.MarkFlagsMutuallyExclusive("facts", "kubeconfig")
 	cmd.MarkFlagsMutuallyExclusive("facts", "context")
 	return cmd
@@ -176,14 +181,9 @@ type savedFacts struct {
 	facts   *v1alpha1.Facts
 }
 
-func runPlan(ctx context.Context, w io.Writer, stdin io.Reader, o planOptions) error {
-	if o.maxConcurrent < 0 {
-		return fmt.Errorf("--max-concurrent-remediations must be 0 (no cap) or more, got %d", o.maxConcurrent)
-	}
-	gates, err := o.cluster.gates()
-	if err != nil {
-		return err
-	}
+// runPlan takes the options the flags are bound to: the settings ConfigMap sets the
+// flags that were not given.
+func runPlan(ctx context.Context, w io.Writer, stdin io.Reader, o *planOptions) error {
 	switch o.output {
 	case "table", "text", "yaml", "json":
 	default:
@@ -230,6 +230,26 @@ func runPlan(ctx context.Context, w io.Writer, stdin io.Reader, o planOptions) e
 	inputs := readPlanRequests(o.files, in)
 
 	report := planReport{Policy: planPolicy{Source: source, Digest: policy.Digest(), ConfigMap: generated}, At: at.UTC().Format(time.RFC3339)}
+	// Connect only when there is something to plan live, so that a PR whose requests
+	// are all invalid is told so without needing a cluster.
+	live := len(o.factsFiles) == 0 && slices.ContainsFunc(inputs, func(in planInput) bool { return in.rr != nil && len(in.errs) == 0 })
+	if err := o.checkSettings(); err != nil {
+		return err
+	}
+	if live {
+		// The controller's settings next (flags given win): they are what the
+		// gatherer and the floor use.
+		if report.Settings, report.Warnings, err = o.applySettings(ctx); err != nil {
+			return err
+		}
+		if err := o.checkSettings(); err != nil {
+			return fmt.Errorf("with the controller's settings from ConfigMap %s: %w", o.settingsConfigMap, err)
+		}
+	}
+	gates, err := o.cluster.gates()
+	if err != nil {
+		return err
+	}
 	p := &planner{policy: policy, playbooks: playbooks, at: at, maxConcurrent: o.maxConcurrent, gates: gates, namespace: o.cluster.namespace()}
 	if len(o.factsFiles) > 0 {
 		report.FactsSource = "saved"
@@ -238,9 +258,7 @@ func runPlan(ctx context.Context, w io.Writer, stdin io.Reader, o planOptions) e
 		}
 	} else {
 		report.FactsSource = "live"
-		// Connect only when there is something to plan, so that a PR whose requests
-		// are all invalid is told so without needing a cluster.
-		if slices.ContainsFunc(inputs, func(in planInput) bool { return in.rr != nil && len(in.errs) == 0 }) {
+		if live {
 			if p.reader, p.gatherer, err = o.cluster.gatherer(); err != nil {
 				return err
 			}
@@ -255,6 +273,8 @@ func runPlan(ctx context.Context, w io.Writer, stdin io.Reader, o planOptions) e
 	})
 	for _, r := range report.Requests {
 		switch {
+		case r.Existing != nil:
+			report.Summary.AlreadyDecided++
 		case r.Decision == nil:
 			report.Summary.Failed++
 		case r.Decision.Outcome == planAllowed:
@@ -341,12 +361,18 @@ func (p *planner) plan(ctx context.Context, in planInput) planResult {
 			sf.facts.GatheredAt.UTC().Format(time.RFC3339)))
 	} else {
 		res.FactsFrom = "live"
-		note, err := p.adoptExisting(ctx, rr)
+		ex, err := p.adoptExisting(ctx, rr)
 		if err != nil {
 			return fail(err.Error())
 		}
-		if note != "" {
-			res.Notes = append(res.Notes, note)
+		if ex.done != nil {
+			// The controller will not decide it again: planning it on today's facts
+			// would judge what it already did, not what applying the file does.
+			res.Existing = ex.done
+			return res
+		}
+		if ex.note != "" {
+			res.Notes = append(res.Notes, ex.note)
 		}
 		f, err := p.gatherer.Gather(ctx, rr)
 		if err != nil {
@@ -418,34 +444,4 @@ func (p *planner) plan(ctx context.Context, in planInput) planResult {
 		res.ExitCode = ExitPlanWaiting
 	}
 	return res
-}
-
-// adoptExisting looks for a request of the same name in the cluster. The controller
-// never counts a request as its own conflict (it compares UIDs), so the plan of an
-// update takes the existing UID; and an update of a request whose playbook has started
-// or ended is not decided again (though a running one may be aborted), which the
-// reviewer should know.
-func (p *planner) adoptExisting(ctx context.Context, rr *v1alpha1.RemediationRequest) (string, error) {
-	if rr.Namespace == "" {
-		return "", nil
-	}
-	existing := &v1alpha1.RemediationRequest{}
-	if err := p.reader.Get(ctx, types.NamespacedName{Namespace: rr.Namespace, Name: rr.Name}, existing); err != nil {
-		if apierrors.IsNotFound(err) {
-			return "", nil
-		}
-		return "", fmt.Errorf("reading RemediationRequest %s/%s: %w", rr.Namespace, rr.Name, err)
-	}
-	rr.UID = existing.UID
-	switch existing.Status.Phase {
-	case v1alpha1.PhaseRunning, v1alpha1.PhaseSucceeded, v1alpha1.PhaseFailed:
-		note := fmt.Sprintf("RemediationRequest %s/%s already exists and is %s: applying this file changes its spec but it is not decided again; create a request with a new name instead.",
-			rr.Namespace, rr.Name, existing.Status.Phase)
-		if existing.Status.Phase == v1alpha1.PhaseRunning {
-			note += " A change that sets spec.mode: DryRun, withdraws the fencing or closes the maintenance window stops the running playbook (Failed, reason Aborted)."
-		}
-		return note, nil
-	}
-	return fmt.Sprintf("RemediationRequest %s/%s already exists (phase %s); applying this file updates it and it is decided again.",
-		rr.Namespace, rr.Name, cmp.Or(string(existing.Status.Phase), "-")), nil
 }

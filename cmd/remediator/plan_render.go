@@ -22,10 +22,14 @@ type planReport struct {
 	// FactsSource is "saved" (--facts) or "live".
 	FactsSource string `json:"factsSource"`
 	// At is the time spec.maintenanceWindow was checked against.
-	At       string       `json:"at"`
-	Requests []planResult `json:"requests"`
-	Summary  planSummary  `json:"summary"`
-	ExitCode int          `json:"exitCode"`
+	At string `json:"at"`
+	// Settings are the controller's settings plan decided with on live facts, and
+	// where each came from; Warnings say what plan could not take from the cluster.
+	Settings []planSetting `json:"settings,omitempty"`
+	Warnings []string      `json:"warnings,omitempty"`
+	Requests []planResult  `json:"requests"`
+	Summary  planSummary   `json:"summary"`
+	ExitCode int           `json:"exitCode"`
 }
 
 type planPolicy struct {
@@ -43,6 +47,9 @@ type planSummary struct {
 	Rejected  int `json:"rejected"`
 	WouldWait int `json:"wouldWait"`
 	Failed    int `json:"failed"`
+	// AlreadyDecided counts requests in the cluster the controller will not decide
+	// again (already ran, or an unchanged rejection): they do not fail the plan.
+	AlreadyDecided int `json:"alreadyDecided"`
 }
 
 // planResult is one request's plan.
@@ -53,6 +60,9 @@ type planResult struct {
 	Facts     *v1alpha1.Facts `json:"facts,omitempty"`
 	Conflicts []string        `json:"conflicts"`
 	Decision  *planDecision   `json:"decision,omitempty"`
+	// Existing is set instead of Decision for a request in the cluster that the
+	// controller will not decide again (plan_existing.go).
+	Existing *planExisting `json:"existing,omitempty"`
 	// Steps are the playbook's steps, in order; empty unless a playbook was chosen.
 	Steps []string `json:"steps"`
 	Notes []string `json:"notes"`
@@ -105,6 +115,7 @@ func writePlanReport(w io.Writer, r planReport, output string) error {
 		return err
 	}
 	var b strings.Builder
+	writePlanSettings(&b, r)
 	if len(r.Requests) == 0 {
 		writePoliciesOnly(&b, r.Policy)
 		_, err := io.WriteString(w, b.String())
@@ -116,8 +127,12 @@ func writePlanReport(w io.Writer, r planReport, output string) error {
 		}
 		writePlanResult(&b, res, r.Policy)
 	}
-	fmt.Fprintf(&b, "\nSummary: %d allowed, %d rejected, %d would wait, %d failed; exit code %d (%s)\n",
-		r.Summary.Allowed, r.Summary.Rejected, r.Summary.WouldWait, r.Summary.Failed, r.ExitCode, planCodeMeaning(r.ExitCode))
+	already := ""
+	if r.Summary.AlreadyDecided > 0 {
+		already = fmt.Sprintf(", %d already decided", r.Summary.AlreadyDecided)
+	}
+	fmt.Fprintf(&b, "\nSummary: %d allowed, %d rejected, %d would wait, %d failed%s; exit code %d (%s)\n",
+		r.Summary.Allowed, r.Summary.Rejected, r.Summary.WouldWait, r.Summary.Failed, already, r.ExitCode, planCodeMeaning(r.ExitCode))
 	_, err := io.WriteString(w, b.String())
 	return err
 }
@@ -177,6 +192,16 @@ func writePlanResult(b *strings.Builder, res planResult, policy planPolicy) {
 	}
 	s := rq.Spec
 	line("request", "%s on %s, mode %s", s.Remediation, facts.TargetRef(s.Target), s.Mode)
+	if e := res.Existing; e != nil {
+		verdict := "ALREADY RAN"
+		if e.Phase == v1alpha1.PhaseRejected {
+			verdict = "ALREADY DECIDED"
+		}
+		line("decision", "%s: %s; not planned on today's facts", verdict, e.Phase)
+		line("message", "%s", e.Message)
+		line("exit code", "%d", res.ExitCode)
+		return
+	}
 	if s.Fencing != nil {
 		more("fencing confirmed=%t method=%s node=%s", s.Fencing.Confirmed, cmp.Or(string(s.Fencing.Method), "-"), cmp.Or(s.Fencing.Node, "-"))
 	}
