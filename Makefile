@@ -41,6 +41,43 @@ $(BIN)/kwok $(BIN)/kwokctl &:
 	@mkdir -p $(BIN)
 	GOBIN=$(BIN) $(GO) install -trimpath sigs.k8s.io/kwok/cmd/kwok@$(KWOK_VERSION) sigs.k8s.io/kwok/cmd/kwokctl@$(KWOK_VERSION)
 
+# Argo CD's application-controller and repo-server, built from the Go module proxy by the
+# test/argocd module (its own go.mod copies Argo CD's replace directives, which `go install`
+# refuses), plus the CRDs and base config of the same version, for the Argo CD e2e tests
+# (test/e2e/argocd_test.go). A cold build takes about 3 to 6 minutes and 1.6 GB of Go cache.
+ARGOCD_VERSION := v3.2.6
+ARGOCD_MOD     := test/argocd
+ARGOCD_SRC     := $(ARGOCD_MOD)/go.mod $(ARGOCD_MOD)/go.sum $(wildcard $(ARGOCD_MOD)/argocd/*.go)
+# The kustomize binary the repo-server runs for a kustomize source: the version Argo CD
+# v3.2.6's image ships (hack/tool-versions.sh).
+ARGOCD_KUSTOMIZE_VERSION := v5.7.0
+
+.PHONY: argocd
+argocd: $(BIN)/argocd $(BIN)/kustomize argocd-deps ## Build Argo CD (application-controller, repo-server) into bin/argocd, its manifests into bin/argocd-manifests/ and its kustomize into bin/, and install redis when missing
+
+$(BIN)/kustomize:
+	@mkdir -p $(BIN)
+	GOBIN=$(BIN) $(GO) install -trimpath sigs.k8s.io/kustomize/kustomize/v5@$(ARGOCD_KUSTOMIZE_VERSION)
+
+$(BIN)/argocd: $(ARGOCD_SRC)
+	@mkdir -p $(BIN)
+	cd $(ARGOCD_MOD) && $(GO) build -trimpath \
+		-ldflags '-s -w -X github.com/argoproj/argo-cd/v3/common.version=$(patsubst v%,%,$(ARGOCD_VERSION))' \
+		-o $(BIN)/argocd ./argocd
+	@rm -rf $(BIN)/argocd-manifests && mkdir -p $(BIN)/argocd-manifests/crds $(BIN)/argocd-manifests/config
+	@src="$$(cd $(ARGOCD_MOD) && $(GO) list -m -f '{{.Dir}}' github.com/argoproj/argo-cd/v3)"; \
+		cp $$src/manifests/crds/*-crd.yaml $(BIN)/argocd-manifests/crds/; \
+		cp $$src/manifests/base/config/*.yaml $(BIN)/argocd-manifests/config/; \
+		chmod -R u+w $(BIN)/argocd-manifests
+	@touch $(BIN)/argocd
+
+# redis-server from Debian, Argo CD's cache; installed when missing, and it stays installed.
+.PHONY: argocd-deps
+argocd-deps: ## Install redis-server (Argo CD's cache) when missing (root)
+	@command -v redis-server >/dev/null || { \
+		[ "$$(id -u)" = 0 ] || { echo "make argocd-deps: installing redis-server needs root (or install it: apt-get install redis-server)" >&2; exit 1; }; \
+		export DEBIAN_FRONTEND=noninteractive; apt-get update -q && apt-get install -y -q --no-install-recommends redis-server; }
+
 $(BIN)/golangci-lint:
 	@mkdir -p $(BIN)
 	GOBIN=$(BIN) $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
@@ -135,7 +172,7 @@ E2E_REAL_NODES ?= 2
 # was before, after the real-node scenarios too (hoststate.sh; the same check as
 # test-realnode-host, around the whole suite).
 E2E_HOSTSTATE := $(BIN)/cluster-hoststate-before-e2e
-test-e2e: bins build realnode-deps ## End-to-end tests on the local cluster with E2E_REAL_NODES (2) real nodes (started and stopped if not already up)
+test-e2e: bins build realnode-deps argocd ## End-to-end tests on the local cluster with E2E_REAL_NODES (2) real nodes (started and stopped if not already up)
 	@rm -f $(E2E_HOSTSTATE); \
 	if ! $(BIN)/kubectl --kubeconfig $(BIN)/cluster/kubeconfig get --raw /readyz --request-timeout=5s >/dev/null 2>&1 \
 		&& [ ! -e /var/lib/remediator-nodes ]; then test/realnode/hoststate.sh snapshot $(E2E_HOSTSTATE); fi

@@ -5,104 +5,228 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
-	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/kustomize/api/krusty"
-	"sigs.k8s.io/kustomize/kyaml/filesys"
 
 	"github.com/remediator/remediator/api/v1alpha1"
+	"github.com/remediator/remediator/test/gitrepo"
 )
 
-// TestArgoCDPoliciesReachTheController: on the Argo CD path, the remediation
-// repository's policies/ holds the template's kustomization (from
-// argocd/policies-kustomization.yaml); what `kustomize build policies/` generates is
-// server-side applied, as Argo CD's ServerSideApply=true sync does, and the chart's
-// policiesConfigMap mounts it. The digest a decision records is the one
-// `remediator plan --policies-dir policies` printed in the pull request, and a policy
-// commit changes the next decision's digest. Argo CD itself cannot run here (no
-// container runtime); its kustomize is the kustomize/api library used below.
-func TestArgoCDPoliciesReachTheController(t *testing.T) {
-	ctx := context.Background()
-	system := namespace(t, "e2e-argopolicies-system")
-	ns := namespace(t, "e2e-argopolicies")
+// The template repository's Argo CD manifests name these; the test points them at its own
+// Git server and namespaces, the only edits a user makes to them.
+const (
+	templateRepoURL       = "https://git.example.com/platform/remediation.git"
+	templateRequestNS     = "remediator"
+	templateControllerNS  = "remediator-system"
+	requestsApplication   = "remediation-requests"
+	policiesApplication   = "remediation-policies"
+	argoRepoUser          = "argocd"
+	argoRepoPassword      = "e2e-read-only"
+	argoHealthTimeout     = 90 * time.Second
+	argoPolicySyncTimeout = 90 * time.Second
+)
 
-	// The pull request's checkout: policies/ as policies/README.md sets it up, with
-	// the kustomization's namespace set to this cluster's controller namespace.
-	checkout := t.TempDir()
-	dir := filepath.Join(checkout, "policies")
-	require.NoError(t, os.MkdirAll(dir, 0o755))
+// TestArgoCDSyncsTheTemplate runs the template repository's Argo CD path on the real Argo
+// CD (application-controller and repo-server v3.2.6, startArgoCD): the AppProjects and
+// Applications of examples/remediation-repo/argocd/ applied as a user applies them, the
+// health check installed in argocd-cm as the README says, the repository served over
+// smart HTTP with credentials in an Argo CD repository Secret. Every health below is
+// Argo CD's own, read from the Application's status:
+//   - a merged request for a shut-down holder is synced and shows Progressing until the
+//     controller runs it, then Healthy once it Succeeded;
+//   - a request the policy rejects shows Degraded, and removing it from Git prunes it;
+//   - a request waiting for its maintenance window shows Suspended;
+//   - the policies Application builds policies/ with the repo-server's kustomize into the
+//     controller's ConfigMap, and the digest each decision records is the one
+//     `remediator plan --policies-dir policies` printed for that commit.
+//
+// Still a model here: the kubelet's projection of that ConfigMap into the controller's
+// --policies-dir (projectConfigMap; the chart's mount is exercised on real nodes by
+// TestChartOnRealNodes), and the webhook a Git host sends on push (a refresh annotation).
+func TestArgoCDSyncsTheTemplate(t *testing.T) {
+	ctx := context.Background()
+	startArgoCD(t)
+	ns := namespace(t, "e2e-argocd")
+	system := namespace(t, "e2e-argocd-system")
+	template := filepath.Join(root, "examples", "remediation-repo")
+
+	// The remediation repository: the template without its example requests (they name
+	// the demo's nodes), with the shipped policies overridden from Git as
+	// policies/README.md sets it up.
+	repo := gitrepo.New(t)
+	for _, f := range []string{"README.md", "policies/README.md", "requests/README.md"} {
+		data, err := os.ReadFile(filepath.Join(template, f))
+		require.NoError(t, err)
+		repo.Write(f, string(data))
+	}
 	shipped, err := filepath.Glob(filepath.Join(root, "policies", "*.cue"))
 	require.NoError(t, err)
 	for _, f := range shipped {
 		data, err := os.ReadFile(f)
 		require.NoError(t, err)
-		require.NoError(t, os.WriteFile(filepath.Join(dir, filepath.Base(f)), data, 0o600))
+		repo.Write("policies/"+filepath.Base(f), string(data))
 	}
-	kustomization, err := os.ReadFile(filepath.Join(root, "examples", "remediation-repo", "argocd", "policies-kustomization.yaml"))
-	require.NoError(t, err)
-	require.Contains(t, string(kustomization), "namespace: remediator-system\n")
-	kustomization = []byte(strings.Replace(string(kustomization), "namespace: remediator-system\n", "namespace: "+system+"\n", 1))
-	require.NoError(t, os.WriteFile(filepath.Join(dir, "kustomization.yaml"), kustomization, 0o600))
+	repo.Write("policies/kustomization.yaml", templateManifest(t, "policies-kustomization.yaml", "", system, ns))
+	url := repo.ServeSmartHTTP(t, argoRepoUser, argoRepoPassword)
+	rev := repo.Commit("Remediation repository from the template, with policies")
 
-	// The pull request's check: plan --policies-dir policies, as ci/check.sh runs it.
-	planDigest := func() string {
-		out, err := exec.Command(filepath.Join(root, "bin", "remediator"), "plan", "--policies-dir", dir, "-o", "json").Output()
-		require.NoError(t, err, "plan --policies-dir: %s", out)
+	// Argo CD's repository credentials, as `argocd repo add URL --username --password`
+	// stores them.
+	kubectl(t, fmt.Sprintf(`apiVersion: v1
+kind: Secret
+metadata:
+  name: remediation-repo
+  namespace: %s
+  labels:
+    argocd.argoproj.io/secret-type: repository
+stringData:
+  type: git
+  url: %s
+  username: %s
+  password: %s
+`, argoNamespace, url, argoRepoUser, argoRepoPassword), "apply", "-f", "-")
+	for _, f := range []string{"appproject.yaml", "application.yaml", "policies.yaml"} {
+		kubectl(t, templateManifest(t, f, url, system, ns), "apply", "-f", "-")
+	}
+
+	// The policies reach the cluster through the repo-server's kustomize build, with the
+	// digest plan prints for the commit.
+	checkout := t.TempDir()
+	planDigest := func(rev string) string {
+		t.Helper()
+		repo.Git(checkout, "clone", "--quiet", repo.Bare, rev)
+		dir := filepath.Join(checkout, rev)
+		repo.Git(dir, "checkout", "--quiet", rev)
+		out, err := exec.Command(filepath.Join(root, "bin", "remediator"), "plan", "--policies-dir", filepath.Join(dir, "policies"),
+			"--policies-configmap", system+"/remediator-policies", "-o", "json").Output()
+		require.NoError(t, err, "plan --policies-dir policies at %.12s: %s", rev, out)
 		var report struct {
 			Policy struct{ Digest, ConfigMap string }
 		}
 		require.NoError(t, json.Unmarshal(out, &report), "%s", out)
-		assert.Equal(t, system+"/remediator-policies", report.Policy.ConfigMap, "plan names the ConfigMap Argo CD applies")
+		require.Equal(t, system+"/remediator-policies", report.Policy.ConfigMap, "plan names the ConfigMap Argo CD applies")
 		return report.Policy.Digest
 	}
-	// Argo CD's sync: kustomize build, then server-side apply of what it generates.
-	key := types.NamespacedName{Namespace: system, Name: "remediator-policies"}
 	controllerDir := t.TempDir()
-	argoSync := func() {
-		resources, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), dir)
-		require.NoError(t, err, "kustomize build policies/")
-		require.Equal(t, 1, resources.Size())
-		r := resources.Resources()[0]
-		require.Equal(t, "ConfigMap", r.GetKind())
-		require.Equal(t, key, types.NamespacedName{Namespace: r.GetNamespace(), Name: r.GetName()})
-		cm := corev1ac.ConfigMap(key.Name, key.Namespace).WithData(r.GetDataMap())
-		_, err = clientset(t).CoreV1().ConfigMaps(key.Namespace).Apply(ctx, cm, metav1.ApplyOptions{FieldManager: "argocd-controller", Force: true})
-		require.NoError(t, err)
-		projectConfigMap(t, key, controllerDir)
+	policiesKey := types.NamespacedName{Namespace: system, Name: "remediator-policies"}
+	syncPolicies := func(rev string) {
+		t.Helper()
+		refresh(t, policiesApplication)
+		waitApp(t, policiesApplication, rev, "Healthy", argoPolicySyncTimeout)
+		cm := projectConfigMap(t, policiesKey, controllerDir)
+		managers := []string{}
+		for _, f := range cm.ManagedFields {
+			managers = append(managers, f.Manager)
+		}
+		assert.Contains(t, managers, "argocd-controller", "the ConfigMap was applied by Argo CD's controller")
 	}
-	dryRun := func(name, node string) types.NamespacedName {
-		rr := &v1alpha1.RemediationRequest{}
-		rr.Namespace, rr.Name = ns, name
-		rr.Spec = v1alpha1.RemediationRequestSpec{Mode: v1alpha1.ModeDryRun, Remediation: v1alpha1.RemediationReregisterCSIDriver,
-			Target: v1alpha1.Target{Node: node}, Reason: "CSINode " + node + " lost csi.trident.netapp.io after the DaemonSet was recreated."}
-		create(t, rr)
-		return client.ObjectKeyFromObject(rr)
-	}
+	digest := planDigest(rev)
+	syncPolicies(rev)
+	waitApp(t, requestsApplication, rev, "Healthy", argoHealthTimeout)
 
-	first := planDigest()
-	argoSync()
+	// 1. A request for a shut-down holder: Progressing while no controller has decided it,
+	// Healthy once it Succeeded.
+	down := extraNode(t, "e2e-argo-down", false, corev1.Taint{Key: v1alpha1.TaintOutOfService, Value: "nodeshutdown", Effect: corev1.TaintEffectNoExecute})
+	pv, _ := luksVolume(t, ns, down, 20*time.Minute, 1)
+	repo.Write("requests/release-lease-shutdown.yaml", shutdownRequestYAML(ns, pv, down, "INC-4711"))
+	rev = repo.Commit("Release the Lease of " + pv)
+	refresh(t, requestsApplication)
+	s := waitApp(t, requestsApplication, rev, "Progressing", argoHealthTimeout)
+	t.Logf("before the controller runs: %s", s)
 	startController(t, "--policies-dir", controllerDir, "--policy-reload-interval", "1s", "--request-namespaces", ns)
-	assert.Equal(t, first, decidedDigest(t, dryRun("check-a", "kwok-node-0")), "the decision was made with the policies plan checked")
+	s = waitApp(t, requestsApplication, rev, "Healthy", argoHealthTimeout)
+	t.Logf("after the playbook: %s", s)
+	shutdown := waitPhase(t, types.NamespacedName{Namespace: ns, Name: "release-lease-shutdown"}, 5*time.Second, v1alpha1.PhaseSucceeded)
+	assert.Equal(t, "node-shutdown", string(decision(t, shutdown).Playbook))
+	assert.Equal(t, digest, decision(t, shutdown).PolicyDigest, "the decision was made with the policies plan checked at %.12s", rev)
+	assert.False(t, leaseExists(t, pv), "the Lease still exists")
 
-	// A reviewed policy change, merged: the next decision carries its digest.
-	name := filepath.Join(dir, "reregister_csi_driver.cue")
-	data, err := os.ReadFile(name)
+	// 2. A policy commit: Argo CD brings it to the controller, and the next decision
+	// carries the digest plan printed for that commit.
+	data, err := os.ReadFile(filepath.Join(repo.Work, "policies", "reregister_csi_driver.cue"))
 	require.NoError(t, err)
-	require.NoError(t, os.WriteFile(name, []byte(strings.Replace(string(data), "package policies", "package policies\n\n// Reviewed in PR #53.", 1)), 0o600))
-	second := planDigest()
-	require.NotEqual(t, first, second, "a policy commit changes the digest")
-	argoSync()
+	repo.Write("policies/reregister_csi_driver.cue", strings.Replace(string(data), "package policies", "package policies\n\n// Reviewed in PR #53.", 1))
+	rev = repo.Commit("Policies: a reviewed comment")
+	second := planDigest(rev)
+	require.NotEqual(t, digest, second, "a policy commit changes the digest")
+	syncPolicies(rev)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		ctrl, err := os.ReadFile(filepath.Join(controllerDir, "reregister_csi_driver.cue"))
+		require.NoError(c, err)
+		assert.Contains(c, string(ctrl), "Reviewed in PR #53")
+	}, 10*time.Second, poll)
 	time.Sleep(3 * time.Second) // the controller re-reads --policies-dir every second
-	assert.Equal(t, second, decidedDigest(t, dryRun("check-b", "kwok-node-1")), "the next decision carries the new digest")
+
+	// 3. A request the policy rejects (its Lease is gone): Degraded, with the rejection in
+	// the request; removing it from Git prunes it and the Application is Healthy again.
+	gone, _ := csiVolume(t, ns, true)
+	repo.Write("requests/release-lease-gone.yaml", strings.Replace(shutdownRequestYAML(ns, gone, down, "INC-4712"),
+		"name: release-lease-shutdown", "name: release-lease-gone", 1))
+	rev = repo.Commit("Release the Lease of " + gone)
+	refresh(t, requestsApplication)
+	s = waitApp(t, requestsApplication, rev, "Degraded", argoHealthTimeout)
+	t.Logf("rejected: %s", s)
+	rejected := waitPhase(t, types.NamespacedName{Namespace: ns, Name: "release-lease-gone"}, 5*time.Second, v1alpha1.PhaseRejected)
+	assert.Equal(t, second, decision(t, rejected).PolicyDigest, "the decision after the policy commit carries its digest")
+	repo.Remove("requests/release-lease-gone.yaml")
+	rev = repo.Commit("Remove the rejected request")
+	refresh(t, requestsApplication)
+	waitApp(t, requestsApplication, rev, "Healthy", argoHealthTimeout)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		err := k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: "release-lease-gone"}, &v1alpha1.RemediationRequest{})
+		assert.True(c, err != nil && strings.Contains(err.Error(), "not found"), "the pruned request: %v", err)
+	}, argoHealthTimeout, poll, "Argo CD pruned the request removed from Git")
+
+	// 4. A request allowed but outside its maintenance window: Suspended.
+	down2 := extraNode(t, "e2e-argo-down", false, corev1.Taint{Key: v1alpha1.TaintOutOfService, Value: "nodeshutdown", Effect: corev1.TaintEffectNoExecute})
+	pv2, _ := luksVolume(t, ns, down2, 20*time.Minute, 1)
+	opens := time.Now().UTC().Add(3 * time.Hour)
+	windowed := strings.Replace(shutdownRequestYAML(ns, pv2, down2, "INC-4713"), "name: release-lease-shutdown", "name: release-lease-windowed", 1) +
+		fmt.Sprintf("  maintenanceWindow:\n    schedule: \"CRON_TZ=UTC %d %d * * *\"\n    duration: 30m\n", opens.Minute(), opens.Hour())
+	repo.Write("requests/release-lease-windowed.yaml", windowed)
+	rev = repo.Commit("Release the Lease of " + pv2 + " in the next window")
+	refresh(t, requestsApplication)
+	s = waitApp(t, requestsApplication, rev, "Suspended", argoHealthTimeout)
+	t.Logf("waiting for the window: %s", s)
+	waiting := waitPhase(t, types.NamespacedName{Namespace: ns, Name: "release-lease-windowed"}, 5*time.Second, v1alpha1.PhaseWaiting)
+	if c := condition(waiting, v1alpha1.ConditionProgressing); assert.NotNil(t, c) {
+		assert.Equal(t, "WaitingForMaintenanceWindow", c.Reason, "%+v", c)
+	}
+	assert.True(t, leaseExists(t, pv2), "the Lease of a request waiting for its window is left alone")
+}
+
+// templateManifest returns the template's argocd/<name> with the repository URL and the
+// request and controller namespaces replaced, failing if one it names is not there (a
+// renamed field must not leave the test applying the template's own values).
+func templateManifest(t *testing.T, name, url, system, ns string) string {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(root, "examples", "remediation-repo", "argocd", name))
+	require.NoError(t, err)
+	s := string(data)
+	replace := func(re *regexp.Regexp, with string) {
+		require.True(t, re.MatchString(s), "argocd/%s has no %s", name, re)
+		s = re.ReplaceAllLiteralString(s, with)
+	}
+	switch name {
+	case "policies-kustomization.yaml":
+		replace(regexp.MustCompile(`(?m)^namespace: `+templateControllerNS+`$`), "namespace: "+system)
+	case "policies.yaml":
+		replace(regexp.MustCompile(regexp.QuoteMeta(templateRepoURL)), url)
+		replace(regexp.MustCompile(`(?m)namespace: `+templateControllerNS+`$`), "namespace: "+system)
+	default:
+		replace(regexp.MustCompile(regexp.QuoteMeta(templateRepoURL)), url)
+		replace(regexp.MustCompile(`(?m)namespace: `+templateRequestNS+`$`), "namespace: "+ns)
+	}
+	return s
 }
