@@ -99,6 +99,13 @@ type planOptions struct {
 }
 
 func newPlanCommand() *cobra.Command {
+	cmd := newPlanRequestsCommand()
+	cmd.AddCommand(newPlanPullRequestCommand())
+	return cmd
+}
+
+// newPlanRequestsCommand is plan without its subcommands.
+func newPlanRequestsCommand() *cobra.Command {
 	o := planOptions{cluster: newClusterFlags(true)}
 	cmd := &cobra.Command{
 		Use:   "plan -f REQUEST.yaml [-f ...] [--facts FACTS.yaml | --kubeconfig FILE]",
@@ -128,8 +135,15 @@ the directory's non-test .cue files; the directory may hold nothing else but Mar
 With --policies-dir and no -f, plan checks the policies alone and prints their
 digest: the one the controller records in status.decision.policyDigest.
 
+With live facts, the controller's settings (the Trident namespace, driver and
+node-plugin selector, the node-lease grace, the cap and the floor's minimums) are read
+from the chart's settings ConfigMap (--settings-configmap) wherever no flag gives them.
+
 plan never writes to the cluster. It needs get/list on pods, persistentvolumeclaims,
-persistentvolumes, nodes, events, leases, csinodes and remediationrequests.
+persistentvolumes, nodes, events, leases, csinodes and remediationrequests, and get on
+the settings ConfigMap (the chart's remediator-plan ClusterRole).
+
+plan pull-request is the whole pull-request check of a remediation repository.
 
 Exit codes (with several requests the worst wins: 1, then 2, then 4, then 0):
   0  every request would be allowed (a DryRun request counts as allowed)

@@ -58,12 +58,12 @@ func TestExampleRequestsChooseTheirPlaybooks(t *testing.T) {
 	}
 }
 
-// TestPlanHelperProcess is not a test: TestRemediationRepoCheckScript runs this test
-// binary as the remediator binary that ci/check.sh calls, so that the script is
-// tested against this package's plan without building the whole binary.
+// TestPlanHelperProcess is not a test: the pull-request check's tests put this test
+// binary on PATH as the remediator binary that CI runs, so that the check is tested
+// against this package's plan without building the whole binary.
 func TestPlanHelperProcess(t *testing.T) {
 	if os.Getenv("REMEDIATOR_PLAN_HELPER") != "1" {
-		t.Skip("only runs as ci/check.sh's remediator binary")
+		t.Skip("only runs as CI's remediator binary")
 	}
 	args := os.Args
 	if i := slices.Index(args, "--"); i >= 0 {
@@ -81,25 +81,36 @@ func TestPlanHelperProcess(t *testing.T) {
 	}
 }
 
-// TestRemediationRepoCheckScript runs ci/check.sh in a Git copy of the template the
-// way a pull request's CI job would: the added, changed and renamed requests are
-// planned, on their saved facts (labelled an offline review, with a warning when the
-// pull request changed them) or, with a kubeconfig, on live ones only; a deleted
-// request is listed as a prune; a rejected one fails the job; and override policies
-// are tested with cue.
-func TestRemediationRepoCheckScript(t *testing.T) {
-	for _, tool := range []string{"bash", "git", "go"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("%s not found: %v", tool, err)
-		}
-	}
+// helperRemediator writes a remediator command into dir that runs this test binary
+// as remediator (TestPlanHelperProcess), and returns it.
+func helperRemediator(t *testing.T, dir string) string {
+	t.Helper()
 	self, err := os.Executable()
 	require.NoError(t, err)
+	p := filepath.Join(dir, "remediator")
+	writeFile(t, p, fmt.Sprintf("#!/bin/sh\nREMEDIATOR_PLAN_HELPER=1 exec %q -test.run='^TestPlanHelperProcess$' -- \"$@\"\n", self), 0o755)
+	return p
+}
+
+// gitEnv is a Git environment without the user's configuration: git diff detects
+// renames (diff.renames defaults to true), as in a CI job.
+var gitEnv = []string{"GIT_CONFIG_GLOBAL=/dev/null", "GIT_CONFIG_NOSYSTEM=1",
+	"GIT_AUTHOR_NAME=ci", "GIT_AUTHOR_EMAIL=ci@example.com", "GIT_COMMITTER_NAME=ci", "GIT_COMMITTER_EMAIL=ci@example.com"}
+
+// TestPullRequestCheck runs remediator plan pull-request in a Git copy of the
+// template the way a pull request's CI job would, against a local base branch: the
+// added, changed and renamed requests are planned, on their saved facts (labelled an
+// offline review, with a warning when the pull request changed them) or, with a
+// kubeconfig, on live ones only; a deleted request is listed as a prune; a rejected
+// one fails the job; and override policies are tested with CUE.
+func TestPullRequestCheck(t *testing.T) {
+	if _, err := exec.LookPath("git"); err != nil {
+		t.Skipf("git not found: %v", err)
+	}
 	moduleRoot, err := filepath.Abs("../..")
 	require.NoError(t, err)
 	tmp := t.TempDir()
-	remediator := filepath.Join(tmp, "bin", "remediator")
-	writeFile(t, remediator, fmt.Sprintf("#!/bin/sh\nREMEDIATOR_PLAN_HELPER=1 exec %q -test.run='^TestPlanHelperProcess$' -- \"$@\"\n", self), 0o755)
+	remediator := helperRemediator(t, filepath.Join(tmp, "bin"))
 
 	repo := filepath.Join(tmp, "repo")
 	copyTree(t, remediationRepo, repo)
@@ -107,19 +118,15 @@ func TestRemediationRepoCheckScript(t *testing.T) {
 		t.Helper()
 		cmd := exec.Command("git", args...)
 		cmd.Dir = repo
-		cmd.Env = append(os.Environ(), "GIT_CONFIG_GLOBAL=/dev/null", "GIT_CONFIG_NOSYSTEM=1",
-			"GIT_AUTHOR_NAME=ci", "GIT_AUTHOR_EMAIL=ci@example.com", "GIT_COMMITTER_NAME=ci", "GIT_COMMITTER_EMAIL=ci@example.com")
+		cmd.Env = append(os.Environ(), gitEnv...)
 		out, err := cmd.CombinedOutput()
 		require.NoError(t, err, "git %v:\n%s", args, out)
 	}
-	check := func(t *testing.T, env ...string) (string, int) {
+	check := func(t *testing.T, flags []string, env ...string) (string, int) {
 		t.Helper()
-		cmd := exec.Command("bash", "ci/check.sh", "base")
+		cmd := exec.Command(remediator, append([]string{"plan", "pull-request", "--base", "base"}, flags...)...)
 		cmd.Dir = repo
-		// Without the user's Git configuration, git diff detects renames (diff.renames
-		// defaults to true), as in a CI job. Later entries of env win.
-		cmd.Env = append(os.Environ(), append([]string{"REMEDIATOR=" + remediator, "KUBECONFIG=",
-			"GIT_CONFIG_GLOBAL=/dev/null", "GIT_CONFIG_NOSYSTEM=1"}, env...)...)
+		cmd.Env = append(os.Environ(), append(append([]string{"KUBECONFIG="}, gitEnv...), env...)...)
 		out, err := cmd.CombinedOutput()
 		code := 0
 		if ee, ok := err.(*exec.ExitError); ok {
@@ -127,26 +134,26 @@ func TestRemediationRepoCheckScript(t *testing.T) {
 		} else {
 			require.NoError(t, err)
 		}
-		t.Logf("ci/check.sh exit code %d:\n%s", code, out)
+		t.Logf("remediator plan pull-request exit code %d:\n%s", code, out)
 		return string(out), code
 	}
 	expect := func(t *testing.T, out string, want ...string) {
 		t.Helper()
 		for _, w := range want {
-			assert.Contains(t, out, w, "ci/check.sh output")
+			assert.Contains(t, out, w, "plan pull-request output")
 		}
 	}
 
 	// The base branch has everything but the requests; the pull request adds them.
 	git("init", "-q", "-b", "main")
-	git("add", "README.md", "ci", "argocd", "policies", "facts")
+	git("add", "README.md", ".github", ".gitlab-ci.yml", "argocd", "policies", "facts")
 	git("commit", "-q", "-m", "template")
 	git("branch", "base")
 	git("add", "requests")
 	git("commit", "-q", "-m", "requests")
 
 	t.Run("the template's requests pass", func(t *testing.T) {
-		out, code := check(t)
+		out, code := check(t, nil)
 		assert.Equal(t, 0, code, "exit code")
 		expect(t, out, "4 request file(s) added, changed or renamed since base", "policies/ has no .cue files",
 			"Facts: saved, from facts/ (KUBECONFIG is not set). This is an OFFLINE REVIEW ONLY",
@@ -156,13 +163,13 @@ func TestRemediationRepoCheckScript(t *testing.T) {
 		assert.NotContains(t, out, "WARNING", "the pull request changes no facts")
 	})
 
-	// REMEDIATOR_PLAN_FLAGS carries the controller's settings into plan: with the
-	// floor's minimum for an unreachable holder's Lease at an hour, the fenced
-	// request's 40-minute-old Lease is refused, as that controller would refuse it.
+	// The controller's settings reach plan as flags: with the floor's minimum for an
+	// unreachable holder's Lease at an hour, the fenced request's 40-minute-old Lease
+	// is refused, as that controller would refuse it.
 	t.Run("plan takes the controller's settings", func(t *testing.T) {
-		out, code := check(t, "REMEDIATOR_PLAN_FLAGS=--floor-unreachable-lease-age=1h --max-concurrent-remediations=2")
+		out, code := check(t, []string{"--floor-unreachable-lease-age=1h", "--max-concurrent-remediations=2"})
 		assert.Equal(t, 1, code, "exit code")
-		expect(t, out, "REJECTED by rule lease-too-young", "FAILED: requests/release-lease-fenced-unreachable-kwok-node-2.yaml (rejected)")
+		expect(t, out, "--floor-unreachable-lease-age=1h", "REJECTED by rule lease-too-young", "FAILED: requests/release-lease-fenced-unreachable-kwok-node-2.yaml (rejected)")
 	})
 
 	// A pull request that drops the fencing statement: only that request is planned,
@@ -174,7 +181,7 @@ func TestRemediationRepoCheckScript(t *testing.T) {
 	git("commit", "-q", "-a", "-m", "unfenced")
 	git("branch", "-f", "base", "HEAD~1")
 	t.Run("a rejected request fails the job", func(t *testing.T) {
-		out, code := check(t)
+		out, code := check(t, nil)
 		assert.Equal(t, 1, code, "exit code")
 		expect(t, out, "1 request file(s) added, changed or renamed since base", "REJECTED by rule unreachable-not-fenced",
 			"FAILED: requests/release-lease-fenced-unreachable-kwok-node-2.yaml (rejected)")
@@ -213,7 +220,7 @@ func TestRemediationRepoCheckScript(t *testing.T) {
 	edit("requests/"+renamed+".yaml", "name: "+shutdown+"\n", "name: "+renamed+"\n")
 	git("commit", "-q", "-a", "-m", "shutdown for real")
 	t.Run("a renamed request switched to mode: Apply is planned", func(t *testing.T) {
-		out, code := check(t)
+		out, code := check(t, nil)
 		assert.Equal(t, 0, code, "exit code")
 		expect(t, out, "1 request file(s) added, changed or renamed since base",
 			" plan -f requests/"+renamed+".yaml --facts facts/"+renamed+".yaml\n",
@@ -228,7 +235,7 @@ func TestRemediationRepoCheckScript(t *testing.T) {
 	git("rm", "-q", "requests/reregister-csi-driver-kwok-node-0.yaml")
 	git("commit", "-q", "-m", "csi driver re-registered")
 	t.Run("a deleted request is listed as a prune", func(t *testing.T) {
-		out, code := check(t)
+		out, code := check(t, nil)
 		assert.Equal(t, 0, code, "exit code")
 		expect(t, out, "0 request file(s) added, changed or renamed since base", "No request to check",
 			"prune: requests/reregister-csi-driver-kwok-node-0.yaml — the request is deleted from the cluster; a running one restores first",
@@ -244,7 +251,7 @@ func TestRemediationRepoCheckScript(t *testing.T) {
 	edit("facts/"+healthy+".yaml", "gatheredAt:", "# refreshed by the pull request\ngatheredAt:")
 	git("commit", "-q", "-a", "-m", "healthy: new reason, new facts")
 	t.Run("a pull request changing the facts it is planned on warns", func(t *testing.T) {
-		out, code := check(t)
+		out, code := check(t, nil)
 		assert.Equal(t, 0, code, "exit code")
 		expect(t, out, "this pull request changes facts/: facts/"+healthy+".yaml",
 			"(planned on saved facts facts/"+healthy+".yaml, for offline review only; WARNING: this pull request itself changed facts/"+healthy+".yaml)",
@@ -254,33 +261,21 @@ func TestRemediationRepoCheckScript(t *testing.T) {
 			"OK: 1 request(s) checked")
 	})
 	t.Run("with a kubeconfig, requests are planned on live facts only", func(t *testing.T) {
-		// No cluster here: a fake remediator first on PATH records its command lines.
-		fake := filepath.Join(tmp, "fakebin")
-		calls := filepath.Join(tmp, "fake-remediator-calls")
-		writeFile(t, filepath.Join(fake, "remediator"), fmt.Sprintf("#!/bin/sh\nprintf '%%s\\n' \"$*\" >>%q\n[ \"$1\" = version ] && exec echo 'remediator (fake)'\necho 'ALLOWED (fake remediator)'\n", calls), 0o755)
+		// No cluster answers here: the plan fails, but it was a live one.
 		kubeconfig := filepath.Join(tmp, "kubeconfig")
-		writeFile(t, kubeconfig, "apiVersion: v1\nkind: Config\n", 0o600)
-		path := "PATH=" + fake + string(os.PathListSeparator) + os.Getenv("PATH")
-
-		out, code := check(t, "REMEDIATOR=remediator", path, "KUBECONFIG="+kubeconfig)
-		assert.Equal(t, 0, code, "exit code")
-		expect(t, out, "Facts: live, gathered read-only from the cluster in KUBECONFIG="+kubeconfig+"; facts/ is not read",
-			"(planned on live facts from the cluster)", "facts: live, from the cluster in KUBECONFIG",
-			"this pull request changes facts/: saved facts are for offline review only; they were not used",
-			"OK: 1 request(s) checked")
+		writeFile(t, kubeconfig, "apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: \"https://127.0.0.1:1\"}}]\n"+
+			"contexts: [{name: c, context: {cluster: c}}]\ncurrent-context: c\n", 0o600)
+		out, code := check(t, []string{"--request-timeout=5s"}, "KUBECONFIG="+kubeconfig)
+		assert.Equal(t, 1, code, "exit code")
+		expect(t, out, "Facts: live, gathered read-only from the cluster in the kubeconfig "+kubeconfig+"; facts/ is not read",
+			"==> remediator plan -f requests/"+healthy+".yaml --kubeconfig "+kubeconfig+" --request-timeout=5s\n",
+			"(planned on live facts from the cluster)", "facts: live, from the cluster in the kubeconfig",
+			"this pull request changes facts/: saved facts are for offline review only; they were not used")
+		assert.NotContains(t, out, "--facts", "planned on saved facts")
 		assert.NotContains(t, out, "!!! WARNING", "saved facts were not used")
-		recorded, err := os.ReadFile(calls)
-		require.NoError(t, err, "the fake remediator was not called")
-		var plans []string
-		for _, l := range strings.Split(strings.TrimSpace(string(recorded)), "\n") {
-			if strings.HasPrefix(l, "plan ") {
-				plans = append(plans, l)
-			}
-		}
-		require.Equal(t, []string{"plan -f requests/" + healthy + ".yaml --kubeconfig " + kubeconfig}, plans, "remediator plan command lines")
 
 		// A kubeconfig the job cannot read fails the job instead of falling back to facts/.
-		out, code = check(t, "REMEDIATOR=remediator", path, "KUBECONFIG="+filepath.Join(tmp, "missing"))
+		out, code = check(t, nil, "KUBECONFIG="+filepath.Join(tmp, "missing"))
 		assert.Equal(t, 1, code, "exit code")
 		expect(t, out, "is not a readable file")
 		assert.NotContains(t, out, "--facts", "fell back to saved facts")
@@ -294,25 +289,24 @@ func TestRemediationRepoCheckScript(t *testing.T) {
 	argoKustomization := filepath.Join(repo, "policies", "kustomization.yaml")
 	writeFile(t, argoKustomization, string(kustomization), 0o644)
 	t.Run("a policies kustomization without policies fails the job", func(t *testing.T) {
-		out, code := check(t)
+		out, code := check(t, nil)
 		assert.Equal(t, 1, code, "exit code")
 		expect(t, out, "policies/kustomization.yaml is there for Argo CD, but policies/ has no .cue files")
 	})
 	require.NoError(t, os.Remove(argoKustomization))
 
-	// Override policies: their cue cases run first, and plan uses them.
+	// Override policies: their CUE cases run first, and plan uses them.
 	policies, _ := filepath.Glob(filepath.Join(moduleRoot, "policies", "*.cue"))
 	for _, p := range policies {
 		data, err := os.ReadFile(p)
 		require.NoError(t, err)
 		writeFile(t, filepath.Join(repo, "policies", filepath.Base(p)), string(data), 0o644)
 	}
-	cue := "REMEDIATOR_CUE=go -C " + moduleRoot + " tool cue"
 	t.Run("override policies are tested and used", func(t *testing.T) {
 		git("branch", "-f", "base", "HEAD~3") // the template commit: every request is new again
-		out, code := check(t, cue)
+		out, code := check(t, nil)
 		assert.Equal(t, 0, code, "exit code")
-		expect(t, out, "Testing the override policies in policies/", "vet -c policies/*.cue - < policies/release_luks_lease_test.cue",
+		expect(t, out, "Testing the override policies in policies/", "cue vet -c policies/*.cue - < policies/release_luks_lease_test.cue",
 			"--policies-dir "+filepath.Join(repo, "policies"), "OK: 4 request(s) checked")
 	})
 	// With Argo CD's kustomization, plan checks that the ConfigMap it generates holds
@@ -320,14 +314,14 @@ func TestRemediationRepoCheckScript(t *testing.T) {
 	writeFile(t, argoKustomization, string(kustomization), 0o644)
 	t.Run("a policies-only pull request is checked against Argo CD's ConfigMap", func(t *testing.T) {
 		git("branch", "-f", "base", "HEAD")
-		out, code := check(t, cue)
+		out, code := check(t, nil)
 		assert.Equal(t, 0, code, "exit code")
 		expect(t, out, "Checking the override policies: ", "configmap: remediator-system/remediator-policies, generated by kustomization.yaml",
 			"policy: sha256:", "No request to check")
 	})
 	t.Run("a kustomization leaving a policy out fails the job", func(t *testing.T) {
 		writeFile(t, argoKustomization, strings.Replace(string(kustomization), "      - reregister_csi_driver.cue\n", "", 1), 0o644)
-		out, code := check(t, cue)
+		out, code := check(t, nil)
 		assert.Equal(t, 1, code, "exit code")
 		expect(t, out, "reregister_csi_driver.cue is missing: plan evaluates it", "the policies in policies/ cannot be used")
 	})
@@ -339,7 +333,7 @@ func TestRemediationRepoCheckScript(t *testing.T) {
 		const from = `want: {allowed: true, playbook: "fenced-unreachable", rule: "unreachable-fenced"}`
 		require.Contains(t, string(src), from, "release_luks_lease_test.cue no longer contains the case this test edits")
 		writeFile(t, cases, strings.Replace(string(src), from, `want: {allowed: false, rule: "unreachable-lease-too-young"}`, 1), 0o644)
-		out, code := check(t, cue)
+		out, code := check(t, nil)
 		assert.Equal(t, 1, code, "exit code")
 		expect(t, out, "policy cases in policies/release_luks_lease_test.cue failed")
 		assert.NotContains(t, out, "remediator plan", "requests were planned with failing policies")

@@ -31,17 +31,6 @@ func runPlanCommand(t *testing.T, stdin string, args ...string) (string, int, er
 	return out.String(), planExitOf(err), err
 }
 
-// planExitOf is main's mapping of plan's error to an exit code.
-func planExitOf(err error) int {
-	if err == nil {
-		return 0
-	}
-	if code, ok := planExitCode(err); ok {
-		return code
-	}
-	return 1
-}
-
 func embeddedDigest(t *testing.T) string {
 	t.Helper()
 	e, err := policies.Embedded()
