@@ -7,7 +7,7 @@
 #      LeaseRetained events) and incident B (seed 000's DaemonSet copy and delete);
 #   2. create a remediation repository from examples/remediation-repo and open one
 #      "pull request" per request, each checked by the template's CI script
-#      (ci/check.sh: `remediator plan` on live facts) before it is merged;
+#      (`remediator plan pull-request`: `remediator plan` on live facts) before it is merged;
 #   3. run `remediator sync` (gitops-engine) and `remediator controller`;
 #   4. show each request's phase and conditions as they change, then a summary table;
 #   5. check every outcome against the runbook, and stop the cluster unless KEEP=1.
@@ -214,7 +214,7 @@ g checkout --quiet -B main
 mkdir -p "$W/requests" && touch "$W/requests/.gitkeep"
 g add -A && g commit --quiet -m "Remediation repository from the Remediator template"
 # The demo's policy override: the policies the controller runs on, with their cases, so
-# that CI plans with the same policies (ci/check.sh tests the cases with cue vet first).
+# that CI plans with the same policies (plan pull-request tests the cases, as cue vet -c does, first).
 cp "$POLICIES"/*.cue "$HERE/demo/policies/demo_gates_test.cue" "$W/policies/"
 g add -A && g commit --quiet -m "Demo only: shorten the Lease-age gates to ${UNREACHABLE_GATE}s and ${HEALTHY_GATE}s (the runbook's 300s and 600s)" \
   -m "Lease age counts from creationTimestamp (server time), which the demo cannot backdate. Production keeps the runbook's gates."
@@ -228,7 +228,7 @@ say "Starting remediator sync on the repository (every 2s; log: $STATE/sync.log)
 echo $! >"$STATE/sync.pid"
 
 # pull_request BRANCH TITLE FILE [EXPECTED_CHECK_EXIT]: an operator's pull request adding
-# FILE from the template; CI (ci/check.sh with live, read-only facts) runs on it. A
+# FILE from the template; CI (remediator plan pull-request with live, read-only facts) runs on it. A
 # second call for the same branch adds a commit to the open pull request.
 # CI tests the override's cases with the cue that remediator pins.
 export REMEDIATOR="$BIN/remediator" REMEDIATOR_CUE="go -C $ROOT tool cue" KUBECONFIG
@@ -243,9 +243,13 @@ pull_request() {
   [[ "$(g branch --show-current)" == "$branch" ]] || g checkout --quiet -B "$branch" main
   [[ -f "$W/requests/$(basename "$file")" ]] || cp "$file" "$W/requests/"
   g add -A && g commit --quiet -m "$title"
-  (cd "$W" && ci/check.sh origin/main) 2>&1 | tee "$log" | sed 's/^/  ci| /' || rc=${PIPESTATUS[0]}
-  [[ $rc == "$want" ]] || die "ci/check.sh exited $rc on $branch, want $want"
-  [[ -z "$rule" ]] || grep -q "by rule $rule" "$log" || die "ci/check.sh on $branch did not show rule $rule"
+  # The demo's controller runs outside the chart: no settings ConfigMap; its settings
+  # are REMEDIATOR_PLAN_FLAGS, word-split into flags.
+  # shellcheck disable=SC2086
+  (cd "$W" && "$BIN/remediator" plan pull-request --base origin/main --settings-configmap= $REMEDIATOR_PLAN_FLAGS) 2>&1 |
+    tee "$log" | sed 's/^/  ci| /' || rc=${PIPESTATUS[0]}
+  [[ $rc == "$want" ]] || die "remediator plan pull-request exited $rc on $branch, want $want"
+  [[ -z "$rule" ]] || grep -q "by rule $rule" "$log" || die "remediator plan pull-request on $branch did not show rule $rule"
   if [[ $rc == 0 ]]; then
     approved+=("$branch")
     echo "  CI passed; approved"
