@@ -230,8 +230,8 @@ echo $! >"$STATE/sync.pid"
 # pull_request BRANCH TITLE FILE [EXPECTED_CHECK_EXIT]: an operator's pull request adding
 # FILE from the template; CI (remediator plan pull-request with live, read-only facts) runs on it. A
 # second call for the same branch adds a commit to the open pull request.
-# CI tests the override's cases with the cue that remediator pins.
-export REMEDIATOR="$BIN/remediator" REMEDIATOR_CUE="go -C $ROOT tool cue" KUBECONFIG
+# CI plans on live facts: the cluster in KUBECONFIG.
+export KUBECONFIG
 # CI plans with the controller's settings: the local cluster's 20s node grace and the
 # floor's gates shortened as the demo's policies are.
 export REMEDIATOR_PLAN_FLAGS="--node-lease-grace-period=20s --floor-unreachable-lease-age=${UNREACHABLE_GATE}s --floor-healthy-lease-age=${HEALTHY_GATE}s"
