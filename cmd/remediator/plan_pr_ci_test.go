@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -239,6 +240,19 @@ func TestPullRequestCheckInCI(t *testing.T) {
 			assert.NotContains(t, out, "plan -f requests/"+healthy+".yaml", "the request main already had was planned")
 			assert.NotContains(t, out, "no-lease")
 		})
+		t.Run("a pull request adding a request the controller would reject fails", func(t *testing.T) {
+			out, code := github(t, 2, "add-unfenced")
+			assert.Equal(t, 1, code, "exit code")
+			for _, want := range []string{
+				"==> Base: origin/main (GITHUB_BASE_REF), merge base",
+				"1 request file(s) added, changed or renamed since origin/main\n",
+				"REJECTED by rule unreachable-not-fenced",
+				"FAILED: requests/" + fenced + ".yaml (rejected)",
+			} {
+				assert.Contains(t, out, want)
+			}
+			assert.NotContains(t, out, "no-lease", "the request main already had was planned")
+		})
 		t.Run("a pull request touching the request that already ran passes", func(t *testing.T) {
 			out, code := github(t, 3, "touch-old")
 			assert.Equal(t, 0, code, "exit code")
@@ -263,36 +277,57 @@ func TestPullRequestCheckInCI(t *testing.T) {
 		assert.Equal(t, `$CI_PIPELINE_SOURCE == "merge_request_event"`, job.Rules[0]["if"], "the job runs on merge requests")
 		// GitLab's runner fetches the merge request's branch at GIT_DEPTH (20) and
 		// checks out its head; a File variable KUBECONFIG holds the kubeconfig's path.
-		checkout := filepath.Join(t.TempDir(), "checkout")
-		require.NoError(t, os.MkdirAll(checkout, 0o755))
-		g := func(args ...string) { run(t, checkout, append([]string{"git"}, args...)...) }
-		g("init", "-q")
-		g("remote", "add", "origin", originURL)
-		g("fetch", "-q", "--no-tags", "--prune", "--depth", "20", "origin", "+refs/heads/add-unfenced:refs/remotes/origin/add-unfenced")
-		g("checkout", "-q", "--detach", "refs/remotes/origin/add-unfenced")
-		env := []string{"CI=true", "GITLAB_CI=true", "CI_PIPELINE_SOURCE=merge_request_event", "CI_MERGE_REQUEST_IID=2",
-			"CI_MERGE_REQUEST_TARGET_BRANCH_NAME=main", "CI_MERGE_REQUEST_SOURCE_BRANCH_NAME=add-unfenced", "CI_PROJECT_DIR=" + checkout,
-			"KUBECONFIG=" + kubeconfig}
-		keys := make([]string, 0, len(job.Variables))
-		for k := range job.Variables {
-			keys = append(keys, k)
+		gitlab := func(t *testing.T, iid int, branch string) (string, int) {
+			t.Helper()
+			checkout := filepath.Join(t.TempDir(), "checkout")
+			require.NoError(t, os.MkdirAll(checkout, 0o755))
+			g := func(args ...string) { run(t, checkout, append([]string{"git"}, args...)...) }
+			g("init", "-q")
+			g("remote", "add", "origin", originURL)
+			g("fetch", "-q", "--no-tags", "--prune", "--depth", "20", "origin", "+refs/heads/"+branch+":refs/remotes/origin/"+branch)
+			g("checkout", "-q", "--detach", "refs/remotes/origin/"+branch)
+			env := []string{"CI=true", "GITLAB_CI=true", "CI_PIPELINE_SOURCE=merge_request_event", fmt.Sprintf("CI_MERGE_REQUEST_IID=%d", iid),
+				"CI_MERGE_REQUEST_TARGET_BRANCH_NAME=main", "CI_MERGE_REQUEST_SOURCE_BRANCH_NAME=" + branch, "CI_PROJECT_DIR=" + checkout,
+				"KUBECONFIG=" + kubeconfig}
+			keys := make([]string, 0, len(job.Variables))
+			for k := range job.Variables {
+				keys = append(keys, k)
+			}
+			sort.Strings(keys)
+			for _, k := range keys {
+				env = append(env, k+"="+job.Variables[k])
+			}
+			return ci(t, checkout, env, strings.Join(job.Script, "\n"))
 		}
-		sort.Strings(keys)
-		for _, k := range keys {
-			env = append(env, k+"="+job.Variables[k])
-		}
-		out, code := ci(t, checkout, env, strings.Join(job.Script, "\n"))
-		assert.Equal(t, 1, code, "exit code")
-		for _, want := range []string{
-			"fetching the base: git fetch --no-tags origin +refs/heads/main:refs/remotes/origin/main\n",
-			"==> Base: origin/main (CI_MERGE_REQUEST_TARGET_BRANCH_NAME), merge base",
-			"1 request file(s) added, changed or renamed since origin/main\n",
-			"REJECTED by rule unreachable-not-fenced",
-			"FAILED: requests/" + fenced + ".yaml (rejected)",
-		} {
-			assert.Contains(t, out, want)
-		}
-		assert.NotContains(t, out, "no-lease", "the request main already had was planned")
+		t.Run("a merge request adding a request passes beside one that already ran", func(t *testing.T) {
+			out, code := gitlab(t, 1, "add-shutdown")
+			assert.Equal(t, 0, code, "exit code")
+			for _, want := range []string{
+				"fetching the base: git fetch --no-tags origin +refs/heads/main:refs/remotes/origin/main\n",
+				"==> Base: origin/main (CI_MERGE_REQUEST_TARGET_BRANCH_NAME), merge base",
+				"1 request file(s) added, changed or renamed since origin/main\n",
+				"settings:  trident-namespace=trident (configmap remediator-system/remediator-settings)\n",
+				"ALLOWED by rule holder-shutdown: playbook node-shutdown",
+				"OK: 1 request(s) checked, 0 prune(s)",
+			} {
+				assert.Contains(t, out, want)
+			}
+			assert.NotContains(t, out, "no-lease", "the request main already had was planned")
+		})
+		t.Run("a merge request adding a request the controller would reject fails", func(t *testing.T) {
+			out, code := gitlab(t, 2, "add-unfenced")
+			assert.Equal(t, 1, code, "exit code")
+			for _, want := range []string{
+				"fetching the base: git fetch --no-tags origin +refs/heads/main:refs/remotes/origin/main\n",
+				"==> Base: origin/main (CI_MERGE_REQUEST_TARGET_BRANCH_NAME), merge base",
+				"1 request file(s) added, changed or renamed since origin/main\n",
+				"REJECTED by rule unreachable-not-fenced",
+				"FAILED: requests/" + fenced + ".yaml (rejected)",
+			} {
+				assert.Contains(t, out, want)
+			}
+			assert.NotContains(t, out, "no-lease", "the request main already had was planned")
+		})
 	})
 }
 
