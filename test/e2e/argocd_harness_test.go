@@ -144,8 +144,23 @@ func startArgoCD(t *testing.T) {
 		_ = k8s.Delete(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: argoNamespace}})
 	})
 	kubectl(t, "", "apply", "--server-side", "-f", filepath.Join(manifests, "crds"))
-	kubectl(t, "", "wait", "--for=condition=Established", "--timeout=60s",
-		"crd/applications.argoproj.io", "crd/appprojects.argoproj.io")
+	// Polled rather than `kubectl wait --for=condition=Established`, which fails at once
+	// ("<nil> is of the type <nil>") on a CRD whose status has no conditions yet.
+	for _, crd := range []string{"applications.argoproj.io", "appprojects.argoproj.io"} {
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
+			u := &unstructured.Unstructured{}
+			u.SetGroupVersionKind(schema.GroupVersionKind{Group: "apiextensions.k8s.io", Version: "v1", Kind: "CustomResourceDefinition"})
+			require.NoError(c, k8s.Get(context.Background(), types.NamespacedName{Name: crd}, u))
+			conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+			established := false
+			for _, cond := range conds {
+				if m, ok := cond.(map[string]any); ok && m["type"] == "Established" && m["status"] == "True" {
+					established = true
+				}
+			}
+			assert.True(c, established, "CRD %s not Established: %v", crd, conds)
+		}, 60*time.Second, poll, "CRD %s Established", crd)
+	}
 	kubectl(t, "", "apply", "-n", argoNamespace, "-k", filepath.Join(manifests, "config"))
 	// What argocd-server would generate at its first start.
 	kubectl(t, "", "patch", "secret", "argocd-secret", "-n", argoNamespace, "--type", "merge",
