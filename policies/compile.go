@@ -20,16 +20,13 @@ import (
 	"cuelang.org/go/cue/load"
 )
 
-// compiledPolicy is one policy source, compiled. Its source, digest and fast flag
-// never change after compile: Reload replaces the whole value, so a decision that
+// compiledPolicy is one policy source, compiled. Its source and digest never change
+// after compile: Reload replaces the whole value, so a decision that
 // started on one policy finishes on it and reports its digest.
 type compiledPolicy struct {
 	files []sourceFile
 	// digest identifies files.
 	digest string
-	// fast is set for a policy source reviewed for the fast path (fastPathDigests);
-	// it follows the digest, so every copy of the same files has it.
-	fast bool
 	// runaway counts this policy's abandoned evaluations that have not ended yet. It
 	// belongs to the policy, not to the Engine: a reload starts from zero, so the
 	// runaways of a replaced policy no longer suspend decisions. They still run until
@@ -54,8 +51,8 @@ type compiledPolicy struct {
 // instance is one compiled copy of a policy source, in a cue.Context of its own.
 type instance struct {
 	ctx *cue.Context
-	// root is the policy package, the scope in which the fast path (decideSelected)
-	// resolves #Policy; policy is its #Policy, for the general path (decideFull).
+	// root is the policy package; policy is its #Policy, which decide fills the input
+	// into.
 	root   cue.Value
 	policy cue.Value
 }
@@ -112,7 +109,7 @@ func compileFiles(files []sourceFile) (*compiledPolicy, error) {
 		h.Write(f.data)
 	}
 	digest := "sha256:" + hex.EncodeToString(h.Sum(nil))
-	return &compiledPolicy{files: files, digest: digest, fast: fastPathDigests[digest], idle: []*instance{inst}}, nil
+	return &compiledPolicy{files: files, digest: digest, idle: []*instance{inst}}, nil
 }
 
 // compileInstance compiles policy files into a new CUE context. Each call gives

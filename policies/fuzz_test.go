@@ -42,13 +42,11 @@ func sharedEngine(t *testing.T) *Engine {
 	return fuzzEngine
 }
 
-// FuzzDecide decides inputs built from the golden fixtures, the synthetic grid of
-// fastpath_test.go and fuzz bytes, and checks what every decision must satisfy
-// whatever the facts: it never panics; an input the schema accepts is decided (no
-// error); a decision is exactly one of allowed, rejected or waiting, with a rule, a
-// message and reasons; an allowed decision names a playbook of its remediation and
-// honours the runbook's safety floor; and Decide (fast path) decides exactly as the
-// general path does.
+// FuzzDecide decides inputs built from the golden fixtures and fuzz bytes, and checks
+// what every decision must satisfy whatever the facts: it never panics; an input the
+// schema (#Input) accepts is decided (no error); a decision is exactly one of allowed,
+// rejected or waiting, with a rule, a message and reasons; an allowed decision names a
+// playbook of its remediation and honours the runbook's safety floor.
 //
 // inputJSON is a policies.Input as JSON; when it does not decode, the input starts
 // empty. edits then change one field at a time (see applyEdits), so that the fuzzer
@@ -68,11 +66,6 @@ func FuzzDecide(f *testing.F) {
 		// The same facts with a few fields changed: the fencing, the state, the age.
 		f.Add(in, []byte{7, 2, 2, 1, 4, 3})
 	}
-	for i, in := range synthetic() {
-		data, err := json.Marshal(in)
-		require.NoError(f, err)
-		f.Add(data, []byte{byte(i), byte(i >> 8)})
-	}
 	f.Add([]byte("not json"), []byte{0, 0, 3, 1, 6, 1, 2, 0, 4, 5, 10, 1})
 
 	f.Fuzz(func(t *testing.T, inputJSON, edits []byte) {
@@ -89,19 +82,9 @@ func FuzzDecide(f *testing.F) {
 func checkDecision(t *testing.T, e *Engine, in Input) {
 	t.Helper()
 	got, err := e.Decide(in)
-	want, wantErr := decideGeneral(e, in)
-	if wantErr != nil {
-		require.Error(t, err, "the general path fails (%v), Decide decided %+v", wantErr, got)
-		require.Equal(t, wantErr.Error(), err.Error())
-		require.False(t, inputInSchema(withConflicts(in)), "the schema accepts the input but the policy did not decide: %v", wantErr)
+	if err != nil {
+		require.False(t, schemaAccepts(t, e, withConflicts(in)), "the schema accepts the input but the policy did not decide: %v", err)
 		return
-	}
-	require.NoError(t, err)
-	require.Equal(t, want, got, "the fast path decided otherwise than the general path")
-	if usesFastPath(e, in) {
-		fast, err := decideFast(e, in)
-		require.NoError(t, err, "the fast path did not decide where the general path did")
-		require.Equal(t, want, fast)
 	}
 
 	d := got

@@ -46,7 +46,7 @@ func TestPlaybookEnumMatchesPlaybooks(t *testing.T) {
 }
 
 // TestPlaybookEnumRefusesUnknownPlaybook: a rule that names a playbook outside the
-// enum makes the decision fail (fail closed), on the general path as on the fast one.
+// enum makes the decision fail (fail closed).
 func TestPlaybookEnumRefusesUnknownPlaybook(t *testing.T) {
 	e, err := Embedded()
 	require.NoError(t, err)

@@ -243,7 +243,6 @@ func (e *Engine) Decide(in Input) (Decision, error) {
 	if in.Conflicts == nil {
 		in.Conflicts = []string{}
 	}
-	inSchema := inputInSchema(in)
 	data, err := json.Marshal(in)
 	if err != nil {
 		return Decision{}, &EvalError{Reason: EvalReasonError, Err: fmt.Errorf("encoding policy input: %w", err)}
@@ -267,7 +266,7 @@ func (e *Engine) Decide(in Input) (Decision, error) {
 	}
 	// Buffered, so that an abandoned evaluation can still deliver its result and end.
 	done := make(chan result, 1)
-	fast, hook := c.fast && inSchema, e.onEvaluate
+	hook := e.onEvaluate
 	go func() {
 		var r result
 		defer func() {
@@ -279,7 +278,7 @@ func (e *Engine) Decide(in Input) (Decision, error) {
 		if hook != nil {
 			hook()
 		}
-		r.d, r.err = evaluate(inst.ctx, inst.root, inst.policy, fast, data)
+		r.d, r.err = decideInput(inst.ctx, inst.policy, data)
 	}()
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
@@ -320,32 +319,11 @@ func (e *Engine) timedOut(c *compiledPolicy, what string, timeout time.Duration)
 	}
 }
 
-// evaluate decides one input: on the fast path where fast allows it and the fast
-// path decides, on the general path otherwise. It must be the only user of ctx, root
-// and policy while it runs.
-//
-// Both paths evaluate the same CUE, #Policy & {input: <data>}, and CUE's result does
-// not depend on the order of evaluation, so where both decide they decide alike. They
-// differ in errors: the general path evaluates every field and fails when any of them
-// fails, even one the decision does not use (an input.mode outside the schema fails
-// it although no rule reads mode), while the fast path evaluates only what the
-// decision needs. So the fast path is used only where the general path cannot fail
-// outside the decision: fast is true only for a reviewed policy source
-// (fastPathDigests) and an input that inputInSchema accepts. Where the fast path does
-// not decide (any error), the general path decides, so that every error is the
-// general path's own.
-func evaluate(ctx *cue.Context, root, policy cue.Value, fast bool, data []byte) (decoded, error) {
-	if fast {
-		if d, ok := tryFast(ctx, root, data); ok {
-			return d, nil
-		}
-	}
-	return decideFull(ctx, policy, data)
-}
-
-// decideFull is the general path: it fills the input into the policy and decodes its
-// decision.
-func decideFull(ctx *cue.Context, policy cue.Value, data []byte) (decoded, error) {
+// decideInput fills the input into the policy and decodes its decision. It must be the
+// only user of ctx and policy while it runs. The whole of #Policy & {input: data} is
+// evaluated, so an input outside #Input fails the decision even where no rule reads
+// the offending field: one evaluation path, whatever the policy source.
+func decideInput(ctx *cue.Context, policy cue.Value, data []byte) (decoded, error) {
 	iv := ctx.CompileBytes(data)
 	if err := iv.Err(); err != nil {
 		return decoded{}, fmt.Errorf("compiling policy input: %w", err)
