@@ -38,9 +38,20 @@ func (r SplitReader) pick(obj runtime.Object, namespace string) client.Reader {
 	return r.Live
 }
 
-// Get implements client.Reader.
+// Get implements client.Reader. A NotFound from the cache is confirmed live: the
+// informer can lag behind an object created just before the request (a PV and its
+// request applied together), and a cache miss is no proof of absence; a request
+// rejected as target-unresolved on it would stay rejected. Only absent objects pay
+// the extra read.
 func (r SplitReader) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
-	return r.pick(obj, key.Namespace).Get(ctx, key, obj, opts...)
+	if r.Cached == nil || !r.Cached(obj, key.Namespace) {
+		return r.Live.Get(ctx, key, obj, opts...)
+	}
+	err := r.Cache.Get(ctx, key, obj, opts...)
+	if apierrors.IsNotFound(err) {
+		return r.Live.Get(ctx, key, obj, opts...)
+	}
+	return err
 }
 
 // List implements client.Reader.

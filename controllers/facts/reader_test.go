@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -92,4 +93,28 @@ func TestRetryReaderStopsWithTheContext(t *testing.T) {
 	err := RetryReader{Reader: f}.Get(ctx, client.ObjectKey{Name: "n"}, &coordinationv1.Lease{})
 	require.ErrorIs(t, err, context.Canceled, "a read under a cancelled context must fail, never return an empty object")
 	assert.Equal(t, 1, f.calls, "a cancelled reconcile must not retry")
+}
+
+// TestSplitReaderConfirmsACacheMissLive: an object the cache does not have yet (its
+// informer lags behind a PV created just before the request) is read live before it
+// counts as absent; an object absent from both stays NotFound.
+func TestSplitReaderConfirmsACacheMissLive(t *testing.T) {
+	gr := schema.GroupResource{Group: "coordination.k8s.io", Resource: "leases"}
+	notFound := &flakyReader{err: apierrors.NewNotFound(gr, "pvc-1"), failures: 1 << 30}
+	live := &flakyReader{}
+	r := SplitReader{Cache: notFound, Live: live, Cached: func(runtime.Object, string) bool { return true }}
+	require.NoError(t, r.Get(context.Background(), client.ObjectKey{Namespace: "trident", Name: "pvc-1"}, &coordinationv1.Lease{}))
+	assert.Equal(t, 1, notFound.calls, "the cache is read first")
+	assert.Equal(t, 1, live.calls, "a cache miss is confirmed live")
+
+	gone := &flakyReader{err: apierrors.NewNotFound(gr, "pvc-2"), failures: 1 << 30}
+	r.Live = gone
+	err := r.Get(context.Background(), client.ObjectKey{Namespace: "trident", Name: "pvc-2"}, &coordinationv1.Lease{})
+	assert.True(t, apierrors.IsNotFound(err), "absent from both: %v", err)
+
+	// A hit is not read again.
+	live.calls = 0
+	r = SplitReader{Cache: &flakyReader{}, Live: live, Cached: func(runtime.Object, string) bool { return true }}
+	require.NoError(t, r.Get(context.Background(), client.ObjectKey{Namespace: "trident", Name: "pvc-3"}, &coordinationv1.Lease{}))
+	assert.Zero(t, live.calls)
 }
