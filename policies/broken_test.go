@@ -51,6 +51,17 @@ var brokenSources = []struct {
 		[]string{"p.cue:2", "reference \"#Nowhere\" not found"}},
 	{"no #Policy", LoadReasonNoPolicy, map[string]string{"p.cue": "package policies\n#Rules: {input: _, decision: {" + decision + "}}\n"},
 		[]string{"no #Policy"}},
+	// The schema is the binary's: a directory that brings one, or redefines a part of
+	// it, is refused, even when the text is the same.
+	{"a schema.cue", LoadReasonSchema, map[string]string{
+		"schema.cue": "package policies\n", "p.cue": "package policies\n#Policy: {input: _, decision: {" + decision + "}}\n"},
+		[]string{"schema.cue: the schema (#Input, #Decision) is the controller's own", "holds rules only"}},
+	{"redefines #Input", LoadReasonSchema, map[string]string{
+		"p.cue": "package policies\n#Input: {remediation: string}\n#Policy: {input: _, decision: {" + decision + "}}\n"},
+		[]string{"p.cue defines #Input, which the controller's schema owns"}},
+	{"redefines #Decision and #Contract", LoadReasonSchema, map[string]string{
+		"p.cue": "package policies\n#Decision: _\n#Contract: _\n#Policy: {input: _, decision: {" + decision + "}}\n"},
+		[]string{"p.cue defines #Contract, #Decision"}},
 	{"no policy file", LoadReasonRead, map[string]string{"README.md": "policies go here\n"},
 		[]string{"no .cue policy files"}},
 	// A typo in a playbook name: found at load, not when an incident reaches the rule.
@@ -134,7 +145,7 @@ func TestReloadKeepsTheLastGoodPolicy(t *testing.T) {
 				require.NoError(t, os.Remove(filepath.Join(dir, name)))
 			}
 			copyPolicies(t, dir)
-			p := filepath.Join(dir, "schema.cue")
+			p := filepath.Join(dir, "reregister_csi_driver.cue")
 			src, err := os.ReadFile(p)
 			require.NoError(t, err)
 			require.NoError(t, os.WriteFile(p, append(src, "// fixed\n"...), 0o644))
@@ -159,8 +170,9 @@ func TestEmbeddedPoliciesNameOnlyKnownPlaybooks(t *testing.T) {
 }
 
 // TestComputedPlaybookIsLeftToTheDecision: a playbook name the policy computes cannot
-// be checked at load; the decision names it, and the controller rejects it then
-// (controllers.RuleUnknownPlaybook).
+// be checked at load; the schema's #Decision holds it to #Playbook when the decision
+// is made, so the decision fails (fail closed) and says why, even for a rule that
+// writes its decision without #Decision.
 func TestComputedPlaybookIsLeftToTheDecision(t *testing.T) {
 	dir := t.TempDir()
 	writePolicy(t, dir, "p.cue", `package policies
@@ -170,8 +182,10 @@ func TestComputedPlaybookIsLeftToTheDecision(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, e.RequirePlaybooks(defaultPlaybookNames(t)))
 	d, err := e.Decide(input(0))
-	require.NoError(t, err)
-	assert.Equal(t, "node-release-luks-lease", d.Playbook)
+	var ee *EvalError
+	require.ErrorAs(t, err, &ee, "decided %+v", d)
+	assert.Equal(t, EvalReasonInvalid, ee.Reason)
+	assert.Contains(t, err.Error(), "names a playbook this controller does not have")
 }
 
 // ambiguousPolicy has two rules that both match a shutdown holder and disagree.
@@ -251,8 +265,10 @@ func TestOversizedDecisionsAreRefused(t *testing.T) {
 			"reason 0 of rule r is 5000 bytes, at most 1024"},
 		{"huge rule name", `allowed: false, rule: strings.Repeat("r", 300), reasons: ["x"], message: "m"`, EvalReasonTooLarge,
 			"the rule name is 300 bytes, at most 253"},
-		{"huge playbook name", `allowed: true, playbook: strings.Repeat("p", 300), rule: "r", reasons: ["x"], message: "m"`, EvalReasonTooLarge,
-			"the playbook name is 300 bytes, at most 253"},
+		// Computed, so that it is only seen when deciding: not one of the schema's
+		// #Playbook, which also caps its length.
+		{"huge playbook name", `allowed: true, playbook: strings.Repeat(input.remediation, 20), rule: "r", reasons: ["x"], message: "m"`, EvalReasonInvalid,
+			"names a playbook this controller does not have"},
 		{"no rule", `allowed: false, rule: "", reasons: ["x"], message: "m"`, EvalReasonInvalid, "names no rule"},
 		// Two rules that disagree on huge values: CUE quotes both in the error.
 		{"huge conflict", `message: strings.Repeat("a", 40000), if input.remediation != "" {message: strings.Repeat("b", 40000)}, allowed: false, rule: "r", reasons: ["x"]`, EvalReasonAmbiguous,

@@ -34,13 +34,16 @@ const (
 	LoadReasonCompile = "compile"
 	// LoadReasonNoPolicy: the package defines no #Policy.
 	LoadReasonNoPolicy = "no-policy"
+	// LoadReasonSchema: a policy directory brings a schema.cue, or a file that
+	// redefines what the controller's schema owns (#Input, #Decision, ...).
+	LoadReasonSchema = "schema"
 	// LoadReasonUnknownPlaybook: a rule spells out a playbook the controller does not
 	// have (see RequirePlaybooks).
 	LoadReasonUnknownPlaybook = "unknown-playbook"
 )
 
 // LoadReasons are every LoadError reason, for metrics that list them all.
-var LoadReasons = []string{LoadReasonRead, LoadReasonSyntax, LoadReasonCompile, LoadReasonNoPolicy, LoadReasonUnknownPlaybook}
+var LoadReasons = []string{LoadReasonRead, LoadReasonSyntax, LoadReasonCompile, LoadReasonNoPolicy, LoadReasonSchema, LoadReasonUnknownPlaybook}
 
 // LoadError is a policy source that was refused.
 type LoadError struct {
@@ -125,6 +128,14 @@ func utf8Start(b byte) bool { return b&0xC0 != 0x80 }
 // mean two rules both decided, differently: the policy is ambiguous. (A conflict in
 // the input, such as a mode outside the schema, is not the rules' ambiguity.)
 func evalError(err error) *EvalError {
+	for _, e := range cueerrors.Errors(err) {
+		// The schema's #Decision holds playbook to #Playbook: a rule that names (or
+		// computes) another name fails here, whatever else disagrees.
+		if p := e.Path(); len(p) >= 2 && p[len(p)-1] == "playbook" && p[len(p)-2] == "decision" {
+			return &EvalError{Reason: EvalReasonInvalid, Err: fmt.Errorf(
+				"policy decision names a playbook this controller does not have (%w); the playbooks are the schema's #Playbook", err)}
+		}
+	}
 	for _, e := range cueerrors.Errors(err) {
 		msg, _ := e.Msg()
 		if strings.HasPrefix(msg, "conflicting values") && slices.Contains(e.Path(), "decision") {

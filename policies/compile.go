@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io/fs"
+	"os"
 	"path"
 	"slices"
 	"strings"
@@ -16,8 +17,10 @@ import (
 	"testing/fstest"
 
 	"cuelang.org/go/cue"
+	"cuelang.org/go/cue/ast"
 	"cuelang.org/go/cue/cuecontext"
 	"cuelang.org/go/cue/load"
+	"cuelang.org/go/cue/parser"
 )
 
 // compiledPolicy is one policy source, compiled. Its source and digest never change
@@ -68,27 +71,112 @@ type sourceFile struct {
 	data []byte
 }
 
-// compile loads every non-test .cue file of one package. Files are read into an
-// overlay so that embedded and on-disk policies load the same way.
-func compile(fsys fs.FS, dir string) (*compiledPolicy, error) {
-	names, err := fs.Glob(fsys, path.Join(dir, "*.cue"))
+// compile loads the rules of one policy source, every non-test .cue file of fsys,
+// together with the binary's own schema, and compiles them.
+func compile(fsys fs.FS) (*compiledPolicy, error) {
+	files, err := withSchema(fsys)
+	if err != nil {
+		return nil, err
+	}
+	return compileFiles(files)
+}
+
+// schemaFile is the contract between the binary and its policies: #Input, which the
+// Go code fills in, #Decision, which it decodes, and the definitions they use. It is
+// always the embedded one: a policy source (the embedded rules, or a --policies-dir
+// from Git) supplies rules only, so no policy can change what the Go code relies on.
+const schemaFile = "schema.cue"
+
+// contract is what a decision evaluates: the rules' #Policy held to the schema's
+// #Input and #Decision (schema.cue defines it).
+const contract = "#Contract"
+
+// schema is the embedded schema file and the top-level labels it defines.
+var schema = sync.OnceValues(func() (sourceFile, []string) {
+	data, err := embedded.ReadFile(schemaFile)
+	if err != nil {
+		panic(fmt.Sprintf("the embedded %s: %v", schemaFile, err))
+	}
+	f, err := parser.ParseFile(schemaFile, data)
+	if err != nil {
+		panic(fmt.Sprintf("parsing the embedded %s: %v", schemaFile, err))
+	}
+	return sourceFile{name: schemaFile, data: data}, topLevelLabels(f)
+})
+
+// topLevelLabels are the names a CUE file declares at its top level, sorted.
+func topLevelLabels(f *ast.File) []string {
+	var labels []string
+	for _, d := range f.Decls {
+		if field, ok := d.(*ast.Field); ok {
+			if name, _, err := ast.LabelName(field.Label); err == nil {
+				labels = append(labels, name)
+			}
+		}
+	}
+	slices.Sort(labels)
+	return labels
+}
+
+// withSchema reads the rules of fsys (its non-test .cue files) and returns them after
+// the binary's schema. The embedded source holds the schema itself, which is taken
+// from there once; any other source must not: a file named schema.cue, or one that
+// declares a definition of the schema (#Input, #Decision, ...), is refused, so that a
+// policy directory cannot redefine the contract, even to the same text.
+func withSchema(fsys fs.FS) ([]sourceFile, error) {
+	names, err := fs.Glob(fsys, "*.cue")
 	if err != nil {
 		return nil, loadError(LoadReasonRead, "listing policies: %w", err)
 	}
 	names = slices.DeleteFunc(names, func(n string) bool { return strings.HasSuffix(n, "_test.cue") })
-	if len(names) == 0 {
-		return nil, loadError(LoadReasonRead, "no .cue policy files found")
-	}
-	slices.Sort(names)
-	files := make([]sourceFile, 0, len(names))
+	isEmbedded := fsys == fs.FS(embedded)
+	sch, owned := schema()
+	files := []sourceFile{sch}
+	hasPolicy := false
 	for _, n := range names {
+		if n == schemaFile && isEmbedded {
+			continue
+		}
+		if n == schemaFile {
+			return nil, loadError(LoadReasonSchema, "%s: the schema (#Input, #Decision) is the controller's own and cannot be replaced: a policy directory holds rules only; remove %s", n, n)
+		}
 		data, err := fs.ReadFile(fsys, n)
 		if err != nil {
 			return nil, loadError(LoadReasonRead, "reading policy %s: %w", n, err)
 		}
-		files = append(files, sourceFile{name: path.Base(n), data: data})
+		f, err := parser.ParseFile(n, data)
+		if err != nil {
+			return nil, loadError(LoadReasonSyntax, "parsing policy %s: %w", n, positioned{err})
+		}
+		labels := topLevelLabels(f)
+		if _, found := slices.BinarySearch(labels, "#Policy"); found {
+			hasPolicy = true
+		}
+		if clash := intersect(labels, owned); len(clash) > 0 {
+			return nil, loadError(LoadReasonSchema, "%s defines %s, which the controller's schema owns: a policy directory holds rules only; rename or remove %s",
+				n, strings.Join(clash, ", "), strings.Join(clash, ", "))
+		}
+		files = append(files, sourceFile{name: n, data: data})
 	}
-	return compileFiles(files)
+	if len(files) == 1 {
+		return nil, loadError(LoadReasonRead, "no .cue policy files found")
+	}
+	if !hasPolicy && !isEmbedded {
+		return nil, loadError(LoadReasonNoPolicy, "policies define no #Policy")
+	}
+	slices.SortFunc(files, func(a, b sourceFile) int { return strings.Compare(a.name, b.name) })
+	return files, nil
+}
+
+// intersect are the elements of sorted a that are in sorted b.
+func intersect(a, b []string) []string {
+	var out []string
+	for _, x := range a {
+		if _, found := slices.BinarySearch(b, x); found {
+			out = append(out, x)
+		}
+	}
+	return out
 }
 
 // policyRoot is where the policy files sit in the in-memory filesystem they are loaded
@@ -137,10 +225,13 @@ func compileInstance(files []sourceFile) (*instance, error) {
 	if err := v.Err(); err != nil {
 		return nil, loadError(LoadReasonCompile, "compiling policies: %w", positioned{err})
 	}
-	policy := v.LookupPath(cue.ParsePath("#Policy"))
-	if !policy.Exists() {
+	if !v.LookupPath(cue.ParsePath("#Policy")).Exists() {
 		return nil, loadError(LoadReasonNoPolicy, "policies define no #Policy")
 	}
+	// The schema's #Contract: #Policy with its input an #Input and its decision a
+	// #Decision, whatever the rules say.
+	// Where the rules contradict it outside any input, BuildInstance failed above.
+	policy := v.LookupPath(cue.ParsePath(contract))
 	return &instance{ctx: ctx, root: v, policy: policy}, nil
 }
 
@@ -169,4 +260,26 @@ func (c *compiledPolicy) give(inst *instance) {
 	if len(c.idle) < maxIdleInstances {
 		c.idle = append(c.idle, inst)
 	}
+}
+
+// VetCase is `cue vet -c` of one case file (a *_test.cue of a policy directory)
+// against the rules in dir and the controller's schema, the package the controller
+// would load: the case's fields unified with it, validated concrete with hidden fields
+// and definitions, as the cue command does. The rules are checked as the controller
+// checks them (no schema.cue, no redefinition of what the schema owns).
+func VetCase(dir, caseName string, caseSrc []byte) error {
+	files, err := withSchema(os.DirFS(dir))
+	if err != nil {
+		return err
+	}
+	// Not named *_test.cue in the loader's filesystem, which would leave it out.
+	files = append(files, sourceFile{name: "zz_case_" + strings.TrimSuffix(path.Base(caseName), ".cue") + "_vet.cue", data: caseSrc})
+	inst, err := compileInstance(files)
+	if err != nil {
+		return err
+	}
+	if err := inst.root.Validate(cue.Attributes(true), cue.Definitions(true), cue.Hidden(true), cue.Concrete(true)); err != nil {
+		return positioned{err}
+	}
+	return nil
 }

@@ -149,7 +149,7 @@ func Load(dir string) (*Engine, error) {
 }
 
 func newEngine(fsys fs.FS, dir string) (*Engine, error) {
-	c, err := compile(fsys, ".")
+	c, err := compile(fsys)
 	if err != nil {
 		return nil, err
 	}
@@ -212,7 +212,7 @@ func (e *Engine) Reload() (changed bool, err error) {
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	n, err := compile(os.DirFS(e.dir), ".")
+	n, err := compile(os.DirFS(e.dir))
 	if err != nil {
 		return false, err
 	}

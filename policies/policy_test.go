@@ -166,6 +166,9 @@ func TestConcurrentDecisions(t *testing.T) {
 func TestPolicySuiteCanFail(t *testing.T) {
 	dir := t.TempDir()
 	copyPolicies(t, dir)
+	// make policy-test vets the whole package, the schema with the rules.
+	sch, _ := schema()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, sch.name), sch.data, 0o644))
 	tests, err := filepath.Glob("*_test.cue")
 	require.NoError(t, err)
 	require.NotEmpty(t, tests, "no *_test.cue files")
@@ -201,7 +204,8 @@ func copyPolicies(t *testing.T, dir string) {
 	files, err := filepath.Glob("*.cue")
 	require.NoError(t, err)
 	for _, f := range files {
-		if strings.HasSuffix(f, "_test.cue") {
+		// A policy directory holds the rules only: the schema is the binary's.
+		if strings.HasSuffix(f, "_test.cue") || f == schemaFile {
 			continue
 		}
 		data, err := os.ReadFile(f)
@@ -228,4 +232,21 @@ func BenchmarkDecide(b *testing.B) {
 		_, err := e.Decide(fx.Input)
 		require.NoError(b, err)
 	}
+}
+
+// TestRulesFromADirectoryAreTheEmbeddedPolicy: a directory holding the embedded rules
+// (no schema.cue) compiles to the very policy the binary embeds, digest included: the
+// schema is always the binary's, and both load the same way.
+func TestRulesFromADirectoryAreTheEmbeddedPolicy(t *testing.T) {
+	dir := t.TempDir()
+	copyPolicies(t, dir)
+	_, err := os.Stat(filepath.Join(dir, schemaFile))
+	require.True(t, os.IsNotExist(err), "copyPolicies copies the rules only")
+	fromDir, err := FromDir(dir)
+	require.NoError(t, err)
+	assert.Equal(t, engine(t).Digest(), fromDir.Digest())
+	fx := loadFixture(t, "testdata/shutdown-holder.yaml")
+	d, err := fromDir.Decide(fx.Input)
+	require.NoError(t, err)
+	assert.Equal(t, fx.Want.Rule, d.Rule)
 }

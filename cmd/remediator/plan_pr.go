@@ -23,9 +23,6 @@ import (
 	"slices"
 	"strings"
 
-	"cuelang.org/go/cue"
-	"cuelang.org/go/cue/cuecontext"
-	"cuelang.org/go/cue/load"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 )
@@ -283,29 +280,6 @@ func (o prOptions) kubeconfig() (string, error) {
 		_ = f.Close()
 	}
 	return kc, nil
-}
-
-// vetPolicyCases is `cue vet -c POLICY_FILES... - < CASE`: the case file unified with
-// the policy files, validated concrete with hidden fields and definitions, as the
-// cue command does. A *_test.cue file named as a path is ignored by CUE's loader, so
-// it goes in as the "-" file.
-func vetPolicyCases(dir string, policyFiles []string, caseFile string) error {
-	src, err := os.ReadFile(caseFile)
-	if err != nil {
-		return fmt.Errorf("reading %s: %w", caseFile, err)
-	}
-	insts := load.Instances(append(slices.Clone(policyFiles), "-"), &load.Config{Dir: dir, Stdin: bytes.NewReader(src)})
-	if len(insts) != 1 {
-		return fmt.Errorf("loading the policies with %s: want one instance, got %d", caseFile, len(insts))
-	}
-	if insts[0].Err != nil {
-		return fmt.Errorf("loading the policies with %s: %w", caseFile, insts[0].Err)
-	}
-	v := cuecontext.New().BuildInstance(insts[0])
-	if err := v.Err(); err != nil {
-		return err
-	}
-	return v.Validate(cue.Attributes(true), cue.Definitions(true), cue.Hidden(true), cue.Concrete(true))
 }
 
 // errPRFailed makes main exit 1 without printing an error: the report says why.
