@@ -80,9 +80,10 @@ func TestBrokenPoliciesFailClosed(t *testing.T) {
 import "strings"
 #Policy: {input: _, decision: {allowed: false, rule: "verbose", reasons: ["x"], message: strings.Repeat("why ", 10000)}}
 `},
-		// The playbook is computed, so the load could not check it.
-		{name: "unknown-playbook", rule: controllers.RuleUnknownPlaybook, want: []string{`"node-Shutdown"`, "does not have"}, policy: `package policies
-#Policy: {input: _, decision: {allowed: true, playbook: "node-\(input.facts.node.state)", rule: "computed", reasons: ["x"], message: "m"}}
+		// The playbook is computed, so the load could not check it; the schema's
+		// #Playbook refuses it when the decision is made.
+		{name: "unknown-playbook", rule: controllers.RulePolicyError, want: []string{"names a playbook this controller does not have"}, policy: `package policies
+#Policy: {input: _, decision: {allowed: true, playbook: "node-\(input.remediation)", rule: "computed", reasons: ["x"], message: "m"}}
 `},
 		// An evaluation that explodes in time: a million iterations whatever the input.
 		{name: "runaway", rule: policies.RulePolicyTimeout, timeout: 25 * time.Millisecond, want: []string{"took longer than 25ms"}, policy: `package policies

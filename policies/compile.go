@@ -92,7 +92,19 @@ const schemaFile = "schema.cue"
 const contract = "#Contract"
 
 // schema is the embedded schema file and the top-level labels it defines.
-var schema = sync.OnceValues(func() (sourceFile, []string) {
+func schema() (sourceFile, []string) {
+	s := parsedSchema()
+	return s.file, s.labels
+}
+
+type schemaSource struct {
+	file   sourceFile
+	labels []string
+	// playbooks are #Playbook's names, sorted.
+	playbooks []string
+}
+
+var parsedSchema = sync.OnceValue(func() schemaSource {
 	data, err := embedded.ReadFile(schemaFile)
 	if err != nil {
 		panic(fmt.Sprintf("the embedded %s: %v", schemaFile, err))
@@ -101,7 +113,21 @@ var schema = sync.OnceValues(func() (sourceFile, []string) {
 	if err != nil {
 		panic(fmt.Sprintf("parsing the embedded %s: %v", schemaFile, err))
 	}
-	return sourceFile{name: schemaFile, data: data}, topLevelLabels(f)
+	s := schemaSource{file: sourceFile{name: schemaFile, data: data}, labels: topLevelLabels(f)}
+	for _, d := range f.Decls {
+		if field, ok := d.(*ast.Field); ok {
+			if name, _, err := ast.LabelName(field.Label); err == nil && name == "#Playbook" {
+				for _, lit := range stringLiterals(field.Value) {
+					s.playbooks = append(s.playbooks, lit.value)
+				}
+			}
+		}
+	}
+	if len(s.playbooks) == 0 {
+		panic(fmt.Sprintf("the embedded %s defines no #Playbook names", schemaFile))
+	}
+	slices.Sort(s.playbooks)
+	return s
 })
 
 // topLevelLabels are the names a CUE file declares at its top level, sorted.
@@ -163,6 +189,13 @@ func withSchema(fsys fs.FS) ([]sourceFile, error) {
 	}
 	if !hasPolicy && !isEmbedded {
 		return nil, loadError(LoadReasonNoPolicy, "policies define no #Policy")
+	}
+	// A playbook a rule spells out must be one of the schema's #Playbook, which the
+	// decision is held to anyway: said here with the file and line, at load, rather
+	// than as a conflict when the rule first matches an incident.
+	rules := slices.DeleteFunc(slices.Clone(files), func(f sourceFile) bool { return f.name == schemaFile })
+	if err := checkPlaybooks(rules, parsedSchema().playbooks); err != nil {
+		return nil, err
 	}
 	slices.SortFunc(files, func(a, b sourceFile) int { return strings.Compare(a.name, b.name) })
 	return files, nil

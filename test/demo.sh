@@ -105,7 +105,8 @@ say "This demo shortens the 5-minute settle gate to $UNREACHABLE_GATE s so it ru
 echo "Policies: remediator's own policies/*.cue with only the Lease-age gates changed ($POLICIES):"
 rm -rf "$POLICIES" && mkdir -p "$POLICIES"
 for f in "$ROOT"/policies/*.cue; do
-  [[ "$f" == *_test.cue ]] || cp "$f" "$POLICIES/"
+  # The rules only: the schema (schema.cue) is always the controller's own.
+  [[ "$f" == *_test.cue || "$(basename "$f")" == schema.cue ]] || cp "$f" "$POLICIES/"
 done
 shorten_gate "$POLICIES/release_luks_lease.cue" '#UnreachableMinLeaseAgeSeconds' "$UNREACHABLE_GATE"
 shorten_gate "$POLICIES/release_luks_lease.cue" '#HealthyStuckLeaseAgeSeconds' "$HEALTHY_GATE"

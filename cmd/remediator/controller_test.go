@@ -21,7 +21,7 @@ func TestControllerDoesNotStartOnABrokenPolicy(t *testing.T) {
 		{"syntax error", "package policies\n#Policy: {input: _, decision: \n", []string{"loading policies", "p.cue:2:", "expected operand"}},
 		{"unknown playbook", `package policies
 #Policy: {input: _, decision: {allowed: true, playbook: "node-shutdwn", rule: "r", reasons: ["x"], message: "m"}}
-`, []string{"loading policies from", `p.cue:2:`, `playbook "node-shutdwn"`}},
+`, []string{"loading policies", `p.cue:2:`, `playbook "node-shutdwn"`}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

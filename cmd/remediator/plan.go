@@ -127,7 +127,8 @@ file are fine; -f - reads stdin) it:
      rule, its reasons and message, the policy digest), the playbook's steps, and
      notes on spec.mode DryRun and on spec.maintenanceWindow.
 
---policies-dir must hold a whole policy package that compiles and names only the
+--policies-dir holds policy rules only (the schema, #Input and #Decision, is always
+the binary's own: a schema.cue there is refused); they must compile and name only the
 playbooks the controller runs. When it holds a kustomization.yaml (what Argo CD builds
 into the controller's policies ConfigMap), plan builds it as kustomize does and
 refuses it unless it generates one ConfigMap, --policies-configmap, holding exactly

@@ -20,7 +20,7 @@ func TestPlanHoldsTheFloor(t *testing.T) {
 	srcs, err := filepath.Glob("../../policies/*.cue")
 	require.NoError(t, err)
 	for _, src := range srcs {
-		if strings.HasSuffix(src, "_test.cue") {
+		if strings.HasSuffix(src, "_test.cue") || filepath.Base(src) == "schema.cue" {
 			continue
 		}
 		data, err := os.ReadFile(src)

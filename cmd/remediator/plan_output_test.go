@@ -45,7 +45,7 @@ func TestPlanErrors(t *testing.T) {
 		{"facts that are not facts", []string{"-f", planTestdata + "shutdown.yaml", "--facts", planTestdata + "wrong-kind.yaml"},
 			"", `v1 ConfigMap named "release-lease" is neither a Facts document nor a RemediationRequest with status.facts`},
 		{"policies that do not compile", []string{"-f", planTestdata + "shutdown.yaml", "--facts", planTestdata + "facts/shutdown.yaml", "--policies-dir", planTestdata + "bad-policies"},
-			"", "loading policies from testdata/plan/bad-policies: loading policies:"},
+			"", "loading policies from testdata/plan/bad-policies: parsing policy policy.cue:"},
 		{"policies dir without policies", []string{"-f", planTestdata + "shutdown.yaml", "--facts", planTestdata + "facts/shutdown.yaml", "--policies-dir", emptyDir},
 			"", "no .cue policy files found"},
 		{"bad --at", []string{"-f", planTestdata + "shutdown.yaml", "--facts", planTestdata + "facts/shutdown.yaml", "--at", "tonight"},

@@ -21,6 +21,10 @@ func overridePolicies(t *testing.T, kustomize bool, edit func(name, src string) 
 	srcs, err := filepath.Glob("../../policies/*.cue")
 	require.NoError(t, err)
 	for _, src := range srcs {
+		// The schema is the controller's own: a policy directory holds the rules only.
+		if filepath.Base(src) == "schema.cue" {
+			continue
+		}
 		data := mustRead(t, src)
 		if edit != nil {
 			data = edit(filepath.Base(src), data)
@@ -76,22 +80,31 @@ func TestPlanRefusesPoliciesTheClusterWouldNotGet(t *testing.T) {
 			setup: func(t *testing.T) []string {
 				dir := overridePolicies(t, true, nil)
 				k := filepath.Join(dir, "kustomization.yaml")
-				require.NoError(t, os.WriteFile(k, []byte(strings.Replace(mustRead(t, k), "      - schema.cue\n", "", 1)), 0o644))
+				require.NoError(t, os.WriteFile(k, []byte(strings.Replace(mustRead(t, k), "      - reregister_csi_driver.cue\n", "", 1)), 0o644))
 				return []string{"--policies-dir", dir}
 			},
-			want: "schema.cue is missing: plan evaluates it",
+			want: "reregister_csi_driver.cue is missing: plan evaluates it",
 		},
 		{
-			// A playbook the edited schema allows but the controller does not run:
-			// the controller refuses such policies at start-up, so plan does too.
+			// A playbook the controller does not run: the controller refuses such
+			// policies at start-up, so plan does too.
 			name: "a playbook the controller lacks",
 			setup: func(t *testing.T) []string {
 				return []string{"--policies-dir", overridePolicies(t, false, func(name, src string) string {
-					src = strings.Replace(src, `#Playbook: "node-shutdown" |`, `#Playbook: "reboot-node" | "node-shutdown" |`, 1)
 					return strings.Replace(src, `playbook: "node-shutdown"`, `playbook: "reboot-node"`, 1)
 				})}
 			},
 			want: `playbook "reboot-node"`,
+		},
+		{
+			// The schema is the controller's: a directory that brings one is refused.
+			name: "a schema.cue",
+			setup: func(t *testing.T) []string {
+				dir := overridePolicies(t, false, nil)
+				require.NoError(t, os.WriteFile(filepath.Join(dir, "schema.cue"), []byte("package policies\n"), 0o644))
+				return []string{"--policies-dir", dir}
+			},
+			want: "a policy directory holds rules only; remove schema.cue",
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -169,6 +169,10 @@ func TestPlanPoliciesDir(t *testing.T) {
 	require.NoError(t, err)
 	require.NotEmpty(t, srcs, "no policies found")
 	for _, src := range srcs {
+		// The schema is the controller's own: a policy directory holds the rules only.
+		if filepath.Base(src) == "schema.cue" {
+			continue
+		}
 		data, err := os.ReadFile(src)
 		require.NoError(t, err)
 		data = bytes.Replace(data, []byte("#UnreachableMinLeaseAgeSeconds: 300"), []byte("#UnreachableMinLeaseAgeSeconds: 3600"), 1)

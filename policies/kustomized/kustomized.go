@@ -155,7 +155,7 @@ func onlyAGenerator(k types.Kustomization) error {
 			key, file = src, src
 		}
 		if key != file || file != path.Base(file) || strings.Contains(file, ":") || !strings.HasSuffix(file, ".cue") {
-			return fmt.Errorf("files entry %q: list each policy by its own file name in this directory (such as schema.cue), "+
+			return fmt.Errorf("files entry %q: list each policy by its own file name in this directory (such as release_luks_lease.cue), "+
 				"without a key, a path or a URL, so that the ConfigMap holds the very files plan evaluates", src)
 		}
 	}

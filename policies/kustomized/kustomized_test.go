@@ -25,6 +25,10 @@ func overridden(t *testing.T) filesys.FileSystem {
 	require.NoError(t, err)
 	require.NotEmpty(t, files)
 	for _, f := range append(files, template) {
+		// The schema is the controller's own: a policies/ directory holds the rules.
+		if filepath.Base(f) == "schema.cue" {
+			continue
+		}
 		data, err := os.ReadFile(f)
 		require.NoError(t, err)
 		name := filepath.Base(f)
@@ -41,7 +45,7 @@ func TestTheTemplateGeneratesThePolicies(t *testing.T) {
 	require.NoError(t, err)
 	require.NotNil(t, cm)
 	assert.Equal(t, kustomized.ConfigMap{Namespace: "remediator-system", Name: "remediator-policies",
-		Files: []string{"release_luks_lease.cue", "reregister_csi_driver.cue", "schema.cue"}}, *cm)
+		Files: []string{"release_luks_lease.cue", "reregister_csi_driver.cue"}}, *cm)
 	assert.Equal(t, "remediator-system/remediator-policies", cm.String())
 }
 
@@ -66,7 +70,7 @@ func TestRefusesWhatWouldDiffer(t *testing.T) {
 	}{
 		{
 			name:          "a policy file left out",
-			kustomization: head + noHash + "configMapGenerator:\n- name: remediator-policies\n  files: [schema.cue, release_luks_lease.cue]\n",
+			kustomization: head + noHash + "configMapGenerator:\n- name: remediator-policies\n  files: [release_luks_lease.cue]\n",
 			want:          "/repo/policies/reregister_csi_driver.cue is missing: plan evaluates it",
 		},
 		{
@@ -76,47 +80,47 @@ func TestRefusesWhatWouldDiffer(t *testing.T) {
 		},
 		{
 			name:          "a test case file listed",
-			kustomization: head + noHash + "configMapGenerator:\n- name: remediator-policies\n  files: [schema.cue, release_luks_lease.cue, reregister_csi_driver.cue, release_luks_lease_test.cue]\n",
+			kustomization: head + noHash + "configMapGenerator:\n- name: remediator-policies\n  files: [release_luks_lease.cue, reregister_csi_driver.cue, release_luks_lease_test.cue]\n",
 			want:          "release_luks_lease_test.cue is a test case file",
 		},
 		{
 			name:          "a file under another key",
-			kustomization: head + noHash + "configMapGenerator:\n- name: remediator-policies\n  files: [schema.cue, release_luks_lease.cue=reregister_csi_driver.cue, reregister_csi_driver.cue=release_luks_lease.cue]\n",
+			kustomization: head + noHash + "configMapGenerator:\n- name: remediator-policies\n  files: [release_luks_lease.cue=reregister_csi_driver.cue, reregister_csi_driver.cue=release_luks_lease.cue]\n",
 			want:          `files entry "release_luks_lease.cue=reregister_csi_driver.cue"`,
 		},
 		{
 			name:          "the hash suffix",
-			kustomization: head + "configMapGenerator:\n- name: remediator-policies\n  files: [schema.cue, release_luks_lease.cue, reregister_csi_driver.cue]\n",
+			kustomization: head + "configMapGenerator:\n- name: remediator-policies\n  files: [release_luks_lease.cue, reregister_csi_driver.cue]\n",
 			want:          "set generatorOptions.disableNameSuffixHash: true",
 		},
 		{
 			name:          "a name prefix",
-			kustomization: head + noHash + "namePrefix: x-\nconfigMapGenerator:\n- name: remediator-policies\n  files: [schema.cue, release_luks_lease.cue, reregister_csi_driver.cue]\n",
+			kustomization: head + noHash + "namePrefix: x-\nconfigMapGenerator:\n- name: remediator-policies\n  files: [release_luks_lease.cue, reregister_csi_driver.cue]\n",
 			want:          "name prefixes",
 		},
 		{
 			name:          "another object",
-			kustomization: head + noHash + "resources: [role.yaml]\nconfigMapGenerator:\n- name: remediator-policies\n  files: [schema.cue, release_luks_lease.cue, reregister_csi_driver.cue]\n",
+			kustomization: head + noHash + "resources: [role.yaml]\nconfigMapGenerator:\n- name: remediator-policies\n  files: [release_luks_lease.cue, reregister_csi_driver.cue]\n",
 			want:          "resources, patches",
 		},
 		{
 			name:          "a remote base",
-			kustomization: head + noHash + "resources: [https://github.com/example/base]\nconfigMapGenerator:\n- name: remediator-policies\n  files: [schema.cue, release_luks_lease.cue, reregister_csi_driver.cue]\n",
+			kustomization: head + noHash + "resources: [https://github.com/example/base]\nconfigMapGenerator:\n- name: remediator-policies\n  files: [release_luks_lease.cue, reregister_csi_driver.cue]\n",
 			want:          "resources, patches",
 		},
 		{
 			name:          "two generators",
-			kustomization: head + noHash + "configMapGenerator:\n- name: remediator-policies\n  files: [schema.cue, release_luks_lease.cue, reregister_csi_driver.cue]\n- name: other\n  literals: [a=b]\n",
+			kustomization: head + noHash + "configMapGenerator:\n- name: remediator-policies\n  files: [release_luks_lease.cue, reregister_csi_driver.cue]\n- name: other\n  literals: [a=b]\n",
 			want:          "exactly one configMapGenerator",
 		},
 		{
 			name:          "literals",
-			kustomization: head + noHash + "configMapGenerator:\n- name: remediator-policies\n  files: [schema.cue, release_luks_lease.cue, reregister_csi_driver.cue]\n  literals: [extra.cue=package policies]\n",
+			kustomization: head + noHash + "configMapGenerator:\n- name: remediator-policies\n  files: [release_luks_lease.cue, reregister_csi_driver.cue]\n  literals: [extra.cue=package policies]\n",
 			want:          "from files only",
 		},
 		{
 			name:          "a secret generator",
-			kustomization: head + noHash + "configMapGenerator:\n- name: remediator-policies\n  files: [schema.cue, release_luks_lease.cue, reregister_csi_driver.cue]\nsecretGenerator:\n- name: s\n  literals: [a=b]\n",
+			kustomization: head + noHash + "configMapGenerator:\n- name: remediator-policies\n  files: [release_luks_lease.cue, reregister_csi_driver.cue]\nsecretGenerator:\n- name: s\n  literals: [a=b]\n",
 			want:          "it may hold only",
 		},
 		{
@@ -126,48 +130,48 @@ func TestRefusesWhatWouldDiffer(t *testing.T) {
 		},
 		{
 			name:          "a file outside the directory",
-			kustomization: head + noHash + "configMapGenerator:\n- name: remediator-policies\n  files: [schema.cue, release_luks_lease.cue, reregister_csi_driver.cue=../elsewhere.cue]\n",
+			kustomization: head + noHash + "configMapGenerator:\n- name: remediator-policies\n  files: [release_luks_lease.cue, reregister_csi_driver.cue=../elsewhere.cue]\n",
 			extra:         map[string]string{"../elsewhere.cue": "package policies\n"},
 			want:          `files entry "reregister_csi_driver.cue=../elsewhere.cue"`,
 		},
 		{
 			name:          "a policy fetched over HTTP",
-			kustomization: head + noHash + "configMapGenerator:\n- name: remediator-policies\n  files: [schema.cue=http://127.0.0.1:1/schema.cue, release_luks_lease.cue, reregister_csi_driver.cue]\n",
-			want:          `files entry "schema.cue=http://127.0.0.1:1/schema.cue"`,
+			kustomization: head + noHash + "configMapGenerator:\n- name: remediator-policies\n  files: [release_luks_lease.cue=http://127.0.0.1:1/release_luks_lease.cue, reregister_csi_driver.cue]\n",
+			want:          `files entry "release_luks_lease.cue=http://127.0.0.1:1/release_luks_lease.cue"`,
 		},
 		{
 			name:          "a URL without a key",
-			kustomization: head + noHash + "configMapGenerator:\n- name: remediator-policies\n  files: [https://example.com/schema.cue, release_luks_lease.cue, reregister_csi_driver.cue]\n",
-			want:          `files entry "https://example.com/schema.cue"`,
+			kustomization: head + noHash + "configMapGenerator:\n- name: remediator-policies\n  files: [https://example.com/release_luks_lease.cue, reregister_csi_driver.cue]\n",
+			want:          `files entry "https://example.com/release_luks_lease.cue"`,
 		},
 		{
 			name:          "Argo CD's hook annotation",
-			kustomization: head + noHash + "commonAnnotations:\n  argocd.argoproj.io/hook: Skip\nconfigMapGenerator:\n- name: remediator-policies\n  files: [schema.cue, release_luks_lease.cue, reregister_csi_driver.cue]\n",
+			kustomization: head + noHash + "commonAnnotations:\n  argocd.argoproj.io/hook: Skip\nconfigMapGenerator:\n- name: remediator-policies\n  files: [release_luks_lease.cue, reregister_csi_driver.cue]\n",
 			want:          "it may hold only namespace, generatorOptions and the configMapGenerator",
 		},
 		{
 			name:          "labels",
-			kustomization: head + noHash + "labels:\n- pairs: {a: b}\nconfigMapGenerator:\n- name: remediator-policies\n  files: [schema.cue, release_luks_lease.cue, reregister_csi_driver.cue]\n",
+			kustomization: head + noHash + "labels:\n- pairs: {a: b}\nconfigMapGenerator:\n- name: remediator-policies\n  files: [release_luks_lease.cue, reregister_csi_driver.cue]\n",
 			want:          "it may hold only namespace",
 		},
 		{
 			name:          "an immutable ConfigMap",
-			kustomization: head + "generatorOptions:\n  disableNameSuffixHash: true\n  immutable: true\nconfigMapGenerator:\n- name: remediator-policies\n  files: [schema.cue, release_luks_lease.cue, reregister_csi_driver.cue]\n",
+			kustomization: head + "generatorOptions:\n  disableNameSuffixHash: true\n  immutable: true\nconfigMapGenerator:\n- name: remediator-policies\n  files: [release_luks_lease.cue, reregister_csi_driver.cue]\n",
 			want:          "generatorOptions may only set disableNameSuffixHash: true",
 		},
 		{
 			name:          "annotations in the generator's options",
-			kustomization: head + noHash + "configMapGenerator:\n- name: remediator-policies\n  options:\n    annotations: {argocd.argoproj.io/sync-options: Prune=false}\n  files: [schema.cue, release_luks_lease.cue, reregister_csi_driver.cue]\n",
+			kustomization: head + noHash + "configMapGenerator:\n- name: remediator-policies\n  options:\n    annotations: {argocd.argoproj.io/sync-options: Prune=false}\n  files: [release_luks_lease.cue, reregister_csi_driver.cue]\n",
 			want:          "generatorOptions may only set disableNameSuffixHash: true",
 		},
 		{
 			name:          "another ConfigMap's name",
-			kustomization: head + noHash + "configMapGenerator:\n- name: remediator-dashboard\n  files: [schema.cue, release_luks_lease.cue, reregister_csi_driver.cue]\n",
+			kustomization: head + noHash + "configMapGenerator:\n- name: remediator-dashboard\n  files: [release_luks_lease.cue, reregister_csi_driver.cue]\n",
 			want:          "generates ConfigMap remediator-system/remediator-dashboard, not remediator-system/remediator-policies",
 		},
 		{
 			name:          "another namespace",
-			kustomization: "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nnamespace: kube-system\n" + noHash + "configMapGenerator:\n- name: remediator-policies\n  files: [schema.cue, release_luks_lease.cue, reregister_csi_driver.cue]\n",
+			kustomization: "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nnamespace: kube-system\n" + noHash + "configMapGenerator:\n- name: remediator-policies\n  files: [release_luks_lease.cue, reregister_csi_driver.cue]\n",
 			want:          "generates ConfigMap kube-system/remediator-policies",
 		},
 		{

@@ -43,6 +43,10 @@ func gatePolicies(t *testing.T, unreachable, healthy int) string {
 	set := map[string]int{"#UnreachableMinLeaseAgeSeconds": unreachable, "#HealthyStuckLeaseAgeSeconds": healthy}
 	found := map[string]int{}
 	for _, f := range files {
+		// The schema is the controller's own: a policy directory holds the rules only.
+		if filepath.Base(f) == "schema.cue" {
+			continue
+		}
 		if strings.HasSuffix(f, "_test.cue") {
 			continue
 		}
