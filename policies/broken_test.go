@@ -83,17 +83,13 @@ var brokenSources = []struct {
 // TestBrokenSourcesAreRefusedAtLoad: FromDir (the controller's start) refuses each
 // broken source with its reason; the controller does not start on it.
 func TestBrokenSourcesAreRefusedAtLoad(t *testing.T) {
-	known := defaultPlaybookNames(t)
 	for _, tc := range brokenSources {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
 			for name, src := range tc.files {
 				writePolicy(t, dir, name, src)
 			}
-			e, err := FromDir(dir)
-			if err == nil {
-				err = e.RequirePlaybooks(known)
-			}
+			_, err := FromDir(dir)
 			var le *LoadError
 			require.ErrorAs(t, err, &le, "a broken source was loaded")
 			assert.Equal(t, tc.reason, le.Reason)
@@ -108,7 +104,6 @@ func TestBrokenSourcesAreRefusedAtLoad(t *testing.T) {
 // into each broken source keeps deciding with the last good policy, and says why the
 // new one was refused; a fixed source is then picked up.
 func TestReloadKeepsTheLastGoodPolicy(t *testing.T) {
-	known := defaultPlaybookNames(t)
 	shutdown := loadFixture(t, "testdata/shutdown-holder.yaml")
 	for _, tc := range brokenSources {
 		t.Run(tc.name, func(t *testing.T) {
@@ -116,7 +111,6 @@ func TestReloadKeepsTheLastGoodPolicy(t *testing.T) {
 			copyPolicies(t, dir)
 			e, err := FromDir(dir)
 			require.NoError(t, err)
-			require.NoError(t, e.RequirePlaybooks(known))
 			good := e.Digest()
 
 			// The ConfigMap is replaced as a whole: the reviewed files go, the broken ones come.
@@ -157,11 +151,12 @@ func TestReloadKeepsTheLastGoodPolicy(t *testing.T) {
 	}
 }
 
-// TestEmbeddedPoliciesNameOnlyKnownPlaybooks: the check that refuses a typo does not
-// refuse the reviewed policies, and it does refuse them against a smaller set.
+// TestEmbeddedPoliciesNameOnlyKnownPlaybooks: the check that refuses a typo at load
+// (against the schema's #Playbook) does not refuse the reviewed rules, and it does
+// refuse them against a smaller set.
 func TestEmbeddedPoliciesNameOnlyKnownPlaybooks(t *testing.T) {
-	require.NoError(t, engine(t).RequirePlaybooks(defaultPlaybookNames(t)))
-	err := engine(t).RequirePlaybooks([]string{v1alpha1.PlaybookNodeShutdown})
+	require.NoError(t, checkPlaybooks(engine(t).current().files, defaultPlaybookNames(t)))
+	err := checkPlaybooks(engine(t).current().files, []string{v1alpha1.PlaybookNodeShutdown})
 	var le *LoadError
 	require.ErrorAs(t, err, &le)
 	assert.Equal(t, LoadReasonUnknownPlaybook, le.Reason)
@@ -180,7 +175,6 @@ func TestComputedPlaybookIsLeftToTheDecision(t *testing.T) {
 `)
 	e, err := FromDir(dir)
 	require.NoError(t, err)
-	require.NoError(t, e.RequirePlaybooks(defaultPlaybookNames(t)))
 	d, err := e.Decide(input(0))
 	var ee *EvalError
 	require.ErrorAs(t, err, &ee, "decided %+v", d)

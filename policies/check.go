@@ -37,8 +37,8 @@ const (
 	// LoadReasonSchema: a policy directory brings a schema.cue, or a file that
 	// redefines what the controller's schema owns (#Input, #Decision, ...).
 	LoadReasonSchema = "schema"
-	// LoadReasonUnknownPlaybook: a rule spells out a playbook the controller does not
-	// have (see RequirePlaybooks).
+	// LoadReasonUnknownPlaybook: a rule spells out a playbook outside the schema's
+	// #Playbook, the playbooks the controller runs (checked at every load).
 	LoadReasonUnknownPlaybook = "unknown-playbook"
 )
 
@@ -179,23 +179,6 @@ func truncate(s string, n int) string {
 		return s
 	}
 	return s[:n] + "..."
-}
-
-// RequirePlaybooks refuses a policy source that spells out a playbook not in known,
-// now and on every later Reload: a rule that names "node-shutdwn" is found when the
-// policy is loaded, not when an incident finally reaches that rule. Only string
-// literals are seen (playbook: "name", or a disjunction of them); a playbook name the
-// policy computes (an interpolation, a reference) is checked when a decision names
-// it, and the request is then rejected with rule unknown-playbook.
-func (e *Engine) RequirePlaybooks(known []string) error {
-	known = slices.Sorted(slices.Values(known))
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if err := checkPlaybooks(e.current().files, known); err != nil {
-		return err
-	}
-	e.known = known
-	return nil
 }
 
 // checkPlaybooks parses the files again to find the playbook literals: the compiled

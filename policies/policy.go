@@ -115,13 +115,9 @@ type Engine struct {
 	// dir is where the policies were loaded from; empty means embedded.
 	dir string
 
-	// mu serialises Reload and RequirePlaybooks, the writers of cur and known, so
-	// that a reload cannot swap in a policy checked against stale playbooks or store
-	// an older compile over a newer one. No decision takes it.
+	// mu serialises Reload, the writer of cur, so that a reload cannot store an older
+	// compile over a newer one. No decision takes it.
 	mu sync.Mutex
-	// known are the playbooks a policy may spell out (RequirePlaybooks), sorted; nil
-	// means unchecked.
-	known []string
 
 	// onEvaluate, when set (tests only, before the Engine is used), is called by
 	// every evaluation as it starts, on the goroutine that evaluates.
@@ -218,9 +214,6 @@ func (e *Engine) Reload() (changed bool, err error) {
 	}
 	if n.digest == e.current().digest {
 		return false, nil
-	}
-	if err := checkPlaybooks(n.files, e.known); err != nil {
-		return false, err
 	}
 	e.cur.Store(n)
 	return true, nil

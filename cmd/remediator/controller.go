@@ -3,9 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
-	"maps"
 	"os"
-	"slices"
 	"strings"
 	"time"
 
@@ -110,12 +108,6 @@ func runController(cmd *cobra.Command, o controllerOptions) error {
 	playbooks, err := remediations.DefaultPlaybooks()
 	if err != nil {
 		return err
-	}
-	// A policy that names a playbook this controller lacks is refused now, and on
-	// every reload: there is no last good policy yet, so the controller does not
-	// start (fails closed) and says why.
-	if err := policy.RequirePlaybooks(slices.Collect(maps.Keys(playbooks))); err != nil {
-		return fmt.Errorf("loading policies from %s: %w", policy.Source(), err)
 	}
 	cfg, err := o.cluster.restConfig()
 	if err != nil {

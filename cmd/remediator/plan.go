@@ -11,7 +11,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -229,10 +228,6 @@ func runPlan(ctx context.Context, w io.Writer, stdin io.Reader, o *planOptions) 
 	}
 	var generated string
 	if o.policiesDir != "" {
-		// What the controller refuses at start-up, refused here first.
-		if err := policy.RequirePlaybooks(slices.Sorted(maps.Keys(playbooks))); err != nil {
-			return fmt.Errorf("the policies in %s: %w", o.policiesDir, err)
-		}
 		cm, err := kustomized.Check(filesys.MakeFsOnDisk(), o.policiesDir, o.policiesConfigMap)
 		if err != nil {
 			return fmt.Errorf("the policies in %s: %w", o.policiesDir, err)

@@ -9,9 +9,7 @@ package gitsync
 import (
 	"context"
 	"fmt"
-	"maps"
 	"path"
-	"slices"
 	"strings"
 	"testing/fstest"
 
@@ -21,7 +19,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/remediator/remediator/policies"
-	"github.com/remediator/remediator/remediations"
 )
 
 // AnnotationPolicyDigest is the digest of the policies in the synced ConfigMap, as
@@ -55,13 +52,6 @@ func (s *Syncer) readPolicies(ctx context.Context, commit string) (*syncedPolici
 	engine, err := policies.FromFS(fsys)
 	if err != nil {
 		return nil, fmt.Errorf("the policies under %q do not load: %w", dir, err)
-	}
-	pb, err := remediations.DefaultPlaybooks()
-	if err != nil {
-		return nil, err
-	}
-	if err := engine.RequirePlaybooks(slices.Sorted(maps.Keys(pb))); err != nil {
-		return nil, fmt.Errorf("the policies under %q: %w", dir, err)
 	}
 	return &syncedPolicies{data: data, digest: engine.Digest()}, nil
 }
