@@ -91,14 +91,10 @@ const schemaFile = "schema.cue"
 // #Input and #Decision (schema.cue defines it).
 const contract = "#Contract"
 
-// schema is the embedded schema file and the top-level labels it defines.
-func schema() (sourceFile, []string) {
-	s := parsedSchema()
-	return s.file, s.labels
-}
-
+// schemaSource is the embedded schema file, parsed once (parsedSchema).
 type schemaSource struct {
-	file   sourceFile
+	file sourceFile
+	// labels are the top-level names it defines, sorted: what a rule file may not.
 	labels []string
 	// playbooks are #Playbook's names, sorted.
 	playbooks []string
@@ -156,8 +152,8 @@ func withSchema(fsys fs.FS) ([]sourceFile, error) {
 	}
 	names = slices.DeleteFunc(names, func(n string) bool { return strings.HasSuffix(n, "_test.cue") })
 	isEmbedded := fsys == fs.FS(embedded)
-	sch, owned := schema()
-	files := []sourceFile{sch}
+	sch := parsedSchema()
+	files := []sourceFile{sch.file}
 	hasPolicy := false
 	for _, n := range names {
 		if n == schemaFile && isEmbedded {
@@ -178,7 +174,7 @@ func withSchema(fsys fs.FS) ([]sourceFile, error) {
 		if _, found := slices.BinarySearch(labels, "#Policy"); found {
 			hasPolicy = true
 		}
-		if clash := intersect(labels, owned); len(clash) > 0 {
+		if clash := intersect(labels, sch.labels); len(clash) > 0 {
 			return nil, loadError(LoadReasonSchema, "%s defines %s, which the controller's schema owns: a policy directory holds rules only; rename or remove %s",
 				n, strings.Join(clash, ", "), strings.Join(clash, ", "))
 		}

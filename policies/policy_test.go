@@ -167,7 +167,7 @@ func TestPolicySuiteCanFail(t *testing.T) {
 	dir := t.TempDir()
 	copyPolicies(t, dir)
 	// make policy-test vets the whole package, the schema with the rules.
-	sch, _ := schema()
+	sch := parsedSchema().file
 	require.NoError(t, os.WriteFile(filepath.Join(dir, sch.name), sch.data, 0o644))
 	tests, err := filepath.Glob("*_test.cue")
 	require.NoError(t, err)

@@ -92,6 +92,21 @@ func helperRemediator(t *testing.T, dir string) string {
 	return p
 }
 
+// runExitCode runs cmd and returns its combined output and exit code, failing the
+// test only when it could not run at all.
+func runExitCode(t *testing.T, cmd *exec.Cmd) (string, int) {
+	t.Helper()
+	out, err := cmd.CombinedOutput()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else {
+		require.NoError(t, err)
+	}
+	t.Logf("%s: exit code %d:\n%s", filepath.Base(cmd.Path), code, out)
+	return string(out), code
+}
+
 // gitEnv is a Git environment without the user's configuration: git diff detects
 // renames (diff.renames defaults to true), as in a CI job.
 var gitEnv = []string{"GIT_CONFIG_GLOBAL=/dev/null", "GIT_CONFIG_NOSYSTEM=1",
@@ -127,15 +142,7 @@ func TestPullRequestCheck(t *testing.T) {
 		cmd := exec.Command(remediator, append([]string{"plan", "pull-request", "--base", "base"}, flags...)...)
 		cmd.Dir = repo
 		cmd.Env = append(os.Environ(), append(append([]string{"KUBECONFIG="}, gitEnv...), env...)...)
-		out, err := cmd.CombinedOutput()
-		code := 0
-		if ee, ok := err.(*exec.ExitError); ok {
-			code = ee.ExitCode()
-		} else {
-			require.NoError(t, err)
-		}
-		t.Logf("remediator plan pull-request exit code %d:\n%s", code, out)
-		return string(out), code
+		return runExitCode(t, cmd)
 	}
 	expect := func(t *testing.T, out string, want ...string) {
 		t.Helper()

@@ -150,15 +150,7 @@ func TestPullRequestCheckInCI(t *testing.T) {
 		cmd := exec.Command("bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", script)
 		cmd.Dir = dir
 		cmd.Env = append(append(os.Environ(), gitEnv...), append([]string{"PATH=" + bin + string(os.PathListSeparator) + os.Getenv("PATH"), "KUBECONFIG="}, env...)...)
-		out, err := cmd.CombinedOutput()
-		code := 0
-		if ee, ok := err.(*exec.ExitError); ok {
-			code = ee.ExitCode()
-		} else {
-			require.NoError(t, err)
-		}
-		t.Logf("exit code %d:\n%s", code, out)
-		return string(out), code
+		return runExitCode(t, cmd)
 	}
 
 	t.Run("GitHub Actions", func(t *testing.T) {

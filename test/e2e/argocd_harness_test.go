@@ -28,6 +28,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/rand"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -164,7 +165,7 @@ func startArgoCD(t *testing.T) {
 	kubectl(t, "", "apply", "-n", argoNamespace, "-k", filepath.Join(manifests, "config"))
 	// What argocd-server would generate at its first start.
 	kubectl(t, "", "patch", "secret", "argocd-secret", "-n", argoNamespace, "--type", "merge",
-		"-p", `{"stringData":{"server.secretkey":"e2e-`+randSuffix()+`"}}`)
+		"-p", `{"stringData":{"server.secretkey":"e2e-`+rand.String(16)+`"}}`)
 	// The health check, installed exactly as the template's README and argocd-cm.yaml say.
 	kubectl(t, "", "patch", "configmap", "argocd-cm", "-n", argoNamespace, "--type", "merge",
 		"--patch-file", filepath.Join(root, "charts", "remediator", "files", "argocd", "argocd-cm.yaml"))
@@ -221,8 +222,6 @@ func portOf(t *testing.T, addr string) string {
 	require.NoError(t, err)
 	return p
 }
-
-func randSuffix() string { return fmt.Sprintf("%d", time.Now().UnixNano()) }
 
 // deleteApplications deletes every Application without cascading: the test's namespaces
 // and their cleanup own what was synced.
