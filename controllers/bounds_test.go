@@ -262,7 +262,8 @@ func TestWindowClosingBeforeEvictionReleasesTheFinalizer(t *testing.T) {
 	healthyHolder(t, node, clock.Now())
 	key := newRequest(t, "window-early", "pvc-"+node, window)
 	got := waitFor(t, key, 20*time.Second, "Waiting for the next window, without the finalizer", func(rr *v1alpha1.RemediationRequest) bool {
-		return rr.Status.Phase == v1alpha1.PhaseWaiting &&
+		p := meta.FindStatusCondition(rr.Status.Conditions, v1alpha1.ConditionProgressing)
+		return rr.Status.Phase == v1alpha1.PhaseWaiting && p != nil && p.Reason == v1alpha1.ReasonWindowClosed &&
 			!controllerutil.ContainsFinalizer(rr, v1alpha1.Finalizer)
 	})
 	assert.Equal(t, v1alpha1.StepSkipped, stepState(got, "deleteAffectedPods"))

@@ -58,7 +58,13 @@ type DecisionInput struct {
 	// request in the cluster will do; Request itself may be among them.
 	Others []v1alpha1.RemediationRequest
 	// MaxConcurrent caps the disruptive playbooks running at once; zero means no cap.
+	// It is only told, in the message of a request waiting for a slot: admission
+	// grants the slots.
 	MaxConcurrent int
+	// Admitted: the request holds a slot admission granted it, so an allowed
+	// disruptive playbook starts; without one it joins the line. `remediator plan`
+	// predicts it (WouldAdmit).
+	Admitted bool
 	// Gates are the safety floor's minimums (the controller's --floor-* flags); zero
 	// fields mean the runbook's values.
 	Gates remediations.Gates
@@ -85,8 +91,8 @@ type Outcome struct {
 	EventType, EventReason, EventMessage string
 	// Conflicts are the other running requests on the same Lease or node.
 	Conflicts []string
-	// Running are the running requests that fill the cap, when the request waits
-	// for a slot.
+	// Running are the requests holding the cap's slots, when the request waits for
+	// one.
 	Running []string
 	// RequeueAfter is when to decide again; zero means only on a change.
 	RequeueAfter time.Duration
@@ -117,9 +123,7 @@ func Evaluate(policy *policies.Engine, in DecisionInput) policies.Decision {
 }
 
 // DecideWith takes the policy's answer d through the floor, DryRun, the maintenance
-// window and the cap. It is pure. The conflicts the floor weighs come from in.Others,
-// which may be a later reading than the one the policy saw: the controller reads the
-// guards again, under its reservation lock, before it takes a slot.
+// window and the line for a slot. It is pure.
 func DecideWith(d policies.Decision, playbooks remediations.Playbooks, in DecisionInput) Outcome {
 	rr, now := in.Request, in.Now
 	conflicts := conflictsIn(in.Others, rr.UID, in.Facts)
@@ -213,7 +217,7 @@ func (o Outcome) allowed(playbooks remediations.Playbooks, in DecisionInput) Out
 		o.EventType, o.EventReason, o.EventMessage = corev1.EventTypeNormal, v1alpha1.EventAccepted, msg
 		return o
 	}
-	inside, next, err := MaintenanceWindow(rr.Spec.MaintenanceWindow, now)
+	inside, next, err := remediations.MaintenanceWindow(rr.Spec.MaintenanceWindow, now)
 	if err != nil {
 		o.Decision.Rule, o.Decision.RecheckAt, o.RequeueAfter = RuleInvalidWindow, nil, 0
 		o.Decision.Reasons = []string{err.Error()}
@@ -231,18 +235,16 @@ func (o Outcome) allowed(playbooks remediations.Playbooks, in DecisionInput) Out
 		o.EventType, o.EventReason, o.EventMessage = corev1.EventTypeNormal, v1alpha1.EventWaiting, msg
 		return o
 	}
-	if playbooks.Disruptive(playbook) {
-		if wait, running, ahead := slotsTaken(in.Others, rr, in.MaxConcurrent, playbooks); wait {
-			// The request is woken when a slot frees and it is the oldest waiting (see
-			// wake), and every request is decided again when a controller starts; the
-			// long recheck only catches a wake-up that was lost (a failed list).
-			o.Phase, o.Running, o.RequeueAfter = v1alpha1.PhaseWaiting, running, slotRecheck
-			msg := fmt.Sprintf("Playbook %s is allowed but %d disruptive remediation(s) are already running, against the cluster-wide cap of %d (--max-concurrent-remediations): %s;%s it starts when a slot frees, oldest request first.",
-				playbook, len(running), in.MaxConcurrent, strings.Join(running, ", "), describeAhead(ahead))
-			o.Progressing = Condition{metav1.ConditionTrue, v1alpha1.ReasonWaitingForSlot, msg}
-			o.EventType, o.EventReason, o.EventMessage = corev1.EventTypeNormal, v1alpha1.EventWaiting, msg
-			return o
-		}
+	if playbooks.Disruptive(playbook) && !in.Admitted {
+		// Admission grants the slot (admission.go); the request is decided again
+		// then, on fresh facts, and starts in it.
+		holders, ahead := lineAhead(rr, in.Others, playbooks)
+		o.Phase, o.Running = v1alpha1.PhaseWaiting, holders
+		msg := fmt.Sprintf("Playbook %s is allowed and waits in line for a slot of the cluster-wide cap of %s (--max-concurrent-remediations), granted oldest request first;%s%s it is decided again on fresh facts when granted one.",
+			playbook, capString(in.MaxConcurrent), describeHolders(holders), describeAhead(ahead))
+		o.Progressing = Condition{metav1.ConditionTrue, v1alpha1.ReasonWaitingForSlot, msg}
+		o.EventType, o.EventReason, o.EventMessage = corev1.EventTypeNormal, v1alpha1.EventWaiting, msg
+		return o
 	}
 	o.Phase = v1alpha1.PhaseRunning
 	o.Progressing = Condition{metav1.ConditionTrue, v1alpha1.ReasonPlaybookRunning, fmt.Sprintf("Running playbook %s: %s", playbook, strings.Join(names, " -> "))}
@@ -289,13 +291,18 @@ func conflictsIn(others []v1alpha1.RemediationRequest, self types.UID, f *v1alph
 // came (for instance, the blocking request was handled by a previous leader).
 const guardRecheck = 30 * time.Second
 
-// slotRecheck is the safety net of a request waiting for a slot. Slots are handed
-// out exactly, by the wake-up of the oldest waiting requests when one frees, so a
-// short poll would only make every waiting request gather its facts again; but a
-// wake-up can still be lost under API faults (make chaos's R2 saw requests wait the
-// whole net, 5 minutes, after every holder had finished), so the net bounds that
-// wait to a minute: about as long as a disruptive storm of 100 under the cap of 2
-// takes, so that an undisturbed storm still decides no request twice. A recheck of a
-// younger request cannot overtake an older one: the decision counts the older
-// waiting requests as ahead of it. Issue 25's admission replaces the wake-ups.
-const slotRecheck = time.Minute
+// describeHolders names the slot holders, for a request in line.
+func describeHolders(holders []string) string {
+	if len(holders) == 0 {
+		return " no slot is held now;"
+	}
+	return fmt.Sprintf(" %d slot(s) are held, by %s;", len(holders), strings.Join(holders, ", "))
+}
+
+// describeAhead says how many requests in line came before this one.
+func describeAhead(ahead int) string {
+	if ahead == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" %d request(s) that came earlier are ahead of it in line;", ahead)
+}

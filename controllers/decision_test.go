@@ -24,6 +24,7 @@ func TestDecide(t *testing.T) {
 		t.Run(tc.Name, func(t *testing.T) {
 			o := controllers.Decide(policy, playbooks, controllers.DecisionInput{
 				Request: tc.Request, Facts: tc.Facts, Others: tc.Others, MaxConcurrent: tc.MaxConcurrent, Now: tc.Now,
+				Admitted: controllers.WouldAdmit(tc.Request, tc.Others, tc.MaxConcurrent, playbooks, tc.Now),
 			})
 			assert.Equal(t, tc.WantPhase, o.Phase, o.Decision.Message)
 			assert.Equal(t, tc.WantRule, o.Decision.Rule, o.Decision.Message)

@@ -216,7 +216,7 @@ func TestConcurrencyCapHoldsRequestsUntilASlotFrees(t *testing.T) {
 		return rr.Status.Phase == v1alpha1.PhaseWaiting
 	})
 	p := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionProgressing)
-	want := "Playbook healthy-move-workload is allowed but 1 disruptive remediation(s) are already running, against the cluster-wide cap of 1 (--max-concurrent-remediations): remediator/cap-a; it starts when a slot frees, oldest request first."
+	want := "Playbook healthy-move-workload is allowed and waits in line for a slot of the cluster-wide cap of 1 (--max-concurrent-remediations), granted oldest request first; 1 slot(s) are held, by remediator/cap-a; it is decided again on fresh facts when granted one."
 	require.NotNil(t, p)
 	assert.Equal(t, v1alpha1.ReasonWaitingForSlot, p.Reason)
 	assert.Equal(t, want, p.Message)
@@ -226,7 +226,7 @@ func TestConcurrencyCapHoldsRequestsUntilASlotFrees(t *testing.T) {
 	})
 	dDecided := got.Status.Decision.DecidedAt
 	assert.Contains(t, meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionProgressing).Message,
-		"remediator/cap-a; 1 request(s) that came earlier wait for a slot before it;")
+		"remediator/cap-a; 1 request(s) that came earlier are ahead of it in line;")
 
 	c := newRequest(t, "cap-c", "pvc-envtest-cap-c", nil)
 	waitFor(t, c, 20*time.Second, "cap-c, a shut-down holder, Succeeded while the slot is taken", func(rr *v1alpha1.RemediationRequest) bool {
@@ -266,6 +266,55 @@ func TestConcurrencyCapHoldsRequestsUntilASlotFrees(t *testing.T) {
 	waitFor(t, d, 20*time.Second, "cap-d Succeeded", func(rr *v1alpha1.RemediationRequest) bool {
 		return rr.Status.Phase == v1alpha1.PhaseSucceeded
 	})
+}
+
+// TestAdmissionSurvivesARestart: the line and the slots are the requests' status,
+// read live, so a controller that restarts (a new process, an empty cache, a new
+// leader) with requests waiting grants no extra slot and keeps the order: oldest
+// first. Before admission, the slots a process had granted lived in its memory.
+func TestAdmissionSurvivesARestart(t *testing.T) {
+	ensureNamespaces(t, "remediator", "trident", "app", corev1.NamespaceNodeLease)
+	clock := clocktesting.NewFakePassiveClock(time.Now().Truncate(time.Second))
+	capOne := func(r *controllers.RemediationRequestReconciler) { r.MaxConcurrent = 1 }
+	stop := startStoppableManager(t, withClock(clock), capOne)
+
+	pods := map[string]*corev1.Pod{}
+	for _, n := range []string{"a", "b", "c"} {
+		pods[n] = healthyHolder(t, "envtest-restart-"+n, clock.Now())
+	}
+	a := newRequest(t, "restart-a", "pvc-envtest-restart-a", nil)
+	waitFor(t, a, 20*time.Second, "restart-a holding at waitPodsGone", func(rr *v1alpha1.RemediationRequest) bool {
+		return stepState(rr, "waitPodsGone") == v1alpha1.StepRunning
+	})
+	inLine := func(rr *v1alpha1.RemediationRequest) bool {
+		p := meta.FindStatusCondition(rr.Status.Conditions, v1alpha1.ConditionProgressing)
+		return rr.Status.Phase == v1alpha1.PhaseWaiting && p != nil && p.Reason == v1alpha1.ReasonWaitingForSlot
+	}
+	b := newRequest(t, "restart-b", "pvc-envtest-restart-b", nil)
+	waitFor(t, b, 20*time.Second, "restart-b in line", inLine)
+	c := newRequest(t, "restart-c", "pvc-envtest-restart-c", nil)
+	waitFor(t, c, 20*time.Second, "restart-c in line", inLine)
+
+	stop()
+	startManager(t, withClock(clock), capOne)
+	// The new controller has listed everything and looked at the line; give a wrong
+	// grant every chance to show.
+	time.Sleep(2 * time.Second)
+	waitFor(t, a, time.Second, "restart-a still running", func(rr *v1alpha1.RemediationRequest) bool { return rr.Status.Phase == v1alpha1.PhaseRunning })
+	waitFor(t, b, time.Second, "restart-b still in line after the restart", inLine)
+	waitFor(t, c, time.Second, "restart-c still in line after the restart", inLine)
+
+	finishTermination(t, pods["a"])
+	waitFor(t, b, 20*time.Second, "restart-b, the oldest in line, running once restart-a finished", func(rr *v1alpha1.RemediationRequest) bool {
+		return stepState(rr, "waitPodsGone") == v1alpha1.StepRunning
+	})
+	waitFor(t, c, time.Second, "restart-c still in line behind restart-b", inLine)
+	finishTermination(t, pods["b"])
+	waitFor(t, c, 20*time.Second, "restart-c running once restart-b finished", func(rr *v1alpha1.RemediationRequest) bool {
+		return stepState(rr, "waitPodsGone") == v1alpha1.StepRunning
+	})
+	finishTermination(t, pods["c"])
+	waitFor(t, c, 20*time.Second, "restart-c Succeeded", func(rr *v1alpha1.RemediationRequest) bool { return rr.Status.Phase == v1alpha1.PhaseSucceeded })
 }
 
 // TestMaintenanceWindowClosingAfterEvictionFinishes: the steps start inside the

@@ -64,9 +64,7 @@ func (o observer) Observe(ctx context.Context) (*v1alpha1.Facts, []string, error
 	if err != nil {
 		return nil, nil, err
 	}
-	r.slots.mu.Lock()
-	others, err := r.guardOthers(ctx, f, r.slots.heldLocked())
-	r.slots.mu.Unlock()
+	others, err := r.guardOthers(ctx, f)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -79,8 +79,8 @@ type RemediationRequestReconciler struct {
 	// capped (playbooks.yaml).
 	MaxConcurrent int
 	// Workers is how many requests are reconciled at once; zero means one. A request
-	// is never reconciled by two workers at once (the work queue guarantees it), and
-	// the guards are exact across workers (slotTable).
+	// is never reconciled by two workers at once (the work queue guarantees it); the
+	// slots of the cap are granted by admission alone.
 	Workers int
 	// Gates are the safety floor's minimums (--floor-* flags); zero fields mean the
 	// runbook's values. The heartbeat grace and the driver are the gatherer's.
@@ -90,7 +90,6 @@ type RemediationRequestReconciler struct {
 	// the real clock.
 	Clock clock.PassiveClock
 
-	slots   slotTable
 	written writeLog
 }
 
@@ -105,14 +104,16 @@ type scope struct {
 // an error ends the reconcile.
 type phase func(ctx context.Context, s *scope) (ctrl.Result, error)
 
-// SetupWithManager registers the reconciler and the guards' index. Status writes do
-// not bump the generation, so filtering on generation (and annotations, used to ask
-// for a refresh) keeps the controller from re-triggering itself with most of its own
-// patches. The one exception is journalAdvanced: a running playbook goes on with its
-// next step from the watch event of the status write that journaled the last one, so
-// that the next reconcile reads the journal it wrote from the cache, without waiting
-// for a timer. The second watch wakes the requests a playbook that stopped was
-// holding back (see wake).
+// SetupWithManager registers the reconciler, the guards' index and admission.
+// Status writes do not bump the generation, so filtering on generation (and
+// annotations, used to ask for a refresh) keeps the controller from re-triggering
+// itself with most of its own patches. Two status writes do start a reconcile:
+// journalAdvanced (a running playbook goes on with its next step from the watch event
+// of the status write that journaled the last one, so that the next reconcile reads
+// the journal it wrote from the cache, without waiting for a timer) and slotGranted
+// (admission's grant, after which the request is decided again and starts). The
+// second watch wakes the requests a playbook that stopped was holding back (see
+// wake).
 //
 // Requests are watched as unstructured objects (see requests.go): one request the
 // Go type cannot decode must not keep the informer from syncing.
@@ -120,23 +121,18 @@ func (r *RemediationRequestReconciler) SetupWithManager(mgr ctrl.Manager) error 
 	if err := IndexRequests(context.Background(), mgr.GetFieldIndexer(), r.Playbooks); err != nil {
 		return fmt.Errorf("indexing requests for the guards: %w", err)
 	}
+	admission := &Admission{Reader: r.Reader, Client: r.Client, MaxConcurrent: r.MaxConcurrent, Playbooks: r.Playbooks,
+		Namespaces: r.Namespaces, Recorder: r.Recorder, Clock: r.Clock}
+	if err := admission.SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("setting up admission: %w", err)
+	}
 	return ctrl.NewControllerManagedBy(mgr).
 		For(NewUnstructuredRequest(), builder.WithPredicates(
-			predicate.Or(predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}, journalAdvanced))).
+			predicate.Or(predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}, journalAdvanced, slotGranted))).
 		Watches(NewUnstructuredRequest(), handler.EnqueueRequestsFromMapFunc(r.wake), builder.WithPredicates(stoppedRunning)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: max(1, r.Workers), RateLimiter: rateLimiter()}).
 		Named("remediationrequest").
 		Complete(r)
-}
-
-// waitsForGuard: the request is Waiting on another remediation (the policy's
-// one-at-a-time rule) or on the cluster-wide cap, not on its maintenance window.
-func waitsForGuard(rr *v1alpha1.RemediationRequest) bool {
-	if rr.Status.Phase != v1alpha1.PhaseWaiting {
-		return false
-	}
-	c := meta.FindStatusCondition(rr.Status.Conditions, v1alpha1.ConditionProgressing)
-	return c != nil && (c.Reason == v1alpha1.ReasonWaiting || c.Reason == v1alpha1.ReasonWaitingForSlot)
 }
 
 // Reconcile is fetch -> ensure finalizer (where a playbook will need a restore) ->
@@ -209,7 +205,7 @@ func (r *RemediationRequestReconciler) Reconcile(ctx context.Context, req ctrl.R
 	if finalizerRefused != nil {
 		return r.abort(ctx, s, fmt.Sprintf("the API server refused the restore finalizer a playbook that cordons needs (%v)", finalizerRefused))
 	}
-	for _, p := range []phase{r.breakGlass, r.decide, r.honourSpecChange, r.runPlaybook} {
+	for _, p := range []phase{r.breakGlass, r.decide, r.runPlaybook} {
 		res, err := p(ctx, s)
 		if err != nil || !res.IsZero() {
 			return res, err
@@ -223,33 +219,6 @@ func (r *RemediationRequestReconciler) clock() clock.PassiveClock {
 		return clock.RealClock{}
 	}
 	return r.Clock
-}
-
-// admit takes an allowed answer through the floor, the window and the cap on the
-// guards read again under the slot table's lock, and reserves the slot of a playbook
-// that starts, in the same critical section.
-func (r *RemediationRequestReconciler) admit(ctx context.Context, rr *v1alpha1.RemediationRequest, answer policies.Decision, in DecisionInput) (Outcome, error) {
-	r.slots.mu.Lock()
-	defer r.slots.mu.Unlock()
-	others, err := r.guardOthers(ctx, in.Facts, r.slots.heldLocked())
-	if err != nil {
-		return Outcome{}, err
-	}
-	in.Others = others
-	o := DecideWith(answer, r.Playbooks, in)
-	if o.Phase == v1alpha1.PhaseRunning {
-		r.slots.reserveLocked(rr)
-	}
-	return o, nil
-}
-
-// readGuards reads the guards' view the policy weighs. The reading itself holds the
-// slot table's lock (it drops the reservations of requests that are gone), the
-// evaluation that follows does not.
-func (r *RemediationRequestReconciler) readGuards(ctx context.Context, f *v1alpha1.Facts) ([]v1alpha1.RemediationRequest, error) {
-	r.slots.mu.Lock()
-	defer r.slots.mu.Unlock()
-	return r.guardOthers(ctx, f, r.slots.heldLocked())
 }
 
 // gates are the floor's minimums, with the heartbeat grace and the driver the
@@ -271,16 +240,17 @@ func (r *RemediationRequestReconciler) gatherer(g *facts.Gatherer) *facts.Gather
 }
 
 // needsDecision: a new request, a changed spec (unless a playbook is under way or
-// over), a request waiting on a guard (it is reconciled when the guard may have
-// cleared), or a rejection or wait whose recheck time has come. Otherwise a
-// decision stands.
+// over), a request waiting on a conflict (it is reconciled when that may have
+// cleared), one granted a slot, or a rejection or wait whose recheck time has come.
+// Otherwise a decision stands: a request in line for a slot is decided again when
+// granted one.
 func needsDecision(rr *v1alpha1.RemediationRequest, now time.Time) bool {
 	switch rr.Status.Phase {
 	case v1alpha1.PhaseRunning, v1alpha1.PhaseSucceeded, v1alpha1.PhaseFailed:
 		return false
 	}
 	d := rr.Status.Decision
-	if d == nil || rr.Status.ObservedGeneration != rr.Generation || waitsForGuard(rr) {
+	if d == nil || rr.Status.ObservedGeneration != rr.Generation || waitsForConflict(rr) || granted(rr) {
 		return true
 	}
 	return d.RecheckAt != nil && !now.Before(d.RecheckAt.Time)
@@ -302,25 +272,11 @@ func (r *RemediationRequestReconciler) decide(ctx context.Context, s *scope) (ct
 	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("gathering facts: %w", err)
 	}
-	// The policy is evaluated outside every lock, on the guards as read now: a slow
-	// policy holds up no other worker. Only the reservation is serialised: the guards
-	// are read again and, when the playbook starts, its slot reserved in one critical
-	// section, so that two workers cannot both take the last slot; the floor weighs
-	// the conflicts of that second reading.
-	in := DecisionInput{Request: rr, Facts: f, MaxConcurrent: r.MaxConcurrent, Gates: r.gates(), Now: s.now}
-	if in.Others, err = r.readGuards(ctx, f); err != nil {
+	in := DecisionInput{Request: rr, Facts: f, MaxConcurrent: r.MaxConcurrent, Admitted: granted(rr), Gates: r.gates(), Now: s.now}
+	if in.Others, err = r.guardOthers(ctx, f); err != nil {
 		return ctrl.Result{}, err
 	}
-	answer := Evaluate(r.Policy, in)
-	var o Outcome
-	if answer.Verdict == policies.VerdictAllow {
-		if o, err = r.admit(ctx, rr, answer, in); err != nil {
-			return ctrl.Result{}, err
-		}
-	} else {
-		// Without a playbook nothing is reserved: the first reading stands.
-		o = DecideWith(answer, r.Playbooks, in)
-	}
+	o := Decide(r.Policy, r.Playbooks, in)
 	rr.Status.Facts = f
 	dec := o.Decision
 	rr.Status.Decision = &dec
@@ -346,33 +302,24 @@ func (r *RemediationRequestReconciler) runPlaybook(ctx context.Context, s *scope
 		return ctrl.Result{}, r.releaseIdle(ctx, s)
 	}
 	run := r.execution(s)
-	// Only the start of a destructive step is gated: waits and restore steps finish
-	// even after the window closed, so nothing is left half-done. Once the workload
-	// was evicted, the rest of the playbook is what brings it back, so a closed
-	// window no longer stops it (workloadEvicted).
-	afterEviction := ""
-	if next, ok := remediations.NextPending(rr.Status.Steps); ok && remediations.Destructive(next) {
-		inside, opens, err := MaintenanceWindow(rr.Spec.MaintenanceWindow, s.now)
-		switch {
-		case err != nil:
-			// Fail closed: a window that cannot be evaluated is not open.
-			return r.abort(ctx, s, fmt.Sprintf("spec.maintenanceWindow is invalid (%v)", err))
-		case !inside && workloadEvicted(rr.Status.Steps):
-			afterEviction = next
-		case !inside:
-			return r.windowClosed(ctx, s, run, next, opens)
-		}
-	}
 	p, err := remediations.Advance(ctx, run)
 	if err != nil {
 		return ctrl.Result{}, err
+	}
+	if stop := p.Stop; stop != nil {
+		// The gate closed before a destructive step (see remediations.Gate).
+		if stop.Action == remediations.ActionWait {
+			return r.windowClosed(ctx, s, run, stop)
+		}
+		return r.abort(ctx, s, stop.Message)
 	}
 	log := ctrl.LoggerFrom(ctx)
 	if p.Transition != "" {
 		log.Info(p.Transition)
 	}
-	if afterEviction != "" && p.Started {
-		r.windowClosedAfterEviction(ctx, s, afterEviction)
+	if p.Note != "" {
+		r.Recorder.Event(rr, corev1.EventTypeWarning, EventWindowClosedAfterEviction, p.Note)
+		log.Info("Maintenance window closed after the eviction; the playbook finishes")
 	}
 	switch {
 	case p.Failure != nil:
@@ -459,13 +406,6 @@ func (r *RemediationRequestReconciler) patchStatus(ctx context.Context, s *scope
 	}
 	from := s.base.ResourceVersion
 	err := r.Client.Status().Patch(ctx, s.rr, client.MergeFromWithOptions(s.base, client.MergeFromWithOptimisticLock{}))
-	running := s.rr.Status.Phase == v1alpha1.PhaseRunning
-	switch {
-	case err == nil && !running, err != nil && (s.base.Status.Phase != v1alpha1.PhaseRunning || apierrors.IsNotFound(err)):
-		// The request is out of Running, or the write that would have made it Running
-		// failed: its slot is free.
-		r.slots.release(s.rr.UID)
-	}
 	// Only a write the API server applied moves the resourceVersion: a patch of
 	// sub-second times that the stored form rounds away changes nothing, and waiting
 	// for the cache to move past from would then wait forever.

@@ -3,6 +3,7 @@ package controllers_test
 import (
 	"context"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -47,8 +48,15 @@ func startManager(t *testing.T, opts ...func(*controllers.RemediationRequestReco
 	startManagerOn(t, env.Config, opts...)
 }
 
+// startStoppableManager is startManager, and returns what stops the manager before
+// the test ends (a controller restart); the test's cleanup stops it otherwise.
+func startStoppableManager(t *testing.T, opts ...func(*controllers.RemediationRequestReconciler)) (stop func()) {
+	t.Helper()
+	return startManagerOn(t, env.Config, opts...)
+}
+
 // startManagerOn is startManager against another control plane.
-func startManagerOn(t *testing.T, cfg *rest.Config, opts ...func(*controllers.RemediationRequestReconciler)) {
+func startManagerOn(t *testing.T, cfg *rest.Config, opts ...func(*controllers.RemediationRequestReconciler)) (stop func()) {
 	t.Helper()
 	cacheOpts, clientOpts := controllers.CacheOptions(facts.DefaultConfig(), nil)
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
@@ -87,10 +95,12 @@ func startManagerOn(t *testing.T, cfg *rest.Config, opts ...func(*controllers.Re
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- mgr.Start(ctx) }()
-	t.Cleanup(func() {
+	stop = sync.OnceFunc(func() {
 		cancel()
 		assert.NoError(t, <-done, "manager")
 	})
+	t.Cleanup(stop)
+	return stop
 }
 
 func ensureNamespaces(t *testing.T, names ...string) {

@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/remediator/remediator/api/v1alpha1"
+	"github.com/remediator/remediator/remediations"
 )
 
 // fuzzTimes are the clocks a decoded request's maintenance window is evaluated at:
@@ -111,7 +112,7 @@ func FuzzDecodeRequest(f *testing.F) {
 
 		w := rr.Spec.MaintenanceWindow
 		for _, now := range fuzzTimes {
-			inside, next, err := MaintenanceWindow(w, now)
+			inside, next, err := remediations.MaintenanceWindow(w, now)
 			switch {
 			case err != nil:
 				require.False(t, inside, "an invalid window reads as open")
@@ -120,7 +121,7 @@ func FuzzDecodeRequest(f *testing.F) {
 				require.True(t, inside, "a request without a window is always inside")
 			default:
 				require.Positive(t, w.Duration.Duration)
-				require.LessOrEqual(t, w.Duration.Duration, MaxWindowDuration)
+				require.LessOrEqual(t, w.Duration.Duration, remediations.MaxWindowDuration)
 				if !inside {
 					require.True(t, next.After(now), "a closed window opens at %s, not after %s", next, now)
 				}

@@ -1,8 +1,8 @@
 package controllers
 
 // The predicates of the reconciler's watches: which events of a request start a
-// reconcile of it (journalAdvanced, besides spec and annotation changes), and which
-// wake the requests it was holding back (stoppedRunning).
+// reconcile of it (journalAdvanced and slotGranted, besides spec and annotation
+// changes), and which wake the requests it was holding back (stoppedRunning).
 
 import (
 	"slices"
@@ -43,6 +43,25 @@ var journalAdvanced = predicate.Funcs{
 			return false
 		}
 		return phaseOf(e.ObjectOld) != v1alpha1.PhaseRunning || !slices.Equal(stepStates(e.ObjectOld), stepStates(e.ObjectNew))
+	},
+}
+
+// slotGranted passes admission's grant of a slot: the request is decided again and
+// starts in it.
+var slotGranted = predicate.Funcs{
+	CreateFunc:  func(event.CreateEvent) bool { return false },
+	DeleteFunc:  func(event.DeleteEvent) bool { return false },
+	GenericFunc: func(event.GenericEvent) bool { return false },
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		isGranted := func(o client.Object) bool {
+			u, ok := o.(*unstructured.Unstructured)
+			if !ok {
+				return false
+			}
+			rr := guardView(u)
+			return granted(&rr)
+		}
+		return isGranted(e.ObjectNew) && !isGranted(e.ObjectOld)
 	},
 }
 

@@ -24,6 +24,12 @@ type Progress struct {
 	Started bool
 	// RequeueAfter is when to advance again; zero with Finished false means now.
 	RequeueAfter time.Duration
+	// Stop is the gate's answer when it did not let a destructive step start or
+	// act and the caller must abort or wait (Gate); a breached floor is a Failure.
+	// The journal is unchanged.
+	Stop *Stop
+	// Note is the gate's note on a step it let start, for the step and an Event.
+	Note string
 }
 
 // Advance moves the request's journal (status.steps) by at most one transition:
@@ -40,11 +46,18 @@ func Advance(ctx context.Context, r *Execution) (Progress, error) {
 		case v1alpha1.StepFailed:
 			return Progress{Failure: &Failure{Reason: v1alpha1.ReasonStepFailed, Message: st.Message}}, nil
 		case v1alpha1.StepPending, "":
+			var note string
+			if destructive[st.Name] {
+				var stop *Stop
+				if stop, note = r.gate(st.Name, true); stop != nil {
+					return Progress{Stop: stop}, nil
+				}
+			}
 			now := metav1.NewTime(r.Now)
 			st.State = v1alpha1.StepRunning
 			st.StartedAt = &now
-			st.Message = "Started"
-			return Progress{Started: true, Transition: fmt.Sprintf("Step %d/%d %s started", i+1, len(steps), st.Name)}, nil
+			st.Message = cmp.Or(note, "Started")
+			return Progress{Started: true, Transition: fmt.Sprintf("Step %d/%d %s started", i+1, len(steps), st.Name), Note: note}, nil
 		}
 
 		step, ok := library[st.Name]
@@ -68,8 +81,12 @@ func Advance(ctx context.Context, r *Execution) (Progress, error) {
 				return failStep(steps, i, r.Now, &Failure{Reason: v1alpha1.ReasonTimeout, Message: msg}), nil
 			}
 			if destructive[st.Name] {
-				if v := r.floor(st.Name); v != nil {
-					return failStep(steps, i, r.Now, &Failure{Reason: v.Invariant.Reason(), Message: v.Error() + "; nothing was done"}), nil
+				switch stop, _ := r.gate(st.Name, false); {
+				case stop == nil:
+				case stop.Action == ActionFail:
+					return failStep(steps, i, r.Now, &Failure{Reason: stop.Violation.Invariant.Reason(), Message: stop.Message}), nil
+				default:
+					return Progress{Stop: stop}, nil
 				}
 			}
 			failpoint.Inject(failpoint.Name(st.Name, failpoint.BeforeCall))

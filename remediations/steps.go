@@ -74,26 +74,13 @@ func (r *Execution) fresh(ctx context.Context) (*v1alpha1.Facts, []string, error
 	return f, conflicts, nil
 }
 
-// floor checks the safety floor for step on the facts fresh read. The steps it
-// checks against are the decided playbook's, from the playbooks the controller
-// ships, and the journal in status must list exactly those: status cannot pick a
-// shorter playbook that skips the floor's checks.
-func (r *Execution) floor(step string) *Violation {
-	names := make([]string, 0, len(r.RR.Status.Steps))
-	for _, st := range r.RR.Status.Steps {
-		names = append(names, st.Name)
+// gate asks Gate about step, on the facts read for this Advance when it acts.
+func (r *Execution) gate(step string, starting bool) (*Stop, string) {
+	in := GateInput{RR: r.RR, Step: step, Starting: starting, Playbooks: r.Playbooks, Gates: r.Gates, Now: r.Now}
+	if !starting {
+		in.Fresh, in.Conflicts = r.observed, r.conflicts
 	}
-	d := r.RR.Status.Decision
-	if d == nil || r.Playbooks == nil {
-		return violation(InvariantPlaybookMismatch, "the request records no decided playbook")
-	}
-	pb, ok := r.Playbooks[d.Playbook]
-	want := pb.Steps
-	if !ok || !slices.Equal(want, names) {
-		return violation(InvariantPlaybookMismatch, "the journal lists steps %s, not those of playbook %q", strings.Join(names, " -> "), d.Playbook)
-	}
-	return CheckFloor(FloorInput{Spec: r.RR.Spec, Steps: want, Step: step, Decided: r.RR.Status.Facts,
-		Now: r.observed, Conflicts: r.conflicts, Gates: r.Gates, Created: r.RR.CreationTimestamp.Time})
+	return Gate(in)
 }
 
 // Timeouts bound every step from its StartedAt, and the restore from its first

@@ -32,9 +32,12 @@ const (
 	// ReasonWaitingForWindow: the playbook is allowed and waits for its maintenance
 	// window to open.
 	ReasonWaitingForWindow = "WaitingForMaintenanceWindow"
-	// ReasonWaitingForSlot: the policy allowed the playbook but the cluster-wide cap
-	// on running remediations is reached.
+	// ReasonWaitingForSlot: the policy allowed a disruptive playbook, and the request
+	// waits in line for a slot of the cluster-wide cap (controllers.Admission).
 	ReasonWaitingForSlot = "WaitingForRemediationSlot"
+	// ReasonAdmitted: admission granted the request a slot of the cap; the request
+	// is decided again on fresh facts before its playbook starts in it.
+	ReasonAdmitted = "RemediationSlotGranted"
 	// ReasonWindowClosed: the maintenance window closed mid-playbook before a
 	// destructive step, so the playbook stopped, restored and waits for the next one.
 	ReasonWindowClosed = "MaintenanceWindowClosed"

@@ -24,6 +24,7 @@ import (
 	"github.com/remediator/remediator/api/v1alpha1"
 	"github.com/remediator/remediator/controllers"
 	"github.com/remediator/remediator/controllers/facts"
+	"github.com/remediator/remediator/remediations"
 )
 
 // planRequestSeeds are request files: the examples, plan's testdata, the refusals of
@@ -276,8 +277,8 @@ func checkAcceptedRequest(t *testing.T, rr *v1alpha1.RemediationRequest, doc []b
 	}
 	if w := s.MaintenanceWindow; w != nil {
 		require.NotEmpty(t, w.Schedule)
-		require.True(t, w.Duration.Duration > 0 && w.Duration.Duration <= controllers.MaxWindowDuration, "accepted window duration %s", w.Duration.Duration)
-		_, _, _ = controllers.MaintenanceWindow(w, time.Date(2026, 11, 19, 2, 30, 0, 0, time.UTC))
+		require.True(t, w.Duration.Duration > 0 && w.Duration.Duration <= remediations.MaxWindowDuration, "accepted window duration %s", w.Duration.Duration)
+		_, _, _ = remediations.MaintenanceWindow(w, time.Date(2026, 11, 19, 2, 30, 0, 0, time.UTC))
 	}
 	if s.TridentNamespace != "" {
 		require.Empty(t, validation.IsDNS1123Label(s.TridentNamespace), "accepted tridentNamespace %q", s.TridentNamespace)

@@ -397,8 +397,11 @@ func (p *planner) plan(ctx context.Context, in planInput) planResult {
 
 	// The controller's own decision path: the policy, the safety floor, DryRun, the
 	// maintenance window and the cap, in the same order and with the same outcome.
+	// Admission's own choice, on the requests as they are, tells whether the request
+	// would get a slot of the cap at once or wait in line for one.
 	o := controllers.Decide(p.policy, p.playbooks, controllers.DecisionInput{
 		Request: rr, Facts: rr.Status.Facts, Others: others, MaxConcurrent: p.maxConcurrent, Gates: p.gates, Now: p.at,
+		Admitted: controllers.WouldAdmit(rr, others, p.maxConcurrent, p.playbooks, p.at),
 	})
 	if o.Conflicts != nil {
 		res.Conflicts = o.Conflicts

@@ -1,0 +1,74 @@
+package controllers
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/remediator/remediator/api/v1alpha1"
+	"github.com/remediator/remediator/remediations"
+)
+
+// TestAdmit: admission's choice from the requests' status alone: slots held by
+// running disruptive playbooks and by grants not yet decided, the line served oldest
+// first, a request on a busy Lease or node passed over, and a request whose spec
+// changed since it joined kept out of line until it is decided again.
+func TestAdmit(t *testing.T) {
+	playbooks, err := remediations.DefaultPlaybooks()
+	require.NoError(t, err)
+	t0 := time.Date(2026, 12, 3, 6, 0, 0, 0, time.UTC)
+	req := func(name string, age time.Duration, phase v1alpha1.Phase, reason, playbook, node string) v1alpha1.RemediationRequest {
+		rr := v1alpha1.RemediationRequest{ObjectMeta: metav1.ObjectMeta{Namespace: "remediator", Name: name, UID: types.UID(name),
+			CreationTimestamp: metav1.NewTime(t0.Add(-age)), Generation: 1}}
+		rr.Status.Phase, rr.Status.ObservedGeneration = phase, 1
+		rr.Status.Decision = &v1alpha1.Decision{Playbook: playbook}
+		rr.Status.Facts = &v1alpha1.Facts{Node: &v1alpha1.NodeFacts{Name: node}, Lease: &v1alpha1.LeaseFacts{Namespace: "trident", Name: "pvc-" + name}}
+		if reason != "" {
+			rr.Status.Conditions = []metav1.Condition{{Type: v1alpha1.ConditionProgressing, Status: metav1.ConditionTrue, Reason: reason}}
+		}
+		return rr
+	}
+	const disruptive, release = "healthy-move-workload", "node-shutdown"
+	inLine := func(name string, age time.Duration, node string) v1alpha1.RemediationRequest {
+		return req(name, age, v1alpha1.PhaseWaiting, v1alpha1.ReasonWaitingForSlot, disruptive, node)
+	}
+	running := func(name, playbook, node string) v1alpha1.RemediationRequest {
+		return req(name, time.Hour, v1alpha1.PhaseRunning, v1alpha1.ReasonPlaybookRunning, playbook, node)
+	}
+	granted := req("granted", time.Hour, v1alpha1.PhaseWaiting, v1alpha1.ReasonAdmitted, disruptive, "node-g")
+	edited := inLine("edited", 3*time.Hour, "node-e")
+	edited.Generation = 2
+
+	cases := []struct {
+		name    string
+		all     []v1alpha1.RemediationRequest
+		cap     int
+		want    []string
+		waiting int
+	}{
+		{"oldest first up to the cap", []v1alpha1.RemediationRequest{inLine("young", time.Minute, "n1"), inLine("old", time.Hour, "n2"), inLine("mid", 10*time.Minute, "n3")}, 2, []string{"old", "mid"}, 3},
+		{"a running disruptive playbook holds a slot", []v1alpha1.RemediationRequest{running("r", disruptive, "n9"), inLine("old", time.Hour, "n2"), inLine("young", time.Minute, "n1")}, 2, []string{"old"}, 2},
+		{"a Lease release holds none", []v1alpha1.RemediationRequest{running("r", release, "n9"), inLine("old", time.Hour, "n2"), inLine("young", time.Minute, "n1")}, 2, []string{"old", "young"}, 2},
+		{"a grant not yet decided holds one", []v1alpha1.RemediationRequest{granted, inLine("old", time.Hour, "n2")}, 1, nil, 1},
+		{"cap reached", []v1alpha1.RemediationRequest{running("r1", disruptive, "n8"), running("r2", disruptive, "n9"), inLine("old", time.Hour, "n2")}, 2, nil, 1},
+		{"a request on a busy node is passed over, not in the way", []v1alpha1.RemediationRequest{running("r", disruptive, "n1"), inLine("old", time.Hour, "n1"), inLine("young", time.Minute, "n2")}, 3, []string{"young"}, 2},
+		{"two in line on one node: only the older", []v1alpha1.RemediationRequest{inLine("young", time.Minute, "n1"), inLine("old", time.Hour, "n1")}, 3, []string{"old"}, 2},
+		{"an edited request waits to be decided again", []v1alpha1.RemediationRequest{edited, inLine("old", time.Hour, "n2")}, 1, []string{"old"}, 1},
+		{"no cap", []v1alpha1.RemediationRequest{running("r1", disruptive, "n8"), inLine("old", time.Hour, "n2"), inLine("young", time.Minute, "n1")}, 0, []string{"old", "young"}, 2},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			grants, waiting := Admit(tc.all, tc.cap, playbooks)
+			var got []string
+			for _, g := range grants {
+				got = append(got, g.Request.Name)
+			}
+			assert.Equal(t, tc.want, got)
+			assert.Equal(t, tc.waiting, waiting)
+		})
+	}
+}
