@@ -184,7 +184,7 @@ func (r *RemediationRequestReconciler) Reconcile(ctx context.Context, req ctrl.R
 	if !rr.DeletionTimestamp.IsZero() {
 		return r.reconcileDelete(ctx, s)
 	}
-	if finished(rr) {
+	if playbookEnded(rr.Status.Phase) {
 		// A crash (or an older version) came between the terminal status write and
 		// the finalizer's release below.
 		return ctrl.Result{}, r.releaseFinalizer(ctx, rr)
@@ -197,7 +197,7 @@ func (r *RemediationRequestReconciler) Reconcile(ctx context.Context, req ctrl.R
 			retErr = kerrors.NewAggregate([]error{retErr, err})
 			return
 		}
-		if retErr == nil && finished(rr) {
+		if retErr == nil && playbookEnded(rr.Status.Phase) {
 			retErr = r.releaseFinalizer(ctx, rr)
 		}
 	}()
@@ -392,9 +392,10 @@ func (r *RemediationRequestReconciler) setCondition(rr *v1alpha1.RemediationRequ
 	})
 }
 
-// terminalPhase: nothing acts on the request any more.
+// terminalPhase: the playbook ended, or the request was rejected; only a new
+// generation of the spec (or a recheck of a rejection) decides it again.
 func terminalPhase(p v1alpha1.Phase) bool {
-	return p == v1alpha1.PhaseSucceeded || p == v1alpha1.PhaseFailed || p == v1alpha1.PhaseRejected
+	return playbookEnded(p) || p == v1alpha1.PhaseRejected
 }
 
 // patchStatus writes the status once, as a merge patch guarded by the resourceVersion

@@ -209,7 +209,7 @@ func TestStepErrorsAreBounded(t *testing.T) {
 			assert.Equal(t, v1alpha1.StepRunning, r.RR.Status.Steps[0].State)
 			assert.Contains(t, r.RR.Status.Steps[0].Message, tc.wantText)
 			// Past it: failed, with the error's text.
-			r.observed = nil
+			r.freshFacts = nil
 			r.Now = r.Now.Add(time.Minute + time.Second)
 			p, err := Advance(ctx, r)
 			require.NoError(t, err)

@@ -31,31 +31,31 @@ type deletePluginPod struct{}
 
 func (deletePluginPod) Timeout(r *Execution) time.Duration { return r.Timeouts.eviction() }
 
-func (deletePluginPod) Done(ctx context.Context, r *Execution) (Outcome, error) {
+func (deletePluginPod) Done(ctx context.Context, r *Execution) (StepResult, error) {
 	p, err := pluginPod(r)
 	if err != nil {
-		return Outcome{}, err
+		return StepResult{}, err
 	}
 	pod, gone, err := podState(ctx, r, p)
 	if err != nil {
-		return Outcome{}, err
+		return StepResult{}, err
 	}
 	if gone || pod.DeletionTimestamp != nil {
-		return Outcome{Done: true, Message: fmt.Sprintf("Deleted node-plugin pod %s/%s gracefully", p.Namespace, p.Name),
+		return StepResult{Done: true, Message: fmt.Sprintf("Deleted node-plugin pod %s/%s gracefully", p.Namespace, p.Name),
 			Object: "Pod " + p.Namespace + "/" + p.Name, UID: p.UID}, nil
 	}
-	return Outcome{}, nil
+	return StepResult{}, nil
 }
 
 // Run evicts the plugin pod the floor has just found, live, to be the only one on
 // the node and the one the decision was made on.
-func (s deletePluginPod) Run(ctx context.Context, r *Execution) (Outcome, error) {
+func (s deletePluginPod) Run(ctx context.Context, r *Execution) (StepResult, error) {
 	f, _, err := r.fresh(ctx)
 	if err != nil {
-		return Outcome{}, err
+		return StepResult{}, err
 	}
 	if f.CSI == nil || len(f.CSI.PluginPods) != 1 {
-		return Outcome{}, fail("the node no longer runs exactly one node-plugin pod")
+		return StepResult{}, fail("the node no longer runs exactly one node-plugin pod")
 	}
 	p := f.CSI.PluginPods[0]
 	pod, gone, err := podState(ctx, r, p)
@@ -64,10 +64,10 @@ func (s deletePluginPod) Run(ctx context.Context, r *Execution) (Outcome, error)
 	}
 	refused, err := evict(ctx, r, pod)
 	if err != nil {
-		return Outcome{}, err
+		return StepResult{}, err
 	}
 	if refused != "" {
-		return Outcome{Message: "Eviction refused, retrying: " + refused, RequeueAfter: 5 * time.Second}, nil
+		return StepResult{Message: "Eviction refused, retrying: " + refused, RequeueAfter: 5 * time.Second}, nil
 	}
 	return s.Done(ctx, r)
 }
@@ -75,10 +75,10 @@ func (s deletePluginPod) Run(ctx context.Context, r *Execution) (Outcome, error)
 // pluginPodsOnNode lists the node-plugin pods on the node, live, in the Trident
 // namespace the decision was made in.
 func pluginPodsOnNode(ctx context.Context, r *Execution, node string) ([]corev1.Pod, error) {
-	if r.Observer == nil {
+	if r.Live == nil {
 		return nil, fmt.Errorf("no way to list node-plugin pods was wired in")
 	}
-	return r.Observer.NodePluginPods(ctx, r.RR.Status.Facts.TridentNamespace, node)
+	return r.Live.NodePluginPods(ctx, r.RR.Status.Facts.TridentNamespace, node)
 }
 
 func describePods(pods []corev1.Pod) string {
@@ -109,29 +109,29 @@ type waitPluginPodReady struct{}
 
 func (waitPluginPodReady) Timeout(r *Execution) time.Duration { return r.Timeouts.pluginRestart() }
 
-func (waitPluginPodReady) Done(ctx context.Context, r *Execution) (Outcome, error) {
+func (waitPluginPodReady) Done(ctx context.Context, r *Execution) (StepResult, error) {
 	old, err := pluginPod(r)
 	if err != nil {
-		return Outcome{}, err
+		return StepResult{}, err
 	}
 	node, err := workNode(r)
 	if err != nil {
-		return Outcome{}, err
+		return StepResult{}, err
 	}
 	pods, err := pluginPodsOnNode(ctx, r, node)
 	if err != nil {
-		return Outcome{}, err
+		return StepResult{}, err
 	}
 	if len(pods) == 1 && string(pods[0].UID) != old.UID && pods[0].DeletionTimestamp == nil &&
 		pods[0].Status.Phase == corev1.PodRunning && podReady(&pods[0]) {
 		p := pods[0]
-		return Outcome{Done: true, Message: fmt.Sprintf("Replacement node-plugin pod %s is Ready", p.Name),
+		return StepResult{Done: true, Message: fmt.Sprintf("Replacement node-plugin pod %s is Ready", p.Name),
 			Object: "Pod " + p.Namespace + "/" + p.Name, UID: string(p.UID), ResourceVersion: p.ResourceVersion}, nil
 	}
-	return Outcome{Message: "Waiting for one Ready replacement node-plugin pod; now: " + describePods(pods), RequeueAfter: 2 * time.Second}, nil
+	return StepResult{Message: "Waiting for one Ready replacement node-plugin pod; now: " + describePods(pods), RequeueAfter: 2 * time.Second}, nil
 }
 
-func (s waitPluginPodReady) Run(ctx context.Context, r *Execution) (Outcome, error) {
+func (s waitPluginPodReady) Run(ctx context.Context, r *Execution) (StepResult, error) {
 	return s.Done(ctx, r)
 }
 
@@ -140,16 +140,16 @@ type waitDriverRegistered struct{}
 
 func (waitDriverRegistered) Timeout(r *Execution) time.Duration { return r.Timeouts.pluginRestart() }
 
-func (waitDriverRegistered) Done(ctx context.Context, r *Execution) (Outcome, error) {
+func (waitDriverRegistered) Done(ctx context.Context, r *Execution) (StepResult, error) {
 	node, err := workNode(r)
 	if err != nil {
-		return Outcome{}, err
+		return StepResult{}, err
 	}
 	driver := r.RR.Status.Facts.DriverName
 	cn := &storagev1.CSINode{}
 	err = r.Reader.Get(ctx, types.NamespacedName{Name: node}, cn)
 	if err != nil && !apierrors.IsNotFound(err) {
-		return Outcome{}, fmt.Errorf("reading CSINode %s: %w", node, err)
+		return StepResult{}, fmt.Errorf("reading CSINode %s: %w", node, err)
 	}
 	var drivers []string
 	for _, d := range cn.Spec.Drivers {
@@ -157,17 +157,17 @@ func (waitDriverRegistered) Done(ctx context.Context, r *Execution) (Outcome, er
 	}
 	slices.Sort(drivers)
 	if slices.Contains(drivers, driver) {
-		return Outcome{Done: true, Message: fmt.Sprintf("CSINode %s lists %s again", node, driver),
+		return StepResult{Done: true, Message: fmt.Sprintf("CSINode %s lists %s again", node, driver),
 			Object: "CSINode " + node, UID: string(cn.UID), ResourceVersion: cn.ResourceVersion}, nil
 	}
 	pods, err := pluginPodsOnNode(ctx, r, node)
 	if err != nil {
-		return Outcome{}, err
+		return StepResult{}, err
 	}
-	return Outcome{Message: fmt.Sprintf("Waiting for CSINode %s to list %s; drivers now [%s]; node-plugin pods: %s",
+	return StepResult{Message: fmt.Sprintf("Waiting for CSINode %s to list %s; drivers now [%s]; node-plugin pods: %s",
 		node, driver, strings.Join(drivers, ", "), describePods(pods)), RequeueAfter: 2 * time.Second}, nil
 }
 
-func (s waitDriverRegistered) Run(ctx context.Context, r *Execution) (Outcome, error) {
+func (s waitDriverRegistered) Run(ctx context.Context, r *Execution) (StepResult, error) {
 	return s.Done(ctx, r)
 }

@@ -5,6 +5,6 @@
 // per reconcile so that a restart resumes without repeating a destructive call.
 //
 // It does not import controllers or controllers/facts: the steps read the cluster
-// through the Observer interface, which the controller implements with its facts
+// through the LiveView interface, which the controller implements with its facts
 // gatherer. The floor is Go, not CUE, so that no policy can lift it.
 package remediations

@@ -45,8 +45,8 @@ func readLease(ctx context.Context, r *Execution, want *v1alpha1.LeaseFacts) (*c
 	return l, nil
 }
 
-func leaseGoneOutcome(want *v1alpha1.LeaseFacts) Outcome {
-	return Outcome{Done: true, Message: fmt.Sprintf("Lease %s/%s is gone", want.Namespace, want.Name),
+func leaseGoneResult(want *v1alpha1.LeaseFacts) StepResult {
+	return StepResult{Done: true, Message: fmt.Sprintf("Lease %s/%s is gone", want.Namespace, want.Name),
 		Object: "Lease " + want.Namespace + "/" + want.Name, UID: want.UID, ResourceVersion: want.ResourceVersion}
 }
 
@@ -55,35 +55,35 @@ func leaseGoneOutcome(want *v1alpha1.LeaseFacts) Outcome {
 // would only repeat it. A Lease the facts still show but that is already gone is
 // found by the delete (NotFound counts as done); one re-created since is refused by
 // its UID precondition.
-func (deleteLease) Done(ctx context.Context, r *Execution) (Outcome, error) {
+func (deleteLease) Done(ctx context.Context, r *Execution) (StepResult, error) {
 	want, err := decidedLease(r)
 	if err != nil {
-		return Outcome{}, err
+		return StepResult{}, err
 	}
-	if f := r.observed; f != nil {
+	if f := r.freshFacts; f != nil {
 		if f.Lease == nil || f.Lease.Namespace != want.Namespace || f.Lease.Name != want.Name {
-			return Outcome{}, nil
+			return StepResult{}, nil
 		}
 		if f.Lease.Exists {
-			return Outcome{}, nil
+			return StepResult{}, nil
 		}
-		return leaseGoneOutcome(want), nil
+		return leaseGoneResult(want), nil
 	}
 	l, err := readLease(ctx, r, want)
 	if err != nil || l != nil {
-		return Outcome{}, err
+		return StepResult{}, err
 	}
-	return leaseGoneOutcome(want), nil
+	return leaseGoneResult(want), nil
 }
 
 // Run deletes the Lease. The floor has just compared the live Lease and holder
 // state with the decision's; the delete carries the decided UID and
 // resourceVersion as preconditions, so a change in between is refused by the API
 // server rather than acted on.
-func (deleteLease) Run(ctx context.Context, r *Execution) (Outcome, error) {
+func (deleteLease) Run(ctx context.Context, r *Execution) (StepResult, error) {
 	want, err := decidedLease(r)
 	if err != nil {
-		return Outcome{}, err
+		return StepResult{}, err
 	}
 	key := types.NamespacedName{Namespace: want.Namespace, Name: want.Name}
 	l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: want.Namespace, Name: want.Name}}
@@ -92,15 +92,15 @@ func (deleteLease) Run(ctx context.Context, r *Execution) (Outcome, error) {
 	switch {
 	case err == nil, apierrors.IsNotFound(err):
 	case apierrors.IsConflict(err):
-		return conflictOutcome(ctx, r, want, key, err)
+		return conflictResult(ctx, r, want, key, err)
 	default:
-		return Outcome{}, writeFailed(err, "deleting Lease %s", key)
+		return StepResult{}, writeFailed(err, "deleting Lease %s", key)
 	}
-	return Outcome{Done: true, Message: fmt.Sprintf("Deleted Lease %s held by %s", key, want.HolderIdentity),
+	return StepResult{Done: true, Message: fmt.Sprintf("Deleted Lease %s held by %s", key, want.HolderIdentity),
 		Object: "Lease " + key.String(), UID: want.UID, ResourceVersion: want.ResourceVersion}, nil
 }
 
-// conflictOutcome judges a 409 on the Lease delete. The API server answers its
+// conflictResult judges a 409 on the Lease delete. The API server answers its
 // preconditions with 409 when the Lease was re-created or changed since the
 // decision, and the playbook then fails closed. But a 409 is not proof of that: a
 // proxy, a webhook or an API server shedding load can answer 409 to a delete it
@@ -109,17 +109,17 @@ func (deleteLease) Run(ctx context.Context, r *Execution) (Outcome, error) {
 // reply was lost), the very UID and resourceVersion of the decision means nothing
 // changed and the delete is retried with the same preconditions, and anything
 // else is the change the preconditions exist to catch.
-func conflictOutcome(ctx context.Context, r *Execution, want *v1alpha1.LeaseFacts, key types.NamespacedName, conflict error) (Outcome, error) {
+func conflictResult(ctx context.Context, r *Execution, want *v1alpha1.LeaseFacts, key types.NamespacedName, conflict error) (StepResult, error) {
 	cur, err := readLease(ctx, r, want)
 	switch {
 	case err != nil:
-		return Outcome{}, fmt.Errorf("deleting Lease %s: %v; re-reading it to tell whether it changed: %w", key, conflict, err)
+		return StepResult{}, fmt.Errorf("deleting Lease %s: %v; re-reading it to tell whether it changed: %w", key, conflict, err)
 	case cur == nil:
-		return leaseGoneOutcome(want), nil
+		return leaseGoneResult(want), nil
 	case string(cur.UID) == want.UID && cur.ResourceVersion == want.ResourceVersion:
-		return Outcome{}, fmt.Errorf("deleting Lease %s: %w; the Lease is unchanged since the decision (uid %s, resourceVersion %s), so the delete is retried with the same preconditions",
+		return StepResult{}, fmt.Errorf("deleting Lease %s: %w; the Lease is unchanged since the decision (uid %s, resourceVersion %s), so the delete is retried with the same preconditions",
 			key, conflict, want.UID, want.ResourceVersion)
 	}
-	return Outcome{}, &Failure{Reason: InvariantLeaseChanged.Reason(),
+	return StepResult{}, &Failure{Reason: InvariantLeaseChanged.Reason(),
 		Message: fmt.Sprintf("safety floor %s: Lease %s changed at the moment of deletion (%v); it was left alone", InvariantLeaseChanged, key, conflict)}
 }

@@ -26,8 +26,8 @@ func workNode(r *Execution) (string, error) {
 	// spec, never from status: status could name any node. The restore reads status,
 	// but only undoes a cordon this request's own mark is on.
 	f := r.RR.Status.Facts
-	if r.observed != nil {
-		f = r.observed
+	if r.freshFacts != nil {
+		f = r.freshFacts
 	}
 	switch {
 	case f == nil:
@@ -60,8 +60,8 @@ func readWorkNode(ctx context.Context, r *Execution) (string, *corev1.Node, erro
 	return name, n, err
 }
 
-func nodeOutcome(n *corev1.Node, msg string) Outcome {
-	return Outcome{Done: true, Message: msg, Object: "Node " + n.Name, UID: string(n.UID), ResourceVersion: n.ResourceVersion}
+func nodeOutcome(n *corev1.Node, msg string) StepResult {
+	return StepResult{Done: true, Message: msg, Object: "Node " + n.Name, UID: string(n.UID), ResourceVersion: n.ResourceVersion}
 }
 
 // patchNode applies change to n under an optimistic lock, so a concurrent edit of
@@ -82,32 +82,32 @@ type cordon struct{}
 func (cordon) Timeout(r *Execution) time.Duration { return r.Timeouts.step() }
 
 // cordoned reports whether n is already cordoned, and by whom.
-func cordoned(r *Execution, n *corev1.Node) (Outcome, bool) {
+func cordoned(r *Execution, n *corev1.Node) (StepResult, bool) {
 	switch {
 	case n.Spec.Unschedulable && n.Annotations[CordonedByAnnotation] == r.owner():
 		return nodeOutcome(n, fmt.Sprintf("Cordoned node %s", n.Name)), true
 	case n.Spec.Unschedulable:
 		return nodeOutcome(n, fmt.Sprintf("Node %s was already cordoned; it stays cordoned afterwards", n.Name)), true
 	}
-	return Outcome{}, false
+	return StepResult{}, false
 }
 
-func (cordon) Done(ctx context.Context, r *Execution) (Outcome, error) {
+func (cordon) Done(ctx context.Context, r *Execution) (StepResult, error) {
 	_, n, err := readWorkNode(ctx, r)
 	if err != nil || n == nil {
-		return Outcome{}, err
+		return StepResult{}, err
 	}
 	out, _ := cordoned(r, n)
 	return out, nil
 }
 
-func (cordon) Run(ctx context.Context, r *Execution) (Outcome, error) {
+func (cordon) Run(ctx context.Context, r *Execution) (StepResult, error) {
 	name, n, err := readWorkNode(ctx, r)
 	if err != nil {
-		return Outcome{}, err
+		return StepResult{}, err
 	}
 	if n == nil {
-		return Outcome{}, fail("node %s no longer exists; the playbook for a healthy holder cannot continue", name)
+		return StepResult{}, fail("node %s no longer exists; the playbook for a healthy holder cannot continue", name)
 	}
 	if out, ok := cordoned(r, n); ok {
 		return out, nil
@@ -119,7 +119,7 @@ func (cordon) Run(ctx context.Context, r *Execution) (Outcome, error) {
 		}
 		n.Annotations[CordonedByAnnotation] = r.owner()
 	}); err != nil {
-		return Outcome{}, err
+		return StepResult{}, err
 	}
 	return nodeOutcome(n, fmt.Sprintf("Cordoned node %s", name)), nil
 }
@@ -132,29 +132,29 @@ type uncordon struct{}
 func (uncordon) Timeout(r *Execution) time.Duration { return r.Timeouts.step() }
 
 // leftAlone reports whether there is nothing for uncordon to undo on the node.
-func leftAlone(r *Execution, name string, n *corev1.Node) (Outcome, bool) {
+func leftAlone(r *Execution, name string, n *corev1.Node) (StepResult, bool) {
 	switch {
 	case n == nil:
-		return Outcome{Done: true, Message: fmt.Sprintf("Node %s no longer exists", name)}, true
+		return StepResult{Done: true, Message: fmt.Sprintf("Node %s no longer exists", name)}, true
 	case n.Annotations[CordonedByAnnotation] != r.owner():
 		return nodeOutcome(n, fmt.Sprintf("Node %s left as found (not cordoned by this request)", name)), true
 	}
-	return Outcome{}, false
+	return StepResult{}, false
 }
 
-func (uncordon) Done(ctx context.Context, r *Execution) (Outcome, error) {
+func (uncordon) Done(ctx context.Context, r *Execution) (StepResult, error) {
 	name, n, err := readWorkNode(ctx, r)
 	if err != nil {
-		return Outcome{}, err
+		return StepResult{}, err
 	}
 	out, _ := leftAlone(r, name, n)
 	return out, nil
 }
 
-func (uncordon) Run(ctx context.Context, r *Execution) (Outcome, error) {
+func (uncordon) Run(ctx context.Context, r *Execution) (StepResult, error) {
 	name, n, err := readWorkNode(ctx, r)
 	if err != nil {
-		return Outcome{}, err
+		return StepResult{}, err
 	}
 	if out, ok := leftAlone(r, name, n); ok {
 		return out, nil
@@ -180,9 +180,9 @@ func (uncordon) Run(ctx context.Context, r *Execution) (Outcome, error) {
 
 // gone turns a NotFound from an uncordon's patch into success: a node deleted
 // since it was read has no cordon left to undo. Any other error stands.
-func gone(name string, err error) (Outcome, error) {
+func gone(name string, err error) (StepResult, error) {
 	if apierrors.IsNotFound(err) {
-		return Outcome{Done: true, Message: fmt.Sprintf("Node %s no longer exists", name)}, nil
+		return StepResult{Done: true, Message: fmt.Sprintf("Node %s no longer exists", name)}, nil
 	}
-	return Outcome{}, err
+	return StepResult{}, err
 }

@@ -196,7 +196,7 @@ func Restore(ctx context.Context, r *Execution, why string) (string, error) {
 	// not on whichever node the fresh facts name now (the Lease may have passed to
 	// another holder). It only ever undoes a cordon carrying this request's mark.
 	decided := *r
-	decided.observed, decided.conflicts = nil, nil
+	decided.freshFacts, decided.freshConflicts = nil, nil
 	r = &decided
 	node, err := workNode(r)
 	if err != nil {

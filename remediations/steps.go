@@ -26,9 +26,9 @@ type Execution struct {
 	// Client writes; Reader reads live (uncached) state.
 	Client client.Client
 	Reader client.Reader
-	// Observer reads what the steps need of the cluster the way the controller
+	// Live reads what the steps need of the cluster the way the controller
 	// gathers facts; the controller wires its gatherer in.
-	Observer Observer
+	Live     LiveView
 	Now      time.Time
 	Timeouts Timeouts
 	// Playbooks are the playbooks the journal must match: status.steps is checked
@@ -38,39 +38,39 @@ type Execution struct {
 	// step; zero fields mean the runbook's values.
 	Gates Gates
 
-	// observed caches one Observe per Advance: the Done check, the floor and the
-	// step act on the same reading.
-	observed  *v1alpha1.Facts
-	conflicts []string
+	// freshFacts and freshConflicts cache one FreshFacts reading per Advance: the
+	// Done check, the gate and the step act on the same reading.
+	freshFacts     *v1alpha1.Facts
+	freshConflicts []string
 }
 
-// Observer is what the steps read of the cluster through the controller's facts
+// LiveView is what the steps read of the cluster through the controller's facts
 // gatherer. It is an interface so that the steps need not know how facts are
 // gathered (controllers/facts), only what they say: remediations sits below
 // controllers, and the controller wires its gatherer in.
-type Observer interface {
-	// Observe gathers the request's facts afresh, from its spec and the live
+type LiveView interface {
+	// FreshFacts gathers the request's facts afresh, from its spec and the live
 	// cluster (never from status), with the other running requests on the same
 	// Lease or node. It runs right before every destructive call.
-	Observe(ctx context.Context) (*v1alpha1.Facts, []string, error)
+	FreshFacts(ctx context.Context) (*v1alpha1.Facts, []string, error)
 	// NodePluginPods lists, live and sorted by name, the CSI node-plugin pods in
 	// namespace on node: the plugin waits watch the replacement come up.
 	NodePluginPods(ctx context.Context, namespace, node string) ([]corev1.Pod, error)
 }
 
-// fresh returns the facts observed for this Advance, gathering them once.
+// fresh returns the facts read for this Advance, gathering them once.
 func (r *Execution) fresh(ctx context.Context) (*v1alpha1.Facts, []string, error) {
-	if r.observed != nil {
-		return r.observed, r.conflicts, nil
+	if r.freshFacts != nil {
+		return r.freshFacts, r.freshConflicts, nil
 	}
-	if r.Observer == nil {
+	if r.Live == nil {
 		return nil, nil, fmt.Errorf("no way to observe fresh facts was wired in")
 	}
-	f, conflicts, err := r.Observer.Observe(ctx)
+	f, conflicts, err := r.Live.FreshFacts(ctx)
 	if err != nil {
 		return nil, nil, fmt.Errorf("re-reading facts: %w", err)
 	}
-	r.observed, r.conflicts = f, conflicts
+	r.freshFacts, r.freshConflicts = f, conflicts
 	return f, conflicts, nil
 }
 
@@ -78,7 +78,7 @@ func (r *Execution) fresh(ctx context.Context) (*v1alpha1.Facts, []string, error
 func (r *Execution) gate(step string, starting bool) (*Stop, string) {
 	in := GateInput{RR: r.RR, Step: step, Starting: starting, Playbooks: r.Playbooks, Gates: r.Gates, Now: r.Now}
 	if !starting {
-		in.Fresh, in.Conflicts = r.observed, r.conflicts
+		in.Fresh, in.Conflicts = r.freshFacts, r.freshConflicts
 	}
 	return Gate(in)
 }
@@ -118,8 +118,8 @@ func (t Timeouts) pluginRestart() time.Duration {
 
 func (r *Execution) owner() string { return r.RR.Namespace + "/" + r.RR.Name }
 
-// Outcome is what a step reports.
-type Outcome struct {
+// StepResult is what a step reports.
+type StepResult struct {
 	Done    bool
 	Message string
 	// Object, UID and ResourceVersion identify what the step acted on.
@@ -147,9 +147,9 @@ func fail(format string, args ...any) error {
 // Step is one entry of the step library.
 type Step interface {
 	// Done reads live state and reports whether the step's effect is in place.
-	Done(ctx context.Context, r *Execution) (Outcome, error)
+	Done(ctx context.Context, r *Execution) (StepResult, error)
 	// Run acts, idempotently; an already-done effect is a success.
-	Run(ctx context.Context, r *Execution) (Outcome, error)
+	Run(ctx context.Context, r *Execution) (StepResult, error)
 	// Timeout bounds the step from its StartedAt, errors included; it is never zero.
 	Timeout(r *Execution) time.Duration
 }
@@ -214,47 +214,47 @@ type deleteAffectedPods struct{}
 
 func (deleteAffectedPods) Timeout(r *Execution) time.Duration { return r.Timeouts.eviction() }
 
-func (deleteAffectedPods) Done(ctx context.Context, r *Execution) (Outcome, error) {
+func (deleteAffectedPods) Done(ctx context.Context, r *Execution) (StepResult, error) {
 	f, _, err := r.fresh(ctx)
 	if err != nil {
-		return Outcome{}, err
+		return StepResult{}, err
 	}
 	var pending []string
 	for _, p := range f.AffectedPods {
 		pod, gone, err := podState(ctx, r, p)
 		if err != nil {
-			return Outcome{}, err
+			return StepResult{}, err
 		}
 		if !gone && pod.DeletionTimestamp == nil {
 			pending = append(pending, p.Namespace+"/"+p.Name)
 		}
 	}
 	if len(pending) > 0 {
-		return Outcome{Message: "Pods not yet evicted: " + strings.Join(pending, ", ")}, nil
+		return StepResult{Message: "Pods not yet evicted: " + strings.Join(pending, ", ")}, nil
 	}
-	return Outcome{Done: true, Message: fmt.Sprintf("Evicted the affected pod(s) gracefully: %s", PodList(f.AffectedPods))}, nil
+	return StepResult{Done: true, Message: fmt.Sprintf("Evicted the affected pod(s) gracefully: %s", PodList(f.AffectedPods))}, nil
 }
 
 // Run evicts the pods that use the volume on the holder node as listed right now
 // (the floor's fresh facts), never the ones recorded in status: status is not proof
 // of which pods may be evicted.
-func (s deleteAffectedPods) Run(ctx context.Context, r *Execution) (Outcome, error) {
+func (s deleteAffectedPods) Run(ctx context.Context, r *Execution) (StepResult, error) {
 	f, _, err := r.fresh(ctx)
 	if err != nil {
-		return Outcome{}, err
+		return StepResult{}, err
 	}
 	var blocked []string
 	for _, p := range f.AffectedPods {
 		pod, gone, err := podState(ctx, r, p)
 		if err != nil {
-			return Outcome{}, err
+			return StepResult{}, err
 		}
 		if gone || pod.DeletionTimestamp != nil {
 			continue
 		}
 		refused, err := evict(ctx, r, pod)
 		if err != nil {
-			return Outcome{}, err
+			return StepResult{}, err
 		}
 		if refused != "" {
 			blocked = append(blocked, refused)
@@ -262,7 +262,7 @@ func (s deleteAffectedPods) Run(ctx context.Context, r *Execution) (Outcome, err
 	}
 	if len(blocked) > 0 {
 		slices.Sort(blocked)
-		return Outcome{
+		return StepResult{
 			Message:      "Eviction refused, retrying: " + strings.Join(blocked, "; "),
 			RequeueAfter: 5 * time.Second,
 		}, nil
@@ -311,18 +311,20 @@ func (waitPodsGone) Timeout(r *Execution) time.Duration { return r.Timeouts.podT
 
 // Done lists the pods that use the volume on the holder again: it waits for every
 // such pod, not only the ones recorded at decision time.
-func (waitPodsGone) Done(ctx context.Context, r *Execution) (Outcome, error) {
+func (waitPodsGone) Done(ctx context.Context, r *Execution) (StepResult, error) {
 	f, _, err := r.fresh(ctx)
 	if err != nil {
-		return Outcome{}, err
+		return StepResult{}, err
 	}
 	if len(f.AffectedPods) > 0 {
-		return Outcome{Message: "Waiting for pods to terminate: " + PodList(f.AffectedPods), RequeueAfter: 2 * time.Second}, nil
+		return StepResult{Message: "Waiting for pods to terminate: " + PodList(f.AffectedPods), RequeueAfter: 2 * time.Second}, nil
 	}
-	return Outcome{Done: true, Message: "No pod that uses the volume is left on the holder node"}, nil
+	return StepResult{Done: true, Message: "No pod that uses the volume is left on the holder node"}, nil
 }
 
-func (s waitPodsGone) Run(ctx context.Context, r *Execution) (Outcome, error) { return s.Done(ctx, r) }
+func (s waitPodsGone) Run(ctx context.Context, r *Execution) (StepResult, error) {
+	return s.Done(ctx, r)
+}
 
 // IsFailure reports whether err ends the playbook.
 func IsFailure(err error) (*Failure, bool) {

@@ -64,7 +64,7 @@ func shutdownHolder(t *testing.T) (*Execution, *coordinationv1.Lease) {
 	rr.Status.Decision = &v1alpha1.Decision{Allowed: true, Playbook: "node-shutdown", Rule: "holder-shutdown"}
 	pb, err := DefaultPlaybooks()
 	require.NoError(t, err)
-	return &Execution{RR: rr, Client: env.Client, Reader: env.Client, Observer: gathered{g, rr}, Now: time.Now(), Timeouts: DefaultTimeouts, Playbooks: pb}, lease
+	return &Execution{RR: rr, Client: env.Client, Reader: env.Client, Live: gathered{g, rr}, Now: time.Now(), Timeouts: DefaultTimeouts, Playbooks: pb}, lease
 }
 
 // gathered observes through the controller's gatherer, reading live, as the
@@ -74,7 +74,7 @@ type gathered struct {
 	rr *v1alpha1.RemediationRequest
 }
 
-func (o gathered) Observe(ctx context.Context) (*v1alpha1.Facts, []string, error) {
+func (o gathered) FreshFacts(ctx context.Context) (*v1alpha1.Facts, []string, error) {
 	f, err := o.g.Gather(ctx, o.rr)
 	return f, nil, err
 }
@@ -280,7 +280,7 @@ func TestPluginPodEvictionRechecksOverlap(t *testing.T) {
 	rr.Status.Decision = &v1alpha1.Decision{Allowed: true, Playbook: "restart-node-plugin", Rule: "driver-deregistered"}
 	pb, err := DefaultPlaybooks()
 	require.NoError(t, err)
-	r := &Execution{RR: rr, Client: env.Client, Reader: env.Client, Observer: gathered{g, rr}, Now: time.Now(), Timeouts: DefaultTimeouts, Playbooks: pb}
+	r := &Execution{RR: rr, Client: env.Client, Reader: env.Client, Live: gathered{g, rr}, Now: time.Now(), Timeouts: DefaultTimeouts, Playbooks: pb}
 
 	// The DaemonSet is recreated after the decision: a second plugin pod lands.
 	plugin("trident-csi-2-" + rand.String(5))
@@ -311,7 +311,7 @@ func TestRestoreUncordonsTheDecidedNode(t *testing.T) {
 	require.NoError(t, env.Client.Update(ctx, l))
 	_, _, err = r.fresh(ctx)
 	require.NoError(t, err)
-	require.Equal(t, "kwok-node-2", r.observed.Lease.HolderIdentity)
+	require.Equal(t, "kwok-node-2", r.freshFacts.Lease.HolderIdentity)
 
 	_, err = Restore(ctx, r, "the failure")
 	require.NoError(t, err)
@@ -377,7 +377,7 @@ func TestDeleteLeaseConflictIsJudgedOnTheLiveLease(t *testing.T) {
 				assert.Contains(t, err.Error(), "the Lease is unchanged since the decision")
 				assert.False(t, leaseGone(t, l), "nothing was deleted by the refused call")
 				assert.Equal(t, v1alpha1.StepRunning, r.RR.Status.Steps[0].State)
-				r.observed = nil // the next reconcile re-reads
+				r.freshFacts = nil // the next reconcile re-reads
 				p, err = Advance(ctx, r)
 			}
 			require.NoError(t, err)

@@ -16,12 +16,12 @@ import (
 	"github.com/remediator/remediator/remediations"
 )
 
-// observed is the request whose facts are gathered afresh before a destructive
+// regatherTarget is the request whose facts are gathered afresh before a destructive
 // step. A pod target is followed through the claim it resolved to at decision
 // time: the playbook evicts that very pod, and the volume, its Lease and the
 // holder's other pods must still be re-read after it is gone. Only a claim in the
 // pod's own namespace is followed.
-func observed(rr *v1alpha1.RemediationRequest) *v1alpha1.RemediationRequest {
+func regatherTarget(rr *v1alpha1.RemediationRequest) *v1alpha1.RemediationRequest {
 	p, f := rr.Spec.Target.Pod, rr.Status.Facts
 	if p == nil || f == nil {
 		return rr
@@ -37,20 +37,20 @@ func observed(rr *v1alpha1.RemediationRequest) *v1alpha1.RemediationRequest {
 
 func (r *RemediationRequestReconciler) execution(s *scope) *remediations.Execution {
 	return &remediations.Execution{
-		RR: s.rr, Client: r.Client, Reader: r.Reader, Observer: observer{r: r, s: s},
+		RR: s.rr, Client: r.Client, Reader: r.Reader, Live: liveView{r: r, s: s},
 		Now: s.now, Timeouts: r.Timeouts, Playbooks: r.Playbooks, Gates: r.gates(),
 	}
 }
 
-// observer is the reconciler's facts gatherer as the steps read through it.
-type observer struct {
+// liveView is the reconciler's facts gatherer as the steps read through it.
+type liveView struct {
 	r *RemediationRequestReconciler
 	s *scope
 }
 
-var _ remediations.Observer = observer{}
+var _ remediations.LiveView = liveView{}
 
-func (o observer) Observe(ctx context.Context) (*v1alpha1.Facts, []string, error) {
+func (o liveView) FreshFacts(ctx context.Context) (*v1alpha1.Facts, []string, error) {
 	r, s := o.r, o.s
 	// Both readings on the decision's clock.
 	g := r.gatherer(cmp.Or(r.Recheck, r.Gatherer))
@@ -60,7 +60,7 @@ func (o observer) Observe(ctx context.Context) (*v1alpha1.Facts, []string, error
 	// The affected pods are read only where the playbook or the floor looks at
 	// them: a playbook that moves them, or a holder decided Healthy.
 	g.SkipAffectedPods = !movesPods(s.rr, r.Playbooks)
-	f, err := g.Gather(ctx, observed(s.rr))
+	f, err := g.Gather(ctx, regatherTarget(s.rr))
 	if err != nil {
 		return nil, nil, err
 	}
@@ -72,7 +72,7 @@ func (o observer) Observe(ctx context.Context) (*v1alpha1.Facts, []string, error
 }
 
 // NodePluginPods lists live, with the gatherer's node-plugin selector.
-func (o observer) NodePluginPods(ctx context.Context, namespace, node string) ([]corev1.Pod, error) {
+func (o liveView) NodePluginPods(ctx context.Context, namespace, node string) ([]corev1.Pod, error) {
 	return o.r.Gatherer.Config.NodePluginPods(ctx, o.r.Reader, namespace, node)
 }
 
