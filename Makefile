@@ -12,6 +12,12 @@ KWOK_VERSION := v0.7.0
 # golangci-lint's go.mod must not need a newer Go than the machine's (go1.26).
 GOLANGCI_LINT_VERSION := v2.15.0
 
+# The test harnesses' module (test/harness/go.mod): the e2e suite, the benchmark, the
+# chaos campaigns and the chart's tests, with what only they import (Helm's library,
+# gonum's plots) kept out of the controller's go.mod. Its packages are run from inside
+# it (cd $(HARNESS_MOD) && go ... ./e2e/...); it builds against this checkout.
+HARNESS_MOD := test/harness
+
 # Kubernetes binaries built offline from the Go module proxy by the test tools module.
 TOOLS_MOD   := test/tools
 # kubelet runs the real nodes of `make cluster REAL_NODES=N`; ociimage builds their images.
@@ -44,7 +50,7 @@ $(BIN)/kwok $(BIN)/kwokctl &:
 # Argo CD's application-controller and repo-server, built from the Go module proxy by the
 # test/argocd module (its own go.mod copies Argo CD's replace directives, which `go install`
 # refuses), plus the CRDs and base config of the same version, for the Argo CD e2e tests
-# (test/e2e/argocd_test.go). A cold build takes about 3 to 6 minutes and 1.6 GB of Go cache.
+# (test/harness/e2e/policies_argocd_test.go). A cold build takes about 3 to 6 minutes and 1.6 GB of Go cache.
 ARGOCD_VERSION := v3.2.6
 ARGOCD_MOD     := test/argocd
 ARGOCD_SRC     := $(ARGOCD_MOD)/go.mod $(ARGOCD_MOD)/go.sum $(wildcard $(ARGOCD_MOD)/argocd/*.go)
@@ -140,12 +146,18 @@ test: lint bins build policy-test test-unit test-e2e test-realnode-host bench-sm
 
 # .golangci.yml's run.build-tags (e2e, failpoints) takes in the tagged files, which
 # leaves out the release build's !failpoints files; go ignores build tags for files
-# named on the command line, so the second run lints those.
+# named on the command line, so the second run lints those. ./... stops at a nested
+# module, so the harness module is linted from inside it, with the same configuration.
 LINT_NOFAILPOINTS := $(filter-out %/on.go %_test.go,$(wildcard remediations/failpoint/*.go))
 .PHONY: lint
-lint: $(BIN)/golangci-lint ## Run golangci-lint (.golangci.yml): gofmt, goimports, govet, staticcheck, errcheck, revive, importas
+lint: $(BIN)/golangci-lint ## Run golangci-lint (.golangci.yml) on the controller's and the harness module (gofmt, goimports, govet, staticcheck, errcheck, revive, importas); check that both go.mod files are tidy
 	$(BIN)/golangci-lint run ./...
 	$(BIN)/golangci-lint run $(LINT_NOFAILPOINTS)
+	cd $(HARNESS_MOD) && $(BIN)/golangci-lint run --config $(ROOT)/.golangci.yml ./...
+	@# Both go.mod files stay tidy: the controller's holds only what it and its unit tests
+	@# import, and the harness module's follows the controller's (its replace of ../..).
+	$(GO) mod tidy -diff
+	cd $(HARNESS_MOD) && $(GO) mod tidy -diff
 
 # cue ignores *_test.cue files given as paths, so each case file goes in on stdin,
 # unified with the policy package.
@@ -158,8 +170,9 @@ policy-test: ## Run the CUE policy cases (policies/*_test.cue) with cue vet
 	done
 
 .PHONY: test-unit
-test-unit: bins ## Unit and envtest integration tests (real kube-apiserver + etcd from bin/)
+test-unit: bins ## Unit and envtest integration tests (real kube-apiserver + etcd from bin/), the chart's tests and the harnesses' own
 	$(GOTEST) $(TEST_FLAGS) -race ./...
+	cd $(HARNESS_MOD) && $(GOTEST) $(TEST_FLAGS) -race ./...
 	$(GOTEST) $(TEST_FLAGS) -tags failpoints ./remediations/failpoint/
 	cd test/promrules && $(GO) test -count=1 ./...
 	cd test/tools && $(GO) test -count=1 ./tridentnode/
@@ -176,7 +189,7 @@ test-e2e: bins build realnode-deps argocd ## End-to-end tests on the local clust
 	@rm -f $(E2E_HOSTSTATE); \
 	if ! $(BIN)/kubectl --kubeconfig $(BIN)/cluster/kubeconfig get --raw /readyz --request-timeout=5s >/dev/null 2>&1 \
 		&& [ ! -e /var/lib/remediator-nodes ]; then test/realnode/hoststate.sh snapshot $(E2E_HOSTSTATE); fi
-	REAL_NODES=$(E2E_REAL_NODES) E2E_REAL_NODES=$(E2E_REAL_NODES) $(GOTEST) $(TEST_FLAGS) -tags e2e -timeout 30m -v ./test/e2e/...
+	cd $(HARNESS_MOD) && REAL_NODES=$(E2E_REAL_NODES) E2E_REAL_NODES=$(E2E_REAL_NODES) $(GOTEST) $(TEST_FLAGS) -tags e2e -timeout 30m -v ./e2e/...
 	@if [ -f $(E2E_HOSTSTATE) ]; then \
 		echo "test/realnode/hoststate.sh compare: the host after the e2e suite and its cluster-down"; \
 		test/realnode/hoststate.sh compare $(E2E_HOSTSTATE) && rm -f $(E2E_HOSTSTATE); \
@@ -198,13 +211,13 @@ BENCH_OUT = docs/benchmarks$(if $(filter small,$(BENCH)),/small)
 
 .PHONY: bench
 bench: bins build ## Measure the controller against the kubectl runbook: latency, storms, memory (BENCH=full|small)
-	$(GO) run ./test/bench -preset $(BENCH) -out $(BENCH_OUT)
+	cd $(HARNESS_MOD) && $(GO) run ./bench -preset $(BENCH) -out $(BENCH_OUT)
 
 # make test's smoke run: the small preset, results only in bin/bench/; it fails only
 # on a collapse (a storm of 100 not terminal within 120 s) or a broken guarantee.
 .PHONY: bench-smoke
 bench-smoke: bins build
-	$(GO) run ./test/bench -preset small
+	cd $(HARNESS_MOD) && $(GO) run ./bench -preset small
 
 # ---------------------------------------------------------------------------
 # Fuzzing (issue 12, R3), kept out of `make test`. go test fuzzes one target per
@@ -278,7 +291,7 @@ cluster-down: ## Stop the local cluster, its real nodes (the host restored) and 
 	ROOT=$(ROOT) BIN=$(BIN) test/cluster/down.sh
 
 # ---------------------------------------------------------------------------
-# Reliability campaigns on the local cluster (test/chaos, docs/reliability.md):
+# Reliability campaigns on the local cluster (test/harness/chaos, docs/reliability.md):
 # crash (R1), API faults (R2) and churn under restarts (R4), counted from the
 # kube-apiserver's audit log. The controller under test is built with the failpoints
 # tag (remediations/failpoint), which release builds do not have. `make test` runs
@@ -296,11 +309,11 @@ R3_TESTS := TestMalformedRequests|TestAdmissionRefusesBadInput|TestBrokenPolicie
 .PHONY: chaos
 chaos: bins build-failpoints ## Run the four campaigns: crash, API faults, bad input, churn; exit non-zero on any violation (CHAOS=full|smoke)
 	$(GOTEST) $(TEST_FLAGS) -v -run '^($(R3_TESTS))$$' ./controllers/ ./api/v1alpha1/ ./policies/ ./cmd/remediator/ | grep -E '^(=== RUN|--- |ok|FAIL|PASS)|malformed requests:' | grep -v '^=== RUN'
-	$(GO) run ./test/chaos -preset $(CHAOS) $(if $(filter full,$(CHAOS)),-out docs/reliability)
+	cd $(HARNESS_MOD) && $(GO) run ./chaos -preset $(CHAOS) $(if $(filter full,$(CHAOS)),-out docs/reliability)
 
 .PHONY: chaos-smoke
 chaos-smoke: bins build-failpoints
-	$(GO) run ./test/chaos -preset smoke
+	cd $(HARNESS_MOD) && $(GO) run ./chaos -preset smoke
 
 # ---------------------------------------------------------------------------
 .PHONY: demo
@@ -313,7 +326,7 @@ demo: demo-on-kwok bins build cluster ## The GitOps path end to end on the local
 demo-on-kwok:
 	@if [ "$(REAL_NODES)" != 0 ]; then \
 		echo "make demo: REAL_NODES=$(REAL_NODES): the demo runs its incidents on kwok nodes only. The incidents on real kubelets:" >&2; \
-		echo "  make cluster REAL_NODES=2 && REAL_NODES=2 E2E_REAL_NODES=2 go test -tags e2e -v -run 'TestReal|TestChartOnRealNodes' ./test/e2e/" >&2; \
+		echo "  make cluster REAL_NODES=2 && REAL_NODES=2 E2E_REAL_NODES=2 go -C test/harness test -tags e2e -v -run 'TestReal|TestChartOnRealNodes' ./e2e/" >&2; \
 		echo "  (root; README, 'Real nodes'; make cluster-down restores the host)" >&2; \
 		exit 2; \
 	fi

@@ -3,6 +3,6 @@
 // check from these bytes rather than from a copy of the schema that could drift
 // from it.
 //
-// The chart's tests live next to it in package chart_test; .helmignore keeps every Go
-// file out of the packaged chart.
+// The chart's tests live in the harness module (test/harness/chart), which imports
+// Helm's library; .helmignore keeps the Go files here out of the packaged chart.
 package chart

@@ -20,8 +20,6 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-
-	"github.com/remediator/remediator/test/helmchart"
 )
 
 // dockerInstruction is one instruction of a Dockerfile, continuation lines joined.
@@ -243,21 +241,11 @@ func checkBuildContext(t *testing.T, root string, build dockerStage) {
 // entrypoint with its args, so every arg it renders must be a flag the controller
 // command accepts, with a value it parses.
 func TestChartArgsAreControllerFlags(t *testing.T) {
-	for name, values := range map[string]map[string]any{
-		"defaults": nil,
-		"everything set": {
-			"requestNamespaces":         []any{"team-a", "team-b"},
-			"maxConcurrentRemediations": 0,
-			"logLevel":                  4,
-			"nodeLeaseGracePeriod":      "50s",
-			"policies":                  map[string]any{"schema.cue": "package policies\n"},
-			"trident":                   map[string]any{"nodePluginSelector": "app in (a, b)"},
-		},
-		"metrics off": {"metrics": map[string]any{"enabled": false}},
-	} {
+	// The chart rendered with its defaults, with every controller value set, and with
+	// metrics off (chartRender: the values are in test/harness/chart/cmd_fixtures_test.go).
+	for _, name := range []string{"defaults", "everything set", "metrics off"} {
 		t.Run(name, func(t *testing.T) {
-			objs, err := helmchart.Render("remediator", "remediator-system", values)
-			require.NoError(t, err)
+			objs := chartRender(t, strings.ReplaceAll(name, " ", "-"))
 			var args []string
 			var env []corev1.EnvVar
 			configMaps := map[string]map[string]string{}

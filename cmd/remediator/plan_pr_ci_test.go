@@ -64,7 +64,7 @@ func TestPullRequestCheckInCI(t *testing.T) {
 	for _, ns := range []string{"trident", "app", "remediator", "remediator-system"} {
 		w.create(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
 	}
-	require.NoError(t, env.Client.Create(ctx, chartObject(t, nil, "ConfigMap", "remediator-settings").DeepCopy()))
+	require.NoError(t, env.Client.Create(ctx, chartObject(t, "defaults", "ConfigMap", "remediator-settings").DeepCopy()))
 	// The old incident: app/data's Lease stuck on healthy kwok-node-1; its request
 	// Succeeded and the Lease is gone.
 	const (

@@ -1,8 +1,13 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -13,19 +18,45 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/yaml"
 
 	"github.com/remediator/remediator/api/v1alpha1"
-	"github.com/remediator/remediator/test/helmchart"
 	"github.com/remediator/remediator/test/testenv"
 )
 
-// chartObject renders the chart (release remediator in remediator-system, the
-// default plan reads) with values and returns one of its objects.
-func chartObject(t *testing.T, values map[string]any, kind, name string) *unstructured.Unstructured {
+// chartRender returns the objects of a render of the chart (release remediator in
+// remediator-system, the default plan reads) that the tests here read: its
+// ConfigMaps, its Deployment and the plan ClusterRole, from testdata/chart/<fixture>.yaml.
+// This module does not import Helm: the harness module renders the chart with Helm's
+// library and fails while a fixture differs from the chart's render
+// (TestCmdFixturesAreTheChartsRender in test/harness/chart, which lists each fixture's
+// values and rewrites them with -update).
+func chartRender(t *testing.T, fixture string) []*unstructured.Unstructured {
 	t.Helper()
-	objs, err := helmchart.Render("remediator", "remediator-system", values)
-	require.NoError(t, err, "rendering the chart")
-	for _, o := range objs {
+	f, err := os.Open(filepath.Join("testdata", "chart", fixture+".yaml"))
+	require.NoError(t, err, "the chart's render %s (written by go -C test/harness test ./chart -run TestCmdFixturesAreTheChartsRender -update)", fixture)
+	defer func() { _ = f.Close() }()
+	var objs []*unstructured.Unstructured
+	r := utilyaml.NewYAMLReader(bufio.NewReader(f))
+	for {
+		doc, err := r.Read()
+		if errors.Is(err, io.EOF) {
+			return objs
+		}
+		require.NoError(t, err, "reading testdata/chart/%s.yaml", fixture)
+		o := map[string]any{}
+		require.NoError(t, yaml.Unmarshal(doc, &o), "testdata/chart/%s.yaml", fixture)
+		if len(o) > 0 { // not only the header's comments
+			objs = append(objs, &unstructured.Unstructured{Object: o})
+		}
+	}
+}
+
+// chartObject returns one object of a render of the chart (chartRender).
+func chartObject(t *testing.T, fixture, kind, name string) *unstructured.Unstructured {
+	t.Helper()
+	for _, o := range chartRender(t, fixture) {
 		if o.GetKind() == kind && o.GetName() == name {
 			return o
 		}
@@ -51,7 +82,7 @@ func TestPlanFollowsTheChartSettings(t *testing.T) {
 	w.volume("pvc-0b8e5d21-6c3f-4a7e-b1d9-5e2f8c4a6d30", "app", "archive", "kwok-node-3", 0)
 
 	// The CI job's identity holds the chart's plan ClusterRole, and nothing else.
-	role := chartObject(t, nil, "ClusterRole", "remediator-plan")
+	role := chartObject(t, "defaults", "ClusterRole", "remediator-plan")
 	require.NoError(t, env.Client.Create(ctx, role.DeepCopy()))
 	require.NoError(t, env.Client.Create(ctx, &rbacv1.ClusterRoleBinding{
 		ObjectMeta: metav1.ObjectMeta{Name: "remediator-plan-ci"},
@@ -74,9 +105,9 @@ func TestPlanFollowsTheChartSettings(t *testing.T) {
 		assert.Contains(t, out, "settings:  trident-namespace=trident (plan's default)\n")
 	})
 
-	// The chart installed with Trident in netapp-trident: the controller looks for the
-	// Lease there, so plan does, and finds none.
-	cm := chartObject(t, map[string]any{"trident": map[string]any{"namespace": "netapp-trident"}, "nodeLeaseGracePeriod": "40s"}, "ConfigMap", "remediator-settings")
+	// The chart installed with Trident in netapp-trident (and nodeLeaseGracePeriod 40s):
+	// the controller looks for the Lease there, so plan does, and finds none.
+	cm := chartObject(t, "netapp-trident", "ConfigMap", "remediator-settings")
 	require.NoError(t, env.Client.Create(ctx, cm.DeepCopy()))
 	t.Run("plan follows the ConfigMap", func(t *testing.T) {
 		out, code, _ := plan(t)
@@ -102,7 +133,7 @@ func TestPlanFollowsTheChartSettings(t *testing.T) {
 
 	// A helm upgrade moves the Trident namespace back: plan follows, and finds the Lease.
 	upgraded := &corev1.ConfigMap{}
-	require.NoError(t, runtime.DefaultUnstructuredConverter.FromUnstructured(chartObject(t, nil, "ConfigMap", "remediator-settings").Object, upgraded))
+	require.NoError(t, runtime.DefaultUnstructuredConverter.FromUnstructured(chartObject(t, "defaults", "ConfigMap", "remediator-settings").Object, upgraded))
 	live := &corev1.ConfigMap{}
 	require.NoError(t, env.Client.Get(ctx, types.NamespacedName{Namespace: "remediator-system", Name: "remediator-settings"}, live))
 	live.Data = upgraded.Data

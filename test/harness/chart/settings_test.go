@@ -14,7 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
-	"github.com/remediator/remediator/test/helmchart"
+	"github.com/remediator/remediator/test/harness/helmchart"
 )
 
 // settingFlags are the controller flags plan must agree on; each is set by a value.

@@ -31,7 +31,7 @@ import (
 
 	"helm.sh/helm/v3/pkg/chartutil"
 
-	"github.com/remediator/remediator/test/helmchart"
+	"github.com/remediator/remediator/test/harness/helmchart"
 	"github.com/remediator/remediator/test/testenv"
 )
 
@@ -267,7 +267,7 @@ func TestAdmissionNamesMatchTheCode(t *testing.T) {
 // Helm's own check (helm install, helm template --kube-version: action's
 // renderResources) compares Chart.yaml's kubeVersion with chartutil.IsCompatibleRange,
 // as here: the local cluster's v1.34.2 and a vendor's 1.30 pass, 1.29 is refused.
-// The render the tests use (test/helmchart) does not check it.
+// The render the tests use (test/harness/helmchart) does not check it.
 func TestKubeVersion(t *testing.T) {
 	c, err := helmchart.Load()
 	require.NoError(t, err)

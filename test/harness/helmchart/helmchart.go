@@ -22,13 +22,13 @@ import (
 )
 
 // Dir returns the chart's directory, charts/remediator, found from this file's
-// location so that tests in any package can use it.
+// location (test/harness/helmchart) so that tests in any package can use it.
 func Dir() string {
 	_, file, _, ok := runtime.Caller(0)
 	if !ok {
 		panic("helmchart: cannot locate source file")
 	}
-	return filepath.Join(filepath.Dir(file), "..", "..", "charts", "remediator")
+	return filepath.Join(filepath.Dir(file), "..", "..", "..", "charts", "remediator")
 }
 
 // Load loads the chart from the repository, honouring its .helmignore as

@@ -27,7 +27,7 @@ import (
 
 	"github.com/remediator/remediator/controllers/facts"
 	"github.com/remediator/remediator/remediations"
-	"github.com/remediator/remediator/test/helmchart"
+	"github.com/remediator/remediator/test/harness/helmchart"
 )
 
 // TestSecurityContext: the default is today's hardening; a platform that assigns

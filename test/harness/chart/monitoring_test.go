@@ -19,7 +19,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/remediator/remediator/test/helmchart"
+	"github.com/remediator/remediator/test/harness/helmchart"
 )
 
 // prometheusRule is the part of prometheus-operator's monitoring.coreos.com/v1

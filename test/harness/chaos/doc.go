@@ -13,6 +13,6 @@
 // terminal state, an unsafe Lease delete, a destructive call that ran twice, a node
 // left cordoned or a finalizer left behind.
 //
-//	go run ./test/chaos -preset full -out docs/reliability   (make chaos)
-//	go run ./test/chaos -preset smoke                         (make chaos-smoke, in make test)
+//	go -C test/harness run ./chaos -preset full -out docs/reliability   (make chaos)
+//	go -C test/harness run ./chaos -preset smoke                         (make chaos-smoke, in make test)
 package main

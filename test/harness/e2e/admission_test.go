@@ -23,7 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/remediator/remediator/api/v1alpha1"
-	"github.com/remediator/remediator/test/helmchart"
+	"github.com/remediator/remediator/test/harness/helmchart"
 )
 
 // prMessage is what the chart's admission policy tells everyone who is not a Git

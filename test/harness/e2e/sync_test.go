@@ -30,7 +30,7 @@ import (
 	"github.com/remediator/remediator/api/v1alpha1"
 	"github.com/remediator/remediator/controllers/gitsync"
 	"github.com/remediator/remediator/test/gitrepo"
-	"github.com/remediator/remediator/test/helmchart"
+	"github.com/remediator/remediator/test/harness/helmchart"
 )
 
 // syncArgs are the `remediator sync` arguments for repo into namespace ns.

@@ -87,7 +87,7 @@ func main() {
 func run() error {
 	var cfg config
 	flag.StringVar(&cfg.preset, "preset", "full", "full (the figures of docs/reliability.md) or smoke (make test)")
-	flag.StringVar(&cfg.out, "out", "", "directory for results.json and summary.md (empty: only the work directory)")
+	flag.StringVar(&cfg.out, "out", "", "directory for results.json and summary.md, relative to the repository root (empty: only the work directory)")
 	flag.StringVar(&cfg.kubeconfig, "kubeconfig", "", "kubeconfig of the local cluster (default: bin/cluster/kubeconfig, started if not running)")
 	flag.StringVar(&cfg.controller, "controller", "", "controller binary built with -tags failpoints (default: bin/remediator-failpoints)")
 	flag.StringVar(&cfg.campaigns, "campaigns", "crash,faults,churn", "campaigns to run")
@@ -106,6 +106,11 @@ func run() error {
 	}
 	if cfg.controller == "" {
 		cfg.controller = filepath.Join(root, "bin", "remediator-failpoints")
+	}
+	// The harness runs from its own module's directory (test/harness): -out names a
+	// directory of the repository, such as docs/reliability.
+	if cfg.out != "" && !filepath.IsAbs(cfg.out) {
+		cfg.out = filepath.Join(root, cfg.out)
 	}
 	if _, err := os.Stat(cfg.controller); err != nil {
 		return fmt.Errorf("%w (build it with make build-failpoints)", err)
@@ -286,7 +291,7 @@ func shortGatePolicies(root, workDir string, gate time.Duration) (string, error)
 		}
 	}
 	if !found || !foundYoung {
-		return "", fmt.Errorf("policies/*.cue no longer set #UnreachableMinLeaseAgeSeconds: 300 and #HealthyStuckLeaseAgeSeconds: 600; update test/chaos")
+		return "", fmt.Errorf("policies/*.cue no longer set #UnreachableMinLeaseAgeSeconds: 300 and #HealthyStuckLeaseAgeSeconds: 600; update test/harness/chaos")
 	}
 	return dir, nil
 }
