@@ -26,6 +26,7 @@ package controllers
 //     new leader reads the same line and the same slots from the API server.
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -165,14 +166,14 @@ func (a *Admission) lineChanged() predicate.Funcs {
 
 // Reconcile grants free slots to the oldest requests in line.
 func (a *Admission) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result, error) {
-	all, err := a.list(ctx)
+	all, listedAt, err := a.list(ctx)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
 	grants, waiting := Admit(all, a.MaxConcurrent, a.Playbooks)
 	now := a.now()
 	for _, g := range grants {
-		if err := a.grant(ctx, g, now); err != nil {
+		if err := a.grant(ctx, g, listedAt, now); err != nil {
 			if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
 				// The request changed since the List: look at the line again.
 				return ctrl.Result{Requeue: true}, nil //nolint:staticcheck // the rate-limited requeue is the point
@@ -193,29 +194,33 @@ func (a *Admission) now() time.Time {
 	return a.Clock.Now()
 }
 
-// list reads every request in scope live.
-func (a *Admission) list(ctx context.Context) ([]v1alpha1.RemediationRequest, error) {
+// list reads every request in scope live, and says at which resourceVersion: the
+// first one's, when each namespace is listed on its own.
+func (a *Admission) list(ctx context.Context) ([]v1alpha1.RemediationRequest, string, error) {
 	if len(a.Namespaces) == 0 {
-		return ListRequests(ctx, a.Reader)
+		return listRequestsAt(ctx, a.Reader)
 	}
 	var out []v1alpha1.RemediationRequest
+	var at string
 	for _, ns := range a.Namespaces {
-		l, err := ListRequests(ctx, a.Reader, client.InNamespace(ns))
+		l, rv, err := listRequestsAt(ctx, a.Reader, client.InNamespace(ns))
 		if err != nil {
-			return nil, err
+			return nil, "", err
 		}
-		out = append(out, l...)
+		out, at = append(out, l...), cmp.Or(at, rv)
 	}
-	return out, nil
+	return out, at, nil
 }
 
 // grant writes the slot to the request, guarded by the resourceVersion it was listed
-// at.
-func (a *Admission) grant(ctx context.Context, g Grant, now time.Time) error {
+// at. The message names the resourceVersion of the line it was chosen from, so that
+// an audit can tell a request that joined the line after that reading from one that
+// was passed over (make chaos and make bench check the order this way).
+func (a *Admission) grant(ctx context.Context, g Grant, listedAt string, now time.Time) error {
 	rr := g.Request
 	base := rr.DeepCopy()
-	msg := fmt.Sprintf("Granted a slot of the cluster-wide cap of %s (--max-concurrent-remediations), oldest request first%s; the request is decided again on fresh facts before playbook %s starts.",
-		capString(a.MaxConcurrent), holding(g.Holders), decidedPlaybook(&rr))
+	msg := fmt.Sprintf("Granted a slot of the cluster-wide cap of %s (--max-concurrent-remediations), oldest request first%s; the request is decided again on fresh facts before playbook %s starts. (The line as read at resourceVersion %s.)",
+		capString(a.MaxConcurrent), holding(g.Holders), decidedPlaybook(&rr), listedAt)
 	meta.SetStatusCondition(&rr.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionProgressing, Status: metav1.ConditionTrue,
 		Reason: v1alpha1.ReasonAdmitted, Message: msg, ObservedGeneration: rr.Generation, LastTransitionTime: metav1.NewTime(now)})
 	if err := a.Client.Status().Patch(ctx, &rr, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {

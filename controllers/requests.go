@@ -64,10 +64,16 @@ func guardView(u *unstructured.Unstructured) v1alpha1.RemediationRequest {
 // sorted by creation time and then name so that waiting requests are served in the
 // order they came.
 func ListRequests(ctx context.Context, reader client.Reader, opts ...client.ListOption) ([]v1alpha1.RemediationRequest, error) {
+	out, _, err := listRequestsAt(ctx, reader, opts...)
+	return out, err
+}
+
+// listRequestsAt is ListRequests, with the resourceVersion the list was read at.
+func listRequestsAt(ctx context.Context, reader client.Reader, opts ...client.ListOption) ([]v1alpha1.RemediationRequest, string, error) {
 	list := &unstructured.UnstructuredList{}
 	list.SetGroupVersionKind(RequestGVK.GroupVersion().WithKind("RemediationRequestList"))
 	if err := reader.List(ctx, list, opts...); err != nil {
-		return nil, fmt.Errorf("listing requests: %w", err)
+		return nil, "", fmt.Errorf("listing requests: %w", err)
 	}
 	out := make([]v1alpha1.RemediationRequest, 0, len(list.Items))
 	for i := range list.Items {
@@ -79,5 +85,5 @@ func ListRequests(ctx context.Context, reader client.Reader, opts ...client.List
 		}
 		return cmp.Compare(a.Namespace+"/"+a.Name, b.Namespace+"/"+b.Name)
 	})
-	return out, nil
+	return out, list.GetResourceVersion(), nil
 }
