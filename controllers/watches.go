@@ -79,8 +79,9 @@ func phaseOf(o client.Object) v1alpha1.Phase {
 // or went back to waiting) or a deleted one that was running. It also passes one the
 // cache saw become terminal without seeing it run: after a cut watch, the re-list
 // takes a request from New or Waiting straight to Succeeded. Missing that stop left
-// the requests waiting for its slot asleep until the 5-minute recheck (make
-// chaos-smoke, R2 through injected faults: 5 minutes without a reconcile).
+// the requests waiting on its Lease or node asleep until their recheck (make
+// chaos-smoke, R2 through injected faults). Slots are admission's, which watches for
+// itself (admission.go).
 var stoppedRunning = predicate.Funcs{
 	CreateFunc:  func(event.CreateEvent) bool { return false },
 	GenericFunc: func(event.GenericEvent) bool { return false },

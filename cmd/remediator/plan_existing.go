@@ -3,10 +3,10 @@ package main
 // What applying a request file does to a request of the same name that is already in
 // the cluster, as the controller's Reconcile and needsDecision handle it
 // (controllers/remediationrequest_controller.go):
-//   - Succeeded, Failed: finished(rr) returns before any phase runs; an edit is never
+//   - Succeeded, Failed: playbookEnded returns before any phase runs; an edit is never
 //     decided again and the playbook never runs again.
 //   - Running: not decided again (needsDecision); a safety-relevant spec change stops
-//     it (honourSpecChange, controllers/stop.go).
+//     it before its next destructive step (remediations.Gate).
 //   - Rejected, Waiting, Pending (a DryRun), or no phase: decided again, on fresh
 //     facts, when the spec changes (a new generation), and a decision with a recheck
 //     time is made again at that time. An unchanged Rejected request with no recheck
