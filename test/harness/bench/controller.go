@@ -1,141 +1,47 @@
 package main
 
 // The controller under test: bin/remediator controller as its own process with the
-// default flags, as a new user runs it, plus what the bench reads from it (its
-// metrics endpoint and its memory in /proc).
+// default flags, as a new user runs it (controllerproc), plus what the bench reads
+// from it (its metrics endpoint, its CPU profile and its memory in /proc).
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
+
+	"github.com/remediator/remediator/test/harness/controllerproc"
 )
 
 type controllerProc struct {
-	cmd     *exec.Cmd
-	done    chan error
-	metrics string
-	pprof   string
-	log     string
-}
-
-func freePort() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer func() { _ = l.Close() }()
-	return l.Addr().String(), nil
+	*controllerproc.Process
 }
 
 // startController starts the controller and waits until it is ready. Only the
-// addresses and the cluster's node-monitor grace period (the local cluster's
-// kube-controller-manager uses 20s) differ from the defaults.
+// addresses and the cluster's node-monitor grace period (controllerproc's) differ
+// from the defaults.
 func startController(ctx context.Context, cfg config, name string, extra ...string) (*controllerProc, error) {
-	metrics, err := freePort()
+	p, err := controllerproc.Start(ctx, controllerproc.Options{
+		Binary:     cfg.controller,
+		Kubeconfig: cfg.kubeconfig,
+		Args:       append(append([]string{}, cfg.extraArgs...), extra...),
+		Log:        filepath.Join(cfg.workDir, name+"-controller.log"),
+		Metrics:    true,
+		Pprof:      cfg.profile,
+	})
 	if err != nil {
 		return nil, err
-	}
-	probe, err := freePort()
-	if err != nil {
-		return nil, err
-	}
-	args := []string{"controller", "--kubeconfig", cfg.kubeconfig,
-		"--metrics-bind-address", metrics, "--health-probe-bind-address", probe,
-		"--node-lease-grace-period", "20s"}
-	pprof := ""
-	if cfg.profile {
-		if pprof, err = freePort(); err != nil {
-			return nil, err
-		}
-		args = append(args, "--pprof-bind-address", pprof)
-	}
-	args = append(append(args, cfg.extraArgs...), extra...)
-	logPath := filepath.Join(cfg.workDir, name+"-controller.log")
-	logFile, err := os.Create(logPath)
-	if err != nil {
-		return nil, err
-	}
-	cmd := exec.Command(cfg.controller, args...)
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	if err := cmd.Start(); err != nil {
-		_ = logFile.Close()
-		return nil, fmt.Errorf("starting %s: %w", cfg.controller, err)
-	}
-	c := &controllerProc{cmd: cmd, done: make(chan error, 1), metrics: metrics, pprof: pprof, log: logPath}
-	go func() { c.done <- cmd.Wait(); _ = logFile.Close() }()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		select {
-		case err := <-c.done:
-			return nil, fmt.Errorf("controller exited before it was ready: %v (log %s)", err, logPath)
-		default:
-		}
-		resp, err := http.Get("http://" + probe + "/readyz")
-		if err == nil {
-			_ = resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				break
-			}
-		}
-		if time.Now().After(deadline) {
-			c.stop()
-			return nil, fmt.Errorf("controller not ready after 60s (log %s)", logPath)
-		}
-		time.Sleep(100 * time.Millisecond)
 	}
 	// Ready means the manager runs; the informers' first lists are done once the
 	// metrics show the first requests answered. Give the caches a moment to sync so
 	// that start-up traffic is not counted against the first requests.
 	time.Sleep(2 * time.Second)
-	return c, nil
-}
-
-func (c *controllerProc) stop() {
-	if c.cmd.ProcessState != nil {
-		return
-	}
-	_ = c.cmd.Process.Signal(os.Interrupt)
-	select {
-	case <-c.done: //nolint:errcheck // the exit status of a stopped controller is not news
-	case <-time.After(20 * time.Second):
-		_ = c.cmd.Process.Kill()
-		<-c.done //nolint:errcheck // the exit status of a stopped or killed controller is not news
-	}
-}
-
-// memory reads VmRSS and VmHWM (peak RSS) of the controller, in MiB.
-func (c *controllerProc) memory() (rss, peak float64, err error) {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", c.cmd.Process.Pid))
-	if err != nil {
-		return 0, 0, err
-	}
-	defer func() { _ = f.Close() }()
-	s := bufio.NewScanner(f)
-	for s.Scan() {
-		fields := strings.Fields(s.Text())
-		if len(fields) < 2 {
-			continue
-		}
-		kb, _ := strconv.ParseFloat(fields[1], 64)
-		switch fields[0] {
-		case "VmRSS:":
-			rss = kb / 1024
-		case "VmHWM:":
-			peak = kb / 1024
-		}
-	}
-	return rss, peak, s.Err()
+	return &controllerProc{p}, nil
 }
 
 // scrape is one reading of the controller's metrics.
@@ -147,7 +53,7 @@ type scrape struct {
 }
 
 func (c *controllerProc) scrape() (scrape, error) {
-	resp, err := http.Get("http://" + c.metrics + "/metrics")
+	resp, err := http.Get("http://" + c.Metrics + "/metrics")
 	if err != nil {
 		return scrape{}, err
 	}
@@ -196,10 +102,10 @@ func callsSince(before, after scrape) (float64, map[string]int) {
 
 // cpuProfile saves a CPU profile of the controller over d into path.
 func (c *controllerProc) cpuProfile(ctx context.Context, d time.Duration, path string) error {
-	if c.pprof == "" {
+	if c.Pprof == "" {
 		return nil
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", c.pprof, int(d.Seconds())), nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", c.Pprof, int(d.Seconds())), nil)
 	if err != nil {
 		return err
 	}

@@ -138,7 +138,7 @@ func (b *bench) latency(ctx context.Context) (*Latency, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer c.stop()
+	defer c.Stop()
 	before, err := c.scrape()
 	if err != nil {
 		return nil, err
@@ -233,7 +233,7 @@ func (b *bench) storm(ctx context.Context, kind string, n int, timeout time.Dura
 	if err != nil {
 		return nil, err
 	}
-	defer c.stop()
+	defer c.Stop()
 	before, err := c.scrape()
 	if err != nil {
 		return nil, err
@@ -264,7 +264,7 @@ func (b *bench) storm(ctx context.Context, kind string, n int, timeout time.Dura
 		if p.Decided == n && res.DecidedSeconds == 0 {
 			res.DecidedSeconds = p.Seconds
 		}
-		if _, peak, err := c.memory(); err == nil {
+		if _, peak, err := c.Memory(); err == nil {
 			res.PeakRSSMiB = max(res.PeakRSSMiB, peak)
 		}
 	})
@@ -274,7 +274,7 @@ func (b *bench) storm(ctx context.Context, kind string, n int, timeout time.Dura
 	}
 	total, by := callsSince(before, after)
 	res.APICallsPerRequest, res.APICallsByKind = total/float64(n), by
-	res.RSSMiB, res.PeakRSSMiB, _ = c.memory()
+	res.RSSMiB, res.PeakRSSMiB, _ = c.Memory()
 	b.track.mu.Lock()
 	for _, nm := range names {
 		if e := b.track.requests[nm]; e != nil && e.phase == v1alpha1.PhaseSucceeded {
@@ -338,7 +338,7 @@ func (b *bench) disruptive(ctx context.Context) (*Disruptive, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer c.stop()
+	defer c.Stop()
 	before, err := c.scrape()
 	if err != nil {
 		return nil, err

@@ -61,7 +61,7 @@ func (h *harness) churn(ctx context.Context) error {
 	}
 	defer func() {
 		for _, p := range replicas {
-			p.stop()
+			p.Stop()
 		}
 	}()
 	for range 2 {
@@ -154,9 +154,9 @@ func (h *harness) churn(ctx context.Context) error {
 			return fmt.Errorf("no leader among %v", sortedKeys(replicas))
 		}
 		if res.Restarts%2 == 0 {
-			p.kill()
+			p.Kill()
 		} else {
-			p.stop()
+			p.Stop()
 		}
 		mu.Lock()
 		delete(replicas, l)

@@ -201,46 +201,46 @@ func (h *harness) restoreCycle(ctx context.Context, b *branch, fp, pluginNode st
 		return false, Verdict{}, err
 	}
 	if err := h.k8s.Create(ctx, sub.RR); err != nil {
-		p.kill()
+		p.Kill()
 		return false, Verdict{}, err
 	}
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		rr := &v1alpha1.RemediationRequest{}
 		if err := h.k8s.Get(ctx, client.ObjectKeyFromObject(sub.RR), rr); err != nil {
-			p.kill()
+			p.Kill()
 			return false, Verdict{}, err
 		}
 		if len(rr.Status.Steps) > 0 && rr.Status.Steps[0].State == v1alpha1.StepSucceeded {
 			break
 		}
-		if p.exited() || time.Now().After(deadline) {
-			p.kill()
-			return false, Verdict{}, fmt.Errorf("the cordon did not succeed within 60 s (controller exited %v, log %s)", p.exited(), p.log)
+		if p.Exited() || time.Now().After(deadline) {
+			p.Kill()
+			return false, Verdict{}, fmt.Errorf("the cordon did not succeed within 60 s (controller exited %v, log %s)", p.Exited(), p.Log)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
 	sub.Deleted = true
 	if err := h.k8s.Delete(ctx, sub.RR); err != nil {
-		p.kill()
+		p.Kill()
 		return false, Verdict{}, err
 	}
-	for end := time.Now().Add(30 * time.Second); !p.exited() && time.Now().Before(end); {
+	for end := time.Now().Add(30 * time.Second); !p.Exited() && time.Now().Before(end); {
 		time.Sleep(50 * time.Millisecond)
 	}
-	killed := p.killedBySIGKILL()
-	if !p.exited() {
-		p.stop()
+	killed := p.KilledBySIGKILL()
+	if !p.Exited() {
+		p.Stop()
 	} else if !killed {
-		return false, Verdict{}, fmt.Errorf("the controller exited on its own: %v (log %s)", p.err, p.log)
+		return false, Verdict{}, fmt.Errorf("the controller exited on its own: %v (log %s)", p.Err(), p.Log)
 	}
 	p2, err := h.start(procOpts{name: "restore-restart", kubeconfig: h.cfg.kubeconfig})
 	if err != nil {
 		return killed, Verdict{}, err
 	}
-	defer p2.stop()
+	defer p2.Stop()
 	if err := h.waitTerminal(ctx, []*subject{sub}, 60*time.Second); err != nil {
-		return killed, Verdict{}, fmt.Errorf("%w (logs %s, %s)", err, p.log, p2.log)
+		return killed, Verdict{}, fmt.Errorf("%w (logs %s, %s)", err, p.Log, p2.Log)
 	}
 	settle()
 	v, err := h.judge(ctx, []*subject{sub}, offset)
@@ -276,7 +276,7 @@ func (h *harness) crashCycle(ctx context.Context, b *branch, fp, pluginNode stri
 	if err != nil {
 		return killed, Verdict{}, err
 	}
-	defer p2.stop()
+	defer p2.Stop()
 	settle()
 	v, err := h.judge(ctx, []*subject{sub}, offset)
 	return killed, v, err
@@ -309,22 +309,22 @@ func (h *harness) failpointRun(ctx context.Context, b *branch, fp, pluginNode st
 		return nil, false, nil, err
 	}
 	if err := h.k8s.Create(ctx, sub.RR); err != nil {
-		p.kill()
+		p.Kill()
 		return nil, false, nil, err
 	}
 	subs := []*subject{sub}
 	deadline := time.Now().Add(90*time.Second + h.gate)
-	for !p.exited() && time.Now().Before(deadline) {
+	for !p.Exited() && time.Now().Before(deadline) {
 		if done, _ := h.terminal(ctx, subs); done {
 			break
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	killed := p.killedBySIGKILL()
-	if !p.exited() {
-		p.stop()
+	killed := p.KilledBySIGKILL()
+	if !p.Exited() {
+		p.Stop()
 	} else if !killed {
-		return nil, false, nil, fmt.Errorf("the controller exited on its own: %v (log %s)", p.err, p.log)
+		return nil, false, nil, fmt.Errorf("the controller exited on its own: %v (log %s)", p.Err(), p.Log)
 	}
 	if o.whileDown != nil {
 		if err := o.whileDown(ctx, sub); err != nil {
@@ -336,8 +336,8 @@ func (h *harness) failpointRun(ctx context.Context, b *branch, fp, pluginNode st
 		return nil, killed, nil, err
 	}
 	if err := h.waitTerminal(ctx, subs, 120*time.Second+h.gate); err != nil {
-		p2.stop()
-		return nil, killed, nil, fmt.Errorf("%w (logs %s, %s)", err, p.log, p2.log)
+		p2.Stop()
+		return nil, killed, nil, fmt.Errorf("%w (logs %s, %s)", err, p.Log, p2.Log)
 	}
 	return sub, killed, p2, nil
 }
@@ -376,11 +376,11 @@ func (h *harness) timedKills(ctx context.Context, rng *rand.Rand, pluginNode str
 			return n, Verdict{}, err
 		}
 		time.Sleep(time.Duration(200+rng.IntN(2300)) * time.Millisecond)
-		if p.exited() {
-			return n, Verdict{}, fmt.Errorf("the controller exited on its own before the kill: %v (log %s)", p.err, p.log)
+		if p.Exited() {
+			return n, Verdict{}, fmt.Errorf("the controller exited on its own before the kill: %v (log %s)", p.Err(), p.Log)
 		}
 		running := h.stepRunning(ctx, subs)
-		p.kill()
+		p.Kill()
 		n.kills++
 		if running {
 			n.midStep++
@@ -390,9 +390,9 @@ func (h *harness) timedKills(ctx context.Context, rng *rand.Rand, pluginNode str
 	if err != nil {
 		return n, Verdict{}, err
 	}
-	defer p.stop()
+	defer p.Stop()
 	if err := h.waitTerminal(ctx, subs, 180*time.Second); err != nil {
-		return n, Verdict{}, fmt.Errorf("%w (log %s)", err, p.log)
+		return n, Verdict{}, fmt.Errorf("%w (log %s)", err, p.Log)
 	}
 	settle()
 	v, err := h.judge(ctx, subs, offset)

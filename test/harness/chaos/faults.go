@@ -116,7 +116,7 @@ func (h *harness) faults(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	defer p.stop()
+	defer p.Stop()
 	time.Sleep(3 * time.Second) // the caches' first lists
 	if res.GoroutinesBefore, err = p.gauge(ctx, "go_goroutines"); err != nil {
 		return err
@@ -133,7 +133,7 @@ func (h *harness) faults(ctx context.Context) error {
 	}
 	logf("R2 %d requests created through faults", len(subs))
 	if err := h.waitTerminal(ctx, subs, 15*time.Minute); err != nil {
-		return fmt.Errorf("%w (log %s)", err, p.log)
+		return fmt.Errorf("%w (log %s)", err, p.Log)
 	}
 	logf("R2 all terminal in %s", time.Since(start).Round(time.Second))
 	fp.Pause()
@@ -212,7 +212,7 @@ func (h *harness) holderBackUnderFaults(ctx context.Context, kubeconfig string, 
 			if err != nil {
 				return nil, fmt.Errorf("%s at %s: %w", back.label, back.fp, err)
 			}
-			p.stop() // the batch's controller must be the only one; the judge reads the audit log at the end
+			p.Stop() // the batch's controller must be the only one; the judge reads the audit log at the end
 			killed = k
 			if !killed {
 				sub.Branch = brFenced

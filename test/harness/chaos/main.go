@@ -232,7 +232,7 @@ func (h *harness) sweep(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		defer p.stop()
+		defer p.Stop()
 		if err := h.k8s.DeleteAllOf(ctx, &v1alpha1.RemediationRequest{}, client.InNamespace(requestNamespace)); err != nil {
 			return err
 		}

@@ -391,7 +391,7 @@ func TestControllerWorksUnderTheWritersPolicy(t *testing.T) {
 	node := &corev1.Node{}
 	require.NoError(t, k8s.Get(ctx, client.ObjectKey{Name: "kwok-node-1"}, node))
 	assert.False(t, node.Spec.Unschedulable, "kwok-node-1 uncordoned")
-	assert.NotContains(t, ctl.logs(), "denied request", "the admission policy refused a write the controller makes")
+	assert.NotContains(t, ctl.Logs(), "denied request", "the admission policy refused a write the controller makes")
 }
 
 // TestBreakGlassIsNeverSilent: a member of the break-glass group writes a request

@@ -50,22 +50,22 @@ func TestLeaderFailover(t *testing.T) {
 	args := []string{"--leader-elect", "--leader-election-namespace", electionNS}
 	first := startController(t, args...)
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		assert.True(c, strings.Contains(first.logs(), acquiredLease), "the first process's log has no %q yet", acquiredLease)
+		assert.True(c, strings.Contains(first.Logs(), acquiredLease), "the first process's log has no %q yet", acquiredLease)
 	}, 60*time.Second, poll, "the first process leading")
 	second := startController(t, args...)
 
 	h := heldAfterCordon(t, "e2e-ha", "kwok-node-1", "retained Lease on the db volume during a controller upgrade")
 	ns, key, pv, pdb, cordonBefore := h.ns, h.key, h.pv, h.pdb, h.cordon
-	l := second.logs()
+	l := second.Logs()
 	for _, acted := range []string{acquiredLease, "Starting workers", "Accepted"} {
 		require.NotContains(t, l, acted, "the standby process acted while the first one led")
 	}
 
-	first.kill()
+	first.Kill()
 	killed := time.Now()
 	require.NoError(t, k8s.Delete(ctx, pdb))
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		assert.True(c, strings.Contains(second.logs(), acquiredLease), "the standby's log has no %q yet", acquiredLease)
+		assert.True(c, strings.Contains(second.Logs(), acquiredLease), "the standby's log has no %q yet", acquiredLease)
 	}, 60*time.Second, poll, "the standby taking over the leader Lease")
 	t.Logf("the standby took over %s after the leader was killed", time.Since(killed).Round(time.Second))
 	rr := waitPhase(t, key, 90*time.Second, v1alpha1.PhaseSucceeded, v1alpha1.PhaseFailed)

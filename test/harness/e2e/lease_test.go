@@ -577,7 +577,7 @@ func TestRestartResumesWithoutRepeatingSteps(t *testing.T) {
 	h := heldAfterCordon(t, "e2e-restart", "kwok-node-1", "retained Lease on the db volume")
 	ns, key, pv, pdb, cordonBefore := h.ns, h.key, h.pv, h.pdb, h.cordon
 
-	first.kill()
+	first.Kill()
 	require.NoError(t, k8s.Delete(ctx, pdb))
 	startController(t)
 	rr := waitPhase(t, key, 90*time.Second, v1alpha1.PhaseSucceeded, v1alpha1.PhaseFailed)

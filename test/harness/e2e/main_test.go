@@ -5,15 +5,12 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
 
-	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -24,6 +21,7 @@ import (
 
 	"github.com/remediator/remediator/api/v1alpha1"
 	"github.com/remediator/remediator/test/cluster"
+	"github.com/remediator/remediator/test/harness/controllerproc"
 )
 
 var (
@@ -89,91 +87,34 @@ func reachable(kubeconfig string) bool {
 	return c.List(context.Background(), &corev1.NamespaceList{}) == nil
 }
 
-// controller is a bin/remediator controller process.
-type controller struct {
-	cmd     *exec.Cmd
-	done    chan error
-	logPath string
-}
-
-// logs returns what the process logged so far.
-func (c *controller) logs() string {
-	out, _ := os.ReadFile(c.logPath)
-	return string(out)
-}
-
-// startController runs bin/remediator controller against the local cluster and waits
-// until it reports ready. It is stopped when the test ends.
-func startController(t *testing.T, extraArgs ...string) *controller {
+// startController runs bin/remediator controller against the local cluster
+// (controllerproc) and waits until it reports ready. It is stopped when the test
+// ends, and its log is printed if the test failed.
+func startController(t *testing.T, extraArgs ...string) *controllerproc.Process {
 	t.Helper()
-	probe := freeAddr(t)
 	logPath := filepath.Join(t.TempDir(), "controller.log")
-	logFile, err := os.Create(logPath)
-	require.NoError(t, err)
-	args := append([]string{"controller",
-		"--kubeconfig", kubeconfig,
-		"--metrics-bind-address", "0",
-		"--health-probe-bind-address", probe,
-		// The local cluster's controller-manager uses a 20s node-monitor grace period.
-		"--node-lease-grace-period", "20s",
-		// The safety floor's gates, shortened as shortGatePolicies shortens the
-		// policies' (the embedded policies keep the runbook's, which are stricter).
-		"--floor-unreachable-lease-age", shortUnreachableGate.String(),
-		"--floor-healthy-lease-age", shortHealthyGate.String(),
-	}, extraArgs...)
-	cmd := exec.Command(filepath.Join(root, "bin", "remediator"), args...)
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	require.NoError(t, cmd.Start(), "starting bin/remediator (run `make build`)")
-	c := &controller{cmd: cmd, done: make(chan error, 1), logPath: logPath}
-	go func() { c.done <- cmd.Wait(); _ = logFile.Close() }()
+	c, err := controllerproc.Start(context.Background(), controllerproc.Options{
+		Binary:     filepath.Join(root, "bin", "remediator"),
+		Kubeconfig: kubeconfig,
+		Args: append([]string{
+			// The safety floor's gates, shortened as shortGatePolicies shortens the
+			// policies' (the embedded policies keep the runbook's, which are stricter).
+			"--floor-unreachable-lease-age", shortUnreachableGate.String(),
+			"--floor-healthy-lease-age", shortHealthyGate.String(),
+		}, extraArgs...),
+		Log: logPath,
+	})
+	if err != nil {
+		out, _ := os.ReadFile(logPath)
+		require.NoError(t, err, "controller log:\n%s", out)
+	}
 	t.Cleanup(func() {
-		c.stop()
+		c.Stop()
 		if t.Failed() {
-			if out, err := os.ReadFile(logPath); err == nil {
-				t.Logf("controller log:\n%s", out)
-			}
+			t.Logf("controller log:\n%s", c.Logs())
 		}
 	})
-	// The condition runs in its own goroutine, where the test cannot be stopped: an
-	// exited process ends the polling and fails the test right after it.
-	var exited bool
-	var exitErr error
-	require.EventuallyWithT(t, func(ct *assert.CollectT) {
-		select {
-		case exitErr = <-c.done:
-			exited = true
-			return
-		default:
-		}
-		resp, err := http.Get("http://" + probe + "/readyz")
-		require.NoError(ct, err)
-		_ = resp.Body.Close()
-		assert.Equal(ct, http.StatusOK, resp.StatusCode, "/readyz: %s", resp.Status)
-	}, 60*time.Second, poll, "controller ready on %s", probe)
-	require.False(t, exited, "controller exited: %v\n%s", exitErr, c.logs())
 	return c
-}
-
-// kill ends the process at once, as a crash or an OOM kill would.
-func (c *controller) kill() {
-	if c.cmd.ProcessState != nil {
-		return
-	}
-	_ = c.cmd.Process.Kill()
-	<-c.done //nolint:errcheck // the exit status of a stopped or killed controller is not news
-}
-
-func (c *controller) stop() {
-	if c.cmd.ProcessState != nil {
-		return
-	}
-	_ = c.cmd.Process.Signal(os.Interrupt)
-	select {
-	case <-c.done: //nolint:errcheck // the exit status of a stopped controller is not news
-	case <-time.After(15 * time.Second):
-		_ = c.cmd.Process.Kill()
-		<-c.done //nolint:errcheck // the exit status of a stopped or killed controller is not news
-	}
 }
 
 // Shortened Lease-age gates for shortGatePolicies. Lease age counts from the Lease's
@@ -201,10 +142,9 @@ func shortGatePolicies(t *testing.T) string {
 
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := controllerproc.FreeAddr()
 	require.NoError(t, err)
-	defer func() { _ = l.Close() }()
-	return l.Addr().String()
+	return addr
 }
 
 // poll is the tick of every require.EventuallyWithT in the suite. Its conditions run

@@ -198,7 +198,7 @@ func TestLeastPrivilege(t *testing.T) {
 		sa := installChart(t, "rbac-e2e", release)
 		saKubeconfig, c := serviceAccountKubeconfig(t, release, sa)
 		ctl := startController(t, "--kubeconfig", saKubeconfig, "--leader-elect", "--leader-election-namespace", release)
-		as, logs = c, ctl.logs
+		as, logs = c, ctl.Logs
 	}
 
 	down := extraNode(t, "e2e-rbac-down", false, corev1.Taint{Key: v1alpha1.TaintOutOfService, Value: "nodeshutdown", Effect: corev1.TaintEffectNoExecute})

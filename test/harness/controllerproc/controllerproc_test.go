@@ -1,0 +1,160 @@
+package controllerproc
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// fakeEnv makes the test binary play the controller (fakeController) instead of
+// running the tests; fakeMode says how.
+const (
+	fakeEnv  = "CONTROLLERPROC_FAKE"
+	fakeMode = "CONTROLLERPROC_FAKE_MODE"
+)
+
+func TestMain(m *testing.M) {
+	if os.Getenv(fakeEnv) != "" {
+		os.Exit(fakeController(os.Args[1:]))
+	}
+	os.Exit(m.Run())
+}
+
+// fakeController stands in for `remediator controller`: it logs its command line,
+// serves /readyz on --health-probe-bind-address (unless the mode is "exit" or
+// "never-ready") and exits 0 on SIGTERM (unless the mode is "ignore-term").
+func fakeController(args []string) int {
+	fmt.Println("args:", strings.Join(args, " "))
+	fmt.Println("env:", os.Getenv("EXTRA"))
+	mode := os.Getenv(fakeMode)
+	if mode == "exit" {
+		fmt.Println("refusing to start")
+		return 3
+	}
+	fs := flag.NewFlagSet("controller", flag.ContinueOnError)
+	probe := fs.String("health-probe-bind-address", "", "")
+	fs.String("kubeconfig", "", "")
+	fs.String("metrics-bind-address", "", "")
+	fs.String("node-lease-grace-period", "", "")
+	fs.String("pprof-bind-address", "", "")
+	fs.String("leader-elect", "", "")
+	if err := fs.Parse(args[1:]); err != nil {
+		return 2
+	}
+	term := make(chan os.Signal, 1)
+	if mode == "ignore-term" {
+		signal.Ignore(syscall.SIGTERM)
+	} else {
+		signal.Notify(term, syscall.SIGTERM)
+	}
+	if mode != "never-ready" {
+		http.HandleFunc("/readyz", func(http.ResponseWriter, *http.Request) {})
+		go func() { _ = http.ListenAndServe(*probe, nil) }()
+	}
+	<-term
+	fmt.Println("stopped by SIGTERM")
+	return 0
+}
+
+func options(t *testing.T, mode string) Options {
+	t.Helper()
+	return Options{
+		Binary:     os.Args[0],
+		Kubeconfig: "/the/kubeconfig",
+		Args:       []string{"--leader-elect", "true"},
+		Env:        []string{fakeEnv + "=1", fakeMode + "=" + mode, "EXTRA=given"},
+		Log:        filepath.Join(t.TempDir(), "controller.log"),
+	}
+}
+
+func TestStartWaitsForReadinessAndStopsWithSIGTERM(t *testing.T) {
+	o := options(t, "")
+	o.Metrics = true
+	p, err := Start(context.Background(), o)
+	require.NoError(t, err)
+	resp, err := http.Get("http://" + p.Probe + "/readyz")
+	require.NoError(t, err, "Start returned before /readyz answered")
+	_ = resp.Body.Close()
+	assert.False(t, p.Exited())
+	assert.NotEmpty(t, p.Metrics)
+	assert.Empty(t, p.Pprof)
+
+	p.Stop()
+	assert.True(t, p.Exited())
+	assert.NoError(t, p.Err())
+	assert.False(t, p.KilledBySIGKILL())
+	logs := p.Logs()
+	assert.Contains(t, logs, "args: controller --kubeconfig /the/kubeconfig --metrics-bind-address "+p.Metrics+
+		" --health-probe-bind-address "+p.Probe+" --node-lease-grace-period 20s --leader-elect true\n",
+		"the flags the harnesses share, then the Options' Args")
+	assert.Contains(t, logs, "env: given\n")
+	assert.Contains(t, logs, "stopped by SIGTERM")
+	p.Stop() // a second stop is a no-op
+}
+
+func TestMetricsOffAndPprof(t *testing.T) {
+	o := options(t, "")
+	o.Pprof = true
+	p, err := Start(context.Background(), o)
+	require.NoError(t, err)
+	defer p.Stop()
+	assert.Empty(t, p.Metrics)
+	assert.NotEmpty(t, p.Pprof)
+	assert.Contains(t, p.Logs(), "--metrics-bind-address 0 ")
+	assert.Contains(t, p.Logs(), "--pprof-bind-address "+p.Pprof+" ")
+	rss, peak, err := p.Memory()
+	require.NoError(t, err)
+	assert.Positive(t, rss)
+	assert.GreaterOrEqual(t, peak, rss)
+}
+
+func TestKill(t *testing.T) {
+	o := options(t, "never-ready")
+	o.NoWait = true
+	p, err := Start(context.Background(), o)
+	require.NoError(t, err)
+	p.Kill()
+	assert.True(t, p.Exited())
+	assert.True(t, p.KilledBySIGKILL())
+	assert.Error(t, p.Err())
+}
+
+func TestExitBeforeReadyIsAnError(t *testing.T) {
+	o := options(t, "exit")
+	_, err := Start(context.Background(), o)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "controller exited before it was ready: exit status 3")
+	assert.Contains(t, err.Error(), o.Log)
+	b, _ := os.ReadFile(o.Log)
+	assert.Contains(t, string(b), "refusing to start")
+}
+
+func TestStopKillsAProcessThatIgnoresSIGTERM(t *testing.T) {
+	defer func(d time.Duration) { stopTimeout = d }(stopTimeout)
+	stopTimeout = time.Second
+	o := options(t, "ignore-term")
+	p, err := Start(context.Background(), o)
+	require.NoError(t, err)
+	start := time.Now()
+	p.Stop()
+	assert.True(t, p.KilledBySIGKILL())
+	assert.GreaterOrEqual(t, time.Since(start), stopTimeout)
+}
+
+func TestWaitEndsWithTheContext(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	_, err := Start(ctx, options(t, "never-ready"))
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+}
