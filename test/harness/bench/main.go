@@ -77,7 +77,7 @@ func run() error {
 	presetName := flag.String("preset", "small", "full (the issue's sizes) or small (make test's smoke run)")
 	out := flag.String("out", "", "directory for results.json and the plots, relative to the repository root; empty writes them only into the work directory")
 	scen := flag.String("scenarios", "latency,memory,storm,disruptive", "scenarios to run, comma-separated")
-	controller := flag.String("controller", filepath.Join(root, "bin", "remediator"), "the remediator binary to measure")
+	controller := flag.String("controller", filepath.Join(root, "bin", "remediator"), "the remediator binary to measure, relative to the repository root")
 	extraArgs := flag.String("controller-args", "", "extra flags for the controller, space-separated (the default is its default flags)")
 	profile := flag.Bool("profile", false, "save a CPU profile of the controller during the storm (pprof) into the work directory")
 	flag.Parse()
@@ -85,10 +85,13 @@ func run() error {
 	if !ok {
 		return fmt.Errorf("unknown preset %q (full or small)", *presetName)
 	}
-	// The harness runs from its own module's directory (test/harness): -out names a
-	// directory of the repository, such as docs/benchmarks.
+	// The harness runs from its own module's directory (test/harness): -out and
+	// -controller name paths of the repository, such as docs/benchmarks.
 	if *out != "" && !filepath.IsAbs(*out) {
 		*out = filepath.Join(root, *out)
+	}
+	if !filepath.IsAbs(*controller) {
+		*controller = filepath.Join(root, *controller)
 	}
 	cfg := config{root: root, kubeconfig: cluster.Kubeconfig(root), controller: *controller,
 		out: *out, profile: *profile, scenarios: map[string]bool{}}

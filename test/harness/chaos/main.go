@@ -88,8 +88,8 @@ func run() error {
 	var cfg config
 	flag.StringVar(&cfg.preset, "preset", "full", "full (the figures of docs/reliability.md) or smoke (make test)")
 	flag.StringVar(&cfg.out, "out", "", "directory for results.json and summary.md, relative to the repository root (empty: only the work directory)")
-	flag.StringVar(&cfg.kubeconfig, "kubeconfig", "", "kubeconfig of the local cluster (default: bin/cluster/kubeconfig, started if not running)")
-	flag.StringVar(&cfg.controller, "controller", "", "controller binary built with -tags failpoints (default: bin/remediator-failpoints)")
+	flag.StringVar(&cfg.kubeconfig, "kubeconfig", "", "kubeconfig of the local cluster, relative to the repository root (default: bin/cluster/kubeconfig, started if not running)")
+	flag.StringVar(&cfg.controller, "controller", "", "controller binary built with -tags failpoints, relative to the repository root (default: bin/remediator-failpoints)")
 	flag.StringVar(&cfg.campaigns, "campaigns", "crash,faults,churn", "campaigns to run")
 	flag.Int64Var(&cfg.seed, "seed", 0, "seed of the random kills and faults (0: from the clock; the results record it)")
 	flag.Parse()
@@ -107,10 +107,12 @@ func run() error {
 	if cfg.controller == "" {
 		cfg.controller = filepath.Join(root, "bin", "remediator-failpoints")
 	}
-	// The harness runs from its own module's directory (test/harness): -out names a
-	// directory of the repository, such as docs/reliability.
-	if cfg.out != "" && !filepath.IsAbs(cfg.out) {
-		cfg.out = filepath.Join(root, cfg.out)
+	// The harness runs from its own module's directory (test/harness): -out,
+	// -kubeconfig and -controller name paths of the repository, such as docs/reliability.
+	for _, p := range []*string{&cfg.out, &cfg.kubeconfig, &cfg.controller} {
+		if *p != "" && !filepath.IsAbs(*p) {
+			*p = filepath.Join(root, *p)
+		}
 	}
 	if _, err := os.Stat(cfg.controller); err != nil {
 		return fmt.Errorf("%w (build it with make build-failpoints)", err)
