@@ -172,7 +172,7 @@ func (b *bench) latency(ctx context.Context) (*Latency, error) {
 	total, by := callsSince(before, after)
 	res.APICallsPerRequest, res.APICallsByKind = total/float64(n), by
 
-	script := filepath.Join(b.cfg.root, "test", "bench", "runbook.sh")
+	script := filepath.Join(b.cfg.root, "test", "harness", "bench", "runbook.sh")
 	kubectl := filepath.Join(b.cfg.root, "bin", "kubectl")
 	for i := n; i < 2*n; i++ {
 		in := incidents[i]
