@@ -136,7 +136,7 @@ func Start(ctx context.Context, cfg *rest.Config, maxConcurrent int, disruptive 
 	return c, nil
 }
 
-// Stop ends the watch and returns the report.
+// Stop ends the watch and returns the report; it may be called more than once.
 func (c *Checker) Stop() Report {
 	c.stop()
 	<-c.stopped

@@ -135,7 +135,7 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	b := &bench{cfg: cfg, p: p, s: &stage.Stager{CS: cs, RunID: runID, Apps: appNamespace, Requests: requestNamespace}, k8s: k8s, track: newTracker()}
+	b := &bench{cfg: cfg, p: p, s: &stage.Stager{CS: cs, RunID: runID, Apps: appNamespace, Requests: requestNamespace}, k8s: k8s, rc: rc, track: newTracker()}
 	if err := b.s.Namespaces(ctx); err != nil {
 		return err
 	}

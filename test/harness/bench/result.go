@@ -88,20 +88,26 @@ type Disruptive struct {
 	// TerminalSeconds: from the first create until every request was terminal.
 	TerminalSeconds float64 `json:"terminalSeconds"`
 	Succeeded       int     `json:"succeeded"`
-	// FIFO is true when the requests that waited for a slot got it in creation order
-	// and no request started at once while an older one waited.
+	// FIFO is true when admission never granted a slot past an older request in line
+	// and never held more slots than the cap, as a watch of the requests saw the API
+	// server commit them (test/harness/admissionwatch): the order of commits, not of
+	// timestamps, so it does not depend on timing.
 	FIFO bool `json:"fifo"`
-	// OutOfOrder lists the requests that started before an older waiting one.
+	// OutOfOrder lists what the watch found: a grant past an older request in line,
+	// or more slots held than the cap.
 	OutOfOrder []string `json:"outOfOrder,omitempty"`
+	// MaxHeld is the most slots held at once (Running a disruptive playbook, or
+	// granted one), as the watch saw them.
+	MaxHeld int `json:"maxHeld"`
 	// MaxHandoverSeconds is the longest time from a slot freeing (a request turning
 	// terminal) to the next waiting request starting; P50HandoverSeconds the median.
 	MaxHandoverSeconds float64 `json:"maxHandoverSeconds"`
 	P50HandoverSeconds float64 `json:"p50HandoverSeconds"`
 	// MaxConcurrent is the most playbooks seen running at once (must not exceed Cap).
 	MaxConcurrent int `json:"maxConcurrent"`
-	// Decisions is the controller's decision count over the scenario; a request
-	// decides once when it arrives and once when it gets its slot, so Decisions
-	// above 2*Requests (less those that started at once) means waiting requests
+	// Decisions is the controller's decision count over the scenario; a disruptive
+	// request is decided once when it arrives (it joins the line) and once when it
+	// is granted a slot, so Decisions above 2*Requests means requests in line
 	// re-gathered facts because a slot freed.
 	Decisions int `json:"decisions"`
 	// ExtraDecisions is Decisions minus that minimum.

@@ -11,8 +11,11 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 
 	"github.com/remediator/remediator/api/v1alpha1"
+	"github.com/remediator/remediator/remediations"
+	"github.com/remediator/remediator/test/harness/admissionwatch"
 	"github.com/remediator/remediator/test/stage"
 )
 
@@ -29,6 +32,7 @@ type bench struct {
 	p       preset
 	s       *stage.Stager
 	k8s     clientWithWatch
+	rc      *rest.Config
 	track   *tracker
 	carrier []string // kwok node names
 	pods    int      // carrier pods staged so far
@@ -343,6 +347,14 @@ func (b *bench) disruptive(ctx context.Context) (*Disruptive, error) {
 	if err != nil {
 		return nil, err
 	}
+	playbooks, err := remediations.DefaultPlaybooks()
+	if err != nil {
+		return nil, err
+	}
+	watcher, err := admissionwatch.Start(ctx, b.rc, capacity, playbooks.Disruptive)
+	if err != nil {
+		return nil, err
+	}
 	names := make([]string, n)
 	start := time.Now()
 	// One after the other, so that creation order is name order (the controller
@@ -362,17 +374,20 @@ func (b *bench) disruptive(ctx context.Context) (*Disruptive, error) {
 		return nil, err
 	}
 	res.Decisions = int(after.decisions - before.decisions)
-	waited := max(0, n-capacity)
-	res.ExtraDecisions = res.Decisions - (n + waited)
+	res.ExtraDecisions = res.Decisions - 2*n
+	report := watcher.Stop()
+	res.OutOfOrder, res.MaxHeld = report.Violations, report.MaxHeld
+	if report.Err != nil {
+		res.OutOfOrder = append(res.OutOfOrder, "the watch could not follow every change: "+report.Err.Error())
+	}
 
 	type span struct {
-		name                        string
-		created, waited, start, end time.Time
-		createdAtIndex              int
+		name       string
+		start, end time.Time
 	}
 	b.track.mu.Lock()
 	var spans []span
-	for i, nm := range names {
+	for _, nm := range names {
 		e := b.track.requests[nm]
 		if e == nil || e.running.IsZero() {
 			continue
@@ -380,35 +395,10 @@ func (b *bench) disruptive(ctx context.Context) (*Disruptive, error) {
 		if e.phase == v1alpha1.PhaseSucceeded {
 			res.Succeeded++
 		}
-		spans = append(spans, span{name: nm, created: e.created, waited: e.waited, start: e.running, end: e.terminal, createdAtIndex: i})
+		spans = append(spans, span{name: nm, start: e.running, end: e.terminal})
 	}
 	b.track.mu.Unlock()
-	// FIFO: the requests that waited for a slot started in the order they came, and
-	// no request started at once while an older one was waiting. (Requests that
-	// arrive together are decided by several workers at once; which of them takes a
-	// free slot first is not a handover.)
 	sort.SliceStable(spans, func(i, j int) bool { return spans[i].start.Before(spans[j].start) })
-	// Slots that free at the same moment (requests that started together finish
-	// together) go to the next requests in line together, and several workers decide
-	// those at once: starts closer than sameHandover are one handover, in any order.
-	const sameHandover = 100 * time.Millisecond
-	for _, s := range spans {
-		for _, w := range spans {
-			// A request that started at its first decision overtook an older one only if
-			// that one was already waiting when it arrived: requests created together are
-			// decided by several workers at once, and one still undecided holds no place
-			// in line yet. A request that waited overtook an older waiter if it got its
-			// slot first.
-			jumped := w.waited.Before(s.start)
-			if s.waited.IsZero() {
-				jumped = w.waited.Before(s.created)
-			}
-			if w.createdAtIndex < s.createdAtIndex && !w.waited.IsZero() && jumped && w.start.Sub(s.start) > sameHandover {
-				res.OutOfOrder = append(res.OutOfOrder, fmt.Sprintf("%s started %s before older waiting %s", s.name, w.start.Sub(s.start).Round(time.Millisecond), w.name))
-				break
-			}
-		}
-	}
 	res.FIFO = len(res.OutOfOrder) == 0 && len(spans) == n
 	// Concurrency: the most spans overlapping at any start.
 	for _, s := range spans {

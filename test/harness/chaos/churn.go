@@ -17,6 +17,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/remediator/remediator/api/v1alpha1"
+	"github.com/remediator/remediator/remediations"
+	"github.com/remediator/remediator/test/harness/admissionwatch"
 	"github.com/remediator/remediator/test/stage"
 )
 
@@ -26,6 +28,8 @@ const (
 	churnStepTimeout = 60 * time.Second
 	churnSlack       = 45 * time.Second
 	minLeadership    = 20 * time.Second
+	// churnCap is the replicas' --max-concurrent-remediations: the binary's default.
+	churnCap = 2
 )
 
 func (h *harness) churn(ctx context.Context) error {
@@ -42,8 +46,19 @@ func (h *harness) churn(ctx context.Context) error {
 		return err
 	}
 	t := fmt.Sprint(churnStepTimeout)
-	extra := []string{"--leader-elect", "--leader-election-namespace", requestNamespace,
+	extra := []string{"--leader-elect", "--leader-election-namespace", requestNamespace, "--max-concurrent-remediations", fmt.Sprint(churnCap),
 		"--eviction-timeout", t, "--pod-termination-timeout", t, "--plugin-restart-timeout", t}
+	// The cap and the order of admission, from the API server's order of changes,
+	// across every restart and leader change.
+	playbooks, err := remediations.DefaultPlaybooks()
+	if err != nil {
+		return err
+	}
+	watcher, err := admissionwatch.Start(ctx, h.rest, churnCap, playbooks.Disruptive)
+	if err != nil {
+		return err
+	}
+	defer watcher.Stop()
 	var mu sync.Mutex
 	replicas := map[string]*proc{}
 	seq := 0
@@ -208,6 +223,11 @@ func (h *harness) churn(ctx context.Context) error {
 	logf("R4 %d created, %d deleted mid-run, %d restarts; waiting for the rest", res.Created, res.DeletedMidRun, res.Restarts)
 	if err := h.waitTerminal(ctx, subs, 10*time.Minute); err != nil {
 		return err
+	}
+	report := watcher.Stop()
+	res.Admission, res.MaxHeld, res.Grants = report.Violations, report.MaxHeld, len(report.Grants)
+	if report.Err != nil {
+		res.Admission = append(res.Admission, "the watch could not follow every change: "+report.Err.Error())
 	}
 	stopWatch()
 	watchWG.Wait()

@@ -70,8 +70,15 @@ type Churn struct {
 	// TwoLeaders lists the moments two replicas both reported leading.
 	TwoLeaders []string `json:"twoLeaders,omitempty"`
 	// Stuck lists requests seen Running with a step older than its timeout.
-	Stuck   []string `json:"stuck,omitempty"`
-	Verdict Verdict  `json:"verdict"`
+	Stuck []string `json:"stuck,omitempty"`
+	// Admission is what a watch of the requests found against admission's promises
+	// across the restarts (test/harness/admissionwatch): more slots held than the
+	// cap, or a grant past an older request in line. MaxHeld and Grants are what it
+	// saw.
+	Admission []string `json:"admission,omitempty"`
+	MaxHeld   int      `json:"maxHeld"`
+	Grants    int      `json:"grants"`
+	Verdict   Verdict  `json:"verdict"`
 }
 
 func (r *Result) violations() int {
@@ -90,7 +97,7 @@ func (r *Result) violations() int {
 		n += len(r.Faults.Missing) + len(r.Faults.HolderBackMissed)
 	}
 	if r.Churn != nil {
-		n += r.Churn.Verdict.Violations() + len(r.Churn.Stuck) + len(r.Churn.TwoLeaders)
+		n += r.Churn.Verdict.Violations() + len(r.Churn.Stuck) + len(r.Churn.TwoLeaders) + len(r.Churn.Admission)
 		if r.Churn.LeaderChanges < r.Churn.Restarts {
 			n++ // leadership did not move at every restart of the leader
 		}
@@ -150,6 +157,11 @@ func (r *Result) summary() string {
 	}
 	if c := r.Churn; c != nil {
 		fmt.Fprintf(&b, "R4 leaders in order: %s\n", strings.Join(c.Leaders, " -> "))
+		fmt.Fprintf(&b, "R4 admission, from a watch of the requests: %d slots granted, at most %d held at once (cap %d), %d out of order or over the cap\n",
+			c.Grants, c.MaxHeld, churnCap, len(c.Admission))
+		if len(c.Admission) > 0 {
+			fmt.Fprintf(&b, "R4 VIOLATION, admission: %s\n", strings.Join(c.Admission, "; "))
+		}
 		if len(c.TwoLeaders) > 0 {
 			fmt.Fprintf(&b, "R4 VIOLATION, two leaders at once: %s\n", strings.Join(c.TwoLeaders, "; "))
 		}
