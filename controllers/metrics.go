@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -84,17 +86,30 @@ var (
 	waitingDesc = prometheus.NewDesc("remediator_requests_waiting",
 		"Requests in phase Waiting (for another remediation on the same node or Lease, a free slot, or their maintenance window), by remediation (exported by the leader only).",
 		[]string{"remediation"}, nil)
+	// The ages say how long, where the counts only say how many: a backlog that moves
+	// is healthy, one request that has waited for hours, or a step that outlived its
+	// timeout, is not.
+	oldestWaitingDesc = prometheus.NewDesc("remediator_oldest_waiting_request_age_seconds",
+		"Seconds the oldest request in phase Waiting has waited (since its Progressing condition last turned True, else since its creation), by remediation and the Progressing reason it waits with (WaitingForRemediationSlot, RemediationSlotGranted, Waiting, WaitingForMaintenanceWindow, MaintenanceWindowClosed, Paused); no series while none waits (exported by the leader only).",
+		[]string{"remediation", "reason"}, nil)
+	runningStepAgeDesc = prometheus.NewDesc("remediator_running_step_age_seconds",
+		"Seconds since the oldest running playbook step started (its startedAt), by remediation and step, over the requests in phase Running; no series while none runs. Every step is bounded by its timeout (--step-timeout, --eviction-timeout, --pod-termination-timeout, --plugin-restart-timeout), so an age past it means the controller is not enforcing it (exported by the leader only).",
+		[]string{"remediation", "step"}, nil)
 )
 
 type requestsCollector struct {
 	reader client.Reader
 	// elected is closed once this replica leads (the manager's Elected()).
 	elected <-chan struct{}
+	// now is the clock the ages are read on; nil means time.Now.
+	now func() time.Time
 }
 
 func (c requestsCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- activeDesc
 	ch <- waitingDesc
+	ch <- oldestWaitingDesc
+	ch <- runningStepAgeDesc
 }
 
 func (c requestsCollector) Collect(ch chan<- prometheus.Metric) {
@@ -129,6 +144,85 @@ func (c requestsCollector) Collect(ch chan<- prometheus.Metric) {
 	for remediation, n := range waiting {
 		ch <- prometheus.MustNewConstMetric(waitingDesc, prometheus.GaugeValue, n, remediation)
 	}
+	now := time.Now()
+	if c.now != nil {
+		now = c.now()
+	}
+	collectAges(ch, list, now)
+}
+
+// ageKey labels one age series: remediation, and the waiting reason or the step.
+type ageKey struct{ remediation, what string }
+
+// collectAges sends remediator_oldest_waiting_request_age_seconds and
+// remediator_running_step_age_seconds: the oldest of each, at now.
+func collectAges(ch chan<- prometheus.Metric, list []v1alpha1.RemediationRequest, now time.Time) {
+	waiting, running := map[ageKey]time.Time{}, map[ageKey]time.Time{}
+	oldest := func(m map[ageKey]time.Time, k ageKey, since time.Time) {
+		if since.IsZero() {
+			return
+		}
+		if t, ok := m[k]; !ok || since.Before(t) {
+			m[k] = since
+		}
+	}
+	for i := range list {
+		rr := &list[i]
+		remediation := string(rr.Spec.Remediation)
+		switch rr.Status.Phase {
+		case v1alpha1.PhaseWaiting:
+			reason, since := waitingSince(rr)
+			oldest(waiting, ageKey{remediation, reason}, since)
+		case v1alpha1.PhaseRunning:
+			if st := runningStep(rr.Status.Steps); st != nil {
+				oldest(running, ageKey{remediation, st.Name}, st.StartedAt.Time)
+			}
+		}
+	}
+	for k, since := range waiting {
+		ch <- prometheus.MustNewConstMetric(oldestWaitingDesc, prometheus.GaugeValue, max(now.Sub(since).Seconds(), 0), k.remediation, k.what)
+	}
+	for k, since := range running {
+		ch <- prometheus.MustNewConstMetric(runningStepAgeDesc, prometheus.GaugeValue, max(now.Sub(since).Seconds(), 0), k.remediation, k.what)
+	}
+}
+
+// waitingSince is the Progressing reason a waiting request waits with and when it
+// began to wait: when its Progressing condition last turned True (joining the line,
+// or a rejection re-checked into a wait), else its creation. A wait after a
+// maintenance window closed mid-playbook keeps the time the playbook started: its
+// condition stayed True.
+func waitingSince(rr *v1alpha1.RemediationRequest) (string, time.Time) {
+	c := meta.FindStatusCondition(rr.Status.Conditions, v1alpha1.ConditionProgressing)
+	if c == nil {
+		return v1alpha1.ReasonWaiting, rr.CreationTimestamp.Time
+	}
+	if c.Status != metav1.ConditionTrue || c.LastTransitionTime.IsZero() {
+		return c.Reason, rr.CreationTimestamp.Time
+	}
+	return c.Reason, c.LastTransitionTime.Time
+}
+
+// runningStep is the step a running playbook is in: the one Running, else a Pending
+// step whose restore attempt started (the restore is recorded on uncordon and bounded
+// by --step-timeout from its first attempt); nil when none has started.
+func runningStep(steps []v1alpha1.StepStatus) *v1alpha1.StepStatus {
+	var restoring *v1alpha1.StepStatus
+	for i := range steps {
+		st := &steps[i]
+		if st.StartedAt == nil || st.StartedAt.IsZero() {
+			continue
+		}
+		switch st.State {
+		case v1alpha1.StepRunning:
+			return st
+		case v1alpha1.StepPending:
+			if restoring == nil {
+				restoring = st
+			}
+		}
+	}
+	return restoring
 }
 
 // RegisterMetrics registers the metrics on controller-runtime's registry; reader
