@@ -25,6 +25,7 @@ type syncOptions struct {
 	interval          time.Duration
 	timeout           time.Duration
 	metricsAddr       string
+	probeAddr         string
 	policiesConfigMap string
 }
 
@@ -50,7 +51,10 @@ commit that changed its file) and remediator.io/git-path.
 
 Without --interval it syncs once: exit code 0 when the sync succeeded, 1 otherwise.
 With --interval it loops until interrupted; a failed sync is logged and retried at
-the next interval.`,
+the next interval. --metrics-bind-address serves /metrics (the last successful sync's
+time and revision, the failures); --health-probe-bind-address serves /readyz (the
+cluster cache started) and /healthz (a sync began within twice --interval plus
+--timeout).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -75,6 +79,7 @@ the next interval.`,
 	f.StringVar(&o.PoliciesPath, "policies-path", "", "Directory of CUE policies in the repository to sync too, into --policies-configmap (the controller's --policies-dir); empty syncs requests only")
 	f.StringVar(&o.policiesConfigMap, "policies-configmap", "", "The ConfigMap (namespace/name) the policies of --policies-path are written into")
 	f.StringVar(&o.metricsAddr, "metrics-bind-address", "0", "Address /metrics (the last synced revision and its time, failures) binds to; 0 disables it")
+	f.StringVar(&o.probeAddr, "health-probe-bind-address", "0", "Address the probes bind to: /healthz (the sync loop turns) and /readyz (the cluster cache started); 0 disables them")
 	_ = cmd.MarkFlagRequired("repo")
 	o.logging = addLoggingFlags(f)
 	return cmd
@@ -104,19 +109,28 @@ func runSync(ctx context.Context, out io.Writer, o syncOptions) error {
 	if err != nil {
 		return err
 	}
-	stop, err := s.Start()
+	// The probes and the metrics answer while the cache starts.
+	health := newSyncHealth(o.interval, o.timeout, time.Now)
+	stopProbes, err := health.serve(ctx, o.probeAddr)
 	if err != nil {
 		return err
 	}
-	defer stop()
+	defer stopProbes()
 	metrics := newSyncMetrics()
 	stopMetrics, err := metrics.serve(ctx, o.metricsAddr)
 	if err != nil {
 		return err
 	}
 	defer stopMetrics()
+	stop, err := s.Start()
+	if err != nil {
+		return err
+	}
+	defer stop()
+	health.cacheStarted()
 
 	once := func() error {
+		health.syncing()
 		sctx, cancel := context.WithTimeout(ctx, o.timeout)
 		defer cancel()
 		res, err := s.Sync(sctx)
@@ -164,7 +178,8 @@ func printSync(w io.Writer, r *gitsync.Result) error {
 	return tw.Flush()
 }
 
-// logSyncError logs an error of the metrics server, which has no caller to return it to.
-func logSyncError(_ context.Context, err error) {
-	klog.NewKlogr().WithName("sync").Error(err, "Serving metrics failed")
+// logSyncError logs an error of the metrics or probe server, which has no caller to
+// return it to.
+func logSyncError(_ context.Context, flag string, err error) {
+	klog.NewKlogr().WithName("sync").Error(err, "Serving failed", "flag", flag)
 }

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -49,5 +50,60 @@ func TestSyncMetrics(t *testing.T) {
 
 	off, err := newSyncMetrics().serve(context.Background(), "0")
 	require.NoError(t, err, "0 disables the endpoint")
+	off()
+}
+
+// TestSyncHealth: /readyz once the cluster cache started; /healthz while the sync loop
+// turns, failing once no sync has begun for twice --interval plus --timeout.
+func TestSyncHealth(t *testing.T) {
+	// The clock is read by the server's goroutine: atomic, for the race detector.
+	var clock atomic.Int64
+	clock.Store(time.Unix(1795000000, 0).UnixNano())
+	advance := func(d time.Duration) { clock.Add(int64(d)) }
+	h := newSyncHealth(time.Minute, 5*time.Minute, func() time.Time { return time.Unix(0, clock.Load()) })
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := l.Addr().String()
+	require.NoError(t, l.Close())
+	stop, err := h.serve(context.Background(), addr)
+	require.NoError(t, err)
+	defer stop()
+	probe := func(path string) (int, string) {
+		resp, err := http.Get("http://" + addr + path)
+		require.NoError(t, err)
+		defer func() { _ = resp.Body.Close() }()
+		body, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		return resp.StatusCode, string(body)
+	}
+
+	code, _ := probe("/readyz")
+	assert.Equal(t, http.StatusInternalServerError, code, "not ready before the cache started")
+	code, _ = probe("/healthz")
+	assert.Equal(t, http.StatusOK, code, "alive while starting")
+
+	h.cacheStarted()
+	code, _ = probe("/readyz")
+	assert.Equal(t, http.StatusOK, code, "ready once the cache started")
+
+	h.syncing()
+	advance(12 * time.Minute)
+	code, _ = probe("/healthz")
+	assert.Equal(t, http.StatusOK, code, "a sync began 12m ago: within 2 x (1m + 5m)")
+	advance(time.Second)
+	code, body := probe("/healthz?verbose")
+	assert.Equal(t, http.StatusInternalServerError, code, "no sync began for longer than 2 x (1m + 5m)")
+	assert.Contains(t, body, "sync-loop")
+	code, _ = probe("/healthz/sync-loop")
+	assert.Equal(t, http.StatusInternalServerError, code, "the check by name")
+	code, _ = probe("/readyz")
+	assert.Equal(t, http.StatusOK, code, "a stuck loop stays ready: liveness restarts it")
+
+	h.syncing()
+	code, _ = probe("/healthz")
+	assert.Equal(t, http.StatusOK, code, "a new sync began")
+
+	off, err := newSyncHealth(0, time.Minute, time.Now).serve(context.Background(), "0")
+	require.NoError(t, err, "0 disables the probes")
 	off()
 }
