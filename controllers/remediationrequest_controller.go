@@ -402,6 +402,7 @@ func terminalPhase(p v1alpha1.Phase) bool {
 // it was computed from, and skips the call when nothing changed.
 func (r *RemediationRequestReconciler) patchStatus(ctx context.Context, s *scope) error {
 	s.rr.Status.CurrentStep = currentStep(s.rr.Status)
+	setReadiness(s.rr)
 	if apiequality.Semantic.DeepEqual(s.base.Status, s.rr.Status) {
 		return nil
 	}

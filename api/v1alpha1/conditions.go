@@ -94,3 +94,22 @@ const ConditionBreakGlass = "BreakGlass"
 
 // ReasonBreakGlass is ConditionBreakGlass's reason, and the Event's.
 const ReasonBreakGlass = "BreakGlass"
+
+// ConditionReady summarises the request for kubectl wait and kstatus-based tools
+// (Flux, cli-utils): True when the request Succeeded, or when a DryRun was decided and
+// recorded (reason DryRun: it did all it was asked); False while the request is being
+// decided, waits or runs (reason the Progressing condition's, such as
+// PlaybookRunning or WaitingForMaintenanceWindow), and False when it was Rejected
+// (reason the Accepted condition's: the rule or invariant) or Failed (reason the
+// Succeeded condition's, such as StepFailed). Its observedGeneration is
+// status.observedGeneration: the spec generation the status describes.
+const ConditionReady = "Ready"
+
+// ConditionStalled is kstatus' abnormal-true condition: True, with Ready's reason and
+// message, while the request is Rejected or Failed, so that kstatus reports Failed
+// instead of InProgress; absent otherwise. Only a change of the spec (or a rejection's
+// recheck) moves such a request on.
+const ConditionStalled = "Stalled"
+
+// ReasonPending is Ready's reason while the controller has not decided the request yet.
+const ReasonPending = "Pending"
