@@ -50,6 +50,11 @@ const (
 type RemediationRequestSpec struct {
 	// Remediation is the problem to fix. It cannot change once created: a different
 	// problem is a different request with its own review.
+	//   - release-luks-lease: release a Trident Lease that serialises cryptsetup on a
+	//     LUKS ReadWriteMany volume and was left behind by a failed or dead holder
+	//     (target: a persistentVolume, persistentVolumeClaim or pod);
+	//   - reregister-csi-driver: restart a node's Trident node-plugin pod so that
+	//     kubelet registers the CSI driver again (target: a node).
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.remediation is immutable; create a new request"
 	// +required
 	Remediation Remediation `json:"remediation"`
@@ -66,7 +71,8 @@ type RemediationRequestSpec struct {
 	// +required
 	Reason string `json:"reason"`
 
-	// Mode is Apply (the default) or DryRun. DryRun decides and shows the plan, but
+	// Mode is Apply (the default) or DryRun. Apply decides and, when allowed, runs
+	// the playbook. DryRun decides and records the plan (the steps, all Pending), but
 	// acts on nothing.
 	// +kubebuilder:default=Apply
 	// +optional
@@ -121,10 +127,12 @@ type Target struct {
 
 // ObjectReference names a namespaced object.
 type ObjectReference struct {
+	// Namespace is the object's namespace.
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=63
 	// +required
 	Namespace string `json:"namespace"`
+	// Name is the object's name.
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
 	// +required
@@ -141,7 +149,14 @@ type Fencing struct {
 	// Confirmed is true once the operator has fenced the holder node.
 	// +required
 	Confirmed bool `json:"confirmed"`
-	// Method is how the node was fenced.
+	// Method is how the node was fenced, one of:
+	//   - NodeShutdown: the node was powered off or shut down out of band (through
+	//     the hypervisor, the cloud console or the BMC);
+	//   - TridentNodeContainerStopped: the Trident node container on the node was
+	//     stopped (the node itself may still run);
+	//   - LogsVerified: the trident-main logs show the node can neither acquire nor
+	//     delete the Lease and is not running cryptsetup.
+	// Required when confirmed is true.
 	// +optional
 	Method FencingMethod `json:"method,omitempty"`
 	// Node is the node that was fenced. It must equal the Lease's holderIdentity when
@@ -335,7 +350,7 @@ type StepStatus struct {
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
 // +kubebuilder:printcolumn:name="Decision",type=string,JSONPath=`.status.decision.rule`
 // +kubebuilder:printcolumn:name="Step",type=string,JSONPath=`.status.currentStep`
-// +kubebuilder:printcolumn:name="Message",type=string,JSONPath=`.status.conditions[?(@.type=="Progressing")].message`
+// +kubebuilder:printcolumn:name="Message",type=string,JSONPath=`.status.conditions[?(@.type=="Progressing")].message`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type RemediationRequest struct {
 	metav1.TypeMeta   `json:",inline"`
