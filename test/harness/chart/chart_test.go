@@ -792,6 +792,23 @@ func TestObjectsDecodeStrictly(t *testing.T) {
 			}},
 			"serviceAccount": map[string]any{"annotations": map[string]any{"example.com/role": "x"}},
 		},
+		"the sync agent, monitored and placed": {
+			"metrics": map[string]any{
+				"serviceMonitor": map[string]any{"enabled": true},
+				"prometheusRule": map[string]any{"enabled": true},
+			},
+			"sync": map[string]any{
+				"enabled": true, "repo": "https://git.example.com/r.git",
+				"nodeSelector":      map[string]any{"kubernetes.io/os": "linux"},
+				"tolerations":       []any{map[string]any{"key": "gitops", "operator": "Exists", "effect": "NoSchedule"}},
+				"priorityClassName": "system-cluster-critical",
+				"affinity": map[string]any{"nodeAffinity": map[string]any{"preferredDuringSchedulingIgnoredDuringExecution": []any{map[string]any{
+					"weight": 1, "preference": map[string]any{"matchExpressions": []any{map[string]any{
+						"key": "node-role.example.com/infra", "operator": "Exists",
+					}}},
+				}}}},
+			},
+		},
 	} {
 		t.Run(name, func(t *testing.T) {
 			for _, o := range render(t, values) {

@@ -60,7 +60,8 @@ func TestSyncRunsAsItsOwnLeastPrivilegeServiceAccount(t *testing.T) {
 	assert.Equal(t, sa, pod.ServiceAccountName)
 	require.Len(t, pod.Containers, 1)
 	assert.Equal(t, []string{"sync", "--repo=https://git.example.com/platform/remediation.git", "--revision=HEAD", "--path=requests",
-		"--namespaces=remediator,remediator-staging", "--prune=true", "--interval=30s", "--timeout=5m", "--work-dir=/work", "--v=0"},
+		"--namespaces=remediator,remediator-staging", "--prune=true", "--interval=30s", "--timeout=5m", "--work-dir=/work",
+		"--metrics-bind-address=:8080", "--health-probe-bind-address=:8081", "--v=0"},
 		pod.Containers[0].Args)
 	assert.Equal(t, deployment(t, objs).Spec.Template.Spec.Containers[0].SecurityContext, pod.Containers[0].SecurityContext,
 		"the controller's hardening")
@@ -84,6 +85,9 @@ func TestSyncPodIsNotTheController(t *testing.T) {
 	for _, o := range objs {
 		switch o.GetKind() {
 		case "Service":
+			if o.GetName() == release+"-sync-metrics" {
+				continue // the sync agent's own
+			}
 			svc := typed[corev1.Service](t, o)
 			assert.False(t, labels.SelectorFromSet(svc.Spec.Selector).Matches(syncPod), "%s selects the sync pod", ref(o))
 		case "PodDisruptionBudget":
@@ -93,9 +97,10 @@ func TestSyncPodIsNotTheController(t *testing.T) {
 	}
 }
 
-// TestSyncPodPlacement: nodeSelector and tolerations place the sync agent's pod with
-// the controller's (on nodes that can reach the API server and the repository); the
-// controller's default pod anti-affinity stays its own.
+// TestSyncPodPlacement: nodeSelector, tolerations and priorityClassName place the
+// sync agent's pod with the controller's (on nodes that can reach the API server and
+// the repository) unless the sync section sets its own; the controller's default pod
+// anti-affinity stays its own.
 func TestSyncPodPlacement(t *testing.T) {
 	values := syncValues()
 	values["nodeSelector"] = map[string]any{"node-role.example.com/infra": "true"}
@@ -112,6 +117,126 @@ func TestSyncPodPlacement(t *testing.T) {
 	sync = typed[appsv1.Deployment](t, find(render(t, syncValues()), "Deployment", namespace, release+"-sync")).Spec.Template.Spec
 	assert.Empty(t, sync.NodeSelector, "default nodeSelector")
 	assert.Empty(t, sync.Tolerations, "default tolerations")
+	assert.Nil(t, sync.Affinity, "default affinity")
+	assert.Empty(t, sync.PriorityClassName, "default priorityClassName")
+
+	t.Run("the controller's priorityClassName", func(t *testing.T) {
+		values := syncValues()
+		values["priorityClassName"] = "system-cluster-critical"
+		sync := typed[appsv1.Deployment](t, find(render(t, values), "Deployment", namespace, release+"-sync")).Spec.Template.Spec
+		assert.Equal(t, "system-cluster-critical", sync.PriorityClassName)
+	})
+	t.Run("the sync section's own", func(t *testing.T) {
+		values := syncValues()
+		values["nodeSelector"] = map[string]any{"node-role.example.com/infra": "true"}
+		values["tolerations"] = []any{map[string]any{"key": "infra", "operator": "Exists", "effect": "NoSchedule"}}
+		values["priorityClassName"] = "system-cluster-critical"
+		affinity := map[string]any{"nodeAffinity": map[string]any{"requiredDuringSchedulingIgnoredDuringExecution": map[string]any{
+			"nodeSelectorTerms": []any{map[string]any{"matchExpressions": []any{map[string]any{
+				"key": "topology.kubernetes.io/zone", "operator": "In", "values": []any{"zone-a"},
+			}}}},
+		}}}
+		values["sync"].(map[string]any)["nodeSelector"] = map[string]any{"node-role.example.com/gitops": "true"}
+		values["sync"].(map[string]any)["tolerations"] = []any{map[string]any{"key": "gitops", "operator": "Equal", "value": "yes", "effect": "NoExecute"}}
+		values["sync"].(map[string]any)["affinity"] = affinity
+		values["sync"].(map[string]any)["priorityClassName"] = "remediator-sync"
+		objs := render(t, values)
+		sync := typed[appsv1.Deployment](t, find(objs, "Deployment", namespace, release+"-sync")).Spec.Template.Spec
+		assert.Equal(t, map[string]string{"node-role.example.com/gitops": "true"}, sync.NodeSelector)
+		assert.Equal(t, []corev1.Toleration{{Key: "gitops", Operator: corev1.TolerationOpEqual, Value: "yes", Effect: corev1.TaintEffectNoExecute}}, sync.Tolerations)
+		assert.Equal(t, "remediator-sync", sync.PriorityClassName)
+		if assert.NotNil(t, sync.Affinity) && assert.NotNil(t, sync.Affinity.NodeAffinity) {
+			terms := sync.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
+			assert.Equal(t, []corev1.NodeSelectorRequirement{{Key: "topology.kubernetes.io/zone", Operator: corev1.NodeSelectorOpIn, Values: []string{"zone-a"}}},
+				terms[0].MatchExpressions)
+		}
+		assert.Nil(t, sync.Affinity.PodAntiAffinity, "not the controller's anti-affinity")
+		controller := deployment(t, objs).Spec.Template.Spec
+		assert.Equal(t, map[string]string{"node-role.example.com/infra": "true"}, controller.NodeSelector, "the controller keeps its own")
+		assert.Equal(t, "system-cluster-critical", controller.PriorityClassName, "the controller keeps its own")
+		assert.Nil(t, controller.Affinity.NodeAffinity, "the controller keeps its own")
+	})
+}
+
+// TestSyncProbesAndMetrics: the sync agent serves its metrics and probes; the kubelet
+// probes it, a Service exposes the metrics, and with metrics.serviceMonitor a
+// ServiceMonitor scrapes them.
+func TestSyncProbesAndMetrics(t *testing.T) {
+	objs := render(t, syncValues())
+	const name = release + "-sync"
+	d := typed[appsv1.Deployment](t, find(objs, "Deployment", namespace, name))
+	c := d.Spec.Template.Spec.Containers[0]
+	assert.Equal(t, []corev1.ContainerPort{
+		{Name: "http-metrics", ContainerPort: 8080, Protocol: corev1.ProtocolTCP},
+		{Name: "health", ContainerPort: 8081, Protocol: corev1.ProtocolTCP},
+	}, c.Ports)
+	assert.Subset(t, c.Args, []string{"--metrics-bind-address=:8080", "--health-probe-bind-address=:8081"})
+	if assert.NotNil(t, c.LivenessProbe) && assert.NotNil(t, c.LivenessProbe.HTTPGet) {
+		assert.Equal(t, "/healthz", c.LivenessProbe.HTTPGet.Path)
+		assert.Equal(t, "health", c.LivenessProbe.HTTPGet.Port.String())
+	}
+	if assert.NotNil(t, c.ReadinessProbe) && assert.NotNil(t, c.ReadinessProbe.HTTPGet) {
+		assert.Equal(t, "/readyz", c.ReadinessProbe.HTTPGet.Path)
+		assert.Equal(t, "health", c.ReadinessProbe.HTTPGet.Port.String())
+	}
+
+	svc := typed[corev1.Service](t, find(objs, "Service", namespace, name+"-metrics"))
+	assert.Equal(t, d.Spec.Selector.MatchLabels, svc.Spec.Selector, "the sync pod")
+	if assert.Len(t, svc.Spec.Ports, 1) {
+		assert.Equal(t, "http-metrics", svc.Spec.Ports[0].Name)
+		assert.Equal(t, int32(8080), svc.Spec.Ports[0].Port)
+		assert.Equal(t, "http-metrics", svc.Spec.Ports[0].TargetPort.String())
+	}
+	assert.Nil(t, find(objs, "ServiceMonitor", namespace, name), "no ServiceMonitor without metrics.serviceMonitor.enabled")
+
+	t.Run("ServiceMonitor", func(t *testing.T) {
+		values := syncValues()
+		values["metrics"] = map[string]any{"serviceMonitor": map[string]any{"enabled": true, "interval": "15s", "labels": map[string]any{"release": "kube-prometheus"}}}
+		objs := render(t, values)
+		o := find(objs, "ServiceMonitor", namespace, name)
+		require.NotNil(t, o, "no ServiceMonitor %s in %q", name, refs(objs))
+		sm := decodeServiceMonitor(t, o)
+		assert.Equal(t, "kube-prometheus", o.GetLabels()["release"])
+		svc := find(objs, "Service", namespace, name+"-metrics")
+		require.NotNil(t, svc)
+		sel := labels.SelectorFromSet(sm.Spec.Selector.MatchLabels)
+		assert.True(t, sel.Matches(labels.Set(svc.GetLabels())), "the sync agent's ServiceMonitor selects its Service")
+		controllerSvc := find(objs, "Service", namespace, release+"-metrics")
+		assert.False(t, sel.Matches(labels.Set(controllerSvc.GetLabels())), "and not the controller's")
+		controllerSM := decodeServiceMonitor(t, find(objs, "ServiceMonitor", namespace, release))
+		assert.False(t, labels.SelectorFromSet(controllerSM.Spec.Selector.MatchLabels).Matches(labels.Set(svc.GetLabels())),
+			"the controller's ServiceMonitor does not select the sync agent's Service")
+		if assert.Len(t, sm.Spec.Endpoints, 1) {
+			e := sm.Spec.Endpoints[0]
+			assert.Equal(t, "http-metrics", e.Port)
+			assert.Equal(t, "/metrics", e.Path)
+			assert.Equal(t, "15s", e.Interval)
+			assert.Empty(t, e.Scheme, "plain HTTP")
+			assert.Nil(t, e.TLSConfig)
+		}
+		assert.Equal(t, []string{namespace}, sm.Spec.NamespaceSelector.MatchNames)
+	})
+	t.Run("other ports", func(t *testing.T) {
+		values := syncValues()
+		values["sync"].(map[string]any)["metrics"] = map[string]any{"port": 9090}
+		values["sync"].(map[string]any)["healthPort"] = 9091
+		objs := render(t, values)
+		c := typed[appsv1.Deployment](t, find(objs, "Deployment", namespace, name)).Spec.Template.Spec.Containers[0]
+		assert.Subset(t, c.Args, []string{"--metrics-bind-address=:9090", "--health-probe-bind-address=:9091"})
+		assert.Equal(t, int32(9090), typed[corev1.Service](t, find(objs, "Service", namespace, name+"-metrics")).Spec.Ports[0].Port)
+	})
+	t.Run("metrics off", func(t *testing.T) {
+		values := syncValues()
+		values["sync"].(map[string]any)["metrics"] = map[string]any{"enabled": false}
+		values["metrics"] = map[string]any{"serviceMonitor": map[string]any{"enabled": true}}
+		objs := render(t, values)
+		c := typed[appsv1.Deployment](t, find(objs, "Deployment", namespace, name)).Spec.Template.Spec.Containers[0]
+		assert.NotContains(t, strings.Join(c.Args, " "), "--metrics-bind-address")
+		assert.Contains(t, c.Args, "--health-probe-bind-address=:8081", "the probes stay")
+		assert.Nil(t, find(objs, "Service", namespace, name+"-metrics"))
+		assert.Nil(t, find(objs, "ServiceMonitor", namespace, name))
+		assert.NotNil(t, c.LivenessProbe)
+	})
 }
 
 func TestSyncNeedsARepoAndNamespaces(t *testing.T) {
