@@ -87,9 +87,10 @@ type planOptions struct {
 	policiesDir string
 	// policiesConfigMap is the ConfigMap a kustomization in policiesDir must generate.
 	policiesConfigMap string
-	output            string
-	at                string
-	maxConcurrent     int
+	// output is -o: kubectl's printer flags around plan's own outputs.
+	output        *outputFlags
+	at            string
+	maxConcurrent int
 	// settingsConfigMap is the chart's settings ConfigMap (NAMESPACE/NAME) whose
 	// values apply to the flags not given; flags is the command's flag set, which
 	// says which were.
@@ -105,7 +106,7 @@ func newPlanCommand() *cobra.Command {
 
 // newPlanRequestsCommand is plan without its subcommands.
 func newPlanRequestsCommand() *cobra.Command {
-	o := planOptions{cluster: newClusterFlags(true)}
+	o := planOptions{cluster: newClusterFlags(true), output: newOutputFlags("", "table", "text")}
 	cmd := &cobra.Command{
 		Use:   "plan -f REQUEST.yaml [-f ...] [--facts FACTS.yaml | --kubeconfig FILE]",
 		Short: "Show what the policies would decide for RemediationRequests, without applying them (a PR check)",
@@ -167,7 +168,7 @@ Exit codes (with several requests the worst wins: 1, then 2, then 4, then 0):
 	f.StringVar(&o.policiesDir, "policies-dir", "", "Directory of CUE policies to use instead of the embedded ones")
 	f.StringVar(&o.policiesConfigMap, "policies-configmap", "remediator-policies",
 		"The ConfigMap (NAME, or NAMESPACE/NAME) a kustomization.yaml in --policies-dir must generate: the chart's policiesConfigMap")
-	f.StringVarP(&o.output, "output", "o", "table", "Output format: table (for people; text is the same), yaml or json (the report, for tools)")
+	o.output.addFlags(cmd, planOutputUsage)
 	f.IntVar(&o.maxConcurrent, "max-concurrent-remediations", 2, "The controller's cap on running playbooks (live facts: a request over it would wait); 0 means no cap")
 	f.StringVar(&o.at, "at", "", "When the request would be applied, for spec.maintenanceWindow (RFC 3339); empty means now")
 	addSettingsFlag(f, &o.settingsConfigMap)
@@ -198,10 +199,8 @@ type savedFacts struct {
 // runPlan takes the options the flags are bound to: the settings ConfigMap sets the
 // flags that were not given.
 func runPlan(ctx context.Context, w io.Writer, stdin io.Reader, o *planOptions) error {
-	switch o.output {
-	case "table", "text", "yaml", "json":
-	default:
-		return fmt.Errorf("unknown --output %q: use table, yaml or json", o.output)
+	if err := o.output.validate(); err != nil {
+		return err
 	}
 	at := time.Now()
 	if o.at != "" {

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -50,8 +51,12 @@ func TestPlanErrors(t *testing.T) {
 			"", "no .cue policy files found"},
 		{"bad --at", []string{"-f", planTestdata + "shutdown.yaml", "--facts", planTestdata + "facts/shutdown.yaml", "--at", "tonight"},
 			"", `parsing --at "tonight"`},
-		{"unknown output", []string{"-f", planTestdata + "shutdown.yaml", "--facts", planTestdata + "facts/shutdown.yaml", "-o", "wide"},
-			"", `unknown --output "wide": use table, yaml or json`},
+		{"unknown output", []string{"-f", planTestdata + "shutdown.yaml", "--facts", planTestdata + "facts/shutdown.yaml", "-o", "xml"},
+			"", `unknown --output "xml": leave it out for the output for people, or use one of go-template, go-template-file, json, jsonpath, jsonpath-as-json, jsonpath-file, name, template, templatefile, wide, yaml`},
+		{"jsonpath without a template", []string{"-f", planTestdata + "shutdown.yaml", "--facts", planTestdata + "facts/shutdown.yaml", "-o", "jsonpath="},
+			"", "template format specified but no template given"},
+		{"jsonpath that does not parse", []string{"-f", planTestdata + "shutdown.yaml", "--facts", planTestdata + "facts/shutdown.yaml", "-o", "jsonpath={.summary"},
+			"", "error parsing jsonpath {.summary"},
 		{"no -f", []string{"--facts", planTestdata + "facts/shutdown.yaml"}, "", "-f is required: the requests to plan"},
 		{"--facts and --kubeconfig", []string{"-f", planTestdata + "shutdown.yaml", "--facts", planTestdata + "facts/shutdown.yaml", "--kubeconfig", "k"},
 			"", "none of the others can be"},
@@ -181,4 +186,49 @@ func TestPlanDirectoryAndYAML(t *testing.T) {
 	out, code, _ := runPlanCommand(t, "", append([]string{"-f", empty}, facts...)...)
 	assert.Equal(t, 1, code)
 	assert.Contains(t, out, "holds no .json, .yaml, .yml file")
+}
+
+// TestPlanPrinterFlags: plan takes kubectl's printer flags. The default output for
+// people is what it was (table and text are the same), wide adds the facts' details,
+// name lists the requests planned, and jsonpath and go-template read the report as -o
+// json prints it; the exit code is the plan's whatever the output.
+func TestPlanPrinterFlags(t *testing.T) {
+	args := []string{"-f", planTestdata + "multi.yaml", "--facts", planTestdata + "facts/shutdown.yaml", "--facts", planTestdata + "facts/unreachable.json",
+		"--at", "2026-11-19T12:00:00Z"}
+	plan := func(t *testing.T, extra ...string) string {
+		t.Helper()
+		out, code, err := runPlanCommand(t, "", append(slices.Clone(args), extra...)...)
+		require.Equal(t, ExitPlanRejected, code, "exit code (err %v); output:\n%s", err, out)
+		return out
+	}
+	people := plan(t)
+	assert.Contains(t, people, "decision:  ALLOWED by rule holder-shutdown")
+	assert.Equal(t, people, plan(t, "-o", "table"), "-o table is the default output")
+	assert.Equal(t, people, plan(t, "-o", "text"), "-o text is the default output")
+	assert.NotContains(t, people, "uid=", "the default output has no facts' details")
+
+	wide := plan(t, "-o", "wide")
+	for _, want := range []string{
+		"uid=0f5a3c2e-9b1d-4e7a-8c6f-2d4b1a9e7c53 resourceVersion=1843 age from -, acquired 2026-11-19T05:50:00Z, created 2026-11-19T05:50:00Z",
+		"exists=true Ready=Unknown for 2100s",
+		"taints=[node.kubernetes.io/out-of-service,node.kubernetes.io/unreachable]",
+		"decision:  ALLOWED by rule holder-shutdown",
+	} {
+		assert.Contains(t, wide, want, "-o wide")
+	}
+	for _, line := range strings.Split(people, "\n") {
+		assert.Contains(t, wide, line, "-o wide keeps every line of the default output")
+	}
+
+	assert.Equal(t, "remediationrequest.remediator.io/release-lease-kwok-node-2\nremediationrequest.remediator.io/release-lease-shutdown-kwok-node-3\n",
+		plan(t, "-o", "name"))
+	assert.Equal(t, "1 1", plan(t, "-o", "jsonpath={.summary.allowed} {.summary.rejected}"))
+	assert.Equal(t, "unreachable-not-fenced holder-shutdown", plan(t, "-o", "jsonpath={.requests[*].decision.rule}"))
+	assert.Equal(t, "release-lease-kwok-node-2=rejected\nrelease-lease-shutdown-kwok-node-3=allowed\n",
+		plan(t, "-o", `jsonpath={range .requests[*]}{.request.name}={.decision.outcome}{"\n"}{end}`))
+	assert.JSONEq(t, `[2]`, plan(t, "-o", "jsonpath-as-json={.exitCode}"))
+	assert.Equal(t, "exit 2: 1 rejected", plan(t, "-o", "go-template=exit {{.exitCode}}: {{.summary.rejected}} rejected"))
+	file := filepath.Join(t.TempDir(), "rules.jsonpath")
+	require.NoError(t, os.WriteFile(file, []byte("{.requests[0].decision.rule}"), 0o600))
+	assert.Equal(t, "unreachable-not-fenced", plan(t, "-o", "jsonpath-file="+file))
 }

@@ -1,15 +1,24 @@
 package main
 
-// The plan report, and rendering it: a table for people, JSON or YAML for tools.
+// The plan report, and rendering it: a report for people, JSON or YAML for tools; and
+// kubectl's printer flags, which plan and scan share.
 
 import (
 	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
 
+	"github.com/spf13/cobra"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/cli-runtime/pkg/printers"
 	"sigs.k8s.io/yaml"
 
 	"github.com/remediator/remediator/api/v1alpha1"
@@ -100,19 +109,39 @@ type planDecision struct {
 	PolicyDigest  string `json:"policyDigest"`
 }
 
-func writePlanReport(w io.Writer, r planReport, output string) error {
-	switch output {
-	case "json":
+// writePlanReport writes the report as -o asks: for people (wide adds the facts'
+// details), YAML or JSON, or through cli-runtime's printers (name: the requests
+// planned; jsonpath and go-template: the report, as -o json prints it).
+func writePlanReport(w io.Writer, r planReport, out *outputFlags) error {
+	format := out.format()
+	switch format {
+	case "", outputWide:
+	case outputJSON:
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
 		return enc.Encode(r)
-	case "yaml":
+	case outputYAML:
 		data, err := yaml.Marshal(r)
 		if err != nil {
 			return fmt.Errorf("encoding the plan: %w", err)
 		}
 		_, err = w.Write(data)
 		return err
+	default:
+		p, err := out.printer()
+		if err != nil {
+			return err
+		}
+		if format != outputName {
+			return p.PrintObj(reportObject{report: &r}, w)
+		}
+		var names []map[string]any
+		for _, res := range r.Requests {
+			if res.Request.Name != "" {
+				names = append(names, requestStub(res.Request.Namespace, res.Request.Name))
+			}
+		}
+		return p.PrintObj(listOf(names), w)
 	}
 	var b strings.Builder
 	writePlanSettings(&b, r)
@@ -125,7 +154,7 @@ func writePlanReport(w io.Writer, r planReport, output string) error {
 		if i > 0 {
 			b.WriteString("\n")
 		}
-		writePlanResult(&b, res, r.Policy)
+		writePlanResult(&b, res, r.Policy, format == outputWide)
 	}
 	already := ""
 	if r.Summary.AlreadyDecided > 0 {
@@ -159,8 +188,9 @@ func planCodeMeaning(code int) string {
 	return "a request could not be planned"
 }
 
-// writePlanResult writes one request's plan as aligned "label: value" lines.
-func writePlanResult(b *strings.Builder, res planResult, policy planPolicy) {
+// writePlanResult writes one request's plan as aligned "label: value" lines; wide adds
+// the facts' details the safety floor weighs.
+func writePlanResult(b *strings.Builder, res planResult, policy planPolicy, wide bool) {
 	line := func(label, format string, args ...any) {
 		fmt.Fprintf(b, "  %-10s %s\n", label+":", fmt.Sprintf(format, args...))
 	}
@@ -228,14 +258,26 @@ func writePlanResult(b *strings.Builder, res planResult, policy planPolicy) {
 			if l.LastRetainedMessage != "" {
 				more("          last LeaseRetained: %s", l.LastRetainedMessage)
 			}
+			if wide {
+				more("          uid=%s resourceVersion=%s age from %s, acquired %s, created %s, LeaseRetained ignored=%d",
+					cmp.Or(l.UID, "-"), cmp.Or(l.ResourceVersion, "-"), cmp.Or(l.AgeFrom, "-"), timeOrDash(l.AcquireTime), timeOrDash(l.CreationTimestamp), l.IgnoredRetainedEvents)
+			}
 		} else {
 			more("lease     %s/%s does not exist", l.Namespace, l.Name)
 		}
 	}
 	if n := f.Node; n != nil {
 		more("node      %s %s (%s)", n.Name, n.State, n.StateReason)
+		if wide {
+			more("          exists=%t Ready=%s for %ds, node Lease renewed %ds ago, last heartbeat %ds ago, unschedulable=%t, taints=[%s]",
+				n.Exists, cmp.Or(n.Ready, "-"), n.ReadyAgeSeconds, n.LeaseRenewAgeSeconds, n.HeartbeatAgeSeconds, n.Unschedulable, strings.Join(n.Taints, ","))
+		}
 	}
 	for _, p := range f.AffectedPods {
+		if wide {
+			more("pod       %s/%s %s on %s ready=%t uid=%s deleting=%s", p.Namespace, p.Name, cmp.Or(p.Phase, "-"), cmp.Or(p.Node, "-"), p.Ready, cmp.Or(p.UID, "-"), timeOrDash(p.DeletionTimestamp))
+			continue
+		}
 		more("pod       %s/%s %s on %s", p.Namespace, p.Name, cmp.Or(p.Phase, "-"), cmp.Or(p.Node, "-"))
 	}
 	if c := f.CSI; c != nil {
@@ -281,4 +323,114 @@ func writePlanResult(b *strings.Builder, res planResult, policy planPolicy) {
 		line("policy", "%s (%s)", d.PolicyDigest, policy.Source)
 	}
 	line("exit code", "%d", res.ExitCode)
+}
+
+// timeOrDash is t in RFC 3339, or - when unset.
+func timeOrDash(t *metav1.Time) string {
+	if t == nil || t.IsZero() {
+		return "-"
+	}
+	return t.UTC().Format(time.RFC3339)
+}
+
+// outputFlags are kubectl's printer flags (cli-runtime's PrintFlags) around the
+// command's own outputs: -o empty (the default, for people; table and text are older
+// spellings of it), wide (the same with more detail), yaml and json (the command's
+// document for tools), and what cli-runtime prints: name, jsonpath=...,
+// jsonpath-as-json=..., jsonpath-file=..., go-template=..., go-template-file=...,
+// template=... (missing keys allowed, as kubectl's default). jsonpath and go-template
+// read what -o json prints. Only -o is a flag: the template goes in it, so that
+// plan pull-request, which passes plan's other flags on, has nothing more to pass.
+type outputFlags struct {
+	flags *genericclioptions.PrintFlags
+	// human are the older spellings of the default output.
+	human []string
+}
+
+// planOutputUsage is plan's -o help.
+const planOutputUsage = "Output format. Empty (the default; table and text are the same) is the report for people; " +
+	"wide adds the facts' details the safety floor weighs (the Lease's UID, resourceVersion and age source, the node's Ready, heartbeats and taints, the pods' readiness); " +
+	"yaml and json are the report for tools; name lists the requests planned (remediationrequest.remediator.io/NAME); " +
+	"jsonpath=..., jsonpath-as-json=..., jsonpath-file=..., go-template=... and go-template-file=... read the report as -o json prints it, as in kubectl"
+
+// The outputs the commands render themselves, and name.
+const (
+	outputWide = "wide"
+	outputYAML = "yaml"
+	outputJSON = "json"
+	outputName = "name"
+)
+
+// newOutputFlags returns the printer flags with output set; human are the older
+// spellings of the default output that the command accepts.
+func newOutputFlags(output string, human ...string) *outputFlags {
+	f := genericclioptions.NewPrintFlags("")
+	// JSON and YAML are the commands' own (their objects carry no managed fields, so
+	// there is no --show-managed-fields either).
+	f.JSONYamlPrintFlags = nil
+	f.OutputFormat = &output
+	return &outputFlags{flags: f, human: human}
+}
+
+// addFlags registers -o on cmd.
+func (o *outputFlags) addFlags(cmd *cobra.Command, usage string) {
+	cmd.Flags().StringVarP(o.flags.OutputFormat, "output", "o", *o.flags.OutputFormat, usage)
+}
+
+// format is the output asked for: "" for people, wide, yaml, json, or one of
+// cli-runtime's.
+func (o *outputFlags) format() string {
+	if f := *o.flags.OutputFormat; !slices.Contains(o.human, f) {
+		return f
+	}
+	return ""
+}
+
+// validate refuses an output nothing prints (or a template that does not parse)
+// before the command does any work.
+func (o *outputFlags) validate() error {
+	switch o.format() {
+	case "", outputWide, outputYAML, outputJSON:
+		return nil
+	}
+	_, err := o.printer()
+	return err
+}
+
+// printer is cli-runtime's printer for -o name, jsonpath and go-template.
+func (o *outputFlags) printer() (printers.ResourcePrinter, error) {
+	p, err := o.flags.ToPrinter()
+	if genericclioptions.IsNoCompatiblePrinterError(err) {
+		allowed := append([]string{outputWide, outputYAML, outputJSON}, o.flags.AllowedFormats()...)
+		slices.Sort(allowed)
+		return nil, fmt.Errorf("unknown --output %q: leave it out for the output for people, or use one of %s",
+			*o.flags.OutputFormat, strings.Join(allowed, ", "))
+	}
+	return p, err
+}
+
+// reportObject hands the plan report to cli-runtime's printers, which read it as -o
+// json prints it.
+type reportObject struct{ report *planReport }
+
+func (reportObject) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind }
+func (o reportObject) DeepCopyObject() runtime.Object { return o }
+func (o reportObject) MarshalJSON() ([]byte, error)   { return json.Marshal(o.report) }
+
+// listOf is objects as the v1 List that -o json prints and cli-runtime's printers read.
+func listOf(objects []map[string]any) *unstructured.UnstructuredList {
+	l := &unstructured.UnstructuredList{Object: map[string]any{"apiVersion": "v1", "kind": "List"}}
+	for _, o := range objects {
+		l.Items = append(l.Items, unstructured.Unstructured{Object: o})
+	}
+	return l
+}
+
+// requestStub is a RemediationRequest with only its name, for -o name.
+func requestStub(namespace, name string) map[string]any {
+	return map[string]any{
+		"apiVersion": v1alpha1.GroupVersion.String(),
+		"kind":       "RemediationRequest",
+		"metadata":   map[string]any{"name": name, "namespace": namespace},
+	}
 }

@@ -19,8 +19,10 @@ import (
 	"github.com/remediator/remediator/controllers/facts"
 )
 
-// ExitFindings is scan's exit code when it found something to remediate, so that a
-// CI job can gate on it; 0 means nothing was found, 1 means scan itself failed.
+// ExitFindings is scan's exit code with --exit-code when it found something to
+// remediate, so that a CI job can gate on it (as git diff --exit-code does). Without
+// --exit-code scan exits 0 whatever it found, so that `set -o pipefail` pipelines into
+// kubectl apply work; 1 means scan itself failed.
 const ExitFindings = 3
 
 // findingsError makes main exit with ExitFindings after the output was written.
@@ -29,14 +31,24 @@ type findingsError struct{ n int }
 func (e findingsError) Error() string { return fmt.Sprintf("%d finding(s)", e.n) }
 
 type scanOptions struct {
-	cluster          *clusterFlags
-	leaseAge         time.Duration
-	output           string
+	cluster  *clusterFlags
+	leaseAge time.Duration
+	// output is -o: kubectl's printer flags around scan's own outputs.
+	output           *outputFlags
 	requestNamespace string
+	// exitCode makes findings exit with ExitFindings.
+	exitCode bool
 }
 
+// scanOutputUsage is scan's -o help.
+const scanOutputUsage = "Output format. Empty (the default; table is the same) lists the findings for people; " +
+	"wide adds the Lease's age, its LeaseRetained events, the node-plugin pods and the suggested request's name; " +
+	"yaml and json print the suggested RemediationRequests for tools (YAML documents, or one JSON v1 List); name lists them " +
+	"(remediationrequest.remediator.io/NAME); jsonpath=..., jsonpath-as-json=..., jsonpath-file=..., go-template=... and " +
+	"go-template-file=... read the List -o json prints, as in kubectl"
+
 func newScanCommand() *cobra.Command {
-	o := scanOptions{cluster: newClusterFlags(true)}
+	o := scanOptions{cluster: newClusterFlags(true), output: newOutputFlags("", "table")}
 	cmd := &cobra.Command{
 		Use:   "scan",
 		Short: "Find stuck Trident Leases and deregistered CSI drivers, and print suggested requests",
@@ -48,9 +60,11 @@ func newScanCommand() *cobra.Command {
   - overlapping node-plugin pods.
 -o yaml and -o json print the same thing for tools, as they do in plan: the suggested
 RemediationRequests, one per target, ready to commit or to pipe into kubectl apply -f -
-(YAML documents, or one JSON v1 List). The table lists the findings.
-It only reads. Exit code: 0 when nothing was found, 3 when findings were printed,
-1 when the scan itself failed.`,
+(YAML documents, or one JSON v1 List); -o name, jsonpath=... and go-template=... print
+them as kubectl does. The table lists the findings (-o wide with more detail).
+It only reads. Exit code: 0 whatever it found, 1 when the scan itself failed; with
+--exit-code, 3 when findings were printed (as git diff --exit-code), so a CI job can
+gate on it.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if ns := o.cluster.namespace(); ns != "" {
@@ -66,16 +80,15 @@ It only reads. Exit code: 0 when nothing was found, 3 when findings were printed
 	o.cluster.addFlags(f, "")
 	f.Lookup("namespace").Usage = "Namespace of the suggested RemediationRequests (-o yaml); the same as --request-namespace"
 	f.DurationVar(&o.leaseAge, "lease-age", 10*time.Minute, "Age from which a Lease without LeaseRetained events counts as stuck")
-	f.StringVarP(&o.output, "output", "o", "table", "Output format: table (the findings), yaml or json (the suggested RemediationRequests)")
+	o.output.addFlags(cmd, scanOutputUsage)
 	f.StringVar(&o.requestNamespace, "request-namespace", "remediator", "Namespace of the suggested RemediationRequests")
+	f.BoolVar(&o.exitCode, "exit-code", false, fmt.Sprintf("Exit with %d when something was found (as git diff --exit-code); without it scan exits 0 whatever it found", ExitFindings))
 	return cmd
 }
 
 func runScan(ctx context.Context, w io.Writer, o scanOptions) error {
-	switch o.output {
-	case "table", "yaml", "json":
-	default:
-		return fmt.Errorf("unknown --output %q: use table, yaml or json", o.output)
+	if err := o.output.validate(); err != nil {
+		return err
 	}
 	_, g, err := o.cluster.gatherer()
 	if err != nil {
@@ -88,15 +101,17 @@ func runScan(ctx context.Context, w io.Writer, o scanOptions) error {
 	if err := writeFindings(w, findings, o); err != nil {
 		return err
 	}
-	if len(findings) > 0 {
+	if len(findings) > 0 && o.exitCode {
 		return findingsError{n: len(findings)}
 	}
 	return nil
 }
 
 func writeFindings(w io.Writer, findings []facts.Finding, o scanOptions) error {
-	switch o.output {
-	case "json":
+	format := o.output.format()
+	switch format {
+	case "", outputWide:
+	case outputJSON:
 		items := suggestedRequests(findings, o.requestNamespace)
 		if items == nil {
 			items = []map[string]any{}
@@ -104,12 +119,32 @@ func writeFindings(w io.Writer, findings []facts.Finding, o scanOptions) error {
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
 		return enc.Encode(map[string]any{"apiVersion": "v1", "kind": "List", "items": items})
-	case "yaml":
+	case outputYAML:
 		return writeRequests(w, suggestedRequests(findings, o.requestNamespace))
+	default:
+		// name, jsonpath, go-template: on the List -o json prints.
+		p, err := o.output.printer()
+		if err != nil {
+			return err
+		}
+		return p.PrintObj(listOf(suggestedRequests(findings, o.requestNamespace)), w)
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "KIND\tNODE\tNODE STATE\tLEASE\tEVIDENCE")
+	if format == outputWide {
+		fmt.Fprintln(tw, "KIND\tNODE\tNODE STATE\tLEASE\tAGE\tLEASERETAINED\tPLUGIN PODS\tREQUEST\tEVIDENCE")
+	} else {
+		fmt.Fprintln(tw, "KIND\tNODE\tNODE STATE\tLEASE\tEVIDENCE")
+	}
 	for _, f := range findings {
+		if format == outputWide {
+			age := "-"
+			if f.Lease != "" {
+				age = (time.Duration(f.AgeSeconds) * time.Second).String()
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", f.Kind, f.Node, f.NodeState, cmp.Or(f.Lease, "-"), age, f.RetainedEvents,
+				cmp.Or(strings.Join(f.PluginPods, ","), "-"), o.requestNamespace+"/"+suggestedName(f), f.Evidence)
+			continue
+		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", f.Kind, f.Node, f.NodeState, cmp.Or(f.Lease, "-"), f.Evidence)
 	}
 	if err := tw.Flush(); err != nil {
@@ -131,9 +166,8 @@ func suggestedRequests(findings []facts.Finding, ns string) []map[string]any {
 	for _, f := range findings {
 		switch f.Kind {
 		case facts.FindingStuckLease:
-			pv := f.Lease[strings.Index(f.Lease, "/")+1:]
-			out = append(out, request(ns, "release-lease-"+pv, v1alpha1.RemediationReleaseLUKSLease,
-				map[string]any{"persistentVolume": pv}, "remediator scan: "+f.Evidence))
+			out = append(out, request(ns, suggestedName(f), v1alpha1.RemediationReleaseLUKSLease,
+				map[string]any{"persistentVolume": leasePV(f)}, "remediator scan: "+f.Evidence))
 		default:
 			if i, ok := byNode[f.Node]; ok {
 				spec := out[i]["spec"].(map[string]any)
@@ -141,11 +175,23 @@ func suggestedRequests(findings []facts.Finding, ns string) []map[string]any {
 				continue
 			}
 			byNode[f.Node] = len(out)
-			out = append(out, request(ns, "reregister-csi-"+f.Node, v1alpha1.RemediationReregisterCSIDriver,
+			out = append(out, request(ns, suggestedName(f), v1alpha1.RemediationReregisterCSIDriver,
 				map[string]any{"node": f.Node}, "remediator scan: "+f.Evidence))
 		}
 	}
 	return out
+}
+
+// leasePV is the PV a stuck Lease is named after.
+func leasePV(f facts.Finding) string { return f.Lease[strings.Index(f.Lease, "/")+1:] }
+
+// suggestedName is the name of the request suggested for finding f: one per PV, or
+// per node.
+func suggestedName(f facts.Finding) string {
+	if f.Kind == facts.FindingStuckLease {
+		return objectName("release-lease-" + leasePV(f))
+	}
+	return objectName("reregister-csi-" + f.Node)
 }
 
 func request(ns, name string, r v1alpha1.Remediation, target map[string]any, reason string) map[string]any {

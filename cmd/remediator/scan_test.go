@@ -87,8 +87,8 @@ func TestScanOutputsAgree(t *testing.T) {
 		{Kind: facts.FindingStuckLease, Node: "kwok-node-1", Lease: "trident/pvc-75a6fd7f-7aee-45e8-a5fa-d4500272528e", Evidence: "Lease held for 40m"},
 	}
 	var asYAML, asJSON bytes.Buffer
-	require.NoError(t, writeFindings(&asYAML, findings, scanOptions{output: "yaml", requestNamespace: "remediator"}))
-	require.NoError(t, writeFindings(&asJSON, findings, scanOptions{output: "json", requestNamespace: "remediator"}))
+	require.NoError(t, writeFindings(&asYAML, findings, scanOptions{output: newOutputFlags("yaml"), requestNamespace: "remediator"}))
+	require.NoError(t, writeFindings(&asJSON, findings, scanOptions{output: newOutputFlags("json"), requestNamespace: "remediator"}))
 
 	var fromYAML []map[string]any
 	for _, doc := range strings.Split(asYAML.String(), "\n---\n") {
@@ -108,6 +108,54 @@ func TestScanOutputsAgree(t *testing.T) {
 	assert.Equal(t, fromYAML, list.Items)
 
 	var none bytes.Buffer
-	require.NoError(t, writeFindings(&none, nil, scanOptions{output: "json"}))
+	require.NoError(t, writeFindings(&none, nil, scanOptions{output: newOutputFlags("json")}))
 	assert.JSONEq(t, `{"apiVersion": "v1", "kind": "List", "items": []}`, none.String())
+}
+
+// TestScanPrinterFlags: scan takes kubectl's printer flags. The default table is what
+// it was (-o table is the same), wide adds the Lease's age, its LeaseRetained events,
+// the node-plugin pods and the suggested request; name, jsonpath and go-template print
+// the suggested requests, the List -o json prints.
+func TestScanPrinterFlags(t *testing.T) {
+	findings := []facts.Finding{
+		{Kind: facts.FindingDeregisteredDriver, Node: "kwok-node-0", NodeState: "Healthy", PluginPods: []string{"trident/trident-node-linux-abcde"},
+			Evidence: "CSINode kwok-node-0 does not list csi.trident.netapp.io"},
+		{Kind: facts.FindingStuckLease, Node: "kwok-node-1", NodeState: "Unreachable", Lease: "trident/pvc-75a6fd7f-7aee-45e8-a5fa-d4500272528e",
+			AgeSeconds: 2400, RetainedEvents: 3, Evidence: "Lease held for 40m"},
+	}
+	render := func(t *testing.T, output string, findings []facts.Finding) string {
+		t.Helper()
+		var b bytes.Buffer
+		require.NoError(t, writeFindings(&b, findings, scanOptions{output: newOutputFlags(output, "table"), requestNamespace: "remediator"}))
+		return b.String()
+	}
+	table := render(t, "", findings)
+	assert.Equal(t, "KIND                NODE         NODE STATE   LEASE                                             EVIDENCE\n"+
+		"DeregisteredDriver  kwok-node-0  Healthy      -                                                 CSINode kwok-node-0 does not list csi.trident.netapp.io\n"+
+		"StuckLease          kwok-node-1  Unreachable  trident/pvc-75a6fd7f-7aee-45e8-a5fa-d4500272528e  Lease held for 40m\n", table)
+	assert.Equal(t, table, render(t, "table", findings), "-o table is the default")
+
+	wide := render(t, "wide", findings)
+	lines := strings.Split(strings.TrimSpace(wide), "\n")
+	require.Len(t, lines, 3, wide)
+	assert.Regexp(t, `^KIND +NODE +NODE STATE +LEASE +AGE +LEASERETAINED +PLUGIN PODS +REQUEST +EVIDENCE$`, lines[0])
+	assert.Regexp(t, `^DeregisteredDriver +kwok-node-0 +Healthy +- +- +0 +trident/trident-node-linux-abcde +remediator/reregister-csi-kwok-node-0 +CSINode kwok-node-0 does not list`, lines[1])
+	assert.Regexp(t, `^StuckLease +kwok-node-1 +Unreachable +trident/pvc-75a6fd7f-7aee-45e8-a5fa-d4500272528e +40m0s +3 +- +remediator/release-lease-pvc-75a6fd7f-7aee-45e8-a5fa-d4500272528e +Lease held for 40m$`, lines[2])
+
+	assert.Equal(t, "remediationrequest.remediator.io/reregister-csi-kwok-node-0\nremediationrequest.remediator.io/release-lease-pvc-75a6fd7f-7aee-45e8-a5fa-d4500272528e\n",
+		render(t, "name", findings))
+	assert.Equal(t, "kwok-node-0 pvc-75a6fd7f-7aee-45e8-a5fa-d4500272528e",
+		render(t, "jsonpath={.items[*].spec.target.*}", findings))
+	assert.Equal(t, "reregister-csi-driver\nrelease-luks-lease\n",
+		render(t, `go-template={{range .items}}{{.spec.remediation}}{{"\n"}}{{end}}`, findings))
+	assert.Equal(t, "List", render(t, "jsonpath={.kind}", nil), "jsonpath reads the v1 List, also when it is empty")
+
+	assert.Empty(t, render(t, "name", nil), "-o name with nothing found prints nothing")
+	assert.Contains(t, render(t, "", nil), "No stuck Leases, deregistered drivers or overlapping node-plugin pods found.")
+
+	var b bytes.Buffer
+	err := writeFindings(&b, findings, scanOptions{output: newOutputFlags("xml")})
+	assert.ErrorContains(t, err, `unknown --output "xml"`)
+	assert.NoError(t, scanOptions{output: newOutputFlags("jsonpath={.items}")}.output.validate())
+	assert.ErrorContains(t, scanOptions{output: newOutputFlags("jsonpath={.items")}.output.validate(), "error parsing jsonpath")
 }
