@@ -51,8 +51,8 @@ commit that changed its file) and remediator.io/git-path.
 
 Without --interval it syncs once: exit code 0 when the sync succeeded, 1 otherwise.
 With --interval it loops until interrupted; a failed sync is logged and retried at
-the next interval. --metrics-bind-address serves /metrics (the last successful sync's
-time and revision, the failures); --health-probe-bind-address serves /readyz (the
+the next interval, and --metrics-bind-address serves /metrics (the last successful
+sync's time and revision, the failures) and --health-probe-bind-address /readyz (the
 cluster cache started) and /healthz (a sync began within twice --interval plus
 --timeout).`,
 		Args: cobra.NoArgs,
@@ -78,8 +78,8 @@ cluster cache started) and /healthz (a sync began within twice --interval plus
 	f.DurationVar(&o.timeout, "timeout", 5*time.Minute, "Upper bound for one sync, including waiting for pruned requests to finish restoring")
 	f.StringVar(&o.PoliciesPath, "policies-path", "", "Directory of CUE policies in the repository to sync too, into --policies-configmap (the controller's --policies-dir); empty syncs requests only")
 	f.StringVar(&o.policiesConfigMap, "policies-configmap", "", "The ConfigMap (namespace/name) the policies of --policies-path are written into")
-	f.StringVar(&o.metricsAddr, "metrics-bind-address", "0", "Address /metrics (the last synced revision and its time, failures) binds to; 0 disables it")
-	f.StringVar(&o.probeAddr, "health-probe-bind-address", "0", "Address the probes bind to: /healthz (the sync loop turns) and /readyz (the cluster cache started); 0 disables them")
+	f.StringVar(&o.metricsAddr, "metrics-bind-address", "0", "Address /metrics (the last synced revision and its time, failures) binds to, with --interval; 0 disables it")
+	f.StringVar(&o.probeAddr, "health-probe-bind-address", "0", "Address the probes bind to, with --interval: /healthz (the sync loop turns) and /readyz (the cluster cache started); 0 disables them")
 	_ = cmd.MarkFlagRequired("repo")
 	o.logging = addLoggingFlags(f)
 	return cmd
@@ -110,14 +110,15 @@ func runSync(ctx context.Context, out io.Writer, o syncOptions) error {
 		return err
 	}
 	// The probes and the metrics answer while the cache starts.
+	metricsAddr, probeAddr := o.listenAddrs()
 	health := newSyncHealth(o.interval, o.timeout, time.Now)
-	stopProbes, err := health.serve(ctx, o.probeAddr)
+	stopProbes, err := health.serve(ctx, probeAddr)
 	if err != nil {
 		return err
 	}
 	defer stopProbes()
 	metrics := newSyncMetrics()
-	stopMetrics, err := metrics.serve(ctx, o.metricsAddr)
+	stopMetrics, err := metrics.serve(ctx, metricsAddr)
 	if err != nil {
 		return err
 	}
@@ -158,6 +159,16 @@ func runSync(ctx context.Context, out io.Writer, o syncOptions) error {
 		case <-t.C:
 		}
 	}
+}
+
+// listenAddrs are the addresses the metrics and the probes are served on: none for a
+// single sync (no --interval), which exits when done, so nothing would scrape or probe
+// it, and a sync run once by hand with the chart's arguments binds no port.
+func (o syncOptions) listenAddrs() (metrics, probe string) {
+	if o.interval == 0 {
+		return "0", "0"
+	}
+	return o.metricsAddr, o.probeAddr
 }
 
 func printSync(w io.Writer, r *gitsync.Result) error {

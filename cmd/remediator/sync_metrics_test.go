@@ -107,3 +107,15 @@ func TestSyncHealth(t *testing.T) {
 	require.NoError(t, err, "0 disables the probes")
 	off()
 }
+
+// TestSyncServesOnlyWhenItLoops: a single sync exits when done, so it binds neither
+// the metrics nor the probe address (the chart's arguments, run once by hand or by a
+// test, take no port); with --interval both are served.
+func TestSyncServesOnlyWhenItLoops(t *testing.T) {
+	o := syncOptions{metricsAddr: ":8080", probeAddr: ":8081"}
+	m, p := o.listenAddrs()
+	assert.Equal(t, []string{"0", "0"}, []string{m, p}, "once")
+	o.interval = time.Minute
+	m, p = o.listenAddrs()
+	assert.Equal(t, []string{":8080", ":8081"}, []string{m, p}, "with --interval")
+}
