@@ -81,6 +81,8 @@ type Admission struct {
 	Namespaces []string
 	Recorder   record.EventRecorder
 	Clock      clock.PassiveClock
+	// Pause is the pause ConfigMap: while it says paused, no slot is granted.
+	Pause types.NamespacedName
 }
 
 // SetupWithManager runs admission on every change of the line or the slots.
@@ -90,6 +92,9 @@ func (a *Admission) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(NewUnstructuredRequest(), handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []reconcile.Request {
 			return []reconcile.Request{admissionKey}
 		}), builder.WithPredicates(a.lineChanged())).
+		Watches(&corev1.ConfigMap{}, handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []reconcile.Request {
+			return []reconcile.Request{admissionKey}
+		}), builder.WithPredicates(isPauseObject(a.Pause))).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 1, RateLimiter: rateLimiter()}).
 		Complete(a)
 }
@@ -166,6 +171,10 @@ func (a *Admission) lineChanged() predicate.Funcs {
 
 // Reconcile grants free slots to the oldest requests in line.
 func (a *Admission) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result, error) {
+	if readPause(ctx, a.Client, a.Pause).Paused {
+		// The resume's watch event brings admission back.
+		return ctrl.Result{}, nil
+	}
 	all, listedAt, err := a.list(ctx)
 	if err != nil {
 		return ctrl.Result{}, err

@@ -61,6 +61,9 @@ type DecisionInput struct {
 	// It is only told, in the message of a request waiting for a slot: admission
 	// grants the slots.
 	MaxConcurrent int
+	// Paused is the pause's message while Remediator is paused (PauseState.Message):
+	// an allowed playbook then waits instead of starting. Empty when not paused.
+	Paused string
 	// Admitted: the request holds a slot admission granted it, so an allowed
 	// disruptive playbook starts; without one it joins the line. `remediator plan`
 	// predicts it (WouldAdmit).
@@ -232,6 +235,15 @@ func (o Outcome) allowed(playbooks remediations.Playbooks, in DecisionInput) Out
 		msg := fmt.Sprintf("Playbook %s is allowed but waits for the maintenance window (%s for %s), which opens at %s; the decision is re-evaluated then.",
 			playbook, rr.Spec.MaintenanceWindow.Schedule, rr.Spec.MaintenanceWindow.Duration.Duration, at.UTC().Format(time.RFC3339))
 		o.Progressing = Condition{metav1.ConditionTrue, v1alpha1.ReasonWaitingForWindow, msg}
+		o.EventType, o.EventReason, o.EventMessage = corev1.EventTypeNormal, v1alpha1.EventWaiting, msg
+		return o
+	}
+	if in.Paused != "" {
+		// The stop button: nothing starts, disruptive or not. A resume decides the
+		// request again, on fresh facts.
+		o.Phase, o.Steps = v1alpha1.PhaseWaiting, nil
+		msg := fmt.Sprintf("Playbook %s is allowed but does not start: %s", playbook, in.Paused)
+		o.Progressing = Condition{metav1.ConditionTrue, v1alpha1.ReasonPaused, msg}
 		o.EventType, o.EventReason, o.EventMessage = corev1.EventTypeNormal, v1alpha1.EventWaiting, msg
 		return o
 	}

@@ -37,11 +37,13 @@ import (
 //   - running: "running"; on a Lease: "lease/<namespace>/<name>"; on a node:
 //     "node/<name>";
 //   - holding a slot of the cap: "slot"; in line for one: "waiting-slot";
+//   - held by the pause (waiting, or a playbook holding before its next step): "paused";
 //   - waiting for another remediation on its Lease or node: "waiting/lease/..." and
 //     "waiting/node/...", so that the one that stops wakes exactly those.
 const IndexGuard = "remediator.io/guard"
 
 const (
+	keyPaused      = "paused"
 	keyRunning     = "running"
 	keySlot        = "slot"
 	keyWaitingSlot = "waiting-slot"
@@ -67,6 +69,9 @@ func guardKeys(rr *v1alpha1.RemediationRequest, playbooks remediations.Playbooks
 		keys = append(keys, keySlot)
 	case inLine:
 		keys = append(keys, keyWaitingSlot)
+	}
+	if heldByPause(rr) {
+		keys = append(keys, keyPaused)
 	}
 	switch {
 	case rr.Status.Phase == v1alpha1.PhaseRunning:

@@ -12,6 +12,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	kerrors "k8s.io/apimachinery/pkg/util/errors"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
@@ -43,6 +44,7 @@ import (
 // +kubebuilder:rbac:groups=coordination.k8s.io,namespace=trident,resources=leases,verbs=get;list;watch;delete
 // +kubebuilder:rbac:groups="",namespace=trident,resources=events,verbs=list;watch
 // +kubebuilder:rbac:groups=coordination.k8s.io,namespace=kube-node-lease,resources=leases,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",namespace=remediator-system,resources=configmaps,verbs=get;list;watch
 // +kubebuilder:rbac:groups=authentication.k8s.io,resources=tokenreviews,verbs=create
 // +kubebuilder:rbac:groups=authorization.k8s.io,resources=subjectaccessreviews,verbs=create
 
@@ -85,6 +87,9 @@ type RemediationRequestReconciler struct {
 	// Gates are the safety floor's minimums (--floor-* flags); zero fields mean the
 	// runbook's values. The heartbeat grace and the driver are the gatherer's.
 	Gates remediations.Gates
+	// Pause is the pause ConfigMap (--pause-configmap); empty means
+	// DefaultPauseConfigMap. It is read from the manager's cache (CacheOptions).
+	Pause types.NamespacedName
 	// Clock is the one clock of the reconciler: the scope's time, the windows, the
 	// timeouts, and the ages its gatherers measure (it overrides theirs); nil means
 	// the real clock.
@@ -122,14 +127,18 @@ func (r *RemediationRequestReconciler) SetupWithManager(mgr ctrl.Manager) error 
 		return fmt.Errorf("indexing requests for the guards: %w", err)
 	}
 	admission := &Admission{Reader: r.Reader, Client: r.Client, MaxConcurrent: r.MaxConcurrent, Playbooks: r.Playbooks,
-		Namespaces: r.Namespaces, Recorder: r.Recorder, Clock: r.Clock}
+		Namespaces: r.Namespaces, Recorder: r.Recorder, Clock: r.Clock, Pause: r.pauseKey()}
 	if err := admission.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up admission: %w", err)
+	}
+	if err := (&PauseWatcher{Client: r.Client, Key: r.pauseKey(), Recorder: r.Recorder}).SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("setting up the pause watcher: %w", err)
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		For(NewUnstructuredRequest(), builder.WithPredicates(
 			predicate.Or(predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}, journalAdvanced, slotGranted))).
 		Watches(NewUnstructuredRequest(), handler.EnqueueRequestsFromMapFunc(r.wake), builder.WithPredicates(stoppedRunning)).
+		Watches(&corev1.ConfigMap{}, handler.EnqueueRequestsFromMapFunc(r.wakePaused), builder.WithPredicates(isPauseObject(r.pauseKey()))).
 		WithOptions(controller.Options{MaxConcurrentReconciles: max(1, r.Workers), RateLimiter: rateLimiter()}).
 		Named("remediationrequest").
 		Complete(r)
@@ -250,7 +259,7 @@ func needsDecision(rr *v1alpha1.RemediationRequest, now time.Time) bool {
 		return false
 	}
 	d := rr.Status.Decision
-	if d == nil || rr.Status.ObservedGeneration != rr.Generation || waitsForConflict(rr) || granted(rr) {
+	if d == nil || rr.Status.ObservedGeneration != rr.Generation || waitsForConflict(rr) || granted(rr) || heldByPause(rr) {
 		return true
 	}
 	return d.RecheckAt != nil && !now.Before(d.RecheckAt.Time)
@@ -272,7 +281,8 @@ func (r *RemediationRequestReconciler) decide(ctx context.Context, s *scope) (ct
 	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("gathering facts: %w", err)
 	}
-	in := DecisionInput{Request: rr, Facts: f, MaxConcurrent: r.MaxConcurrent, Admitted: granted(rr), Gates: r.gates(), Now: s.now}
+	in := DecisionInput{Request: rr, Facts: f, MaxConcurrent: r.MaxConcurrent, Admitted: granted(rr), Gates: r.gates(), Now: s.now,
+		Paused: readPause(ctx, r.Client, r.pauseKey()).Message()}
 	if in.Others, err = r.guardOthers(ctx, f); err != nil {
 		return ctrl.Result{}, err
 	}
@@ -302,16 +312,25 @@ func (r *RemediationRequestReconciler) runPlaybook(ctx context.Context, s *scope
 		return ctrl.Result{}, r.releaseIdle(ctx, s)
 	}
 	run := r.execution(s)
+	run.Paused = readPause(ctx, r.Client, r.pauseKey()).Message()
 	p, err := remediations.Advance(ctx, run)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
 	if stop := p.Stop; stop != nil {
-		// The gate closed before a destructive step (see remediations.Gate).
-		if stop.Action == remediations.ActionWait {
+		// The gate closed before a step (see remediations.Gate).
+		switch stop.Action {
+		case remediations.ActionHold:
+			return r.hold(ctx, s, stop.Message)
+		case remediations.ActionWait:
 			return r.windowClosed(ctx, s, run, stop)
 		}
 		return r.abort(ctx, s, stop.Message)
+	}
+	if heldByPause(rr) {
+		// Resumed: the playbook goes on.
+		r.setCondition(rr, v1alpha1.ConditionProgressing, metav1.ConditionTrue, v1alpha1.ReasonPlaybookRunning,
+			fmt.Sprintf("Running playbook %s (resumed)", decidedPlaybook(rr)))
 	}
 	log := ctrl.LoggerFrom(ctx)
 	if p.Transition != "" {

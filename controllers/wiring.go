@@ -15,6 +15,7 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -38,11 +39,15 @@ var eventFields = map[string]func(*corev1.Event) string{
 //   - what a decision weighs and that stays small as the cluster grows: Nodes (without
 //     their image lists), the node Leases in kube-node-lease, the Trident Leases and
 //     LeaseRetained events in the Trident namespace, PersistentVolumes, claims and
-//     CSINodes.
+//     CSINodes;
+//   - the pause ConfigMap, and no other ConfigMap.
 //
 // Pods are never cached: their number grows with the cluster, and the controller lists
 // them by node only when a request needs them.
-func CacheOptions(fc facts.Config, requestNamespaces []string) (cache.Options, client.Options) {
+func CacheOptions(fc facts.Config, requestNamespaces []string, pause types.NamespacedName) (cache.Options, client.Options) {
+	if pause.Name == "" {
+		pause = DefaultPauseConfigMap
+	}
 	all := map[string]cache.Config{cache.AllNamespaces: {}}
 	co := cache.Options{
 		DefaultTransform: cache.TransformStripManagedFields(),
@@ -56,6 +61,10 @@ func CacheOptions(fc facts.Config, requestNamespaces []string) (cache.Options, c
 				Field:      fields.OneTermEqualSelector("reason", fc.RetainedEventReason),
 			},
 			&corev1.PersistentVolumeClaim{}: {Namespaces: all},
+			&corev1.ConfigMap{}: {
+				Namespaces: map[string]cache.Config{pause.Namespace: {}},
+				Field:      fields.OneTermEqualSelector("metadata.name", pause.Name),
+			},
 		},
 	}
 	if len(requestNamespaces) > 0 {

@@ -75,6 +75,9 @@ const (
 	// InvariantPluginPodNotReady means the node's one node-plugin pod is not Running
 	// and Ready, or is terminating: a rollout is under way.
 	InvariantPluginPodNotReady Invariant = "plugin-pod-not-ready"
+	// InvariantNodeExcluded means the node the playbook would act on (the holder, or
+	// the node whose plugin would restart) carries remediator.io/exclude: "true".
+	InvariantNodeExcluded Invariant = "node-excluded"
 )
 
 // Gates are the runbook's minimums the floor enforces. They are controller flags, so
@@ -167,6 +170,9 @@ func CheckFloor(in FloorInput) *Violation {
 	}
 	if in.Now == nil {
 		return violation(InvariantHolderStateUnproven, "no facts were gathered")
+	}
+	if n := in.Now.Node; n != nil && n.Excluded {
+		return violation(InvariantNodeExcluded, "node %s carries the label %s=true, which keeps every playbook off it", n.Name, v1alpha1.LabelExclude)
 	}
 	if in.Step != "" && in.Spec.Mode == v1alpha1.ModeDryRun {
 		return violation(InvariantDryRun, "spec.mode is DryRun")
@@ -463,6 +469,8 @@ func (i Invariant) Advice() string {
 		return "Bring the node back (its kubelet must report Ready), then re-submit; a node that is down needs no plugin restart."
 	case InvariantPluginPodNotReady:
 		return "Wait until the node's plugin pod is Running and Ready (the DaemonSet rollout has finished), then re-submit."
+	case InvariantNodeExcluded:
+		return "An administrator keeps Remediator off this node; handle it by hand, or remove the label (kubectl label node <node> " + v1alpha1.LabelExclude + "-) and re-submit."
 	}
 	return ""
 }

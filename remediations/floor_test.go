@@ -112,6 +112,10 @@ func TestCheckFloor(t *testing.T) {
 		{"no Lease", FloorInput{Steps: release, Now: with(leaseFacts(v1alpha1.NodeShutdown), func(f *v1alpha1.Facts) { f.Lease.Exists = false })}, InvariantLeaseNotHeld},
 		{"another request runs on the Lease", FloorInput{Steps: release, Now: leaseFacts(v1alpha1.NodeShutdown), Conflicts: []string{"ns/other (Running, on Lease trident/pvc-1)"}}, InvariantConcurrentRemediation},
 		{"no facts", FloorInput{Steps: release}, InvariantHolderStateUnproven},
+		// The opt-out label keeps every playbook off the node (issue 26).
+		{"shut-down holder excluded by its label", FloorInput{Steps: release, Now: with(leaseFacts(v1alpha1.NodeShutdown), func(f *v1alpha1.Facts) { f.Node.Excluded = true })}, InvariantNodeExcluded},
+		{"healthy holder excluded, before the cordon", FloorInput{Steps: move, Step: "cordon", Now: with(leaseFacts(v1alpha1.NodeHealthy, "web-0"), func(f *v1alpha1.Facts) { f.Node.Excluded = true })}, InvariantNodeExcluded},
+		{"plugin node excluded", FloorInput{Spec: plugin, Steps: restart, Now: with(csiFacts(false, "trident-csi-abcde"), func(f *v1alpha1.Facts) { f.Node.Excluded = true })}, InvariantNodeExcluded},
 
 		// The runbook's gates, which no policy can lower (issue 22).
 		{"shutdown taint, but the kubelet still renews its node Lease", FloorInput{Steps: release, Now: with(leaseFacts(v1alpha1.NodeShutdown), func(f *v1alpha1.Facts) {

@@ -29,6 +29,9 @@ const (
 	// an invalid window, the namespace or driver changed): the playbook restores and
 	// the request ends Failed, reason Aborted.
 	ActionAbort Action = "Abort"
+	// ActionHold means Remediator is paused: the step does not start (or act), and
+	// nothing is restored; the playbook goes on when resumed.
+	ActionHold Action = "Hold"
 	// ActionWait means the maintenance window is closed: the playbook restores and waits
 	// for the next window, when the request is decided again.
 	ActionWait Action = "Wait"
@@ -60,12 +63,23 @@ type GateInput struct {
 	Playbooks Playbooks
 	Gates     Gates
 	Now       time.Time
+	// Paused is the pause's message while Remediator is paused; empty otherwise.
+	Paused string
 }
 
-// Gate returns nil when the step may go on, else what to do instead. A step that
-// starts after the window closed, because the workload was already evicted, goes
-// on with a note saying so.
+// Gate returns nil when the step may go on, else what to do instead. Every step's
+// start asks it (the pause holds any step); the rest applies to destructive steps,
+// which ask again right before they act. A step that starts after the window
+// closed, because the workload was already evicted, goes on with a note saying so.
 func Gate(in GateInput) (stop *Stop, note string) {
+	if in.Paused != "" {
+		// Every step boundary holds, destructive or not: a paused playbook moves no
+		// further, and keeps what it changed.
+		return &Stop{Action: ActionHold, Message: in.Paused}, ""
+	}
+	if !destructive[in.Step] {
+		return nil, ""
+	}
 	rr := in.RR
 	if d := rr.Status.Decision; d != nil && d.Generation != rr.Generation {
 		if why := withdrawn(rr, in.Now); why != "" {

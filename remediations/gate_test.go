@@ -50,10 +50,17 @@ func TestGate(t *testing.T) {
 		starting bool
 		fresh    *v1alpha1.Facts
 		conflict []string
+		paused   string
 		want     Action
 		says     string
 	}{
 		{name: "open window, floor holds", rr: running(nil), step: "cordon", starting: true},
+		{name: "a wait's start passes the gate", rr: running(func(rr *v1alpha1.RemediationRequest) { rr.Spec.MaintenanceWindow = nightly }, "cordon", "deleteAffectedPods"),
+			step: "waitPodsGone", starting: true},
+		{name: "paused: even a wait does not start", rr: running(nil, "cordon", "deleteAffectedPods"), step: "waitPodsGone", starting: true,
+			paused: "Remediator is paused by alice", want: ActionHold, says: "paused by alice"},
+		{name: "paused: a destructive step under way does not act", rr: running(nil, "cordon"), step: "deleteAffectedPods", fresh: leaseFacts(v1alpha1.NodeHealthy, "web-0"),
+			paused: "Remediator is paused by alice", want: ActionHold},
 		{name: "spec switched to DryRun", rr: running(func(rr *v1alpha1.RemediationRequest) { rr.Spec.Mode = v1alpha1.ModeDryRun }), step: "cordon", starting: true,
 			want: ActionAbort, says: "spec.mode is now DryRun"},
 		{name: "fencing withdrawn", rr: running(unreachable), step: "deleteLease", fresh: leaseFacts(v1alpha1.NodeUnreachable),
@@ -85,7 +92,7 @@ func TestGate(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			stop, note := Gate(GateInput{RR: tc.rr, Step: tc.step, Starting: tc.starting, Fresh: tc.fresh, Conflicts: tc.conflict,
-				Playbooks: playbooks, Now: factsAt})
+				Playbooks: playbooks, Now: factsAt, Paused: tc.paused})
 			if tc.want == "" {
 				require.Nil(t, stop, "%+v", stop)
 				if tc.says != "" {

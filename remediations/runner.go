@@ -46,12 +46,9 @@ func Advance(ctx context.Context, r *Execution) (Progress, error) {
 		case v1alpha1.StepFailed:
 			return Progress{Failure: &Failure{Reason: v1alpha1.ReasonStepFailed, Message: st.Message}}, nil
 		case v1alpha1.StepPending, "":
-			var note string
-			if destructive[st.Name] {
-				var stop *Stop
-				if stop, note = r.gate(st.Name, true); stop != nil {
-					return Progress{Stop: stop}, nil
-				}
+			stop, note := r.gate(st.Name, true)
+			if stop != nil {
+				return Progress{Stop: stop}, nil
 			}
 			now := metav1.NewTime(r.Now)
 			st.State = v1alpha1.StepRunning

@@ -37,6 +37,9 @@ type Execution struct {
 	// Gates are the safety floor's minimums, checked again before every destructive
 	// step; zero fields mean the runbook's values.
 	Gates Gates
+	// Paused is the pause's message while Remediator is paused: every step boundary
+	// holds (Gate). Empty when not paused.
+	Paused string
 
 	// freshFacts and freshConflicts cache one FreshFacts reading per Advance: the
 	// Done check, the gate and the step act on the same reading.
@@ -76,7 +79,7 @@ func (r *Execution) fresh(ctx context.Context) (*v1alpha1.Facts, []string, error
 
 // gate asks Gate about step, on the facts read for this Advance when it acts.
 func (r *Execution) gate(step string, starting bool) (*Stop, string) {
-	in := GateInput{RR: r.RR, Step: step, Starting: starting, Playbooks: r.Playbooks, Gates: r.Gates, Now: r.Now}
+	in := GateInput{RR: r.RR, Step: step, Starting: starting, Playbooks: r.Playbooks, Gates: r.Gates, Now: r.Now, Paused: r.Paused}
 	if !starting {
 		in.Fresh, in.Conflicts = r.freshFacts, r.freshConflicts
 	}

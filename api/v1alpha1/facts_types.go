@@ -174,6 +174,11 @@ type NodeFacts struct {
 	// HeartbeatAgeSeconds is the age of LastHeartbeat; -1 when there was none.
 	// +optional
 	HeartbeatAgeSeconds int64 `json:"heartbeatAgeSeconds,omitempty"`
+	// Excluded is true when the node carries the label remediator.io/exclude: "true":
+	// an administrator keeps every playbook off it, and the safety floor refuses any
+	// request that would act on it (invariant node-excluded).
+	// +optional
+	Excluded bool `json:"excluded,omitempty"`
 }
 
 // PodFacts describes one pod the remediation cares about.

@@ -36,6 +36,7 @@ type controllerOptions struct {
 	podTerminationTimeout time.Duration
 	pluginRestartTimeout  time.Duration
 	maxConcurrent         int
+	pauseConfigMap        string
 	policyReloadInterval  time.Duration
 	workers               int
 	pprofAddr             string
@@ -70,6 +71,8 @@ func newControllerCommand() *cobra.Command {
 		"Disruptive playbooks (cordon, evict, node-plugin restart) that may run at once across the cluster; more allowed requests wait (phase Waiting) and start, oldest first, when one finishes. Lease releases for holders proven down are not capped. 0 means no cap")
 	f.IntVar(&o.workers, "max-concurrent-reconciles", 10,
 		"Requests reconciled at once. One request is never reconciled twice at once, and the guards stay exact across workers")
+	f.StringVar(&o.pauseConfigMap, "pause-configmap", controllers.DefaultPauseConfigMap.String(),
+		"namespace/name of the pause ConfigMap that `kubectl remediator pause` writes: while it says paused, no playbook and no step starts")
 	f.StringVar(&o.pprofAddr, "pprof-bind-address", "0", "Address the Go pprof endpoints (/debug/pprof) bind to; 0 disables them")
 	f.DurationVar(&o.policyReloadInterval, "policy-reload-interval", 30*time.Second,
 		"How often --policies-dir is re-read (a mounted ConfigMap changes in place); a policy that fails to load is not used: the last good one stays, and the log, remediator_policy_load_errors_total, remediator_policy_reload_failing{reason} and a Warning Event on the controller's Pod say why. 0 disables reloading")
@@ -114,7 +117,12 @@ func runController(cmd *cobra.Command, o controllerOptions) error {
 		return err
 	}
 	namespaces := trimmed(o.requestNamespaces)
-	cacheOpts, clientOpts := controllers.CacheOptions(fc, namespaces)
+	pauseNS, pauseName, ok := strings.Cut(o.pauseConfigMap, "/")
+	if !ok || pauseNS == "" || pauseName == "" {
+		return fmt.Errorf("--pause-configmap must be namespace/name, got %q", o.pauseConfigMap)
+	}
+	pause := types.NamespacedName{Namespace: pauseNS, Name: pauseName}
+	cacheOpts, clientOpts := controllers.CacheOptions(fc, namespaces, pause)
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                  newScheme(),
 		Cache:                   cacheOpts,
@@ -146,6 +154,7 @@ func runController(cmd *cobra.Command, o controllerOptions) error {
 		MaxConcurrent:  o.maxConcurrent,
 		Gates:          gates,
 		Namespaces:     namespaces,
+		Pause:          pause,
 		Timeouts: remediations.Timeouts{Step: o.stepTimeout, Eviction: o.evictionTimeout, PodTermination: o.podTerminationTimeout,
 			PluginRestart: o.pluginRestartTimeout},
 		Recorder: mgr.GetEventRecorderFor("remediator"),

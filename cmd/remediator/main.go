@@ -23,7 +23,7 @@ func newRootCommand(argv0 string) *cobra.Command {
 	if strings.TrimSuffix(filepath.Base(argv0), ".exe") == "kubectl-remediator" {
 		root.Annotations = map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl remediator"}
 	}
-	root.AddCommand(newControllerCommand(), newScanCommand(), newSyncCommand(), newPlanCommand(), newVersionCommand())
+	root.AddCommand(newControllerCommand(), newScanCommand(), newSyncCommand(), newPlanCommand(), newPauseCommand(), newResumeCommand(), newVersionCommand())
 	return root
 }
 

@@ -48,6 +48,7 @@ func ClassifyNode(name string, node *corev1.Node, nodeLease *coordinationv1.Leas
 	}
 	nf.Exists = true
 	nf.Unschedulable = node.Spec.Unschedulable
+	nf.Excluded = node.Labels[v1alpha1.LabelExclude] == "true"
 
 	for _, c := range node.Status.Conditions {
 		if c.Type != corev1.NodeReady {

@@ -117,7 +117,7 @@ func TestArgoCDConfigMapEmbedsHealthScript(t *testing.T) {
 // fails here instead of turning a Suspended request Progressing in Argo CD.
 func TestArgoCDHealthCheckReasonsAreTheContract(t *testing.T) {
 	script := readFile(t, filepath.Join(argoCDDir, "health.lua"))
-	reasons := []string{v1alpha1.ReasonDryRun, v1alpha1.ReasonWaitingForWindow, v1alpha1.ReasonWindowClosed}
+	reasons := []string{v1alpha1.ReasonDryRun, v1alpha1.ReasonWaitingForWindow, v1alpha1.ReasonWindowClosed, v1alpha1.ReasonPaused}
 	for _, r := range reasons {
 		assert.Contains(t, script, `reason == "`+r+`"`, "health.lua checks reason %s", r)
 	}

@@ -149,17 +149,23 @@ func TestDefaultRenderObjects(t *testing.T) {
 		"ClusterRole remediator-view",
 		"ClusterRoleBinding remediator",
 		"Role kube-node-lease/remediator",
+		"Role remediator-system/remediator",
 		"Role remediator-system/remediator-leader-election",
+		"Role remediator-system/remediator-pause",
 		"Role trident/remediator",
 		"RoleBinding kube-node-lease/remediator",
+		"RoleBinding remediator-system/remediator",
 		"RoleBinding remediator-system/remediator-leader-election",
+		"RoleBinding remediator-system/remediator-pause",
 		"RoleBinding trident/remediator",
 		"Service remediator-system/remediator-metrics",
 		"Deployment remediator-system/remediator",
 		"ValidatingAdmissionPolicy remediator-git-writers",
 		"ValidatingAdmissionPolicy remediator-node-writes",
+		"ValidatingAdmissionPolicy remediator-pause",
 		"ValidatingAdmissionPolicyBinding remediator-git-writers",
 		"ValidatingAdmissionPolicyBinding remediator-node-writes",
+		"ValidatingAdmissionPolicyBinding remediator-pause",
 	}
 	assert.Equal(t, want, got, "rendered objects, in order")
 }
@@ -284,6 +290,12 @@ func TestNamespacedRoles(t *testing.T) {
 					leases("delete", "get", "list", "watch"),
 				},
 				"kube-node-lease/" + release: {leases("get", "list", "watch")},
+				// The pause ConfigMap, read by the controller; written by the on-call groups.
+				namespace + "/" + release: {{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "list", "watch"}}},
+				namespace + "/" + release + "-pause": {
+					{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"create"}},
+					{APIGroups: []string{""}, Resources: []string{"configmaps"}, ResourceNames: []string{"remediator-pause"}, Verbs: []string{"get", "update", "patch"}},
+				},
 				namespace + "/" + release + "-leader-election": {
 					leases("create"),
 					{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"},
@@ -300,6 +312,9 @@ func TestNamespacedRoles(t *testing.T) {
 					assert.Equal(t, "Role", rb.RoleRef.Kind, "%s binds %+v, want its own Role", ref(o), rb.RoleRef)
 					assert.Equal(t, o.GetName(), rb.RoleRef.Name, "%s binds %+v, want its own Role", ref(o), rb.RoleRef)
 					wantSubject := rbacv1.Subject{Kind: "ServiceAccount", Name: release, Namespace: namespace}
+					if o.GetName() == release+"-pause" {
+						wantSubject = rbacv1.Subject{Kind: "Group", APIGroup: rbacv1.GroupName, Name: "remediator:on-call"}
+					}
 					assert.Equal(t, []rbacv1.Subject{wantSubject}, rb.Subjects, "%s subjects", ref(o))
 				}
 			}
@@ -348,8 +363,11 @@ func TestRolesMatchGeneratedRBAC(t *testing.T) {
 			rendered = clusterRole(t, objs).Rules
 		case "Role":
 			ns := r.Metadata.Namespace
-			if ns == "trident" {
+			switch ns {
+			case "trident":
 				ns = tridentNS
+			case "remediator-system":
+				ns = namespace // the release namespace: the pause ConfigMap's Role
 			}
 			rendered = typed[rbacv1.Role](t, find(objs, "Role", ns, release)).Rules
 		default:
@@ -357,7 +375,7 @@ func TestRolesMatchGeneratedRBAC(t *testing.T) {
 		}
 		assert.Equal(t, r.Rules, rendered, "%s %s drifted from files/rbac/role.yaml (expected: generated, actual: rendered)", r.Kind, r.Metadata.Namespace)
 	}
-	assert.Equal(t, 3, generated, "files/rbac/role.yaml must hold the ClusterRole and the trident and kube-node-lease Roles")
+	assert.Equal(t, 4, generated, "files/rbac/role.yaml must hold the ClusterRole and the trident, kube-node-lease and remediator-system Roles")
 }
 
 // TestLeaderElectionRoleNamesTheControllersLease: the leader-election Role may read

@@ -7,7 +7,9 @@
 --   observedGeneration missing or < generation  Progressing  the spec is not seen yet
 --   no phase, Pending, Waiting                  Progressing  Progressing condition
 --   Waiting, reason WaitingForMaintenanceWindow Suspended    Progressing condition
---     or MaintenanceWindowClosed
+--     or MaintenanceWindowClosed or Paused
+--   Running, reason Paused (held by the pause)  Suspended    Progressing condition
+--                                                            + the running step
 --   Pending + Progressing=False reason DryRun   Healthy      Progressing condition
 --   Running                                     Progressing  Progressing condition
 --                                                            + the running step
@@ -31,8 +33,9 @@
 -- carries the plan. A DryRun the policy rejects is still Rejected, so Degraded: its
 -- answer is "no", and the message says what to do next.
 --
--- A request waiting for its maintenance window is Suspended: it is paused on purpose,
--- until a time the request itself names, which is what Argo CD's Suspended means
+-- A request waiting for its maintenance window, or held by `kubectl remediator pause`,
+-- is Suspended: it is paused on purpose, until a time the request itself names or a
+-- resume, which is what Argo CD's Suspended means
 -- (a suspended Rollout or CronJob). Progressing would read, for hours, as a sync that
 -- is stuck. Waiting for another remediation or a free slot stays Progressing: that
 -- wait ends as soon as the cluster moves.
@@ -158,12 +161,16 @@ if phase == nil or phase == "" or phase == "Pending" then
 elseif phase == "Waiting" then
   hs.status = "Progressing"
   if progressing ~= nil and progressing.status == "True" and
-      (progressing.reason == "WaitingForMaintenanceWindow" or progressing.reason == "MaintenanceWindowClosed") then
+      (progressing.reason == "WaitingForMaintenanceWindow" or progressing.reason == "MaintenanceWindowClosed" or
+       progressing.reason == "Paused") then
     hs.status = "Suspended"
   end
   hs.message = first(messageOf(progressing), decisionMessage, "Waiting")
 elseif phase == "Running" then
   hs.status = "Progressing"
+  if progressing ~= nil and progressing.status == "True" and progressing.reason == "Paused" then
+    hs.status = "Suspended"
+  end
   hs.message = first(messageOf(progressing), "Running the playbook")
   local step = runningStep(status)
   if step ~= nil then

@@ -1,0 +1,119 @@
+package main
+
+// `kubectl remediator pause` and `resume`: the stop button. Stopping is always safe,
+// so it is the one write that needs no pull request. They write the pause ConfigMap
+// the controller watches; the chart's admission policy lets only the on-call groups
+// (pause.groups) write it, and only with their own user name as the author, which is
+// why the command asks the API server who it is talking as (SelfSubjectReview).
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/remediator/remediator/api/v1alpha1"
+	"github.com/remediator/remediator/controllers"
+)
+
+type pauseOptions struct {
+	conn      connectionFlags
+	reason    string
+	configMap string
+	now       func() time.Time
+}
+
+func newPauseCommand() *cobra.Command {
+	return pauseCommand(true, "pause", "Stop every remediation now: no playbook and no step starts until resume",
+		`pause writes the pause ConfigMap the controller watches. While it is paused, no playbook
+starts (requests wait with reason Paused) and a running playbook holds before its next step,
+keeping what it changed (a cordoned node stays cordoned). It needs no pull request: stopping
+is always safe. Only the on-call groups the chart allows (pause.groups) may pause, and the
+ConfigMap records who paused and why.`)
+}
+
+func newResumeCommand() *cobra.Command {
+	return pauseCommand(false, "resume", "Let remediations go on after a pause",
+		`resume clears the pause: held playbooks go on from their next step, and waiting requests
+are decided again on fresh facts. The ConfigMap records who resumed and why.`)
+}
+
+func pauseCommand(pause bool, use, short, long string) *cobra.Command {
+	o := pauseOptions{conn: newConnectionFlags(false), now: time.Now}
+	cmd := &cobra.Command{
+		Use:   use,
+		Short: short,
+		Long:  long,
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if pause && strings.TrimSpace(o.reason) == "" {
+				return fmt.Errorf("--reason is required: say why, for the person who resumes")
+			}
+			return runPause(cmd.Context(), cmd.OutOrStdout(), o, pause)
+		},
+	}
+	f := cmd.Flags()
+	o.conn.addFlags(f, "")
+	f.StringVar(&o.reason, "reason", "", "Why (required to pause); recorded in the pause ConfigMap, the controller's log and an Event")
+	f.StringVar(&o.configMap, "pause-configmap", controllers.DefaultPauseConfigMap.String(), "namespace/name of the pause ConfigMap: the controller's --pause-configmap")
+	return cmd
+}
+
+func runPause(ctx context.Context, out io.Writer, o pauseOptions, pause bool) error {
+	ns, name, ok := strings.Cut(o.configMap, "/")
+	if !ok || ns == "" || name == "" {
+		return fmt.Errorf("--pause-configmap must be namespace/name, got %q", o.configMap)
+	}
+	cfg, err := o.conn.restConfig()
+	if err != nil {
+		return err
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	review, err := cs.AuthenticationV1().SelfSubjectReviews().Create(ctx, &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
+	if err != nil {
+		return fmt.Errorf("asking the API server who you are (SelfSubjectReview): %w", err)
+	}
+	who := review.Status.UserInfo.Username
+	data := map[string]string{
+		v1alpha1.PauseKeyPaused: fmt.Sprint(pause),
+		v1alpha1.PauseKeyReason: o.reason,
+		v1alpha1.PauseKeyBy:     who,
+		v1alpha1.PauseKeyAt:     o.now().UTC().Format(time.RFC3339),
+	}
+	cms := cs.CoreV1().ConfigMaps(ns)
+	cm, err := cms.Get(ctx, name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err) && !pause:
+		fmt.Fprintf(out, "Remediator is not paused (no ConfigMap %s/%s); nothing to resume.\n", ns, name)
+		return nil
+	case apierrors.IsNotFound(err):
+		_, err = cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Data: data}, metav1.CreateOptions{})
+	case err == nil:
+		cm.Data = data
+		_, err = cms.Update(ctx, cm, metav1.UpdateOptions{})
+	}
+	if apierrors.IsForbidden(err) {
+		return fmt.Errorf("%s may not %s Remediator: only the on-call groups the chart allows (value pause.groups) may write %s/%s. The API server said: %w",
+			who, map[bool]string{true: "pause", false: "resume"}[pause], ns, name, err)
+	}
+	if err != nil {
+		return fmt.Errorf("writing the pause ConfigMap %s/%s: %w", ns, name, err)
+	}
+	if pause {
+		fmt.Fprintf(out, "Paused by %s: %s\nNo playbook and no step starts until `kubectl remediator resume`; running playbooks hold before their next step.\n", who, o.reason)
+	} else {
+		fmt.Fprintf(out, "Resumed by %s. Held playbooks go on; waiting requests are decided again.\n", who)
+	}
+	return nil
+}

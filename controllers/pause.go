@@ -1,0 +1,202 @@
+package controllers
+
+// The stop button. Stopping is always safe, so it is the one write that needs no pull
+// request: `kubectl remediator pause --reason ...` writes the pause ConfigMap (the
+// chart's admission policy lets only the on-call groups write it, and only with their
+// own user name in it). While it says paused, no playbook starts (a decision that
+// would start one waits with reason Paused, and admission grants no slot) and a
+// running playbook holds before its next step (remediations.Gate, ActionHold),
+// keeping what it changed: a cordoned node stays cordoned until the resume. Resuming
+// wakes every held request.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/remediator/remediator/api/v1alpha1"
+)
+
+// DefaultPauseConfigMap is where the pause ConfigMap is looked for unless
+// --pause-configmap says otherwise (the chart sets it to its release's namespace).
+var DefaultPauseConfigMap = types.NamespacedName{Namespace: "remediator-system", Name: v1alpha1.PauseConfigMap}
+
+// PauseState is what the pause ConfigMap says.
+type PauseState struct {
+	Paused     bool
+	Reason, By string
+	At         time.Time
+}
+
+// Message is what a held request says, or "" when not paused.
+func (p PauseState) Message() string {
+	if !p.Paused {
+		return ""
+	}
+	return fmt.Sprintf("Remediator is paused by %s since %s: %q. No playbook and no step starts until `kubectl remediator resume`; what a running playbook changed stays as it is.",
+		orUnknown(p.By), p.At.UTC().Format(time.RFC3339), p.Reason)
+}
+
+func orUnknown(s string) string {
+	if s == "" {
+		return "an unknown user"
+	}
+	return s
+}
+
+// readPause reads the pause ConfigMap. A ConfigMap that cannot be read holds every
+// request (fail closed: the one thing a read error must not do is let a paused
+// controller act); one that does not exist means not paused.
+func readPause(ctx context.Context, c client.Reader, key types.NamespacedName) PauseState {
+	if key.Name == "" {
+		return PauseState{}
+	}
+	cm := &corev1.ConfigMap{}
+	switch err := c.Get(ctx, key, cm); {
+	case apierrors.IsNotFound(err):
+		return PauseState{}
+	case err != nil:
+		return PauseState{Paused: true, By: "the controller", Reason: fmt.Sprintf("the pause ConfigMap %s cannot be read (%v)", key, err), At: time.Now()}
+	}
+	p := PauseState{Paused: cm.Data[v1alpha1.PauseKeyPaused] == "true", Reason: cm.Data[v1alpha1.PauseKeyReason], By: cm.Data[v1alpha1.PauseKeyBy]}
+	if t, err := time.Parse(time.RFC3339, cm.Data[v1alpha1.PauseKeyAt]); err == nil {
+		p.At = t
+	} else {
+		p.At = cm.CreationTimestamp.Time
+	}
+	return p
+}
+
+// heldByPause: the request waits, or its playbook holds, because of the pause.
+func heldByPause(rr *v1alpha1.RemediationRequest) bool {
+	return anyProgressingReason(rr) == v1alpha1.ReasonPaused
+}
+
+// pausedSince is remediator_pause_started_timestamp_seconds.
+var pausedSince = prometheus.NewGauge(prometheus.GaugeOpts{
+	Name: "remediator_pause_started_timestamp_seconds",
+	Help: "When the current pause began (unix seconds, from the pause ConfigMap); 0 when Remediator is not paused.",
+})
+
+// PauseWatcher follows the pause ConfigMap: it exports when the pause began and
+// records who paused or resumed, and why, on the ConfigMap as Events and in the log.
+type PauseWatcher struct {
+	Client   client.Client
+	Key      types.NamespacedName
+	Recorder record.EventRecorder
+
+	last *PauseState
+}
+
+// SetupWithManager watches the one ConfigMap.
+func (w *PauseWatcher) SetupWithManager(mgr ctrl.Manager) error {
+	if err := metrics.Registry.Register(pausedSince); err != nil && !errors.As(err, &prometheus.AlreadyRegisteredError{}) {
+		return fmt.Errorf("registering the pause metric: %w", err)
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("pause").
+		For(&corev1.ConfigMap{}, builder.WithPredicates(isPauseObject(w.Key))).
+		Complete(w)
+}
+
+// Reconcile exports the pause state and says when it changed.
+func (w *PauseWatcher) Reconcile(ctx context.Context, _ reconcile.Request) (ctrl.Result, error) {
+	p := readPause(ctx, w.Client, w.Key)
+	if p.Paused {
+		pausedSince.Set(float64(p.At.Unix()))
+	} else {
+		pausedSince.Set(0)
+	}
+	if w.last != nil && w.last.Paused == p.Paused {
+		return ctrl.Result{}, nil
+	}
+	first := w.last == nil
+	w.last = &p
+	log := ctrl.LoggerFrom(ctx).WithValues("configMap", klog.KRef(w.Key.Namespace, w.Key.Name))
+	cm := &corev1.ConfigMap{}
+	haveCM := w.Client.Get(ctx, w.Key, cm) == nil
+	switch {
+	case p.Paused:
+		log.Info("Paused", "by", p.By, "reason", p.Reason, "since", p.At)
+		if haveCM {
+			w.Recorder.Eventf(cm, corev1.EventTypeWarning, v1alpha1.ReasonPaused, "Paused by %s: %s", orUnknown(p.By), p.Reason)
+		}
+	case !first:
+		log.Info("Resumed", "by", cm.Data[v1alpha1.PauseKeyBy], "reason", cm.Data[v1alpha1.PauseKeyReason])
+		if haveCM {
+			w.Recorder.Eventf(cm, corev1.EventTypeNormal, "Resumed", "Resumed by %s: %s", orUnknown(cm.Data[v1alpha1.PauseKeyBy]), cm.Data[v1alpha1.PauseKeyReason])
+		}
+	}
+	return ctrl.Result{}, nil
+}
+
+// isPauseObject passes the pause ConfigMap's events only.
+func isPauseObject(key types.NamespacedName) predicate.Funcs {
+	return predicate.NewPredicateFuncs(func(o client.Object) bool {
+		return o.GetNamespace() == key.Namespace && o.GetName() == key.Name
+	})
+}
+
+// anyProgressingReason is the Progressing condition's reason, in any phase.
+func anyProgressingReason(rr *v1alpha1.RemediationRequest) string {
+	if c := meta.FindStatusCondition(rr.Status.Conditions, v1alpha1.ConditionProgressing); c != nil {
+		return c.Reason
+	}
+	return ""
+}
+
+// wakePaused maps a change of the pause ConfigMap to every request the pause holds:
+// on a resume they are decided again or go on with their playbook.
+func (r *RemediationRequestReconciler) wakePaused(ctx context.Context, _ client.Object) []reconcile.Request {
+	list, err := r.listGuard(ctx, keyPaused)
+	if err != nil {
+		// Each held request rechecks the pause on its own within pauseRecheck.
+		ctrl.LoggerFrom(ctx).Error(err, "Listing the requests the pause holds")
+		return nil
+	}
+	out := make([]reconcile.Request, 0, len(list))
+	for _, rr := range list {
+		out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: rr.Namespace, Name: rr.Name}})
+	}
+	return out
+}
+
+// pauseRecheck is how often a held request looks at the pause again on its own,
+// should the resume's watch event be lost.
+const pauseRecheck = time.Minute
+
+// hold keeps a running playbook before its next step while Remediator is paused:
+// nothing is restored (a cordoned node stays cordoned), and the request says why.
+func (r *RemediationRequestReconciler) hold(ctx context.Context, s *scope, msg string) (ctrl.Result, error) {
+	rr := s.rr
+	if !heldByPause(rr) {
+		r.Recorder.Event(rr, corev1.EventTypeWarning, v1alpha1.ReasonPaused, msg)
+		ctrl.LoggerFrom(ctx).Info("Holding the playbook: paused")
+	}
+	r.setCondition(rr, v1alpha1.ConditionProgressing, metav1.ConditionTrue, v1alpha1.ReasonPaused, msg)
+	return ctrl.Result{RequeueAfter: pauseRecheck}, nil
+}
+
+// pauseKey is the pause ConfigMap the reconciler reads.
+func (r *RemediationRequestReconciler) pauseKey() types.NamespacedName {
+	if r.Pause.Name == "" {
+		return DefaultPauseConfigMap
+	}
+	return r.Pause
+}

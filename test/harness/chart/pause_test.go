@@ -1,0 +1,108 @@
+package chart_test
+
+// The stop button's guard (templates/pause.yaml), against a real kube-apiserver: the
+// on-call group may pause and resume, each write naming its author; nobody else may,
+// whatever RBAC they hold; and the group's RBAC reaches no other ConfigMap.
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/remediator/remediator/test/testenv"
+)
+
+func TestPauseIsTheOnCallGroupsAndSigned(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts kube-apiserver and etcd")
+	}
+	env := testenv.StartT(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	admin := env.Client
+	require.NoError(t, admin.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}))
+	for _, o := range render(t, map[string]any{"pause": map[string]any{"groups": []any{"storage-oncall"}}}) {
+		if ns := o.GetNamespace(); ns != "" && ns != namespace {
+			continue
+		}
+		switch o.GetKind() {
+		case "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "Role", "RoleBinding", "ConfigMap":
+			require.NoError(t, admin.Create(ctx, o.DeepCopy()), ref(o))
+		}
+	}
+	var (
+		bob   = writer{user: "bob@example.com", groups: []string{"storage-oncall"}}
+		alice = writer{user: "alice@example.com", groups: []string{"storage-team"}}
+		root  = writer{user: "root@example.com", groups: []string{"system:masters"}}
+	)
+	// alice holds every ConfigMap verb in the namespace: only the policy stops her.
+	require.NoError(t, admin.Create(ctx, &rbacv1.Role{
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "all-configmaps"},
+		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"*"}}},
+	}))
+	require.NoError(t, admin.Create(ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "all-configmaps"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "all-configmaps"},
+		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: alice.user}},
+	}))
+	pause := func(by, paused, reason string) *corev1.ConfigMap {
+		return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "remediator-pause"},
+			Data: map[string]string{"paused": paused, "reason": reason, "by": by, "at": "2026-12-03T03:00:00Z"}}
+	}
+	// A policy takes a moment to become effective.
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		err := alice.client(t, env.Config).Create(ctx, pause(alice.user, "true", "probe"))
+		if err == nil {
+			_ = admin.Delete(ctx, pause("", "", ""))
+		}
+		assert.Error(c, err)
+	}, 30*time.Second, 100*time.Millisecond, "the policy in force")
+
+	update := func(c client.Client, cm *corev1.ConfigMap) error {
+		cur := &corev1.ConfigMap{}
+		if err := c.Get(ctx, client.ObjectKeyFromObject(cm), cur); err != nil {
+			return err
+		}
+		cur.Data = cm.Data
+		return c.Update(ctx, cur)
+	}
+	for _, tc := range []struct {
+		name  string
+		as    writer
+		write func(c client.Client) error
+		want  string // "" allowed, else the refusal
+	}{
+		{"alice pauses", alice, func(c client.Client) error { return c.Create(ctx, pause(alice.user, "true", "I think so")) },
+			alice.user + " may not pause or resume Remediator"},
+		{"bob pauses in someone else's name", bob, func(c client.Client) error { return c.Create(ctx, pause("carol@example.com", "true", "INC-1")) },
+			"data.by must be your user name, " + bob.user},
+		{"bob pauses without saying why", bob, func(c client.Client) error { return c.Create(ctx, pause(bob.user, "true", " ")) }, "a pause must say why"},
+		{"bob pauses", bob, func(c client.Client) error { return c.Create(ctx, pause(bob.user, "true", "INC-1: array firmware")) }, ""},
+		{"alice resumes", alice, func(c client.Client) error { return update(c, pause(alice.user, "false", "")) }, alice.user + " may not pause or resume Remediator"},
+		{"alice deletes the pause", alice, func(c client.Client) error { return c.Delete(ctx, pause("", "", "")) }, alice.user + " may not pause or resume Remediator"},
+		{"bob resumes with a typo", bob, func(c client.Client) error { return update(c, pause(bob.user, "no", "")) }, `data.paused must be "true" or "false"`},
+		{"bob resumes", bob, func(c client.Client) error { return update(c, pause(bob.user, "false", "firmware done")) }, ""},
+		{"an admin pauses", root, func(c client.Client) error { return update(c, pause(root.user, "true", "INC-2")) }, ""},
+		{"bob writes another ConfigMap", bob, func(c client.Client) error {
+			return update(c, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: release + "-settings"}, Data: map[string]string{"max-concurrent-remediations": "50"}})
+		}, "forbidden"}, // RBAC: the group may write the pause ConfigMap only
+	} {
+		err := tc.write(tc.as.client(t, env.Config))
+		if tc.want == "" {
+			assert.NoError(t, err, "%s: want allowed", tc.name)
+			continue
+		}
+		if assert.Error(t, err, "%s: want refused", tc.name) {
+			assert.True(t, apierrors.IsForbidden(err) || apierrors.IsInvalid(err), "%s: want 403 or 422, got %v", tc.name, err)
+			assert.Contains(t, err.Error(), tc.want, "%s", tc.name)
+		}
+	}
+}
