@@ -194,8 +194,18 @@ func (r *RemediationRequestReconciler) Reconcile(ctx context.Context, req ctrl.R
 		return r.reconcileDelete(ctx, s)
 	}
 	if playbookEnded(rr.Status.Phase) {
-		// A crash (or an older version) came between the terminal status write and
-		// the finalizer's release below.
+		// Final: a later edit of the spec is seen (observedGeneration, and Ready for
+		// that generation, so that kubectl wait and kstatus are not left waiting) but
+		// never acted on. A crash (or an older version) may also have come between the
+		// terminal status write and the finalizer's release below.
+		if rr.Status.ObservedGeneration != rr.Generation {
+			r.Recorder.Eventf(rr, corev1.EventTypeNormal, EventSpecIgnored,
+				"The playbook already ended (%s), so the edit of generation %d is not acted on: to try again, create a new request.", rr.Status.Phase, rr.Generation)
+			rr.Status.ObservedGeneration = rr.Generation
+		}
+		if err := r.patchStatus(ctx, s); err != nil {
+			return ctrl.Result{}, err
+		}
 		return ctrl.Result{}, r.releaseFinalizer(ctx, rr)
 	}
 	defer func() {

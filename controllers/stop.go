@@ -109,3 +109,7 @@ func (r *RemediationRequestReconciler) restoreGaveUp(ctx context.Context, s *sco
 // EventWindowClosedAfterEviction is the Event of a destructive step that starts after
 // the window closed, because the workload was already evicted (remediations.Gate).
 const EventWindowClosedAfterEviction = "WindowClosedAfterEviction"
+
+// EventSpecIgnored is the Event of a spec edit after the playbook ended: final
+// requests are not decided again.
+const EventSpecIgnored = "SpecIgnored"
