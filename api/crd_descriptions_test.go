@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
-	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -17,25 +16,6 @@ import (
 
 // crdFile is the generated CRD (TestGeneratedFilesAreCurrent holds it to the types).
 const crdFile = "../charts/remediator/crds/remediator.io_remediationrequests.yaml"
-
-// undocumentedInFactsTypes are the problems TestCRDDescribesEveryField still lets
-// pass: fields of api/v1alpha1/facts_types.go (status.facts), which another change
-// documents. Each entry fails the test once it is fixed, so that the list only
-// shrinks: remove it then.
-var undocumentedInFactsTypes = []string{
-	".status.facts.affectedPods[].name: no description",
-	".status.facts.affectedPods[].namespace: no description",
-	".status.facts.affectedPods[].node: no description",
-	".status.facts.affectedPods[].uid: no description",
-	".status.facts.csi.pluginPods[].name: no description",
-	".status.facts.csi.pluginPods[].namespace: no description",
-	".status.facts.csi.pluginPods[].node: no description",
-	".status.facts.csi.pluginPods[].uid: no description",
-	".status.facts.lease.name: no description",
-	".status.facts.lease.resourceVersion: no description",
-	".status.facts.node.name: no description",
-	`.status.facts.node.state: the description does not name the value "NotFound"`,
-}
 
 // TestCRDDescribesEveryField: `kubectl explain remediationrequest.<path>` describes
 // every field of the CRD, and a field with a fixed set of values (an enum: the
@@ -64,16 +44,8 @@ func TestCRDDescribesEveryField(t *testing.T) {
 		}
 	}
 	sort.Strings(problems)
-	pending := map[string]bool{}
 	for _, p := range problems {
-		if slices.Contains(undocumentedInFactsTypes, p) {
-			pending[p] = true
-			continue
-		}
 		t.Errorf("%s (kubectl explain shows nothing useful: write the field's doc comment in api/v1alpha1 and run make manifests)", p)
-	}
-	for _, p := range undocumentedInFactsTypes {
-		assert.True(t, pending[p], "%s is fixed: remove it from undocumentedInFactsTypes", p)
 	}
 }
 

@@ -87,14 +87,18 @@ type TargetFacts struct {
 
 // LeaseFacts describes the Trident Lease guarding a LUKS volume.
 type LeaseFacts struct {
-	// Namespace and Name locate the Lease (the name is the PV name).
+	// Namespace is the Lease's namespace: the Trident namespace.
 	Namespace string `json:"namespace"`
-	Name      string `json:"name"`
+	// Name is the Lease's name, which is the PV's name.
+	Name string `json:"name"`
 	// Exists is false when no such Lease exists: nothing is stuck.
 	Exists bool `json:"exists"`
-	// UID and ResourceVersion are the preconditions for deleting it.
+	// UID is the Lease's UID, a precondition of its deletion: a Lease re-created
+	// under the same name is not deleted in its place.
 	// +optional
 	UID string `json:"uid,omitempty"`
+	// ResourceVersion is the Lease's resourceVersion, the other precondition of its
+	// deletion: a Lease changed since (re-acquired, renewed) is not deleted.
 	// +optional
 	ResourceVersion string `json:"resourceVersion,omitempty"`
 	// HolderIdentity is the node that holds the Lease.
@@ -134,10 +138,14 @@ type LeaseFacts struct {
 
 // NodeFacts is the evidence for a node's state.
 type NodeFacts struct {
+	// Name is the node's name: the Lease's holder (release-luks-lease) or the target
+	// node (reregister-csi-driver).
 	Name string `json:"name"`
 	// Exists is false when the Node object is gone.
 	Exists bool `json:"exists"`
-	// State is Shutdown, Unreachable, Healthy or Unknown.
+	// State is Shutdown (powered off: a shutdown taint and a silent kubelet),
+	// Unreachable (lost the control plane), NotFound (no Node of that name), Healthy,
+	// or Unknown (the evidence conflicts).
 	State NodeState `json:"state"`
 	// StateReason is the evidence that decided State, in words.
 	StateReason string `json:"stateReason"`
@@ -183,9 +191,14 @@ type NodeFacts struct {
 
 // PodFacts describes one pod the remediation cares about.
 type PodFacts struct {
+	// Namespace is the pod's namespace.
 	Namespace string `json:"namespace"`
-	Name      string `json:"name"`
-	UID       string `json:"uid"`
+	// Name is the pod's name.
+	Name string `json:"name"`
+	// UID is the pod's UID: an eviction carries it as a precondition, so that a
+	// replacement pod of the same name is never evicted in its place.
+	UID string `json:"uid"`
+	// Node is the node the pod runs on.
 	// +optional
 	Node string `json:"node,omitempty"`
 	// Phase is the pod phase.
