@@ -368,7 +368,7 @@ func TestControllerWorksUnderTheWritersPolicy(t *testing.T) {
 
 	saKubeconfig, _ := serviceAccountKubeconfig(t, system, controllerSA)
 	ctl := startController(t, "--kubeconfig", saKubeconfig, "--leader-elect", "--leader-election-namespace", system,
-		"--request-namespaces", ns)
+		"--request-namespaces", ns, "--pause-configmap", system+"/remediator-pause")
 	_, claim := luksVolume(t, ns, "kwok-node-1", 40*time.Minute, 2)
 	appPod(t, ns, "web-0", "kwok-node-1", claim, nil)
 	rr := &v1alpha1.RemediationRequest{
@@ -418,7 +418,7 @@ func TestBreakGlassIsNeverSilent(t *testing.T) {
 
 	saKubeconfig, _ := serviceAccountKubeconfig(t, system, controllerSA)
 	startController(t, "--kubeconfig", saKubeconfig, "--leader-elect", "--leader-election-namespace", system,
-		"--request-namespaces", ns)
+		"--request-namespaces", ns, "--pause-configmap", system+"/remediator-pause")
 	const why = "INC-4711: Git is down and the payments database is stuck"
 	rr := admissionRequest(ns, "glass", map[string]string{v1alpha1.AnnotationBreakGlass: why})
 	rr.Spec.Mode = v1alpha1.ModeDryRun

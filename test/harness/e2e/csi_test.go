@@ -180,8 +180,8 @@ func TestScanFindsBothIncidents(t *testing.T) {
 		Kind  string
 		Items []v1alpha1.RemediationRequest
 	}
-	out, code := scan("-o", "json")
-	require.Equal(t, 3, code, "scan exit code with findings\n%s", out)
+	out, code := scan("-o", "json", "--exit-code")
+	require.Equal(t, 3, code, "scan --exit-code's exit code with findings\n%s", out)
 	require.NoError(t, json.Unmarshal([]byte(out), &suggested))
 	assert.Equal(t, "List", suggested.Kind)
 	var got []string

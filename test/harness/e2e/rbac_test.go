@@ -197,7 +197,8 @@ func TestLeastPrivilege(t *testing.T) {
 	} else {
 		sa := installChart(t, "rbac-e2e", release)
 		saKubeconfig, c := serviceAccountKubeconfig(t, release, sa)
-		ctl := startController(t, "--kubeconfig", saKubeconfig, "--leader-elect", "--leader-election-namespace", release)
+		ctl := startController(t, "--kubeconfig", saKubeconfig, "--leader-elect", "--leader-election-namespace", release,
+			"--pause-configmap", release+"/remediator-pause") // as the chart passes it: its release namespace
 		as, logs = c, ctl.Logs
 	}
 

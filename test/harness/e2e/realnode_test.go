@@ -449,9 +449,9 @@ func TestRealCSIDeregistrationAndFix(t *testing.T) {
 	waitFailedMount(t, ns, pod.Name, notRegistered, 90*time.Second)
 
 	out, err := exec.Command(filepath.Join(root, "bin", "remediator"), "scan", "--kubeconfig", kubeconfig,
-		"--node-lease-grace-period", "20s", "--request-namespace", ns, "-o", "json").Output()
+		"--node-lease-grace-period", "20s", "--request-namespace", ns, "-o", "json", "--exit-code").Output()
 	var exit *exec.ExitError
-	require.ErrorAs(t, err, &exit, "scan with findings exits 3:\n%s", out)
+	require.ErrorAs(t, err, &exit, "scan --exit-code with findings exits 3:\n%s", out)
 	require.Equal(t, 3, exit.ExitCode(), "scan exit code:\n%s", out)
 	var suggested struct{ Items []v1alpha1.RemediationRequest }
 	require.NoError(t, json.Unmarshal(out, &suggested))
