@@ -399,15 +399,24 @@ func assertKubectlViews(t *testing.T, key types.NamespacedName) {
 	out, err := exec.Command(kubectl, "--kubeconfig", kubeconfig, "get", "rr", "-n", key.Namespace, key.Name).CombinedOutput()
 	require.NoError(t, err, "kubectl get rr:\n%s", out)
 	header := strings.Fields(strings.SplitN(string(out), "\n", 2)[0])
-	assert.Equal(t, []string{"NAME", "REMEDIATION", "TARGET", "PHASE", "DECISION", "STEP", "MESSAGE", "AGE"}, header, "kubectl get rr columns")
+	assert.Equal(t, []string{"NAME", "REMEDIATION", "TARGET", "PHASE", "DECISION", "STEP", "AGE"}, header, "kubectl get rr columns")
 	assert.Contains(t, string(out), "Succeeded", "kubectl get rr")
 	assert.Contains(t, string(out), "healthy-lease-stuck", "kubectl get rr")
-	assert.Contains(t, string(out), "Playbook healthy-move-workload completed", "kubectl get rr's Message column")
-	// The documented way to wait for a request in a script.
-	out, err = exec.Command(kubectl, "--kubeconfig", kubeconfig, "wait", "--for=condition=Succeeded", "--timeout=10s",
-		"-n", key.Namespace, "rr/"+key.Name).CombinedOutput()
-	require.NoError(t, err, "kubectl wait --for=condition=Succeeded:\n%s", out)
-	assert.Contains(t, string(out), "condition met")
+	// The long Message column only with -o wide, so that `kubectl get rr -w` stays one
+	// line per request.
+	out, err = exec.Command(kubectl, "--kubeconfig", kubeconfig, "get", "rr", "-o", "wide", "-n", key.Namespace, key.Name).CombinedOutput()
+	require.NoError(t, err, "kubectl get rr -o wide:\n%s", out)
+	header = strings.Fields(strings.SplitN(string(out), "\n", 2)[0])
+	assert.Equal(t, []string{"NAME", "REMEDIATION", "TARGET", "PHASE", "DECISION", "STEP", "MESSAGE", "AGE"}, header, "kubectl get rr -o wide columns")
+	assert.Contains(t, string(out), "Playbook healthy-move-workload completed", "kubectl get rr -o wide's Message column")
+	// The documented ways to wait for a request in a script: its Succeeded condition,
+	// and Ready (kstatus), which a Succeeded request meets.
+	for _, cond := range []string{"Succeeded", "Ready"} {
+		out, err = exec.Command(kubectl, "--kubeconfig", kubeconfig, "wait", "--for=condition="+cond, "--timeout=10s",
+			"-n", key.Namespace, "rr/"+key.Name).CombinedOutput()
+		require.NoError(t, err, "kubectl wait --for=condition=%s:\n%s", cond, out)
+		assert.Contains(t, string(out), "condition met")
+	}
 	out, err = exec.Command(kubectl, "--kubeconfig", kubeconfig, "describe", "rr", "-n", key.Namespace, key.Name).CombinedOutput()
 	require.NoError(t, err, "kubectl describe rr:\n%s", out)
 	for _, want := range []string{"healthy-move-workload", "PlaybookCompleted", "Step 1/5 cordon succeeded",
@@ -446,6 +455,10 @@ func TestHealthyYoungLeaseRejected(t *testing.T) {
 	d := decision(t, rr)
 	require.Equal(t, "healthy-operation-may-be-running", string(d.Rule), describe(rr))
 	require.Contains(t, d.Message, "-c trident-main", describe(rr))
+	// kubectl wait and kstatus tell a rejection from a success: Ready is False.
+	out, err := exec.Command(filepath.Join(root, "bin", "kubectl"), "--kubeconfig", kubeconfig, "wait", "--for=condition=Ready=false", "--timeout=10s",
+		"-n", key.Namespace, "rr/"+key.Name).CombinedOutput()
+	require.NoError(t, err, "kubectl wait --for=condition=Ready=false on a Rejected request:\n%s", out)
 	require.NotNil(t, d.RecheckAt, describe(rr))
 	if c := condition(rr, v1alpha1.ConditionAccepted); assert.NotNil(t, c, "no Accepted condition") {
 		assert.Equal(t, metav1.ConditionFalse, c.Status, "Accepted = %+v", c)
