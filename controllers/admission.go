@@ -138,14 +138,12 @@ func granted(rr *v1alpha1.RemediationRequest) bool {
 	return progressingReason(rr) == v1alpha1.ReasonAdmitted
 }
 
+// progressingReason is the Progressing reason of a Waiting request, else "".
 func progressingReason(rr *v1alpha1.RemediationRequest) string {
 	if rr.Status.Phase != v1alpha1.PhaseWaiting {
 		return ""
 	}
-	if c := meta.FindStatusCondition(rr.Status.Conditions, v1alpha1.ConditionProgressing); c != nil {
-		return c.Reason
-	}
-	return ""
+	return anyProgressingReason(rr)
 }
 
 // lineChanged passes the events after which the line or the slots may differ: a

@@ -1,7 +1,6 @@
 package controllers
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -79,11 +78,6 @@ func listRequestsAt(ctx context.Context, reader client.Reader, opts ...client.Li
 	for i := range list.Items {
 		out = append(out, guardView(&list.Items[i]))
 	}
-	slices.SortFunc(out, func(a, b v1alpha1.RemediationRequest) int {
-		if c := a.CreationTimestamp.Compare(b.CreationTimestamp.Time); c != 0 {
-			return c
-		}
-		return cmp.Compare(a.Namespace+"/"+a.Name, b.Namespace+"/"+b.Name)
-	})
+	slices.SortFunc(out, olderFirst)
 	return out, list.GetResourceVersion(), nil
 }
