@@ -53,11 +53,16 @@ func newScanCommand() *cobra.Command {
 		Use:   "scan",
 		Short: "Find stuck Trident Leases and deregistered CSI drivers, and print suggested requests",
 		Long: `scan reads the cluster (read-only) and reports:
-  - stuck Leases: PV-named Leases in the Trident namespace older than --lease-age or
-    with LeaseRetained events, with the holder node's state;
+  - stuck Leases: PV-named Leases in the Trident namespace whose holder node is shut
+    down, unreachable or gone (at any age), or that are older than --lease-age or
+    carry LeaseRetained events, with the holder node's state;
   - deregistered drivers: nodes whose CSINode lacks the driver while a Ready
     node-plugin pod runs there;
   - overlapping node-plugin pods.
+Each finding counts its symptoms: kubelet's FailedMount events (on the volume's pods,
+or saying the driver is not registered on the node), and the volume's pods waiting in
+ContainerCreating or stuck Terminating. The controller runs the same scan from its
+informers (--detect-interval) and exports it as metrics.
 -o yaml and -o json print the same thing for tools, as they do in plan: the suggested
 RemediationRequests, one per target, ready to commit or to pipe into kubectl apply -f -
 (YAML documents, or one JSON v1 List); -o name, jsonpath=... and go-template=... print
@@ -79,7 +84,7 @@ gate on it.`,
 	f := cmd.Flags()
 	o.cluster.addFlags(f, "")
 	f.Lookup("namespace").Usage = "Namespace of the suggested RemediationRequests (-o yaml); the same as --request-namespace"
-	f.DurationVar(&o.leaseAge, "lease-age", 10*time.Minute, "Age from which a Lease without LeaseRetained events counts as stuck")
+	f.DurationVar(&o.leaseAge, "lease-age", 10*time.Minute, "Age from which a Lease without LeaseRetained events, held by a Healthy node, counts as stuck")
 	o.output.addFlags(cmd, scanOutputUsage)
 	f.StringVar(&o.requestNamespace, "request-namespace", "remediator", "Namespace of the suggested RemediationRequests")
 	f.BoolVar(&o.exitCode, "exit-code", false, fmt.Sprintf("Exit with %d when something was found (as git diff --exit-code); without it scan exits 0 whatever it found", ExitFindings))
@@ -131,9 +136,9 @@ func writeFindings(w io.Writer, findings []facts.Finding, o scanOptions) error {
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	if format == outputWide {
-		fmt.Fprintln(tw, "KIND\tNODE\tNODE STATE\tLEASE\tAGE\tLEASERETAINED\tPLUGIN PODS\tREQUEST\tEVIDENCE")
+		fmt.Fprintln(tw, "KIND\tNODE\tNODE STATE\tLEASE\tAGE\tLEASERETAINED\tPLUGIN PODS\tSYMPTOMS\tREQUEST\tEVIDENCE")
 	} else {
-		fmt.Fprintln(tw, "KIND\tNODE\tNODE STATE\tLEASE\tEVIDENCE")
+		fmt.Fprintln(tw, "KIND\tNODE\tNODE STATE\tLEASE\tSYMPTOMS\tEVIDENCE")
 	}
 	for _, f := range findings {
 		if format == outputWide {
@@ -141,11 +146,11 @@ func writeFindings(w io.Writer, findings []facts.Finding, o scanOptions) error {
 			if f.Lease != "" {
 				age = (time.Duration(f.AgeSeconds) * time.Second).String()
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", f.Kind, f.Node, f.NodeState, cmp.Or(f.Lease, "-"), age, f.RetainedEvents,
-				cmp.Or(strings.Join(f.PluginPods, ","), "-"), o.requestNamespace+"/"+suggestedName(f), f.Evidence)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", f.Kind, f.Node, f.NodeState, cmp.Or(f.Lease, "-"), age, f.RetainedEvents,
+				cmp.Or(strings.Join(f.PluginPods, ","), "-"), symptomsSummary(f.Symptoms), o.requestNamespace+"/"+suggestedName(f), f.Evidence)
 			continue
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", f.Kind, f.Node, f.NodeState, cmp.Or(f.Lease, "-"), f.Evidence)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", f.Kind, f.Node, f.NodeState, cmp.Or(f.Lease, "-"), symptomsSummary(f.Symptoms), f.Evidence)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -155,6 +160,25 @@ func writeFindings(w io.Writer, findings []facts.Finding, o scanOptions) error {
 		return err
 	}
 	return nil
+}
+
+// symptomsSummary counts a finding's symptoms by kind, in the order Scan sorts them:
+// "3 FailedMount, 1 ContainerCreating" ("-" for none). The pods and messages are in
+// the controller's log (remediator controller, "Detected an incident").
+func symptomsSummary(symptoms []facts.Symptom) string {
+	var kinds []string
+	counts := map[string]int32{}
+	for _, s := range symptoms {
+		if _, ok := counts[s.Kind]; !ok {
+			kinds = append(kinds, s.Kind)
+		}
+		counts[s.Kind] += s.Count
+	}
+	parts := make([]string, 0, len(kinds))
+	for _, k := range kinds {
+		parts = append(parts, fmt.Sprintf("%d %s", counts[k], k))
+	}
+	return cmp.Or(strings.Join(parts, ", "), "-")
 }
 
 // suggestedRequests turns findings into one request per target: a Lease's PV, or a

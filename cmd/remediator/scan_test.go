@@ -113,7 +113,7 @@ func TestScanOutputsAgree(t *testing.T) {
 }
 
 // TestScanPrinterFlags: scan takes kubectl's printer flags. The default table is what
-// it was (-o table is the same), wide adds the Lease's age, its LeaseRetained events,
+// it was (-o table is the same) plus the symptoms counted by kind, wide adds the Lease's age, its LeaseRetained events,
 // the node-plugin pods and the suggested request; name, jsonpath and go-template print
 // the suggested requests, the List -o json prints.
 func TestScanPrinterFlags(t *testing.T) {
@@ -121,7 +121,11 @@ func TestScanPrinterFlags(t *testing.T) {
 		{Kind: facts.FindingDeregisteredDriver, Node: "kwok-node-0", NodeState: "Healthy", PluginPods: []string{"trident/trident-node-linux-abcde"},
 			Evidence: "CSINode kwok-node-0 does not list csi.trident.netapp.io"},
 		{Kind: facts.FindingStuckLease, Node: "kwok-node-1", NodeState: "Unreachable", Lease: "trident/pvc-75a6fd7f-7aee-45e8-a5fa-d4500272528e",
-			AgeSeconds: 2400, RetainedEvents: 3, Evidence: "Lease held for 40m"},
+			AgeSeconds: 2400, RetainedEvents: 3, Evidence: "Lease held for 40m", Symptoms: []facts.Symptom{
+				{Kind: facts.SymptomContainerCreating, Pod: "app/web-0", Count: 1, Message: "on kwok-node-2"},
+				{Kind: facts.SymptomFailedMount, Pod: "app/web-0", Count: 3, Message: "MountVolume.MountDevice failed"},
+				{Kind: facts.SymptomFailedMount, Pod: "app/web-1", Count: 1, Message: "MountVolume.MountDevice failed"},
+			}},
 	}
 	render := func(t *testing.T, output string, findings []facts.Finding) string {
 		t.Helper()
@@ -130,17 +134,17 @@ func TestScanPrinterFlags(t *testing.T) {
 		return b.String()
 	}
 	table := render(t, "", findings)
-	assert.Equal(t, "KIND                NODE         NODE STATE   LEASE                                             EVIDENCE\n"+
-		"DeregisteredDriver  kwok-node-0  Healthy      -                                                 CSINode kwok-node-0 does not list csi.trident.netapp.io\n"+
-		"StuckLease          kwok-node-1  Unreachable  trident/pvc-75a6fd7f-7aee-45e8-a5fa-d4500272528e  Lease held for 40m\n", table)
+	assert.Equal(t, "KIND                NODE         NODE STATE   LEASE                                             SYMPTOMS                            EVIDENCE\n"+
+		"DeregisteredDriver  kwok-node-0  Healthy      -                                                 -                                   CSINode kwok-node-0 does not list csi.trident.netapp.io\n"+
+		"StuckLease          kwok-node-1  Unreachable  trident/pvc-75a6fd7f-7aee-45e8-a5fa-d4500272528e  1 ContainerCreating, 4 FailedMount  Lease held for 40m\n", table)
 	assert.Equal(t, table, render(t, "table", findings), "-o table is the default")
 
 	wide := render(t, "wide", findings)
 	lines := strings.Split(strings.TrimSpace(wide), "\n")
 	require.Len(t, lines, 3, wide)
-	assert.Regexp(t, `^KIND +NODE +NODE STATE +LEASE +AGE +LEASERETAINED +PLUGIN PODS +REQUEST +EVIDENCE$`, lines[0])
-	assert.Regexp(t, `^DeregisteredDriver +kwok-node-0 +Healthy +- +- +0 +trident/trident-node-linux-abcde +remediator/reregister-csi-kwok-node-0 +CSINode kwok-node-0 does not list`, lines[1])
-	assert.Regexp(t, `^StuckLease +kwok-node-1 +Unreachable +trident/pvc-75a6fd7f-7aee-45e8-a5fa-d4500272528e +40m0s +3 +- +remediator/release-lease-pvc-75a6fd7f-7aee-45e8-a5fa-d4500272528e +Lease held for 40m$`, lines[2])
+	assert.Regexp(t, `^KIND +NODE +NODE STATE +LEASE +AGE +LEASERETAINED +PLUGIN PODS +SYMPTOMS +REQUEST +EVIDENCE$`, lines[0])
+	assert.Regexp(t, `^DeregisteredDriver +kwok-node-0 +Healthy +- +- +0 +trident/trident-node-linux-abcde +- +remediator/reregister-csi-kwok-node-0 +CSINode kwok-node-0 does not list`, lines[1])
+	assert.Regexp(t, `^StuckLease +kwok-node-1 +Unreachable +trident/pvc-75a6fd7f-7aee-45e8-a5fa-d4500272528e +40m0s +3 +- +1 ContainerCreating, 4 FailedMount +remediator/release-lease-pvc-75a6fd7f-7aee-45e8-a5fa-d4500272528e +Lease held for 40m$`, lines[2])
 
 	assert.Equal(t, "remediationrequest.remediator.io/reregister-csi-kwok-node-0\nremediationrequest.remediator.io/release-lease-pvc-75a6fd7f-7aee-45e8-a5fa-d4500272528e\n",
 		render(t, "name", findings))

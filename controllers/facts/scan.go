@@ -23,6 +23,26 @@ const (
 	FindingOverlappingPluginPods = "OverlappingPluginPods"
 )
 
+// Symptom kinds: what an on-call engineer sees first, attached to the finding that
+// explains it.
+const (
+	// SymptomFailedMount is kubelet's FailedMount Warning on a pod: on a pod that uses
+	// a stuck Lease's volume, or, naming the driver as not registered, on a pod on a
+	// node whose CSINode lacks it (seeds/000: "driver name csi.trident.netapp.io not
+	// found in the list of registered CSI drivers").
+	SymptomFailedMount = "FailedMount"
+	// SymptomContainerCreating is a pod that uses a stuck Lease's volume and waits in
+	// ContainerCreating (seeds/003).
+	SymptomContainerCreating = "ContainerCreating"
+	// SymptomTerminating is a pod that uses a stuck Lease's volume and is being deleted
+	// but still exists (seeds/003: pods stuck in Terminating).
+	SymptomTerminating = "Terminating"
+)
+
+// FailedMountReason is the reason of kubelet's Warning event for a volume it could not
+// mount.
+const FailedMountReason = "FailedMount"
+
 // Finding is one incident Scan detected, with the evidence an operator needs to
 // decide whether to open a request.
 type Finding struct {
@@ -35,29 +55,61 @@ type Finding struct {
 	RetainedEvents int32    `json:"retainedEvents,omitempty"`
 	PluginPods     []string `json:"pluginPods,omitempty"`
 	Evidence       string   `json:"evidence"`
+	// Symptoms are the workload's signs of this incident, sorted by kind, then object.
+	Symptoms []Symptom `json:"symptoms,omitempty"`
+}
+
+// Symptom is one sign of an incident on a workload pod.
+type Symptom struct {
+	Kind string `json:"kind"`
+	// Pod is namespace/name.
+	Pod string `json:"pod"`
+	// Count is how many times kubelet reported it (FailedMount), else 1.
+	Count   int32  `json:"count"`
+	Message string `json:"message,omitempty"`
+}
+
+// String renders a symptom for the scan table and logs.
+func (s Symptom) String() string {
+	out := s.Kind + " " + s.Pod
+	if s.Count > 1 {
+		out += fmt.Sprintf(" (%dx)", s.Count)
+	}
+	if s.Message != "" {
+		out += ": " + s.Message
+	}
+	return out
 }
 
 // ScanOptions tunes Scan.
 type ScanOptions struct {
-	// LeaseAge is the age from which a PV-named Lease counts as stuck even without
-	// LeaseRetained events.
+	// LeaseAge is the age from which a PV-named Lease whose holder is Healthy counts as
+	// stuck even without LeaseRetained events.
 	LeaseAge time.Duration
 }
 
 // Scan looks for the two incidents across the cluster: PV-named Leases in the Trident
-// namespace that are old or carry LeaseRetained events, nodes whose CSINode lacks the
-// driver while a Ready node-plugin pod runs there, and nodes with overlapping
-// node-plugin pods. It reads only the Trident namespace's Leases and pods, Nodes and
-// CSINodes. Findings are sorted by kind, then node, then Lease.
+// namespace whose holder is not Healthy, that are old or that carry LeaseRetained
+// events; nodes whose CSINode lacks the driver while a Ready node-plugin pod runs
+// there; and nodes with overlapping node-plugin pods. Each finding carries the
+// workload's symptoms: kubelet's FailedMount events and the pods of a stuck Lease's
+// volume that wait in ContainerCreating or Terminating. It reads the Trident
+// namespace's Leases and node-plugin pods, Nodes, node Leases, CSINodes, PVs,
+// FailedMount events in every namespace, and the pods of each stuck Lease's claim.
+// Findings are sorted by kind, then node, then Lease.
 func (g *Gatherer) Scan(ctx context.Context, opts ScanOptions) ([]Finding, error) {
 	now := g.now()
+	mounts, err := g.failedMounts(ctx)
+	if err != nil {
+		return nil, err
+	}
 	var out []Finding
-	leases, err := g.stuckLeases(ctx, opts, now)
+	leases, err := g.stuckLeases(ctx, opts, now, mounts)
 	if err != nil {
 		return nil, err
 	}
 	out = append(out, leases...)
-	csi, err := g.pluginFindings(ctx, now)
+	csi, err := g.pluginFindings(ctx, now, mounts)
 	if err != nil {
 		return nil, err
 	}
@@ -68,7 +120,7 @@ func (g *Gatherer) Scan(ctx context.Context, opts ScanOptions) ([]Finding, error
 	return out, nil
 }
 
-func (g *Gatherer) stuckLeases(ctx context.Context, opts ScanOptions, now time.Time) ([]Finding, error) {
+func (g *Gatherer) stuckLeases(ctx context.Context, opts ScanOptions, now time.Time, mounts []corev1.Event) ([]Finding, error) {
 	list := &coordinationv1.LeaseList{}
 	if err := g.Reader.List(ctx, list, client.InNamespace(g.Config.TridentNamespace)); err != nil {
 		return nil, fmt.Errorf("listing Leases in %s: %w", g.Config.TridentNamespace, err)
@@ -76,13 +128,17 @@ func (g *Gatherer) stuckLeases(ctx context.Context, opts ScanOptions, now time.T
 	var out []Finding
 	for i := range list.Items {
 		l := &list.Items[i]
+		if l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity == "" {
+			continue
+		}
 		// Trident names its cryptsetup Leases after PVs; other Leases in the namespace
 		// (leader election, for instance) are not ours to judge.
-		found, err := g.get(ctx, types.NamespacedName{Name: l.Name}, &corev1.PersistentVolume{})
+		pv := &corev1.PersistentVolume{}
+		found, err := g.get(ctx, types.NamespacedName{Name: l.Name}, pv)
 		if err != nil {
 			return nil, err
 		}
-		if !found || l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity == "" {
+		if !found {
 			continue
 		}
 		lf := &v1alpha1.LeaseFacts{}
@@ -92,28 +148,124 @@ func (g *Gatherer) stuckLeases(ctx context.Context, opts ScanOptions, now time.T
 		if err := g.retainedEvents(ctx, l, lf); err != nil {
 			return nil, err
 		}
-		if lf.RetainedEvents == 0 && time.Duration(lf.AgeSeconds)*time.Second < opts.LeaseAge {
-			continue
-		}
 		holder := *l.Spec.HolderIdentity
+		// The holder is looked at before the age: a Lease held by a node that is shut
+		// down, cut off or gone is stuck however young it is (Leases never expire), and
+		// the runbook's wait before deleting it is the floor's business, not a reason to
+		// stay silent. Only a Healthy holder's young Lease without a LeaseRetained
+		// Warning is an operation still in flight.
 		nf, err := g.nodeFacts(ctx, holder, now)
 		if err != nil {
 			return nil, err
+		}
+		if nf.State == v1alpha1.NodeHealthy && lf.RetainedEvents == 0 && time.Duration(lf.AgeSeconds)*time.Second < opts.LeaseAge {
+			continue
 		}
 		evidence := fmt.Sprintf("Lease %s/%s held by %s for %s", l.Namespace, l.Name, holder, time.Duration(lf.AgeSeconds)*time.Second)
 		if lf.RetainedEvents > 0 {
 			evidence += fmt.Sprintf(", %d LeaseRetained event(s), last: %q", lf.RetainedEvents, lf.LastRetainedMessage)
 		}
 		evidence += fmt.Sprintf("; holder %s is %s (%s)", holder, nf.State, nf.StateReason)
+		symptoms, err := g.volumeSymptoms(ctx, pv, mounts)
+		if err != nil {
+			return nil, err
+		}
 		out = append(out, Finding{
 			Kind: FindingStuckLease, Node: holder, NodeState: nf.State, Lease: l.Namespace + "/" + l.Name,
-			AgeSeconds: lf.AgeSeconds, RetainedEvents: lf.RetainedEvents, Evidence: evidence,
+			AgeSeconds: lf.AgeSeconds, RetainedEvents: lf.RetainedEvents, Evidence: evidence, Symptoms: symptoms,
 		})
 	}
 	return out, nil
 }
 
-func (g *Gatherer) pluginFindings(ctx context.Context, now time.Time) ([]Finding, error) {
+// failedMounts lists kubelet's FailedMount Warning events in every namespace.
+func (g *Gatherer) failedMounts(ctx context.Context) ([]corev1.Event, error) {
+	events := &corev1.EventList{}
+	if err := g.Reader.List(ctx, events, client.MatchingFields{"reason": FailedMountReason}); err != nil {
+		return nil, fmt.Errorf("listing %s events: %w", FailedMountReason, err)
+	}
+	return events.Items, nil
+}
+
+// volumeSymptoms are the signs of a stuck Lease on the pods that use its volume: the
+// claim's pods waiting in ContainerCreating or stuck Terminating, and FailedMount
+// events on them or naming the volume. The pods are listed in the claim's namespace
+// only, on every node: a RWX volume's pods elsewhere wait for the same lock.
+func (g *Gatherer) volumeSymptoms(ctx context.Context, pv *corev1.PersistentVolume, mounts []corev1.Event) ([]Symptom, error) {
+	var out []Symptom
+	users := map[string]bool{}
+	if ref := pv.Spec.ClaimRef; ref != nil && ref.Namespace != "" && ref.Name != "" {
+		pods := &corev1.PodList{}
+		if err := g.Reader.List(ctx, pods, client.InNamespace(ref.Namespace)); err != nil {
+			return nil, fmt.Errorf("listing pods in %s: %w", ref.Namespace, err)
+		}
+		for i := range pods.Items {
+			p := &pods.Items[i]
+			if !slices.Contains(ClaimsOf(p), ref.Name) {
+				continue
+			}
+			key := p.Namespace + "/" + p.Name
+			users[key] = true
+			switch {
+			case p.DeletionTimestamp != nil:
+				out = append(out, Symptom{Kind: SymptomTerminating, Pod: key, Count: 1,
+					Message: fmt.Sprintf("on %s, deleted at %s", p.Spec.NodeName, stamp(p.DeletionTimestamp.Time))})
+			case waitsInContainerCreating(p):
+				out = append(out, Symptom{Kind: SymptomContainerCreating, Pod: key, Count: 1, Message: "on " + p.Spec.NodeName})
+			}
+		}
+	}
+	quoted := fmt.Sprintf("%q", pv.Name)
+	for i := range mounts {
+		ev := &mounts[i]
+		key := ev.InvolvedObject.Namespace + "/" + ev.InvolvedObject.Name
+		if ev.InvolvedObject.Kind == "Pod" && (users[key] || strings.Contains(ev.Message, quoted)) {
+			out = append(out, Symptom{Kind: SymptomFailedMount, Pod: key, Count: eventCount(ev), Message: ev.Message})
+		}
+	}
+	sortSymptoms(out)
+	return out, nil
+}
+
+// waitsInContainerCreating: the pod is Pending with a container waiting to be created,
+// which is where kubelet holds a pod whose volume it cannot stage.
+func waitsInContainerCreating(p *corev1.Pod) bool {
+	if p.Status.Phase != corev1.PodPending {
+		return false
+	}
+	for _, cs := range slices.Concat(p.Status.InitContainerStatuses, p.Status.ContainerStatuses) {
+		if cs.State.Waiting != nil && cs.State.Waiting.Reason == "ContainerCreating" {
+			return true
+		}
+	}
+	return false
+}
+
+// driverSymptoms are kubelet's FailedMount events on node that say the driver is not
+// registered.
+func (g *Gatherer) driverSymptoms(node string, mounts []corev1.Event) []Symptom {
+	notRegistered := fmt.Sprintf("driver name %s not found in the list of registered CSI drivers", g.Config.DriverName)
+	var out []Symptom
+	for i := range mounts {
+		ev := &mounts[i]
+		// kubelet reports as the node: source.host (core/v1 events) or
+		// reportingInstance (events.k8s.io).
+		if (ev.Source.Host == node || ev.ReportingInstance == node) && strings.Contains(ev.Message, notRegistered) {
+			out = append(out, Symptom{Kind: SymptomFailedMount, Pod: ev.InvolvedObject.Namespace + "/" + ev.InvolvedObject.Name,
+				Count: eventCount(ev), Message: ev.Message})
+		}
+	}
+	sortSymptoms(out)
+	return out
+}
+
+func sortSymptoms(s []Symptom) {
+	slices.SortFunc(s, func(a, b Symptom) int {
+		return strings.Compare(a.Kind+"\x00"+a.Pod+"\x00"+a.Message, b.Kind+"\x00"+b.Pod+"\x00"+b.Message)
+	})
+}
+
+func (g *Gatherer) pluginFindings(ctx context.Context, now time.Time, mounts []corev1.Event) ([]Finding, error) {
 	pods := &corev1.PodList{}
 	if err := g.Reader.List(ctx, pods, client.InNamespace(g.Config.TridentNamespace),
 		client.MatchingLabelsSelector{Selector: g.Config.NodePluginSelector}); err != nil {
@@ -168,6 +320,7 @@ func (g *Gatherer) pluginFindings(ctx context.Context, now time.Time) ([]Finding
 		out = append(out, Finding{
 			Kind: FindingDeregisteredDriver, Node: node, NodeState: nf.State, PluginPods: descr,
 			Evidence: fmt.Sprintf("CSINode %s does not list %s while node-plugin pod(s) run there: %s", node, g.Config.DriverName, strings.Join(descr, ", ")),
+			Symptoms: g.driverSymptoms(node, mounts),
 		})
 	}
 	return out, nil

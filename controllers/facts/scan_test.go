@@ -34,8 +34,19 @@ func TestScan(t *testing.T) {
 		Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptr.To("trident-controller-0"), AcquireTime: ptr.To(metav1.NewMicroTime(time.Now().Add(-time.Hour)))},
 	})
 
+	// A young Lease without events, held by a node that went down: stuck however young.
+	w.node("scan-down", nodeSpec{ready: corev1.ConditionUnknown, renewedAgo: 10 * time.Minute})
+	w.volume("pvc-scan-down", "app", "scan-down")
+	w.tridentLease("pvc-scan-down", "scan-down", time.Minute, 0)
+	waiting := w.waitingPod("app", "web-scan-down", "scan-holder", "scan-down")
+	w.failedMount(waiting, "scan-holder", `MountVolume.MountDevice failed for volume "pvc-scan-down" : rpc error: code = Aborted desc = cryptsetup lock held by scan-down`, 4)
+	// A FailedMount of another volume on another pod is not this Lease's symptom.
+	other := w.waitingPod("app", "web-scan-other", "scan-holder", "scan-unrelated")
+	w.failedMount(other, "scan-holder", `MountVolume.SetUp failed for volume "pvc-unrelated" : not found`, 1)
+
 	w.node("scan-deregistered", ready)
 	w.csiNode("scan-deregistered")
+	w.failedMount(other, "scan-deregistered", "MountVolume.MountDevice failed for volume \"pvc-x\" : kubernetes.io/csi: attacher.MountDevice failed to create newCsiDriverClient: driver name csi.trident.netapp.io not found in the list of registered CSI drivers", 7)
 	w.pod("trident", "trident-csi-scan-a", "scan-deregistered", pluginLabels)
 	w.node("scan-overlap", ready)
 	w.csiNode("scan-overlap", facts.DefaultDriverName)
@@ -64,11 +75,23 @@ func TestScan(t *testing.T) {
 		assert.Equal(t, int32(2), f.RetainedEvents, "Lease with LeaseRetained events: %+v", f)
 		assert.Contains(t, f.Evidence, "LeaseRetained", "Lease with LeaseRetained events: %+v", f)
 	}
-	assert.Nil(t, find(facts.FindingStuckLease, "scan-holder", "trident/pvc-scan-young"), "a young Lease without events is not stuck")
+	assert.Nil(t, find(facts.FindingStuckLease, "scan-holder", "trident/pvc-scan-young"), "a Healthy holder's young Lease without events is not stuck")
+	if f := find(facts.FindingStuckLease, "scan-down", "trident/pvc-scan-down"); assert.NotNil(t, f, "a young Lease of a holder that is down") {
+		assert.Equal(t, v1alpha1.NodeUnreachable, f.NodeState, "%+v", f)
+		assert.Equal(t, []facts.Symptom{
+			{Kind: facts.SymptomContainerCreating, Pod: "app/web-scan-down", Count: 1, Message: "on scan-holder"},
+			{Kind: facts.SymptomFailedMount, Pod: "app/web-scan-down", Count: 4, Message: `MountVolume.MountDevice failed for volume "pvc-scan-down" : rpc error: code = Aborted desc = cryptsetup lock held by scan-down`},
+		}, f.Symptoms, "the claim's waiting pod and its FailedMount events, not the other volume's")
+	}
 	assert.False(t, slices.ContainsFunc(got, func(f facts.Finding) bool { return strings.Contains(f.Lease, "leader") }),
 		"a Lease not named after a PV was reported: %+v", got)
 	if f := find(facts.FindingDeregisteredDriver, "scan-deregistered", ""); assert.NotNil(t, f, "deregistered driver") {
 		assert.Len(t, f.PluginPods, 1, "deregistered driver: %+v", f)
+		if assert.Len(t, f.Symptoms, 1, "kubelet's FailedMount on that node: %+v", f) {
+			assert.Equal(t, facts.SymptomFailedMount, f.Symptoms[0].Kind)
+			assert.Equal(t, int32(7), f.Symptoms[0].Count)
+			assert.Contains(t, f.Symptoms[0].Message, "not found in the list of registered CSI drivers")
+		}
 	}
 	if f := find(facts.FindingOverlappingPluginPods, "scan-overlap", ""); assert.NotNil(t, f, "overlapping pods") {
 		assert.Len(t, f.PluginPods, 2, "overlapping pods: %+v", f)

@@ -175,6 +175,42 @@ func (w *world) pod(ns, name, node string, labels map[string]string, claims ...s
 	w.create(p)
 }
 
+// waitingPod creates a pod on node that uses claim and waits in ContainerCreating, as
+// kubelet leaves a pod whose volume it cannot stage.
+func (w *world) waitingPod(ns, name, node, claim string) *corev1.Pod {
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: corev1.PodSpec{
+			NodeName:   node,
+			Containers: []corev1.Container{{Name: "app", Image: "registry.example/app:1"}},
+			Volumes: []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{
+				PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim},
+			}}},
+		},
+		Status: corev1.PodStatus{Phase: corev1.PodPending, ContainerStatuses: []corev1.ContainerStatus{{
+			Name: "app", Image: "registry.example/app:1",
+			State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ContainerCreating"}},
+		}}},
+	}
+	w.create(p)
+	return p
+}
+
+// failedMount records kubelet's FailedMount Warning on pod, as the kubelet of node
+// reports it, seen count times.
+func (w *world) failedMount(pod *corev1.Pod, node, message string, count int32) {
+	now := metav1.NewTime(w.Now())
+	w.create(&corev1.Event{
+		ObjectMeta: metav1.ObjectMeta{Namespace: pod.Namespace, Name: fmt.Sprintf("%s.failedmount-%s", pod.Name, node)},
+		InvolvedObject: corev1.ObjectReference{
+			Kind: "Pod", APIVersion: "v1", Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID,
+		},
+		Reason: facts.FailedMountReason, Type: corev1.EventTypeWarning, Count: count, Message: message,
+		FirstTimestamp: now, LastTimestamp: now,
+		Source: corev1.EventSource{Component: "kubelet", Host: node},
+	})
+}
+
 // tridentLease creates the Lease Trident keeps after a failed cryptsetup, acquired
 // acquiredAgo in the world's time (after its creation, which is worldAhead ago), plus
 // `retained` LeaseRetained Warning events on it.
