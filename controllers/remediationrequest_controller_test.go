@@ -58,7 +58,7 @@ func startStoppableManager(t *testing.T, opts ...func(*controllers.RemediationRe
 // startManagerOn is startManager against another control plane.
 func startManagerOn(t *testing.T, cfg *rest.Config, opts ...func(*controllers.RemediationRequestReconciler)) (stop func()) {
 	t.Helper()
-	cacheOpts, clientOpts := controllers.CacheOptions(facts.DefaultConfig(), nil, types.NamespacedName{})
+	cacheOpts, clientOpts := controllers.CacheOptions(facts.DefaultConfig(), nil, types.NamespacedName{}, true)
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:  scheme.Scheme,
 		Cache:   cacheOpts,

@@ -40,15 +40,23 @@ var eventFields = map[string]func(*corev1.Event) string{
 //     their image lists), the node Leases in kube-node-lease, the Trident Leases and
 //     LeaseRetained events in the Trident namespace, PersistentVolumes, claims and
 //     CSINodes;
-//   - the pause ConfigMap, and no other ConfigMap.
+//   - the pause ConfigMap, and no other ConfigMap;
+//   - with detect (the Detector runs), kubelet's FailedMount events in every other
+//     namespace: the symptoms the detector attaches to an incident. They expire with
+//     the API server's event TTL (an hour by default), which bounds them.
 //
 // Pods are never cached: their number grows with the cluster, and the controller lists
 // them by node only when a request needs them.
-func CacheOptions(fc facts.Config, requestNamespaces []string, pause types.NamespacedName) (cache.Options, client.Options) {
+func CacheOptions(fc facts.Config, requestNamespaces []string, pause types.NamespacedName, detect bool) (cache.Options, client.Options) {
 	if pause.Name == "" {
 		pause = DefaultPauseConfigMap
 	}
 	all := map[string]cache.Config{cache.AllNamespaces: {}}
+	events := map[string]cache.Config{fc.TridentNamespace: {FieldSelector: fields.OneTermEqualSelector("reason", fc.RetainedEventReason)}}
+	if detect {
+		// Every namespace but the Trident one, which keeps its own selector.
+		events[cache.AllNamespaces] = cache.Config{FieldSelector: fields.OneTermEqualSelector("reason", facts.FailedMountReason)}
+	}
 	co := cache.Options{
 		DefaultTransform: cache.TransformStripManagedFields(),
 		ByObject: map[client.Object]cache.ByObject{
@@ -56,10 +64,7 @@ func CacheOptions(fc facts.Config, requestNamespaces []string, pause types.Names
 			&coordinationv1.Lease{}: {Namespaces: map[string]cache.Config{
 				fc.TridentNamespace: {}, corev1.NamespaceNodeLease: {},
 			}},
-			&corev1.Event{}: {
-				Namespaces: map[string]cache.Config{fc.TridentNamespace: {}},
-				Field:      fields.OneTermEqualSelector("reason", fc.RetainedEventReason),
-			},
+			&corev1.Event{}:                 {Namespaces: events},
 			&corev1.PersistentVolumeClaim{}: {Namespaces: all},
 			&corev1.ConfigMap{}: {
 				Namespaces: map[string]cache.Config{pause.Namespace: {}},
@@ -132,31 +137,50 @@ func PrepareCache(ctx context.Context, mgr ctrl.Manager) error {
 // Anything the cache does not hold, a Lease in a Trident namespace a request
 // overrides for one, is read live by all.
 func Gatherers(mgr ctrl.Manager, fc facts.Config) (decide, recheck, recheckRelease *facts.Gatherer) {
-	type live struct{ nodes, leases bool }
-	cached := func(l live) func(runtime.Object, string) bool {
-		return func(obj runtime.Object, ns string) bool {
-			switch obj.(type) {
-			case *corev1.Node:
-				return !l.nodes
-			case *coordinationv1.Lease:
-				if ns == corev1.NamespaceNodeLease {
-					return !l.nodes
-				}
-				return ns == fc.TridentNamespace && !l.leases
-			case *storagev1.CSINode:
-				return !l.leases
-			case *corev1.EventList:
-				return ns == fc.TridentNamespace
-			case *corev1.PersistentVolume, *corev1.PersistentVolumeClaim:
-				return true
-			}
-			return false
-		}
-	}
 	gatherer := func(l live) *facts.Gatherer {
-		return &facts.Gatherer{Reader: facts.SplitReader{Cache: mgr.GetClient(), Live: LiveReader(mgr), Cached: cached(l)}, Config: fc}
+		return &facts.Gatherer{Reader: facts.SplitReader{Cache: mgr.GetClient(), Live: LiveReader(mgr), Cached: cachedReads(fc, l)}, Config: fc}
 	}
 	return gatherer(live{}), gatherer(live{nodes: true, leases: true}), gatherer(live{nodes: true})
+}
+
+// DetectGatherer is the Detector's: everything from the cache as a decision reads it,
+// and the FailedMount events of every namespace too (CacheOptions with detect); pods
+// live.
+func DetectGatherer(mgr ctrl.Manager, fc facts.Config) *facts.Gatherer {
+	return &facts.Gatherer{Reader: facts.SplitReader{Cache: mgr.GetClient(), Live: LiveReader(mgr), Cached: cachedReads(fc, live{allEvents: true})}, Config: fc}
+}
+
+// live says what a gatherer reads live that a decision reads from the cache.
+type live struct {
+	nodes, leases bool
+	// allEvents reads events listed across namespaces from the cache (the detector's
+	// FailedMount events) rather than live.
+	allEvents bool
+}
+
+// cachedReads is a SplitReader's Cached for l.
+func cachedReads(fc facts.Config, l live) func(runtime.Object, string) bool {
+	return func(obj runtime.Object, ns string) bool {
+		switch obj.(type) {
+		case *corev1.Node:
+			return !l.nodes
+		case *coordinationv1.Lease:
+			if ns == corev1.NamespaceNodeLease {
+				return !l.nodes
+			}
+			return ns == fc.TridentNamespace && !l.leases
+		case *coordinationv1.LeaseList:
+			// Only scan lists Leases: the Trident namespace's.
+			return ns == fc.TridentNamespace && !l.leases
+		case *storagev1.CSINode:
+			return !l.leases
+		case *corev1.EventList:
+			return ns == fc.TridentNamespace || (ns == "" && l.allEvents)
+		case *corev1.PersistentVolume, *corev1.PersistentVolumeClaim:
+			return true
+		}
+		return false
+	}
 }
 
 // LiveReader reads live from the API server, retrying the reads that failed for a

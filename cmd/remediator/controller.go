@@ -40,6 +40,7 @@ type controllerOptions struct {
 	policyReloadInterval  time.Duration
 	workers               int
 	pprofAddr             string
+	detectInterval        time.Duration
 }
 
 func newControllerCommand() *cobra.Command {
@@ -73,6 +74,8 @@ func newControllerCommand() *cobra.Command {
 		"Requests reconciled at once. One request is never reconciled twice at once, and the guards stay exact across workers")
 	f.StringVar(&o.pauseConfigMap, "pause-configmap", controllers.DefaultPauseConfigMap.String(),
 		"namespace/name of the pause ConfigMap that `kubectl remediator pause` writes: while it says paused, no playbook and no step starts")
+	f.DurationVar(&o.detectInterval, "detect-interval", controllers.DefaultDetectInterval,
+		"How often the leader scans its informers for stuck Trident Leases and deregistered CSI drivers, as `remediator scan` does, and exports them as remediator_detected_* metrics; 0 disables it")
 	f.StringVar(&o.pprofAddr, "pprof-bind-address", "0", "Address the Go pprof endpoints (/debug/pprof) bind to; 0 disables them")
 	f.DurationVar(&o.policyReloadInterval, "policy-reload-interval", 30*time.Second,
 		"How often --policies-dir is re-read (a mounted ConfigMap changes in place); a policy that fails to load is not used: the last good one stays, and the log, remediator_policy_load_errors_total, remediator_policy_reload_failing{reason} and a Warning Event on the controller's Pod say why. 0 disables reloading")
@@ -122,7 +125,10 @@ func runController(cmd *cobra.Command, o controllerOptions) error {
 		return fmt.Errorf("--pause-configmap must be namespace/name, got %q", o.pauseConfigMap)
 	}
 	pause := types.NamespacedName{Namespace: pauseNS, Name: pauseName}
-	cacheOpts, clientOpts := controllers.CacheOptions(fc, namespaces, pause)
+	if o.detectInterval < 0 {
+		return fmt.Errorf("--detect-interval must be 0 (no detection) or positive, got %s", o.detectInterval)
+	}
+	cacheOpts, clientOpts := controllers.CacheOptions(fc, namespaces, pause, o.detectInterval > 0)
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                  newScheme(),
 		Cache:                   cacheOpts,
@@ -163,6 +169,12 @@ func runController(cmd *cobra.Command, o controllerOptions) error {
 	}
 	if err := controllers.RegisterMetrics(mgr.GetClient(), policy, mgr.Elected(), version); err != nil {
 		return fmt.Errorf("registering metrics: %w", err)
+	}
+	if o.detectInterval > 0 {
+		d := &controllers.Detector{Gatherer: controllers.DetectGatherer(mgr, fc), Interval: o.detectInterval, LeaseAge: gates.HealthyStuckLeaseAge}
+		if err := d.SetupWithManager(mgr); err != nil {
+			return err
+		}
 	}
 	if o.policiesDir != "" && o.policyReloadInterval > 0 {
 		reloader := &controllers.PolicyReloader{Engine: policy, Interval: o.policyReloadInterval,

@@ -280,18 +280,53 @@ var alertTests = map[string][]alertCase{
 	},
 	"TridentLeaseStuck": {
 		{
-			name:   "not renewed for 20 minutes",
-			series: []string{`kube_lease_renew_time{namespace="trident",lease="pvc-0a1b2c"} 0x30`},
-			at:     20 * time.Minute,
-			fire:   []map[string]string{{"namespace": "trident", "lease": "pvc-0a1b2c"}},
+			name: "a Lease held by a shut-down node, detected for 10 minutes",
+			series: []string{
+				`remediator_detected_incident{kind="StuckLease",node="node-2",node_state="Shutdown",lease_namespace="trident",lease="pvc-75a6fd7f",pod="remediator-0"} 1x20`,
+				// The standby exports none of it; a healthy node elsewhere is no incident.
+				`remediator_detected_incident{kind="DeregisteredDriver",node="node-3",node_state="Healthy",lease_namespace="",lease="",pod="remediator-0"} 1x20`,
+			},
+			at:   10 * time.Minute,
+			fire: []map[string]string{{"lease_namespace": "trident", "lease": "pvc-75a6fd7f", "node": "node-2", "node_state": "Shutdown"}},
 		},
 		{
-			name: "renewed every minute, and a Lease in another namespace",
+			name:   "detected for 3 minutes only: an operation that finished",
+			series: []string{`remediator_detected_incident{kind="StuckLease",node="node-2",node_state="Healthy",lease_namespace="trident",lease="pvc-75a6fd7f"} 1x3 _x20`},
+			at:     10 * time.Minute,
+		},
+		{
+			name:   "a healthy cluster: no detection series at all",
+			series: []string{`remediator_detection_last_success_timestamp_seconds{pod="remediator-0"} 0+60x20`},
+			at:     10 * time.Minute,
+		},
+	},
+	"TridentCSIDriverDeregistered": {
+		{
+			name: "the driver missing from a node's CSINode for 10 minutes",
 			series: []string{
-				`kube_lease_renew_time{namespace="trident",lease="pvc-0a1b2c"} 0+60x30`,
-				`kube_lease_renew_time{namespace="kube-node-lease",lease="node-1"} 0x30`,
+				`remediator_detected_incident{kind="DeregisteredDriver",node="node-3",node_state="Healthy",lease_namespace="",lease="",pod="remediator-0"} 1x20`,
+				`remediator_detected_incident{kind="OverlappingPluginPods",node="node-1",node_state="Healthy",lease_namespace="",lease="",pod="remediator-0"} 1x20`,
 			},
-			at: 20 * time.Minute,
+			at:   10 * time.Minute,
+			fire: []map[string]string{{"node": "node-3", "node_state": "Healthy"}},
+		},
+		{
+			name:   "missing for 2 minutes during a node-plugin restart",
+			series: []string{`remediator_detected_incident{kind="DeregisteredDriver",node="node-3",node_state="Healthy",lease_namespace="",lease=""} 1x2 _x20`},
+			at:     10 * time.Minute,
+		},
+	},
+	"RemediatorDetectionFailing": {
+		{
+			name:   "the last successful scan 20 minutes ago",
+			series: []string{`remediator_detection_last_success_timestamp_seconds{namespace="remediator-system",pod="remediator-0"} 0x40`},
+			at:     20 * time.Minute,
+			fire:   []map[string]string{{"namespace": "remediator-system"}},
+		},
+		{
+			name:   "scanning every 30 seconds",
+			series: []string{`remediator_detection_last_success_timestamp_seconds{namespace="remediator-system",pod="remediator-0"} 0+60x40`},
+			at:     20 * time.Minute,
 		},
 	},
 }

@@ -285,10 +285,9 @@ func TestNamespacedRoles(t *testing.T) {
 		t.Run(tc.tridentNS, func(t *testing.T) {
 			objs := render(t, map[string]any{"trident": map[string]any{"namespace": tc.tridentNS}})
 			want := map[string][]rbacv1.PolicyRule{
-				tc.tridentNS + "/" + release: {
-					{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"list", "watch"}},
-					leases("delete", "get", "list", "watch"),
-				},
+				// Events are read cluster-wide (the ClusterRole): the detector's FailedMount
+				// events are in the workloads' namespaces.
+				tc.tridentNS + "/" + release: {leases("delete", "get", "list", "watch")},
 				"kube-node-lease/" + release: {leases("get", "list", "watch")},
 				// The pause ConfigMap, read by the controller; written by the on-call groups.
 				namespace + "/" + release: {{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "list", "watch"}}},

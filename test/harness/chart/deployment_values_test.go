@@ -25,6 +25,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 
+	"github.com/remediator/remediator/controllers"
 	"github.com/remediator/remediator/controllers/facts"
 	"github.com/remediator/remediator/remediations"
 	"github.com/remediator/remediator/test/harness/helmchart"
@@ -207,6 +208,7 @@ func TestDefaultsAreTheFlagDefaults(t *testing.T) {
 		"facts.DefaultNodePluginSelector":                  facts.DefaultNodePluginSelector,
 		"remediations.DefaultGates.UnreachableMinLeaseAge": remediations.DefaultGates.UnreachableMinLeaseAge.String(),
 		"remediations.DefaultGates.HealthyStuckLeaseAge":   remediations.DefaultGates.HealthyStuckLeaseAge.String(),
+		"controllers.DefaultDetectInterval":                controllers.DefaultDetectInterval.String(),
 	})
 	// --policy-reload-interval is passed only with policies.
 	args := map[string]string{}
@@ -221,7 +223,7 @@ func TestDefaultsAreTheFlagDefaults(t *testing.T) {
 		"max-concurrent-remediations", "max-concurrent-reconciles",
 		"kube-api-qps", "kube-api-burst",
 		"trident-namespace", "driver-name", "node-plugin-selector",
-		"floor-unreachable-lease-age", "floor-healthy-lease-age",
+		"floor-unreachable-lease-age", "floor-healthy-lease-age", "detect-interval",
 	} {
 		want, ok := defaults[flag]
 		if !assert.True(t, ok, "cmd/remediator registers no --%s", flag) {

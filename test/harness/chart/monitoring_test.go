@@ -149,16 +149,25 @@ func TestPrometheusRule(t *testing.T) {
 	}
 	// An alert per failure mode; RemediatorSyncStale only with the chart's sync agent.
 	assert.Equal(t, []string{"RemediationFailed", "RemediationWaitingTooLong", "RemediationStuck", "PolicyReloadFailing",
-		"DecisionsFailedClosed", "RemediatorPausedTooLong", "TridentLeaseStuck"}, alerts)
+		"DecisionsFailedClosed", "RemediatorPausedTooLong", "TridentLeaseStuck", "TridentCSIDriverDeregistered", "RemediatorDetectionFailing"}, alerts)
 	assert.Contains(t, pr.Spec.Groups[0].Rules[0].Annotations["summary"], "{{ $labels.remediation }}", "Prometheus' template kept")
 
-	t.Run("trident namespace", func(t *testing.T) {
+	t.Run("detection", func(t *testing.T) {
 		values := prometheusRuleOn(nil)
-		values["trident"] = map[string]any{"namespace": "netapp-trident"}
-		rules := renderPrometheusRule(t, values).Spec.Groups[0].Rules
-		last := rules[len(rules)-1]
-		require.Equal(t, "TridentLeaseStuck", last.Alert)
-		assert.Equal(t, `time() - kube_lease_renew_time{namespace="netapp-trident"} > 600`, last.Expr)
+		values["trident"] = map[string]any{"driverName": "csi.example.com"}
+		values["detectInterval"] = "2m"
+		exprs, summaries := map[string]string{}, map[string]string{}
+		for _, r := range renderPrometheusRule(t, values).Spec.Groups[0].Rules {
+			exprs[r.Alert], summaries[r.Alert] = r.Expr, r.Annotations["summary"]
+		}
+		assert.Contains(t, summaries["TridentCSIDriverDeregistered"], "does not list csi.example.com", "the configured driver")
+		assert.Equal(t, `time() - max by (namespace) (remediator_detection_last_success_timestamp_seconds) > 1200`,
+			exprs["RemediatorDetectionFailing"], "ten scans missed")
+		values["detectInterval"] = "0s"
+		for _, r := range renderPrometheusRule(t, values).Spec.Groups[0].Rules {
+			assert.NotContains(t, []string{"TridentLeaseStuck", "TridentCSIDriverDeregistered", "RemediatorDetectionFailing"}, r.Alert,
+				"with detection off (detectInterval: 0s) nothing exports what %s reads", r.Alert)
+		}
 	})
 	t.Run("with the sync agent", func(t *testing.T) {
 		values := prometheusRuleOn(nil)
@@ -198,12 +207,6 @@ func TestPrometheusRule(t *testing.T) {
 		}
 		_, err := helmchart.Render(release, namespace, prometheusRuleOn(map[string]any{"runbookBaseURL": "https://x.example.com/README.md#alerts"}))
 		assert.ErrorContains(t, err, "runbookBaseURL", "a base URL with a fragment")
-	})
-	t.Run("without TridentLeaseStuck", func(t *testing.T) {
-		rules := renderPrometheusRule(t, prometheusRuleOn(map[string]any{"tridentLeaseStuck": map[string]any{"enabled": false}})).Spec.Groups[0].Rules
-		for _, r := range rules {
-			assert.NotEqual(t, "TridentLeaseStuck", r.Alert)
-		}
 	})
 	t.Run("needs metrics", func(t *testing.T) {
 		values := prometheusRuleOn(nil)

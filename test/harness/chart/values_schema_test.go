@@ -91,7 +91,7 @@ func TestSchemaAcceptsGoodValues(t *testing.T) {
 			"rbac":                    map[string]any{"aggregateToEdit": false},
 			"metrics": map[string]any{
 				"serviceMonitor": map[string]any{"enabled": true, "interval": "1m", "labels": map[string]any{"release": "prom"}},
-				"prometheusRule": map[string]any{"enabled": true, "tridentLeaseStuck": map[string]any{"thresholdSeconds": 1200}},
+				"prometheusRule": map[string]any{"enabled": true, "syncStale": map[string]any{"thresholdSeconds": 1200}},
 				"dashboard":      map[string]any{"enabled": true, "namespace": "monitoring"},
 			},
 			"podSecurityContext": map[string]any{"fsGroup": 2000},

@@ -1,0 +1,183 @@
+package controllers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/util/wait"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	"github.com/remediator/remediator/controllers/facts"
+)
+
+// DefaultDetectInterval is how often the controller looks for the two incidents.
+const DefaultDetectInterval = 30 * time.Second
+
+// Detector runs `remediator scan` continuously, from the controller's informers, and
+// exports what it finds: the stuck Leases (with their holder's state and age), the
+// nodes whose CSINode lacks the driver, and their symptoms. It only reads; acting on
+// a finding stays a request reviewed in Git, which `remediator scan -o yaml` prints.
+//
+// It runs on the leader only, so that one replica exports the findings and an alert's
+// max by (...) never sees two opinions. Between scans the metrics show the last one:
+// a scrape never waits for the API server.
+type Detector struct {
+	// Gatherer reads through the cache (Leases, Nodes, node Leases, PVs, CSINodes and
+	// FailedMount events) and live for pods, as the controller's decisions do.
+	Gatherer *facts.Gatherer
+	// Interval between two scans; the first runs once the cache has synced.
+	Interval time.Duration
+	// LeaseAge is the age from which a Healthy holder's Lease without LeaseRetained
+	// events counts as stuck: the safety floor's HealthyStuckLeaseAge, so that what
+	// the detector reports is what a request could act on.
+	LeaseAge time.Duration
+	// Now is the clock of the last-success metric; nil means time.Now.
+	Now func() time.Time
+
+	mu sync.Mutex
+	// findings of the last successful scan, keyed for the log's "detected"/"cleared".
+	findings map[string]facts.Finding
+	// lastSuccess is when the last scan succeeded; the detector's start until then,
+	// so that a detector that never succeeds shows an age that grows.
+	lastSuccess time.Time
+	running     bool
+}
+
+var _ manager.LeaderElectionRunnable = &Detector{}
+
+// NeedLeaderElection is true: only the leader scans and exports.
+func (d *Detector) NeedLeaderElection() bool { return true }
+
+// The detection metrics. The findings are collected from the last scan at scrape time
+// (no series for what the scan no longer finds); failures are a counter.
+var (
+	detectedIncidentDesc = prometheus.NewDesc("remediator_detected_incident",
+		"1 for each incident the last scan found (kind StuckLease, DeregisteredDriver or OverlappingPluginPods), by the node (a stuck Lease's holder), its state (Healthy, Unreachable, Shutdown, NotFound) and, for a stuck Lease, its namespace and name (the PV's). Exported by the leader, from its informers, every --detect-interval.",
+		[]string{"kind", "node", "node_state", "lease_namespace", "lease"}, nil)
+	detectedLeaseAgeDesc = prometheus.NewDesc("remediator_detected_stuck_lease_age_seconds",
+		"Age of each stuck Lease the last scan found (server time, from the later of its creation and acquisition), by Lease and holder node.",
+		[]string{"lease_namespace", "lease", "node"}, nil)
+	detectedSymptomsDesc = prometheus.NewDesc("remediator_detected_symptoms",
+		"The workload's signs of each incident the last scan found: kubelet's FailedMount events (summed counts), and pods of a stuck Lease's volume in ContainerCreating or Terminating, by incident and symptom.",
+		[]string{"kind", "node", "lease_namespace", "lease", "symptom"}, nil)
+	detectionLastSuccessDesc = prometheus.NewDesc("remediator_detection_last_success_timestamp_seconds",
+		"When the last scan for incidents succeeded (unix seconds); the detector's start until the first one does. Exported by the leader.",
+		nil, nil)
+	detectionFailures = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "remediator_detection_failures_total",
+		Help: "Scans for incidents that failed (the API server did not answer a read); the previous scan's findings stay exported.",
+	})
+)
+
+// SetupWithManager registers the metrics and runs the detector with the manager.
+func (d *Detector) SetupWithManager(mgr ctrl.Manager) error {
+	for _, c := range []prometheus.Collector{detectionFailures, d} {
+		if err := metrics.Registry.Register(c); err != nil && !errors.As(err, &prometheus.AlreadyRegisteredError{}) {
+			return fmt.Errorf("registering the detection metrics: %w", err)
+		}
+	}
+	if err := mgr.Add(d); err != nil {
+		return fmt.Errorf("adding the detector: %w", err)
+	}
+	return nil
+}
+
+func (d *Detector) now() time.Time {
+	if d.Now == nil {
+		return time.Now()
+	}
+	return d.Now()
+}
+
+// Start scans every Interval until ctx ends.
+func (d *Detector) Start(ctx context.Context) error {
+	d.mu.Lock()
+	d.running, d.lastSuccess = true, d.now()
+	d.mu.Unlock()
+	wait.UntilWithContext(ctx, d.Scan, d.Interval)
+	return nil
+}
+
+// Scan runs one scan and records it; a failed scan keeps the previous findings and
+// counts a failure. The log says when an incident is first seen and when it clears,
+// not at every scan.
+func (d *Detector) Scan(ctx context.Context) {
+	log := ctrl.LoggerFrom(ctx).WithName("detector")
+	found, err := d.Gatherer.Scan(ctx, facts.ScanOptions{LeaseAge: d.LeaseAge})
+	if err != nil {
+		if ctx.Err() == nil {
+			detectionFailures.Inc()
+			log.Error(err, "Scanning for incidents failed; the previous findings stay exported")
+		}
+		return
+	}
+	next := make(map[string]facts.Finding, len(found))
+	for _, f := range found {
+		next[findingKey(f)] = f
+	}
+	d.mu.Lock()
+	prev := d.findings
+	d.findings, d.lastSuccess = next, d.now()
+	d.mu.Unlock()
+	for _, f := range found {
+		if _, seen := prev[findingKey(f)]; !seen {
+			log.Info("Detected an incident; `remediator scan -o yaml` prints the request that would remediate it, to review and commit",
+				"kind", f.Kind, "node", f.Node, "nodeState", f.NodeState, "lease", f.Lease, "evidence", f.Evidence, "symptoms", symptomStrings(f.Symptoms))
+		}
+	}
+	for k, f := range prev {
+		if _, still := next[k]; !still {
+			log.Info("An incident is no longer detected", "kind", f.Kind, "node", f.Node, "lease", f.Lease)
+		}
+	}
+}
+
+func findingKey(f facts.Finding) string { return f.Kind + "\x00" + f.Node + "\x00" + f.Lease }
+
+func symptomStrings(s []facts.Symptom) []string {
+	out := make([]string, 0, len(s))
+	for _, x := range s {
+		out = append(out, x.String())
+	}
+	return out
+}
+
+// Describe implements prometheus.Collector.
+func (d *Detector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- detectedIncidentDesc
+	ch <- detectedLeaseAgeDesc
+	ch <- detectedSymptomsDesc
+	ch <- detectionLastSuccessDesc
+}
+
+// Collect implements prometheus.Collector: the last scan's findings. A replica that
+// does not lead, and so does not scan, exports none of them.
+func (d *Detector) Collect(ch chan<- prometheus.Metric) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if !d.running {
+		return
+	}
+	ch <- prometheus.MustNewConstMetric(detectionLastSuccessDesc, prometheus.GaugeValue, float64(d.lastSuccess.Unix()))
+	for _, f := range d.findings {
+		leaseNS, lease, _ := strings.Cut(f.Lease, "/")
+		ch <- prometheus.MustNewConstMetric(detectedIncidentDesc, prometheus.GaugeValue, 1, f.Kind, f.Node, string(f.NodeState), leaseNS, lease)
+		if f.Kind == facts.FindingStuckLease {
+			ch <- prometheus.MustNewConstMetric(detectedLeaseAgeDesc, prometheus.GaugeValue, float64(f.AgeSeconds), leaseNS, lease, f.Node)
+		}
+		counts := map[string]float64{}
+		for _, s := range f.Symptoms {
+			counts[s.Kind] += float64(s.Count)
+		}
+		for symptom, n := range counts {
+			ch <- prometheus.MustNewConstMetric(detectedSymptomsDesc, prometheus.GaugeValue, n, f.Kind, f.Node, leaseNS, lease, symptom)
+		}
+	}
+}
