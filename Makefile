@@ -176,6 +176,7 @@ test-unit: bins ## Unit and envtest integration tests (real kube-apiserver + etc
 	$(GOTEST) $(TEST_FLAGS) -tags failpoints ./remediations/failpoint/
 	cd test/promrules && $(GO) test -count=1 ./...
 	cd test/tools && $(GO) test -count=1 ./tridentnode/
+	cd $(ARGOCD_MOD) && $(GO) test -count=1 ./examples/
 
 # With two real kubelet nodes beside the kwok ones (needs root); E2E_REAL_NODES makes the
 # real-node tests fail, not skip, when the nodes are missing.
