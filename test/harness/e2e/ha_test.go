@@ -104,7 +104,7 @@ func metricValue(families map[string]*dto.MetricFamily, name string, labels map[
 		for _, l := range m.GetLabel() {
 			got[l.GetName()] = l.GetValue()
 		}
-		if fmt.Sprint(got) != fmt.Sprint(labels) {
+		if fmt.Sprint(nonEmpty(got)) != fmt.Sprint(nonEmpty(labels)) {
 			continue
 		}
 		switch {
@@ -117,6 +117,18 @@ func metricValue(families map[string]*dto.MetricFamily, name string, labels map[
 		}
 	}
 	return 0, false
+}
+
+// nonEmpty drops the labels with an empty value: in Prometheus' data model an empty
+// label is an absent one, whether or not the exposition wrote it.
+func nonEmpty(labels map[string]string) map[string]string {
+	out := map[string]string{}
+	for k, v := range labels {
+		if v != "" {
+			out[k] = v
+		}
+	}
+	return out
 }
 
 // TestMetricsReflectTheScenario scrapes a fresh controller process while it works:

@@ -207,7 +207,8 @@ func TestRealShutdownReleasesLease(t *testing.T) {
 	a, b := realNodePair(t)
 	ctx := context.Background()
 	ns := namespace(t, "e2e-real-down")
-	startController(t, "--policies-dir", shortGatePolicies(t), "--request-namespaces", ns)
+	metrics := freeAddr(t)
+	startController(t, "--policies-dir", shortGatePolicies(t), "--request-namespaces", ns, "--metrics-bind-address", metrics)
 	pv, pvc := csiVolume(t, ns, true)
 
 	// The workload starts on a: b is cordoned until a is gone.
@@ -243,6 +244,10 @@ func TestRealShutdownReleasesLease(t *testing.T) {
 	require.Equal(t, b, second.Spec.NodeName, "the replacement's node")
 	waitFailedMount(t, ns, second.Name, "held by "+a, 90*time.Second)
 	require.True(t, leaseExists(t, pv), "the Lease went before the request")
+	// Before any request: the controller's detection exports the stuck Lease with its
+	// holder's state and the real kubelet's symptoms (issue 26).
+	waitDetected(t, metrics, map[string]string{"kind": "StuckLease", "node": a, "node_state": "Shutdown",
+		"lease_namespace": tridentNS, "lease": pv}, "FailedMount", "ContainerCreating")
 
 	key := request(t, ns, v1alpha1.RemediationRequestSpec{
 		Remediation: v1alpha1.RemediationReleaseLUKSLease,
@@ -425,7 +430,8 @@ func TestRealCSIDeregistrationAndFix(t *testing.T) {
 	a, b := realNodePair(t)
 	ctx := context.Background()
 	ns := namespace(t, "e2e-real-csi")
-	startController(t, "--request-namespaces", ns)
+	metrics := freeAddr(t)
+	startController(t, "--request-namespaces", ns, "--metrics-bind-address", metrics)
 	t.Cleanup(func() { simRestoreBaseline(t) })
 	waitRealBaseline(t, a, b)
 	pluginUID := func(node string) types.UID {
@@ -447,6 +453,10 @@ func TestRealCSIDeregistrationAndFix(t *testing.T) {
 		Spec: realPodSpec(a, pvc, `echo mounted > /data/app; while true; do sleep 1; done`, 5)}
 	create(t, pod)
 	waitFailedMount(t, ns, pod.Name, notRegistered, 90*time.Second)
+	// Before any request: the controller's detection exports the node and the real
+	// kubelet's FailedMount saying the driver is not registered (issue 26).
+	waitDetected(t, metrics, map[string]string{"kind": "DeregisteredDriver", "node": a, "node_state": "Healthy",
+		"lease_namespace": "", "lease": ""}, "FailedMount")
 
 	out, err := exec.Command(filepath.Join(root, "bin", "remediator"), "scan", "--kubeconfig", kubeconfig,
 		"--node-lease-grace-period", "20s", "--request-namespace", ns, "-o", "json", "--exit-code").Output()
