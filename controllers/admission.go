@@ -112,10 +112,6 @@ const (
 	holdsSlot
 )
 
-func (a *Admission) state(rr *v1alpha1.RemediationRequest) slotState {
-	return stateOf(rr, a.Playbooks)
-}
-
 func stateOf(rr *v1alpha1.RemediationRequest, playbooks remediations.Playbooks) slotState {
 	switch {
 	case rr.Status.Phase == v1alpha1.PhaseRunning && playbooks.Disruptive(decidedPlaybook(rr)), granted(rr):
@@ -157,7 +153,7 @@ func (a *Admission) lineChanged() predicate.Funcs {
 			return notInLine
 		}
 		rr := guardView(u)
-		return a.state(&rr)
+		return stateOf(&rr, a.Playbooks)
 	}
 	return predicate.Funcs{
 		CreateFunc:  func(e event.CreateEvent) bool { return state(e.Object) != notInLine },
@@ -297,12 +293,16 @@ func WouldAdmit(rr *v1alpha1.RemediationRequest, others []v1alpha1.RemediationRe
 func lineAhead(self *v1alpha1.RemediationRequest, others []v1alpha1.RemediationRequest, playbooks remediations.Playbooks) (holders []string, ahead int) {
 	var held []v1alpha1.RemediationRequest
 	for _, o := range others {
-		switch {
-		case o.UID == self.UID:
-		case stateOf(&o, playbooks) == holdsSlot:
+		if o.UID == self.UID {
+			continue
+		}
+		switch stateOf(&o, playbooks) {
+		case holdsSlot:
 			held = append(held, o)
-		case stateOf(&o, playbooks) == inLine && olderFirst(o, *self) < 0:
-			ahead++
+		case inLine:
+			if olderFirst(o, *self) < 0 {
+				ahead++
+			}
 		}
 	}
 	return names(held), ahead
