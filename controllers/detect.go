@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -44,8 +46,9 @@ type Detector struct {
 	mu sync.Mutex
 	// findings of the last successful scan, keyed for the log's "detected"/"cleared".
 	findings map[string]facts.Finding
-	// lastSuccess is when the last scan succeeded; the detector's start until then,
-	// so that a detector that never succeeds shows an age that grows.
+	// lastSuccess is when the last scan succeeded; zero until one has, and then no
+	// series is exported, so that RemediatorDetectionFailing's absent() sees a
+	// detector that never succeeds (or never runs) the same way.
 	lastSuccess time.Time
 	running     bool
 }
@@ -59,16 +62,16 @@ func (d *Detector) NeedLeaderElection() bool { return true }
 // (no series for what the scan no longer finds); failures are a counter.
 var (
 	detectedIncidentDesc = prometheus.NewDesc("remediator_detected_incident",
-		"1 for each incident the last scan found (kind StuckLease, DeregisteredDriver or OverlappingPluginPods), by the node (a stuck Lease's holder), its state (Healthy, Unreachable, Shutdown, NotFound) and, for a stuck Lease, its namespace and name (the PV's). Exported by the leader, from its informers, every --detect-interval.",
+		"1 for each incident the last scan found (kind StuckLease, DeregisteredDriver or OverlappingPluginPods), by the node (a stuck Lease's holder), its state (Healthy, Unknown, Unreachable, Shutdown, NotFound) and, for a stuck Lease, its namespace and name (the PV's). Exported by the leader, from its informers, every --detect-interval.",
 		[]string{"kind", "node", "node_state", "lease_namespace", "lease"}, nil)
 	detectedLeaseAgeDesc = prometheus.NewDesc("remediator_detected_stuck_lease_age_seconds",
 		"Age of each stuck Lease the last scan found (server time, from the later of its creation and acquisition), by Lease and holder node.",
 		[]string{"lease_namespace", "lease", "node"}, nil)
 	detectedSymptomsDesc = prometheus.NewDesc("remediator_detected_symptoms",
-		"The workload's signs of each incident the last scan found: kubelet's FailedMount events (summed counts), and pods of a stuck Lease's volume in ContainerCreating or Terminating, by incident and symptom.",
+		"The workload's signs of each incident the last scan found, by incident and symptom: for FailedMount, the occurrences of kubelet's events (their counts summed); for ContainerCreating and Terminating, the pods of a stuck Lease's volume waiting or stuck.",
 		[]string{"kind", "node", "lease_namespace", "lease", "symptom"}, nil)
 	detectionLastSuccessDesc = prometheus.NewDesc("remediator_detection_last_success_timestamp_seconds",
-		"When the last scan for incidents succeeded (unix seconds); the detector's start until the first one does. Exported by the leader.",
+		"When the last scan for incidents succeeded (unix seconds); no series until one has. Exported by the leader.",
 		nil, nil)
 	detectionFailures = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "remediator_detection_failures_total",
@@ -77,11 +80,14 @@ var (
 )
 
 // SetupWithManager registers the metrics and runs the detector with the manager.
+// One detector per process exports the findings: a second one is an error, not a
+// detector whose findings go nowhere.
 func (d *Detector) SetupWithManager(mgr ctrl.Manager) error {
-	for _, c := range []prometheus.Collector{detectionFailures, d} {
-		if err := metrics.Registry.Register(c); err != nil && !errors.As(err, &prometheus.AlreadyRegisteredError{}) {
-			return fmt.Errorf("registering the detection metrics: %w", err)
-		}
+	if err := metrics.Registry.Register(detectionFailures); err != nil && !errors.As(err, &prometheus.AlreadyRegisteredError{}) {
+		return fmt.Errorf("registering the detection metrics: %w", err)
+	}
+	if err := metrics.Registry.Register(d); err != nil {
+		return fmt.Errorf("registering the detector's metrics: %w", err)
 	}
 	if err := mgr.Add(d); err != nil {
 		return fmt.Errorf("adding the detector: %w", err)
@@ -96,21 +102,39 @@ func (d *Detector) now() time.Time {
 	return d.Now()
 }
 
-// Start scans every Interval until ctx ends.
+// Start scans every Interval until ctx ends. Once it returns (leadership lost, the
+// manager stopping), the detector exports nothing: a finding it no longer checks
+// must not stay on a dashboard.
 func (d *Detector) Start(ctx context.Context) error {
+	if d.Interval <= 0 {
+		return fmt.Errorf("detection interval must be positive, got %s", d.Interval)
+	}
 	d.mu.Lock()
-	d.running, d.lastSuccess = true, d.now()
+	d.running = true
 	d.mu.Unlock()
+	defer func() {
+		d.mu.Lock()
+		d.running, d.findings, d.lastSuccess = false, nil, time.Time{}
+		d.mu.Unlock()
+	}()
 	wait.UntilWithContext(ctx, d.Scan, d.Interval)
 	return nil
 }
+
+// scanTimeout bounds one scan, so that a live read that hangs does not stop
+// detection: the next scan starts on time and RemediatorDetectionFailing sees the
+// failures.
+func (d *Detector) scanTimeout() time.Duration { return max(d.Interval, 30*time.Second) }
 
 // Scan runs one scan and records it; a failed scan keeps the previous findings and
 // counts a failure. The log says when an incident is first seen and when it clears,
 // not at every scan.
 func (d *Detector) Scan(ctx context.Context) {
 	log := ctrl.LoggerFrom(ctx).WithName("detector")
-	found, err := d.Gatherer.Scan(ctx, facts.ScanOptions{LeaseAge: d.LeaseAge})
+	scanCtx, cancel := context.WithTimeout(ctx, d.scanTimeout())
+	defer cancel()
+	found, err := d.Gatherer.Scan(scanCtx, facts.ScanOptions{LeaseAge: d.LeaseAge,
+		Warn: func(msg string) { log.Info("Scanning for incidents: " + msg) }})
 	if err != nil {
 		if ctx.Err() == nil {
 			detectionFailures.Inc()
@@ -127,13 +151,19 @@ func (d *Detector) Scan(ctx context.Context) {
 	d.findings, d.lastSuccess = next, d.now()
 	d.mu.Unlock()
 	for _, f := range found {
-		if _, seen := prev[findingKey(f)]; !seen {
+		before, seen := prev[findingKey(f)]
+		switch {
+		case !seen:
 			log.Info("Detected an incident; `remediator scan -o yaml` prints the request that would remediate it, to review and commit",
 				"kind", f.Kind, "node", f.Node, "nodeState", f.NodeState, "lease", f.Lease, "evidence", f.Evidence, "symptoms", symptomStrings(f.Symptoms))
+		case before.NodeState != f.NodeState:
+			log.Info("A detected incident's node changed state", "kind", f.Kind, "node", f.Node, "lease", f.Lease,
+				"from", before.NodeState, "to", f.NodeState, "evidence", f.Evidence)
 		}
 	}
-	for k, f := range prev {
+	for _, k := range slices.Sorted(maps.Keys(prev)) {
 		if _, still := next[k]; !still {
+			f := prev[k]
 			log.Info("An incident is no longer detected", "kind", f.Kind, "node", f.Node, "lease", f.Lease)
 		}
 	}
@@ -165,7 +195,9 @@ func (d *Detector) Collect(ch chan<- prometheus.Metric) {
 	if !d.running {
 		return
 	}
-	ch <- prometheus.MustNewConstMetric(detectionLastSuccessDesc, prometheus.GaugeValue, float64(d.lastSuccess.Unix()))
+	if !d.lastSuccess.IsZero() {
+		ch <- prometheus.MustNewConstMetric(detectionLastSuccessDesc, prometheus.GaugeValue, float64(d.lastSuccess.Unix()))
+	}
 	for _, f := range d.findings {
 		leaseNS, lease, _ := strings.Cut(f.Lease, "/")
 		ch <- prometheus.MustNewConstMetric(detectedIncidentDesc, prometheus.GaugeValue, 1, f.Kind, f.Node, string(f.NodeState), leaseNS, lease)

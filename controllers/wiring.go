@@ -13,6 +13,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -43,7 +44,9 @@ var eventFields = map[string]func(*corev1.Event) string{
 //   - the pause ConfigMap, and no other ConfigMap;
 //   - with detect (the Detector runs), kubelet's FailedMount events in every other
 //     namespace: the symptoms the detector attaches to an incident. They expire with
-//     the API server's event TTL (an hour by default), which bounds them.
+//     the API server's event TTL (an hour by default), which bounds them. The Trident
+//     namespace's informer holds only LeaseRetained events (one field selector per
+//     namespace), so a FailedMount there, on no workload's pod, is not seen.
 //
 // Pods are never cached: their number grows with the cluster, and the controller lists
 // them by node only when a request needs them.
@@ -64,7 +67,7 @@ func CacheOptions(fc facts.Config, requestNamespaces []string, pause types.Names
 			&coordinationv1.Lease{}: {Namespaces: map[string]cache.Config{
 				fc.TridentNamespace: {}, corev1.NamespaceNodeLease: {},
 			}},
-			&corev1.Event{}:                 {Namespaces: events},
+			&corev1.Event{}:                 {Namespaces: events, Transform: stripEvent},
 			&corev1.PersistentVolumeClaim{}: {Namespaces: all},
 			&corev1.ConfigMap{}: {
 				Namespaces: map[string]cache.Config{pause.Namespace: {}},
@@ -83,6 +86,34 @@ func CacheOptions(fc facts.Config, requestNamespaces []string, pause types.Names
 		DisableFor:   []client.Object{&corev1.Pod{}},
 	}}
 	return co, clo
+}
+
+// stripEvent keeps of an Event what the facts read: the object it is about, its
+// reason, type, message, source and timestamps, and drops the rest (related object,
+// action, annotations, labels...). FailedMount events of every namespace are cached
+// for the detector, also on a standby; a cluster with many unmountable volumes (a
+// missing ConfigMap is common) has many.
+func stripEvent(obj any) (any, error) {
+	obj, err := cache.TransformStripManagedFields()(obj)
+	if e, ok := obj.(*corev1.Event); ok {
+		*e = corev1.Event{
+			TypeMeta:            e.TypeMeta,
+			ObjectMeta:          metav1.ObjectMeta{Name: e.Name, Namespace: e.Namespace, UID: e.UID, ResourceVersion: e.ResourceVersion, CreationTimestamp: e.CreationTimestamp},
+			InvolvedObject:      e.InvolvedObject,
+			Reason:              e.Reason,
+			Message:             e.Message,
+			Source:              e.Source,
+			FirstTimestamp:      e.FirstTimestamp,
+			LastTimestamp:       e.LastTimestamp,
+			Count:               e.Count,
+			Type:                e.Type,
+			EventTime:           e.EventTime,
+			Series:              e.Series,
+			ReportingController: e.ReportingController,
+			ReportingInstance:   e.ReportingInstance,
+		}
+	}
+	return obj, err
 }
 
 // stripNode keeps of a Node what the facts and steps read (metadata, spec, the
@@ -147,7 +178,8 @@ func Gatherers(mgr ctrl.Manager, fc facts.Config) (decide, recheck, recheckRelea
 // and the FailedMount events of every namespace too (CacheOptions with detect); pods
 // live.
 func DetectGatherer(mgr ctrl.Manager, fc facts.Config) *facts.Gatherer {
-	return &facts.Gatherer{Reader: facts.SplitReader{Cache: mgr.GetClient(), Live: LiveReader(mgr), Cached: cachedReads(fc, live{allEvents: true})}, Config: fc}
+	return &facts.Gatherer{Reader: facts.SplitReader{Cache: mgr.GetClient(), Live: LiveReader(mgr), Cached: cachedReads(fc, live{allEvents: true}),
+		TrustCacheMisses: true}, Config: fc}
 }
 
 // live says what a gatherer reads live that a decision reads from the cache.

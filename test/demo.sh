@@ -196,9 +196,10 @@ echo
 kc get nodes -o custom-columns='NODE:.metadata.name,READY:.status.conditions[?(@.type=="Ready")].status,TAINTS:.spec.taints[*].key'
 
 say "What remediator scan finds (--exit-code: 3 when there are findings)"
-# --lease-age: from what age a Lease without LeaseRetained events counts as stuck
-# (default 10m), shortened like the policy's gates.
-"$BIN/remediator" scan --kubeconfig "$KUBECONFIG" --node-lease-grace-period 20s --lease-age "${UNREACHABLE_GATE}s" --exit-code || [[ $? == 3 ]]
+# --floor-healthy-lease-age: from what age a healthy holder's Lease without
+# LeaseRetained events counts as stuck (default 10m), shortened like the policy's gates.
+# A Lease whose holder is down counts at any age.
+"$BIN/remediator" scan --kubeconfig "$KUBECONFIG" --node-lease-grace-period 20s --floor-healthy-lease-age "${UNREACHABLE_GATE}s" --exit-code || [[ $? == 3 ]]
 
 say "Creating the remediation repository from examples/remediation-repo"
 TEMPLATE="$ROOT/examples/remediation-repo"

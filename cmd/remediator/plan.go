@@ -171,7 +171,7 @@ Exit codes (with several requests the worst wins: 1, then 2, then 4, then 0):
 	o.output.addFlags(cmd, planOutputUsage)
 	f.IntVar(&o.maxConcurrent, "max-concurrent-remediations", 2, "The controller's cap on running playbooks (live facts: a request over it would wait); 0 means no cap")
 	f.StringVar(&o.at, "at", "", "When the request would be applied, for spec.maintenanceWindow (RFC 3339); empty means now")
-	addSettingsFlag(f, &o.settingsConfigMap)
+	addSettingsFlag(f, &o.settingsConfigMap, "plan")
 	cmd.MarkFlagsMutuallyExclusive("facts", "kubeconfig")
 	cmd.MarkFlagsMutuallyExclusive("facts", "context")
 	return cmd

@@ -43,10 +43,10 @@ type planSetting struct {
 	From string `json:"from"`
 }
 
-func addSettingsFlag(f *pflag.FlagSet, p *string) {
+func addSettingsFlag(f *pflag.FlagSet, p *string, command string) {
 	f.StringVar(p, "settings-configmap", defaultSettingsConfigMap,
 		"The chart's settings ConfigMap (NAMESPACE/NAME, the chart's <fullname>-settings): with live facts, its values apply to the settings ("+
-			strings.Join(settingFlags, ", ")+") not given as flags; empty: plan's flags and defaults only")
+			strings.Join(settingFlags, ", ")+") not given as flags; empty: "+command+"'s flags and defaults only")
 }
 
 // applySettings reads the settings ConfigMap and sets each flag the command line did
@@ -54,19 +54,26 @@ func addSettingsFlag(f *pflag.FlagSet, p *string) {
 // when the ConfigMap does not exist. Any other failure to read it is an error: a
 // check that cannot see the controller's settings must not pass on plan's defaults.
 func (o *planOptions) applySettings(ctx context.Context) ([]planSetting, []string, error) {
+	return applySettings(ctx, "plan", o.flags, o.cluster, o.settingsConfigMap)
+}
+
+// applySettings is planOptions.applySettings for any command with the cluster flags:
+// the keys whose flag the command does not have (scan has no
+// --max-concurrent-remediations) are left out.
+func applySettings(ctx context.Context, command string, flags *pflag.FlagSet, cluster *clusterFlags, settingsConfigMap string) ([]planSetting, []string, error) {
 	from := map[string]string{}
 	for _, name := range settingFlags {
-		if o.flags != nil && o.flags.Changed(name) {
+		if flags != nil && flags.Changed(name) {
 			from[name] = settingFromFlag
 		}
 	}
 	var warnings []string
-	if o.settingsConfigMap != "" {
-		ns, name, ok := strings.Cut(o.settingsConfigMap, "/")
+	if settingsConfigMap != "" {
+		ns, name, ok := strings.Cut(settingsConfigMap, "/")
 		if !ok || ns == "" || name == "" || strings.Contains(name, "/") {
-			return nil, nil, fmt.Errorf("--settings-configmap %q: want NAMESPACE/NAME, e.g. %s, or empty", o.settingsConfigMap, defaultSettingsConfigMap)
+			return nil, nil, fmt.Errorf("--settings-configmap %q: want NAMESPACE/NAME, e.g. %s, or empty", settingsConfigMap, defaultSettingsConfigMap)
 		}
-		r, err := o.cluster.reader()
+		r, err := cluster.reader()
 		if err != nil {
 			return nil, nil, err
 		}
@@ -74,12 +81,12 @@ func (o *planOptions) applySettings(ctx context.Context) ([]planSetting, []strin
 		err = r.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, cm)
 		switch {
 		case apierrors.IsNotFound(err):
-			warnings = append(warnings, fmt.Sprintf("the controller's settings ConfigMap %s does not exist: plan uses its own defaults where no flag is given, which may not be the controller's (install the chart, or give --settings-configmap NAMESPACE/NAME of its <fullname>-settings)", o.settingsConfigMap))
+			warnings = append(warnings, fmt.Sprintf("the controller's settings ConfigMap %s does not exist: %s uses its own defaults where no flag is given, which may not be the controller's (install the chart, or give --settings-configmap NAMESPACE/NAME of its <fullname>-settings)", settingsConfigMap, command))
 		case apierrors.IsForbidden(err):
-			return nil, nil, fmt.Errorf("reading the controller's settings from ConfigMap %s: %w: grant get on configmaps named %q in namespace %q (the chart's remediator-plan ClusterRole has it; bind it to this identity), or pass --settings-configmap= to decide with plan's flags and defaults only",
-				o.settingsConfigMap, err, name, ns)
+			return nil, nil, fmt.Errorf("reading the controller's settings from ConfigMap %s: %w: grant get on configmaps named %q in namespace %q (the chart's remediator-plan ClusterRole has it; bind it to this identity), or pass --settings-configmap= to use %s's flags and defaults only",
+				settingsConfigMap, err, name, ns, command)
 		case err != nil:
-			return nil, nil, fmt.Errorf("reading the controller's settings from ConfigMap %s: %w", o.settingsConfigMap, err)
+			return nil, nil, fmt.Errorf("reading the controller's settings from ConfigMap %s: %w", settingsConfigMap, err)
 		default:
 			for _, key := range slices.Sorted(func(yield func(string) bool) {
 				for k := range cm.Data {
@@ -89,25 +96,26 @@ func (o *planOptions) applySettings(ctx context.Context) ([]planSetting, []strin
 				}
 			}) {
 				if !slices.Contains(settingFlags, key) {
-					warnings = append(warnings, fmt.Sprintf("the settings ConfigMap %s has key %q, which this plan does not know (a newer chart?): ignored", o.settingsConfigMap, key))
+					warnings = append(warnings, fmt.Sprintf("the settings ConfigMap %s has key %q, which this %s does not know (a newer chart?): ignored", settingsConfigMap, key, command))
 					continue
 				}
-				if from[key] == settingFromFlag {
+				if from[key] == settingFromFlag || flags.Lookup(key) == nil {
 					continue
 				}
-				if err := o.flags.Set(key, cm.Data[key]); err != nil {
-					return nil, nil, fmt.Errorf("the settings ConfigMap %s: %s: %w", o.settingsConfigMap, key, err)
+				if err := flags.Set(key, cm.Data[key]); err != nil {
+					return nil, nil, fmt.Errorf("the settings ConfigMap %s: %s: %w", settingsConfigMap, key, err)
 				}
-				from[key] = "configmap " + o.settingsConfigMap
+				from[key] = "configmap " + settingsConfigMap
 			}
 		}
 	}
 	out := make([]planSetting, 0, len(settingFlags))
 	for _, name := range settingFlags {
-		s := planSetting{Name: name, From: settingFromDefault}
-		if f := o.flags.Lookup(name); f != nil {
-			s.Value = f.Value.String()
+		f := flags.Lookup(name)
+		if f == nil {
+			continue
 		}
+		s := planSetting{Name: name, From: settingFromDefault, Value: f.Value.String()}
 		if src, ok := from[name]; ok {
 			s.From = src
 		}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"sigs.k8s.io/yaml"
 
 	"github.com/remediator/remediator/api/v1alpha1"
@@ -31,8 +33,15 @@ type findingsError struct{ n int }
 func (e findingsError) Error() string { return fmt.Sprintf("%d finding(s)", e.n) }
 
 type scanOptions struct {
-	cluster  *clusterFlags
-	leaseAge time.Duration
+	cluster *clusterFlags
+	// flags are scan's, for the settings ConfigMap to fill in what they do not give.
+	flags             *pflag.FlagSet
+	settingsConfigMap string
+	// lease and node keep only the findings whose suggested request targets that
+	// Lease (its PV) or that node: what an alert names.
+	lease, node string
+	// stderr receives the warnings; nil means os.Stderr.
+	stderr io.Writer
 	// output is -o: kubectl's printer flags around scan's own outputs.
 	output           *outputFlags
 	requestNamespace string
@@ -54,15 +63,19 @@ func newScanCommand() *cobra.Command {
 		Short: "Find stuck Trident Leases and deregistered CSI drivers, and print suggested requests",
 		Long: `scan reads the cluster (read-only) and reports:
   - stuck Leases: PV-named Leases in the Trident namespace whose holder node is shut
-    down, unreachable or gone (at any age), or that are older than --lease-age or
-    carry LeaseRetained events, with the holder node's state;
+    down, unreachable or gone (at any age), or that are older than
+    --floor-healthy-lease-age or carry LeaseRetained events, with the holder node's
+    state;
   - deregistered drivers: nodes whose CSINode lacks the driver while a Ready
     node-plugin pod runs there;
   - overlapping node-plugin pods.
 Each finding counts its symptoms: kubelet's FailedMount events (on the volume's pods,
 or saying the driver is not registered on the node), and the volume's pods waiting in
 ContainerCreating or stuck Terminating. The controller runs the same scan from its
-informers (--detect-interval) and exports it as metrics.
+informers (--detect-interval) and exports it as metrics; --lease and --node keep the
+one an alert names. With --kubeconfig, the controller's settings (Trident namespace,
+driver, selector, grace period, floor ages) come from the chart's settings ConfigMap
+wherever no flag gives them, as in plan.
 -o yaml and -o json print the same thing for tools, as they do in plan: the suggested
 RemediationRequests, one per target, ready to commit or to pipe into kubectl apply -f -
 (YAML documents, or one JSON v1 List); -o name, jsonpath=... and go-template=... print
@@ -72,6 +85,7 @@ It only reads. Exit code: 0 whatever it found, 1 when the scan itself failed; wi
 gate on it.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			o.flags, o.stderr = cmd.Flags(), cmd.ErrOrStderr()
 			if ns := o.cluster.namespace(); ns != "" {
 				if cmd.Flags().Changed("request-namespace") && ns != o.requestNamespace {
 					return fmt.Errorf("--namespace %q and --request-namespace %q disagree: give one", ns, o.requestNamespace)
@@ -84,7 +98,9 @@ gate on it.`,
 	f := cmd.Flags()
 	o.cluster.addFlags(f, "")
 	f.Lookup("namespace").Usage = "Namespace of the suggested RemediationRequests (-o yaml); the same as --request-namespace"
-	f.DurationVar(&o.leaseAge, "lease-age", 10*time.Minute, "Age from which a Lease without LeaseRetained events, held by a Healthy node, counts as stuck")
+	addSettingsFlag(f, &o.settingsConfigMap, "scan")
+	f.StringVar(&o.lease, "lease", "", "Only the stuck Lease of this name in the Trident namespace (its PV's name), as TridentLeaseStuck names it")
+	f.StringVar(&o.node, "node", "", "Only the findings whose request targets this node (deregistered driver, overlapping node-plugin pods), as TridentCSIDriverDeregistered names it")
 	o.output.addFlags(cmd, scanOutputUsage)
 	f.StringVar(&o.requestNamespace, "request-namespace", "remediator", "Namespace of the suggested RemediationRequests")
 	f.BoolVar(&o.exitCode, "exit-code", false, fmt.Sprintf("Exit with %d when something was found (as git diff --exit-code); without it scan exits 0 whatever it found", ExitFindings))
@@ -95,14 +111,40 @@ func runScan(ctx context.Context, w io.Writer, o scanOptions) error {
 	if err := o.output.validate(); err != nil {
 		return err
 	}
+	stderr := o.stderr
+	if stderr == nil {
+		stderr = os.Stderr
+	}
+	warn := func(msg string) { fmt.Fprintln(stderr, "warning: "+msg) }
+	// The flags given are checked before anything is read; the settings' values after.
+	if _, err := o.cluster.factsConfig(); err != nil {
+		return err
+	}
+	if _, err := o.cluster.gates(); err != nil {
+		return err
+	}
+	if o.flags != nil {
+		_, warnings, err := applySettings(ctx, "scan", o.flags, o.cluster, o.settingsConfigMap)
+		if err != nil {
+			return fmt.Errorf("with the controller's settings from ConfigMap %s: %w", o.settingsConfigMap, err)
+		}
+		for _, m := range warnings {
+			warn(m)
+		}
+	}
+	gates, err := o.cluster.gates()
+	if err != nil {
+		return err
+	}
 	_, g, err := o.cluster.gatherer()
 	if err != nil {
 		return err
 	}
-	findings, err := g.Scan(ctx, facts.ScanOptions{LeaseAge: o.leaseAge})
+	findings, err := g.Scan(ctx, facts.ScanOptions{LeaseAge: gates.HealthyStuckLeaseAge, Warn: warn})
 	if err != nil {
 		return fmt.Errorf("scanning: %w", err)
 	}
+	findings = o.only(findings)
 	if err := writeFindings(w, findings, o); err != nil {
 		return err
 	}
@@ -160,6 +202,21 @@ func writeFindings(w io.Writer, findings []facts.Finding, o scanOptions) error {
 		return err
 	}
 	return nil
+}
+
+// only keeps the findings --lease and --node select.
+func (o scanOptions) only(findings []facts.Finding) []facts.Finding {
+	if o.lease == "" && o.node == "" {
+		return findings
+	}
+	var out []facts.Finding
+	for _, f := range findings {
+		if f.Kind == facts.FindingStuckLease && o.lease != "" && leasePV(f) == o.lease ||
+			f.Kind != facts.FindingStuckLease && o.node != "" && f.Node == o.node {
+			out = append(out, f)
+		}
+	}
+	return out
 }
 
 // symptomsSummary counts a finding's symptoms by kind, in the order Scan sorts them:

@@ -82,6 +82,27 @@ func TestScanExitCode(t *testing.T) {
 	assert.Equal(t, 0, code)
 	assert.Equal(t, "oncall/release-lease-"+pv, out)
 
+	// --lease keeps the one Lease an alert names; --node only node findings.
+	const other = "pvc-5c1d7e2a-scan-other"
+	w.volume(other, "app", "data2", "kwok-node-1", 2)
+	out, _ = scan(t, "-o", "name", "--lease", pv)
+	assert.Equal(t, "remediationrequest.remediator.io/release-lease-"+pv+"\n", out, "--lease")
+	out, _ = scan(t, "-o", "name", "--node", "kwok-node-1")
+	assert.Empty(t, out, "--node keeps the findings whose request targets the node, not the Leases it holds")
+
+	// The controller's settings: scan looks where the controller looks, unless a flag
+	// says otherwise.
+	w.create(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "remediator-system"}})
+	settings := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "remediator-system", Name: "remediator-settings"},
+		Data: map[string]string{"trident-namespace": "netapp-trident", "max-concurrent-remediations": "2"}}
+	w.create(settings)
+	out, _ = scan(t, "-o", "name")
+	assert.Empty(t, out, "the settings' Trident namespace has no Leases")
+	out, _ = scan(t, "-o", "name", "--lease", pv, "--trident-namespace", "trident")
+	assert.Equal(t, "remediationrequest.remediator.io/release-lease-"+pv+"\n", out, "the flag wins over the settings")
+	require.NoError(t, env.Client.Delete(context.Background(), settings))
+	require.NoError(t, env.Client.Delete(context.Background(), &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: "trident", Name: other}}))
+
 	out, code = scan(t, "-o", "xml")
 	assert.Equal(t, 1, code, "an unknown output is an error")
 	assert.Empty(t, out, "refused before scanning")

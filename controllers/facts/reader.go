@@ -27,6 +27,11 @@ type SplitReader struct {
 	// Cached reports whether obj, in namespace (empty for cluster-scoped objects and
 	// lists across namespaces), is read from Cache.
 	Cached func(obj runtime.Object, namespace string) bool
+	// TrustCacheMisses makes a NotFound from Cache final. The detector sets it: what
+	// the cache has not seen yet, its next scan sees, and confirming every miss live
+	// would cost a GET per scan for each Lease that is not named after a PV (Trident's
+	// own leader-election Leases) and for each holder node that is gone.
+	TrustCacheMisses bool
 }
 
 var _ client.Reader = SplitReader{}
@@ -48,7 +53,7 @@ func (r SplitReader) Get(ctx context.Context, key client.ObjectKey, obj client.O
 		return r.Live.Get(ctx, key, obj, opts...)
 	}
 	err := r.Cache.Get(ctx, key, obj, opts...)
-	if apierrors.IsNotFound(err) {
+	if apierrors.IsNotFound(err) && !r.TrustCacheMisses {
 		return r.Live.Get(ctx, key, obj, opts...)
 	}
 	return err

@@ -10,6 +10,8 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -42,6 +44,20 @@ const (
 // FailedMountReason is the reason of kubelet's Warning event for a volume it could not
 // mount.
 const FailedMountReason = "FailedMount"
+
+// The reasons kubelet gives a container that waits for its pod's volumes:
+// ContainerCreating, or PodInitializing for the containers after an init container
+// that has not run yet.
+const (
+	waitingContainerCreating = "ContainerCreating"
+	waitingPodInitializing   = "PodInitializing"
+)
+
+// DriverSymptomWindow is how recent a FailedMount saying the driver is not registered
+// must be to count as a symptom of a node that lacks it now: kubelet retries a mount
+// at most every 2m2s, so a node that still fails reports it well within the window,
+// and the hour an event lives does not keep a node that recovered looking sick.
+const DriverSymptomWindow = 10 * time.Minute
 
 // Finding is one incident Scan detected, with the evidence an operator needs to
 // decide whether to open a request.
@@ -83,9 +99,13 @@ func (s Symptom) String() string {
 
 // ScanOptions tunes Scan.
 type ScanOptions struct {
-	// LeaseAge is the age from which a PV-named Lease whose holder is Healthy counts as
-	// stuck even without LeaseRetained events.
+	// LeaseAge is the age from which a PV-named Lease whose holder is Healthy (or
+	// Unknown) counts as stuck even without LeaseRetained events: the safety floor's
+	// HealthyStuckLeaseAge, so that a finding is what a request could act on.
 	LeaseAge time.Duration
+	// Warn receives what the scan could not read but did without (the FailedMount
+	// events, when listing events is forbidden); nil drops it.
+	Warn func(string)
 }
 
 // Scan looks for the two incidents across the cluster: PV-named Leases in the Trident
@@ -99,7 +119,7 @@ type ScanOptions struct {
 // Findings are sorted by kind, then node, then Lease.
 func (g *Gatherer) Scan(ctx context.Context, opts ScanOptions) ([]Finding, error) {
 	now := g.now()
-	mounts, err := g.failedMounts(ctx)
+	mounts, err := g.failedMounts(ctx, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -141,7 +161,11 @@ func (g *Gatherer) stuckLeases(ctx context.Context, opts ScanOptions, now time.T
 		if !found {
 			continue
 		}
-		lf := &v1alpha1.LeaseFacts{}
+		created := l.CreationTimestamp
+		lf := &v1alpha1.LeaseFacts{CreationTimestamp: &created}
+		if l.Spec.AcquireTime != nil {
+			lf.AcquireTime = &metav1.Time{Time: l.Spec.AcquireTime.Time}
+		}
 		// The same age as the decision uses, so that a holder with a slow clock does
 		// not make a fresh Lease look stuck here either.
 		lf.AgeSeconds, lf.AgeFrom = leaseAge(l, now)
@@ -152,13 +176,15 @@ func (g *Gatherer) stuckLeases(ctx context.Context, opts ScanOptions, now time.T
 		// The holder is looked at before the age: a Lease held by a node that is shut
 		// down, cut off or gone is stuck however young it is (Leases never expire), and
 		// the runbook's wait before deleting it is the floor's business, not a reason to
-		// stay silent. Only a Healthy holder's young Lease without a LeaseRetained
-		// Warning is an operation still in flight.
+		// stay silent. A Healthy holder's young Lease without a LeaseRetained Warning is
+		// an operation still in flight; so may be an Unknown holder's, whose kubelet
+		// still renews its heartbeat (Ready=False with a fresh node Lease).
 		nf, err := g.nodeFacts(ctx, holder, now)
 		if err != nil {
 			return nil, err
 		}
-		if nf.State == v1alpha1.NodeHealthy && lf.RetainedEvents == 0 && time.Duration(lf.AgeSeconds)*time.Second < opts.LeaseAge {
+		gone := nf.State == v1alpha1.NodeShutdown || nf.State == v1alpha1.NodeUnreachable || nf.State == v1alpha1.NodeNotFound
+		if !gone && lf.RetainedEvents == 0 && time.Duration(lf.AgeSeconds)*time.Second < opts.LeaseAge {
 			continue
 		}
 		evidence := fmt.Sprintf("Lease %s/%s held by %s for %s", l.Namespace, l.Name, holder, time.Duration(lf.AgeSeconds)*time.Second)
@@ -166,7 +192,7 @@ func (g *Gatherer) stuckLeases(ctx context.Context, opts ScanOptions, now time.T
 			evidence += fmt.Sprintf(", %d LeaseRetained event(s), last: %q", lf.RetainedEvents, lf.LastRetainedMessage)
 		}
 		evidence += fmt.Sprintf("; holder %s is %s (%s)", holder, nf.State, nf.StateReason)
-		symptoms, err := g.volumeSymptoms(ctx, pv, mounts)
+		symptoms, err := g.volumeSymptoms(ctx, pv, holder, lf.HeldSince(), mounts)
 		if err != nil {
 			return nil, err
 		}
@@ -178,48 +204,89 @@ func (g *Gatherer) stuckLeases(ctx context.Context, opts ScanOptions, now time.T
 	return out, nil
 }
 
-// failedMounts lists kubelet's FailedMount Warning events in every namespace.
-func (g *Gatherer) failedMounts(ctx context.Context) ([]corev1.Event, error) {
+// failedMounts lists kubelet's FailedMount Warning events in every namespace. An
+// identity that may not list events cluster-wide still gets its findings, without
+// the symptoms, and a warning.
+func (g *Gatherer) failedMounts(ctx context.Context, opts ScanOptions) ([]corev1.Event, error) {
 	events := &corev1.EventList{}
-	if err := g.Reader.List(ctx, events, client.MatchingFields{"reason": FailedMountReason}); err != nil {
+	err := g.Reader.List(ctx, events, client.MatchingFields{"reason": FailedMountReason})
+	if apierrors.IsForbidden(err) {
+		if opts.Warn != nil {
+			opts.Warn(fmt.Sprintf("listing %s events in every namespace is forbidden, so the findings carry no symptoms: %v", FailedMountReason, err))
+		}
+		return nil, nil
+	}
+	if err != nil {
 		return nil, fmt.Errorf("listing %s events: %w", FailedMountReason, err)
 	}
 	return events.Items, nil
 }
 
-// volumeSymptoms are the signs of a stuck Lease on the pods that use its volume: the
-// claim's pods waiting in ContainerCreating or stuck Terminating, and FailedMount
-// events on them or naming the volume. The pods are listed in the claim's namespace
-// only, on every node: a RWX volume's pods elsewhere wait for the same lock.
-func (g *Gatherer) volumeSymptoms(ctx context.Context, pv *corev1.PersistentVolume, mounts []corev1.Event) ([]Symptom, error) {
-	var out []Symptom
-	users := map[string]bool{}
-	if ref := pv.Spec.ClaimRef; ref != nil && ref.Namespace != "" && ref.Name != "" {
-		pods := &corev1.PodList{}
-		if err := g.Reader.List(ctx, pods, client.InNamespace(ref.Namespace)); err != nil {
-			return nil, fmt.Errorf("listing pods in %s: %w", ref.Namespace, err)
-		}
-		for i := range pods.Items {
-			p := &pods.Items[i]
-			if !slices.Contains(ClaimsOf(p), ref.Name) {
-				continue
-			}
-			key := p.Namespace + "/" + p.Name
-			users[key] = true
-			switch {
-			case p.DeletionTimestamp != nil:
-				out = append(out, Symptom{Kind: SymptomTerminating, Pod: key, Count: 1,
-					Message: fmt.Sprintf("on %s, deleted at %s", p.Spec.NodeName, stamp(p.DeletionTimestamp.Time))})
-			case waitsInContainerCreating(p):
-				out = append(out, Symptom{Kind: SymptomContainerCreating, Pod: key, Count: 1, Message: "on " + p.Spec.NodeName})
-			}
-		}
+// volumeSymptoms are the signs of a stuck Lease on the pods that use its volume (its
+// PV's claim): the pods that wait in ContainerCreating or are stuck Terminating, and
+// kubelet's FailedMount events on them from since the Lease was taken. The pods looked
+// at are those on the holder node (listed by node, as the decision lists them) and
+// those a FailedMount event names with this volume, read one by one: a RWX volume's
+// pods elsewhere wait for the same lock, and kubelet says so on each; listing the
+// claim's whole namespace every scan would cost the API server what a big namespace
+// costs.
+func (g *Gatherer) volumeSymptoms(ctx context.Context, pv *corev1.PersistentVolume, holder string, heldSince time.Time, mounts []corev1.Event) ([]Symptom, error) {
+	ref := pv.Spec.ClaimRef
+	if ref == nil || ref.Namespace == "" || ref.Name == "" {
+		return nil, nil
 	}
 	quoted := fmt.Sprintf("%q", pv.Name)
+	pods := map[types.UID]*corev1.Pod{}
+	onHolder := &corev1.PodList{}
+	if err := g.Reader.List(ctx, onHolder, client.InNamespace(ref.Namespace), client.MatchingFields{"spec.nodeName": holder}); err != nil {
+		return nil, fmt.Errorf("listing pods on %s in %s: %w", holder, ref.Namespace, err)
+	}
+	for i := range onHolder.Items {
+		pods[onHolder.Items[i].UID] = &onHolder.Items[i]
+	}
 	for i := range mounts {
 		ev := &mounts[i]
-		key := ev.InvolvedObject.Namespace + "/" + ev.InvolvedObject.Name
-		if ev.InvolvedObject.Kind == "Pod" && (users[key] || strings.Contains(ev.Message, quoted)) {
+		if ev.InvolvedObject.Kind != "Pod" || ev.InvolvedObject.Namespace != ref.Namespace || ev.InvolvedObject.UID == "" ||
+			!strings.Contains(ev.Message, quoted) {
+			continue
+		}
+		if _, seen := pods[ev.InvolvedObject.UID]; seen {
+			continue
+		}
+		p := &corev1.Pod{}
+		found, err := g.get(ctx, types.NamespacedName{Namespace: ref.Namespace, Name: ev.InvolvedObject.Name}, p)
+		if err != nil {
+			return nil, err
+		}
+		if found {
+			pods[p.UID] = p
+		}
+	}
+	now := g.now()
+	var out []Symptom
+	for _, p := range pods {
+		volumes := claimVolumes(p, ref.Name)
+		if len(volumes) == 0 {
+			continue
+		}
+		key := p.Namespace + "/" + p.Name
+		switch {
+		case p.DeletionTimestamp != nil && now.After(p.DeletionTimestamp.Time):
+			// deletionTimestamp is when the grace period ends: before it, the pod is
+			// shutting down as it should.
+			out = append(out, Symptom{Kind: SymptomTerminating, Pod: key, Count: 1,
+				Message: fmt.Sprintf("on %s, past its deletion at %s", p.Spec.NodeName, stamp(p.DeletionTimestamp.Time))})
+		case waitsForVolumes(p):
+			out = append(out, Symptom{Kind: SymptomContainerCreating, Pod: key, Count: 1, Message: "on " + p.Spec.NodeName})
+		}
+		for i := range mounts {
+			ev := &mounts[i]
+			// This incarnation of the pod, about this volume (kubelet names the PV, or
+			// the pod's volume in "unmounted volumes=[...]"), since the Lease was taken.
+			about := strings.Contains(ev.Message, quoted) || namesVolume(ev.Message, volumes)
+			if !about || ev.InvolvedObject.UID != p.UID || eventLastSeen(ev).Before(heldSince.Truncate(time.Second)) {
+				continue
+			}
 			out = append(out, Symptom{Kind: SymptomFailedMount, Pod: key, Count: eventCount(ev), Message: ev.Message})
 		}
 	}
@@ -227,33 +294,60 @@ func (g *Gatherer) volumeSymptoms(ctx context.Context, pv *corev1.PersistentVolu
 	return out, nil
 }
 
-// waitsInContainerCreating: the pod is Pending with a container waiting to be created,
+// claimVolumes are the names of pod's volumes that use claim (a persistentVolumeClaim
+// volume, or a generic ephemeral one whose claim Kubernetes names <pod>-<volume>).
+func claimVolumes(pod *corev1.Pod, claim string) []string {
+	var out []string
+	for _, v := range pod.Spec.Volumes {
+		switch {
+		case v.PersistentVolumeClaim != nil && v.PersistentVolumeClaim.ClaimName == claim,
+			v.Ephemeral != nil && pod.Name+"-"+v.Name == claim:
+			out = append(out, v.Name)
+		}
+	}
+	return out
+}
+
+// namesVolume: kubelet's "Unable to attach or mount volumes: unmounted volumes=[data
+// config], ..." names one of volumes.
+func namesVolume(message string, volumes []string) bool {
+	_, rest, ok := strings.Cut(message, "unmounted volumes=[")
+	if !ok {
+		return false
+	}
+	list, _, _ := strings.Cut(rest, "]")
+	return slices.ContainsFunc(strings.Fields(list), func(v string) bool { return slices.Contains(volumes, v) })
+}
+
+// waitsForVolumes: the pod is Pending and a container of it waits to be created,
 // which is where kubelet holds a pod whose volume it cannot stage.
-func waitsInContainerCreating(p *corev1.Pod) bool {
+func waitsForVolumes(p *corev1.Pod) bool {
 	if p.Status.Phase != corev1.PodPending {
 		return false
 	}
 	for _, cs := range slices.Concat(p.Status.InitContainerStatuses, p.Status.ContainerStatuses) {
-		if cs.State.Waiting != nil && cs.State.Waiting.Reason == "ContainerCreating" {
+		if w := cs.State.Waiting; w != nil && (w.Reason == waitingContainerCreating || w.Reason == waitingPodInitializing) {
 			return true
 		}
 	}
 	return false
 }
 
-// driverSymptoms are kubelet's FailedMount events on node that say the driver is not
-// registered.
-func (g *Gatherer) driverSymptoms(node string, mounts []corev1.Event) []Symptom {
+// driverSymptoms are kubelet's recent FailedMount events on node that say the driver
+// is not registered.
+func (g *Gatherer) driverSymptoms(node string, now time.Time, mounts []corev1.Event) []Symptom {
 	notRegistered := fmt.Sprintf("driver name %s not found in the list of registered CSI drivers", g.Config.DriverName)
 	var out []Symptom
 	for i := range mounts {
 		ev := &mounts[i]
 		// kubelet reports as the node: source.host (core/v1 events) or
 		// reportingInstance (events.k8s.io).
-		if (ev.Source.Host == node || ev.ReportingInstance == node) && strings.Contains(ev.Message, notRegistered) {
-			out = append(out, Symptom{Kind: SymptomFailedMount, Pod: ev.InvolvedObject.Namespace + "/" + ev.InvolvedObject.Name,
-				Count: eventCount(ev), Message: ev.Message})
+		if (ev.Source.Host != node && ev.ReportingInstance != node) || !strings.Contains(ev.Message, notRegistered) ||
+			now.Sub(eventLastSeen(ev)) > DriverSymptomWindow {
+			continue
 		}
+		out = append(out, Symptom{Kind: SymptomFailedMount, Pod: ev.InvolvedObject.Namespace + "/" + ev.InvolvedObject.Name,
+			Count: eventCount(ev), Message: ev.Message})
 	}
 	sortSymptoms(out)
 	return out
@@ -320,7 +414,7 @@ func (g *Gatherer) pluginFindings(ctx context.Context, now time.Time, mounts []c
 		out = append(out, Finding{
 			Kind: FindingDeregisteredDriver, Node: node, NodeState: nf.State, PluginPods: descr,
 			Evidence: fmt.Sprintf("CSINode %s does not list %s while node-plugin pod(s) run there: %s", node, g.Config.DriverName, strings.Join(descr, ", ")),
-			Symptoms: g.driverSymptoms(node, mounts),
+			Symptoms: g.driverSymptoms(node, now, mounts),
 		})
 	}
 	return out, nil

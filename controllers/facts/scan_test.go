@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/remediator/remediator/api/v1alpha1"
 	"github.com/remediator/remediator/controllers/facts"
@@ -121,4 +122,87 @@ func TestScanLeaseAgeCountsFromServerTime(t *testing.T) {
 		assert.NotEqual(t, "trident/pvc-scan-slowclock", f.Lease,
 			"a Lease created just now was reported as stuck because of its holder's acquireTime: %+v", f)
 	}
+}
+
+// TestScanSymptoms: what counts as a sign of an incident, and what does not.
+//   - A Lease held by an Unknown node (Ready=False while its kubelet renews its node
+//     Lease) is not stuck at any age: it may be running cryptsetup.
+//   - A pod whose init container has not run waits with PodInitializing; it counts.
+//   - On the claim's own pod, a FailedMount about another volume (a missing
+//     ConfigMap) is not the Lease's; kubelet's "unmounted volumes=[data]" is.
+//   - A pod being deleted within its grace period is not stuck Terminating; one past
+//     it is.
+//   - A node's FailedMount saying the driver is not registered counts when kubelet
+//     reported it as events.k8s.io does (reportingInstance, a series), and not when it
+//     is older than DriverSymptomWindow.
+func TestScanSymptoms(t *testing.T) {
+	w := newWorld(t)
+	ready := nodeSpec{ready: corev1.ConditionTrue, renewedAgo: time.Second}
+	w.node("sym-unknown", nodeSpec{ready: corev1.ConditionFalse, renewedAgo: time.Second})
+	w.volume("pvc-sym-unknown", "app", "sym-unknown")
+	w.tridentLease("pvc-sym-unknown", "sym-unknown", time.Minute, 0)
+
+	w.node("sym-down", nodeSpec{ready: corev1.ConditionUnknown, renewedAgo: 10 * time.Minute})
+	w.node("sym-other", ready)
+	w.volume("pvc-sym-down", "app", "sym-down")
+	w.tridentLease("pvc-sym-down", "sym-down", time.Minute, 0)
+	init := w.waitingPod("app", "sym-init", "sym-other", "sym-down")
+	init.Spec.InitContainers = nil
+	init.Status.ContainerStatuses[0].State.Waiting.Reason = "PodInitializing"
+	require.NoError(t, env.Client.Status().Update(context.Background(), init))
+	w.failedMount(init, "sym-other", `MountVolume.MountDevice failed for volume "pvc-sym-down" : rpc error: code = Aborted desc = locked`, 2)
+	// The same pod's other volume.
+	w.createEvent(init, "sym-other.config", `MountVolume.SetUp failed for volume "config" : configmap "app-config" not found`, "sym-other", "", 9, w.Now())
+	// kubelet's summary names the pod's volume, not the PV.
+	w.createEvent(init, "sym-other.summary", `Unable to attach or mount volumes: unmounted volumes=[config data], unattached volumes=[]: timed out waiting for the condition`, "sym-other", "", 1, w.Now())
+	// On the holder: one pod being deleted within its grace period, one past it.
+	for name, deleteIn := range map[string]time.Duration{"sym-graceful": time.Hour, "sym-stuck": -time.Minute} {
+		p := w.waitingPod("app", name, "sym-down", "sym-down")
+		p.Status.Phase = corev1.PodRunning
+		p.Status.ContainerStatuses[0].State = corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}
+		require.NoError(t, env.Client.Status().Update(context.Background(), p))
+		p.Finalizers = []string{"envtest.remediator.io/hold"}
+		require.NoError(t, env.Client.Update(context.Background(), p))
+		t.Cleanup(func() {
+			p.Finalizers = nil
+			_ = env.Client.Update(context.Background(), p)
+		})
+		// The API server sets deletionTimestamp to now + grace (real time); the world's
+		// clock is worldAhead later, so a grace that ends before it has passed.
+		grace := int64((worldAhead + deleteIn) / time.Second)
+		require.NoError(t, env.Client.Delete(context.Background(), p, client.GracePeriodSeconds(grace)))
+	}
+
+	w.node("sym-dereg", ready)
+	w.csiNode("sym-dereg")
+	w.pod("trident", "trident-csi-sym", "sym-dereg", pluginLabels)
+	app := w.waitingPod("app", "sym-app", "sym-dereg", "sym-app-data")
+	const notRegistered = `kubernetes.io/csi: attacher.MountDevice failed to create newCsiDriverClient: driver name csi.trident.netapp.io not found in the list of registered CSI drivers`
+	w.createEvent(app, "sym-dereg.new", notRegistered, "", "sym-dereg", 3, w.Now())
+	w.createEvent(app, "sym-dereg.old", notRegistered+" (an hour ago)", "sym-dereg", "", 40, w.Now().Add(-time.Hour))
+
+	g := &facts.Gatherer{Reader: env.Client, Config: facts.DefaultConfig(), Clock: w}
+	got, err := g.Scan(context.Background(), facts.ScanOptions{LeaseAge: 10 * time.Minute})
+	require.NoError(t, err)
+	byKey := map[string]facts.Finding{}
+	for _, f := range got {
+		byKey[f.Kind+" "+f.Node+" "+f.Lease] = f
+	}
+	assert.NotContains(t, byKey, "StuckLease sym-unknown trident/pvc-sym-unknown", "an Unknown holder's young Lease without events")
+	down, ok := byKey["StuckLease sym-down trident/pvc-sym-down"]
+	require.True(t, ok, "the down holder's Lease: %+v", got)
+	var kinds []string
+	for _, s := range down.Symptoms {
+		kinds = append(kinds, s.Kind+" "+s.Pod+" "+strings.SplitN(s.Message, " ", 2)[0])
+	}
+	assert.Equal(t, []string{
+		"ContainerCreating app/sym-init on",
+		"FailedMount app/sym-init MountVolume.MountDevice",
+		"FailedMount app/sym-init Unable",
+		"Terminating app/sym-stuck on",
+	}, kinds, "symptoms: %+v", down.Symptoms)
+	dereg, ok := byKey["DeregisteredDriver sym-dereg "]
+	require.True(t, ok, "the deregistered node: %+v", got)
+	require.Len(t, dereg.Symptoms, 1, "only the recent FailedMount: %+v", dereg.Symptoms)
+	assert.Equal(t, int32(3), dereg.Symptoms[0].Count, "the series' count")
 }

@@ -199,16 +199,29 @@ func (w *world) waitingPod(ns, name, node, claim string) *corev1.Pod {
 // failedMount records kubelet's FailedMount Warning on pod, as the kubelet of node
 // reports it, seen count times.
 func (w *world) failedMount(pod *corev1.Pod, node, message string, count int32) {
-	now := metav1.NewTime(w.Now())
-	w.create(&corev1.Event{
-		ObjectMeta: metav1.ObjectMeta{Namespace: pod.Namespace, Name: fmt.Sprintf("%s.failedmount-%s", pod.Name, node)},
+	w.createEvent(pod, "failedmount-"+node, message, node, "", count, w.Now())
+}
+
+// createEvent records a FailedMount Warning on pod named <pod>.<suffix>, reported by
+// host as a core/v1 event does (source.host), or by reportingInstance as events.k8s.io
+// does (an EventSeries of count), last seen at.
+func (w *world) createEvent(pod *corev1.Pod, suffix, message, host, reportingInstance string, count int32, at time.Time) {
+	ev := &corev1.Event{
+		ObjectMeta: metav1.ObjectMeta{Namespace: pod.Namespace, Name: fmt.Sprintf("%s.%s", pod.Name, suffix)},
 		InvolvedObject: corev1.ObjectReference{
 			Kind: "Pod", APIVersion: "v1", Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID,
 		},
-		Reason: facts.FailedMountReason, Type: corev1.EventTypeWarning, Count: count, Message: message,
-		FirstTimestamp: now, LastTimestamp: now,
-		Source: corev1.EventSource{Component: "kubelet", Host: node},
-	})
+		Reason: facts.FailedMountReason, Type: corev1.EventTypeWarning, Message: message,
+	}
+	if reportingInstance == "" {
+		ev.Count, ev.FirstTimestamp, ev.LastTimestamp = count, metav1.NewTime(at), metav1.NewTime(at)
+		ev.Source = corev1.EventSource{Component: "kubelet", Host: host}
+	} else {
+		ev.EventTime = metav1.NewMicroTime(at)
+		ev.Series = &corev1.EventSeries{Count: count, LastObservedTime: metav1.NewMicroTime(at)}
+		ev.ReportingController, ev.ReportingInstance, ev.Action = "kubelet", reportingInstance, "Mount"
+	}
+	w.create(ev)
 }
 
 // tridentLease creates the Lease Trident keeps after a failed cryptsetup, acquired

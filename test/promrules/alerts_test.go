@@ -283,21 +283,42 @@ var alertTests = map[string][]alertCase{
 			name: "a Lease held by a shut-down node, detected for 10 minutes",
 			series: []string{
 				`remediator_detected_incident{kind="StuckLease",node="node-2",node_state="Shutdown",lease_namespace="trident",lease="pvc-75a6fd7f",pod="remediator-0"} 1x20`,
-				// The standby exports none of it; a healthy node elsewhere is no incident.
+				// A node-level incident elsewhere is TridentCSIDriverDeregistered's.
 				`remediator_detected_incident{kind="DeregisteredDriver",node="node-3",node_state="Healthy",lease_namespace="",lease="",pod="remediator-0"} 1x20`,
 			},
 			at:   10 * time.Minute,
-			fire: []map[string]string{{"lease_namespace": "trident", "lease": "pvc-75a6fd7f", "node": "node-2", "node_state": "Shutdown"}},
+			fire: []map[string]string{{"lease_namespace": "trident", "lease": "pvc-75a6fd7f", "node": "node-2"}},
 		},
 		{
-			name:   "detected for 3 minutes only: an operation that finished",
-			series: []string{`remediator_detected_incident{kind="StuckLease",node="node-2",node_state="Healthy",lease_namespace="trident",lease="pvc-75a6fd7f"} 1x3 _x20`},
-			at:     10 * time.Minute,
+			name: "the holder changes state (fenced: Unreachable, then Shutdown): one alert, never reset",
+			series: []string{
+				`remediator_detected_incident{kind="StuckLease",node="node-2",node_state="Unreachable",lease_namespace="trident",lease="pvc-75a6fd7f",pod="remediator-0"} 1x4 stale`,
+				`remediator_detected_incident{kind="StuckLease",node="node-2",node_state="Shutdown",lease_namespace="trident",lease="pvc-75a6fd7f",pod="remediator-0"} _x4 1x20`,
+			},
+			at:   8 * time.Minute,
+			fire: []map[string]string{{"lease_namespace": "trident", "lease": "pvc-75a6fd7f", "node": "node-2"}},
 		},
 		{
-			name:   "a healthy cluster: no detection series at all",
-			series: []string{`remediator_detection_last_success_timestamp_seconds{pod="remediator-0"} 0+60x20`},
-			at:     10 * time.Minute,
+			name: "a leader change: no series for a minute, then the new leader's",
+			series: []string{
+				`remediator_detected_incident{kind="StuckLease",node="node-2",node_state="Shutdown",lease_namespace="trident",lease="pvc-75a6fd7f",pod="remediator-0"} 1x4 stale`,
+				`remediator_detected_incident{kind="StuckLease",node="node-2",node_state="Shutdown",lease_namespace="trident",lease="pvc-75a6fd7f",pod="remediator-1"} _x6 1x20`,
+			},
+			at:   8 * time.Minute,
+			fire: []map[string]string{{"lease_namespace": "trident", "lease": "pvc-75a6fd7f", "node": "node-2"}},
+		},
+		{
+			name:   "detected for 2 minutes only: an operation that finished",
+			series: []string{`remediator_detected_incident{kind="StuckLease",node="node-2",node_state="Healthy",lease_namespace="trident",lease="pvc-75a6fd7f"} 1x2 stale`},
+			at:     5 * time.Minute,
+		},
+		{
+			name: "a healthy cluster: the detector scans and finds nothing",
+			series: []string{
+				`remediator_detection_last_success_timestamp_seconds{namespace="remediator-system",pod="remediator-0"} 0+60x20`,
+				`remediator_detected_incident{kind="DeregisteredDriver",node="node-3",node_state="Healthy",lease_namespace="",lease="",pod="remediator-0"} 1x20`,
+			},
+			at: 10 * time.Minute,
 		},
 	},
 	"TridentCSIDriverDeregistered": {
@@ -306,14 +327,15 @@ var alertTests = map[string][]alertCase{
 			series: []string{
 				`remediator_detected_incident{kind="DeregisteredDriver",node="node-3",node_state="Healthy",lease_namespace="",lease="",pod="remediator-0"} 1x20`,
 				`remediator_detected_incident{kind="OverlappingPluginPods",node="node-1",node_state="Healthy",lease_namespace="",lease="",pod="remediator-0"} 1x20`,
+				`remediator_detected_incident{kind="StuckLease",node="node-2",node_state="Shutdown",lease_namespace="trident",lease="pvc-75a6fd7f",pod="remediator-0"} 1x20`,
 			},
 			at:   10 * time.Minute,
-			fire: []map[string]string{{"node": "node-3", "node_state": "Healthy"}},
+			fire: []map[string]string{{"node": "node-3"}},
 		},
 		{
 			name:   "missing for 2 minutes during a node-plugin restart",
-			series: []string{`remediator_detected_incident{kind="DeregisteredDriver",node="node-3",node_state="Healthy",lease_namespace="",lease=""} 1x2 _x20`},
-			at:     10 * time.Minute,
+			series: []string{`remediator_detected_incident{kind="DeregisteredDriver",node="node-3",node_state="Healthy",lease_namespace="",lease=""} 1x2 stale`},
+			at:     5 * time.Minute,
 		},
 	},
 	"RemediatorDetectionFailing": {
@@ -324,9 +346,21 @@ var alertTests = map[string][]alertCase{
 			fire:   []map[string]string{{"namespace": "remediator-system"}},
 		},
 		{
+			name:   "no scan has ever succeeded, or none runs: no series at all",
+			series: []string{`remediator_requests_waiting{namespace="remediator-system",pod="remediator-0",remediation="release-luks-lease"} 0x20`},
+			at:     10 * time.Minute,
+			fire:   []map[string]string{{"namespace": "remediator-system"}},
+		},
+		{
 			name:   "scanning every 30 seconds",
 			series: []string{`remediator_detection_last_success_timestamp_seconds{namespace="remediator-system",pod="remediator-0"} 0+60x40`},
 			at:     20 * time.Minute,
+		},
+		{
+			name:   "another release's detector does not count",
+			series: []string{`remediator_detection_last_success_timestamp_seconds{namespace="other",pod="remediator-0"} 0+60x40`},
+			at:     20 * time.Minute,
+			fire:   []map[string]string{{"namespace": "remediator-system"}},
 		},
 	},
 }

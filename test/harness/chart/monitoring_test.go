@@ -161,8 +161,9 @@ func TestPrometheusRule(t *testing.T) {
 			exprs[r.Alert], summaries[r.Alert] = r.Expr, r.Annotations["summary"]
 		}
 		assert.Contains(t, summaries["TridentCSIDriverDeregistered"], "does not list csi.example.com", "the configured driver")
-		assert.Equal(t, `time() - max by (namespace) (remediator_detection_last_success_timestamp_seconds) > 1200`,
-			exprs["RemediatorDetectionFailing"], "ten scans missed")
+		assert.Equal(t, `time() - max by (namespace) (remediator_detection_last_success_timestamp_seconds{namespace="remediator-system"}) > 1200`+
+			` or absent(remediator_detection_last_success_timestamp_seconds{namespace="remediator-system"})`,
+			exprs["RemediatorDetectionFailing"], "ten scans missed, or none ever succeeded")
 		values["detectInterval"] = "0s"
 		for _, r := range renderPrometheusRule(t, values).Spec.Groups[0].Rules {
 			assert.NotContains(t, []string{"TridentLeaseStuck", "TridentCSIDriverDeregistered", "RemediatorDetectionFailing"}, r.Alert,
