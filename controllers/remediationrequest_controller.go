@@ -432,6 +432,7 @@ func terminalPhase(p v1alpha1.Phase) bool {
 func (r *RemediationRequestReconciler) patchStatus(ctx context.Context, s *scope) error {
 	s.rr.Status.CurrentStep = currentStep(s.rr.Status)
 	setReadiness(s.rr)
+	setOutcome(s.base, s.rr, s.now)
 	if apiequality.Semantic.DeepEqual(s.base.Status, s.rr.Status) {
 		return nil
 	}
@@ -449,6 +450,7 @@ func (r *RemediationRequestReconciler) patchStatus(ctx context.Context, s *scope
 	if err == nil {
 		observeTransitions(s.base, s.rr)
 		journaledStarts(s.base, s.rr)
+		logOutcome(ctx, s.base, s.rr)
 	}
 	// A second patch in the same reconcile (deletion) diffs from what was written.
 	s.base = s.rr.DeepCopy()
