@@ -18,7 +18,6 @@ package controllers
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
@@ -333,5 +332,5 @@ func (r *RemediationRequestReconciler) verifyingOn(ctx context.Context, o client
 	for _, rr := range list {
 		out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: rr.Namespace, Name: rr.Name}})
 	}
-	return slices.Clip(out)
+	return out
 }
