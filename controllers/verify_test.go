@@ -9,12 +9,14 @@ import (
 	"github.com/stretchr/testify/require"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/remediator/remediator/api/v1alpha1"
 	"github.com/remediator/remediator/controllers"
+	"github.com/remediator/remediator/controllers/facts"
 )
 
 // verifyFor sets the verification window.
@@ -172,4 +174,70 @@ func TestFixHeldWhenQuietOrAnotherHolder(t *testing.T) {
 		assert.False(t, c.LastTransitionTime.Time.Before(rr.Status.Outcome.FinishedAt.Add(window)),
 			"FixHeld turned True at %s, before the window's end %s", c.LastTransitionTime, rr.Status.Outcome.FinishedAt.Add(window))
 	}
+}
+
+// TestFixNotHeldWhenDriverDeregistersAgain: a reregister-csi-driver request that
+// Succeeded (its status written as the playbook leaves it, before this controller
+// starts: the window comes from status) is verified on its node. While the CSINode
+// lists the driver, FixHeld is Verifying; once the driver is gone from it again
+// while the node-plugin pod runs Ready, the CSINode watch brings FixHeld=False with
+// DriverDeregisteredAgain and one Warning, and Ready stays True.
+func TestFixNotHeldWhenDriverDeregistersAgain(t *testing.T) {
+	ctx := context.Background()
+	c := env.Client
+	ensureNamespaces(t, "remediator", "trident", corev1.NamespaceNodeLease)
+	const node = "envtest-csi-again"
+	require.NoError(t, c.Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}))
+	csiNode := &storagev1.CSINode{
+		ObjectMeta: metav1.ObjectMeta{Name: node},
+		Spec:       storagev1.CSINodeSpec{Drivers: []storagev1.CSINodeDriver{{Name: facts.DefaultDriverName, NodeID: node}}},
+	}
+	require.NoError(t, c.Create(ctx, csiNode))
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "trident", Name: "trident-node-linux-csi-again", Labels: map[string]string{"app": "node.csi.trident.netapp.io"}},
+		Spec:       corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "trident-main", Image: "netapp/trident:24.06"}}},
+	}
+	require.NoError(t, c.Create(ctx, pod))
+	pod.Status = corev1.PodStatus{Phase: corev1.PodRunning, Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}}
+	require.NoError(t, c.Status().Update(ctx, pod))
+
+	rr := &v1alpha1.RemediationRequest{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "remediator", Name: "csi-again"},
+		Spec: v1alpha1.RemediationRequestSpec{
+			Remediation: v1alpha1.RemediationReregisterCSIDriver,
+			Target:      v1alpha1.Target{Node: node},
+			Reason:      "driver deregistered after the trident-csi DaemonSet was recreated",
+		},
+	}
+	require.NoError(t, c.Create(ctx, rr))
+	now := metav1.NewTime(time.Now().Truncate(time.Second))
+	rr.Status = v1alpha1.RemediationRequestStatus{
+		ObservedGeneration: rr.Generation,
+		Phase:              v1alpha1.PhaseSucceeded,
+		Facts:              &v1alpha1.Facts{GatheredAt: now, TridentNamespace: "trident", DriverName: facts.DefaultDriverName, Target: v1alpha1.TargetFacts{Ref: "Node " + node, Found: true, Node: node}},
+		Decision:           &v1alpha1.Decision{Allowed: true, Playbook: v1alpha1.PlaybookRestartNodePlugin, Rule: "driver-deregistered", PolicyDigest: "sha256:test", DecidedAt: now, Generation: rr.Generation},
+		Outcome:            &v1alpha1.Outcome{Result: v1alpha1.PhaseSucceeded, Reason: v1alpha1.ReasonPlaybookCompleted, FinishedAt: now, Generation: rr.Generation},
+		Conditions: []metav1.Condition{{Type: v1alpha1.ConditionSucceeded, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonPlaybookCompleted,
+			Message: "Playbook restart-node-plugin completed", LastTransitionTime: now, ObservedGeneration: rr.Generation}},
+	}
+	require.NoError(t, c.Status().Update(ctx, rr))
+	key := client.ObjectKeyFromObject(rr)
+
+	startManager(t, verifyFor(time.Hour))
+	got := waitRequest(t, key, "verifying", fixHeldIs(metav1.ConditionUnknown, v1alpha1.ReasonVerifying))
+	assert.Contains(t, fixHeld(got).Message, "Watching for deregistration of "+facts.DefaultDriverName+" from CSINode "+node+" from "+now.UTC().Format(time.RFC3339))
+
+	csiNode.Spec.Drivers = nil
+	require.NoError(t, c.Update(ctx, csiNode))
+	got = waitRequest(t, key, "FixHeld False", fixHeldIs(metav1.ConditionFalse, v1alpha1.ReasonDriverDeregisteredAgain))
+	assert.Equal(t, "CSINode "+node+" does not list "+facts.DefaultDriverName+" again while node-plugin pod(s) run there: trident-node-linux-csi-again (Running, ready=true). "+
+		"Restarting the plugin did not fix the cause: investigate why the registration is dropped (overlapping node-plugin pods, the trident-operator recreating its DaemonSet, the driver-registrar's logs) instead of repeating the playbook",
+		fixHeld(got).Message)
+	ready := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionReady)
+	require.NotNil(t, ready)
+	assert.Equal(t, metav1.ConditionTrue, ready.Status)
+	eventually(t, "one FixNotHeld Warning Event", func() (bool, string) {
+		return len(fixNotHeldEvents(t, key)) == 1, ""
+	})
+	assert.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(pod), &corev1.Pod{}), "verification must not touch the plugin pod")
 }
