@@ -237,6 +237,9 @@ func RegisterMetrics(reader client.Reader, engine *policies.Engine, elected <-ch
 			return err
 		}
 	}
+	if err := registerVerifyMetrics(); err != nil {
+		return err
+	}
 	setPolicyInfo(engine)
 	// Every series exists from the start, so that an alert on an increase sees the first one.
 	for _, r := range policies.LoadReasons {

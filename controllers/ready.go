@@ -29,6 +29,12 @@ import (
 //	Failed                        False, Succeeded's reason (StepFailed, ...)  True
 //	any other phase               Unknown                                   -
 //
+// FixHeld (verify.go) does not enter Ready: a Succeeded request whose incident came
+// back is still Ready True, because the playbook did succeed and nothing will run it
+// again, so a Ready=False there would leave kubectl wait, Flux and kstatus waiting for
+// a change that never comes. FixHeld=False, its Warning Event, the metric and the
+// RemediationFixDidNotHold alert carry the news instead.
+//
 // A decided DryRun is Ready, as the Argo CD health check calls it Healthy: nothing
 // moves it further but a spec change, so a wait for it would never end. Both
 // conditions carry status.observedGeneration, the generation the status describes:

@@ -7,7 +7,9 @@ import (
 	"slices"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -93,6 +95,10 @@ type RemediationRequestReconciler struct {
 	// timeouts, and the ages its gatherers measure (it overrides theirs); nil means
 	// the real clock.
 	Clock clock.PassiveClock
+	// VerifyFixFor is how long after a request Succeeded the controller watches its
+	// Lease or node for the incident coming back (ConditionFixHeld, verify.go); zero
+	// turns verification off.
+	VerifyFixFor time.Duration
 
 	written writeLog
 }
@@ -133,12 +139,21 @@ func (r *RemediationRequestReconciler) SetupWithManager(mgr ctrl.Manager) error 
 	if err := (&PauseWatcher{Client: r.Client, Key: r.pauseKey(), Recorder: r.Recorder}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the pause watcher: %w", err)
 	}
-	return ctrl.NewControllerManagedBy(mgr).
+	b := ctrl.NewControllerManagedBy(mgr).
 		For(NewUnstructuredRequest(), builder.WithPredicates(
 			predicate.Or(predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}, journalAdvanced, slotGranted))).
 		Watches(NewUnstructuredRequest(), handler.EnqueueRequestsFromMapFunc(r.wake), builder.WithPredicates(stoppedRunning)).
-		Watches(&corev1.ConfigMap{}, handler.EnqueueRequestsFromMapFunc(r.wakePaused), builder.WithPredicates(isPauseObject(r.pauseKey()))).
-		WithOptions(controller.Options{MaxConcurrentReconciles: max(1, r.Workers), RateLimiter: rateLimiter()}).
+		Watches(&corev1.ConfigMap{}, handler.EnqueueRequestsFromMapFunc(r.wakePaused), builder.WithPredicates(isPauseObject(r.pauseKey())))
+	if r.VerifyFixFor > 0 {
+		// The objects a fix is verified on, from the cache the facts are read from
+		// (CacheOptions: the Trident namespace's Leases and LeaseRetained events, all
+		// CSINodes); the node Leases' renewals every few seconds are not among them.
+		notNodeLease := predicate.NewPredicateFuncs(func(o client.Object) bool { return o.GetNamespace() != corev1.NamespaceNodeLease })
+		b = b.Watches(&coordinationv1.Lease{}, handler.EnqueueRequestsFromMapFunc(r.verifyingOn), builder.WithPredicates(notNodeLease)).
+			Watches(&corev1.Event{}, handler.EnqueueRequestsFromMapFunc(r.verifyingOn)).
+			Watches(&storagev1.CSINode{}, handler.EnqueueRequestsFromMapFunc(r.verifyingOn))
+	}
+	return b.WithOptions(controller.Options{MaxConcurrentReconciles: max(1, r.Workers), RateLimiter: rateLimiter()}).
 		Named("remediationrequest").
 		Complete(r)
 }
@@ -202,10 +217,16 @@ func (r *RemediationRequestReconciler) Reconcile(ctx context.Context, req ctrl.R
 				"The playbook already ended (%s), so the edit of generation %d is not acted on: to try again, create a new request.", rr.Status.Phase, rr.Generation)
 			rr.Status.ObservedGeneration = rr.Generation
 		}
+		// A Succeeded request in its verification window is watched (verify.go); its
+		// verdict goes out in this reconcile's one status write.
+		res, verifyErr := r.verifyFix(ctx, s)
 		if err := r.patchStatus(ctx, s); err != nil {
-			return ctrl.Result{}, err
+			return ctrl.Result{}, kerrors.NewAggregate([]error{verifyErr, err})
 		}
-		return ctrl.Result{}, r.releaseFinalizer(ctx, rr)
+		if verifyErr != nil {
+			return ctrl.Result{}, verifyErr
+		}
+		return res, r.releaseFinalizer(ctx, rr)
 	}
 	defer func() {
 		if retErr == nil {
@@ -223,7 +244,7 @@ func (r *RemediationRequestReconciler) Reconcile(ctx context.Context, req ctrl.R
 	if finalizerRefused != nil {
 		return r.abort(ctx, s, fmt.Sprintf("the API server refused the restore finalizer a playbook that cordons needs (%v)", finalizerRefused))
 	}
-	for _, p := range []phase{r.breakGlass, r.decide, r.runPlaybook} {
+	for _, p := range []phase{r.breakGlass, r.decide, r.runPlaybook, r.verifyFix} {
 		res, err := p(ctx, s)
 		if err != nil || !res.IsZero() {
 			return res, err
@@ -431,6 +452,7 @@ func terminalPhase(p v1alpha1.Phase) bool {
 func (r *RemediationRequestReconciler) patchStatus(ctx context.Context, s *scope) error {
 	s.rr.Status.CurrentStep = currentStep(s.rr.Status)
 	setReadiness(s.rr)
+	setOutcome(s.base, s.rr, s.now)
 	if apiequality.Semantic.DeepEqual(s.base.Status, s.rr.Status) {
 		return nil
 	}
@@ -448,6 +470,8 @@ func (r *RemediationRequestReconciler) patchStatus(ctx context.Context, s *scope
 	if err == nil {
 		observeTransitions(s.base, s.rr)
 		journaledStarts(s.base, s.rr)
+		logOutcome(ctx, s.base, s.rr)
+		r.announceFixHeld(s.base, s.rr)
 	}
 	// A second patch in the same reconcile (deletion) diffs from what was written.
 	s.base = s.rr.DeepCopy()

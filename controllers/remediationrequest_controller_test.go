@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -58,15 +59,26 @@ func startStoppableManager(t *testing.T, opts ...func(*controllers.RemediationRe
 // startManagerOn is startManager against another control plane.
 func startManagerOn(t *testing.T, cfg *rest.Config, opts ...func(*controllers.RemediationRequestReconciler)) (stop func()) {
 	t.Helper()
+	return startManagerLogging(t, cfg, logr.Logger{}, opts...)
+}
+
+// startManagerLogging is startManagerOn with the manager logging to log (the
+// default logger when it has no sink), for tests that read the controller's lines.
+func startManagerLogging(t *testing.T, cfg *rest.Config, log logr.Logger, opts ...func(*controllers.RemediationRequestReconciler)) (stop func()) {
+	t.Helper()
 	cacheOpts, clientOpts := controllers.CacheOptions(facts.DefaultConfig(), nil, types.NamespacedName{}, true)
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+	mgrOpts := ctrl.Options{
 		Scheme:  scheme.Scheme,
 		Cache:   cacheOpts,
 		Client:  clientOpts,
 		Metrics: metricsserver.Options{BindAddress: "0"},
 		// Each test starts its own manager in this process.
 		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
-	})
+	}
+	if log.GetSink() != nil {
+		mgrOpts.Logger = log
+	}
+	mgr, err := ctrl.NewManager(cfg, mgrOpts)
 	require.NoError(t, err)
 	require.NoError(t, controllers.PrepareCache(context.Background(), mgr))
 	decide, recheck, recheckRelease := controllers.Gatherers(mgr, facts.DefaultConfig())

@@ -113,3 +113,38 @@ const ConditionStalled = "Stalled"
 
 // ReasonPending is Ready's reason while the controller has not decided the request yet.
 const ReasonPending = "Pending"
+
+// ConditionFixHeld says whether the incident stayed fixed after the playbook
+// Succeeded. For --verify-fix-for after the request Succeeded (status.outcome's
+// finishedAt), the controller re-reads the same Lease or node through its gatherer:
+// Unknown (reason Verifying) while it watches; False (LeaseRetainedAgain,
+// DriverDeregisteredAgain) when the incident came back, with a Warning Event
+// (EventFixNotHeld) and remediator_fix_not_held_total; True (NoRecurrence) once the
+// window passed quietly. It never changes Ready: the playbook did succeed, and running
+// it again would not fix what makes the incident come back. Absent when verification
+// is off (--verify-fix-for=0), on requests that did not Succeed, and on requests whose
+// window had passed before this controller first saw them.
+const ConditionFixHeld = "FixHeld"
+
+// Reasons of ConditionFixHeld.
+const (
+	// ReasonVerifying: the window is open and nothing has come back yet.
+	ReasonVerifying = "Verifying"
+	// ReasonNoRecurrence: the window passed without the incident coming back.
+	ReasonNoRecurrence = "NoRecurrence"
+	// ReasonLeaseRetainedAgain: the released Lease's name was taken again by the same
+	// holder node and retained: a LeaseRetained Warning names the new Lease's UID, or
+	// it is as old as the safety floor's healthy stuck age (--floor-healthy-lease-age).
+	ReasonLeaseRetainedAgain = "LeaseRetainedAgain"
+	// ReasonDriverDeregisteredAgain: the node's CSINode lacks the driver again while a
+	// Ready node-plugin pod runs there (remediator scan's DeregisteredDriver).
+	ReasonDriverDeregisteredAgain = "DriverDeregisteredAgain"
+)
+
+// EventFixNotHeld is the Warning Event's reason when ConditionFixHeld turns False.
+const EventFixNotHeld = "FixNotHeld"
+
+// AnnotationGitCommit is the last Git commit that changed the request's file; the
+// sync agent (remediator sync) sets it on every request it applies, and the
+// controller copies it into status.outcome.commit and the outcome's log line.
+const AnnotationGitCommit = "remediator.io/git-commit"

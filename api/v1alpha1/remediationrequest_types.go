@@ -241,11 +241,41 @@ type RemediationRequestStatus struct {
 	// +optional
 	CurrentStep string `json:"currentStep,omitempty"`
 
-	// Conditions are Accepted, Progressing and Succeeded.
+	// Outcome is the record of how the request ended (Succeeded, Failed or
+	// Rejected), written once, in the status write that ended it.
+	// +optional
+	Outcome *Outcome `json:"outcome,omitempty"`
+
+	// Conditions are Ready, Stalled, Accepted, Progressing, Succeeded, BreakGlass
+	// and, for --verify-fix-for after a Succeeded playbook, FixHeld.
 	// +listType=map
 	// +listMapKey=type
 	// +optional
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// Outcome is the durable record of a request's end: what status.decision (rule,
+// playbook) and status.steps (startedAt, completedAt) do not already say. The
+// controller writes it in the same status write that makes the phase Succeeded,
+// Failed or Rejected, and logs it then, once, as the line "Remediation outcome
+// recorded". A rejection decided again with the same reason for the same generation
+// keeps the first record; a request decided again into another phase loses it.
+type Outcome struct {
+	// Result is the phase the request ended in: Succeeded, Failed or Rejected
+	// (never Pending, Waiting or Running, which are not ends).
+	Result Phase `json:"result"`
+	// Reason is the Ready condition's reason then: PlaybookCompleted, the failure
+	// (StepFailed, Timeout, Aborted, ...), or the rule or invariant that rejected it.
+	Reason string `json:"reason"`
+	// FinishedAt is when the controller recorded the outcome.
+	FinishedAt metav1.Time `json:"finishedAt"`
+	// Generation is the spec generation the outcome is for.
+	Generation int64 `json:"generation"`
+	// Commit is the Git commit the request came from (its remediator.io/git-commit
+	// annotation, set by remediator sync); empty when unknown, as for a request
+	// applied by hand or by Argo CD, which records no revision on the object.
+	// +optional
+	Commit string `json:"commit,omitempty"`
 }
 
 // Decision is what the policy concluded from the facts.

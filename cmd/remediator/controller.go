@@ -35,6 +35,7 @@ type controllerOptions struct {
 	evictionTimeout       time.Duration
 	podTerminationTimeout time.Duration
 	pluginRestartTimeout  time.Duration
+	verifyFixFor          time.Duration
 	maxConcurrent         int
 	pauseConfigMap        string
 	policyReloadInterval  time.Duration
@@ -68,6 +69,8 @@ func newControllerCommand() *cobra.Command {
 	f.DurationVar(&o.evictionTimeout, "eviction-timeout", remediations.DefaultTimeouts.Eviction, "How long evictions refused by a PodDisruptionBudget are retried before the playbook fails")
 	f.DurationVar(&o.podTerminationTimeout, "pod-termination-timeout", remediations.DefaultTimeouts.PodTermination, "How long to wait for evicted pods to terminate before the playbook fails")
 	f.DurationVar(&o.pluginRestartTimeout, "plugin-restart-timeout", remediations.DefaultTimeouts.PluginRestart, "How long to wait for a replacement node-plugin pod, and then for the driver to be registered again")
+	f.DurationVar(&o.verifyFixFor, "verify-fix-for", controllers.DefaultVerifyFixFor,
+		"How long after a request Succeeded the controller watches its Lease or node for the incident coming back (condition FixHeld, a Warning Event, remediator_fix_not_held_total); it only reads. 0 turns verification off")
 	f.IntVar(&o.maxConcurrent, "max-concurrent-remediations", 2,
 		"Disruptive playbooks (cordon, evict, node-plugin restart) that may run at once across the cluster; more allowed requests wait (phase Waiting) and start, oldest first, when one finishes. Lease releases for holders proven down are not capped. 0 means no cap")
 	f.IntVar(&o.workers, "max-concurrent-reconciles", 10,
@@ -163,7 +166,8 @@ func runController(cmd *cobra.Command, o controllerOptions) error {
 		Pause:          pause,
 		Timeouts: remediations.Timeouts{Step: o.stepTimeout, Eviction: o.evictionTimeout, PodTermination: o.podTerminationTimeout,
 			PluginRestart: o.pluginRestartTimeout},
-		Recorder: mgr.GetEventRecorderFor("remediator"),
+		Recorder:     mgr.GetEventRecorderFor("remediator"),
+		VerifyFixFor: o.verifyFixFor,
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the RemediationRequest controller: %w", err)
 	}
@@ -206,6 +210,9 @@ func (o controllerOptions) checkTimeouts() error {
 		if t.d <= 0 {
 			return fmt.Errorf("%s must be positive: every step is bounded, got %s", t.flag, t.d)
 		}
+	}
+	if o.verifyFixFor < 0 {
+		return fmt.Errorf("--verify-fix-for must be 0 (off) or positive, got %s", o.verifyFixFor)
 	}
 	return nil
 }

@@ -32,7 +32,7 @@ import (
 const (
 	// AnnotationGitCommit is the last commit that changed the request's file, so that a
 	// request's status can be traced back to the pull request that asked for it.
-	AnnotationGitCommit = "remediator.io/git-commit"
+	AnnotationGitCommit = v1alpha1.AnnotationGitCommit
 	// AnnotationGitPath is the request's file in the repository.
 	AnnotationGitPath = "remediator.io/git-path"
 	// AnnotationSyncSource marks requests this sync manages (a hash of repository and

@@ -75,6 +75,30 @@ var alertTests = map[string][]alertCase{
 			at:     25 * time.Minute,
 		},
 	},
+	"RemediationFixDidNotHold": {
+		{
+			name: "a released Lease was retained again by the same holder",
+			series: []string{
+				`remediator_fix_not_held_total{remediation="release-luks-lease"} 0 0 0 1x10`,
+				`remediator_fix_not_held_total{remediation="reregister-csi-driver"} 0x13`,
+			},
+			at:   6 * time.Minute,
+			fire: []map[string]string{{"remediation": "release-luks-lease"}},
+			annotations: map[string]string{
+				"summary": "A release-luks-lease fix did not hold",
+			},
+		},
+		{
+			name:   "every fix held",
+			series: []string{`remediator_fix_not_held_total{remediation="release-luks-lease"} 0x70`},
+			at:     60 * time.Minute,
+		},
+		{
+			name:   "a fix that did not hold 90 minutes ago has left the window",
+			series: []string{`remediator_fix_not_held_total{remediation="reregister-csi-driver"} 0 1x100`},
+			at:     95 * time.Minute,
+		},
+	},
 	"RemediationWaitingTooLong": {
 		{
 			name:   "in line for a slot for more than an hour",

@@ -209,6 +209,7 @@ func TestDefaultsAreTheFlagDefaults(t *testing.T) {
 		"remediations.DefaultGates.UnreachableMinLeaseAge": remediations.DefaultGates.UnreachableMinLeaseAge.String(),
 		"remediations.DefaultGates.HealthyStuckLeaseAge":   remediations.DefaultGates.HealthyStuckLeaseAge.String(),
 		"controllers.DefaultDetectInterval":                controllers.DefaultDetectInterval.String(),
+		"controllers.DefaultVerifyFixFor":                  controllers.DefaultVerifyFixFor.String(),
 	})
 	// --policy-reload-interval is passed only with policies.
 	args := map[string]string{}
@@ -218,7 +219,7 @@ func TestDefaultsAreTheFlagDefaults(t *testing.T) {
 		}
 	}
 	for _, flag := range []string{
-		"eviction-timeout", "pod-termination-timeout", "plugin-restart-timeout",
+		"eviction-timeout", "pod-termination-timeout", "plugin-restart-timeout", "verify-fix-for",
 		"node-lease-grace-period", "policy-reload-interval",
 		"max-concurrent-remediations", "max-concurrent-reconciles",
 		"kube-api-qps", "kube-api-burst",
@@ -244,12 +245,13 @@ func TestControllerFlagValues(t *testing.T) {
 		"evictionTimeout":         "20m",
 		"podTerminationTimeout":   "15m",
 		"pluginRestartTimeout":    "90s",
+		"verifyFixFor":            "1h",
 		"maxConcurrentReconciles": 4,
 		"kubeAPI":                 map[string]any{"qps": 12.5, "burst": 25},
 		"extraArgs":               []any{"--pprof-bind-address=:6060", "--eviction-timeout=30m"},
 	})).Spec.Template.Spec.Containers[0].Args
 	for _, w := range []string{
-		"--eviction-timeout=20m", "--pod-termination-timeout=15m", "--plugin-restart-timeout=90s",
+		"--eviction-timeout=20m", "--pod-termination-timeout=15m", "--plugin-restart-timeout=90s", "--verify-fix-for=1h",
 		"--max-concurrent-reconciles=4", "--kube-api-qps=12.5", "--kube-api-burst=25",
 	} {
 		assert.Contains(t, args, w)

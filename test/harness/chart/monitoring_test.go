@@ -149,7 +149,7 @@ func TestPrometheusRule(t *testing.T) {
 	}
 	// An alert per failure mode; RemediatorSyncStale only with the chart's sync agent.
 	assert.Equal(t, []string{"RemediationFailed", "RemediationWaitingTooLong", "RemediationStuck", "PolicyReloadFailing",
-		"DecisionsFailedClosed", "RemediatorPausedTooLong", "TridentLeaseStuck", "TridentCSIDriverDeregistered", "RemediatorDetectionFailing"}, alerts)
+		"DecisionsFailedClosed", "RemediationFixDidNotHold", "RemediatorPausedTooLong", "TridentLeaseStuck", "TridentCSIDriverDeregistered", "RemediatorDetectionFailing"}, alerts)
 	assert.Contains(t, pr.Spec.Groups[0].Rules[0].Annotations["summary"], "{{ $labels.remediation }}", "Prometheus' template kept")
 
 	t.Run("detection", func(t *testing.T) {

@@ -1,0 +1,243 @@
+package controllers_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/remediator/remediator/api/v1alpha1"
+	"github.com/remediator/remediator/controllers"
+	"github.com/remediator/remediator/controllers/facts"
+)
+
+// verifyFor sets the verification window.
+func verifyFor(d time.Duration) func(*controllers.RemediationRequestReconciler) {
+	return func(r *controllers.RemediationRequestReconciler) { r.VerifyFixFor = d }
+}
+
+// fixHeld is the request's FixHeld condition, or nil.
+func fixHeld(rr *v1alpha1.RemediationRequest) *metav1.Condition {
+	return meta.FindStatusCondition(rr.Status.Conditions, v1alpha1.ConditionFixHeld)
+}
+
+// fixHeldIs waits for FixHeld with status st and reason.
+func fixHeldIs(st metav1.ConditionStatus, reason string) func(*v1alpha1.RemediationRequest) bool {
+	return func(rr *v1alpha1.RemediationRequest) bool {
+		c := fixHeld(rr)
+		return c != nil && c.Status == st && c.Reason == reason
+	}
+}
+
+// releaseRequest creates a release-luks-lease request for pv.
+func releaseRequest(t *testing.T, name, pv string) client.ObjectKey {
+	t.Helper()
+	rr := &v1alpha1.RemediationRequest{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "remediator", Name: name},
+		Spec: v1alpha1.RemediationRequestSpec{
+			Remediation: v1alpha1.RemediationReleaseLUKSLease,
+			Target:      v1alpha1.Target{PersistentVolume: pv},
+			Reason:      "holder was powered off",
+		},
+	}
+	require.NoError(t, env.Client.Create(context.Background(), rr))
+	return client.ObjectKeyFromObject(rr)
+}
+
+// retakeLease has holder take the Lease pv again; with retained, Trident's
+// LeaseRetained Warning names the new Lease's UID, as after a failed cryptsetup.
+func retakeLease(t *testing.T, pv, holder string, retained bool) *coordinationv1.Lease {
+	t.Helper()
+	ctx := context.Background()
+	lease := &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "trident", Name: pv},
+		Spec:       coordinationv1.LeaseSpec{HolderIdentity: &holder, AcquireTime: &metav1.MicroTime{Time: time.Now()}},
+	}
+	require.NoError(t, env.Client.Create(ctx, lease))
+	if retained {
+		now := metav1.Now()
+		require.NoError(t, env.Client.Create(ctx, &corev1.Event{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "trident", GenerateName: pv + "."},
+			InvolvedObject: corev1.ObjectReference{
+				APIVersion: "coordination.k8s.io/v1", Kind: "Lease", Namespace: "trident", Name: pv, UID: lease.UID,
+			},
+			Reason: "LeaseRetained", Type: corev1.EventTypeWarning, Count: 1,
+			Message:        "Retaining lease after failed LUKS operation on node " + holder + ": cryptsetup luksOpen exited 5",
+			FirstTimestamp: now, LastTimestamp: now,
+			Source: corev1.EventSource{Component: "trident-node", Host: holder},
+		}))
+	}
+	return lease
+}
+
+// fixNotHeldEvents lists the FixNotHeld Warning Events on the request.
+func fixNotHeldEvents(t *testing.T, key client.ObjectKey) []corev1.Event {
+	t.Helper()
+	list := &corev1.EventList{}
+	require.NoError(t, env.Client.List(context.Background(), list, client.InNamespace(key.Namespace)))
+	var out []corev1.Event
+	for _, e := range list.Items {
+		if e.InvolvedObject.Name == key.Name && e.Reason == v1alpha1.EventFixNotHeld {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// TestFixNotHeldWhenSameHolderRetainsAgain: after a Succeeded release, the same
+// holder takes the Lease again and Trident retains it (a LeaseRetained Warning on
+// the new UID). The controller sets FixHeld=False with LeaseRetainedAgain and emits
+// one Warning Event; Ready stays True, and nothing is acted on (the new Lease
+// stays). The first re-take is seen through the watches (well before the window's
+// periodic check); the second while the controller was down, from the window in
+// status.
+func TestFixNotHeldWhenSameHolderRetainsAgain(t *testing.T) {
+	ctx := context.Background()
+	ensureNamespaces(t, "remediator", "trident", corev1.NamespaceNodeLease)
+	stop := startStoppableManager(t, verifyFor(time.Hour))
+	const node, pv, pvDown = "envtest-fix-again", "pvc-envtest-fix-again", "pvc-envtest-fix-again-down"
+	shutdownLease(t, node, pv)
+	key := releaseRequest(t, "fix-again", pv)
+	rr := waitRequest(t, key, "Succeeded and verifying", fixHeldIs(metav1.ConditionUnknown, v1alpha1.ReasonVerifying))
+	require.Equal(t, v1alpha1.PhaseSucceeded, rr.Status.Phase)
+	assert.Contains(t, fixHeld(rr).Message, "Watching for Lease trident/"+pv+" retained again by node "+node)
+
+	lease := retakeLease(t, pv, node, true)
+	rr = waitRequest(t, key, "FixHeld False", fixHeldIs(metav1.ConditionFalse, v1alpha1.ReasonLeaseRetainedAgain))
+	c := fixHeld(rr)
+	assert.Contains(t, c.Message, "Lease trident/"+pv+" was taken again by node "+node+" (UID "+string(lease.UID))
+	assert.Contains(t, c.Message, "1 LeaseRetained Warning event(s) name it")
+	assert.Contains(t, c.Message, "investigate the root cause on node "+node)
+	assert.Contains(t, c.Message, "instead of repeating the playbook")
+	ready := meta.FindStatusCondition(rr.Status.Conditions, v1alpha1.ConditionReady)
+	require.NotNil(t, ready)
+	assert.Equal(t, metav1.ConditionTrue, ready.Status, "Ready keeps saying the playbook succeeded: %+v", ready)
+	assert.Equal(t, v1alpha1.PhaseSucceeded, rr.Status.Phase)
+
+	eventually(t, "the FixNotHeld Warning Event", func() (bool, string) {
+		return len(fixNotHeldEvents(t, key)) > 0, ""
+	})
+	// More reconciles (an annotation change starts one) announce nothing more.
+	patch := client.MergeFrom(rr.DeepCopy())
+	metav1.SetMetaDataAnnotation(&rr.ObjectMeta, "remediator.io/test-touch", "1")
+	require.NoError(t, env.Client.Patch(ctx, rr, patch))
+	time.Sleep(2 * time.Second)
+	events := fixNotHeldEvents(t, key)
+	require.Len(t, events, 1, "FixNotHeld events: %+v", events)
+	assert.Equal(t, corev1.EventTypeWarning, events[0].Type)
+	assert.Equal(t, int32(1), max(events[0].Count, 1), "the event was emitted once")
+	assert.Equal(t, c.Message, events[0].Message)
+	assert.NoError(t, env.Client.Get(ctx, client.ObjectKeyFromObject(lease), &coordinationv1.Lease{}), "verification must not touch the new Lease")
+
+	// The window is in status: a controller started after the re-take finds it.
+	shutdownLease(t, node+"-down", pvDown)
+	down := releaseRequest(t, "fix-again-down", pvDown)
+	waitRequest(t, down, "Succeeded and verifying", fixHeldIs(metav1.ConditionUnknown, v1alpha1.ReasonVerifying))
+	stop()
+	retakeLease(t, pvDown, node+"-down", true)
+	startManager(t, verifyFor(time.Hour))
+	waitRequest(t, down, "FixHeld False after the restart", fixHeldIs(metav1.ConditionFalse, v1alpha1.ReasonLeaseRetainedAgain))
+	eventually(t, "the FixNotHeld Warning Event after the restart", func() (bool, string) {
+		return len(fixNotHeldEvents(t, down)) == 1, ""
+	})
+}
+
+// TestFixHeldWhenQuietOrAnotherHolder: a window without a re-take, and one where
+// another node takes the Lease (its own operation, retained or not), both end with
+// FixHeld=True, NoRecurrence, and no Warning.
+func TestFixHeldWhenQuietOrAnotherHolder(t *testing.T) {
+	ensureNamespaces(t, "remediator", "trident", corev1.NamespaceNodeLease)
+	const window = 6 * time.Second
+	startManager(t, verifyFor(window))
+	shutdownLease(t, "envtest-fix-quiet", "pvc-envtest-fix-quiet")
+	shutdownLease(t, "envtest-fix-other", "pvc-envtest-fix-other")
+	quiet := releaseRequest(t, "fix-quiet", "pvc-envtest-fix-quiet")
+	other := releaseRequest(t, "fix-other", "pvc-envtest-fix-other")
+	waitRequest(t, other, "Succeeded and verifying", fixHeldIs(metav1.ConditionUnknown, v1alpha1.ReasonVerifying))
+	retakeLease(t, "pvc-envtest-fix-other", "envtest-fix-other-2", true)
+
+	for _, key := range []client.ObjectKey{quiet, other} {
+		rr := waitRequest(t, key, key.Name+" FixHeld True", fixHeldIs(metav1.ConditionTrue, v1alpha1.ReasonNoRecurrence))
+		c := fixHeld(rr)
+		assert.Contains(t, c.Message, "No Lease trident/pvc-envtest-"+key.Name+" retained again by node envtest-"+key.Name)
+		assert.Empty(t, fixNotHeldEvents(t, key))
+		// The verdict came at the window's end, not before it.
+		require.NotNil(t, rr.Status.Outcome)
+		assert.False(t, c.LastTransitionTime.Time.Before(rr.Status.Outcome.FinishedAt.Add(window)),
+			"FixHeld turned True at %s, before the window's end %s", c.LastTransitionTime, rr.Status.Outcome.FinishedAt.Add(window))
+	}
+}
+
+// TestFixNotHeldWhenDriverDeregistersAgain: a reregister-csi-driver request that
+// Succeeded (its status written as the playbook leaves it, before this controller
+// starts: the window comes from status) is verified on its node. While the CSINode
+// lists the driver, FixHeld is Verifying; once the driver is gone from it again
+// while the node-plugin pod runs Ready, the CSINode watch brings FixHeld=False with
+// DriverDeregisteredAgain and one Warning, and Ready stays True.
+func TestFixNotHeldWhenDriverDeregistersAgain(t *testing.T) {
+	ctx := context.Background()
+	c := env.Client
+	ensureNamespaces(t, "remediator", "trident", corev1.NamespaceNodeLease)
+	const node = "envtest-csi-again"
+	require.NoError(t, c.Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}))
+	csiNode := &storagev1.CSINode{
+		ObjectMeta: metav1.ObjectMeta{Name: node},
+		Spec:       storagev1.CSINodeSpec{Drivers: []storagev1.CSINodeDriver{{Name: facts.DefaultDriverName, NodeID: node}}},
+	}
+	require.NoError(t, c.Create(ctx, csiNode))
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "trident", Name: "trident-node-linux-csi-again", Labels: map[string]string{"app": "node.csi.trident.netapp.io"}},
+		Spec:       corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "trident-main", Image: "netapp/trident:24.06"}}},
+	}
+	require.NoError(t, c.Create(ctx, pod))
+	pod.Status = corev1.PodStatus{Phase: corev1.PodRunning, Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}}
+	require.NoError(t, c.Status().Update(ctx, pod))
+
+	rr := &v1alpha1.RemediationRequest{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "remediator", Name: "csi-again"},
+		Spec: v1alpha1.RemediationRequestSpec{
+			Remediation: v1alpha1.RemediationReregisterCSIDriver,
+			Target:      v1alpha1.Target{Node: node},
+			Reason:      "driver deregistered after the trident-csi DaemonSet was recreated",
+		},
+	}
+	require.NoError(t, c.Create(ctx, rr))
+	now := metav1.NewTime(time.Now().Truncate(time.Second))
+	rr.Status = v1alpha1.RemediationRequestStatus{
+		ObservedGeneration: rr.Generation,
+		Phase:              v1alpha1.PhaseSucceeded,
+		Facts:              &v1alpha1.Facts{GatheredAt: now, TridentNamespace: "trident", DriverName: facts.DefaultDriverName, Target: v1alpha1.TargetFacts{Ref: "Node " + node, Found: true, Node: node}},
+		Decision:           &v1alpha1.Decision{Allowed: true, Playbook: v1alpha1.PlaybookRestartNodePlugin, Rule: "driver-deregistered", PolicyDigest: "sha256:test", DecidedAt: now, Generation: rr.Generation},
+		Outcome:            &v1alpha1.Outcome{Result: v1alpha1.PhaseSucceeded, Reason: v1alpha1.ReasonPlaybookCompleted, FinishedAt: now, Generation: rr.Generation},
+		Conditions: []metav1.Condition{{Type: v1alpha1.ConditionSucceeded, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonPlaybookCompleted,
+			Message: "Playbook restart-node-plugin completed", LastTransitionTime: now, ObservedGeneration: rr.Generation}},
+	}
+	require.NoError(t, c.Status().Update(ctx, rr))
+	key := client.ObjectKeyFromObject(rr)
+
+	startManager(t, verifyFor(time.Hour))
+	got := waitRequest(t, key, "verifying", fixHeldIs(metav1.ConditionUnknown, v1alpha1.ReasonVerifying))
+	assert.Contains(t, fixHeld(got).Message, "Watching for deregistration of "+facts.DefaultDriverName+" from CSINode "+node+" from "+now.UTC().Format(time.RFC3339))
+
+	csiNode.Spec.Drivers = nil
+	require.NoError(t, c.Update(ctx, csiNode))
+	got = waitRequest(t, key, "FixHeld False", fixHeldIs(metav1.ConditionFalse, v1alpha1.ReasonDriverDeregisteredAgain))
+	assert.Equal(t, "CSINode "+node+" does not list "+facts.DefaultDriverName+" again while node-plugin pod(s) run there: trident-node-linux-csi-again (Running, ready=true). "+
+		"Restarting the plugin did not fix the cause: investigate why the registration is dropped (overlapping node-plugin pods, the trident-operator recreating its DaemonSet, the driver-registrar's logs) instead of repeating the playbook",
+		fixHeld(got).Message)
+	ready := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionReady)
+	require.NotNil(t, ready)
+	assert.Equal(t, metav1.ConditionTrue, ready.Status)
+	eventually(t, "one FixNotHeld Warning Event", func() (bool, string) {
+		return len(fixNotHeldEvents(t, key)) == 1, ""
+	})
+	assert.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(pod), &corev1.Pod{}), "verification must not touch the plugin pod")
+}
