@@ -5,6 +5,7 @@ package main
 // One copy, so that the three cannot drift apart in what they accept.
 
 import (
+	"context"
 	"fmt"
 	"time"
 
@@ -160,7 +161,11 @@ func (c *connectionFlags) reader() (client.Reader, error) {
 }
 
 // gatherer reads facts live through a new reader, as the controller gathers them.
-func (c *clusterFlags) gatherer() (client.Reader, *facts.Gatherer, error) {
+//
+// Its ages are measured on the API server's clock (facts.ServerClock), as the
+// controller's are: a laptop whose clock runs ahead must not see a Lease older than
+// the controller will.
+func (c *clusterFlags) gatherer(ctx context.Context) (client.Reader, *facts.Gatherer, error) {
 	fc, err := c.factsConfig()
 	if err != nil {
 		return nil, nil, err
@@ -169,5 +174,13 @@ func (c *clusterFlags) gatherer() (client.Reader, *facts.Gatherer, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	return r, &facts.Gatherer{Reader: r, Config: fc}, nil
+	cfg, err := c.restConfig()
+	if err != nil {
+		return nil, nil, err
+	}
+	sc, err := facts.NewServerClock(ctx, cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	return r, &facts.Gatherer{Reader: r, Config: fc, Clock: sc}, nil
 }

@@ -7,16 +7,19 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/remediator/remediator/controllers"
+	"github.com/remediator/remediator/controllers/facts"
 	"github.com/remediator/remediator/policies"
 	"github.com/remediator/remediator/remediations"
 )
@@ -150,6 +153,21 @@ func runController(cmd *cobra.Command, o controllerOptions) error {
 	if err := controllers.PrepareCache(context.Background(), mgr); err != nil {
 		return err
 	}
+	// The runbook's ages are counted on the API server's clock (facts.ServerClock):
+	// measured once now, so that the first decision reads it, then every minute.
+	serverClock, err := facts.NewServerClock(context.Background(), cfg)
+	if err != nil {
+		return fmt.Errorf("measuring the API server's clock: %w", err)
+	}
+	if err := mgr.Add(serverClock); err != nil {
+		return fmt.Errorf("adding the server clock: %w", err)
+	}
+	if err := metrics.Registry.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "remediator_server_clock_offset_seconds",
+		Help: "The API server's clock minus this process's, as last measured (at most a second and a round trip low); the controller counts the runbook's ages on the server's.",
+	}, func() float64 { return serverClock.Offset().Seconds() })); err != nil {
+		return fmt.Errorf("registering the clock offset metric: %w", err)
+	}
 	decide, recheck, recheckRelease := controllers.Gatherers(mgr, fc)
 	if err := (&controllers.RemediationRequestReconciler{
 		Client:         mgr.GetClient(),
@@ -168,6 +186,7 @@ func runController(cmd *cobra.Command, o controllerOptions) error {
 			PluginRestart: o.pluginRestartTimeout},
 		Recorder:     mgr.GetEventRecorderFor("remediator"),
 		VerifyFixFor: o.verifyFixFor,
+		Clock:        serverClock,
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the RemediationRequest controller: %w", err)
 	}
@@ -175,7 +194,9 @@ func runController(cmd *cobra.Command, o controllerOptions) error {
 		return fmt.Errorf("registering metrics: %w", err)
 	}
 	if o.detectInterval > 0 {
-		d := &controllers.Detector{Gatherer: controllers.DetectGatherer(mgr, fc), Interval: o.detectInterval, LeaseAge: gates.HealthyStuckLeaseAge}
+		g := controllers.DetectGatherer(mgr, fc)
+		g.Clock = serverClock
+		d := &controllers.Detector{Gatherer: g, Interval: o.detectInterval, LeaseAge: gates.HealthyStuckLeaseAge}
 		if err := d.SetupWithManager(mgr); err != nil {
 			return err
 		}

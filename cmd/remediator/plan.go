@@ -268,7 +268,7 @@ func runPlan(ctx context.Context, w io.Writer, stdin io.Reader, o *planOptions) 
 	} else {
 		report.FactsSource = "live"
 		if live {
-			if p.reader, p.gatherer, err = o.cluster.gatherer(); err != nil {
+			if p.reader, p.gatherer, err = o.cluster.gatherer(ctx); err != nil {
 				return err
 			}
 		}

@@ -136,7 +136,7 @@ func runScan(ctx context.Context, w io.Writer, o scanOptions) error {
 	if err != nil {
 		return err
 	}
-	_, g, err := o.cluster.gatherer()
+	_, g, err := o.cluster.gatherer(ctx)
 	if err != nil {
 		return err
 	}
