@@ -560,6 +560,23 @@ func TestAdmissionPolicyDecides(t *testing.T) {
 			return patchJSON(ctx, c, cm(policiesCM), `{"data":{"luks.cue":"package policies\n"}}`)
 		}, alice.user + " may not update the controller's policies, ConfigMap " + namespace + "/" + policiesCM},
 		{"alice deletes the policies", alice, func(c client.Client) error { return c.Delete(ctx, cm(policiesCM)) }, pr},
+		// The settings ConfigMap feeds the controller the safety floor's minimums: no
+		// writer lowers them below the runbook (safetyFloor.belowRunbook is off).
+		{"alice lowers the unreachable floor in the settings", alice, func(c client.Client) error {
+			return patchJSON(ctx, c, cm(release+"-settings"), `{"data":{"floor-unreachable-lease-age":"1m"}}`)
+		}, "floor-unreachable-lease-age in the settings ConfigMap may not be below the runbook's 5m"},
+		{"alice lowers the healthy floor to seconds", alice, func(c client.Client) error {
+			return patchJSON(ctx, c, cm(release+"-settings"), `{"data":{"floor-healthy-lease-age":"599s"}}`)
+		}, "floor-healthy-lease-age in the settings ConfigMap may not be below the runbook's 10m"},
+		{"alice removes the healthy floor from the settings", alice, func(c client.Client) error {
+			return patchJSON(ctx, c, cm(release+"-settings"), `{"data":{"floor-healthy-lease-age":null}}`)
+		}, "floor-healthy-lease-age in the settings ConfigMap may not be below the runbook's 10m (or missing)"},
+		{"alice writes a floor that is no duration", alice, func(c client.Client) error {
+			return patchJSON(ctx, c, cm(release+"-settings"), `{"data":{"floor-unreachable-lease-age":"5 minutes"}}`)
+		}, "floor-unreachable-lease-age in the settings ConfigMap may not be below"},
+		{"alice raises the floor", alice, func(c client.Client) error {
+			return patchJSON(ctx, c, cm(release+"-settings"), `{"data":{"floor-unreachable-lease-age":"1h5m","floor-healthy-lease-age":"600s"}}`)
+		}, ""},
 		{"alice writes another ConfigMap", alice, func(c client.Client) error {
 			return c.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "other", Labels: other}})
 		}, ""},

@@ -163,9 +163,11 @@ func TestDefaultRenderObjects(t *testing.T) {
 		"ValidatingAdmissionPolicy remediator-git-writers",
 		"ValidatingAdmissionPolicy remediator-node-writes",
 		"ValidatingAdmissionPolicy remediator-pause",
+		"ValidatingAdmissionPolicy remediator-settings-floor",
 		"ValidatingAdmissionPolicyBinding remediator-git-writers",
 		"ValidatingAdmissionPolicyBinding remediator-node-writes",
 		"ValidatingAdmissionPolicyBinding remediator-pause",
+		"ValidatingAdmissionPolicyBinding remediator-settings-floor",
 	}
 	assert.Equal(t, want, got, "rendered objects, in order")
 }

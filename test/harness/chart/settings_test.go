@@ -85,7 +85,7 @@ func TestSettingsConfigMap(t *testing.T) {
 			"trident": map[string]any{"namespace": "netapp-trident", "driverName": "csi.example.com",
 				"nodePluginSelector": "app in (trident-node, trident-node-linux)"},
 			"nodeLeaseGracePeriod": "40s", "maxConcurrentRemediations": 0,
-			"safetyFloor": map[string]any{"unreachableLeaseAge": "30s", "healthyLeaseAge": "1m"},
+			"safetyFloor": map[string]any{"unreachableLeaseAge": "30s", "healthyLeaseAge": "1m", "belowRunbook": true},
 		},
 		want: map[string]string{
 			"trident-namespace": "netapp-trident", "driver-name": "csi.example.com",
@@ -164,4 +164,17 @@ func TestSettingsValuesNameEveryFlag(t *testing.T) {
 	slices.Sort(keys)
 	slices.Sort(flags)
 	assert.Equal(t, flags, keys)
+}
+
+// TestSafetyFloorBelowTheRunbookIsRefused: the chart renders no minimum below the
+// runbook's 5m and 10m unless safetyFloor.belowRunbook says so (a test cluster), and
+// then it leaves out the admission policy that would refuse its own ConfigMap.
+func TestSafetyFloorBelowTheRunbookIsRefused(t *testing.T) {
+	for _, floor := range []map[string]any{{"unreachableLeaseAge": "4m59s"}, {"healthyLeaseAge": "9m"}} {
+		_, err := helmchart.Render(release, namespace, map[string]any{"safetyFloor": floor})
+		assert.ErrorContains(t, err, "below the runbook's", "%v", floor)
+	}
+	objs := render(t, map[string]any{"safetyFloor": map[string]any{"unreachableLeaseAge": "30s", "belowRunbook": true}})
+	assert.Nil(t, find(objs, "ValidatingAdmissionPolicy", "", release+"-settings-floor"), "belowRunbook: no settings-floor policy")
+	assert.NotNil(t, find(render(t, nil), "ValidatingAdmissionPolicy", "", release+"-settings-floor"), "by default")
 }
