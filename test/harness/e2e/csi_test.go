@@ -5,6 +5,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -204,7 +205,18 @@ func TestScanFindsBothIncidents(t *testing.T) {
 	}
 	assert.Contains(t, table, tridentNS+"/"+pv, "scan table")
 
+	names, _ := scan("-o", "name")
+	assert.Len(t, strings.Fields(names), len(want), "scan -o name:\n%s", names)
+	assert.Contains(t, names, "remediationrequest.remediator.io/release-lease-"+pv, "scan -o name")
+
 	manifests, _ := scan("-o", "yaml")
+	// plan on live facts reads scan's manifests: the request's rule through -o jsonpath.
+	file := filepath.Join(t.TempDir(), "requests.yaml")
+	require.NoError(t, os.WriteFile(file, []byte(manifests), 0o600))
+	rules, _ := exec.Command(filepath.Join(root, "bin", "remediator"), "plan", "--kubeconfig", kubeconfig, "--node-lease-grace-period", "20s",
+		"--settings-configmap=", "-f", file, "-o", `jsonpath={range .requests[*]}{.request.name}={.decision.rule}{"\n"}{end}`).Output()
+	assert.Contains(t, string(rules), "release-lease-"+pv+"=holder-shutdown\n", "plan -o jsonpath on scan's requests:\n%s", rules)
+
 	apply := exec.Command(filepath.Join(root, "bin", "kubectl"), "--kubeconfig", kubeconfig, "apply", "-f", "-")
 	apply.Stdin = strings.NewReader(manifests)
 	res, err := apply.CombinedOutput()

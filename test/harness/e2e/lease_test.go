@@ -417,6 +417,13 @@ func assertKubectlViews(t *testing.T, key types.NamespacedName) {
 		require.NoError(t, err, "kubectl wait --for=condition=%s:\n%s", cond, out)
 		assert.Contains(t, string(out), "condition met")
 	}
+	// kubectl explain reads the CRD's descriptions: each fencing method is described.
+	out, err = exec.Command(kubectl, "--kubeconfig", kubeconfig, "explain", "remediationrequest.spec.fencing.method").CombinedOutput()
+	require.NoError(t, err, "kubectl explain:\n%s", out)
+	for _, m := range []v1alpha1.FencingMethod{v1alpha1.FencingNodeShutdown, v1alpha1.FencingTridentNodeContainerStopped, v1alpha1.FencingLogsVerified} {
+		// "- NodeShutdown: the node was powered off ...", not only the enum's list.
+		assert.Regexp(t, `- `+string(m)+`: \w+`, string(out), "kubectl explain describes the fencing method %s", m)
+	}
 	out, err = exec.Command(kubectl, "--kubeconfig", kubeconfig, "describe", "rr", "-n", key.Namespace, key.Name).CombinedOutput()
 	require.NoError(t, err, "kubectl describe rr:\n%s", out)
 	for _, want := range []string{"healthy-move-workload", "PlaybookCompleted", "Step 1/5 cordon succeeded",
