@@ -56,12 +56,15 @@ func TestClusterBaseline(t *testing.T) {
 // TestDisconnectMakesNodeUnreachable checks that cutting a node's heartbeats makes
 // the real kube-controller-manager mark it unreachable, and that Reconnect restores it.
 func TestDisconnectMakesNodeUnreachable(t *testing.T) {
+	// Its own kwok node, so that it waits out the node grace in parallel with the other
+	// tests that mostly wait (make test's budget), and no shared node goes dark.
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	require.NoError(t, err)
 	cs := kubernetes.NewForConfigOrDie(cfg)
-	const name = "kwok-node-2"
+	name := extraNode(t, "e2e-disconnect", true)
 	unreachable := func(n *corev1.Node) bool {
 		for _, taint := range n.Spec.Taints {
 			if taint.Key == corev1.TaintNodeUnreachable && !nodeReady(n) {
@@ -77,6 +80,7 @@ func TestDisconnectMakesNodeUnreachable(t *testing.T) {
 			assert.True(c, cond(n), "node %s: conditions %+v taints %+v", name, n.Status.Conditions, n.Spec.Taints)
 		}
 	}
+	require.EventuallyWithT(t, nodeState(nodeReady), 60*time.Second, poll, "%s Ready", name)
 	require.NoError(t, cluster.Disconnect(ctx, cs, name))
 	t.Cleanup(func() { _ = cluster.Reconnect(context.Background(), cs, name) })
 	start := time.Now()
