@@ -285,16 +285,29 @@ func heartbeatString(n *v1alpha1.NodeFacts) string {
 	return "none"
 }
 
+// FencedAtTolerance is how far ahead of the controller's "now" a fencing statement's
+// time may be without being a statement about the future: the controller reads the
+// API server's clock up to a second and a round trip low (facts.ServerClock), facts
+// record whole seconds, and an operator who writes the time they fenced at once, on a
+// clock a second ahead, states the present. It only widens what is accepted: the
+// statement then counts from now, so a heartbeat after now still voids it.
+const FencedAtTolerance = 5 * time.Second
+
 // fencingFresh: a fencing statement describes the node as it was when it was made.
 // A node that renewed its Lease or posted Ready afterwards came back, and whatever
 // was fenced then may run again now.
 func fencingFresh(in FloorInput, n *v1alpha1.NodeFacts, now time.Time) *Violation {
 	made, from := in.Created, "the request's creation"
 	if at := in.Spec.Fencing.FencedAt; at != nil {
-		if at.After(now) {
+		if at.After(now.Add(FencedAtTolerance)) {
 			return violation(InvariantFencingStale, "spec.fencing.fencedAt %s is in the future (now %s)", at.UTC().Format(time.RFC3339), now.UTC().Format(time.RFC3339))
 		}
+		// Within the tolerance the statement counts from now at the latest: a
+		// heartbeat after now voids it all the same.
 		made, from = at.Time, "spec.fencing.fencedAt"
+		if made.After(now) {
+			made = now
+		}
 	}
 	if made.IsZero() {
 		return violation(InvariantFencingStale, "the time of the fencing statement is unknown: neither spec.fencing.fencedAt nor the request's creation is set")

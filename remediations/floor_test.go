@@ -151,6 +151,13 @@ func TestCheckFloor(t *testing.T) {
 			f.Node.LeaseRenewTime = ago(10 * time.Minute) // the request was created 30 minutes ago
 		})}, InvariantFencingStale},
 		{"fencedAt in the future", FloorInput{Spec: fencedAt("node-a", ago(-time.Minute)), Steps: release, Now: leaseFacts(v1alpha1.NodeUnreachable)}, InvariantFencingStale},
+		// The controller reads the server's clock up to a second and a round trip low,
+		// and facts keep whole seconds: a statement written at once is not the future.
+		{"fencedAt two seconds ahead of the controller's now", FloorInput{Spec: fencedAt("node-a", ago(-2*time.Second)), Steps: release, Now: leaseFacts(v1alpha1.NodeUnreachable)}, ""},
+		{"fencedAt past the tolerance", FloorInput{Spec: fencedAt("node-a", ago(-FencedAtTolerance-time.Second)), Steps: release, Now: leaseFacts(v1alpha1.NodeUnreachable)}, InvariantFencingStale},
+		{"fencedAt within the tolerance still voided by a heartbeat after now", FloorInput{Spec: fencedAt("node-a", ago(-3*time.Second)), Steps: release, Now: with(leaseFacts(v1alpha1.NodeUnreachable), func(f *v1alpha1.Facts) {
+			f.Node.LeaseRenewTime = ago(-time.Second)
+		})}, InvariantFencingStale},
 		{"healthy holder, young Lease, no LeaseRetained", FloorInput{Steps: move, Now: with(leaseFacts(v1alpha1.NodeHealthy, "web-0"), func(f *v1alpha1.Facts) {
 			f.Lease.AgeSeconds = 60
 		})}, InvariantLeaseNotProvenStuck},
