@@ -172,16 +172,24 @@ func (r *RemediationRequestReconciler) wake(ctx context.Context, o client.Object
 	if f.Node != nil && f.Node.Name != "" {
 		keys = append(keys, "waiting/"+nodeKey(f.Node.Name))
 	}
+	// The periodic recheck of waiting requests, and the next stop, still wake them
+	// should a list fail.
+	return r.guarded(ctx, "Listing waiting requests to wake them", keys...)
+}
+
+// guarded maps index keys to the requests listed under them, for a watch's handler.
+// A list that fails is logged with what and left out: each caller says what still
+// reconciles those requests.
+func (r *RemediationRequestReconciler) guarded(ctx context.Context, what string, keys ...string) []reconcile.Request {
 	var out []reconcile.Request
 	for _, k := range keys {
 		list, err := r.listGuard(ctx, k)
 		if err != nil {
-			// The periodic recheck of waiting requests, and the next stop, still wake them.
-			ctrl.LoggerFrom(ctx).Error(err, "Listing waiting requests to wake them")
+			ctrl.LoggerFrom(ctx).Error(err, what, "key", k)
 			continue
 		}
-		for _, w := range list {
-			out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: w.Namespace, Name: w.Name}})
+		for _, rr := range list {
+			out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: rr.Namespace, Name: rr.Name}})
 		}
 	}
 	return out

@@ -83,6 +83,16 @@ func readPause(ctx context.Context, c client.Reader, key types.NamespacedName) P
 	return p
 }
 
+// pausedMessage is the pause's message while Remediator is paused, empty otherwise,
+// read from the cache once per reconcile (s.pause).
+func (r *RemediationRequestReconciler) pausedMessage(ctx context.Context, s *scope) string {
+	if s.pause == nil {
+		p := readPause(ctx, r.Client, r.pauseKey())
+		s.pause = &p
+	}
+	return s.pause.Message()
+}
+
 // heldByPause: the request waits, or its playbook holds, because of the pause.
 func heldByPause(rr *v1alpha1.RemediationRequest) bool {
 	return anyProgressingReason(rr) == v1alpha1.ReasonPaused
@@ -164,17 +174,9 @@ func anyProgressingReason(rr *v1alpha1.RemediationRequest) string {
 // wakePaused maps a change of the pause ConfigMap to every request the pause holds:
 // on a resume they are decided again or go on with their playbook.
 func (r *RemediationRequestReconciler) wakePaused(ctx context.Context, _ client.Object) []reconcile.Request {
-	list, err := r.listGuard(ctx, keyPaused)
-	if err != nil {
-		// Each held request rechecks the pause on its own within pauseRecheck.
-		ctrl.LoggerFrom(ctx).Error(err, "Listing the requests the pause holds")
-		return nil
-	}
-	out := make([]reconcile.Request, 0, len(list))
-	for _, rr := range list {
-		out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: rr.Namespace, Name: rr.Name}})
-	}
-	return out
+	// Each held request rechecks the pause on its own within pauseRecheck should the
+	// list fail.
+	return r.guarded(ctx, "Listing the requests the pause holds", keyPaused)
 }
 
 // pauseRecheck is how often a held request looks at the pause again on its own,

@@ -108,6 +108,9 @@ type scope struct {
 	rr   *v1alpha1.RemediationRequest
 	base *v1alpha1.RemediationRequest
 	now  time.Time
+	// pause is the pause as this reconcile read it (pausedMessage), once: the
+	// decision and the step it may start see the same state.
+	pause *PauseState
 }
 
 // phase is one small step of a reconcile. A phase that returns a non-zero result or
@@ -312,7 +315,7 @@ func (r *RemediationRequestReconciler) decide(ctx context.Context, s *scope) (ct
 		return ctrl.Result{}, fmt.Errorf("gathering facts: %w", err)
 	}
 	in := DecisionInput{Request: rr, Facts: f, MaxConcurrent: r.MaxConcurrent, Admitted: granted(rr), Gates: r.gates(), Now: s.now,
-		Paused: readPause(ctx, r.Client, r.pauseKey()).Message()}
+		Paused: r.pausedMessage(ctx, s)}
 	if in.Others, err = r.guardOthers(ctx, f); err != nil {
 		return ctrl.Result{}, err
 	}
@@ -342,7 +345,7 @@ func (r *RemediationRequestReconciler) runPlaybook(ctx context.Context, s *scope
 		return ctrl.Result{}, r.releaseIdle(ctx, s)
 	}
 	run := r.execution(s)
-	run.Paused = readPause(ctx, r.Client, r.pauseKey()).Message()
+	run.Paused = r.pausedMessage(ctx, s)
 	p, err := remediations.Advance(ctx, run)
 	if err != nil {
 		return ctrl.Result{}, err

@@ -27,7 +27,6 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
@@ -322,15 +321,6 @@ func (r *RemediationRequestReconciler) verifyingOn(ctx context.Context, o client
 	default:
 		return nil
 	}
-	list, err := r.listGuard(ctx, "verifying/"+key)
-	if err != nil {
-		// The window's periodic check (verifyPoll) still sees it.
-		ctrl.LoggerFrom(ctx).Error(err, "Listing the requests verifying a fix", "key", key)
-		return nil
-	}
-	out := make([]reconcile.Request, 0, len(list))
-	for _, rr := range list {
-		out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: rr.Namespace, Name: rr.Name}})
-	}
-	return out
+	// The window's periodic check (verifyPoll) still sees them should the list fail.
+	return r.guarded(ctx, "Listing the requests verifying a fix", "verifying/"+key)
 }

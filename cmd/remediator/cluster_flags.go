@@ -7,11 +7,13 @@ package main
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/spf13/pflag"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -89,6 +91,16 @@ func (c *clusterFlags) addFlags(fs *pflag.FlagSet, liveOnly string) {
 		"Safety floor: the age at which a healthy holder's Lease with no LeaseRetained Warning on it counts as stuck, whatever the policy says; the runbook's 10m unless shortened for tests")
 }
 
+// parsePauseConfigMap reads --pause-configmap, namespace/name, for the controller and
+// for pause and resume.
+func parsePauseConfigMap(s string) (types.NamespacedName, error) {
+	ns, name, ok := strings.Cut(s, "/")
+	if !ok || ns == "" || name == "" {
+		return types.NamespacedName{}, fmt.Errorf("--pause-configmap must be namespace/name, got %q", s)
+	}
+	return types.NamespacedName{Namespace: ns, Name: name}, nil
+}
+
 // gates are the safety floor's minimums the flags set.
 func (c *clusterFlags) gates() (remediations.Gates, error) {
 	if c.floorUnreachableLeaseAge <= 0 || c.floorHealthyLeaseAge <= 0 {
@@ -153,6 +165,10 @@ func (c *connectionFlags) reader() (client.Reader, error) {
 	if err != nil {
 		return nil, err
 	}
+	return readerFor(cfg)
+}
+
+func readerFor(cfg *rest.Config) (client.Reader, error) {
 	cl, err := client.New(cfg, client.Options{Scheme: newScheme()})
 	if err != nil {
 		return nil, fmt.Errorf("creating client: %w", err)
@@ -170,11 +186,11 @@ func (c *clusterFlags) gatherer(ctx context.Context) (client.Reader, *facts.Gath
 	if err != nil {
 		return nil, nil, err
 	}
-	r, err := c.reader()
+	cfg, err := c.restConfig()
 	if err != nil {
 		return nil, nil, err
 	}
-	cfg, err := c.restConfig()
+	r, err := readerFor(cfg)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -126,11 +126,10 @@ func runController(cmd *cobra.Command, o controllerOptions) error {
 		return err
 	}
 	namespaces := trimmed(o.requestNamespaces)
-	pauseNS, pauseName, ok := strings.Cut(o.pauseConfigMap, "/")
-	if !ok || pauseNS == "" || pauseName == "" {
-		return fmt.Errorf("--pause-configmap must be namespace/name, got %q", o.pauseConfigMap)
+	pause, err := parsePauseConfigMap(o.pauseConfigMap)
+	if err != nil {
+		return err
 	}
-	pause := types.NamespacedName{Namespace: pauseNS, Name: pauseName}
 	if o.detectInterval < 0 {
 		return fmt.Errorf("--detect-interval must be 0 (no detection) or positive, got %s", o.detectInterval)
 	}

@@ -68,10 +68,11 @@ func pauseCommand(pause bool, use, short, long string) *cobra.Command {
 }
 
 func runPause(ctx context.Context, out io.Writer, o pauseOptions, pause bool) error {
-	ns, name, ok := strings.Cut(o.configMap, "/")
-	if !ok || ns == "" || name == "" {
-		return fmt.Errorf("--pause-configmap must be namespace/name, got %q", o.configMap)
+	key, err := parsePauseConfigMap(o.configMap)
+	if err != nil {
+		return err
 	}
+	ns, name := key.Namespace, key.Name
 	cfg, err := o.conn.restConfig()
 	if err != nil {
 		return err

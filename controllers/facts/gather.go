@@ -375,14 +375,7 @@ func (s *gathering) affectedPods(ctx context.Context, node string, claim types.N
 func ClaimsOf(pod *corev1.Pod) []string {
 	var claims []string
 	for _, v := range pod.Spec.Volumes {
-		name := ""
-		switch {
-		case v.PersistentVolumeClaim != nil:
-			name = v.PersistentVolumeClaim.ClaimName
-		case v.Ephemeral != nil:
-			name = pod.Name + "-" + v.Name
-		}
-		if name != "" && !slices.Contains(claims, name) {
+		if name := claimOf(pod, v); name != "" && !slices.Contains(claims, name) {
 			claims = append(claims, name)
 		}
 	}
@@ -390,11 +383,26 @@ func ClaimsOf(pod *corev1.Pod) []string {
 	return claims
 }
 
+// claimOf is the name of the claim volume v of pod uses, "" for none.
+func claimOf(pod *corev1.Pod, v corev1.Volume) string {
+	switch {
+	case v.PersistentVolumeClaim != nil:
+		return v.PersistentVolumeClaim.ClaimName
+	case v.Ephemeral != nil:
+		return pod.Name + "-" + v.Name
+	}
+	return ""
+}
+
 // podsOnNode lists pods by spec.nodeName on the API server, sorted by namespace/name.
 func (s *gathering) podsOnNode(ctx context.Context, node string, opts ...client.ListOption) ([]corev1.Pod, error) {
+	return s.g.podsOnNode(ctx, node, opts...)
+}
+
+func (g *Gatherer) podsOnNode(ctx context.Context, node string, opts ...client.ListOption) ([]corev1.Pod, error) {
 	list := &corev1.PodList{}
 	opts = append(opts, client.MatchingFields{"spec.nodeName": node})
-	if err := s.g.Reader.List(ctx, list, opts...); err != nil {
+	if err := g.Reader.List(ctx, list, opts...); err != nil {
 		return nil, fmt.Errorf("listing pods on node %s: %w", node, err)
 	}
 	slices.SortFunc(list.Items, func(a, b corev1.Pod) int {

@@ -3,6 +3,7 @@ package facts
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -123,13 +124,25 @@ func (g *Gatherer) Scan(ctx context.Context, opts ScanOptions) ([]Finding, error
 	if err != nil {
 		return nil, err
 	}
+	// A node is read once per scan, however many Leases it holds.
+	nodes := map[string]*v1alpha1.NodeFacts{}
+	nodeOf := func(ctx context.Context, name string) (*v1alpha1.NodeFacts, error) {
+		if nf, ok := nodes[name]; ok {
+			return nf, nil
+		}
+		nf, err := g.nodeFacts(ctx, name, now)
+		if err == nil {
+			nodes[name] = nf
+		}
+		return nf, err
+	}
 	var out []Finding
-	leases, err := g.stuckLeases(ctx, opts, now, mounts)
+	leases, err := g.stuckLeases(ctx, opts, now, mounts, nodeOf)
 	if err != nil {
 		return nil, err
 	}
 	out = append(out, leases...)
-	csi, err := g.pluginFindings(ctx, now, mounts)
+	csi, err := g.pluginFindings(ctx, now, mounts, nodeOf)
 	if err != nil {
 		return nil, err
 	}
@@ -140,7 +153,10 @@ func (g *Gatherer) Scan(ctx context.Context, opts ScanOptions) ([]Finding, error
 	return out, nil
 }
 
-func (g *Gatherer) stuckLeases(ctx context.Context, opts ScanOptions, now time.Time, mounts []corev1.Event) ([]Finding, error) {
+// nodeReader reads a node's facts.
+type nodeReader func(ctx context.Context, name string) (*v1alpha1.NodeFacts, error)
+
+func (g *Gatherer) stuckLeases(ctx context.Context, opts ScanOptions, now time.Time, mounts []corev1.Event, nodeOf nodeReader) ([]Finding, error) {
 	list := &coordinationv1.LeaseList{}
 	if err := g.Reader.List(ctx, list, client.InNamespace(g.Config.TridentNamespace)); err != nil {
 		return nil, fmt.Errorf("listing Leases in %s: %w", g.Config.TridentNamespace, err)
@@ -179,7 +195,7 @@ func (g *Gatherer) stuckLeases(ctx context.Context, opts ScanOptions, now time.T
 		// stay silent. A Healthy holder's young Lease without a LeaseRetained Warning is
 		// an operation still in flight; so may be an Unknown holder's, whose kubelet
 		// still renews its heartbeat (Ready=False with a fresh node Lease).
-		nf, err := g.nodeFacts(ctx, holder, now)
+		nf, err := nodeOf(ctx, holder)
 		if err != nil {
 			return nil, err
 		}
@@ -237,12 +253,12 @@ func (g *Gatherer) volumeSymptoms(ctx context.Context, pv *corev1.PersistentVolu
 	}
 	quoted := fmt.Sprintf("%q", pv.Name)
 	pods := map[types.UID]*corev1.Pod{}
-	onHolder := &corev1.PodList{}
-	if err := g.Reader.List(ctx, onHolder, client.InNamespace(ref.Namespace), client.MatchingFields{"spec.nodeName": holder}); err != nil {
-		return nil, fmt.Errorf("listing pods on %s in %s: %w", holder, ref.Namespace, err)
+	onHolder, err := g.podsOnNode(ctx, holder, client.InNamespace(ref.Namespace))
+	if err != nil {
+		return nil, err
 	}
-	for i := range onHolder.Items {
-		pods[onHolder.Items[i].UID] = &onHolder.Items[i]
+	for i := range onHolder {
+		pods[onHolder[i].UID] = &onHolder[i]
 	}
 	for i := range mounts {
 		ev := &mounts[i]
@@ -299,9 +315,7 @@ func (g *Gatherer) volumeSymptoms(ctx context.Context, pv *corev1.PersistentVolu
 func claimVolumes(pod *corev1.Pod, claim string) []string {
 	var out []string
 	for _, v := range pod.Spec.Volumes {
-		switch {
-		case v.PersistentVolumeClaim != nil && v.PersistentVolumeClaim.ClaimName == claim,
-			v.Ephemeral != nil && pod.Name+"-"+v.Name == claim:
+		if claimOf(pod, v) == claim {
 			out = append(out, v.Name)
 		}
 	}
@@ -359,7 +373,7 @@ func sortSymptoms(s []Symptom) {
 	})
 }
 
-func (g *Gatherer) pluginFindings(ctx context.Context, now time.Time, mounts []corev1.Event) ([]Finding, error) {
+func (g *Gatherer) pluginFindings(ctx context.Context, now time.Time, mounts []corev1.Event, nodeOf nodeReader) ([]Finding, error) {
 	pods := &corev1.PodList{}
 	if err := g.Reader.List(ctx, pods, client.InNamespace(g.Config.TridentNamespace),
 		client.MatchingLabelsSelector{Selector: g.Config.NodePluginSelector}); err != nil {
@@ -371,14 +385,8 @@ func (g *Gatherer) pluginFindings(ctx context.Context, now time.Time, mounts []c
 			byNode[p.Spec.NodeName] = append(byNode[p.Spec.NodeName], p)
 		}
 	}
-	nodes := make([]string, 0, len(byNode))
-	for n := range byNode {
-		nodes = append(nodes, n)
-	}
-	slices.Sort(nodes)
-
 	var out []Finding
-	for _, node := range nodes {
+	for _, node := range slices.Sorted(maps.Keys(byNode)) {
 		ps := byNode[node]
 		slices.SortFunc(ps, func(a, b corev1.Pod) int { return strings.Compare(a.Name, b.Name) })
 		var descr []string
@@ -390,7 +398,7 @@ func (g *Gatherer) pluginFindings(ctx context.Context, now time.Time, mounts []c
 			}
 			descr = append(descr, pf.String())
 		}
-		nf, err := g.nodeFacts(ctx, node, now)
+		nf, err := nodeOf(ctx, node)
 		if err != nil {
 			return nil, err
 		}

@@ -230,3 +230,24 @@ The environment variable that carries a setting (its flag name) into the control
 {{- define "remediator.settingEnv" -}}
 {{- printf "SETTING_%s" (. | upper | replace "-" "_") }}
 {{- end }}
+
+{{/*
+The pause ConfigMap's name, in the controller's namespace: the controller's
+--pause-configmap (deployment.yaml) and the Role and admission policy that guard it
+(pause.yaml) name the same object.
+*/}}
+{{- define "remediator.pauseConfigMap" -}}remediator-pause{{- end }}
+
+{{/*
+remediator.alerts.seconds: a Go duration (the chart's timeouts and floor minimums, "5m", "1h30m") in
+seconds, for a PromQL comparison (prometheusrule.yaml) and the floor's check (configmap-settings.yaml).
+*/}}
+{{- define "remediator.alerts.seconds" -}}
+{{- $total := 0.0 }}
+{{- range regexFindAll "[0-9]+(\\.[0-9]+)?(ns|us|µs|ms|s|m|h)" (toString .) -1 }}
+{{- $n := regexFind "^[0-9]+(\\.[0-9]+)?" . | float64 }}
+{{- $unit := regexReplaceAll "^[0-9]+(\\.[0-9]+)?" . "" }}
+{{- $total = addf $total (mulf $n (get (dict "h" 3600 "m" 60 "s" 1 "ms" 0.001 "us" 0.000001 "µs" 0.000001 "ns" 0.000000001) $unit)) }}
+{{- end }}
+{{- if eq $total (floor $total) }}{{ int64 $total }}{{ else }}{{ $total }}{{ end }}
+{{- end }}
