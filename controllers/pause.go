@@ -5,9 +5,11 @@ package controllers
 // chart's admission policy lets only the on-call groups write it, and only with their
 // own user name in it). While it says paused, no playbook starts (a decision that
 // would start one waits with reason Paused, and admission grants no slot) and a
-// running playbook holds before its next step (remediations.Gate, ActionHold),
-// keeping what it changed: a cordoned node stays cordoned until the resume. Resuming
-// wakes every held request.
+// running playbook holds where it is (remediations.Gate, ActionHold): no step starts,
+// and a running one neither checks, acts nor times out, its paused time journaled
+// so that on the resume it goes on with the time it had left. It keeps what it
+// changed: a cordoned node stays cordoned until the resume. Resuming wakes every
+// held request.
 
 import (
 	"context"
@@ -49,7 +51,7 @@ func (p PauseState) Message() string {
 	if !p.Paused {
 		return ""
 	}
-	return fmt.Sprintf("Remediator is paused by %s since %s: %q. No playbook and no step starts until `kubectl remediator resume`; what a running playbook changed stays as it is.",
+	return fmt.Sprintf("Remediator is paused by %s since %s: %q. No playbook and no step starts, and a running step neither acts nor times out, until `kubectl remediator resume`; what a running playbook changed stays as it is.",
 		orUnknown(p.By), p.At.UTC().Format(time.RFC3339), p.Reason)
 }
 
@@ -183,8 +185,8 @@ func (r *RemediationRequestReconciler) wakePaused(ctx context.Context, _ client.
 // should the resume's watch event be lost.
 const pauseRecheck = time.Minute
 
-// hold keeps a running playbook before its next step while Remediator is paused:
-// nothing is restored (a cordoned node stays cordoned), and the request says why.
+// hold keeps a running playbook where it is while Remediator is paused: nothing is
+// restored (a cordoned node stays cordoned), and the request says why.
 func (r *RemediationRequestReconciler) hold(ctx context.Context, s *scope, msg string) (ctrl.Result, error) {
 	rr := s.rr
 	if !heldByPause(rr) {

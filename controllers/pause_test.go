@@ -2,6 +2,7 @@ package controllers_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -12,6 +13,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
+	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/remediator/remediator/api/v1alpha1"
@@ -44,10 +47,11 @@ func progressingReason(rr *v1alpha1.RemediationRequest) string {
 }
 
 // TestPauseHoldsAtTheNextStepAndResumeFinishes: the stop button. Paused while a
-// playbook waits for its evicted pod, the playbook finishes that wait but starts no
-// further step: the Lease stays, the node stays cordoned, and the request says who
-// paused and why. A request filed meanwhile waits with reason Paused and touches
-// nothing. Resumed, both finish.
+// playbook waits for its evicted pod, the playbook holds where it is: the wait is
+// not checked again (the pod going meanwhile changes nothing), its clock stops (the
+// journal records since when), and no further step starts: the Lease stays, the node
+// stays cordoned, and the request says who paused and why. A request filed meanwhile
+// waits with reason Paused and touches nothing. Resumed, both finish.
 func TestPauseHoldsAtTheNextStepAndResumeFinishes(t *testing.T) {
 	ctx := context.Background()
 	ensureNamespaces(t, "remediator", "trident", "app", corev1.NamespaceNodeLease, controllers.DefaultPauseConfigMap.Namespace)
@@ -63,17 +67,25 @@ func TestPauseHoldsAtTheNextStepAndResumeFinishes(t *testing.T) {
 	})
 
 	setPause(t, true, "INC-4711: storage array firmware upgrade")
-	finishTermination(t, pod)
-	held := waitFor(t, key, 20*time.Second, "held before deleteLease", func(rr *v1alpha1.RemediationRequest) bool {
-		return stepState(rr, "waitPodsGone") == v1alpha1.StepSucceeded && progressingReason(rr) == v1alpha1.ReasonPaused
+	held := waitFor(t, key, 20*time.Second, "held in waitPodsGone", func(rr *v1alpha1.RemediationRequest) bool {
+		return progressingReason(rr) == v1alpha1.ReasonPaused
 	})
+	finishTermination(t, pod)
 	assert.Equal(t, v1alpha1.PhaseRunning, held.Status.Phase)
+	wait := held.Status.Steps[2]
+	require.Equal(t, "waitPodsGone", wait.Name)
+	assert.Equal(t, v1alpha1.StepRunning, wait.State)
+	require.NotNil(t, wait.PausedSince, "the pause's start is journaled on the held step")
 	assert.Equal(t, v1alpha1.StepPending, stepState(held, "deleteLease"))
 	assert.Contains(t, meta.FindStatusCondition(held.Status.Conditions, v1alpha1.ConditionProgressing).Message,
 		`paused by alice@oncall since`)
 	assert.Contains(t, meta.FindStatusCondition(held.Status.Conditions, v1alpha1.ConditionProgressing).Message, "INC-4711")
-	// Held, not restored: the node stays cordoned and the Lease stays.
-	time.Sleep(time.Second)
+	// Held, not restored: the node stays cordoned and the Lease stays; the wait
+	// is not checked again while paused, though its pod is gone.
+	time.Sleep(2 * time.Second)
+	require.NoError(t, env.Client.Get(ctx, key, held))
+	assert.Equal(t, v1alpha1.StepRunning, stepState(held, "waitPodsGone"), "a held step is not checked")
+	assert.True(t, wait.PausedSince.Equal(held.Status.Steps[2].PausedSince), "the pause's start is written once")
 	assert.True(t, nodeCordoned(t, node), "a held playbook keeps its cordon")
 	assert.NoError(t, env.Client.Get(ctx, client.ObjectKey{Namespace: "trident", Name: "pvc-" + node}, &coordinationv1.Lease{}))
 	warningEvent(t, key.Name, v1alpha1.ReasonPaused, "alice@oncall")
@@ -93,6 +105,11 @@ func TestPauseHoldsAtTheNextStepAndResumeFinishes(t *testing.T) {
 		})
 	}
 	assert.False(t, nodeCordoned(t, node), "the resumed playbook uncordoned")
+	require.NoError(t, env.Client.Get(ctx, key, held))
+	wait = held.Status.Steps[2]
+	assert.Nil(t, wait.PausedSince, "resumed")
+	require.NotNil(t, wait.PausedFor, "the resume journals how long the step was held")
+	assert.Positive(t, wait.PausedFor.Duration)
 }
 
 // TestExcludedNodeIsRejected: the opt-out label keeps every playbook off a node; a
@@ -120,4 +137,88 @@ func TestExcludedNodeIsRejected(t *testing.T) {
 	assert.Equal(t, "NodeExcluded", c.Reason)
 	assert.Contains(t, c.Message, "remediator.io/exclude=true")
 	assert.NoError(t, env.Client.Get(ctx, client.ObjectKey{Namespace: "trident", Name: "pvc-" + node}, &coordinationv1.Lease{}))
+}
+
+// heartbeat plays the kubelet: it renews the node's Lease in kube-node-lease at the
+// given time, so that a node stays healthy on a clock the test moves on.
+func heartbeat(t *testing.T, node string, at time.Time) {
+	t.Helper()
+	ctx := context.Background()
+	require.NoError(t, retry.RetryOnConflict(retry.DefaultBackoff, func() error {
+		l := &coordinationv1.Lease{}
+		if err := env.Client.Get(ctx, client.ObjectKey{Namespace: corev1.NamespaceNodeLease, Name: node}, l); err != nil {
+			return err
+		}
+		l.Spec.RenewTime = &metav1.MicroTime{Time: at}
+		return env.Client.Update(ctx, l)
+	}))
+}
+
+// TestPauseFreezesAHeldEvictionsTimeout: a pause freezes the running step's clock.
+// Paused while a PodDisruptionBudget holds the eviction, and kept paused past the
+// eviction timeout, the request stays Running and the node cordoned: before, the
+// timeout was checked before the gate, so the request failed during the pause and
+// its restore uncordoned the node. Resumed, the step goes on with the time it had
+// left, and times out only once that is spent, saying how long it was paused.
+func TestPauseFreezesAHeldEvictionsTimeout(t *testing.T) {
+	ctx := context.Background()
+	ensureNamespaces(t, "remediator", "trident", "app", corev1.NamespaceNodeLease, controllers.DefaultPauseConfigMap.Namespace)
+	t.Cleanup(func() {
+		_ = env.Client.Delete(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: controllers.DefaultPauseConfigMap.Namespace, Name: controllers.DefaultPauseConfigMap.Name}})
+	})
+	clock := clocktesting.NewFakePassiveClock(time.Now().Truncate(time.Second))
+	startManager(t, withClock(clock))
+	name := "envtest-pause-pdb"
+	pod := healthyHolder(t, name, clock.Now())
+	label(t, pod, map[string]string{"app": name})
+	running(t, pod)
+	pdbFor(t, "app", name)
+
+	key := requestFor(t, "pause-pdb", v1alpha1.Target{PersistentVolumeClaim: &v1alpha1.ObjectReference{Namespace: "app", Name: name}}, nil)
+	waitFor(t, key, 20*time.Second, "eviction held by the PodDisruptionBudget", func(rr *v1alpha1.RemediationRequest) bool {
+		for _, st := range rr.Status.Steps {
+			if st.Name == v1alpha1.StepDeleteAffectedPods && strings.Contains(st.Message, "Eviction refused") {
+				return true
+			}
+		}
+		return false
+	})
+	setPause(t, true, "INC-4712: array firmware")
+	waitFor(t, key, 20*time.Second, "held by the pause", func(rr *v1alpha1.RemediationRequest) bool {
+		return progressingReason(rr) == v1alpha1.ReasonPaused
+	})
+
+	// Eleven minutes pass during the pause: past the ten-minute eviction timeout.
+	clock.SetTime(clock.Now().Add(11 * time.Minute))
+	heartbeat(t, name, clock.Now())
+	// A new reason wakes the held request, which reads the pause again.
+	setPause(t, true, "INC-4712: array firmware, second controller")
+	held := waitFor(t, key, 20*time.Second, "held again, on the later clock", func(rr *v1alpha1.RemediationRequest) bool {
+		c := meta.FindStatusCondition(rr.Status.Conditions, v1alpha1.ConditionProgressing)
+		return c != nil && strings.Contains(c.Message, "second controller") || terminal(rr)
+	})
+	require.Equal(t, v1alpha1.PhaseRunning, held.Status.Phase, "a paused eviction must not time out: %+v", held.Status.Conditions)
+	assert.Equal(t, v1alpha1.StepRunning, stepState(held, v1alpha1.StepDeleteAffectedPods))
+	assert.True(t, nodeCordoned(t, name), "a held playbook keeps its cordon")
+
+	// Resumed: the eviction goes on, with its ten minutes intact.
+	setPause(t, false, "firmware done")
+	waitFor(t, key, 20*time.Second, "running again after the resume", func(rr *v1alpha1.RemediationRequest) bool {
+		return progressingReason(rr) == v1alpha1.ReasonPlaybookRunning || terminal(rr)
+	})
+	require.NoError(t, env.Client.Get(ctx, key, held))
+	require.Equal(t, v1alpha1.PhaseRunning, held.Status.Phase, "%+v", held.Status.Conditions)
+	assert.True(t, nodeCordoned(t, name))
+
+	// Ten minutes and a second of unpaused time later, the eviction times out; the
+	// eleven paused minutes did not count.
+	clock.SetTime(clock.Now().Add(10*time.Minute + time.Second))
+	heartbeat(t, name, clock.Now())
+	rr := waitFor(t, key, 20*time.Second, "Failed once the unpaused time ran out", terminal)
+	require.Equal(t, v1alpha1.PhaseFailed, rr.Status.Phase)
+	c := meta.FindStatusCondition(rr.Status.Conditions, v1alpha1.ConditionSucceeded)
+	require.NotNil(t, c)
+	assert.Equal(t, v1alpha1.ReasonTimeout, c.Reason, c.Message)
+	assert.Contains(t, c.Message, "timed out after 10m0s (not counting 11m0s paused)")
+	assert.False(t, nodeCordoned(t, name), "the failed request's restore uncordons")
 }

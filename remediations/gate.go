@@ -29,8 +29,9 @@ const (
 	// an invalid window, the namespace or driver changed): the playbook restores and
 	// the request ends Failed, reason Aborted.
 	ActionAbort Action = "Abort"
-	// ActionHold means Remediator is paused: the step does not start (or act), and
-	// nothing is restored; the playbook goes on when resumed.
+	// ActionHold means Remediator is paused: the step does not start, or a running
+	// one neither checks, acts nor times out, and nothing is restored; the playbook
+	// goes on when resumed, a running step with the time it had left.
 	ActionHold Action = "Hold"
 	// ActionWait means the maintenance window is closed: the playbook restores and waits
 	// for the next window, when the request is decided again.
@@ -68,14 +69,13 @@ type GateInput struct {
 }
 
 // Gate returns nil when the step may go on, else what to do instead. Every step's
-// start asks it (the pause holds any step); the rest applies to destructive steps,
+// start asks it (the pause holds any step, and a running one: pauseHold); the rest
+// applies to destructive steps,
 // which ask again right before they act. A step that starts after the window
 // closed, because the workload was already evicted, goes on with a note saying so.
 func Gate(in GateInput) (stop *Stop, note string) {
-	if in.Paused != "" {
-		// Every step boundary holds, destructive or not: a paused playbook moves no
-		// further, and keeps what it changed.
-		return &Stop{Action: ActionHold, Message: in.Paused}, ""
+	if stop := pauseHold(in.Paused); stop != nil {
+		return stop, ""
 	}
 	if !destructive[in.Step] {
 		return nil, ""
@@ -104,6 +104,17 @@ func Gate(in GateInput) (stop *Stop, note string) {
 		return &Stop{Action: ActionFail, Violation: v, Message: v.Error() + "; nothing was done"}, ""
 	}
 	return nil, ""
+}
+
+// pauseHold is the pause's answer for any step, destructive or not, starting or
+// running: while paused (the pause's message is not empty) the playbook moves no
+// further and keeps what it changed. A running step holds before it checks, acts or
+// times out, and the runner journals how long it was held (holdStep, resumeStep).
+func pauseHold(paused string) *Stop {
+	if paused == "" {
+		return nil
+	}
+	return &Stop{Action: ActionHold, Message: paused}
 }
 
 // floor checks the safety floor for the step on the facts read right now. The steps

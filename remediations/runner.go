@@ -24,9 +24,10 @@ type Progress struct {
 	Started bool
 	// RequeueAfter is when to advance again; zero with Finished false means now.
 	RequeueAfter time.Duration
-	// Stop is the gate's answer when it did not let a destructive step start or
-	// act and the caller must abort or wait (Gate); a breached floor is a Failure.
-	// The journal is unchanged.
+	// Stop is the gate's answer when it did not let a step start or act and the
+	// caller must hold, abort or wait (Gate); a breached floor is a Failure. The
+	// journal is unchanged, but for the pause a held running step records
+	// (PausedSince).
 	Stop *Stop
 	// Note is the gate's note on a step it let start, for the step and an Event.
 	Note string
@@ -57,6 +58,14 @@ func Advance(ctx context.Context, r *Execution) (Progress, error) {
 			return Progress{Started: true, Transition: fmt.Sprintf("Step %d/%d %s started", i+1, len(steps), st.Name), Note: note}, nil
 		}
 
+		// A pause freezes a running step where it is: it neither checks, acts nor
+		// times out, and the time it is held does not count against its timeout.
+		if stop := pauseHold(r.Paused); stop != nil {
+			holdStep(st, r.Now)
+			return Progress{Stop: stop}, nil
+		}
+		resumeStep(st, r.Now)
+
 		step, ok := library[st.Name]
 		if !ok {
 			return failStep(steps, i, r.Now, &Failure{Reason: v1alpha1.ReasonStepFailed, Message: fmt.Sprintf("unknown step %q", st.Name)}), nil
@@ -74,7 +83,7 @@ func Advance(ctx context.Context, r *Execution) (Progress, error) {
 		out, err := step.Done(ctx, r)
 		if err == nil && !out.Done {
 			if t := step.Timeout(r); timedOut(st, t, r.Now) {
-				msg := fmt.Sprintf("step %s timed out after %s: %s", st.Name, t, st.Message)
+				msg := fmt.Sprintf("step %s timed out after %s: %s", st.Name, timeoutText(st, t), st.Message)
 				return failStep(steps, i, r.Now, &Failure{Reason: v1alpha1.ReasonTimeout, Message: msg}), nil
 			}
 			if destructive[st.Name] {
@@ -109,9 +118,62 @@ func Advance(ctx context.Context, r *Execution) (Progress, error) {
 	return Progress{Finished: true}, nil
 }
 
-// timedOut reports whether a step started at st.StartedAt has run past t by now.
+// timedOut reports whether a step started at st.StartedAt has run past t by now,
+// not counting the time a pause held it (RanFor).
 func timedOut(st *v1alpha1.StepStatus, t time.Duration, now time.Time) bool {
-	return st.StartedAt != nil && now.Sub(st.StartedAt.Time) > t
+	return st.StartedAt != nil && RanFor(st, now) > t
+}
+
+// timeoutText is the bound a step timed out after, with the paused time it did not
+// count, for the failure's message.
+func timeoutText(st *v1alpha1.StepStatus, t time.Duration) string {
+	if st.PausedFor == nil || st.PausedFor.Duration == 0 {
+		return t.String()
+	}
+	return fmt.Sprintf("%s (not counting %s paused)", t, st.PausedFor.Duration)
+}
+
+// RanFor is how long a step has run by now: from its StartedAt, less the time
+// pauses held it, the ended ones (PausedFor) and the one going on (PausedSince).
+// The journal keeps both, written once per pause and resume, so the count survives
+// a controller restart; a clock that reads earlier than a recorded time counts
+// nothing rather than a negative time.
+func RanFor(st *v1alpha1.StepStatus, now time.Time) time.Duration {
+	if st.StartedAt == nil {
+		return 0
+	}
+	end := now
+	if st.PausedSince != nil && st.PausedSince.Time.Before(end) {
+		end = st.PausedSince.Time
+	}
+	ran := end.Sub(st.StartedAt.Time)
+	if st.PausedFor != nil {
+		ran -= st.PausedFor.Duration
+	}
+	return max(ran, 0)
+}
+
+// holdStep journals that a pause holds the running step: PausedSince is written at
+// the first paused reconcile and kept through the others.
+func holdStep(st *v1alpha1.StepStatus, now time.Time) {
+	if st.PausedSince == nil {
+		since := metav1.NewTime(now)
+		st.PausedSince = &since
+	}
+}
+
+// resumeStep ends the pause that held the running step, if one did: the time it
+// lasted is added to PausedFor, and the step goes on with the time it had left.
+func resumeStep(st *v1alpha1.StepStatus, now time.Time) {
+	if st.PausedSince == nil {
+		return
+	}
+	held := max(now.Sub(st.PausedSince.Time), 0)
+	if st.PausedFor != nil {
+		held += st.PausedFor.Duration
+	}
+	st.PausedFor = &metav1.Duration{Duration: held}
+	st.PausedSince = nil
 }
 
 // stepError judges an error of step i's Done or Run: a Failure (a refusal for good
@@ -124,7 +186,7 @@ func stepError(steps []v1alpha1.StepStatus, i int, step Step, r *Execution, err 
 		return failStep(steps, i, r.Now, f), nil
 	}
 	if t := step.Timeout(r); timedOut(st, t, r.Now) {
-		msg := fmt.Sprintf("step %s timed out after %s: %v", st.Name, t, err)
+		msg := fmt.Sprintf("step %s timed out after %s: %v", st.Name, timeoutText(st, t), err)
 		return failStep(steps, i, r.Now, &Failure{Reason: v1alpha1.ReasonTimeout, Message: msg, cause: err}), nil
 	}
 	st.Message = "Retrying after an error: " + err.Error()
@@ -147,11 +209,7 @@ func pollAfter(asked time.Duration, st *v1alpha1.StepStatus, now time.Time) time
 	if asked > maxPoll {
 		return asked
 	}
-	waited := time.Duration(0)
-	if st.StartedAt != nil {
-		waited = now.Sub(st.StartedAt.Time)
-	}
-	return min(max(waited/2, minPoll), limit)
+	return min(max(RanFor(st, now)/2, minPoll), limit)
 }
 
 // failStep marks step i Failed and every later step Skipped.

@@ -349,9 +349,19 @@ type StepStatus struct {
 	Name string `json:"name"`
 	// State is Pending, Running, Succeeded, Failed or Skipped.
 	State StepState `json:"state"`
-	// StartedAt is written once, when the step first runs; timeouts count from it.
+	// StartedAt is written once, when the step first runs; timeouts count from it,
+	// less the time the step was held by a pause (pausedSince, pausedFor).
 	// +optional
 	StartedAt *metav1.Time `json:"startedAt,omitempty"`
+	// PausedSince is when a pause first held this running step; it is cleared at the
+	// resume, when the time since is added to pausedFor. While it is set the step
+	// neither acts nor times out.
+	// +optional
+	PausedSince *metav1.Time `json:"pausedSince,omitempty"`
+	// PausedFor is how long pauses that have ended held this running step: its
+	// timeout counts only the time it ran unpaused.
+	// +optional
+	PausedFor *metav1.Duration `json:"pausedFor,omitempty"`
 	// CompletedAt is when the step reached Succeeded, Failed or Skipped.
 	// +optional
 	CompletedAt *metav1.Time `json:"completedAt,omitempty"`

@@ -404,6 +404,15 @@ func (in *StepStatus) DeepCopyInto(out *StepStatus) {
 		in, out := &in.StartedAt, &out.StartedAt
 		*out = (*in).DeepCopy()
 	}
+	if in.PausedSince != nil {
+		in, out := &in.PausedSince, &out.PausedSince
+		*out = (*in).DeepCopy()
+	}
+	if in.PausedFor != nil {
+		in, out := &in.PausedFor, &out.PausedFor
+		*out = new(v1.Duration)
+		**out = **in
+	}
 	if in.CompletedAt != nil {
 		in, out := &in.CompletedAt, &out.CompletedAt
 		*out = (*in).DeepCopy()
