@@ -163,7 +163,7 @@ func runController(cmd *cobra.Command, o controllerOptions) error {
 	}
 	if err := metrics.Registry.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "remediator_server_clock_offset_seconds",
-		Help: "The API server's clock minus this process's, as last measured (at most a second and a round trip low); the controller counts the runbook's ages on the server's.",
+		Help: "The API server's clock (last measured, carried forward on this process's monotonic clock, at most a second and a round trip low) minus this process's wall clock; the controller counts the runbook's ages on the server's, so a step of the wall clock shows here and moves no age.",
 	}, func() float64 { return serverClock.Offset().Seconds() })); err != nil {
 		return fmt.Errorf("registering the clock offset metric: %w", err)
 	}

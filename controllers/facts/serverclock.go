@@ -12,23 +12,52 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 )
 
-// ServerClock is the API server's clock as seen from here: the local clock plus the
-// offset last measured from the Date header of an API server answer. The runbook's
-// ages start at times the API server sets (a Lease's creationTimestamp, the writes of
-// a node's heartbeat); "now" must be the server's too, or a controller whose clock
-// runs ahead finds a Lease old enough, or a live kubelet silent, before it is.
+// ServerClock is the API server's clock as seen from here. The runbook's ages start
+// at times the API server sets (a Lease's creationTimestamp, the writes of a node's
+// heartbeat); "now" must be the server's too, or a controller whose clock runs ahead
+// finds a Lease old enough, or a live kubelet silent, before it is.
 //
-// The offset errs on the safe side: Date has whole seconds and is written before
-// the answer arrives, so the server's time when the answer is read is at least Date;
-// taking it as exactly Date makes this clock run at most a second and a round trip
-// behind the server's, and ages look younger, never older.
+// It keeps the server's time as a reading (the Date of an API server answer) and the
+// monotonic time elapsed since that answer arrived, never the local wall clock: when
+// NTP or an operator steps this machine's wall clock, no age and no heartbeat moves
+// with it. The monotonic clock does not count time the machine spends suspended; a
+// suspended controller's "now" then lags the server's until the next measure, which
+// makes ages look younger, never older.
+//
+// It errs on the safe side: Date has whole seconds and is written before the answer
+// arrives, so the server's time when the answer is read is at least Date; taking it
+// as exactly Date makes this clock run at most a second and a round trip behind the
+// server's, and ages look younger, never older.
 type ServerClock struct {
 	// probe asks the API server for its time (the Date of an answer).
 	probe func(ctx context.Context) (time.Time, error)
-	// local is the clock the offset is added to; nil means the real one.
-	local  clock.PassiveClock
-	offset atomic.Int64
+	// local is this machine's clock; nil means the real one.
+	local   localClock
+	reading atomic.Pointer[serverReading]
 }
+
+// serverReading is the server's time when an answer arrived, and when that was on
+// the local monotonic clock.
+type serverReading struct {
+	server  time.Time
+	elapsed time.Duration
+}
+
+// localClock is this machine's clock as ServerClock reads it: Elapsed is monotonic (a
+// step of the wall clock does not move it) and carries "now" forward from a reading;
+// Now, the wall time, is only compared with the server's for the offset metric.
+type localClock interface {
+	Now() time.Time
+	Elapsed() time.Duration
+}
+
+// monotonic is the real local clock: Go's time.Now carries a monotonic reading, and
+// time.Since measures with it.
+type monotonic struct{ origin time.Time }
+
+func (m monotonic) Now() time.Time { return time.Now() }
+
+func (m monotonic) Elapsed() time.Duration { return time.Since(m.origin) }
 
 var _ clock.PassiveClock = (*ServerClock)(nil)
 
@@ -65,29 +94,45 @@ func serverDate(ctx context.Context, hc *http.Client, url string) (time.Time, er
 	return date, nil
 }
 
-func (c *ServerClock) localNow() time.Time {
+var realLocal = monotonic{origin: time.Now()}
+
+func (c *ServerClock) localClock() localClock {
 	if c.local == nil {
-		return time.Now()
+		return realLocal
 	}
-	return c.local.Now()
+	return c.local
 }
 
-// Measure reads the API server's clock and sets the offset from it.
+// Measure reads the API server's clock and keeps it as the reading "now" counts
+// from.
 func (c *ServerClock) Measure(ctx context.Context) error {
 	date, err := c.probe(ctx)
 	if err != nil {
 		return err
 	}
-	received := c.localNow()
-	c.offset.Store(int64(date.Sub(received)))
+	// Taken after the answer arrived: the server's time was at least date then.
+	c.reading.Store(&serverReading{server: date.Round(0), elapsed: c.localClock().Elapsed()})
 	return nil
 }
 
-// Offset is the last measured difference, server minus local.
-func (c *ServerClock) Offset() time.Duration { return time.Duration(c.offset.Load()) }
+// Offset is how far the API server's clock is ahead of this machine's wall clock now
+// (negative: behind), the remediator_server_clock_offset_seconds metric. No age is
+// measured with it: a step of the local wall clock shows here at once, and moves no
+// age.
+func (c *ServerClock) Offset() time.Duration {
+	return c.Now().Sub(c.localClock().Now().Round(0))
+}
 
-// Now implements clock.PassiveClock.
-func (c *ServerClock) Now() time.Time { return c.localNow().Add(c.Offset()) }
+// Now implements clock.PassiveClock: the last reading of the server's time plus the
+// monotonic time elapsed since.
+func (c *ServerClock) Now() time.Time {
+	r := c.reading.Load()
+	if r == nil {
+		// Only a ServerClock built without NewServerClock and never measured.
+		return c.localClock().Now().Round(0)
+	}
+	return r.server.Add(c.localClock().Elapsed() - r.elapsed)
+}
 
 // Since implements clock.PassiveClock.
 func (c *ServerClock) Since(t time.Time) time.Duration { return c.Now().Sub(t) }
@@ -97,7 +142,7 @@ func (c *ServerClock) Since(t time.Time) time.Duration { return c.Now().Sub(t) }
 const ServerClockInterval = time.Minute
 
 // Start measures the API server's clock every ServerClockInterval until ctx ends (a
-// manager.Runnable, on every replica). A failed measure keeps the last offset.
+// manager.Runnable, on every replica). A failed measure keeps the last reading.
 func (c *ServerClock) Start(ctx context.Context) error {
 	log := ctrl.LoggerFrom(ctx).WithName("server-clock")
 	t := time.NewTicker(ServerClockInterval)
@@ -108,15 +153,17 @@ func (c *ServerClock) Start(ctx context.Context) error {
 			return nil
 		case <-t.C:
 		}
-		before := c.Offset()
+		carried := c.Now()
 		if err := c.Measure(ctx); err != nil {
 			if ctx.Err() == nil {
-				log.Error(err, "Measuring the API server's clock failed; the last offset stays", "offset", before)
+				log.Error(err, "Measuring the API server's clock failed; the last reading stays", "offset", c.Offset())
 			}
 			continue
 		}
-		if d := c.Offset() - before; d > time.Second || d < -time.Second {
-			log.Info("The API server's clock moved against this one", "offset", c.Offset(), "before", before)
+		// Within a second (Date's resolution), the new reading agrees with the last one
+		// carried forward; more is the server's clock stepped, or this machine suspended.
+		if d := c.Now().Sub(carried); d > time.Second || d < -time.Second {
+			log.Info("The API server's clock moved against the time elapsed here", "moved", d, "offset", c.Offset())
 		}
 	}
 }

@@ -47,3 +47,45 @@ func TestServerClockRefusesAnAnswerWithoutDate(t *testing.T) {
 	_, err := NewServerClock(context.Background(), &rest.Config{Host: srv.URL})
 	assert.ErrorContains(t, err, "Date header")
 }
+
+// steppedClock is a local clock whose wall time and monotonic time move apart, as
+// they do when NTP (or an operator) steps the wall clock: step moves only the wall
+// time, elapse moves both.
+type steppedClock struct {
+	wall time.Time
+	mono time.Duration
+}
+
+func (s *steppedClock) Now() time.Time         { return s.wall }
+func (s *steppedClock) Elapsed() time.Duration { return s.mono }
+func (s *steppedClock) step(d time.Duration)   { s.wall = s.wall.Add(d) }
+func (s *steppedClock) elapse(d time.Duration) { s.wall = s.wall.Add(d); s.mono += d }
+
+// TestServerClockIgnoresAStepOfTheLocalWallClock: the server's time is a reading plus
+// the monotonic time elapsed since it. When the controller's wall clock is stepped
+// ten minutes forward (or back), "now" does not move: before, every age and heartbeat
+// looked ten minutes older until the next measure, and a Lease a minute old passed
+// the five-minute gate. Time that elapses does advance it, and the offset metric shows
+// the step.
+func TestServerClockIgnoresAStepOfTheLocalWallClock(t *testing.T) {
+	for _, step := range []time.Duration{10 * time.Minute, -10 * time.Minute} {
+		t.Run(step.String(), func(t *testing.T) {
+			server := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+			local := &steppedClock{wall: server.Add(-time.Hour), mono: 42 * time.Second}
+			c := &ServerClock{local: local, probe: func(context.Context) (time.Time, error) { return server, nil }}
+			require.NoError(t, c.Measure(context.Background()))
+			assert.Equal(t, server, c.Now(), "right after the measure")
+			assert.Equal(t, time.Hour, c.Offset(), "server minus local wall time")
+
+			created := server.Add(-time.Minute)
+			local.step(step)
+			assert.Equal(t, server, c.Now(), "a step of the local wall clock moved the server's time")
+			assert.Equal(t, time.Minute, c.Since(created), "a Lease created a minute ago")
+			assert.Equal(t, time.Hour-step, c.Offset(), "the offset shows the local clock's step")
+
+			local.elapse(30 * time.Second)
+			assert.Equal(t, server.Add(30*time.Second), c.Now(), "elapsed time advances the server's time")
+			assert.Equal(t, 90*time.Second, c.Since(created))
+		})
+	}
+}
