@@ -16,6 +16,7 @@ import (
 
 	"github.com/remediator/remediator/api/v1alpha1"
 	"github.com/remediator/remediator/policies"
+	"github.com/remediator/remediator/remediations"
 )
 
 // Prometheus metrics, registered on controller-runtime's registry so that they are
@@ -93,7 +94,7 @@ var (
 		"Seconds the oldest request in phase Waiting has waited (since its Progressing condition last turned True, else since its creation), by remediation and the Progressing reason it waits with (WaitingForRemediationSlot, RemediationSlotGranted, Waiting, WaitingForMaintenanceWindow, MaintenanceWindowClosed, Paused); no series while none waits (exported by the leader only).",
 		[]string{"remediation", "reason"}, nil)
 	runningStepAgeDesc = prometheus.NewDesc("remediator_running_step_age_seconds",
-		"Seconds since the oldest running playbook step started (its startedAt), by remediation and step, over the requests in phase Running; no series while none runs. Every step is bounded by its timeout (--step-timeout, --eviction-timeout, --pod-termination-timeout, --plugin-restart-timeout), so an age past it means the controller is not enforcing it (exported by the leader only).",
+		"Seconds the oldest running playbook step has run: since its startedAt, less the time a pause held it (pausedSince, pausedFor), as its timeout counts; by remediation and step, over the requests in phase Running; no series while none runs. Every step is bounded by its timeout (--step-timeout, --eviction-timeout, --pod-termination-timeout, --plugin-restart-timeout), so an age past it means the controller is not enforcing it (exported by the leader only).",
 		[]string{"remediation", "step"}, nil)
 )
 
@@ -175,7 +176,9 @@ func collectAges(ch chan<- prometheus.Metric, list []v1alpha1.RemediationRequest
 			oldest(waiting, ageKey{remediation, reason}, since)
 		case v1alpha1.PhaseRunning:
 			if st := runningStep(rr.Status.Steps); st != nil {
-				oldest(running, ageKey{remediation, st.Name}, st.StartedAt.Time)
+				// The time a pause held the step is not its age: its timeout does not
+				// count it either (remediations.RanFor).
+				oldest(running, ageKey{remediation, st.Name}, now.Add(-remediations.RanFor(st, now)))
 			}
 		}
 	}
