@@ -138,12 +138,7 @@ func TestReconcileRecordsFacts(t *testing.T) {
 	ctx := context.Background()
 	c := env.Client
 	ensureNamespaces(t, "remediator", "trident")
-	// A request may name a Trident namespace of its own only when the settings allow it.
-	startManager(t, func(r *controllers.RemediationRequestReconciler) {
-		for _, g := range []*facts.Gatherer{r.Gatherer, r.Recheck, r.RecheckRelease} {
-			g.Config.AllowedTridentNamespaces = []string{"trident-alt"}
-		}
-	})
+	startManager(t)
 
 	rr := &v1alpha1.RemediationRequest{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "remediator", Name: "missing-pv"},

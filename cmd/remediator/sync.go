@@ -39,6 +39,11 @@ func newSyncCommand() *cobra.Command {
 gitops-engine, the engine Argo CD uses. Requests deleted from Git are pruned; a
 request that is mid-run finishes its restore steps first (its finalizer).
 
+--repo must be read over an encrypted transport (https://, ssh://, git@host:path) or
+be local (a path, file://): the agent is the only writer of requests, and whoever can
+rewrite what it fetches decides what is remediated. An http:// or git:// repository is
+refused at start unless --allow-insecure-transport is given.
+
 Only remediator.io RemediationRequests in --namespaces are accepted. A revision with
 any other object, a malformed manifest, or a request in another namespace is refused
 whole: nothing of it is applied or pruned, and the sync fails. So is a request that
@@ -65,6 +70,8 @@ cluster cache started) and /healthz (a sync began within twice --interval plus
 	f := cmd.Flags()
 	o.conn.addFlags(f, "")
 	f.StringVar(&o.Repo, "repo", "", "Repository URL (https://, ssh://, git@host:path, file://) or local path; fetched in-process, no git binary needed")
+	f.BoolVar(&o.AllowInsecureTransport, "allow-insecure-transport", false,
+		"Accept a --repo read over an unencrypted transport (http://, git://), which anyone on the network path can rewrite; refused without it")
 	f.StringVar(&o.GitUsername, "git-username", "git", "User for --git-password-file (git for token auth), or for an SSH URL without one")
 	f.StringVar(&o.GitPasswordFile, "git-password-file", "", "File holding the HTTPS token or password (e.g. a mounted Secret key); read at every fetch")
 	f.StringVar(&o.GitSSHKeyFile, "git-ssh-key-file", "", "File holding the PEM private key for an SSH --repo; needs --git-known-hosts-file")

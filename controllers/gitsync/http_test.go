@@ -47,7 +47,7 @@ func TestSyncOverSmartHTTPWithoutGitBinary(t *testing.T) {
 	first := r.Commit("Release the Lease of pvc-a")
 	url := r.ServeSmartHTTP(t, httpUser, httpPassword)
 
-	s := newSyncer(t, gitsync.Options{Repo: url, GitUsername: httpUser, GitPasswordFile: passwordFile(t, httpPassword),
+	s := newSyncer(t, gitsync.Options{Repo: url, AllowInsecureTransport: true, GitUsername: httpUser, GitPasswordFile: passwordFile(t, httpPassword),
 		Path: "requests", Namespaces: []string{ns}, Prune: true})
 	var (
 		res *gitsync.Result
@@ -109,7 +109,7 @@ func TestSyncCredentialsNeverInErrors(t *testing.T) {
 	const wrong = "not-the-token-0815"
 
 	t.Run("wrong password", func(t *testing.T) {
-		_, err := sync(t, newSyncer(t, gitsync.Options{Repo: url, GitUsername: httpUser, GitPasswordFile: passwordFile(t, wrong),
+		_, err := sync(t, newSyncer(t, gitsync.Options{Repo: url, AllowInsecureTransport: true, GitUsername: httpUser, GitPasswordFile: passwordFile(t, wrong),
 			Path: "requests", Namespaces: []string{ns}}))
 		require.Error(t, err)
 		assert.ErrorContains(t, err, "cloning")
@@ -117,7 +117,7 @@ func TestSyncCredentialsNeverInErrors(t *testing.T) {
 	})
 	t.Run("credentials in the URL", func(t *testing.T) {
 		withCreds := strings.Replace(url, "http://", "http://"+httpUser+":"+wrong+"@", 1)
-		_, err := sync(t, newSyncer(t, gitsync.Options{Repo: withCreds, Path: "requests", Namespaces: []string{ns}}))
+		_, err := sync(t, newSyncer(t, gitsync.Options{Repo: withCreds, AllowInsecureTransport: true, Path: "requests", Namespaces: []string{ns}}))
 		require.Error(t, err)
 		assert.NotContains(t, err.Error(), wrong)
 		assert.NotContains(t, err.Error(), httpUser)
@@ -125,7 +125,7 @@ func TestSyncCredentialsNeverInErrors(t *testing.T) {
 	})
 	t.Run("right credentials in the URL", func(t *testing.T) {
 		withCreds := strings.Replace(url, "http://", "http://"+httpUser+":"+httpPassword+"@", 1)
-		_, err := sync(t, newSyncer(t, gitsync.Options{Repo: withCreds, Path: "requests", Namespaces: []string{ns}, Revision: "no-such-branch"}))
+		_, err := sync(t, newSyncer(t, gitsync.Options{Repo: withCreds, AllowInsecureTransport: true, Path: "requests", Namespaces: []string{ns}, Revision: "no-such-branch"}))
 		require.Error(t, err)
 		assert.ErrorContains(t, err, `revision "no-such-branch" not found in http://redacted@`)
 		assert.NotContains(t, err.Error(), httpPassword)

@@ -45,6 +45,10 @@ const (
 type Options struct {
 	// Repo is a URL (https://, ssh://, git@host:path, file://) or a local path.
 	Repo string
+	// AllowInsecureTransport accepts a repository read over an unencrypted transport
+	// (http://, git://), which anyone on the network path can rewrite; without it New
+	// refuses one (see checkTransport).
+	AllowInsecureTransport bool
 	// GitUsername is the user for GitPasswordFile (default "git", what token auth
 	// takes) or for an SSH URL without one.
 	GitUsername string
@@ -122,6 +126,9 @@ func New(cfg *rest.Config, o Options) (*Syncer, error) {
 		}
 	}
 	o.Repo = repo
+	if err := checkTransport(repo, o.AllowInsecureTransport); err != nil {
+		return nil, err
+	}
 	creds, err := newCredentials(o)
 	if err != nil {
 		return nil, err

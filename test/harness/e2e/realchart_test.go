@@ -373,7 +373,8 @@ func TestChartOnRealNodes(t *testing.T) {
 
 	rel := installOnRealNodes(t, release, system, map[string]any{
 		"requestNamespaces": []any{requestNS},
-		"sync": map[string]any{"enabled": true, "repo": url, "revision": "main",
+		// serveGitOn speaks plain HTTP, which the agent refuses without allowInsecureTransport.
+		"sync": map[string]any{"enabled": true, "repo": url, "revision": "main", "allowInsecureTransport": true,
 			"credentials": map[string]any{"secretName": "remediation-repo", "type": "https", "username": user}},
 	})
 	t.Logf("installed and available after %s", time.Since(start).Round(time.Second))

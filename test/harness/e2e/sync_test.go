@@ -199,8 +199,11 @@ func TestChartSyncAgentRunsAsItsServiceAccount(t *testing.T) {
 	values := map[string]any{
 		"requestNamespaces": []any{ns},
 		"requestNamespace":  map[string]any{"create": false},
+		// The test's Git server speaks plain HTTP on 127.0.0.1, which the agent refuses
+		// without allowInsecureTransport.
 		"sync": map[string]any{"enabled": true, "repo": "https://git.example.com/platform/remediation.git", "revision": "main",
-			"credentials": map[string]any{"secretName": "remediation-repo", "type": "https", "username": "sync-bot"}},
+			"allowInsecureTransport": true,
+			"credentials":            map[string]any{"secretName": "remediation-repo", "type": "https", "username": "sync-bot"}},
 	}
 
 	// A holder that was powered off: the request committed to Git runs to Succeeded.
@@ -219,6 +222,7 @@ func TestChartSyncAgentRunsAsItsServiceAccount(t *testing.T) {
 	// mirror are here, once instead of every interval.
 	once, sa := chartSyncAgent(t, "rsync", system, values, url, map[string]string{"--git-password-file": passwordFile})
 	require.Contains(t, once, "--git-username=sync-bot")
+	require.Contains(t, once, "--allow-insecure-transport")
 	run := func() string {
 		cmd := exec.Command(filepath.Join(root, "bin", "remediator"), once...)
 		cmd.Env = append(os.Environ(), "PATH="+t.TempDir()) // no git, as in the image
