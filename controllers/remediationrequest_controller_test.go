@@ -138,7 +138,12 @@ func TestReconcileRecordsFacts(t *testing.T) {
 	ctx := context.Background()
 	c := env.Client
 	ensureNamespaces(t, "remediator", "trident")
-	startManager(t)
+	// A request may name a Trident namespace of its own only when the settings allow it.
+	startManager(t, func(r *controllers.RemediationRequestReconciler) {
+		for _, g := range []*facts.Gatherer{r.Gatherer, r.Recheck, r.RecheckRelease} {
+			g.Config.AllowedTridentNamespaces = []string{"trident-alt"}
+		}
+	})
 
 	rr := &v1alpha1.RemediationRequest{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "remediator", Name: "missing-pv"},

@@ -12,6 +12,7 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/remediator/remediator/api/v1alpha1"
@@ -194,8 +195,12 @@ func TestFixNotHeldWhenDriverDeregistersAgain(t *testing.T) {
 	}
 	require.NoError(t, c.Create(ctx, csiNode))
 	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "trident", Name: "trident-node-linux-csi-again", Labels: map[string]string{"app": "node.csi.trident.netapp.io"}},
-		Spec:       corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "trident-main", Image: "netapp/trident:24.06"}}},
+		ObjectMeta: metav1.ObjectMeta{Namespace: "trident", Name: "trident-node-linux-csi-again", Labels: map[string]string{"app": "node.csi.trident.netapp.io"},
+			// Node-plugin pods are the DaemonSet's; envtest runs no DaemonSet controller
+			// (nor the garbage collector), so the owner is only named.
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "DaemonSet", Name: "trident-node-linux",
+				UID: "6f1e2d3c-4b5a-4697-8e7f-0a1b2c3d4e5f", Controller: ptr.To(true)}}},
+		Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "trident-main", Image: "netapp/trident:24.06"}}},
 	}
 	require.NoError(t, c.Create(ctx, pod))
 	pod.Status = corev1.PodStatus{Phase: corev1.PodRunning, Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}}

@@ -196,3 +196,24 @@ func TestHoldAndResumeJournalThePause(t *testing.T) {
 	resumeStep(&st, t0.Add(59*time.Minute))
 	assert.Equal(t, 40*time.Minute, st.PausedFor.Duration, "a clock read behind the pause's start adds nothing")
 }
+
+// TestRestoreBoundLeavesOutThePausedTime: a restore retried on an uncordon step that
+// a pause once held is bounded like the step, less the paused time, and says until
+// when it is retried on that count.
+func TestRestoreBoundLeavesOutThePausedTime(t *testing.T) {
+	t0 := time.Date(2030, 1, 1, 10, 0, 0, 0, time.UTC)
+	started := metav1.NewTime(t0)
+	rr := &v1alpha1.RemediationRequest{ObjectMeta: metav1.ObjectMeta{Namespace: "remediator", Name: "restoring"}}
+	rr.Status.Steps = []v1alpha1.StepStatus{{Name: v1alpha1.StepUncordon, State: v1alpha1.StepRunning, StartedAt: &started,
+		PausedFor: &metav1.Duration{Duration: time.Hour}}}
+	st := &rr.Status.Steps[0]
+	r := &Execution{RR: rr, Now: t0.Add(time.Hour + 2*time.Minute), Timeouts: DefaultTimeouts}
+	err := restoreFailed(r, st, "node-a", "the failure", errors.New("the API server is unreachable"))
+	_, gaveUp := IsRestoreFailure(err)
+	require.False(t, gaveUp, "two minutes of unpaused time, within the five-minute bound: %v", err)
+	assert.Equal(t, "Restore after the failure failed, retried until 2030-01-01T11:05:00Z: the API server is unreachable", st.Message)
+
+	r.Now = t0.Add(time.Hour + 5*time.Minute + time.Second)
+	_, gaveUp = IsRestoreFailure(restoreFailed(r, st, "node-a", "the failure", errors.New("the API server is unreachable")))
+	assert.True(t, gaveUp, "past five minutes of unpaused time")
+}

@@ -302,7 +302,8 @@ func restoreFailed(r *Execution, st *v1alpha1.StepStatus, node, why string, err 
 	bound := r.Timeouts.step()
 	_, refused := IsFailure(err)
 	if !refused && st != nil && !timedOut(st, bound, r.Now) {
-		st.Message = fmt.Sprintf("Restore after %s failed, retried until %s: %v", why, st.StartedAt.Add(bound).UTC().Format(time.RFC3339), err)
+		until := r.Now.Add(bound - RanFor(st, r.Now))
+		st.Message = fmt.Sprintf("Restore after %s failed, retried until %s: %v", why, until.UTC().Format(time.RFC3339), err)
 		return fmt.Errorf("restoring node %s: %w", node, err)
 	}
 	tried := "was refused"

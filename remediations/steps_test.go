@@ -258,8 +258,12 @@ func TestPluginPodEvictionRechecksOverlap(t *testing.T) {
 	mustCreate(t, &storagev1.CSINode{ObjectMeta: metav1.ObjectMeta{Name: node.Name}})
 	plugin := func(name string) *corev1.Pod {
 		p := &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Namespace: "trident", Name: name, Labels: map[string]string{"app": "node.csi.trident.netapp.io"}},
-			Spec:       corev1.PodSpec{NodeName: node.Name, Containers: []corev1.Container{{Name: "trident-main", Image: "netapp/trident:25.06"}}},
+			ObjectMeta: metav1.ObjectMeta{Namespace: "trident", Name: name, Labels: map[string]string{"app": "node.csi.trident.netapp.io"},
+				// Node-plugin pods are the DaemonSet's; envtest runs no DaemonSet
+				// controller (nor the garbage collector), so the owner is only named.
+				OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "DaemonSet", Name: "trident-csi",
+					UID: "0d5e7c8a-1b2c-4d3e-8f90-a1b2c3d4e5f6", Controller: ptr.To(true)}}},
+			Spec: corev1.PodSpec{NodeName: node.Name, Containers: []corev1.Container{{Name: "trident-main", Image: "netapp/trident:25.06"}}},
 		}
 		mustCreate(t, p)
 		p.Status.Phase = corev1.PodRunning

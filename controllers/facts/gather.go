@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
@@ -34,11 +35,16 @@ const (
 )
 
 // Config holds the controller-wide defaults; a request may override the Trident
-// namespace and driver name.
+// namespace (within AllowedTridentNamespaces) and driver name.
 type Config struct {
-	TridentNamespace   string
-	DriverName         string
-	NodePluginSelector labels.Selector
+	TridentNamespace string
+	// AllowedTridentNamespaces are the namespaces other than TridentNamespace a request
+	// may name in spec.tridentNamespace (--allowed-trident-namespaces). A request that
+	// names any other gets no facts from it: its pods are not node-plugin pods and its
+	// Leases not Trident's.
+	AllowedTridentNamespaces []string
+	DriverName               string
+	NodePluginSelector       labels.Selector
 	// NodeLeaseGracePeriod is how old a kube-node-lease renewal may be before the
 	// node counts as unreachable; it should match kube-controller-manager's
 	// --node-monitor-grace-period.
@@ -66,8 +72,36 @@ func (g *Gatherer) now() time.Time {
 	return g.Clock.Now()
 }
 
+// TridentNamespaces are the namespaces the controller acts in: TridentNamespace and
+// AllowedTridentNamespaces, sorted, without duplicates.
+func (c Config) TridentNamespaces() []string {
+	out := append([]string{c.TridentNamespace}, c.AllowedTridentNamespaces...)
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// notTridentNamespace says why a request may not name ns as its Trident namespace,
+// or "" when it may.
+func (c Config) notTridentNamespace(ns string) string {
+	allowed := c.TridentNamespaces()
+	if slices.Contains(allowed, ns) {
+		return ""
+	}
+	quoted := make([]string, len(allowed))
+	for i, a := range allowed {
+		quoted[i] = fmt.Sprintf("%q", a)
+	}
+	return fmt.Sprintf("spec.tridentNamespace %q is not a Trident namespace of this controller, which acts only in %s "+
+		"(--trident-namespace; other namespaces only when listed in --allowed-trident-namespaces, the settings key allowed-trident-namespaces), "+
+		"so nothing was read in it: remove spec.tridentNamespace, or ask the controller's administrators to allow %q",
+		ns, strings.Join(quoted, ", "), ns)
+}
+
 // NodePluginPods lists, through reader, the node-plugin pods in namespace on node,
-// sorted by name: the pods the CSI playbook's waits watch being replaced.
+// sorted by name: the pods the decision counts and the CSI playbook's waits watch
+// being replaced. A pod is one only when it carries the node-plugin labels and a
+// DaemonSet controls it (isDaemonSetPod): the playbook evicts it, and a label is
+// anyone's to set.
 func (c Config) NodePluginPods(ctx context.Context, reader client.Reader, namespace, node string) ([]corev1.Pod, error) {
 	list := &corev1.PodList{}
 	if err := reader.List(ctx, list, client.InNamespace(namespace),
@@ -75,8 +109,18 @@ func (c Config) NodePluginPods(ctx context.Context, reader client.Reader, namesp
 		client.MatchingFields{"spec.nodeName": node}); err != nil {
 		return nil, fmt.Errorf("listing node-plugin pods on %s: %w", node, err)
 	}
-	slices.SortFunc(list.Items, func(a, b corev1.Pod) int { return strings.Compare(a.Name, b.Name) })
-	return list.Items, nil
+	pods := slices.DeleteFunc(list.Items, func(p corev1.Pod) bool { return !isDaemonSetPod(&p) })
+	slices.SortFunc(pods, func(a, b corev1.Pod) int { return strings.Compare(a.Name, b.Name) })
+	return pods, nil
+}
+
+// isDaemonSetPod reports whether a DaemonSet controls pod, as the DaemonSet controller
+// marks the pods it creates (a controller ownerReference to an apps/v1 DaemonSet,
+// which is always in the pod's namespace). Trident's node plugin runs as one; a pod
+// that only carries its labels, or that another controller runs, is not the plugin.
+func isDaemonSetPod(pod *corev1.Pod) bool {
+	ref := metav1.GetControllerOf(pod)
+	return ref != nil && ref.APIVersion == appsv1.SchemeGroupVersion.String() && ref.Kind == "DaemonSet"
 }
 
 // Gatherer reads facts for requests.
@@ -109,6 +153,13 @@ func (g *Gatherer) Gather(ctx context.Context, rr *v1alpha1.RemediationRequest) 
 		Target:           v1alpha1.TargetFacts{Ref: TargetRef(rr.Spec.Target)},
 	}
 	s := &gathering{g: g, f: f, now: f.GatheredAt.Time}
+	// The namespace is where the playbooks delete Leases and evict node-plugin pods, so
+	// it is the controller's to choose, not the request's: one the settings do not
+	// list is not even read, and the target says why.
+	if why := g.Config.notTridentNamespace(f.TridentNamespace); why != "" {
+		f.Target.Message = why
+		return f, nil
+	}
 	var err error
 	switch rr.Spec.Remediation {
 	case v1alpha1.RemediationReleaseLUKSLease:
@@ -171,7 +222,7 @@ func (s *gathering) lease(ctx context.Context, t v1alpha1.Target) error {
 	}
 	s.f.Target.PersistentVolume = pv
 	if claim != nil {
-		s.f.Target.PersistentVolumeClaim = claim.String()
+		s.f.Target.PersistentVolumeClaim = claim.Namespace + "/" + claim.Name
 	}
 
 	lf := &v1alpha1.LeaseFacts{Namespace: s.f.TridentNamespace, Name: pv}
@@ -204,7 +255,7 @@ func (s *gathering) lease(ctx context.Context, t v1alpha1.Target) error {
 		return err
 	}
 	if claim != nil && !s.g.SkipAffectedPods {
-		return s.affectedPods(ctx, lf.HolderIdentity, *claim)
+		return s.affectedPods(ctx, lf.HolderIdentity, claim)
 	}
 	return nil
 }
@@ -280,47 +331,19 @@ func (g *Gatherer) nodeFacts(ctx context.Context, name string, now time.Time) (*
 	return &nf, nil
 }
 
-// affectedPods lists the pods on node that use claim: through a persistentVolumeClaim
-// volume, or through a generic ephemeral volume, whose claim Kubernetes names
-// <pod>-<volume>. Listing by node keeps the read proportional to one node, not the
-// cluster.
-func (s *gathering) affectedPods(ctx context.Context, node string, claim types.NamespacedName) error {
+// affectedPods lists the pods on node that use claim (VolumesUsing). Listing by node
+// keeps the read proportional to one node, not the cluster.
+func (s *gathering) affectedPods(ctx context.Context, node string, claim *corev1.PersistentVolumeClaim) error {
 	pods, err := s.podsOnNode(ctx, node, client.InNamespace(claim.Namespace))
 	if err != nil {
 		return err
 	}
 	for i := range pods {
-		if slices.Contains(ClaimsOf(&pods[i]), claim.Name) {
+		if len(VolumesUsing(&pods[i], claim)) > 0 {
 			s.f.AffectedPods = append(s.f.AffectedPods, podFacts(&pods[i]))
 		}
 	}
 	return nil
-}
-
-// ClaimsOf lists the names of the claims pod uses, in its namespace, sorted: those of
-// its persistentVolumeClaim volumes, and those Kubernetes creates for its generic
-// ephemeral volumes (named <pod>-<volume>, as the ephemeral volume controller names
-// them).
-func ClaimsOf(pod *corev1.Pod) []string {
-	var claims []string
-	for _, v := range pod.Spec.Volumes {
-		if name := claimOf(pod, v); name != "" && !slices.Contains(claims, name) {
-			claims = append(claims, name)
-		}
-	}
-	slices.Sort(claims)
-	return claims
-}
-
-// claimOf is the name of the claim volume v of pod uses, "" for none.
-func claimOf(pod *corev1.Pod, v corev1.Volume) string {
-	switch {
-	case v.PersistentVolumeClaim != nil:
-		return v.PersistentVolumeClaim.ClaimName
-	case v.Ephemeral != nil:
-		return pod.Name + "-" + v.Name
-	}
-	return ""
 }
 
 // podsOnNode lists pods by spec.nodeName on the API server, sorted by namespace/name.
@@ -368,8 +391,7 @@ func (s *gathering) csi(ctx context.Context, nodeName string) error {
 		cf.DriverRegistered = slices.Contains(cf.Drivers, s.f.DriverName)
 	}
 
-	pods, err := s.podsOnNode(ctx, nodeName, client.InNamespace(s.f.TridentNamespace),
-		client.MatchingLabelsSelector{Selector: s.g.Config.NodePluginSelector})
+	pods, err := s.g.Config.NodePluginPods(ctx, s.g.Reader, s.f.TridentNamespace, nodeName)
 	if err != nil {
 		return err
 	}

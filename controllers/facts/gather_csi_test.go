@@ -28,7 +28,7 @@ func TestGatherCSIFacts(t *testing.T) {
 		setup: func() {
 			w.node("csi-ok", nodeSpec{ready: corev1.ConditionTrue, renewedAgo: time.Second})
 			w.csiNode("csi-ok", facts.DefaultDriverName)
-			w.pod("trident", "trident-csi-ok", "csi-ok", pluginLabels)
+			w.pluginPod("trident", "trident-csi-ok", "csi-ok")
 			w.pod("trident", "trident-controller-x", "csi-ok", map[string]string{"app": "controller.csi.trident.netapp.io"})
 		},
 		node: "csi-ok", targetFound: true, csiNode: true, registered: true,
@@ -38,8 +38,8 @@ func TestGatherCSIFacts(t *testing.T) {
 		setup: func() {
 			w.node("csi-lost", nodeSpec{ready: corev1.ConditionTrue, renewedAgo: time.Second})
 			w.csiNode("csi-lost", "ebs.csi.aws.com")
-			w.pod("trident", "trident-csi-lost", "csi-lost", pluginLabels)
-			w.pod("trident", "trident-csi-other", "csi-ok", pluginLabels)
+			w.pluginPod("trident", "trident-csi-lost", "csi-lost")
+			w.pluginPod("trident", "trident-csi-other", "csi-ok")
 		},
 		node: "csi-lost", targetFound: true, csiNode: true, registered: false,
 		drivers: []string{"ebs.csi.aws.com"}, pluginPods: []string{"trident-csi-lost"},

@@ -11,7 +11,6 @@ import (
 	"github.com/stretchr/testify/require"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
@@ -361,22 +360,9 @@ func TestRetainedEventsOfThisIncarnationOnly(t *testing.T) {
 func TestAffectedPodsIncludeEphemeralVolumes(t *testing.T) {
 	w := newWorld(t)
 	w.node("holder-ephemeral", nodeSpec{ready: corev1.ConditionTrue, renewedAgo: time.Second})
-	w.volume("pvc-ephemeral", "app", "scratch-0-cache")
+	p := w.ephemeralPod("app", "scratch-0", "holder-ephemeral", "cache")
+	w.ephemeralVolume("pvc-ephemeral", "app", "scratch-0-cache", p)
 	w.tridentLease("pvc-ephemeral", "holder-ephemeral", 20*time.Minute, 1)
-	p := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "app", Name: "scratch-0"},
-		Spec: corev1.PodSpec{
-			NodeName:   "holder-ephemeral",
-			Containers: []corev1.Container{{Name: "app", Image: "registry.example/app:1"}},
-			Volumes: []corev1.Volume{{Name: "cache", VolumeSource: corev1.VolumeSource{Ephemeral: &corev1.EphemeralVolumeSource{
-				VolumeClaimTemplate: &corev1.PersistentVolumeClaimTemplate{Spec: corev1.PersistentVolumeClaimSpec{
-					AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany},
-					Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}},
-				}},
-			}}}},
-		},
-	}
-	w.create(p)
 	f := w.gather(t, v1alpha1.RemediationReleaseLUKSLease, v1alpha1.Target{PersistentVolume: "pvc-ephemeral"})
 	require.Len(t, f.AffectedPods, 1, "affected pods: %+v", f.AffectedPods)
 	assert.Equal(t, "scratch-0", f.AffectedPods[0].Name)

@@ -247,13 +247,14 @@ func (g *Gatherer) failedMounts(ctx context.Context, opts ScanOptions) ([]corev1
 // claim's whole namespace every scan would cost the API server what a big namespace
 // costs.
 func (g *Gatherer) volumeSymptoms(ctx context.Context, pv *corev1.PersistentVolume, holder string, heldSince time.Time, mounts []corev1.Event) ([]Symptom, error) {
-	ref := pv.Spec.ClaimRef
-	if ref == nil || ref.Namespace == "" || ref.Name == "" {
-		return nil, nil
+	// Only the volume's own claim (bound from both sides) has pods to look at.
+	claim, _, err := g.volumeClaim(ctx, pv)
+	if err != nil || claim == nil {
+		return nil, err
 	}
 	quoted := fmt.Sprintf("%q", pv.Name)
 	pods := map[types.UID]*corev1.Pod{}
-	onHolder, err := g.podsOnNode(ctx, holder, client.InNamespace(ref.Namespace))
+	onHolder, err := g.podsOnNode(ctx, holder, client.InNamespace(claim.Namespace))
 	if err != nil {
 		return nil, err
 	}
@@ -262,7 +263,7 @@ func (g *Gatherer) volumeSymptoms(ctx context.Context, pv *corev1.PersistentVolu
 	}
 	for i := range mounts {
 		ev := &mounts[i]
-		if ev.InvolvedObject.Kind != "Pod" || ev.InvolvedObject.Namespace != ref.Namespace || ev.InvolvedObject.UID == "" ||
+		if ev.InvolvedObject.Kind != "Pod" || ev.InvolvedObject.Namespace != claim.Namespace || ev.InvolvedObject.UID == "" ||
 			!strings.Contains(ev.Message, quoted) {
 			continue
 		}
@@ -270,7 +271,7 @@ func (g *Gatherer) volumeSymptoms(ctx context.Context, pv *corev1.PersistentVolu
 			continue
 		}
 		p := &corev1.Pod{}
-		found, err := g.get(ctx, types.NamespacedName{Namespace: ref.Namespace, Name: ev.InvolvedObject.Name}, p)
+		found, err := g.get(ctx, types.NamespacedName{Namespace: claim.Namespace, Name: ev.InvolvedObject.Name}, p)
 		if err != nil {
 			return nil, err
 		}
@@ -281,7 +282,7 @@ func (g *Gatherer) volumeSymptoms(ctx context.Context, pv *corev1.PersistentVolu
 	now := g.now()
 	var out []Symptom
 	for _, p := range pods {
-		volumes := claimVolumes(p, ref.Name)
+		volumes := VolumesUsing(p, claim)
 		if len(volumes) == 0 {
 			continue
 		}
@@ -308,18 +309,6 @@ func (g *Gatherer) volumeSymptoms(ctx context.Context, pv *corev1.PersistentVolu
 	}
 	sortSymptoms(out)
 	return out, nil
-}
-
-// claimVolumes are the names of pod's volumes that use claim (a persistentVolumeClaim
-// volume, or a generic ephemeral one whose claim Kubernetes names <pod>-<volume>).
-func claimVolumes(pod *corev1.Pod, claim string) []string {
-	var out []string
-	for _, v := range pod.Spec.Volumes {
-		if claimOf(pod, v) == claim {
-			out = append(out, v.Name)
-		}
-	}
-	return out
 }
 
 // namesVolume: kubelet's "Unable to attach or mount volumes: unmounted volumes=[data
@@ -381,7 +370,8 @@ func (g *Gatherer) pluginFindings(ctx context.Context, now time.Time, mounts []c
 	}
 	byNode := map[string][]corev1.Pod{}
 	for _, p := range pods.Items {
-		if p.Spec.NodeName != "" {
+		// The pods NodePluginPods counts: those a DaemonSet controls.
+		if p.Spec.NodeName != "" && isDaemonSetPod(&p) {
 			byNode[p.Spec.NodeName] = append(byNode[p.Spec.NodeName], p)
 		}
 	}

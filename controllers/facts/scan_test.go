@@ -48,14 +48,14 @@ func TestScan(t *testing.T) {
 	w.node("scan-deregistered", ready)
 	w.csiNode("scan-deregistered")
 	w.failedMount(other, "scan-deregistered", "MountVolume.MountDevice failed for volume \"pvc-x\" : kubernetes.io/csi: attacher.MountDevice failed to create newCsiDriverClient: driver name csi.trident.netapp.io not found in the list of registered CSI drivers", 7)
-	w.pod("trident", "trident-csi-scan-a", "scan-deregistered", pluginLabels)
+	w.pluginPod("trident", "trident-csi-scan-a", "scan-deregistered")
 	w.node("scan-overlap", ready)
 	w.csiNode("scan-overlap", facts.DefaultDriverName)
-	w.pod("trident", "trident-csi-scan-b", "scan-overlap", pluginLabels)
-	w.pod("trident", "trident-csi-2-scan-c", "scan-overlap", pluginLabels)
+	w.pluginPod("trident", "trident-csi-scan-b", "scan-overlap")
+	w.pluginPod("trident", "trident-csi-2-scan-c", "scan-overlap")
 	w.node("scan-fine", ready)
 	w.csiNode("scan-fine", facts.DefaultDriverName)
-	w.pod("trident", "trident-csi-scan-d", "scan-fine", pluginLabels)
+	w.pluginPod("trident", "trident-csi-scan-d", "scan-fine")
 
 	g := &facts.Gatherer{Reader: env.Client, Config: facts.DefaultConfig(), Clock: w}
 	got, err := g.Scan(context.Background(), facts.ScanOptions{LeaseAge: 10 * time.Minute})
@@ -175,7 +175,7 @@ func TestScanSymptoms(t *testing.T) {
 
 	w.node("sym-dereg", ready)
 	w.csiNode("sym-dereg")
-	w.pod("trident", "trident-csi-sym", "sym-dereg", pluginLabels)
+	w.pluginPod("trident", "trident-csi-sym", "sym-dereg")
 	app := w.waitingPod("app", "sym-app", "sym-dereg", "sym-app-data")
 	const notRegistered = `kubernetes.io/csi: attacher.MountDevice failed to create newCsiDriverClient: driver name csi.trident.netapp.io not found in the list of registered CSI drivers`
 	w.createEvent(app, "sym-dereg.new", notRegistered, "", "sym-dereg", 3, w.Now())

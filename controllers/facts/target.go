@@ -1,23 +1,26 @@
 package facts
 
 // Target resolution, the way the runbook does it: pod -> PVC -> PV, with the binding
-// checked from both sides (claimRef, its UID, and the claim's volumeName).
+// checked from both sides (claimRef, its UID, and the claim's volumeName), and a
+// generic ephemeral volume's claim checked to be its pod's.
 
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/component-helpers/storage/ephemeral"
 
 	"github.com/remediator/remediator/api/v1alpha1"
 )
 
 // resolveVolume follows pod -> PVC -> PV. It returns an empty PV name, with
-// Target.Message set, when the chain breaks.
-func (s *gathering) resolveVolume(ctx context.Context, t v1alpha1.Target) (*types.NamespacedName, string, error) {
+// Target.Message set, when the chain breaks, and the claim only when it is the PV's.
+func (s *gathering) resolveVolume(ctx context.Context, t v1alpha1.Target) (*corev1.PersistentVolumeClaim, string, error) {
 	switch {
 	case t.PersistentVolume != "":
 		pv := &corev1.PersistentVolume{}
@@ -32,39 +35,24 @@ func (s *gathering) resolveVolume(ctx context.Context, t v1alpha1.Target) (*type
 			return nil, t.PersistentVolume, nil
 		}
 		s.f.Target.Found = true
-		ref := pv.Spec.ClaimRef
-		if ref == nil {
-			return nil, pv.Name, nil
-		}
-		// The claim decides which pods count as affected (and are moved off a healthy
-		// holder), so it must be the volume's own: a claimRef can name a claim that was
-		// deleted, or deleted and created again under the same name for another volume.
-		// The PV itself still resolves, so that its Lease is reported.
-		key := types.NamespacedName{Namespace: ref.Namespace, Name: ref.Name}
-		pvc := &corev1.PersistentVolumeClaim{}
-		found, err = s.get(ctx, key, pvc)
+		// The PV resolves even when its claim does not, so that its Lease is reported.
+		pvc, why, err := s.g.volumeClaim(ctx, pv)
 		if err != nil {
 			return nil, "", err
 		}
-		if !found {
-			s.f.Target.Message = fmt.Sprintf("PersistentVolume %s has claimRef %s, but that PersistentVolumeClaim does not exist; "+
-				"the claim is not the volume's, so no pods are looked up as affected", pv.Name, key)
-			return nil, pv.Name, nil
-		}
-		if why := bindingMismatch(pv, pvc); why != "" {
+		if why != "" {
 			s.f.Target.Message = why + "; the claim is not the volume's, so no pods are looked up as affected"
-			return nil, pv.Name, nil
 		}
-		return &key, pv.Name, nil
+		return pvc, pv.Name, nil
 
 	case t.PersistentVolumeClaim != nil:
 		key := types.NamespacedName{Namespace: t.PersistentVolumeClaim.Namespace, Name: t.PersistentVolumeClaim.Name}
-		pv, err := s.claimVolume(ctx, key)
+		pvc, pv, err := s.claimVolume(ctx, key)
 		if err != nil || pv == "" {
 			return nil, "", err
 		}
 		s.f.Target.Found = true
-		return &key, pv, nil
+		return pvc, pv, nil
 
 	case t.Pod != nil:
 		return s.resolvePod(ctx, types.NamespacedName{Namespace: t.Pod.Namespace, Name: t.Pod.Name})
@@ -73,40 +61,134 @@ func (s *gathering) resolveVolume(ctx context.Context, t v1alpha1.Target) (*type
 	return nil, "", nil
 }
 
-// claimVolume returns the PV a claim is bound to, or "" with Target.Message set. The
-// binding must hold from both sides: the claim's volumeName names the PV, and the
-// PV's claimRef names the claim back (its UID too, when set). A claim that names a PV
-// bound to another claim, or to an earlier claim of the same name, does not lead to
-// that PV's Lease.
-func (s *gathering) claimVolume(ctx context.Context, key types.NamespacedName) (string, error) {
+// volumeClaim reads the claim pv's claimRef names, and returns it only when it is
+// bound to pv (bindingMismatch); otherwise nil and why. The claim decides which pods
+// count as affected (and are moved off a healthy holder), so it must be the volume's
+// own: a claimRef can name a claim that was deleted, or deleted and created again
+// under the same name for another volume.
+func (g *Gatherer) volumeClaim(ctx context.Context, pv *corev1.PersistentVolume) (*corev1.PersistentVolumeClaim, string, error) {
+	ref := pv.Spec.ClaimRef
+	if ref == nil {
+		return nil, "", nil
+	}
+	key := types.NamespacedName{Namespace: ref.Namespace, Name: ref.Name}
+	pvc := &corev1.PersistentVolumeClaim{}
+	found, err := g.get(ctx, key, pvc)
+	if err != nil {
+		return nil, "", err
+	}
+	if !found {
+		return nil, fmt.Sprintf("PersistentVolume %s has claimRef %s, but that PersistentVolumeClaim does not exist", pv.Name, key), nil
+	}
+	if why := bindingMismatch(pv, pvc); why != "" {
+		return nil, why, nil
+	}
+	return pvc, "", nil
+}
+
+// claimVolume returns a claim and the PV it is bound to, or "" with Target.Message
+// set. The binding must hold from both sides: the claim's volumeName names the PV,
+// and the PV's claimRef names the claim back (its UID too, when set). A claim that
+// names a PV bound to another claim, or to an earlier claim of the same name, does
+// not lead to that PV's Lease.
+func (s *gathering) claimVolume(ctx context.Context, key types.NamespacedName) (*corev1.PersistentVolumeClaim, string, error) {
 	pvc := &corev1.PersistentVolumeClaim{}
 	found, err := s.get(ctx, key, pvc)
 	if err != nil {
-		return "", err
+		return nil, "", err
 	}
 	if !found {
 		s.f.Target.Message = fmt.Sprintf("PersistentVolumeClaim %s not found", key)
-		return "", nil
+		return nil, "", nil
 	}
 	if pvc.Spec.VolumeName == "" {
 		s.f.Target.Message = fmt.Sprintf("PersistentVolumeClaim %s is not bound to a PersistentVolume", key)
-		return "", nil
+		return nil, "", nil
 	}
 	pv := &corev1.PersistentVolume{}
 	found, err = s.get(ctx, types.NamespacedName{Name: pvc.Spec.VolumeName}, pv)
 	if err != nil {
-		return "", err
+		return nil, "", err
 	}
 	if !found {
 		s.f.Target.Message = fmt.Sprintf("PersistentVolumeClaim %s names PersistentVolume %s, which does not exist, so the binding cannot be verified; "+
 			"target the PersistentVolume to look up its Lease", key, pvc.Spec.VolumeName)
-		return "", nil
+		return nil, "", nil
 	}
 	if why := bindingMismatch(pv, pvc); why != "" {
 		s.f.Target.Message = why + "; the claim does not lead to that volume's Lease"
-		return "", nil
+		return nil, "", nil
 	}
-	return pv.Name, nil
+	return pvc, pv.Name, nil
+}
+
+// ClaimsOf lists the names of the claims pod's volumes name, in its namespace, sorted:
+// those of its persistentVolumeClaim volumes, and those Kubernetes creates for its
+// generic ephemeral volumes (named <pod>-<volume>). A name is only a candidate: the
+// claim of that name is the pod's when VolumesUsing says so.
+func ClaimsOf(pod *corev1.Pod) []string {
+	var claims []string
+	for i := range pod.Spec.Volumes {
+		if name := claimOf(pod, &pod.Spec.Volumes[i]); name != "" && !slices.Contains(claims, name) {
+			claims = append(claims, name)
+		}
+	}
+	slices.Sort(claims)
+	return claims
+}
+
+// claimOf is the name of the claim volume v of pod names, "" for none.
+func claimOf(pod *corev1.Pod, v *corev1.Volume) string {
+	switch {
+	case v.PersistentVolumeClaim != nil:
+		return v.PersistentVolumeClaim.ClaimName
+	case v.Ephemeral != nil:
+		return ephemeral.VolumeClaimName(pod, v)
+	}
+	return ""
+}
+
+// VolumesUsing names pod's volumes that use claim: a persistentVolumeClaim volume
+// that names it, or a generic ephemeral volume whose claim it is. The claim of an
+// ephemeral volume is named <pod>-<volume>, so pod "a" with volume "b-c" and pod
+// "a-b" with volume "c" name the same claim, and anyone may create a claim of that
+// name first; kubelet mounts it only for the pod that controls it (the
+// ownerReference the ephemeral volume controller sets), and so it counts only for
+// that pod here.
+func VolumesUsing(pod *corev1.Pod, claim *corev1.PersistentVolumeClaim) []string {
+	var out []string
+	for i := range pod.Spec.Volumes {
+		v := &pod.Spec.Volumes[i]
+		if pod.Namespace == claim.Namespace && claimOf(pod, v) == claim.Name && volumeUses(pod, v, claim) == nil {
+			out = append(out, v.Name)
+		}
+	}
+	return out
+}
+
+// volumeUses says why volume v of pod, which names claim, does not use it: an
+// ephemeral volume's claim that the pod does not control. nil when it does, or when
+// v does not name claim at all.
+func volumeUses(pod *corev1.Pod, v *corev1.Volume, claim *corev1.PersistentVolumeClaim) error {
+	if v.Ephemeral == nil || claimOf(pod, v) != claim.Name {
+		return nil
+	}
+	return ephemeral.VolumeIsForPod(pod, claim)
+}
+
+// notThePods says why claim, whose name one of pod's volumes gives, is not that pod's
+// to use, or "" when it is.
+func notThePods(pod *corev1.Pod, claim *corev1.PersistentVolumeClaim) string {
+	if len(VolumesUsing(pod, claim)) > 0 {
+		return ""
+	}
+	for i := range pod.Spec.Volumes {
+		if v := &pod.Spec.Volumes[i]; v.Ephemeral != nil && claimOf(pod, v) == claim.Name {
+			return fmt.Sprintf("PersistentVolumeClaim %s/%s is named like the claim of Pod %s/%s's ephemeral volume %s, but that pod does not control it (%v): it is not the pod's volume",
+				claim.Namespace, claim.Name, pod.Namespace, pod.Name, v.Name, volumeUses(pod, v, claim))
+		}
+	}
+	return fmt.Sprintf("no volume of Pod %s/%s uses PersistentVolumeClaim %s/%s", pod.Namespace, pod.Name, claim.Namespace, claim.Name)
 }
 
 // bindingMismatch says why pv and pvc are not bound to each other, or "" when they
@@ -130,7 +212,7 @@ func bindingMismatch(pv *corev1.PersistentVolume, pvc *corev1.PersistentVolumeCl
 }
 
 // resolvePod follows a pod's PVC volumes to the one PV that has a Trident Lease.
-func (s *gathering) resolvePod(ctx context.Context, key types.NamespacedName) (*types.NamespacedName, string, error) {
+func (s *gathering) resolvePod(ctx context.Context, key types.NamespacedName) (*corev1.PersistentVolumeClaim, string, error) {
 	pod := &corev1.Pod{}
 	found, err := s.get(ctx, key, pod)
 	if err != nil {
@@ -149,14 +231,14 @@ func (s *gathering) resolvePod(ctx context.Context, key types.NamespacedName) (*
 	// A pod can mount several claims; the runbook cares about the one whose PV has a
 	// Lease. Several candidates are ambiguous and the operator must pick one.
 	type candidate struct {
-		claim types.NamespacedName
+		claim *corev1.PersistentVolumeClaim
 		pv    string
 	}
 	var bound, leased []candidate
 	var problems []string
 	for _, name := range claims {
 		ck := types.NamespacedName{Namespace: pod.Namespace, Name: name}
-		pv, err := s.claimVolume(ctx, ck)
+		pvc, pv, err := s.claimVolume(ctx, ck)
 		if err != nil {
 			return nil, "", err
 		}
@@ -164,7 +246,11 @@ func (s *gathering) resolvePod(ctx context.Context, key types.NamespacedName) (*
 			problems = append(problems, s.f.Target.Message)
 			continue
 		}
-		c := candidate{claim: ck, pv: pv}
+		if why := notThePods(pod, pvc); why != "" {
+			problems = append(problems, why)
+			continue
+		}
+		c := candidate{claim: pvc, pv: pv}
 		bound = append(bound, c)
 		found, err := s.get(ctx, types.NamespacedName{Namespace: s.f.TridentNamespace, Name: pv}, &coordinationv1.Lease{})
 		if err != nil {
@@ -207,5 +293,5 @@ func (s *gathering) resolvePod(ctx context.Context, key types.NamespacedName) (*
 		return nil, "", nil
 	}
 	s.f.Target.Found = true
-	return &pick.claim, pick.pv, nil
+	return pick.claim, pick.pv, nil
 }
