@@ -6,11 +6,8 @@ package main
 // it although admission accepts it (gitsync.Refusals, as remediator sync refuses it).
 
 import (
-	"bufio"
-	"bytes"
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -20,9 +17,6 @@ import (
 
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation/field"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
-	kjson "sigs.k8s.io/json"
-	"sigs.k8s.io/yaml"
 
 	"github.com/remediator/remediator/api/v1alpha1"
 	"github.com/remediator/remediator/controllers/gitsync"
@@ -69,26 +63,16 @@ type yamlDoc struct {
 }
 
 // yamlDocuments splits a file into its YAML documents, keeping empty ones so that
-// positions match the file.
+// positions match the file, with gitsync.Documents: remediator sync reads Git with
+// the same reader, so that what plan refuses (a duplicate key, a stream of JSON
+// objects) the sync never applies.
 func yamlDocuments(data []byte) ([]yamlDoc, error) {
-	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
-	var docs []yamlDoc
-	for {
-		doc, err := r.Read()
-		if errors.Is(err, io.EOF) {
-			return docs, nil
-		}
-		if err != nil {
-			return docs, err
-		}
-		// YAMLToJSONStrict refuses duplicate keys, which a lenient decoder would
-		// silently resolve to the last one.
-		j, err := yaml.YAMLToJSONStrict(doc)
-		if t := bytes.TrimSpace(j); err == nil && (len(t) == 0 || string(t) == "null") {
-			j = nil
-		}
-		docs = append(docs, yamlDoc{json: j, err: err})
+	docs, err := gitsync.Documents(data)
+	out := make([]yamlDoc, 0, len(docs))
+	for _, d := range docs {
+		out = append(out, yamlDoc{json: d.JSON, err: d.Err})
 	}
+	return out, err
 }
 
 // manifestExts are the files a directory given to -f contributes, as kubectl's -f.
@@ -178,10 +162,9 @@ func readPlanRequests(files []string, stdin *onceReader) []planInput {
 func decodePlanRequest(v *requestValidator, source string, doc int, data []byte) planInput {
 	in := planInput{source: source, doc: doc}
 	where := fmt.Sprintf("%s (document %d)", source, doc)
-	// As the API server's strict decoder reads an object: integers stay int64 (the
-	// schema tells integer from number), and a duplicate field is an error.
-	var obj map[string]any
-	strict, err := kjson.UnmarshalStrict(data, &obj)
+	// As the API server's strict decoder reads an object, and as remediator sync
+	// reads it.
+	obj, strict, err := gitsync.DecodeObject(data)
 	if err != nil {
 		in.errs = []string{fmt.Sprintf("%s: not a Kubernetes object: %v", where, err)}
 		return in

@@ -265,13 +265,35 @@ func (s *Syncer) admit(files []manifestFile, commit string) ([]*unstructured.Uns
 		seen     = map[string]string{}
 	)
 	for _, f := range files {
-		objs, err := kube.SplitYAML(f.Data)
+		// Read as remediator plan reads the pull request (Documents, DecodeObject), so
+		// that nothing plan refuses is applied: a duplicate key is an error, not its
+		// last value.
+		docs, err := Documents(f.Data)
 		if err != nil {
 			problems = append(problems, fmt.Sprintf("%s: malformed manifest: %v", f.Path, err))
 			continue
 		}
-		for i, o := range objs {
+		for i, doc := range docs {
 			where := fmt.Sprintf("%s (document %d)", f.Path, i+1)
+			if doc.Err != nil {
+				problems = append(problems, fmt.Sprintf("%s: malformed YAML: %v", where, doc.Err))
+				continue
+			}
+			if doc.JSON == nil {
+				continue
+			}
+			obj, strict, err := DecodeObject(doc.JSON)
+			if err != nil {
+				problems = append(problems, fmt.Sprintf("%s: not a Kubernetes object: %v", where, err))
+				continue
+			}
+			if len(strict) > 0 {
+				for _, e := range strict {
+					problems = append(problems, fmt.Sprintf("%s: %v", where, e))
+				}
+				continue
+			}
+			o := &unstructured.Unstructured{Object: obj}
 			gvk := o.GroupVersionKind()
 			if gvk.Group != v1alpha1.GroupVersion.Group || gvk.Kind != "RemediationRequest" {
 				kind := gvk.Kind

@@ -194,7 +194,7 @@ rules:
 			stage: func(r *gitrepo.Repo, _ string) {
 				r.Write("requests/broken.yaml", "apiVersion: remediator.io/v1alpha1\nkind: [oops\n")
 			},
-			wantErr: []string{"requests/broken.yaml: malformed manifest"},
+			wantErr: []string{"requests/broken.yaml (document 1): malformed YAML"},
 		},
 		{
 			name: "hook annotation",
@@ -217,6 +217,32 @@ rules:
 				r.Write("requests/short.yaml", strings.Replace(request(ns, "new", "pvc-n"), "reason: Pods stuck", "reason: x\n  #", 1))
 			},
 			wantErr: []string{"spec.reason"},
+		},
+		{
+			// The reviewer reads the first key; a lenient reader applies the last.
+			name: "duplicate key",
+			stage: func(r *gitrepo.Repo, ns string) {
+				r.Write("requests/dup.yaml", strings.Replace(request(ns, "new", "pvc-n"), "    persistentVolume: pvc-n\n",
+					"    persistentVolume: pvc-n\n    persistentVolume: pvc-other\n", 1))
+			},
+			wantErr: []string{"requests/dup.yaml (document 1): malformed YAML", `"persistentVolume" already set`},
+		},
+		{
+			name: "duplicate key in a JSON manifest",
+			stage: func(r *gitrepo.Repo, ns string) {
+				r.Write("requests/dup.json", `{"apiVersion": "remediator.io/v1alpha1", "kind": "RemediationRequest", "kind": "RemediationRequest",
+"metadata": {"name": "new", "namespace": "`+ns+`"}, "spec": {"remediation": "release-luks-lease",
+"target": {"persistentVolume": "pvc-n"}, "reason": "Pods stuck in ContainerCreating behind a retained Lease."}}`)
+			},
+			wantErr: []string{"requests/dup.json (document 1)", `"kind" already set`},
+		},
+		{
+			// A misspelt field would otherwise be dropped: the request runs without it.
+			name: "unknown field",
+			stage: func(r *gitrepo.Repo, ns string) {
+				r.Write("requests/unknown.yaml", strings.Replace(request(ns, "new", "pvc-n"), "spec:\n", "spec:\n  maintenanceWindw: {schedule: \"0 2 * * *\", duration: 1h}\n", 1))
+			},
+			wantErr: []string{"requests/unknown.yaml", "maintenanceWindw"},
 		},
 		{
 			name:    "target changed (immutable)",
