@@ -104,9 +104,12 @@ type RemediationRequestSpec struct {
 //
 // +kubebuilder:validation:XValidation:rule="[has(self.persistentVolume), has(self.persistentVolumeClaim), has(self.pod), has(self.node)].filter(x, x).size() == 1",message="exactly one of spec.target.persistentVolume, spec.target.persistentVolumeClaim, spec.target.pod or spec.target.node must be set"
 type Target struct {
-	// PersistentVolume is a PV name; the Trident Lease has the same name.
+	// PersistentVolume is a PV name; the Trident Lease has the same name. It is
+	// a name the API server accepts for a PV (a DNS-1123 subdomain: lowercase
+	// letters, digits, '-' and '.'), so that reading it cannot fail for its spelling.
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
 	// +optional
 	PersistentVolume string `json:"persistentVolume,omitempty"`
 
@@ -118,23 +121,30 @@ type Target struct {
 	// +optional
 	Pod *ObjectReference `json:"pod,omitempty"`
 
-	// Node is the node whose CSI driver registration is repaired.
+	// Node is the node whose CSI driver registration is repaired: a Node name (a
+	// DNS-1123 subdomain).
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
 	// +optional
 	Node string `json:"node,omitempty"`
 }
 
-// ObjectReference names a namespaced object.
+// ObjectReference names a namespaced object: a pod or a PersistentVolumeClaim,
+// spelled as the API server accepts their names.
 type ObjectReference struct {
-	// Namespace is the object's namespace.
+	// Namespace is the object's namespace (a DNS-1123 label: lowercase letters,
+	// digits and '-').
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
 	// +required
 	Namespace string `json:"namespace"`
-	// Name is the object's name.
+	// Name is the object's name (a DNS-1123 subdomain: lowercase letters, digits,
+	// '-' and '.').
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
 	// +required
 	Name string `json:"name"`
 }
@@ -349,19 +359,9 @@ type StepStatus struct {
 	Name string `json:"name"`
 	// State is Pending, Running, Succeeded, Failed or Skipped.
 	State StepState `json:"state"`
-	// StartedAt is written once, when the step first runs; timeouts count from it,
-	// less the time the step was held by a pause (pausedSince, pausedFor).
+	// StartedAt is written once, when the step first runs; timeouts count from it.
 	// +optional
 	StartedAt *metav1.Time `json:"startedAt,omitempty"`
-	// PausedSince is when a pause first held this running step; it is cleared at the
-	// resume, when the time since is added to pausedFor. While it is set the step
-	// neither acts nor times out.
-	// +optional
-	PausedSince *metav1.Time `json:"pausedSince,omitempty"`
-	// PausedFor is how long pauses that have ended held this running step: its
-	// timeout counts only the time it ran unpaused.
-	// +optional
-	PausedFor *metav1.Duration `json:"pausedFor,omitempty"`
 	// CompletedAt is when the step reached Succeeded, Failed or Skipped.
 	// +optional
 	CompletedAt *metav1.Time `json:"completedAt,omitempty"`

@@ -259,14 +259,17 @@ func checkAcceptedRequest(t *testing.T, rr *v1alpha1.RemediationRequest, doc []b
 	}
 	require.Equal(t, 1, set, "accepted with %d targets: %+v", set, s.Target)
 	require.Equal(t, s.Remediation == v1alpha1.RemediationReregisterCSIDriver, s.Target.Node != "", "remediation %s with target %+v", s.Remediation, s.Target)
+	// Target names are names the API server accepts for the objects they name
+	// (PVs, Nodes, pods and claims: DNS-1123 subdomains in DNS-1123 label namespaces).
 	for _, n := range []string{s.Target.PersistentVolume, s.Target.Node} {
-		require.LessOrEqual(t, utf8.RuneCountInString(n), 253)
+		if n != "" {
+			require.Empty(t, validation.IsDNS1123Subdomain(n), "accepted target name %q", n)
+		}
 	}
 	for _, ref := range []*v1alpha1.ObjectReference{s.Target.PersistentVolumeClaim, s.Target.Pod} {
 		if ref != nil {
-			require.True(t, ref.Namespace != "" && ref.Name != "", "accepted reference %+v", *ref)
-			require.LessOrEqual(t, utf8.RuneCountInString(ref.Namespace), 63)
-			require.LessOrEqual(t, utf8.RuneCountInString(ref.Name), 253)
+			require.Empty(t, validation.IsDNS1123Label(ref.Namespace), "accepted reference %+v", *ref)
+			require.Empty(t, validation.IsDNS1123Subdomain(ref.Name), "accepted reference %+v", *ref)
 		}
 	}
 	n := utf8.RuneCountInString(s.Reason)

@@ -130,6 +130,27 @@ func Admission() []Case {
 			spec(obj)["target"] = map[string]any{"node": strings.Repeat("n", 254)}
 		}, Field: "spec.target.node", Want: []string{"Too long"}},
 
+		// Target names the API server would refuse for the object they name: the
+		// controller's reads of them fail, so admission refuses them first.
+		{Name: "persistentVolume with a slash", Edit: set("target", map[string]any{"persistentVolume": "a/b"}),
+			Field: "spec.target.persistentVolume", Want: []string{"should match"}},
+		{Name: "persistentVolume in capitals", Edit: set("target", map[string]any{"persistentVolume": "PVC-75A6FD7F"}),
+			Field: "spec.target.persistentVolume", Want: []string{"should match"}},
+		{Name: "claim name with a slash", Edit: set("target", map[string]any{"persistentVolumeClaim": map[string]any{"namespace": "app", "name": "data/0"}}),
+			Field: "spec.target.persistentVolumeClaim.name", Want: []string{"should match"}},
+		{Name: "claim namespace with a dot", Edit: set("target", map[string]any{"persistentVolumeClaim": map[string]any{"namespace": "app.prod", "name": "data"}}),
+			Field: "spec.target.persistentVolumeClaim.namespace", Want: []string{"should match"}},
+		{Name: "claim namespace too long", Edit: set("target", map[string]any{"persistentVolumeClaim": map[string]any{"namespace": strings.Repeat("a", 64), "name": "data"}}),
+			Field: "spec.target.persistentVolumeClaim.namespace", Want: []string{"Too long"}},
+		{Name: "pod name with a colon", Edit: set("target", map[string]any{"pod": map[string]any{"namespace": "app", "name": "web:0"}}),
+			Field: "spec.target.pod.name", Want: []string{"should match"}},
+		{Name: "pod namespace in capitals", Edit: set("target", map[string]any{"pod": map[string]any{"namespace": "App", "name": "web-0"}}),
+			Field: "spec.target.pod.namespace", Want: []string{"should match"}},
+		{Name: "node name with an underscore", Edit: func(obj map[string]any) {
+			spec(obj)["remediation"] = "reregister-csi-driver"
+			spec(obj)["target"] = map[string]any{"node": "kwok_node_0"}
+		}, Field: "spec.target.node", Want: []string{"should match"}},
+
 		// The maintenance window.
 		{Name: "malformed window duration", Edit: window("0 2 * * *", "two hours"), Field: "spec.maintenanceWindow.duration"},
 		{Name: "negative window duration", Edit: window("0 2 * * *", "-1h"), Field: "spec.maintenanceWindow.duration", Want: []string{"should match"}},
