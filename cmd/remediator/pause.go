@@ -5,11 +5,17 @@ package main
 // the controller watches; the chart's admission policy lets only the on-call groups
 // (pause.groups) write it, and only with their own user name as the author, which is
 // why the command asks the API server who it is talking as (SelfSubjectReview).
+//
+// Which ConfigMap: the one the release's settings ConfigMap publishes (key
+// pause-configmap), found by the chart's label in any namespace, so that a release
+// with another name or namespace is paused where its controller looks, never at a
+// default no controller watches. --pause-configmap names it outright.
 
 import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
 
@@ -18,11 +24,20 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/remediator/remediator/api/v1alpha1"
-	"github.com/remediator/remediator/controllers"
 )
+
+// settingsLabel marks the chart's settings ConfigMap (<fullname>-settings; the
+// chart's remediator.settingsLabel), whose key settingPauseConfigMap names the pause
+// ConfigMap the release's controller watches.
+const settingsLabel = "remediator.io/settings"
+
+// settingPauseConfigMap is the settings key that publishes the pause ConfigMap, as
+// namespace/name: the controller's --pause-configmap.
+const settingPauseConfigMap = "pause-configmap"
 
 type pauseOptions struct {
 	conn      connectionFlags
@@ -63,16 +78,18 @@ func pauseCommand(pause bool, use, short, long string) *cobra.Command {
 	f := cmd.Flags()
 	o.conn.addFlags(f, "")
 	f.StringVar(&o.reason, "reason", "", "Why (required to pause); recorded in the pause ConfigMap, the controller's log and an Event")
-	f.StringVar(&o.configMap, "pause-configmap", controllers.DefaultPauseConfigMap.String(), "namespace/name of the pause ConfigMap: the controller's --pause-configmap")
+	f.StringVar(&o.configMap, "pause-configmap", "",
+		"namespace/name of the pause ConfigMap: the controller's --pause-configmap. Empty: the one the release's settings ConfigMap publishes, found by its label "+settingsLabel+" in any namespace")
 	return cmd
 }
 
 func runPause(ctx context.Context, out io.Writer, o pauseOptions, pause bool) error {
-	key, err := parsePauseConfigMap(o.configMap)
-	if err != nil {
-		return err
+	if o.configMap != "" {
+		// A malformed flag fails before anything is asked of the cluster.
+		if _, err := parsePauseConfigMap(o.configMap); err != nil {
+			return err
+		}
 	}
-	ns, name := key.Namespace, key.Name
 	cfg, err := o.conn.restConfig()
 	if err != nil {
 		return err
@@ -81,6 +98,16 @@ func runPause(ctx context.Context, out io.Writer, o pauseOptions, pause bool) er
 	if err != nil {
 		return err
 	}
+	return writePause(ctx, out, cs, o, pause)
+}
+
+// writePause finds the pause ConfigMap and writes it, in the caller's name.
+func writePause(ctx context.Context, out io.Writer, cs kubernetes.Interface, o pauseOptions, pause bool) error {
+	key, err := findPauseConfigMap(ctx, out, cs, o.configMap)
+	if err != nil {
+		return err
+	}
+	ns, name := key.Namespace, key.Name
 	review, err := cs.AuthenticationV1().SelfSubjectReviews().Create(ctx, &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
 	if err != nil {
 		return fmt.Errorf("asking the API server who you are (SelfSubjectReview): %w", err)
@@ -117,4 +144,59 @@ func runPause(ctx context.Context, out io.Writer, o pauseOptions, pause bool) er
 		fmt.Fprintf(out, "Resumed by %s. Held playbooks go on; waiting requests are decided again.\n", who)
 	}
 	return nil
+}
+
+// findPauseConfigMap returns the pause ConfigMap: the flag's when given, else the one
+// the chart's settings ConfigMaps publish. Exactly one must be published; none or
+// several is an error that names the candidates and the flag to choose with, never
+// a guess: a pause written where no controller looks stops nothing.
+func findPauseConfigMap(ctx context.Context, out io.Writer, cs kubernetes.Interface, flag string) (types.NamespacedName, error) {
+	if flag != "" {
+		return parsePauseConfigMap(flag)
+	}
+	choose := "give --pause-configmap NAMESPACE/NAME: the release namespace's remediator-pause"
+	list, err := cs.CoreV1().ConfigMaps(metav1.NamespaceAll).List(ctx, metav1.ListOptions{LabelSelector: settingsLabel + "=true"})
+	if apierrors.IsForbidden(err) {
+		return types.NamespacedName{}, fmt.Errorf("finding the release's pause ConfigMap: you may not list ConfigMaps in all namespaces, where the chart's settings ConfigMap (label %s) says which it is: %w; %s",
+			settingsLabel, err, choose)
+	}
+	if err != nil {
+		return types.NamespacedName{}, fmt.Errorf("finding the release's pause ConfigMap among the ConfigMaps labelled %s: %w", settingsLabel, err)
+	}
+	// pause ConfigMap -> the settings ConfigMaps that publish it (two releases in one
+	// namespace share its pause ConfigMap).
+	found := map[types.NamespacedName][]string{}
+	var unreadable []string
+	for _, cm := range list.Items {
+		at := cm.Namespace + "/" + cm.Name
+		key, err := parsePauseConfigMap(cm.Data[settingPauseConfigMap])
+		if err != nil {
+			unreadable = append(unreadable, fmt.Sprintf("%s (key %s: %q)", at, settingPauseConfigMap, cm.Data[settingPauseConfigMap]))
+			continue
+		}
+		found[key] = append(found[key], at)
+	}
+	slices.Sort(unreadable)
+	switch len(found) {
+	case 1:
+		for key, from := range found {
+			slices.Sort(from)
+			fmt.Fprintf(out, "The pause ConfigMap is %s (published by %s).\n", key, strings.Join(from, ", "))
+			return key, nil
+		}
+	case 0:
+		msg := fmt.Sprintf("no release of the chart found: no ConfigMap labelled %s=true in any namespace names the pause ConfigMap", settingsLabel)
+		if len(unreadable) > 0 {
+			msg += fmt.Sprintf(" (%s do not: a chart older than this command?)", strings.Join(unreadable, ", "))
+		}
+		return types.NamespacedName{}, fmt.Errorf("%s; %s", msg, choose)
+	}
+	candidates := make([]string, 0, len(found))
+	for key, from := range found {
+		slices.Sort(from)
+		candidates = append(candidates, fmt.Sprintf("%s (published by %s)", key, strings.Join(from, ", ")))
+	}
+	slices.Sort(candidates)
+	return types.NamespacedName{}, fmt.Errorf("%d releases of the chart found, each with its own pause ConfigMap: %s; choose one with --pause-configmap NAMESPACE/NAME",
+		len(found), strings.Join(candidates, "; "))
 }
