@@ -22,10 +22,11 @@ import (
 const defaultSettingsConfigMap = "remediator-system/remediator-settings"
 
 // settingFlags are the keys of the settings ConfigMap, each the name of the flag it
-// sets, in the order plan reports them.
+// sets, in the order plan reports them. A command without the flag skips its key:
+// pause-configmap is the controller's (and where pause and resume find the pause).
 var settingFlags = []string{
 	"trident-namespace", "driver-name", "node-plugin-selector", "node-lease-grace-period",
-	"max-concurrent-remediations", "floor-unreachable-lease-age", "floor-healthy-lease-age",
+	"max-concurrent-remediations", "floor-unreachable-lease-age", "floor-healthy-lease-age", settingPauseConfigMap,
 }
 
 // Where a setting came from.

@@ -108,6 +108,31 @@ a comma, which would split it) fails too, rather than watching nothing.
 {{- end }}
 
 {{/*
+The value of --allowed-trident-namespaces: trident.allowedNamespaces, comma-separated
+(empty for none), the Trident namespaces besides trident.namespace that a request
+may name. A name that is not a namespace name (or holds a comma, which would split
+it) fails, as the settings-floor admission policy refuses it in the ConfigMap.
+*/}}
+{{- define "remediator.allowedTridentNamespaces" -}}
+{{- $namespaces := .Values.trident.allowedNamespaces | default list }}
+{{- range $namespaces }}
+{{- if or (gt (len (toString .)) 63) (not (regexMatch "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$" (toString .))) }}
+{{- fail (printf "trident.allowedNamespaces: %q is not a namespace name" (toString .)) }}
+{{- end }}
+{{- end }}
+{{- join "," $namespaces }}
+{{- end }}
+
+{{/*
+The label that marks the settings ConfigMap, by which `kubectl remediator pause` and
+`resume` find the release (its pause-configmap key) in any namespace
+(cmd/remediator's settingsLabel; the chart's tests check that they agree).
+*/}}
+{{- define "remediator.settingsLabel" -}}
+remediator.io/settings
+{{- end }}
+
+{{/*
 The sync agent's pod labels and selector: a name of its own, so that the
 controller's Deployment, Service and PodDisruptionBudget (selectorLabels) never
 select the sync pod.
@@ -202,19 +227,24 @@ each of them from that ConfigMap (deployment.yaml: env valueFrom configMapKeyRef
 $(VAR) argument), so what plan reads there is what the controller runs with.
 */}}
 {{- define "remediator.settings" -}}
+allowed-trident-namespaces: {{ include "remediator.allowedTridentNamespaces" . | quote }}
 driver-name: {{ .Values.trident.driverName | toString | quote }}
 floor-healthy-lease-age: {{ .Values.safetyFloor.healthyLeaseAge | toString | quote }}
 floor-unreachable-lease-age: {{ .Values.safetyFloor.unreachableLeaseAge | toString | quote }}
 max-concurrent-remediations: {{ .Values.maxConcurrentRemediations | toString | quote }}
 node-lease-grace-period: {{ .Values.nodeLeaseGracePeriod | toString | quote }}
 node-plugin-selector: {{ .Values.trident.nodePluginSelector | toString | quote }}
+pause-configmap: {{ printf "%s/%s" .Release.Namespace (include "remediator.pauseConfigMap" .) | quote }}
 trident-namespace: {{ .Values.trident.namespace | toString | quote }}
 {{- end }}
 
 {{/*
 The value that sets each of the settings: what extraArgs' refusal points at.
+pause-configmap has none: the pause ConfigMap is the release namespace's
+remediator-pause, which pause.yaml's Role and admission policy guard.
 */}}
 {{- define "remediator.settingsValues" -}}
+allowed-trident-namespaces: trident.allowedNamespaces
 driver-name: trident.driverName
 floor-healthy-lease-age: safetyFloor.healthyLeaseAge
 floor-unreachable-lease-age: safetyFloor.unreachableLeaseAge
@@ -222,6 +252,30 @@ max-concurrent-remediations: maxConcurrentRemediations
 node-lease-grace-period: nodeLeaseGracePeriod
 node-plugin-selector: trident.nodePluginSelector
 trident-namespace: trident.namespace
+{{- end }}
+
+{{/*
+The controller flags, other than the settings, that the chart's bindings, Roles and
+admission policies are rendered from, as flag name -> what the chart derives from
+it and the value to set instead: extraArgs refuses each (deployment.yaml), since a
+flag given there would win over the chart's (the last one wins) and leave those
+guards guarding something else. Every flag named leader-elect* is refused too.
+*/}}
+{{- define "remediator.reservedFlags" -}}
+{{- $fullname := include "remediator.fullname" . }}
+{{- $namespaces := "the admission binding <fullname>-git-writers, the sync agent's Roles and the request namespaces are rendered from it: set requestNamespaces (or watchAllNamespaces) instead" | replace "<fullname>" $fullname }}
+{{- $identity := printf "the chart's RBAC and admission policies are written for the controller's ServiceAccount %s, which must be who the controller talks to this cluster's API server as: set serviceAccount.name (and extraEnv's KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT for another address of the API server) instead" (include "remediator.serviceAccountName" .) }}
+{{- $metrics := printf "the metrics Service, ServiceMonitor and ClusterRole %s-metrics-reader are rendered from it: set metrics.enabled, metrics.port and metrics.secure instead" $fullname }}
+leader-elect: {{ printf "the chart always elects a leader, whose Lease %s the Role %s-leader-election lets the controller hold in the release namespace %s: set replicaCount instead" (include "remediator.leaderElectionID" .) $fullname .Release.Namespace | quote }}
+pause-configmap: {{ printf "the pause ConfigMap is %s/%s, which the Role and admission policy %s-pause guard and the settings ConfigMap %s-settings publishes to kubectl remediator pause: set pause.groups for who may write it" .Release.Namespace (include "remediator.pauseConfigMap" .) $fullname $fullname | quote }}
+policies-dir: {{ printf "the policies are mounted from the ConfigMap the chart guards (admission policy %s-policies-writers): set policies, policiesConfigMap or sync.policies.enabled instead" $fullname | quote }}
+request-namespaces: {{ $namespaces | quote }}
+watch-all-namespaces: {{ $namespaces | quote }}
+metrics-bind-address: {{ $metrics | quote }}
+metrics-secure: {{ $metrics | quote }}
+{{- range list "kubeconfig" "context" "cluster" "user" "server" "s" "token" "as" "as-group" "as-uid" "client-certificate" "client-key" }}
+{{ . }}: {{ $identity | quote }}
+{{- end }}
 {{- end }}
 
 {{/*

@@ -178,9 +178,17 @@ func TestAdmissionPolicyRenders(t *testing.T) {
 			}
 			assert.Equal(t, "request.userInfo.username == "+jsonString(controllerUser), variable(requests, "controller"))
 			assert.Contains(t, variable(requests, "onlyItsFinalizer"), `f != "remediator.io/restore"`)
+			bounded := false
 			for _, v := range requests.Spec.Validations {
+				// The bound of the break-glass reason refuses a writer's content, not
+				// the writer: it has no pull request to point at.
+				if strings.Contains(v.Expression, "size(bytes(variables.breakGlassReason)) <= 1024") {
+					bounded = true
+					continue
+				}
 				assert.Contains(t, v.Message+v.MessageExpression, "open a pull request in the remediation repository", "validation %q", v.Expression)
 			}
+			assert.True(t, bounded, "no bound on the break-glass reason")
 
 			b := binding(t, objs, release+"-git-writers")
 			assert.Equal(t, requests.Name, b.Spec.PolicyName)
@@ -352,6 +360,18 @@ func TestAdmissionPolicyDecides(t *testing.T) {
 		}
 		require.NoError(t, admin.Create(ctx, o.DeepCopy()), ref(o))
 	}
+	// A second release on a test cluster (safetyFloor.belowRunbook): its settings
+	// ConfigMap and the policy over it.
+	const labNS = "lab-system"
+	require.NoError(t, admin.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: labNS}}))
+	labObjs, err := helmchart.Render("lab", labNS, map[string]any{"safetyFloor": map[string]any{"belowRunbook": true, "unreachableLeaseAge": "1m"}})
+	require.NoError(t, err)
+	for _, o := range labObjs {
+		if o.GetName() == "lab-remediator-settings" || o.GetName() == "lab-remediator-settings-floor" {
+			require.NoError(t, admin.Create(ctx, o.DeepCopy()), ref(o))
+		}
+	}
+	labSettings := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: labNS, Name: "lab-remediator-settings"}}
 
 	var (
 		argo       = writer{user: argoCD, groups: []string{"system:serviceaccounts", "system:serviceaccounts:argocd"}}
@@ -362,6 +382,7 @@ func TestAdmissionPolicyDecides(t *testing.T) {
 		// write status and delete collections too.
 		owner  = writer{user: "owner@example.com", groups: []string{"team-owners"}}
 		oncall = writer{user: "oncall@example.com", groups: []string{"remediator:break-glass"}}
+		root   = writer{user: "admin@example.com", groups: []string{"system:masters"}}
 	)
 	// RBAC allows all of them (envtest runs no controller-manager, so no aggregation:
 	// the chart's edit role is bound directly); the policy must tell them apart.
@@ -416,6 +437,13 @@ func TestAdmissionPolicyDecides(t *testing.T) {
 		require.Error(c, err, "alice's create was allowed")
 		assert.Contains(c, err.Error(), "open a pull request")
 	}, 30*time.Second, 100*time.Millisecond, "the policy in force")
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		err := patchJSON(ctx, as(root), labSettings, `{"data":{"driver-name":""}}`)
+		if err == nil {
+			_ = patchJSON(ctx, admin, labSettings, `{"data":{"driver-name":"csi.trident.netapp.io"}}`)
+		}
+		require.Error(c, err, "an empty driver was allowed")
+	}, 30*time.Second, 100*time.Millisecond, "the lab's policy in force")
 	for _, name := range []string{"from-git", "to-delete", "annotated"} {
 		annotations := map[string]string(nil)
 		if name == "annotated" {
@@ -540,6 +568,22 @@ func TestAdmissionPolicyDecides(t *testing.T) {
 		{"break glass creates", oncall, func(c client.Client) error {
 			return c.Create(ctx, requestObject(requestNS, "glass", map[string]string{"remediator.io/break-glass": "INC-2: Git is down"}))
 		}, ""},
+		// The reason goes into the request's conditions and an Event: bounded, in bytes.
+		{"break glass gives a reason of 1025 bytes", oncall, func(c client.Client) error {
+			return c.Create(ctx, requestObject(requestNS, "glass-long", map[string]string{"remediator.io/break-glass": strings.Repeat("x", 1025)}))
+		}, "the break-glass reason (annotation remediator.io/break-glass) of RemediationRequest remediator/glass-long is 1025 bytes long: at most 1024 are allowed"},
+		{"break glass gives a reason of 342 characters, 1026 bytes", oncall, func(c client.Client) error {
+			return c.Create(ctx, requestObject(requestNS, "glass-euro", map[string]string{"remediator.io/break-glass": strings.Repeat("€", 342)}))
+		}, "is 1026 bytes long: at most 1024 are allowed"},
+		{"break glass gives a reason of 1024 bytes", oncall, func(c client.Client) error {
+			return c.Create(ctx, requestObject(requestNS, "glass-1024", map[string]string{"remediator.io/break-glass": strings.Repeat("x", 1024)}))
+		}, ""},
+		{"break glass lengthens a reason", oncall, func(c client.Client) error {
+			return patchJSON(ctx, c, rr("glass-1024"), `{"metadata":{"annotations":{"remediator.io/break-glass":"`+strings.Repeat("y", 40000)+`"}}}`)
+		}, "is 40000 bytes long"},
+		{"Argo CD writes a long annotation", argo, func(c client.Client) error {
+			return c.Create(ctx, requestObject(requestNS, "argo-long", map[string]string{"remediator.io/break-glass": strings.Repeat("x", 2000)}))
+		}, "is 2000 bytes long"},
 		{"break glass patches an annotated request", oncall, func(c client.Client) error { return patchJSON(ctx, c, rr("annotated"), fencing) }, ""},
 		{"break glass removes the annotation", oncall, func(c client.Client) error {
 			return patchJSON(ctx, c, rr("annotated"), `{"metadata":{"annotations":null}}`)
@@ -570,10 +614,67 @@ func TestAdmissionPolicyDecides(t *testing.T) {
 		}, "floor-healthy-lease-age in the settings ConfigMap may not be below the runbook's 10m"},
 		{"alice removes the healthy floor from the settings", alice, func(c client.Client) error {
 			return patchJSON(ctx, c, cm(release+"-settings"), `{"data":{"floor-healthy-lease-age":null}}`)
-		}, "floor-healthy-lease-age in the settings ConfigMap may not be below the runbook's 10m (or missing)"},
+		}, "floor-healthy-lease-age in the settings ConfigMap " + release + "-settings must be a positive Go duration (such as 50s, 5m or 1h30m), and may not be missing"},
 		{"alice writes a floor that is no duration", alice, func(c client.Client) error {
 			return patchJSON(ctx, c, cm(release+"-settings"), `{"data":{"floor-unreachable-lease-age":"5 minutes"}}`)
-		}, "floor-unreachable-lease-age in the settings ConfigMap may not be below"},
+		}, "floor-unreachable-lease-age in the settings ConfigMap " + release + "-settings must be a positive Go duration"},
+		// Every other key the controller reads from the settings is bounded too.
+		{"alice sets the heartbeat grace to a millisecond", alice, func(c client.Client) error {
+			return patchJSON(ctx, c, cm(release+"-settings"), `{"data":{"node-lease-grace-period":"1ms"}}`)
+		}, "node-lease-grace-period in the settings ConfigMap may not be below 40s, the kubelet's default node Lease duration"},
+		{"alice sets the heartbeat grace below the node Lease", alice, func(c client.Client) error {
+			return patchJSON(ctx, c, cm(release+"-settings"), `{"data":{"node-lease-grace-period":"39s"}}`)
+		}, "node-lease-grace-period in the settings ConfigMap may not be below 40s"},
+		{"alice removes the heartbeat grace", alice, func(c client.Client) error {
+			return patchJSON(ctx, c, cm(release+"-settings"), `{"data":{"node-lease-grace-period":null}}`)
+		}, "node-lease-grace-period in the settings ConfigMap " + release + "-settings must be a positive Go duration"},
+		{"alice lifts the cap", alice, func(c client.Client) error {
+			return patchJSON(ctx, c, cm(release+"-settings"), `{"data":{"max-concurrent-remediations":"0"}}`)
+		}, "max-concurrent-remediations in the settings ConfigMap " + release + "-settings must be a whole number of 1 or more"},
+		{"alice writes a cap that is no number", alice, func(c client.Client) error {
+			return patchJSON(ctx, c, cm(release+"-settings"), `{"data":{"max-concurrent-remediations":"two"}}`)
+		}, "max-concurrent-remediations in the settings ConfigMap " + release + "-settings must be a whole number of 1 or more"},
+		{"alice empties the driver", alice, func(c client.Client) error {
+			return patchJSON(ctx, c, cm(release+"-settings"), `{"data":{"driver-name":""}}`)
+		}, "driver-name in the settings ConfigMap " + release + "-settings may not be empty or missing"},
+		{"alice empties the node-plugin selector", alice, func(c client.Client) error {
+			return patchJSON(ctx, c, cm(release+"-settings"), `{"data":{"node-plugin-selector":" "}}`)
+		}, "node-plugin-selector in the settings ConfigMap " + release + "-settings may not be empty or missing"},
+		{"alice writes a Trident namespace that is no namespace", alice, func(c client.Client) error {
+			return patchJSON(ctx, c, cm(release+"-settings"), `{"data":{"trident-namespace":"Trident/x"}}`)
+		}, "trident-namespace in the settings ConfigMap " + release + "-settings must be a namespace name"},
+		{"alice removes the Trident namespace", alice, func(c client.Client) error {
+			return patchJSON(ctx, c, cm(release+"-settings"), `{"data":{"trident-namespace":null}}`)
+		}, "trident-namespace in the settings ConfigMap " + release + "-settings must be a namespace name, and may not be missing"},
+		{"alice allows a Trident namespace that is no namespace", alice, func(c client.Client) error {
+			return patchJSON(ctx, c, cm(release+"-settings"), `{"data":{"allowed-trident-namespaces":"netapp-b,,Tenant"}}`)
+		}, "allowed-trident-namespaces in the settings ConfigMap " + release + "-settings must be namespace names separated by commas"},
+		{"alice moves the pause ConfigMap", alice, func(c client.Client) error {
+			return patchJSON(ctx, c, cm(release+"-settings"), `{"data":{"pause-configmap":"default/not-paused"}}`)
+		}, "pause-configmap in the settings ConfigMap " + release + "-settings must be " + namespace + "/remediator-pause"},
+		{"alice removes the pause ConfigMap", alice, func(c client.Client) error {
+			return patchJSON(ctx, c, cm(release+"-settings"), `{"data":{"pause-configmap":null}}`)
+		}, "pause-configmap in the settings ConfigMap " + release + "-settings must be " + namespace + "/remediator-pause"},
+		{"alice writes settings within the bounds", alice, func(c client.Client) error {
+			return patchJSON(ctx, c, cm(release+"-settings"), `{"data":{"node-lease-grace-period":"40s","max-concurrent-remediations":"1",`+
+				`"allowed-trident-namespaces":"netapp-b,netapp-c","trident-namespace":"netapp-a"}}`)
+		}, ""},
+		{"alice allows no other Trident namespace", alice, func(c client.Client) error {
+			return patchJSON(ctx, c, cm(release+"-settings"), `{"data":{"allowed-trident-namespaces":""}}`)
+		}, ""},
+		// belowRunbook (release lab): the runbook's minimums give way, the structure stays.
+		{"below the runbook, the heartbeat grace is lowered", root, func(c client.Client) error {
+			return patchJSON(ctx, c, labSettings, `{"data":{"node-lease-grace-period":"1s","floor-unreachable-lease-age":"10s"}}`)
+		}, ""},
+		{"below the runbook, the heartbeat grace is zero", root, func(c client.Client) error {
+			return patchJSON(ctx, c, labSettings, `{"data":{"node-lease-grace-period":"0s"}}`)
+		}, "node-lease-grace-period in the settings ConfigMap lab-remediator-settings must be a positive Go duration"},
+		{"below the runbook, the cap is lifted", root, func(c client.Client) error {
+			return patchJSON(ctx, c, labSettings, `{"data":{"max-concurrent-remediations":"0"}}`)
+		}, "max-concurrent-remediations in the settings ConfigMap lab-remediator-settings must be a whole number of 1 or more"},
+		{"below the runbook, the driver is emptied", root, func(c client.Client) error {
+			return patchJSON(ctx, c, labSettings, `{"data":{"driver-name":""}}`)
+		}, "driver-name in the settings ConfigMap lab-remediator-settings may not be empty"},
 		{"alice raises the floor", alice, func(c client.Client) error {
 			return patchJSON(ctx, c, cm(release+"-settings"), `{"data":{"floor-unreachable-lease-age":"1h5m","floor-healthy-lease-age":"600s"}}`)
 		}, ""},
@@ -625,9 +726,40 @@ func TestAdmissionPolicyDecides(t *testing.T) {
 		{"the controller uncordons", controller, func(c client.Client) error {
 			return patchJSON(ctx, c, node, `{"spec":{"unschedulable":null},"metadata":{"annotations":{"remediator.io/cordoned-by":null}}}`)
 		}, ""},
-		{"an admin labels the node", writer{user: "admin@example.com", groups: []string{"system:masters"}}, func(c client.Client) error {
+		{"an admin labels the node", root, func(c client.Client) error {
 			return patchJSON(ctx, c, node, `{"metadata":{"labels":{"example.com/pool":"quarantine"}}}`)
 		}, ""},
+		// Only its own cordon: the one that carries its mark.
+		{"an admin cordons (kubectl cordon)", root, func(c client.Client) error {
+			return patchJSON(ctx, c, node, `{"spec":{"unschedulable":true}}`)
+		}, ""},
+		{"the controller uncordons someone else's cordon", controller, func(c client.Client) error {
+			return patchJSON(ctx, c, node, `{"spec":{"unschedulable":null}}`)
+		}, "the controller's ServiceAccount may not uncordon node node-1: it carries no annotation remediator.io/cordoned-by"},
+		{"the controller uncordons with false", controller, func(c client.Client) error {
+			return patchJSON(ctx, c, node, `{"spec":{"unschedulable":false}}`)
+		}, "may not uncordon node node-1"},
+		{"the controller marks someone else's cordon", controller, func(c client.Client) error {
+			return patchJSON(ctx, c, node, `{"metadata":{"annotations":{"remediator.io/cordoned-by":"remediator/rr-1"}}}`)
+		}, "may add the annotation remediator.io/cordoned-by to node node-1 only in the write that cordons it"},
+		{"the controller marks and uncordons at once", controller, func(c client.Client) error {
+			return patchJSON(ctx, c, node, `{"spec":{"unschedulable":null},"metadata":{"annotations":{"remediator.io/cordoned-by":"remediator/rr-1"}}}`)
+		}, "may not uncordon node node-1"},
+		{"an admin uncordons", root, func(c client.Client) error {
+			return patchJSON(ctx, c, node, `{"spec":{"unschedulable":null}}`)
+		}, ""},
+		{"the controller cordons again", controller, func(c client.Client) error {
+			return patchJSON(ctx, c, node, `{"spec":{"unschedulable":true},"metadata":{"annotations":{"remediator.io/cordoned-by":"remediator/rr-2"}}}`)
+		}, ""},
+		{"the controller rewrites its mark", controller, func(c client.Client) error {
+			return patchJSON(ctx, c, node, `{"metadata":{"annotations":{"remediator.io/cordoned-by":"remediator/rr-3"}}}`)
+		}, "and may not change it"},
+		{"the controller leaves the cordon and removes its mark", controller, func(c client.Client) error {
+			return patchJSON(ctx, c, node, `{"metadata":{"annotations":{"remediator.io/cordoned-by":null}}}`)
+		}, ""},
+		{"the controller uncordons after its mark is gone", controller, func(c client.Client) error {
+			return patchJSON(ctx, c, node, `{"spec":{"unschedulable":null}}`)
+		}, "may not uncordon node node-1"},
 	} {
 		err := tc.write(as(tc.as))
 		if tc.want == "" {
@@ -635,7 +767,8 @@ func TestAdmissionPolicyDecides(t *testing.T) {
 			continue
 		}
 		if assert.Error(t, err, "%s: want refused", tc.name) {
-			assert.True(t, apierrors.IsForbidden(err), "%s: want 403, got %v", tc.name, err)
+			// 403, or 422 for a value that is malformed (a policy's reason Invalid).
+			assert.True(t, apierrors.IsForbidden(err) || apierrors.IsInvalid(err), "%s: want 403 or 422, got %v", tc.name, err)
 			assert.Contains(t, err.Error(), tc.want, "%s", tc.name)
 		}
 	}

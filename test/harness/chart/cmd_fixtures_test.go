@@ -32,7 +32,7 @@ var cmdFixtures = []struct {
 	{"defaults", nil},
 	{"everything-set", map[string]any{
 		"requestNamespaces":         []any{"team-a", "team-b"},
-		"maxConcurrentRemediations": 0,
+		"maxConcurrentRemediations": 5,
 		"logLevel":                  4,
 		"nodeLeaseGracePeriod":      "50s",
 		"policies":                  map[string]any{"schema.cue": "package policies\n"},

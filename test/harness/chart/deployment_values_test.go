@@ -279,8 +279,9 @@ func TestExtraEnv(t *testing.T) {
 			typed[appsv1.Deployment](t, find(objs, "Deployment", namespace, release+"-sync")).Spec.Template.Spec.Containers[0]
 	}
 	own := []string{"POD_NAMESPACE", "POD_NAME", "POD_UID", // and the settings, from the settings ConfigMap
-		"SETTING_DRIVER_NAME", "SETTING_FLOOR_HEALTHY_LEASE_AGE", "SETTING_FLOOR_UNREACHABLE_LEASE_AGE", "SETTING_MAX_CONCURRENT_REMEDIATIONS",
-		"SETTING_NODE_LEASE_GRACE_PERIOD", "SETTING_NODE_PLUGIN_SELECTOR", "SETTING_TRIDENT_NAMESPACE"}
+		"SETTING_ALLOWED_TRIDENT_NAMESPACES", "SETTING_DRIVER_NAME", "SETTING_FLOOR_HEALTHY_LEASE_AGE", "SETTING_FLOOR_UNREACHABLE_LEASE_AGE",
+		"SETTING_MAX_CONCURRENT_REMEDIATIONS", "SETTING_NODE_LEASE_GRACE_PERIOD", "SETTING_NODE_PLUGIN_SELECTOR", "SETTING_PAUSE_CONFIGMAP",
+		"SETTING_TRIDENT_NAMESPACE"}
 	controller, sync := containers(syncValues())
 	assert.Equal(t, own, names(controller.Env), "the controller's default env")
 	assert.Empty(t, sync.Env, "the sync agent's default env")

@@ -1,8 +1,9 @@
 package chart_test
 
 // The stop button's guard (templates/pause.yaml), against a real kube-apiserver: the
-// on-call group may pause and resume, each write naming its author; nobody else may,
-// whatever RBAC they hold; and the group's RBAC reaches no other ConfigMap.
+// on-call group may pause and resume, each write naming its author, never for good
+// (immutable); nobody else may, whatever RBAC they hold; and the group reaches no
+// other ConfigMap, neither through RBAC (update) nor its create (admission).
 
 import (
 	"context"
@@ -15,6 +16,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/remediator/remediator/test/testenv"
@@ -85,7 +87,33 @@ func TestPauseIsTheOnCallGroupsAndSigned(t *testing.T) {
 		{"bob pauses in someone else's name", bob, func(c client.Client) error { return c.Create(ctx, pause("carol@example.com", "true", "INC-1")) },
 			"data.by must be your user name, " + bob.user},
 		{"bob pauses without saying why", bob, func(c client.Client) error { return c.Create(ctx, pause(bob.user, "true", " ")) }, "a pause must say why"},
+		{"bob pauses for good", bob, func(c client.Client) error {
+			cm := pause(bob.user, "true", "INC-1: array firmware")
+			cm.Immutable = ptr.To(true)
+			return c.Create(ctx, cm)
+		}, "the pause ConfigMap may not be immutable: an immutable pause could never be resumed"},
 		{"bob pauses", bob, func(c client.Client) error { return c.Create(ctx, pause(bob.user, "true", "INC-1: array firmware")) }, ""},
+		{"bob makes the pause immutable", bob, func(c client.Client) error {
+			cur := &corev1.ConfigMap{}
+			if err := c.Get(ctx, client.ObjectKeyFromObject(pause("", "", "")), cur); err != nil {
+				return err
+			}
+			cur.Immutable = ptr.To(true)
+			return c.Update(ctx, cur)
+		}, "the pause ConfigMap may not be immutable"},
+		// RBAC's create reaches every ConfigMap of the namespace; the policy does not.
+		{"bob creates another ConfigMap", bob, func(c client.Client) error {
+			return c.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "remediator-pause-notes"}, Data: map[string]string{"a": "b"}})
+		}, bob.user + " may not create ConfigMap " + namespace + "/remediator-pause-notes: the on-call groups storage-oncall (chart value pause.groups) may write only the pause ConfigMap " + namespace + "/remediator-pause here"},
+		{"bob creates a ConfigMap the controller would take for its policies", bob, func(c client.Client) error {
+			return c.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: release + "-policies"}})
+		}, bob.user + " may not create ConfigMap " + namespace + "/" + release + "-policies"},
+		{"alice, no on-call, creates another ConfigMap", alice, func(c client.Client) error {
+			return c.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "alice-notes"}})
+		}, ""},
+		{"an admin creates another ConfigMap", root, func(c client.Client) error {
+			return c.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "admin-notes"}})
+		}, ""},
 		{"alice resumes", alice, func(c client.Client) error { return update(c, pause(alice.user, "false", "")) }, alice.user + " may not pause or resume Remediator"},
 		{"alice deletes the pause", alice, func(c client.Client) error { return c.Delete(ctx, pause("", "", "")) }, alice.user + " may not pause or resume Remediator"},
 		{"bob resumes with a typo", bob, func(c client.Client) error { return update(c, pause(bob.user, "no", "")) }, `data.paused must be "true" or "false"`},

@@ -11,14 +11,18 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/remediator/remediator/test/harness/helmchart"
 )
 
-// settingFlags are the controller flags plan must agree on; each is set by a value.
+// settingFlags are the controller flags plan must agree on; each is set by a value,
+// but pause-configmap, which is the release namespace's remediator-pause.
 var settingFlags = map[string]string{
+	"allowed-trident-namespaces":  "trident.allowedNamespaces",
+	"pause-configmap":             "",
 	"trident-namespace":           "trident.namespace",
 	"driver-name":                 "trident.driverName",
 	"node-plugin-selector":        "trident.nodePluginSelector",
@@ -78,19 +82,21 @@ func TestSettingsConfigMap(t *testing.T) {
 			"trident-namespace": "trident", "driver-name": "csi.trident.netapp.io",
 			"node-plugin-selector": "app=node.csi.trident.netapp.io", "node-lease-grace-period": "50s",
 			"max-concurrent-remediations": "2", "floor-unreachable-lease-age": "5m", "floor-healthy-lease-age": "10m",
+			"allowed-trident-namespaces": "", "pause-configmap": namespace + "/remediator-pause",
 		},
 	}, {
 		name: "values",
 		values: map[string]any{
 			"trident": map[string]any{"namespace": "netapp-trident", "driverName": "csi.example.com",
-				"nodePluginSelector": "app in (trident-node, trident-node-linux)"},
-			"nodeLeaseGracePeriod": "40s", "maxConcurrentRemediations": 0,
+				"nodePluginSelector": "app in (trident-node, trident-node-linux)", "allowedNamespaces": []any{"netapp-b"}},
+			"nodeLeaseGracePeriod": "40s", "maxConcurrentRemediations": 1,
 			"safetyFloor": map[string]any{"unreachableLeaseAge": "30s", "healthyLeaseAge": "1m", "belowRunbook": true},
 		},
 		want: map[string]string{
 			"trident-namespace": "netapp-trident", "driver-name": "csi.example.com",
 			"node-plugin-selector": "app in (trident-node, trident-node-linux)", "node-lease-grace-period": "40s",
-			"max-concurrent-remediations": "0", "floor-unreachable-lease-age": "30s", "floor-healthy-lease-age": "1m",
+			"max-concurrent-remediations": "1", "floor-unreachable-lease-age": "30s", "floor-healthy-lease-age": "1m",
+			"allowed-trident-namespaces": "netapp-b", "pause-configmap": namespace + "/remediator-pause",
 		},
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -135,9 +141,13 @@ func TestSettingsChecksumRollsThePods(t *testing.T) {
 
 // TestExtraArgsCannotSetSettings: a setting passed in extraArgs would win over the
 // ConfigMap's (the last flag wins) and plan would decide on another value; the chart
-// refuses it and names the value to set. Other flags pass.
+// refuses it and names the value to set. Other flags pass. (pause-configmap has no
+// value: TestExtraArgsCannotStepAroundTheGuards.)
 func TestExtraArgsCannotSetSettings(t *testing.T) {
 	for flag, value := range settingFlags {
+		if value == "" {
+			continue
+		}
 		for _, arg := range []string{"--" + flag + "=1m", "--" + flag, "-" + flag + "=x"} {
 			_, err := helmchart.Render(release, namespace, map[string]any{"extraArgs": []any{arg}})
 			if assert.Error(t, err, "extraArgs %q rendered", arg) {
@@ -168,13 +178,23 @@ func TestSettingsValuesNameEveryFlag(t *testing.T) {
 
 // TestSafetyFloorBelowTheRunbookIsRefused: the chart renders no minimum below the
 // runbook's 5m and 10m unless safetyFloor.belowRunbook says so (a test cluster), and
-// then it leaves out the admission policy that would refuse its own ConfigMap.
+// then the admission policy leaves out the runbook's minimums, which would refuse
+// its own ConfigMap, and keeps the structural bounds (admission_test.go).
 func TestSafetyFloorBelowTheRunbookIsRefused(t *testing.T) {
 	for _, floor := range []map[string]any{{"unreachableLeaseAge": "4m59s"}, {"healthyLeaseAge": "9m"}} {
 		_, err := helmchart.Render(release, namespace, map[string]any{"safetyFloor": floor})
 		assert.ErrorContains(t, err, "below the runbook's", "%v", floor)
 	}
-	objs := render(t, map[string]any{"safetyFloor": map[string]any{"unreachableLeaseAge": "30s", "belowRunbook": true}})
-	assert.Nil(t, find(objs, "ValidatingAdmissionPolicy", "", release+"-settings-floor"), "belowRunbook: no settings-floor policy")
-	assert.NotNil(t, find(render(t, nil), "ValidatingAdmissionPolicy", "", release+"-settings-floor"), "by default")
+	minimums := func(p *admissionregistrationv1.ValidatingAdmissionPolicy) (n int) {
+		for _, v := range p.Spec.Validations {
+			if strings.Contains(v.Message, "may not be below") {
+				n++
+			}
+		}
+		return n
+	}
+	lab := policy(t, render(t, map[string]any{"safetyFloor": map[string]any{"unreachableLeaseAge": "30s", "belowRunbook": true}}), release+"-settings-floor")
+	assert.Zero(t, minimums(lab), "belowRunbook: no runbook minimums")
+	assert.NotEmpty(t, lab.Spec.Validations, "belowRunbook: the structural bounds stay")
+	assert.Equal(t, 3, minimums(policy(t, render(t, nil), release+"-settings-floor")), "by default: the two Lease ages and the grace")
 }
