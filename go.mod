@@ -66,8 +66,8 @@ require (
 	k8s.io/cli-runtime v0.34.2
 	k8s.io/client-go v0.34.3
 	k8s.io/component-base v0.34.3
-	k8s.io/klog/v2 v2.130.1
 	k8s.io/component-helpers v0.34.2
+	k8s.io/klog/v2 v2.130.1
 	k8s.io/utils v0.0.0-20250604170112-4c0f3b243397
 	sigs.k8s.io/controller-runtime v0.22.5
 	sigs.k8s.io/json v0.0.0-20241014173422-cfa47c3a1cc8
