@@ -78,6 +78,11 @@ const (
 	// InvariantNodeExcluded means the node the playbook would act on (the holder, or
 	// the node whose plugin would restart) carries remediator.io/exclude: "true".
 	InvariantNodeExcluded Invariant = "node-excluded"
+	// InvariantNamespaceNotAllowed means the request names, or its facts come from, a
+	// Trident namespace the controller is neither configured for (--trident-namespace)
+	// nor allowed by its settings (--allowed-trident-namespaces): there, a Lease is
+	// not Trident's and a pod labelled as the node plugin is anyone's.
+	InvariantNamespaceNotAllowed Invariant = "trident-namespace-not-allowed"
 )
 
 // Gates are the runbook's minimums the floor enforces. They are controller flags, so
@@ -97,6 +102,10 @@ type Gates struct {
 	// DriverName is the configured CSI driver (--driver-name); empty means none is
 	// enforced (offline plan without a configuration).
 	DriverName string
+	// TridentNamespaces are the namespaces the playbooks may act in: the configured
+	// --trident-namespace and --allowed-trident-namespaces, sorted. Empty means none
+	// is enforced (offline plan without a configuration).
+	TridentNamespaces []string
 }
 
 // DefaultGates are the runbook's values.
@@ -124,6 +133,7 @@ func (g Gates) Settings() *v1alpha1.FloorSettings {
 		HealthyStuckLeaseAgeSeconds:   int64(g.HealthyStuckLeaseAge / time.Second),
 		HeartbeatGraceSeconds:         int64(g.HeartbeatGrace / time.Second),
 		DriverName:                    g.DriverName,
+		TridentNamespaces:             g.TridentNamespaces,
 	}
 }
 
@@ -176,6 +186,9 @@ func CheckFloor(in FloorInput) *Violation {
 	}
 	if in.Step != "" && in.Spec.Mode == v1alpha1.ModeDryRun {
 		return violation(InvariantDryRun, "spec.mode is DryRun")
+	}
+	if v := namespaceFloor(in); v != nil && in.Step != v1alpha1.StepUncordon {
+		return v
 	}
 	// Every playbook of a remediation ends in that remediation's destructive call, so
 	// the floor below always applies; a playbook that does not is refused.
@@ -369,6 +382,35 @@ func healthyFloor(in FloorInput) *Violation {
 	return nil
 }
 
+// namespaceFloor: the Trident namespace is the controller's, not the request's. The
+// request's spec.tridentNamespace, the namespace its facts were gathered in, its
+// Lease's and its node-plugin pods' must each be one the controller acts in; the
+// gatherer reads nothing in another, and this holds whatever a policy allowed. The
+// uncordon, a restore, is never refused.
+func namespaceFloor(in FloorInput) *Violation {
+	allowed := in.Gates.TridentNamespaces
+	if len(allowed) == 0 {
+		return nil
+	}
+	f := in.Now
+	where := []struct{ what, ns string }{{"spec.tridentNamespace", in.Spec.TridentNamespace}, {"the facts' Trident namespace", f.TridentNamespace}}
+	if f.Lease != nil {
+		where = append(where, struct{ what, ns string }{"Lease " + f.Lease.Namespace + "/" + f.Lease.Name, f.Lease.Namespace})
+	}
+	if f.CSI != nil {
+		for _, p := range f.CSI.PluginPods {
+			where = append(where, struct{ what, ns string }{"node-plugin pod " + p.Namespace + "/" + p.Name, p.Namespace})
+		}
+	}
+	for _, w := range where {
+		if w.ns != "" && !slices.Contains(allowed, w.ns) {
+			return violation(InvariantNamespaceNotAllowed, "%s is in namespace %q, which is not a Trident namespace of this controller (%s: --trident-namespace and --allowed-trident-namespaces)",
+				w.what, w.ns, strings.Join(allowed, ", "))
+		}
+	}
+	return nil
+}
+
 // pluginFloor guards the node-plugin restart: exactly one plugin pod, the one the
 // decision saw, and the driver still missing.
 func pluginFloor(in FloorInput) *Violation {
@@ -484,6 +526,8 @@ func (i Invariant) Advice() string {
 		return "Wait until the node's plugin pod is Running and Ready (the DaemonSet rollout has finished), then re-submit."
 	case InvariantNodeExcluded:
 		return "An administrator keeps Remediator off this node; handle it by hand, or remove the label (kubectl label node <node> " + v1alpha1.LabelExclude + "-) and re-submit."
+	case InvariantNamespaceNotAllowed:
+		return "Remove spec.tridentNamespace to use the controller's Trident namespace; if Trident really runs in another namespace, its administrators list it in the settings (allowed-trident-namespaces), then re-submit."
 	}
 	return ""
 }

@@ -178,6 +178,27 @@ func TestCheckFloor(t *testing.T) {
 		{"CSI: the plugin pod is terminating", FloorInput{Steps: restart, Now: with(csiFacts(false, "trident-csi-a"), func(f *v1alpha1.Facts) { f.CSI.PluginPods[0].DeletionTimestamp = ago(time.Second) })}, InvariantPluginPodNotReady},
 		{"CSI: spec.driverName is not the configured driver", FloorInput{Spec: v1alpha1.RemediationRequestSpec{Remediation: v1alpha1.RemediationReregisterCSIDriver, DriverName: "csi.trident.netapp.com"}, Steps: restart,
 			Now: with(csiFacts(false, "trident-csi-a"), func(f *v1alpha1.Facts) { f.DriverName = "csi.trident.netapp.com" })}, InvariantDriverNotConfigured},
+		// The Trident namespace is the controller's, not the request's.
+		{"CSI: a tenant namespace", FloorInput{Spec: v1alpha1.RemediationRequestSpec{Remediation: v1alpha1.RemediationReregisterCSIDriver, TridentNamespace: "tenant"}, Steps: restart,
+			Now: with(csiFacts(false, "tenant-app"), func(f *v1alpha1.Facts) { f.TridentNamespace, f.CSI.PluginPods[0].Namespace = "tenant", "tenant" })}, InvariantNamespaceNotAllowed},
+		{"CSI: cordon in a tenant namespace", FloorInput{Spec: v1alpha1.RemediationRequestSpec{Remediation: v1alpha1.RemediationReregisterCSIDriver, TridentNamespace: "tenant"}, Steps: restart, Step: "cordon",
+			Now: with(csiFacts(false, "tenant-app"), func(f *v1alpha1.Facts) { f.TridentNamespace, f.CSI.PluginPods[0].Namespace = "tenant", "tenant" })}, InvariantNamespaceNotAllowed},
+		{"CSI: a plugin pod from another namespace than the facts'", FloorInput{Steps: restart,
+			Now: with(csiFacts(false, "tenant-app"), func(f *v1alpha1.Facts) { f.CSI.PluginPods[0].Namespace = "tenant" })}, InvariantNamespaceNotAllowed},
+		{"CSI: a namespace the settings allow", FloorInput{Spec: v1alpha1.RemediationRequestSpec{Remediation: v1alpha1.RemediationReregisterCSIDriver, TridentNamespace: "netapp-trident"}, Steps: restart,
+			Gates: Gates{TridentNamespaces: []string{"netapp-trident", "trident"}},
+			Now: with(csiFacts(false, "trident-csi-a"), func(f *v1alpha1.Facts) { f.TridentNamespace, f.CSI.PluginPods[0].Namespace = "netapp-trident", "netapp-trident" })}, ""},
+		{"Lease in a tenant namespace", FloorInput{Spec: v1alpha1.RemediationRequestSpec{TridentNamespace: "tenant"}, Steps: release,
+			Now: with(leaseFacts(v1alpha1.NodeShutdown), func(f *v1alpha1.Facts) { f.TridentNamespace, f.Lease.Namespace = "tenant", "tenant" })}, InvariantNamespaceNotAllowed},
+		{"Lease from another namespace than the facts'", FloorInput{Steps: release,
+			Now: with(leaseFacts(v1alpha1.NodeShutdown), func(f *v1alpha1.Facts) { f.Lease.Namespace = "tenant" })}, InvariantNamespaceNotAllowed},
+		{"spec.tridentNamespace not allowed, whatever the facts say", FloorInput{Spec: v1alpha1.RemediationRequestSpec{TridentNamespace: "tenant"}, Steps: release,
+			Now: leaseFacts(v1alpha1.NodeShutdown)}, InvariantNamespaceNotAllowed},
+		{"Lease in a namespace the settings allow", FloorInput{Spec: v1alpha1.RemediationRequestSpec{TridentNamespace: "netapp-trident"}, Steps: release,
+			Gates: Gates{TridentNamespaces: []string{"netapp-trident", "trident"}},
+			Now: with(leaseFacts(v1alpha1.NodeShutdown), func(f *v1alpha1.Facts) { f.TridentNamespace, f.Lease.Namespace = "netapp-trident", "netapp-trident" })}, ""},
+		{"uncordon in a tenant namespace is a restore, never refused", FloorInput{Spec: v1alpha1.RemediationRequestSpec{TridentNamespace: "tenant"}, Steps: move, Step: "uncordon",
+			Decided: leaseFacts(v1alpha1.NodeHealthy), Now: with(leaseFacts(v1alpha1.NodeHealthy), func(f *v1alpha1.Facts) { f.TridentNamespace, f.Lease.Namespace = "tenant", "tenant" })}, ""},
 		{"CSI: cordon, a second plugin pod appeared", FloorInput{Steps: restart, Step: "cordon", Decided: csiFacts(false, "trident-csi-a"), Now: csiFacts(false, "trident-csi-a", "trident-csi-2-b")}, InvariantPluginPodsOverlap},
 		{"CSI: cordon, the node dropped off", FloorInput{Steps: restart, Step: "cordon", Decided: csiFacts(false, "trident-csi-a"),
 			Now: with(csiFacts(false, "trident-csi-a"), func(f *v1alpha1.Facts) { f.Node = nodeFacts("node-b", v1alpha1.NodeUnreachable) })}, InvariantNodeNotHealthy},
@@ -246,6 +267,9 @@ func TestCheckFloor(t *testing.T) {
 			if tc.in.Gates.DriverName == "" {
 				tc.in.Gates.DriverName = "csi.trident.netapp.io"
 			}
+			if tc.in.Gates.TridentNamespaces == nil {
+				tc.in.Gates.TridentNamespaces = []string{"trident"}
+			}
 			v := CheckFloor(tc.in)
 			if tc.want == "" {
 				assert.Nil(t, v)
@@ -266,8 +290,9 @@ func TestInvariantReason(t *testing.T) {
 func TestGatesEffective(t *testing.T) {
 	assert.Equal(t, DefaultGates, Gates{}.Effective(), "a zero Gates is the runbook's floor, never none")
 	assert.Equal(t, DefaultGates, Gates{UnreachableMinLeaseAge: -time.Second}.Effective())
-	short := Gates{UnreachableMinLeaseAge: time.Second, HealthyStuckLeaseAge: 2 * time.Second, HeartbeatGrace: 3 * time.Second, DriverName: "d"}
+	short := Gates{UnreachableMinLeaseAge: time.Second, HealthyStuckLeaseAge: 2 * time.Second, HeartbeatGrace: 3 * time.Second, DriverName: "d", TridentNamespaces: []string{"a", "b"}}
 	assert.Equal(t, short, short.Effective())
+	assert.Equal(t, []string{"a", "b"}, short.Settings().TridentNamespaces, "status.decision.floor records the Trident namespaces")
 	assert.Equal(t, &v1alpha1.FloorSettings{UnreachableMinLeaseAgeSeconds: 300, HealthyStuckLeaseAgeSeconds: 600, HeartbeatGraceSeconds: 50}, Gates{}.Settings())
 }
 

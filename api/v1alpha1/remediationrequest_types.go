@@ -338,6 +338,12 @@ type FloorSettings struct {
 	// driver is rejected.
 	// +optional
 	DriverName string `json:"driverName,omitempty"`
+	// TridentNamespaces are the namespaces the playbooks may act in: the controller's
+	// Trident namespace and those its settings allow; a request naming another is
+	// rejected.
+	// +optional
+	// +listType=set
+	TridentNamespaces []string `json:"tridentNamespaces,omitempty"`
 }
 
 // StepState is where one playbook step is.

@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
@@ -41,10 +42,11 @@ type connectionFlags struct {
 type clusterFlags struct {
 	connectionFlags
 
-	tridentNamespace     string
-	driverName           string
-	nodePluginSelector   string
-	nodeLeaseGracePeriod time.Duration
+	tridentNamespace         string
+	allowedTridentNamespaces []string
+	driverName               string
+	nodePluginSelector       string
+	nodeLeaseGracePeriod     time.Duration
 
 	floorUnreachableLeaseAge time.Duration
 	floorHealthyLeaseAge     time.Duration
@@ -81,6 +83,9 @@ func (c *connectionFlags) addFlags(fs *pflag.FlagSet, liveOnly string) {
 func (c *clusterFlags) addFlags(fs *pflag.FlagSet, liveOnly string) {
 	c.connectionFlags.addFlags(fs, liveOnly)
 	fs.StringVar(&c.tridentNamespace, "trident-namespace", facts.DefaultTridentNamespace, "Namespace of Trident's Leases and node-plugin pods"+liveOnly)
+	fs.StringSliceVar(&c.allowedTridentNamespaces, "allowed-trident-namespaces", nil,
+		"Namespaces other than --trident-namespace that a request may name in spec.tridentNamespace (comma-separated): Trident namespaces of other installations. "+
+			"A request naming any other namespace is rejected and nothing is read in it, so that no request can point a playbook at a tenant's pods or Leases")
 	fs.StringVar(&c.driverName, "driver-name", facts.DefaultDriverName, "CSI driver name Trident registers on CSINodes"+liveOnly)
 	fs.StringVar(&c.nodePluginSelector, "node-plugin-selector", facts.DefaultNodePluginSelector, "Label selector of Trident's node-plugin pods"+liveOnly)
 	fs.DurationVar(&c.nodeLeaseGracePeriod, "node-lease-grace-period", facts.DefaultNodeLeaseGracePeriod,
@@ -107,8 +112,9 @@ func (c *clusterFlags) gates() (remediations.Gates, error) {
 		return remediations.Gates{}, fmt.Errorf("--floor-unreachable-lease-age and --floor-healthy-lease-age must be positive, got %s and %s",
 			c.floorUnreachableLeaseAge, c.floorHealthyLeaseAge)
 	}
+	fc := facts.Config{TridentNamespace: c.tridentNamespace, AllowedTridentNamespaces: c.allowedTridentNamespaces}
 	return remediations.Gates{UnreachableMinLeaseAge: c.floorUnreachableLeaseAge, HealthyStuckLeaseAge: c.floorHealthyLeaseAge,
-		HeartbeatGrace: c.nodeLeaseGracePeriod, DriverName: c.driverName}, nil
+		HeartbeatGrace: c.nodeLeaseGracePeriod, DriverName: c.driverName, TridentNamespaces: fc.TridentNamespaces()}, nil
 }
 
 // factsConfig checks the Trident flags and returns the gatherer's configuration.
@@ -120,12 +126,18 @@ func (c *clusterFlags) factsConfig() (facts.Config, error) {
 	if c.nodeLeaseGracePeriod <= 0 {
 		return facts.Config{}, fmt.Errorf("--node-lease-grace-period must be positive, got %s", c.nodeLeaseGracePeriod)
 	}
+	for _, ns := range append([]string{c.tridentNamespace}, c.allowedTridentNamespaces...) {
+		if errs := validation.IsDNS1123Label(ns); len(errs) > 0 {
+			return facts.Config{}, fmt.Errorf("--trident-namespace and --allowed-trident-namespaces take namespace names, got %q: %s", ns, strings.Join(errs, "; "))
+		}
+	}
 	return facts.Config{
-		TridentNamespace:     c.tridentNamespace,
-		DriverName:           c.driverName,
-		NodePluginSelector:   sel,
-		NodeLeaseGracePeriod: c.nodeLeaseGracePeriod,
-		RetainedEventReason:  facts.DefaultRetainedEventReason,
+		TridentNamespace:         c.tridentNamespace,
+		AllowedTridentNamespaces: c.allowedTridentNamespaces,
+		DriverName:               c.driverName,
+		NodePluginSelector:       sel,
+		NodeLeaseGracePeriod:     c.nodeLeaseGracePeriod,
+		RetainedEventReason:      facts.DefaultRetainedEventReason,
 	}, nil
 }
 
