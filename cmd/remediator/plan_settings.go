@@ -25,7 +25,7 @@ const defaultSettingsConfigMap = "remediator-system/remediator-settings"
 // sets, in the order plan reports them. A command without the flag skips its key:
 // pause-configmap is the controller's (and where pause and resume find the pause).
 var settingFlags = []string{
-	"trident-namespace", "driver-name", "node-plugin-selector", "node-lease-grace-period",
+	"trident-namespace", "allowed-trident-namespaces", "driver-name", "node-plugin-selector", "node-lease-grace-period",
 	"max-concurrent-remediations", "floor-unreachable-lease-age", "floor-healthy-lease-age", settingPauseConfigMap,
 }
 
