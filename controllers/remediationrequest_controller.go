@@ -124,21 +124,18 @@ type phase func(ctx context.Context, s *scope) (ctrl.Result, error)
 // journalAdvanced (a running playbook goes on with its next step from the watch event
 // of the status write that journaled the last one, so that the next reconcile reads
 // the journal it wrote from the cache, without waiting for a timer) and slotGranted
-// (admission's grant, after which the request is decided again and starts); so does
-// slotGivenBack (admission took back a grant not used in time). The
+// (admission's grant, after which the request is decided again and starts). The
 // second watch wakes the requests a playbook that stopped was holding back (see
 // wake).
 //
 // Requests are watched as unstructured objects (see requests.go): one request the
 // Go type cannot decode must not keep the informer from syncing.
 func (r *RemediationRequestReconciler) SetupWithManager(mgr ctrl.Manager) error {
-	// Every Event of the reconciler, admission and the pause watcher is bounded.
-	r.Recorder = boundEvents(r.Recorder)
 	if err := IndexRequests(context.Background(), mgr.GetFieldIndexer(), r.Playbooks); err != nil {
 		return fmt.Errorf("indexing requests for the guards: %w", err)
 	}
 	admission := &Admission{Reader: r.Reader, Client: r.Client, MaxConcurrent: r.MaxConcurrent, Playbooks: r.Playbooks,
-		Namespaces: r.Namespaces, Recorder: r.Recorder, Clock: r.Clock, Pause: r.pauseKey(), StepTimeout: r.Timeouts.Step}
+		Namespaces: r.Namespaces, Recorder: r.Recorder, Clock: r.Clock, Pause: r.pauseKey()}
 	if err := admission.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up admission: %w", err)
 	}
@@ -147,7 +144,7 @@ func (r *RemediationRequestReconciler) SetupWithManager(mgr ctrl.Manager) error 
 	}
 	b := ctrl.NewControllerManagedBy(mgr).
 		For(NewUnstructuredRequest(), builder.WithPredicates(
-			predicate.Or(predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}, journalAdvanced, slotGranted, slotGivenBack))).
+			predicate.Or(predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}, journalAdvanced, slotGranted))).
 		Watches(NewUnstructuredRequest(), handler.EnqueueRequestsFromMapFunc(r.wake), builder.WithPredicates(stoppedRunning)).
 		Watches(&corev1.ConfigMap{}, handler.EnqueueRequestsFromMapFunc(r.wakePaused), builder.WithPredicates(isPauseObject(r.pauseKey())))
 	if r.VerifyFixFor > 0 {
@@ -298,7 +295,7 @@ func needsDecision(rr *v1alpha1.RemediationRequest, now time.Time) bool {
 		return false
 	}
 	d := rr.Status.Decision
-	if d == nil || rr.Status.ObservedGeneration != rr.Generation || waitsForConflict(rr) || granted(rr) || heldByPause(rr) || gatherFailed(rr) {
+	if d == nil || rr.Status.ObservedGeneration != rr.Generation || waitsForConflict(rr) || granted(rr) || heldByPause(rr) {
 		return true
 	}
 	return d.RecheckAt != nil && !now.Before(d.RecheckAt.Time)
@@ -318,12 +315,12 @@ func (r *RemediationRequestReconciler) decide(ctx context.Context, s *scope) (ct
 	started := time.Now()
 	f, err := r.gatherer(r.Gatherer).Gather(ctx, rr)
 	if err != nil {
-		return r.gatherFailed(s, fmt.Errorf("gathering facts: %w", err))
+		return ctrl.Result{}, fmt.Errorf("gathering facts: %w", err)
 	}
 	in := DecisionInput{Request: rr, Facts: f, MaxConcurrent: r.MaxConcurrent, Admitted: granted(rr), Gates: r.gates(), Now: s.now,
 		Paused: r.pausedMessage(ctx, s)}
 	if in.Others, err = r.guardOthers(ctx, f); err != nil {
-		return r.gatherFailed(s, err)
+		return ctrl.Result{}, err
 	}
 	o := Decide(r.Policy, r.Playbooks, in)
 	rr.Status.Facts = f
@@ -457,14 +454,11 @@ func terminalPhase(p v1alpha1.Phase) bool {
 }
 
 // patchStatus writes the status once, as a merge patch guarded by the resourceVersion
-// it was computed from, and skips the call when nothing changed. Every string in it
-// is bounded first (boundStatus): one the API server would refuse would fail this
-// write, and every later one.
+// it was computed from, and skips the call when nothing changed.
 func (r *RemediationRequestReconciler) patchStatus(ctx context.Context, s *scope) error {
 	s.rr.Status.CurrentStep = currentStep(s.rr.Status)
 	setReadiness(s.rr)
 	setOutcome(s.base, s.rr, s.now)
-	boundStatus(&s.rr.Status)
 	if apiequality.Semantic.DeepEqual(s.base.Status, s.rr.Status) {
 		return nil
 	}

@@ -155,10 +155,6 @@ func (in *LeaseFacts) DeepCopyInto(out *LeaseFacts) {
 		in, out := &in.CreationTimestamp, &out.CreationTimestamp
 		*out = (*in).DeepCopy()
 	}
-	if in.HeldSince != nil {
-		in, out := &in.HeldSince, &out.HeldSince
-		*out = (*in).DeepCopy()
-	}
 	if in.LastRetainedAt != nil {
 		in, out := &in.LastRetainedAt, &out.LastRetainedAt
 		*out = (*in).DeepCopy()
@@ -213,10 +209,6 @@ func (in *NodeFacts) DeepCopyInto(out *NodeFacts) {
 	}
 	if in.LastHeartbeat != nil {
 		in, out := &in.LastHeartbeat, &out.LastHeartbeat
-		*out = (*in).DeepCopy()
-	}
-	if in.SettlesAt != nil {
-		in, out := &in.SettlesAt, &out.SettlesAt
 		*out = (*in).DeepCopy()
 	}
 }
@@ -385,10 +377,6 @@ func (in *RemediationRequestStatus) DeepCopyInto(out *RemediationRequestStatus) 
 		for i := range *in {
 			(*in)[i].DeepCopyInto(&(*out)[i])
 		}
-	}
-	if in.AdmittedAt != nil {
-		in, out := &in.AdmittedAt, &out.AdmittedAt
-		*out = (*in).DeepCopy()
 	}
 	if in.Outcome != nil {
 		in, out := &in.Outcome, &out.Outcome
