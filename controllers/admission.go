@@ -13,26 +13,43 @@ package controllers
 // the line and the slots are already the requests' own status, so a second object to
 // keep in step with them would be one more thing that can disagree.
 //
-// Why it holds without memory of its own:
+// Why it holds:
 //   - it reads the requests with a live List, never the informer cache, so a cache
 //     that lags behind a write (its own, or another worker's) cannot hide a slot that
 //     is taken or a request that came earlier;
 //   - one key means one admission at a time in this process (the work queue never
 //     hands a key to two workers), and leader election means one process admits;
-//   - a grant is a status patch guarded by the resourceVersion it was listed at, so a
-//     request that changed in between is listed again rather than admitted on a stale
-//     view;
+//   - when leader election fails (two leaders overlap for a while), one object still
+//     guards the cap: a Lease in the controller's namespace (SlotsLeaseName) lists
+//     the slots granted. Admission reads it before the line, and writes every new
+//     grant into it, guarded by the resourceVersion it read, before it writes the
+//     grant to the request, guarded by the request's listed resourceVersion. Of two
+//     admitters that read the same Lease only one writes it; the other reads it again
+//     with the first one's grants in it (see slotLedger). A grant is the request's
+//     status still: the Lease only covers the moment between the two writes;
 //   - a slot is held by a request's status (Running, or granted), so a restart or a
-//     new leader reads the same line and the same slots from the API server.
+//     new leader reads the same line and the same slots from the API server;
+//   - no slot is held for good by a request that cannot use it: a grant whose
+//     playbook has not started its first step within the step timeout is given back
+//     (the request is decided again and rejoins the line), and a request being
+//     deleted gives back a grant it has not used. A request deleted mid-run keeps its
+//     slot until its reconcile has restored what it changed and ended it
+//     (reconcileDelete).
+//
+// What a grant costs: one GET of the Lease and one live List per pass of admission,
+// whatever it grants; then one update of the Lease for all of the pass's grants, and
+// one status patch per grant. A request that gives its slot back costs one patch.
 
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -55,8 +72,24 @@ import (
 	"github.com/remediator/remediator/remediations"
 )
 
-// EventAdmitted is the Event of a request granted a slot.
-const EventAdmitted = "Admitted"
+// The slots Lease: created on the first grant, read and updated by name only.
+// +kubebuilder:rbac:groups=coordination.k8s.io,namespace=remediator-system,resources=leases,verbs=create
+// +kubebuilder:rbac:groups=coordination.k8s.io,namespace=remediator-system,resources=leases,resourceNames=remediator-slots,verbs=get;update
+
+// Events of admission on a request.
+const (
+	// EventAdmitted: the request was granted a slot.
+	EventAdmitted = "Admitted"
+	// EventSlotExpired: the request gave back a slot it did not use in time.
+	EventSlotExpired = "SlotExpired"
+)
+
+// SlotsLeaseName is the Lease, in the controller's namespace (the pause ConfigMap's),
+// that guards the slots of the cap against two admitters (see slotLedger).
+const SlotsLeaseName = "remediator-slots"
+
+// SlotsAnnotation holds the slots on the Lease, as JSON (slotEntry).
+const SlotsAnnotation = "remediator.io/slots"
 
 // admissionRecheck is how often admission looks at the line again while requests
 // wait in it, should a watch event that frees a slot be lost (a cut watch re-lists
@@ -69,11 +102,12 @@ var admissionKey = reconcile.Request{NamespacedName: types.NamespacedName{Name: 
 
 // Admission grants the slots of the cluster-wide cap to waiting requests.
 type Admission struct {
-	// Reader lists requests live (the manager's APIReader); Client writes.
+	// Reader lists requests and reads the slots Lease live (the manager's
+	// APIReader); Client writes.
 	Reader client.Reader
 	Client client.Client
 	// MaxConcurrent is the cap (--max-concurrent-remediations); zero means none:
-	// every request in line is granted a slot, conflicts aside.
+	// every request in line is granted a slot, conflicts aside, and no grant expires.
 	MaxConcurrent int
 	Playbooks     remediations.Playbooks
 	// Namespaces are the namespaces whose requests are this controller's; empty
@@ -83,6 +117,13 @@ type Admission struct {
 	Clock      clock.PassiveClock
 	// Pause is the pause ConfigMap: while it says paused, no slot is granted.
 	Pause types.NamespacedName
+	// StepTimeout is how long a grant may go without its playbook's first step
+	// starting before the slot is given back (--step-timeout); zero means
+	// remediations.DefaultTimeouts.Step.
+	StepTimeout time.Duration
+	// Slots is the Lease that guards the grants; empty means SlotsLeaseName in the
+	// pause ConfigMap's namespace.
+	Slots types.NamespacedName
 }
 
 // SetupWithManager runs admission on every change of the line or the slots.
@@ -113,10 +154,17 @@ const (
 )
 
 func stateOf(rr *v1alpha1.RemediationRequest, playbooks remediations.Playbooks) slotState {
+	deleting := !rr.DeletionTimestamp.IsZero()
 	switch {
-	case rr.Status.Phase == v1alpha1.PhaseRunning && playbooks.Disruptive(decidedPlaybook(rr)), granted(rr):
+	case rr.Status.Phase == v1alpha1.PhaseRunning && playbooks.Disruptive(decidedPlaybook(rr)):
+		// Deleted mid-run, it keeps the slot until its reconcile has restored what it
+		// changed and ended it (reconcileDelete).
 		return holdsSlot
-	case queued(rr) && rr.Status.ObservedGeneration == rr.Generation && rr.DeletionTimestamp.IsZero():
+	case granted(rr) && !deleting:
+		// A grant not yet used goes with the deletion: nothing decides a request that
+		// is being deleted, whatever finalizers keep it.
+		return holdsSlot
+	case queued(rr) && rr.Status.ObservedGeneration == rr.Generation && !deleting:
 		// A request whose spec changed since it joined (or one being deleted) keeps no
 		// place: it is decided again first.
 		return inLine
@@ -134,12 +182,49 @@ func granted(rr *v1alpha1.RemediationRequest) bool {
 	return progressingReason(rr) == v1alpha1.ReasonAdmitted
 }
 
+// slotExpired: the request gave back a slot it did not use in time; its own
+// reconcile decides it again.
+func slotExpired(rr *v1alpha1.RemediationRequest) bool {
+	return progressingReason(rr) == v1alpha1.ReasonSlotExpired
+}
+
 // progressingReason is the Progressing reason of a Waiting request, else "".
 func progressingReason(rr *v1alpha1.RemediationRequest) string {
 	if rr.Status.Phase != v1alpha1.PhaseWaiting {
 		return ""
 	}
 	return anyProgressingReason(rr)
+}
+
+// firstStepStarted: the playbook's journal has a step past Pending. Until then, a
+// slot holder has changed nothing, and the first step acts only after the status
+// write that journals its start (the write-ahead journal), which a give-back
+// guarded by the same resourceVersion makes fail.
+func firstStepStarted(rr *v1alpha1.RemediationRequest) bool {
+	if rr.Status.Phase != v1alpha1.PhaseRunning {
+		return false
+	}
+	return slices.ContainsFunc(rr.Status.Steps, func(st v1alpha1.StepStatus) bool {
+		return st.State != v1alpha1.StepPending && st.State != ""
+	})
+}
+
+// grantExpiry is when a slot holder whose playbook has not started its first step
+// gives the slot back: the grant time plus the step timeout. ok is false for a
+// request that holds no slot or has started (its steps' own timeouts bound it from
+// there). A grant written before status.admittedAt existed counts from the
+// Progressing condition's last transition, which is no later than the grant.
+func grantExpiry(rr *v1alpha1.RemediationRequest, playbooks remediations.Playbooks, timeout time.Duration) (at time.Time, ok bool) {
+	if stateOf(rr, playbooks) != holdsSlot || firstStepStarted(rr) {
+		return time.Time{}, false
+	}
+	if rr.Status.AdmittedAt != nil {
+		return rr.Status.AdmittedAt.Add(timeout), true
+	}
+	if c := meta.FindStatusCondition(rr.Status.Conditions, v1alpha1.ConditionProgressing); c != nil {
+		return c.LastTransitionTime.Add(timeout), true
+	}
+	return time.Time{}, true
 }
 
 // lineChanged passes the events after which the line or the slots may differ: a
@@ -163,31 +248,79 @@ func (a *Admission) lineChanged() predicate.Funcs {
 	}
 }
 
-// Reconcile grants free slots to the oldest requests in line.
+// Reconcile gives back the slots not used in time, and grants free slots to the
+// oldest requests in line.
 func (a *Admission) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result, error) {
 	if readPause(ctx, a.Client, a.Pause).Paused {
 		// The resume's watch event brings admission back.
 		return ctrl.Result{}, nil
 	}
+	capped := a.MaxConcurrent > 0
+	var ledger *slotLedger
+	if capped {
+		// Before the line: see slotLedger.
+		var err error
+		if ledger, err = a.readLedger(ctx); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
 	all, listedAt, err := a.list(ctx)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	grants, waiting := Admit(all, a.MaxConcurrent, a.Playbooks)
 	now := a.now()
-	for _, g := range grants {
-		if err := a.grant(ctx, g, listedAt, now); err != nil {
-			if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
-				// The request changed since the List: look at the line again.
+	var next time.Time
+	if capped {
+		if next, err = a.giveBackExpired(ctx, all, now); err != nil {
+			return requeueOnConflict(err)
+		}
+	}
+	grants, holders, waiting := Admit(all, ledger.pending(all), a.MaxConcurrent, a.Playbooks)
+	if ledger != nil && slices.ContainsFunc(grants, func(g Grant) bool { return !g.reserved }) {
+		if err := a.writeLedger(ctx, ledger, holders, grants, listedAt); err != nil {
+			if apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) {
+				// Another admitter wrote it first: read it, and the line, again.
 				return ctrl.Result{Requeue: true}, nil //nolint:staticcheck // the rate-limited requeue is the point
 			}
 			return ctrl.Result{}, err
 		}
 	}
-	if waiting > len(grants) {
-		return ctrl.Result{RequeueAfter: admissionRecheck}, nil
+	for _, g := range grants {
+		if err := a.grant(ctx, g, cmp.Or(g.line, listedAt), now); err != nil {
+			return requeueOnConflict(err)
+		}
+		if capped {
+			next = earliest(next, now.Add(a.stepTimeout()))
+		}
 	}
-	return ctrl.Result{}, nil
+	var res ctrl.Result
+	if waiting > len(grants) {
+		res.RequeueAfter = admissionRecheck
+	}
+	if !next.IsZero() {
+		// The next grant to expire, should nothing else bring admission back first.
+		after := max(next.Sub(now), time.Second)
+		if res.RequeueAfter == 0 || after < res.RequeueAfter {
+			res.RequeueAfter = after
+		}
+	}
+	return res, nil
+}
+
+// requeueOnConflict looks at the line again when a request changed or went since it
+// was listed; any other error is returned.
+func requeueOnConflict(err error) (ctrl.Result, error) {
+	if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+		return ctrl.Result{Requeue: true}, nil //nolint:staticcheck // the rate-limited requeue is the point
+	}
+	return ctrl.Result{}, err
+}
+
+func earliest(a, b time.Time) time.Time {
+	if a.IsZero() || b.Before(a) {
+		return b
+	}
+	return a
 }
 
 func (a *Admission) now() time.Time {
@@ -195,6 +328,10 @@ func (a *Admission) now() time.Time {
 		return time.Now()
 	}
 	return a.Clock.Now()
+}
+
+func (a *Admission) stepTimeout() time.Duration {
+	return cmp.Or(a.StepTimeout, remediations.DefaultTimeouts.Step)
 }
 
 // list reads every request in scope live, and says at which resourceVersion: the
@@ -215,6 +352,55 @@ func (a *Admission) list(ctx context.Context) ([]v1alpha1.RemediationRequest, st
 	return out, at, nil
 }
 
+// giveBackExpired gives back, in all, the slots whose grant expired, and returns
+// when the next one expires (zero if none).
+func (a *Admission) giveBackExpired(ctx context.Context, all []v1alpha1.RemediationRequest, now time.Time) (next time.Time, err error) {
+	for i := range all {
+		at, ok := grantExpiry(&all[i], a.Playbooks, a.stepTimeout())
+		if !ok {
+			continue
+		}
+		if now.Before(at) {
+			next = earliest(next, at)
+			continue
+		}
+		if err := a.giveBack(ctx, &all[i], now); err != nil {
+			return time.Time{}, err
+		}
+	}
+	return next, nil
+}
+
+// giveBack takes back the slot of a request that did not start its playbook's first
+// step in time: it goes back to Waiting, to be decided again on fresh facts (it
+// rejoins the line in its place, oldest first, if the policy still allows it). The
+// write is guarded by the resourceVersion the request was listed at: a reconcile of
+// the request that journals the first step's start first makes it fail, and one
+// that comes after finds the request waiting and starts nothing.
+func (a *Admission) giveBack(ctx context.Context, rr *v1alpha1.RemediationRequest, now time.Time) error {
+	base := rr.DeepCopy()
+	since := "its grant"
+	if at := rr.Status.AdmittedAt; at != nil {
+		since = "its grant at " + at.UTC().Format(time.RFC3339)
+	}
+	msg := fmt.Sprintf("The slot of the cluster-wide cap was given back: playbook %s did not start its first step within the step timeout (%s, --step-timeout) of %s, so the slot went to the next request in line. The request is decided again on fresh facts, and rejoins the line in its place if the policy still allows it.",
+		decidedPlaybook(rr), a.stepTimeout(), since)
+	rr.Status.Phase, rr.Status.AdmittedAt = v1alpha1.PhaseWaiting, nil
+	if d := rr.Status.Decision; d != nil {
+		// Decide again now (needsDecision).
+		t := metav1.NewTime(now)
+		d.RecheckAt = &t
+	}
+	meta.SetStatusCondition(&rr.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionProgressing, Status: metav1.ConditionTrue,
+		Reason: v1alpha1.ReasonSlotExpired, Message: msg, ObservedGeneration: rr.Generation, LastTransitionTime: metav1.NewTime(now)})
+	if err := a.Client.Status().Patch(ctx, rr, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
+		return fmt.Errorf("giving back the slot of %s/%s: %w", rr.Namespace, rr.Name, err)
+	}
+	a.Recorder.Event(rr, corev1.EventTypeWarning, EventSlotExpired, msg)
+	ctrl.LoggerFrom(ctx).Info("Gave back an unused slot", "remediationRequest", klog.KObj(rr), "stepTimeout", a.stepTimeout())
+	return nil
+}
+
 // grant writes the slot to the request, guarded by the resourceVersion it was listed
 // at. The message names the resourceVersion of the line it was chosen from, so that
 // an audit can tell a request that joined the line after that reading from one that
@@ -222,10 +408,16 @@ func (a *Admission) list(ctx context.Context) ([]v1alpha1.RemediationRequest, st
 func (a *Admission) grant(ctx context.Context, g Grant, listedAt string, now time.Time) error {
 	rr := g.Request
 	base := rr.DeepCopy()
-	msg := fmt.Sprintf("Granted a slot of the cluster-wide cap of %s (--max-concurrent-remediations), oldest request first%s; the request is decided again on fresh facts before playbook %s starts. (The line as read at resourceVersion %s.)",
-		capString(a.MaxConcurrent), holding(g.Holders), decidedPlaybook(&rr), listedAt)
+	expiry := ""
+	if a.MaxConcurrent > 0 {
+		expiry = fmt.Sprintf("; the slot is given back unless its first step starts by %s (--step-timeout)", now.Add(a.stepTimeout()).UTC().Format(time.RFC3339))
+	}
+	msg := fmt.Sprintf("Granted a slot of the cluster-wide cap of %s (--max-concurrent-remediations), oldest request first%s; the request is decided again on fresh facts before playbook %s starts%s. (The line as read at resourceVersion %s.)",
+		capString(a.MaxConcurrent), holding(g.Holders), decidedPlaybook(&rr), expiry, listedAt)
+	t := metav1.NewTime(now)
+	rr.Status.AdmittedAt = &t
 	meta.SetStatusCondition(&rr.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionProgressing, Status: metav1.ConditionTrue,
-		Reason: v1alpha1.ReasonAdmitted, Message: msg, ObservedGeneration: rr.Generation, LastTransitionTime: metav1.NewTime(now)})
+		Reason: v1alpha1.ReasonAdmitted, Message: msg, ObservedGeneration: rr.Generation, LastTransitionTime: t})
 	if err := a.Client.Status().Patch(ctx, &rr, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
 		return fmt.Errorf("granting a slot to %s/%s: %w", rr.Namespace, rr.Name, err)
 	}
@@ -238,15 +430,23 @@ func (a *Admission) grant(ctx context.Context, g Grant, listedAt string, now tim
 type Grant struct {
 	Request v1alpha1.RemediationRequest
 	Holders []string
+	// reserved: another pass of admission wrote the grant into the slots Lease and
+	// not yet to the request; line is the resourceVersion of the line it was chosen
+	// from.
+	reserved bool
+	line     string
 }
 
 // Admit is admission's choice, pure: of all the requests, which in line are granted a
-// slot now, oldest first, and how many wait in line. A request whose Lease or node a
-// slot holder (or a request granted before it) works on is passed over: it would
-// only wait on that remediation (one per Lease and node), and must not hold up the
-// line behind it.
-func Admit(all []v1alpha1.RemediationRequest, maxConcurrent int, playbooks remediations.Playbooks) (grants []Grant, waiting int) {
-	var holders, line []v1alpha1.RemediationRequest
+// slot now, which hold the slots then, and how many wait in line. The requests
+// reserved (by UID, with the line they were chosen from) were granted a slot by
+// another pass of admission that has not written it to them yet: they hold their
+// slots, and are granted them first. Then the oldest in line, up to the cap; a
+// request whose Lease or node a slot holder (or a request granted before it) works
+// on is passed over: it would only wait on that remediation (one per Lease and
+// node), and must not hold up the line behind it.
+func Admit(all []v1alpha1.RemediationRequest, reserved map[types.UID]string, maxConcurrent int, playbooks remediations.Playbooks) (grants []Grant, holders []v1alpha1.RemediationRequest, waiting int) {
+	var line []v1alpha1.RemediationRequest
 	for _, rr := range all {
 		switch stateOf(&rr, playbooks) {
 		case holdsSlot:
@@ -256,7 +456,21 @@ func Admit(all []v1alpha1.RemediationRequest, maxConcurrent int, playbooks remed
 		}
 	}
 	slices.SortFunc(line, olderFirst)
+	held := func(rr v1alpha1.RemediationRequest) {
+		view := rr
+		view.Status.Phase = v1alpha1.PhaseRunning
+		holders = append(holders, view)
+	}
+	var rest []v1alpha1.RemediationRequest
 	for _, rr := range line {
+		if at, ok := reserved[rr.UID]; ok {
+			grants = append(grants, Grant{Request: rr, Holders: names(holders), reserved: true, line: at})
+			held(rr)
+			continue
+		}
+		rest = append(rest, rr)
+	}
+	for _, rr := range rest {
 		if maxConcurrent > 0 && len(holders) >= maxConcurrent {
 			break
 		}
@@ -264,11 +478,9 @@ func Admit(all []v1alpha1.RemediationRequest, maxConcurrent int, playbooks remed
 			continue
 		}
 		grants = append(grants, Grant{Request: rr, Holders: names(holders)})
-		view := rr
-		view.Status.Phase = v1alpha1.PhaseRunning
-		holders = append(holders, view)
+		held(rr)
 	}
-	return grants, len(line)
+	return grants, holders, len(line)
 }
 
 // WouldAdmit predicts admission for a request about to join the line (remediator
@@ -284,8 +496,121 @@ func WouldAdmit(rr *v1alpha1.RemediationRequest, others []v1alpha1.RemediationRe
 	self.Status.Phase, self.Status.ObservedGeneration = v1alpha1.PhaseWaiting, self.Generation
 	self.Status.Conditions = []metav1.Condition{{Type: v1alpha1.ConditionProgressing, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonWaitingForSlot}}
 	all := slices.DeleteFunc(slices.Clone(others), func(o v1alpha1.RemediationRequest) bool { return o.UID == self.UID })
-	grants, _ := Admit(append(all, self), maxConcurrent, playbooks)
+	grants, _, _ := Admit(append(all, self), nil, maxConcurrent, playbooks)
 	return slices.ContainsFunc(grants, func(g Grant) bool { return g.Request.UID == self.UID })
+}
+
+// slotLedger is the slots Lease as admission read it. Why one object is enough for
+// two admitters: a pass reads the Lease, then lists the requests, then writes the
+// Lease (guarded by the resourceVersion it read) with every slot holder it listed,
+// the grants still pending in the Lease and its own new grants, at most the cap of
+// them; only then does it write each new grant to its request, guarded by the
+// resourceVersion the request was listed at. Writes of the Lease form one chain.
+// A grant still pending when a later pass lists the requests has its request
+// unchanged since it was chosen (its own write is guarded by that), so the later
+// pass finds it by its resourceVersion and counts it; a grant written by then shows
+// in the request's status. So every write of the Lease names every slot held or
+// about to be, and no pass grants beyond the cap. An entry whose request changed
+// since it was chosen, and that holds no slot by its status, is dead: its grant can
+// no longer be written.
+type slotLedger struct {
+	lease   *coordinationv1.Lease // nil: not created yet
+	entries []slotEntry
+}
+
+// slotEntry is one slot in the Lease: the request, the resourceVersion its grant
+// is written against, and the resourceVersion of the line it was chosen from.
+type slotEntry struct {
+	UID             types.UID `json:"uid"`
+	Request         string    `json:"request"`
+	ResourceVersion string    `json:"resourceVersion"`
+	Line            string    `json:"line,omitempty"`
+}
+
+func (a *Admission) slotsKey() types.NamespacedName {
+	if a.Slots.Name != "" {
+		return a.Slots
+	}
+	return types.NamespacedName{Namespace: cmp.Or(a.Pause.Namespace, DefaultPauseConfigMap.Namespace), Name: SlotsLeaseName}
+}
+
+// readLedger reads the slots Lease live; one that does not exist yet is empty.
+func (a *Admission) readLedger(ctx context.Context) (*slotLedger, error) {
+	key := a.slotsKey()
+	lease := &coordinationv1.Lease{}
+	if err := a.Reader.Get(ctx, key, lease); err != nil {
+		if apierrors.IsNotFound(err) {
+			return &slotLedger{}, nil
+		}
+		return nil, fmt.Errorf("reading the slots Lease %s: %w", key, err)
+	}
+	l := &slotLedger{lease: lease}
+	if raw := lease.Annotations[SlotsAnnotation]; raw != "" {
+		if err := json.Unmarshal([]byte(raw), &l.entries); err != nil {
+			return nil, fmt.Errorf("the slots Lease %s has an annotation %s that is not a list of slots (%w): no slot is granted until it is fixed; delete the Lease and admission writes it again from the requests' status",
+				key, SlotsAnnotation, err)
+		}
+	}
+	return l, nil
+}
+
+// pending are the grants in the ledger not yet written to their requests, by UID,
+// with the line each was chosen from: the request is listed at the resourceVersion
+// its grant is written against. nil when there is no ledger (no cap).
+func (l *slotLedger) pending(all []v1alpha1.RemediationRequest) map[types.UID]string {
+	if l == nil {
+		return nil
+	}
+	rv := make(map[types.UID]string, len(all))
+	for _, rr := range all {
+		rv[rr.UID] = rr.ResourceVersion
+	}
+	out := map[types.UID]string{}
+	for _, e := range l.entries {
+		if got, ok := rv[e.UID]; ok && got == e.ResourceVersion {
+			out[e.UID] = e.Line
+		}
+	}
+	return out
+}
+
+// writeLedger writes the slot holders into the Lease, guarded by the resourceVersion
+// it was read at (created, if it was not there). A grant keeps the line it was
+// chosen from: listedAt for this pass's own.
+func (a *Admission) writeLedger(ctx context.Context, l *slotLedger, holders []v1alpha1.RemediationRequest, grants []Grant, listedAt string) error {
+	line := map[types.UID]string{}
+	for _, g := range grants {
+		line[g.Request.UID] = cmp.Or(g.line, listedAt)
+	}
+	entries := make([]slotEntry, 0, len(holders))
+	for _, h := range holders {
+		entries = append(entries, slotEntry{UID: h.UID, Request: h.Namespace + "/" + h.Name, ResourceVersion: h.ResourceVersion, Line: line[h.UID]})
+	}
+	slices.SortFunc(entries, func(x, y slotEntry) int { return cmp.Compare(x.Request, y.Request) })
+	raw, err := json.Marshal(entries)
+	if err != nil {
+		return fmt.Errorf("encoding the slots: %w", err)
+	}
+	key := a.slotsKey()
+	lease := l.lease
+	if lease == nil {
+		lease = &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}
+	} else {
+		lease = lease.DeepCopy()
+	}
+	if lease.Annotations == nil {
+		lease.Annotations = map[string]string{}
+	}
+	lease.Annotations[SlotsAnnotation] = string(raw)
+	if l.lease == nil {
+		err = a.Client.Create(ctx, lease)
+	} else {
+		err = a.Client.Update(ctx, lease)
+	}
+	if err != nil {
+		return fmt.Errorf("writing the slots Lease %s: %w", key, err)
+	}
+	return nil
 }
 
 // lineAhead is what a request joining the line is told: the slot holders, and how

@@ -124,7 +124,8 @@ type phase func(ctx context.Context, s *scope) (ctrl.Result, error)
 // journalAdvanced (a running playbook goes on with its next step from the watch event
 // of the status write that journaled the last one, so that the next reconcile reads
 // the journal it wrote from the cache, without waiting for a timer) and slotGranted
-// (admission's grant, after which the request is decided again and starts). The
+// (admission's grant, after which the request is decided again and starts); so does
+// slotGivenBack (admission took back a grant not used in time). The
 // second watch wakes the requests a playbook that stopped was holding back (see
 // wake).
 //
@@ -135,7 +136,7 @@ func (r *RemediationRequestReconciler) SetupWithManager(mgr ctrl.Manager) error 
 		return fmt.Errorf("indexing requests for the guards: %w", err)
 	}
 	admission := &Admission{Reader: r.Reader, Client: r.Client, MaxConcurrent: r.MaxConcurrent, Playbooks: r.Playbooks,
-		Namespaces: r.Namespaces, Recorder: r.Recorder, Clock: r.Clock, Pause: r.pauseKey()}
+		Namespaces: r.Namespaces, Recorder: r.Recorder, Clock: r.Clock, Pause: r.pauseKey(), StepTimeout: r.Timeouts.Step}
 	if err := admission.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up admission: %w", err)
 	}
@@ -144,7 +145,7 @@ func (r *RemediationRequestReconciler) SetupWithManager(mgr ctrl.Manager) error 
 	}
 	b := ctrl.NewControllerManagedBy(mgr).
 		For(NewUnstructuredRequest(), builder.WithPredicates(
-			predicate.Or(predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}, journalAdvanced, slotGranted))).
+			predicate.Or(predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}, journalAdvanced, slotGranted, slotGivenBack))).
 		Watches(NewUnstructuredRequest(), handler.EnqueueRequestsFromMapFunc(r.wake), builder.WithPredicates(stoppedRunning)).
 		Watches(&corev1.ConfigMap{}, handler.EnqueueRequestsFromMapFunc(r.wakePaused), builder.WithPredicates(isPauseObject(r.pauseKey())))
 	if r.VerifyFixFor > 0 {

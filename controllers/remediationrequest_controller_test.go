@@ -80,6 +80,8 @@ func startManagerLogging(t *testing.T, cfg *rest.Config, log logr.Logger, opts .
 	}
 	mgr, err := ctrl.NewManager(cfg, mgrOpts)
 	require.NoError(t, err)
+	// The controller's namespace, where admission keeps the slots Lease.
+	ensureNamespaces(t, controllers.DefaultPauseConfigMap.Namespace)
 	require.NoError(t, controllers.PrepareCache(context.Background(), mgr))
 	decide, recheck, recheckRelease := controllers.Gatherers(mgr, facts.DefaultConfig())
 	managerCache = mgr.GetClient()

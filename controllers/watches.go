@@ -1,8 +1,8 @@
 package controllers
 
 // The predicates of the reconciler's watches: which events of a request start a
-// reconcile of it (journalAdvanced and slotGranted, besides spec and annotation
-// changes), and which wake the requests it was holding back (stoppedRunning).
+// reconcile of it (journalAdvanced, slotGranted and slotGivenBack, besides spec and
+// annotation changes), and which wake the requests it was holding back (stoppedRunning).
 
 import (
 	"slices"
@@ -62,6 +62,25 @@ var slotGranted = predicate.Funcs{
 			return granted(&rr)
 		}
 		return isGranted(e.ObjectNew) && !isGranted(e.ObjectOld)
+	},
+}
+
+// slotGivenBack passes admission's give-back of a slot not used in time: the request
+// is decided again, and rejoins the line if the policy still allows it.
+var slotGivenBack = predicate.Funcs{
+	CreateFunc:  func(event.CreateEvent) bool { return false },
+	DeleteFunc:  func(event.DeleteEvent) bool { return false },
+	GenericFunc: func(event.GenericEvent) bool { return false },
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		expired := func(o client.Object) bool {
+			u, ok := o.(*unstructured.Unstructured)
+			if !ok {
+				return false
+			}
+			rr := guardView(u)
+			return slotExpired(&rr)
+		}
+		return expired(e.ObjectNew) && !expired(e.ObjectOld)
 	},
 }
 

@@ -38,6 +38,10 @@ const (
 	// ReasonAdmitted: admission granted the request a slot of the cap; the request
 	// is decided again on fresh facts before its playbook starts in it.
 	ReasonAdmitted = "RemediationSlotGranted"
+	// ReasonSlotExpired: the request was granted a slot but did not start its first
+	// step within the step timeout, so admission gave the slot to the next request
+	// in line; the request is decided again and rejoins the line.
+	ReasonSlotExpired = "RemediationSlotExpired"
 	// ReasonWindowClosed: the maintenance window closed mid-playbook before a
 	// destructive step, so the playbook stopped, restored and waits for the next one.
 	ReasonWindowClosed = "MaintenanceWindowClosed"

@@ -378,6 +378,10 @@ func (in *RemediationRequestStatus) DeepCopyInto(out *RemediationRequestStatus) 
 			(*in)[i].DeepCopyInto(&(*out)[i])
 		}
 	}
+	if in.AdmittedAt != nil {
+		in, out := &in.AdmittedAt, &out.AdmittedAt
+		*out = (*in).DeepCopy()
+	}
 	if in.Outcome != nil {
 		in, out := &in.Outcome, &out.Outcome
 		*out = new(Outcome)

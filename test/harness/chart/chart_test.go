@@ -291,8 +291,13 @@ func TestNamespacedRoles(t *testing.T) {
 				// events are in the workloads' namespaces.
 				tc.tridentNS + "/" + release: {leases("delete", "get", "list", "watch")},
 				"kube-node-lease/" + release: {leases("get", "list", "watch")},
-				// The pause ConfigMap, read by the controller; written by the on-call groups.
-				namespace + "/" + release: {{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "list", "watch"}}},
+				// The pause ConfigMap, read by the controller (written by the on-call groups),
+				// and the Lease that guards the slots of the cap, kept by the controller.
+				namespace + "/" + release: {
+					{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "list", "watch"}},
+					leases("create"),
+					{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, ResourceNames: []string{"remediator-slots"}, Verbs: []string{"get", "update"}},
+				},
 				namespace + "/" + release + "-pause": {
 					{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"create"}},
 					{APIGroups: []string{""}, Resources: []string{"configmaps"}, ResourceNames: []string{"remediator-pause"}, Verbs: []string{"get", "update", "patch"}},
