@@ -95,10 +95,20 @@ func (r *RemediationRequestReconciler) releaseIdle(ctx context.Context, s *scope
 // with the node named, and the finalizer is released all the same: nothing that a
 // controller can do is left, and a finalizer kept for ever would only block the
 // deletion (the sweeper uncordons the node once the API server allows it).
+//
+// A running request without the finalizer has nothing to restore (no cordon in its
+// playbook, or its first step not journaled yet), and since a request being deleted
+// is never advanced, nothing of it runs again; but another finalizer can keep it
+// for as long as its owner likes, and a Running request holds a slot of the cap. It
+// is ended (Failed, Aborted) so that the slot goes to the next request in line.
 func (r *RemediationRequestReconciler) reconcileDelete(ctx context.Context, s *scope) (ctrl.Result, error) {
 	rr := s.rr
 	if !controllerutil.ContainsFinalizer(rr, v1alpha1.Finalizer) {
-		return ctrl.Result{}, nil
+		if rr.Status.Phase != v1alpha1.PhaseRunning {
+			return ctrl.Result{}, nil
+		}
+		r.abortDeleted(rr, v1alpha1.ReasonAborted, "nothing needed restoring")
+		return ctrl.Result{}, r.patchStatus(ctx, s)
 	}
 	if rr.Status.Phase == v1alpha1.PhaseRunning {
 		reason := v1alpha1.ReasonAborted
@@ -110,16 +120,7 @@ func (r *RemediationRequestReconciler) reconcileDelete(ctx context.Context, s *s
 			// Journal the attempt: the bound counts from the first one.
 			return ctrl.Result{}, kerrors.NewAggregate([]error{err, r.patchStatus(ctx, s)})
 		}
-		for i := range rr.Status.Steps {
-			if st := &rr.Status.Steps[i]; st.State == v1alpha1.StepPending || st.State == v1alpha1.StepRunning {
-				st.State = v1alpha1.StepSkipped
-				st.Message = "Skipped: the request was deleted"
-			}
-		}
-		rr.Status.Phase = v1alpha1.PhaseFailed
-		r.setCondition(rr, v1alpha1.ConditionSucceeded, metav1.ConditionFalse, reason, "The request was deleted mid-run; "+cmp.Or(msg, "nothing needed restoring"))
-		r.setCondition(rr, v1alpha1.ConditionProgressing, metav1.ConditionFalse, v1alpha1.ReasonAborted, "Aborted")
-		r.Recorder.Event(rr, corev1.EventTypeWarning, v1alpha1.EventFailed, "Aborted: the request was deleted mid-run; "+cmp.Or(msg, "nothing needed restoring"))
+		r.abortDeleted(rr, reason, cmp.Or(msg, "nothing needed restoring"))
 		if err := r.patchStatus(ctx, s); err != nil {
 			return ctrl.Result{}, err
 		}
@@ -132,4 +133,20 @@ func (r *RemediationRequestReconciler) reconcileDelete(ctx context.Context, s *s
 	}
 	ctrl.LoggerFrom(ctx).V(1).Info("Released finalizer")
 	return ctrl.Result{}, nil
+}
+
+// abortDeleted ends a request deleted mid-run: the steps not done are skipped, and
+// Succeeded is False with reason (Aborted, or the restore's failure) and what the
+// restore did.
+func (r *RemediationRequestReconciler) abortDeleted(rr *v1alpha1.RemediationRequest, reason, restored string) {
+	for i := range rr.Status.Steps {
+		if st := &rr.Status.Steps[i]; st.State == v1alpha1.StepPending || st.State == v1alpha1.StepRunning {
+			st.State = v1alpha1.StepSkipped
+			st.Message = "Skipped: the request was deleted"
+		}
+	}
+	rr.Status.Phase = v1alpha1.PhaseFailed
+	r.setCondition(rr, v1alpha1.ConditionSucceeded, metav1.ConditionFalse, reason, "The request was deleted mid-run; "+restored)
+	r.setCondition(rr, v1alpha1.ConditionProgressing, metav1.ConditionFalse, v1alpha1.ReasonAborted, "Aborted")
+	r.Recorder.Event(rr, corev1.EventTypeWarning, v1alpha1.EventFailed, "Aborted: the request was deleted mid-run; "+restored)
 }

@@ -2,6 +2,8 @@ package controllers_test
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -11,9 +13,11 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clocktesting "k8s.io/utils/clock/testing"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	"github.com/remediator/remediator/api/v1alpha1"
+	"github.com/remediator/remediator/controllers"
 )
 
 // TestFinishedPlaybookReleasesFinalizer: the restore finalizer guards a playbook
@@ -68,4 +72,52 @@ func TestEditAfterTheEndIsSeenNotActedOn(t *testing.T) {
 	require.NotNil(t, ready)
 	assert.Equal(t, metav1.ConditionTrue, ready.Status)
 	assert.EqualValues(t, 2, ready.ObservedGeneration)
+}
+
+// TestDeletedMidRunWithoutRestoreEnds: a request deleted mid-run whose playbook has
+// nothing to restore (restart-node-plugin: no cordon, so no restore finalizer), kept
+// by another owner's finalizer, is ended Failed (Aborted) with its unfinished steps
+// skipped, and the slot of the cap it held goes to the next request in line. Before,
+// nothing wrote it again: it stayed Running, holding its slot for as long as the
+// other finalizer stayed.
+func TestDeletedMidRunWithoutRestoreEnds(t *testing.T) {
+	const ns = "deleted-mid-run"
+	ctx := context.Background()
+	admissionNamespace(t, ns)
+	key := admissionRequest(t, ns, "a-running", "example.com/keep")
+	rr := &v1alpha1.RemediationRequest{}
+	require.NoError(t, env.Client.Get(ctx, key, rr))
+	rr.Status.Phase, rr.Status.ObservedGeneration = v1alpha1.PhaseRunning, rr.Generation
+	rr.Status.Decision = &v1alpha1.Decision{Allowed: true, Playbook: v1alpha1.PlaybookRestartNodePlugin, DecidedAt: metav1.Now(), Generation: rr.Generation}
+	rr.Status.Steps = []v1alpha1.StepStatus{
+		{Name: v1alpha1.StepDeletePluginPod, State: v1alpha1.StepSucceeded},
+		{Name: v1alpha1.StepWaitPluginPodReady, State: v1alpha1.StepRunning},
+		{Name: v1alpha1.StepWaitDriverRegistered, State: v1alpha1.StepPending},
+	}
+	meta.SetStatusCondition(&rr.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionProgressing, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonPlaybookRunning, Message: "running"})
+	require.NoError(t, env.Client.Status().Update(ctx, rr))
+	require.NoError(t, env.Client.Delete(ctx, rr))
+	next := admissionRequest(t, ns, "b-in-line")
+	joinLine(t, next)
+
+	startManager(t, func(r *controllers.RemediationRequestReconciler) { r.MaxConcurrent, r.Namespaces = 1, []string{ns} })
+	got := waitFor(t, key, 20*time.Second, "Failed", func(rr *v1alpha1.RemediationRequest) bool { return rr.Status.Phase == v1alpha1.PhaseFailed })
+	succeeded := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionSucceeded)
+	require.NotNil(t, succeeded)
+	assert.Equal(t, v1alpha1.ReasonAborted, succeeded.Reason)
+	assert.Equal(t, "The request was deleted mid-run; nothing needed restoring", succeeded.Message)
+	assert.Equal(t, []v1alpha1.StepState{v1alpha1.StepSucceeded, v1alpha1.StepSkipped, v1alpha1.StepSkipped},
+		[]v1alpha1.StepState{got.Status.Steps[0].State, got.Status.Steps[1].State, got.Status.Steps[2].State})
+	assert.Equal(t, []string{"example.com/keep"}, got.Finalizers, "another owner's finalizer is theirs")
+	eventually(t, "b-in-line granted the slot", func() (bool, string) {
+		events := &corev1.EventList{}
+		if err := env.Client.List(ctx, events, client.InNamespace(ns)); err != nil {
+			return false, err.Error()
+		}
+		var seen []string
+		for _, e := range events.Items {
+			seen = append(seen, e.InvolvedObject.Name+"/"+e.Reason)
+		}
+		return slices.Contains(seen, next.Name+"/"+controllers.EventAdmitted), fmt.Sprint(seen)
+	})
 }
