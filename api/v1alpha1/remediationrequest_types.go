@@ -244,12 +244,6 @@ type RemediationRequestStatus struct {
 	// +optional
 	Steps []StepStatus `json:"steps,omitempty"`
 
-	// AdmittedAt is when admission granted the request its slot of the cluster-wide
-	// cap, written once per grant. A grant whose playbook has not started its first
-	// step within the step timeout from it is given back to the line.
-	// +optional
-	AdmittedAt *metav1.Time `json:"admittedAt,omitempty"`
-
 	// CurrentStep is the step the playbook is on, as its position and name
 	// ("2/5 deleteAffectedPods"): the running step, else the next one while the
 	// request runs or waits. Empty otherwise. It repeats steps[] for kubectl's Step
@@ -371,9 +365,19 @@ type StepStatus struct {
 	Name string `json:"name"`
 	// State is Pending, Running, Succeeded, Failed or Skipped.
 	State StepState `json:"state"`
-	// StartedAt is written once, when the step first runs; timeouts count from it.
+	// StartedAt is written once, when the step first runs; timeouts count from it,
+	// less the time the step was held by a pause (pausedSince, pausedFor).
 	// +optional
 	StartedAt *metav1.Time `json:"startedAt,omitempty"`
+	// PausedSince is when a pause first held this running step; it is cleared at the
+	// resume, when the time since is added to pausedFor. While it is set the step
+	// neither acts nor times out.
+	// +optional
+	PausedSince *metav1.Time `json:"pausedSince,omitempty"`
+	// PausedFor is how long pauses that have ended held this running step: its
+	// timeout counts only the time it ran unpaused.
+	// +optional
+	PausedFor *metav1.Duration `json:"pausedFor,omitempty"`
 	// CompletedAt is when the step reached Succeeded, Failed or Skipped.
 	// +optional
 	CompletedAt *metav1.Time `json:"completedAt,omitempty"`
