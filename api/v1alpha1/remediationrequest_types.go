@@ -244,6 +244,12 @@ type RemediationRequestStatus struct {
 	// +optional
 	Steps []StepStatus `json:"steps,omitempty"`
 
+	// AdmittedAt is when admission granted the request its slot of the cluster-wide
+	// cap, written once per grant. A grant whose playbook has not started its first
+	// step within the step timeout from it is given back to the line.
+	// +optional
+	AdmittedAt *metav1.Time `json:"admittedAt,omitempty"`
+
 	// CurrentStep is the step the playbook is on, as its position and name
 	// ("2/5 deleteAffectedPods"): the running step, else the next one while the
 	// request runs or waits. Empty otherwise. It repeats steps[] for kubectl's Step
