@@ -2,7 +2,6 @@ package controllers
 
 import (
 	"context"
-	"fmt"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -20,6 +19,11 @@ import (
 // silent: while the annotation is on the request, condition BreakGlass says so with
 // its reason, and each new reason is recorded as a Warning Event (the audit log has
 // who wrote it). It never changes what the controller decides.
+//
+// The reason comes last in the message and is bounded (maxBreakGlassReason): the
+// admission policy bounds the annotation too, but a controller installed without it
+// must still write its status, and an Event cut to its limit loses only the end of
+// the reason, never what to do.
 func (r *RemediationRequestReconciler) breakGlass(ctx context.Context, s *scope) (ctrl.Result, error) {
 	rr := s.rr
 	reason, ok := rr.Annotations[v1alpha1.AnnotationBreakGlass]
@@ -27,8 +31,8 @@ func (r *RemediationRequestReconciler) breakGlass(ctx context.Context, s *scope)
 		meta.RemoveStatusCondition(&rr.Status.Conditions, v1alpha1.ConditionBreakGlass)
 		return ctrl.Result{}, nil
 	}
-	msg := fmt.Sprintf("Written outside Git review by the break-glass group: %s. Bring the repository in line with it (a pull request) once the incident is over.",
-		strings.TrimSpace(reason))
+	reason = bound(strings.TrimSpace(reason), maxBreakGlassReason)
+	msg := "Written outside Git review by the break-glass group; bring the repository in line with it (a pull request) once the incident is over. Reason: " + reason
 	if c := meta.FindStatusCondition(rr.Status.Conditions, v1alpha1.ConditionBreakGlass); c != nil && c.Status == metav1.ConditionTrue && c.Message == msg {
 		return ctrl.Result{}, nil
 	}

@@ -1,8 +1,6 @@
 package controllers
 
 import (
-	"unicode/utf8"
-
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -40,9 +38,6 @@ import (
 // conditions carry status.observedGeneration, the generation the status describes:
 // kubectl wait skips a condition whose observedGeneration is behind the object's
 // generation, so a Ready left from an older spec is never taken for the current one.
-
-// maxConditionMessage is metav1.Condition's limit on a message.
-const maxConditionMessage = 32768
 
 // reasonUnknownPhase is Ready's reason for a phase this controller does not know.
 const reasonUnknownPhase = "UnknownPhase"
@@ -95,7 +90,6 @@ func readiness(st v1alpha1.RemediationRequestStatus) metav1.Condition {
 		ready.Status, ready.Reason = metav1.ConditionUnknown, reasonUnknownPhase
 		ready.Message = "Unknown phase " + string(st.Phase) + "; this controller knows Pending, Waiting, Running, Succeeded, Rejected and Failed"
 	}
-	ready.Message = cutMessage(ready.Message)
 	return ready
 }
 
@@ -118,16 +112,4 @@ func setReadiness(rr *v1alpha1.RemediationRequest) {
 	}
 	meta.SetStatusCondition(&rr.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionStalled, Status: metav1.ConditionTrue,
 		Reason: ready.Reason, Message: ready.Message, ObservedGeneration: ready.ObservedGeneration})
-}
-
-// cutMessage keeps a message within a condition's limit, cut at a character boundary.
-func cutMessage(s string) string {
-	if len(s) <= maxConditionMessage {
-		return s
-	}
-	n := maxConditionMessage
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n]
 }

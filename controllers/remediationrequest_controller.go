@@ -132,6 +132,8 @@ type phase func(ctx context.Context, s *scope) (ctrl.Result, error)
 // Requests are watched as unstructured objects (see requests.go): one request the
 // Go type cannot decode must not keep the informer from syncing.
 func (r *RemediationRequestReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	// Every Event of the reconciler, admission and the pause watcher is bounded.
+	r.Recorder = boundEvents(r.Recorder)
 	if err := IndexRequests(context.Background(), mgr.GetFieldIndexer(), r.Playbooks); err != nil {
 		return fmt.Errorf("indexing requests for the guards: %w", err)
 	}
@@ -455,11 +457,14 @@ func terminalPhase(p v1alpha1.Phase) bool {
 }
 
 // patchStatus writes the status once, as a merge patch guarded by the resourceVersion
-// it was computed from, and skips the call when nothing changed.
+// it was computed from, and skips the call when nothing changed. Every string in it
+// is bounded first (boundStatus): one the API server would refuse would fail this
+// write, and every later one.
 func (r *RemediationRequestReconciler) patchStatus(ctx context.Context, s *scope) error {
 	s.rr.Status.CurrentStep = currentStep(s.rr.Status)
 	setReadiness(s.rr)
 	setOutcome(s.base, s.rr, s.now)
+	boundStatus(&s.rr.Status)
 	if apiequality.Semantic.DeepEqual(s.base.Status, s.rr.Status) {
 		return nil
 	}

@@ -224,7 +224,10 @@ func leaseAgain(rr *v1alpha1.RemediationRequest, f *v1alpha1.Facts, end time.Tim
 	if l == nil || !l.Exists || l.UID == releasedLeaseUID(rr) || l.HolderIdentity == "" || l.HolderIdentity != was.HolderIdentity {
 		return verdict{}, false
 	}
-	held := l.HeldSince()
+	if l.HeldSince == nil {
+		return verdict{}, false
+	}
+	held := l.HeldSince.Time
 	if !held.Before(end) {
 		return verdict{}, false
 	}

@@ -30,7 +30,7 @@ func TestJudgeFix(t *testing.T) {
 	lease := func(uid, holder string, heldSince time.Time, age time.Duration, retained int32) *v1alpha1.Facts {
 		created := metav1.NewTime(heldSince)
 		return &v1alpha1.Facts{Lease: &v1alpha1.LeaseFacts{Namespace: "trident", Name: "pvc-1", Exists: true, UID: uid, HolderIdentity: holder,
-			CreationTimestamp: &created, AgeSeconds: int64(age / time.Second), RetainedEvents: retained, LastRetainedMessage: "cryptsetup luksOpen exited 5"}}
+			CreationTimestamp: &created, HeldSince: &created, AgeSeconds: int64(age / time.Second), RetainedEvents: retained, LastRetainedMessage: "cryptsetup luksOpen exited 5"}}
 	}
 	gone := &v1alpha1.Facts{Lease: &v1alpha1.LeaseFacts{Namespace: "trident", Name: "pvc-1"}}
 	at := func(d time.Duration) time.Time { return start.Add(d) }

@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -38,7 +39,8 @@ var eventFields = map[string]func(*corev1.Event) string{
 //   - RemediationRequests, as unstructured objects (see requests.go), in the request
 //     namespaces (all when none are given), indexed for the guards;
 //   - what a decision weighs and that stays small as the cluster grows: Nodes (without
-//     their image lists), the node Leases in kube-node-lease, the Trident Leases and
+//     their image lists), the node Leases in kube-node-lease, the Trident Leases (with
+//     their managedFields, which every other object is cached without) and
 //     LeaseRetained events in the Trident namespace, PersistentVolumes, claims and
 //     CSINodes;
 //   - the pause ConfigMap, and no other ConfigMap;
@@ -66,7 +68,7 @@ func CacheOptions(fc facts.Config, requestNamespaces []string, pause types.Names
 			&corev1.Node{}: {Transform: stripNode},
 			&coordinationv1.Lease{}: {Namespaces: map[string]cache.Config{
 				fc.TridentNamespace: {}, corev1.NamespaceNodeLease: {},
-			}},
+			}, Transform: stripLease(fc.TridentNamespace)},
 			&corev1.Event{}:                 {Namespaces: events, Transform: stripEvent},
 			&corev1.PersistentVolumeClaim{}: {Namespaces: all},
 			&corev1.ConfigMap{}: {
@@ -114,6 +116,20 @@ func stripEvent(obj any) (any, error) {
 		}
 	}
 	return obj, err
+}
+
+// stripLease strips managedFields from the node Leases and keeps them on Trident's:
+// a Trident Lease's hold counts from the API server's time of its holder's last write,
+// which only its managedFields record (facts.LeaseFacts.HeldSince). Trident's Leases
+// are few (one per LUKS operation in flight, or stuck), with an entry or two each.
+func stripLease(tridentNamespace string) toolscache.TransformFunc {
+	strip := cache.TransformStripManagedFields()
+	return func(obj any) (any, error) {
+		if l, ok := obj.(*coordinationv1.Lease); ok && l.Namespace == tridentNamespace {
+			return obj, nil
+		}
+		return strip(obj)
+	}
 }
 
 // stripNode keeps of a Node what the facts and steps read (metadata, spec, the

@@ -110,18 +110,24 @@ type LeaseFacts struct {
 	// CreationTimestamp is metadata.creationTimestamp.
 	// +optional
 	CreationTimestamp *metav1.Time `json:"creationTimestamp,omitempty"`
-	// AgeSeconds is measured from the later of creationTimestamp (set by the API
-	// server) and acquireTime (set by the holder), so that a holder whose clock is
-	// slow can only make the Lease look younger, never older.
+	// HeldSince is when the current hold began, by the API server's clock only: the
+	// Lease's creationTimestamp or, when the holder wrote acquireTime or
+	// holderIdentity again since (a re-acquisition), the time the API server recorded
+	// for that write in the Lease's managedFields. acquireTime, the holder's own clock,
+	// never counts. Read without managedFields, a re-acquisition cannot be ruled out
+	// and the hold counts as beginning at the gathering.
+	// +optional
+	HeldSince *metav1.Time `json:"heldSince,omitempty"`
+	// AgeSeconds is the time since HeldSince.
 	// +optional
 	AgeSeconds int64 `json:"ageSeconds,omitempty"`
-	// AgeFrom says which timestamp AgeSeconds counts from, and why, in words.
+	// AgeFrom says which time AgeSeconds counts from, and why, in words.
 	// +optional
 	AgeFrom string `json:"ageFrom,omitempty"`
 	// RetainedEvents counts LeaseRetained Warning events on this incarnation of the
 	// Lease: events whose involvedObject.uid is the Lease's UID and that were last seen
-	// at or after the later of its creation and acquisition. Older events, and events
-	// that name no UID, are evidence about another incarnation and are not counted.
+	// at or after HeldSince. Older events, and events that name no UID, are evidence
+	// about another incarnation or an earlier hold and are not counted.
 	// +optional
 	RetainedEvents int32 `json:"retainedEvents,omitempty"`
 	// IgnoredRetainedEvents counts LeaseRetained events on the Lease's name that were
@@ -262,17 +268,4 @@ func (n NodeFacts) HeartbeatFresh(now time.Time, grace time.Duration) bool {
 func (n NodeFacts) HeartbeatSince(t time.Time) bool {
 	hb := n.NewestHeartbeat()
 	return hb != nil && hb.After(t)
-}
-
-// HeldSince is when the current holder's hold on the Lease began: the later of its
-// creationTimestamp (server time) and acquireTime (the holder's clock), so that a
-// slow holder clock can only make the hold look younger. Zero when neither is set.
-func (l LeaseFacts) HeldSince() time.Time {
-	var t time.Time
-	for _, ts := range []*metav1.Time{l.CreationTimestamp, l.AcquireTime} {
-		if ts != nil && ts.After(t) {
-			t = ts.Time
-		}
-	}
-	return t
 }

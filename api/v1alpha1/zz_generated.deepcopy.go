@@ -155,6 +155,10 @@ func (in *LeaseFacts) DeepCopyInto(out *LeaseFacts) {
 		in, out := &in.CreationTimestamp, &out.CreationTimestamp
 		*out = (*in).DeepCopy()
 	}
+	if in.HeldSince != nil {
+		in, out := &in.HeldSince, &out.HeldSince
+		*out = (*in).DeepCopy()
+	}
 	if in.LastRetainedAt != nil {
 		in, out := &in.LastRetainedAt, &out.LastRetainedAt
 		*out = (*in).DeepCopy()

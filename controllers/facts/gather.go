@@ -241,7 +241,7 @@ func (s *gathering) lease(ctx context.Context, t v1alpha1.Target) error {
 		acquired := metav1.NewTime(lease.Spec.AcquireTime.Time)
 		lf.AcquireTime = &acquired
 	}
-	lf.AgeSeconds, lf.AgeFrom = leaseAge(lease, s.now)
+	recordLeaseAge(lf, lease, s.now)
 	if lease.Spec.HolderIdentity != nil {
 		lf.HolderIdentity = *lease.Spec.HolderIdentity
 	}

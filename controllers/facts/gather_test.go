@@ -60,9 +60,9 @@ func TestGatherLeaseFacts(t *testing.T) {
 			w.tridentLease("pvc-unreachable", "holder-unreachable", 2*time.Minute, 0)
 		},
 		target: v1alpha1.Target{PersistentVolumeClaim: &v1alpha1.ObjectReference{Namespace: "app", Name: "data-unreachable"}},
-		// Acquired after the Lease was created: the later acquireTime counts.
+		// Acquired after the Lease was created: the API server's time of that write counts.
 		want: want{found: true, claim: "app/data-unreachable", leaseExists: true, holder: "holder-unreachable", nodeState: v1alpha1.NodeUnreachable, nodeExists: true,
-			minAge: 119, maxAge: 125, ageFrom: "acquireTime "},
+			minAge: 119, maxAge: 125, ageFrom: "the holder's last write "},
 	}, {
 		name: "healthy holder with affected pods",
 		setup: func() {

@@ -2,6 +2,7 @@ package facts
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"time"
 
@@ -13,32 +14,90 @@ import (
 	"github.com/remediator/remediator/api/v1alpha1"
 )
 
-// leaseAge measures a Trident Lease's age from the later of its creationTimestamp,
-// which the API server sets, and its acquireTime, which the holder writes from its own
-// clock. Taking the later one means that a holder whose clock runs slow (an
-// acquireTime before the Lease even existed) can only make the Lease look younger,
-// never old enough to pass the runbook's age gate early. from says which timestamp
-// counted, in words, for status.facts.lease.ageFrom.
-func leaseAge(l *coordinationv1.Lease, now time.Time) (age int64, from string) {
+// recordLeaseAge records in lf when the current hold on the Trident Lease l began
+// (HeldSince), how long ago that was at now (AgeSeconds) and why, in words (AgeFrom).
+// It is the one rule the age gates, the scan, the verification and the retained
+// events all count from.
+func recordLeaseAge(lf *v1alpha1.LeaseFacts, l *coordinationv1.Lease, now time.Time) {
+	began, from := holdBegan(l, now)
+	lf.HeldSince = &metav1.Time{Time: began}
+	lf.AgeSeconds = ageSeconds(now, began)
+	lf.AgeFrom = from
+}
+
+// holdBegan is when the current hold on a Trident Lease began, by the API server's
+// clock only: its creationTimestamp, or, when the holder wrote it again since (a
+// re-acquisition: the same node retrying writes a new acquireTime, another node taking
+// it over a new holderIdentity), the time the API server recorded for that write in
+// the Lease's managedFields. The holder's own acquireTime never counts: it is the
+// holder's clock, and one running slow would make a fresh hold look minutes old.
+//
+// managedFields keep, for each field manager, the time of its last write that changed
+// a field it owns, and an update takes the fields it changes from every other manager;
+// the newest entry that owns spec.acquireTime or spec.holderIdentity is the holder's
+// last write. Should that write have changed something else (a renewTime), the hold
+// only looks younger.
+//
+// Without managedFields (a reader that strips them) a re-acquisition cannot be told
+// from the creation, and the hold counts as beginning now: the Lease waits, and from
+// says why.
+func holdBegan(l *coordinationv1.Lease, now time.Time) (time.Time, string) {
 	created := l.CreationTimestamp.Time
 	var acquired time.Time
 	if l.Spec.AcquireTime != nil {
 		acquired = l.Spec.AcquireTime.Time
 	}
-	switch {
-	case created.IsZero() && acquired.IsZero():
+	if created.IsZero() {
 		// The API server always sets creationTimestamp; this guards hand-made input.
-		return 0, "neither creationTimestamp nor acquireTime is set"
-	case created.IsZero():
-		return ageSeconds(now, acquired), fmt.Sprintf("acquireTime %s, set by the holder's clock; creationTimestamp is not set", stamp(acquired))
-	case acquired.IsZero():
-		return ageSeconds(now, created), fmt.Sprintf("creationTimestamp %s, set by the API server; the Lease has no acquireTime", stamp(created))
-	case acquired.After(created):
-		return ageSeconds(now, acquired), fmt.Sprintf("acquireTime %s, later than creationTimestamp %s", stamp(acquired), stamp(created))
-	case acquired.Equal(created):
-		return ageSeconds(now, created), fmt.Sprintf("creationTimestamp %s, set by the API server, equal to acquireTime", stamp(created))
+		return now, "now: the Lease has no creationTimestamp, and the holder's acquireTime does not count"
 	}
-	return ageSeconds(now, created), fmt.Sprintf("creationTimestamp %s, set by the API server; acquireTime %s, set by the holder's clock, is earlier and does not count", stamp(created), stamp(acquired))
+	wrote, manager, ok := lastHolderWrite(l.ManagedFields)
+	switch {
+	case !ok:
+		return now, fmt.Sprintf("now: the Lease was read without managedFields, which hold the API server's time of the holder's last write, "+
+			"so a re-acquisition since its creationTimestamp %s cannot be ruled out; the holder's acquireTime does not count", stamp(created))
+	case wrote.After(created):
+		return wrote, fmt.Sprintf("the holder's last write of acquireTime or holderIdentity, at %s by the API server's clock (field manager %q): "+
+			"a re-acquisition after its creationTimestamp %s; the holder's acquireTime does not count", stamp(wrote), manager, stamp(created))
+	case acquired.IsZero():
+		return created, fmt.Sprintf("creationTimestamp %s, set by the API server; the Lease has no acquireTime", stamp(created))
+	case acquired.After(created):
+		return created, fmt.Sprintf("creationTimestamp %s, set by the API server, with no later write by the holder; acquireTime %s, set by the holder's clock, does not count",
+			stamp(created), stamp(acquired))
+	case acquired.Equal(created):
+		return created, fmt.Sprintf("creationTimestamp %s, set by the API server, equal to acquireTime", stamp(created))
+	}
+	return created, fmt.Sprintf("creationTimestamp %s, set by the API server; acquireTime %s, set by the holder's clock, is earlier and does not count", stamp(created), stamp(acquired))
+}
+
+// lastHolderWrite is the newest server-set time among the managedFields entries that
+// own spec.acquireTime or spec.holderIdentity, and its manager (the first by name
+// among equal times, so that messages are the same on every controller).
+func lastHolderWrite(entries []metav1.ManagedFieldsEntry) (at time.Time, manager string, ok bool) {
+	for _, mf := range entries {
+		if mf.Time == nil || mf.Subresource != "" || mf.FieldsV1 == nil || !ownsHolderFields(mf.FieldsV1.Raw) {
+			continue
+		}
+		t := mf.Time.Time
+		if !ok || t.After(at) || (t.Equal(at) && mf.Manager < manager) {
+			at, manager, ok = t, mf.Manager, true
+		}
+	}
+	return at, manager, ok
+}
+
+// ownsHolderFields reports whether a managedFields entry's field set holds
+// spec.acquireTime or spec.holderIdentity. A set that does not parse owns nothing.
+func ownsHolderFields(raw []byte) bool {
+	var fields struct {
+		Spec map[string]json.RawMessage `json:"f:spec"`
+	}
+	if err := json.Unmarshal(raw, &fields); err != nil {
+		return false
+	}
+	_, acquire := fields.Spec["f:acquireTime"]
+	_, holder := fields.Spec["f:holderIdentity"]
+	return acquire || holder
 }
 
 // stamp renders a time in UTC, with as many fractional digits as it has (acquireTime
@@ -47,7 +106,7 @@ func stamp(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
 
 // retainedEvents counts the LeaseRetained Warning events Trident emitted on this
 // incarnation of the Lease. Only an event that names this Lease's UID and was last
-// seen at or after the later of its creation and acquisition is evidence that the
+// seen at or after its hold began by the API server's clock (HeldSince) is evidence that the
 // current holder's operation failed: an event without a UID, or of an earlier Lease
 // of the same name, or from before this holder acquired it, says nothing about the
 // operation now holding it. Those are counted apart, so status shows what was set
@@ -63,8 +122,11 @@ func (g *Gatherer) retainedEvents(ctx context.Context, lease *coordinationv1.Lea
 		return fmt.Errorf("listing %s events of Lease %s/%s: %w", g.Config.RetainedEventReason, lease.Namespace, lease.Name, err)
 	}
 	// core/v1 Event timestamps have whole seconds: an event of the second the hold
-	// began counts.
-	began := lf.HeldSince().Truncate(time.Second)
+	// began counts. HeldSince is the API server's time (recordLeaseAge, called first).
+	if lf.HeldSince == nil {
+		return fmt.Errorf("counting the LeaseRetained events of Lease %s/%s: when its hold began is not recorded", lease.Namespace, lease.Name)
+	}
+	began := lf.HeldSince.Truncate(time.Second)
 	var last time.Time
 	for i := range events.Items {
 		ev := &events.Items[i]

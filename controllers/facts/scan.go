@@ -182,9 +182,9 @@ func (g *Gatherer) stuckLeases(ctx context.Context, opts ScanOptions, now time.T
 		if l.Spec.AcquireTime != nil {
 			lf.AcquireTime = &metav1.Time{Time: l.Spec.AcquireTime.Time}
 		}
-		// The same age as the decision uses, so that a holder with a slow clock does
-		// not make a fresh Lease look stuck here either.
-		lf.AgeSeconds, lf.AgeFrom = leaseAge(l, now)
+		// The same age as the decision uses, on the API server's clock, so that a
+		// holder with a slow clock does not make a fresh Lease look stuck here either.
+		recordLeaseAge(lf, l, now)
 		if err := g.retainedEvents(ctx, l, lf); err != nil {
 			return nil, err
 		}
@@ -208,7 +208,7 @@ func (g *Gatherer) stuckLeases(ctx context.Context, opts ScanOptions, now time.T
 			evidence += fmt.Sprintf(", %d LeaseRetained event(s), last: %q", lf.RetainedEvents, lf.LastRetainedMessage)
 		}
 		evidence += fmt.Sprintf("; holder %s is %s (%s)", holder, nf.State, nf.StateReason)
-		symptoms, err := g.volumeSymptoms(ctx, pv, holder, lf.HeldSince(), mounts)
+		symptoms, err := g.volumeSymptoms(ctx, pv, holder, lf.HeldSince.Time, mounts)
 		if err != nil {
 			return nil, err
 		}

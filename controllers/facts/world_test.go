@@ -30,11 +30,11 @@ func TestMain(m *testing.M) { testenv.Main(m, &env) }
 // would.
 //
 // The API server sets a Lease's creationTimestamp to the real time of the create, and
-// a Lease's age counts from the later of that and acquireTime. A test cannot backdate
-// creationTimestamp, so the world's clock runs worldAhead ahead of the real one: every
-// object the API server creates is about worldAhead old in the world's time, and
-// every time a test writes (renewals, acquisitions, events) is relative to w.now. The
-// gatherer reads with the same clock.
+// a Lease's age counts from that or from the API server's time of the holder's later
+// write (managedFields). A test cannot backdate creationTimestamp, so the world's clock
+// runs worldAhead ahead of the real one: every object the API server creates is about
+// worldAhead old in the world's time, and every time a test writes (renewals,
+// acquisitions, events) is relative to w.now. The gatherer reads with the same clock.
 type world struct {
 	t   *testing.T
 	ctx context.Context
@@ -226,12 +226,36 @@ func (w *world) createEvent(pod *corev1.Pod, suffix, message, host, reportingIns
 
 // tridentLease creates the Lease Trident keeps after a failed cryptsetup, acquired
 // acquiredAgo in the world's time (after its creation, which is worldAhead ago), plus
-// `retained` LeaseRetained Warning events on it.
+// `retained` LeaseRetained Warning events on it. The API server's record of that
+// acquisition is staged in the world's time (stageAcquisition).
 func (w *world) tridentLease(pv, holder string, acquiredAgo time.Duration, retained int) {
-	w.tridentLeaseAt(pv, holder, w.Now().Add(-acquiredAgo), retained)
+	acquired := w.Now().Add(-acquiredAgo)
+	l := w.tridentLeaseAt(pv, holder, acquired, retained)
+	w.stageAcquisition(l, acquired)
 }
 
-func (w *world) tridentLeaseAt(pv, holder string, acquired time.Time, retained int) {
+// stageAcquisition records in l's managedFields that its holder (field manager
+// trident-node) last wrote acquireTime and holderIdentity at the API server's time at,
+// in the world's time: what the API server records when the holder re-acquires the
+// Lease at that moment. The API server stamps its own real time on every write, which
+// is worldAhead in the world's past, so the record is written as such (the API server
+// keeps the managedFields of other managers that a write sends, and stamps only the
+// writer's, the test's, which owns the marking annotation).
+func (w *world) stageAcquisition(l *coordinationv1.Lease, at time.Time) {
+	w.t.Helper()
+	stamp := metav1.NewTime(at)
+	l.ManagedFields = []metav1.ManagedFieldsEntry{{
+		Manager: "trident-node", Operation: metav1.ManagedFieldsOperationUpdate, APIVersion: "coordination.k8s.io/v1", Time: &stamp,
+		FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:spec":{"f:acquireTime":{},"f:holderIdentity":{}}}`)},
+	}}
+	metav1.SetMetaDataAnnotation(&l.ObjectMeta, "test.remediator.io/staged-acquisition", stamp.UTC().Format(time.RFC3339))
+	require.NoError(w.t, w.c.Update(w.ctx, l), "staging the acquisition of Lease %s", l.Name)
+}
+
+// tridentLeaseAt creates the Lease with acquireTime acquired on the holder's clock,
+// and no later write by the holder: its hold began at its creation, by the API
+// server's clock.
+func (w *world) tridentLeaseAt(pv, holder string, acquired time.Time, retained int) *coordinationv1.Lease {
 	l := &coordinationv1.Lease{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "trident", Name: pv},
 		Spec: coordinationv1.LeaseSpec{
@@ -262,6 +286,7 @@ func (w *world) tridentLeaseAt(pv, holder string, acquired time.Time, retained i
 		InvolvedObject: corev1.ObjectReference{Kind: "Lease", Namespace: "trident", Name: pv, UID: l.UID},
 		Reason:         "LeaseAcquired", Type: corev1.EventTypeNormal, Message: "acquired", Count: 1,
 	})
+	return l
 }
 
 func (w *world) csiNode(node string, drivers ...string) {

@@ -1,0 +1,130 @@
+package controllers
+
+// Bounds on every string the controller writes about a request. Part of what it
+// writes comes from outside: the break-glass annotation, an API server's error, a
+// Lease's holderIdentity, an Event's message, a policy's decision. One value over a
+// limit the API server enforces makes the whole status write fail with 422, every
+// time: the journal would never advance, and a running playbook would hold its slot
+// for good. So patchStatus bounds the status it writes, and the reconcilers' Event
+// recorder bounds the Events, in one place each; no call site has to remember to.
+
+import (
+	"fmt"
+	"reflect"
+	"unicode/utf8"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/tools/record"
+
+	"github.com/remediator/remediator/api/v1alpha1"
+	"github.com/remediator/remediator/policies"
+)
+
+const (
+	// maxConditionMessage is metav1.Condition's limit on a message (the CRD's
+	// maxLength, enforced by the API server).
+	maxConditionMessage = 32768
+	// maxStatusString bounds every string in a request's status: a policy's longest
+	// message with what the controller adds to it (a prefix, a recheck time) is kept
+	// whole, and a condition message stays well under maxConditionMessage. A status
+	// of a few dozen such strings stays far from etcd's object size limit.
+	maxStatusString = policies.MaxMessageLength + 4096
+	// maxEventMessage bounds an Event's message: events.k8s.io/v1 refuses a note over
+	// 1024 bytes, and client-go's recorder prefixes eventAggregatedPrefix to the
+	// message when it folds similar Events into one.
+	maxEventMessage = 1024 - len(eventAggregatedPrefix)
+	// maxBreakGlassReason bounds the break-glass reason shown in the condition: the
+	// chart's admission policy bounds the annotation to as much, so a reason it
+	// admitted is shown whole.
+	maxBreakGlassReason = 1024
+)
+
+// eventAggregatedPrefix is what client-go's EventAggregator puts before the message
+// of an Event that stands for several similar ones (tools/record, events_cache.go).
+const eventAggregatedPrefix = "(combined from similar events): "
+
+// bound returns s if it is at most limit bytes, else s cut at a character boundary
+// with a marker saying how much was cut, the whole at most limit bytes (for a limit
+// longer than the marker, as all of the controller's are).
+func bound(s string, limit int) string {
+	if len(s) <= limit {
+		return s
+	}
+	// The marker is sized for the most that could be cut, so that the count it
+	// finally shows (never more digits) keeps the result within limit.
+	keep := max(limit-len(cutMarker(len(s))), 0)
+	for keep > 0 && !utf8.RuneStart(s[keep]) {
+		keep--
+	}
+	return s[:keep] + cutMarker(len(s)-keep)
+}
+
+func cutMarker(n int) string { return fmt.Sprintf("… (%d bytes cut)", n) }
+
+// boundStatus bounds every string of st (conditions, decision, journal, facts) to
+// maxStatusString. It walks the whole status rather than a list of fields, so that a
+// field added later is bounded too; the names and identifiers in it are far shorter
+// and never cut. Bounding what was already bounded changes nothing, so a status read
+// back compares equal to the one computed again.
+func boundStatus(st *v1alpha1.RemediationRequestStatus) {
+	boundStrings(reflect.ValueOf(st).Elem(), maxStatusString)
+}
+
+func boundStrings(v reflect.Value, limit int) {
+	switch v.Kind() {
+	case reflect.Pointer:
+		if !v.IsNil() {
+			boundStrings(v.Elem(), limit)
+		}
+	case reflect.Struct:
+		for i := range v.NumField() {
+			// Unexported fields (time.Time's) are not the API's and cannot be set.
+			if f := v.Field(i); f.CanSet() {
+				boundStrings(f, limit)
+			}
+		}
+	case reflect.Slice, reflect.Array:
+		for i := range v.Len() {
+			boundStrings(v.Index(i), limit)
+		}
+	case reflect.Map:
+		// Map values are not addressable: each is bounded in a copy and put back.
+		iter := v.MapRange()
+		for iter.Next() {
+			val := reflect.New(iter.Value().Type()).Elem()
+			val.Set(iter.Value())
+			boundStrings(val, limit)
+			v.SetMapIndex(iter.Key(), val)
+		}
+	case reflect.String:
+		if v.Len() > limit {
+			v.SetString(bound(v.String(), limit))
+		}
+	}
+}
+
+// boundedRecorder bounds the message of every Event it records to maxEventMessage.
+type boundedRecorder struct {
+	record.EventRecorder
+}
+
+// boundEvents returns rec recording bounded messages; nil stays nil, and a recorder
+// already bounded is returned as it is.
+func boundEvents(rec record.EventRecorder) record.EventRecorder {
+	if _, ok := rec.(boundedRecorder); ok || rec == nil {
+		return rec
+	}
+	return boundedRecorder{rec}
+}
+
+func (b boundedRecorder) Event(obj runtime.Object, eventtype, reason, message string) {
+	b.EventRecorder.Event(obj, eventtype, reason, bound(message, maxEventMessage))
+}
+
+func (b boundedRecorder) Eventf(obj runtime.Object, eventtype, reason, messageFmt string, args ...any) {
+	b.Event(obj, eventtype, reason, fmt.Sprintf(messageFmt, args...))
+}
+
+func (b boundedRecorder) AnnotatedEventf(obj runtime.Object, annotations map[string]string, eventtype, reason, messageFmt string, args ...any) {
+	b.EventRecorder.AnnotatedEventf(obj, annotations, eventtype, reason, "%s", bound(fmt.Sprintf(messageFmt, args...), maxEventMessage))
+}
