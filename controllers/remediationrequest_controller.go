@@ -298,7 +298,7 @@ func needsDecision(rr *v1alpha1.RemediationRequest, now time.Time) bool {
 		return false
 	}
 	d := rr.Status.Decision
-	if d == nil || rr.Status.ObservedGeneration != rr.Generation || waitsForConflict(rr) || granted(rr) || heldByPause(rr) {
+	if d == nil || rr.Status.ObservedGeneration != rr.Generation || waitsForConflict(rr) || granted(rr) || heldByPause(rr) || gatherFailed(rr) {
 		return true
 	}
 	return d.RecheckAt != nil && !now.Before(d.RecheckAt.Time)
@@ -318,12 +318,12 @@ func (r *RemediationRequestReconciler) decide(ctx context.Context, s *scope) (ct
 	started := time.Now()
 	f, err := r.gatherer(r.Gatherer).Gather(ctx, rr)
 	if err != nil {
-		return ctrl.Result{}, fmt.Errorf("gathering facts: %w", err)
+		return r.gatherFailed(s, fmt.Errorf("gathering facts: %w", err))
 	}
 	in := DecisionInput{Request: rr, Facts: f, MaxConcurrent: r.MaxConcurrent, Admitted: granted(rr), Gates: r.gates(), Now: s.now,
 		Paused: r.pausedMessage(ctx, s)}
 	if in.Others, err = r.guardOthers(ctx, f); err != nil {
-		return ctrl.Result{}, err
+		return r.gatherFailed(s, err)
 	}
 	o := Decide(r.Policy, r.Playbooks, in)
 	rr.Status.Facts = f

@@ -42,6 +42,13 @@ const (
 	// step within the step timeout, so admission gave the slot to the next request
 	// in line; the request is decided again and rejoins the line.
 	ReasonSlotExpired = "RemediationSlotExpired"
+	// ReasonGatherFailed: the API server did not answer a read of the facts the
+	// request is decided on (a permission the controller lacks, a timeout, a name it
+	// refuses), so the request is not decided yet. Progressing is False with this
+	// reason and the API server's answer, a Warning Event of the same reason says so,
+	// and the request is decided again with backoff; it is not rejected, since the
+	// answer may change without a new commit.
+	ReasonGatherFailed = "GatherFailed"
 	// ReasonWindowClosed: the maintenance window closed mid-playbook before a
 	// destructive step, so the playbook stopped, restored and waits for the next one.
 	ReasonWindowClosed = "MaintenanceWindowClosed"
