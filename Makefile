@@ -305,7 +305,7 @@ build-failpoints: ## Build bin/remediator-failpoints: the controller with crash 
 
 # R3's bad-input campaign on envtest: the malformed-request table (admission and
 # the controller) and the broken policies. Its fuzz targets are `make fuzz`.
-R3_TESTS := TestMalformedRequests|TestAdmissionRefusesBadInput|TestBrokenPoliciesFailClosed|TestPermissivePolicyIsHeldByTheFloor|TestPolicyReloaderSaysWhichPolicyIsKept|TestTwoMatchingRulesFailClosed|TestBrokenSourcesAreRefusedAtLoad|TestReloadKeepsTheLastGoodPolicy|TestOversizedDecisionsAreRefused|TestDecideTimesOut|TestDecideFailsClosedAtRunawayCap|TestControllerDoesNotStartOnABrokenPolicy
+R3_TESTS := TestMalformedRequests|TestAdmissionRefusesBadInput|TestBrokenPoliciesFailClosed|TestPermissivePolicyIsHeldByTheFloor|TestPolicyReloaderSaysWhichPolicyIsKept|TestTwoMatchingRulesFailClosed|TestBrokenSourcesAreRefusedAtLoad|TestReloadKeepsTheLastGoodPolicy|TestOversizedDecisionsAreRefused|TestDecideTimesOut|TestDecideFailsClosedAtRunawayCap|TestControllerWithoutReloadDoesNotStartOnABrokenPolicy|TestLoadOrWaitDecidesNothingUntilAPolicyLoads|TestNoPolicyWaits
 
 .PHONY: chaos
 chaos: bins build-failpoints ## Run the four campaigns: crash, API faults, bad input, churn; exit non-zero on any violation (CHAOS=full|smoke)

@@ -29,6 +29,12 @@ const (
 	RuleUnknownPlaybook = "unknown-playbook"
 )
 
+// ReasonPolicyInvalid is the reason of condition Accepted (Unknown) while the
+// controller has no policy to decide with: it started on policy files that do not
+// load, and the engine answers rule policies.RulePolicyInvalid, whose condition
+// reason this is. The request waits and is decided once a policy loads.
+const ReasonPolicyInvalid = "PolicyInvalid"
+
 // policyErrorRecheck is when a request the policy could not decide is tried again:
 // a fixed policy (reloaded from --policies-dir) then decides it.
 const policyErrorRecheck = time.Minute
@@ -146,7 +152,12 @@ func DecideWith(d policies.Decision, playbooks remediations.Playbooks, in Decisi
 	case policies.VerdictAllow:
 		return o.allowed(playbooks, in)
 	case policies.VerdictWait:
-		return o.wait(now)
+		o = o.wait(now)
+		if d.Rule == policies.RulePolicyInvalid {
+			// No policy at all: an operator must fix Git, so it is a warning.
+			o.EventType = corev1.EventTypeWarning
+		}
+		return o
 	}
 	return o.reject(fmt.Sprintf("Rejected by policy rule %s", d.Rule))
 }

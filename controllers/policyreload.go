@@ -24,7 +24,8 @@ const (
 // that was reviewed and merged without a restart.
 //
 // A policy that cannot be used is never half-used: the engine keeps deciding with the
-// last good policy, and the reloader says so in all three places an operator looks:
+// last good policy (or, started on files that do not load, decides nothing until they
+// do: policies.LoadOrWait), and the reloader says so in all three places an operator looks:
 // the log (naming the digest kept and why the new files were refused), the metrics
 // (remediator_policy_load_errors_total per attempt, remediator_policy_reload_failing
 // by reason, remediator_policy_info still showing the digest in use) and a Warning
@@ -49,6 +50,11 @@ func (p *PolicyReloader) Start(ctx context.Context) error {
 	log := ctrl.LoggerFrom(ctx).WithName("policy-reloader")
 	if p.Recorder == nil || p.Pod == nil {
 		log.Info("Policy reload failures are reported in the log and metrics only: the controller's Pod is not known (POD_NAME, POD_NAMESPACE)")
+	}
+	if p.Engine.LoadFailure() != nil {
+		// Started without a policy: say so now (the log, the Event, the gauge the
+		// PolicyReloadFailing alert reads), not one Interval later.
+		p.reload(log)
 	}
 	t := time.NewTicker(p.Interval)
 	defer t.Stop()
@@ -81,6 +87,13 @@ func (p *PolicyReloader) reload(log logr.Logger) {
 			return
 		}
 		p.lastErr = err.Error()
+		if digest == policies.NoPolicy {
+			log.Error(err, "Loading policies failed; no policy is in use, so nothing is decided", "reason", reason, "source", source)
+			p.event(corev1.EventTypeWarning, EventPolicyReloadFailed,
+				"The policies in %s were refused (%s: %v); no policy is in use, so nothing is decided: requests wait (reason PolicyInvalid). Fix the policy files; they are read again every %s.",
+				source, reason, err, p.Interval)
+			return
+		}
 		log.Error(err, "Reloading policies failed; the last good policy stays in use", "reason", reason, "source", source, "digestKept", digest)
 		p.event(corev1.EventTypeWarning, EventPolicyReloadFailed,
 			"The policies in %s were refused (%s: %v); the last good policy %s stays in use. Fix the policy files; they are read again every %s.", source, reason, err, digest, p.Interval)

@@ -3,6 +3,7 @@ package policies
 import (
 	"embed"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io/fs"
 	"os"
@@ -86,6 +87,20 @@ func (d decoded) decision(digest string) Decision {
 // decided again later, never allowed by default.
 const RulePolicyTimeout = "policy-timeout"
 
+// RulePolicyInvalid is the rule of the decision Decide returns while the Engine has
+// no policy (LoadOrWait started it on policy files that do not load): the request
+// waits, neither allowed nor rejected, and is decided again once Reload swaps in a
+// policy that loads.
+const RulePolicyInvalid = "policy-invalid"
+
+// NoPolicy is the Digest of an Engine that has no policy yet.
+const NoPolicy = "none"
+
+// policyInvalidRecheckAfterSeconds is when a request that waits for a policy is
+// decided again: soon after a fixed policy is reloaded, and rarely enough that the
+// facts of every waiting request are not gathered again every few seconds.
+const policyInvalidRecheckAfterSeconds = 15
+
 // DefaultTimeout bounds one policy evaluation when Engine.Timeout is zero. The
 // embedded policies decide in about a millisecond; a second is room for a slow node,
 // not for a policy that recurses or iterates without bound.
@@ -110,8 +125,12 @@ type Engine struct {
 	// Engine is used.
 	Timeout time.Duration
 
-	// cur is the policy in use, never nil.
+	// cur is the policy in use; nil only while an Engine from LoadOrWait has not
+	// loaded one yet.
 	cur atomic.Pointer[compiledPolicy]
+	// loadErr is why cur is nil: the last load of dir that failed. Only Reload
+	// changes it, under mu.
+	loadErr atomic.Pointer[LoadError]
 	// dir is where the policies were loaded from; empty means embedded.
 	dir string
 
@@ -144,6 +163,44 @@ func Load(dir string) (*Engine, error) {
 	return FromDir(dir)
 }
 
+// LoadOrWait is Load for the controller, whose policy files (a ConfigMap written
+// from Git) may be broken when it starts: the same policies, except that a dir whose
+// files do not load gives an Engine without a policy instead of an error. That
+// Engine decides nothing (Decide: rule RulePolicyInvalid, the request waits), says
+// so (Suspended, LoadFailure, Digest NoPolicy), and decides again as soon as Reload
+// loads the files. A restart would read the same files; a controller that exits on
+// them only crash-loops. The error is for the embedded policies, which are the
+// binary's own.
+func LoadOrWait(dir string) (*Engine, error) {
+	if dir == "" {
+		return Embedded()
+	}
+	e, err := FromDir(dir)
+	if err == nil {
+		return e, nil
+	}
+	le, ok := err.(*LoadError)
+	if !ok {
+		le = &LoadError{Reason: LoadReasonRead, Err: err}
+	}
+	e = &Engine{dir: dir}
+	e.loadErr.Store(le)
+	return e, nil
+}
+
+// LoadFailure is why the Engine has no policy (the last load of its directory that
+// failed), or nil once it has one. A failed Reload of an Engine that has a policy
+// keeps that policy and does not show here.
+func (e *Engine) LoadFailure() error {
+	if e.current() != nil {
+		return nil
+	}
+	if le := e.loadErr.Load(); le != nil {
+		return le
+	}
+	return nil
+}
+
 func newEngine(fsys fs.FS, dir string) (*Engine, error) {
 	c, err := compile(fsys)
 	if err != nil {
@@ -157,8 +214,14 @@ func newEngine(fsys fs.FS, dir string) (*Engine, error) {
 // current is the policy in use.
 func (e *Engine) current() *compiledPolicy { return e.cur.Load() }
 
-// Digest identifies the compiled policy source in use.
-func (e *Engine) Digest() string { return e.current().digest }
+// Digest identifies the compiled policy source in use; NoPolicy when there is none.
+func (e *Engine) Digest() string {
+	c := e.current()
+	if c == nil {
+		return NoPolicy
+	}
+	return c.digest
+}
 
 // Source is the policy directory, or "embedded".
 func (e *Engine) Source() string {
@@ -180,12 +243,23 @@ func (e *Engine) timeout() time.Duration {
 // still running, so Decide rejects every request at once (rule RulePolicyTimeout)
 // until they end or Reload swaps in another policy. why says so, for a readiness
 // check or a log; it is empty when the Engine is not suspended.
+//
+// An Engine without a policy (LoadOrWait) is suspended too, with the load error.
 func (e *Engine) Suspended() (suspended bool, why string) {
 	c := e.current()
+	if c == nil {
+		return true, e.noPolicyWhy()
+	}
 	if n := c.runaway.Load(); n >= MaxRunawayEvaluations {
 		return true, e.suspendedWhy(c, n, e.timeout())
 	}
 	return false, ""
+}
+
+// noPolicyWhy says why an Engine without a policy decides nothing.
+func (e *Engine) noPolicyWhy() string {
+	return fmt.Sprintf("No policy is in use: the policies in %s do not load (%v). Nothing is decided: requests wait, "+
+		"condition Accepted reason PolicyInvalid, until the files are fixed; they are read again at every reload.", e.Source(), e.LoadFailure())
 }
 
 func (e *Engine) suspendedWhy(c *compiledPolicy, n int32, timeout time.Duration) string {
@@ -210,9 +284,12 @@ func (e *Engine) Reload() (changed bool, err error) {
 	defer e.mu.Unlock()
 	n, err := compile(os.DirFS(e.dir))
 	if err != nil {
+		if le := (*LoadError)(nil); errors.As(err, &le) && e.current() == nil {
+			e.loadErr.Store(le) // the newest reason there is no policy
+		}
 		return false, err
 	}
-	if n.digest == e.current().digest {
+	if c := e.current(); c != nil && n.digest == c.digest {
 		return false, nil
 	}
 	e.cur.Store(n)
@@ -242,6 +319,9 @@ func (e *Engine) Decide(in Input) (Decision, error) {
 	}
 
 	c := e.current()
+	if c == nil {
+		return e.waitForPolicy(), nil
+	}
 	timeout := e.timeout()
 	if n := c.runaway.Load(); n >= MaxRunawayEvaluations {
 		return e.timedOut(c, e.suspendedWhy(c, n, timeout), timeout), nil
@@ -295,6 +375,21 @@ func (e *Engine) Decide(in Input) (Decision, error) {
 			c.runaway.Add(-1)
 		}()
 		return e.timedOut(c, fmt.Sprintf("Policy evaluation took longer than %s and was abandoned.", timeout), timeout), nil
+	}
+}
+
+// waitForPolicy is the decision of an Engine without a policy: not now, not never.
+// The request is neither allowed nor rejected for good on the strength of files that
+// do not load; it waits for a policy that does.
+func (e *Engine) waitForPolicy() Decision {
+	return Decision{
+		Verdict: VerdictWait,
+		Rule:    RulePolicyInvalid,
+		Reasons: []string{fmt.Sprintf("the policies in %s do not load", e.Source())},
+		Message: fmt.Sprintf("Not decided: the controller has no policy. %s Fix the policy files in Git; the request is decided once they load.",
+			e.noPolicyWhy()),
+		RecheckAfterSeconds: policyInvalidRecheckAfterSeconds,
+		Digest:              NoPolicy,
 	}
 }
 

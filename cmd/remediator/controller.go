@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/signal"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -54,7 +56,10 @@ func newControllerCommand() *cobra.Command {
 		Short: "Run the RemediationRequest controller manager",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return runController(cmd, o)
+			// Stops at SIGINT or SIGTERM, or when the command's context ends (tests).
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			return runController(ctx, o)
 		},
 	}
 	f := cmd.Flags()
@@ -84,12 +89,12 @@ func newControllerCommand() *cobra.Command {
 		"How often the leader scans its informers for stuck Trident Leases and deregistered CSI drivers, as `remediator scan` does, and exports them as remediator_detected_* metrics; 0 disables it")
 	f.StringVar(&o.pprofAddr, "pprof-bind-address", "0", "Address the Go pprof endpoints (/debug/pprof) bind to; 0 disables them")
 	f.DurationVar(&o.policyReloadInterval, "policy-reload-interval", 30*time.Second,
-		"How often --policies-dir is re-read (a mounted ConfigMap changes in place); a policy that fails to load is not used: the last good one stays, and the log, remediator_policy_load_errors_total, remediator_policy_reload_failing{reason} and a Warning Event on the controller's Pod say why. 0 disables reloading")
+		"How often --policies-dir is re-read (a mounted ConfigMap changes in place); a policy that fails to load is not used: the last good one stays, or at start none (nothing is decided, requests wait with reason PolicyInvalid, /readyz fails), and the log, remediator_policy_load_errors_total, remediator_policy_reload_failing{reason} and a Warning Event on the controller's Pod say why. 0 disables reloading")
 	o.logging = addLoggingFlags(f)
 	return cmd
 }
 
-func runController(cmd *cobra.Command, o controllerOptions) error {
+func runController(ctx context.Context, o controllerOptions) error {
 	if err := o.logging.apply(); err != nil {
 		return err
 	}
@@ -113,9 +118,20 @@ func runController(cmd *cobra.Command, o controllerOptions) error {
 	if o.maxConcurrent < 0 {
 		return fmt.Errorf("--max-concurrent-remediations must be 0 (no cap) or more, got %d", o.maxConcurrent)
 	}
-	policy, err := policies.Load(o.policiesDir)
+	// Policy files from Git that do not load do not stop the controller: it would
+	// read the same files at every restart. It starts, decides nothing, and says why
+	// (requests' conditions, /readyz, the reloader's log, Event and alert) until a
+	// reload brings files that load.
+	policy, err := policies.LoadOrWait(o.policiesDir)
 	if err != nil {
 		return fmt.Errorf("loading policies: %w", err)
+	}
+	if lerr := policy.LoadFailure(); lerr != nil {
+		if o.policyReloadInterval <= 0 {
+			return fmt.Errorf("loading policies: %w; with --policy-reload-interval=0 they are never read again, so nothing could be decided: fix them or turn reloading on", lerr)
+		}
+		log.Error(lerr, "The policies do not load: starting without a policy; nothing is decided until they do", "source", policy.Source(),
+			"reloadInterval", o.policyReloadInterval)
 	}
 	playbooks, err := remediations.DefaultPlaybooks()
 	if err != nil {
@@ -149,12 +165,12 @@ func runController(cmd *cobra.Command, o controllerOptions) error {
 		return fmt.Errorf("creating manager: %w", err)
 	}
 
-	if err := controllers.PrepareCache(context.Background(), mgr); err != nil {
+	if err := controllers.PrepareCache(ctx, mgr); err != nil {
 		return err
 	}
 	// The runbook's ages are counted on the API server's clock (facts.ServerClock):
 	// measured once now, so that the first decision reads it, then every minute.
-	serverClock, err := facts.NewServerClock(context.Background(), cfg)
+	serverClock, err := facts.NewServerClock(ctx, cfg)
 	if err != nil {
 		return fmt.Errorf("measuring the API server's clock: %w", err)
 	}
@@ -216,7 +232,7 @@ func runController(cmd *cobra.Command, o controllerOptions) error {
 
 	log.Info("Starting manager", "version", version, "tridentNamespace", fc.TridentNamespace,
 		"driver", fc.DriverName, "policyDigest", policy.Digest(), "requestNamespaces", o.requestNamespaces, "leaderElect", o.leaderElect)
-	return mgr.Start(ctrl.SetupSignalHandler())
+	return mgr.Start(ctx)
 }
 
 // checkTimeouts refuses a step timeout that is not positive: every step is bounded,

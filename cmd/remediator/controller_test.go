@@ -10,10 +10,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 )
 
-// TestControllerDoesNotStartOnABrokenPolicy: at start there is no last good policy to
-// keep, so a broken --policies-dir stops the controller before it reads anything from
-// the cluster (no request is decided: it fails closed), and the error says why.
-func TestControllerDoesNotStartOnABrokenPolicy(t *testing.T) {
+// TestControllerWithoutReloadDoesNotStartOnABrokenPolicy: a broken --policies-dir
+// with reloading off (--policy-reload-interval=0) could never be fixed without a
+// restart, so the controller stops before it reads anything from the cluster, and
+// the error says why. With reloading on it starts and waits for a policy
+// (TestControllerStartsOnABrokenPolicy).
+func TestControllerWithoutReloadDoesNotStartOnABrokenPolicy(t *testing.T) {
 	cases := []struct {
 		name, src string
 		want      []string
@@ -29,13 +31,14 @@ func TestControllerDoesNotStartOnABrokenPolicy(t *testing.T) {
 			require.NoError(t, os.WriteFile(filepath.Join(dir, "p.cue"), []byte(tc.src), 0o644))
 			cmd := newControllerCommand()
 			// No cluster: the policy must be refused before the kubeconfig is read.
-			cmd.SetArgs([]string{"--policies-dir", dir, "--kubeconfig", filepath.Join(dir, "no-such-kubeconfig")})
+			cmd.SetArgs([]string{"--policies-dir", dir, "--policy-reload-interval", "0", "--kubeconfig", filepath.Join(dir, "no-such-kubeconfig")})
 			cmd.SilenceUsage, cmd.SilenceErrors = true, true
 			err := cmd.Execute()
 			require.Error(t, err)
 			for _, w := range tc.want {
 				assert.Contains(t, err.Error(), w)
 			}
+			assert.Contains(t, err.Error(), "--policy-reload-interval=0")
 			assert.NotContains(t, err.Error(), "kubeconfig")
 		})
 	}
