@@ -284,9 +284,10 @@ func leaseFloor(in FloorInput) *Violation {
 func shutdownFloor(in FloorInput, n *v1alpha1.NodeFacts, now time.Time) *Violation {
 	// The taint itself is the gatherer's to find (ClassifyNode records Shutdown only
 	// with one); the floor checks again what would make acting on it fatal.
+	// HeartbeatFresh never judges on less than the node Lease's own duration.
 	if n.Ready == "True" || n.HeartbeatFresh(now, in.Gates.HeartbeatGrace) {
 		return violation(InvariantHolderStateUnproven, "holder node %s carries a shutdown taint, but its kubelet still reports (Ready=%s, last heartbeat %s, within the grace period of %s): a node whose kubelet still reports is not shut down",
-			n.Name, cmp.Or(n.Ready, "none"), heartbeatString(n), in.Gates.HeartbeatGrace)
+			n.Name, cmp.Or(n.Ready, "none"), heartbeatString(n), n.HeartbeatGrace(in.Gates.HeartbeatGrace))
 	}
 	return nil
 }

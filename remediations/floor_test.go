@@ -127,6 +127,14 @@ func TestCheckFloor(t *testing.T) {
 		{"shutdown, heartbeat just past a shortened grace", FloorInput{Steps: release, Gates: Gates{HeartbeatGrace: 10 * time.Second}, Now: with(leaseFacts(v1alpha1.NodeShutdown), func(f *v1alpha1.Facts) {
 			f.Node.ReadyHeartbeatTime = ago(20 * time.Second)
 		})}, ""},
+		// The grace never falls below the node Lease's own duration, whatever a flag or
+		// the settings ConfigMap says: a kubelet renewing every 10 s is alive.
+		{"shutdown, 1ms grace, kubelet renewed 10s ago within its 40s node Lease", FloorInput{Steps: release, Gates: Gates{HeartbeatGrace: time.Millisecond}, Now: with(leaseFacts(v1alpha1.NodeShutdown), func(f *v1alpha1.Facts) {
+			f.Node.LeaseRenewTime, f.Node.NodeLeaseDurationSeconds = ago(10*time.Second), 40
+		})}, InvariantHolderStateUnproven},
+		{"shutdown, 1ms grace, renewal older than the node Lease's duration", FloorInput{Steps: release, Gates: Gates{HeartbeatGrace: time.Millisecond}, Now: with(leaseFacts(v1alpha1.NodeShutdown), func(f *v1alpha1.Facts) {
+			f.Node.LeaseRenewTime, f.Node.NodeLeaseDurationSeconds = ago(41*time.Second), 40
+		})}, ""},
 		{"recorded Shutdown but Ready=True", FloorInput{Steps: release, Now: with(leaseFacts(v1alpha1.NodeShutdown), func(f *v1alpha1.Facts) { f.Node.Ready = "True" })}, InvariantHolderStateUnproven},
 		{"fenced unreachable holder, Lease one minute old", FloorInput{Spec: fenced("node-a"), Steps: release, Now: with(leaseFacts(v1alpha1.NodeUnreachable), func(f *v1alpha1.Facts) {
 			f.Lease.AgeSeconds = 60

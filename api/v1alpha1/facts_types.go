@@ -188,6 +188,27 @@ type NodeFacts struct {
 	// HeartbeatAgeSeconds is the age of LastHeartbeat; -1 when there was none.
 	// +optional
 	HeartbeatAgeSeconds int64 `json:"heartbeatAgeSeconds,omitempty"`
+	// NodeLeaseDurationSeconds is the leaseDurationSeconds of the node's Lease in
+	// kube-node-lease when the node itself holds it (holderIdentity is the node's
+	// name, as the kubelet writes it): the kubelet renews within it, so no heartbeat is
+	// judged stale sooner, whatever the controller's grace says (HeartbeatGrace).
+	// +optional
+	NodeLeaseDurationSeconds int32 `json:"nodeLeaseDurationSeconds,omitempty"`
+	// HeartbeatGraceSeconds is the grace the heartbeats were judged on: the larger of
+	// the controller's --node-lease-grace-period and NodeLeaseDurationSeconds.
+	// +optional
+	HeartbeatGraceSeconds int64 `json:"heartbeatGraceSeconds,omitempty"`
+	// SettlesAt is set when State is Unknown only because time has not yet told: a
+	// shutdown taint on a node whose kubelet's last heartbeat is still within its
+	// grace, or that still reads Ready=True while the node controller has yet to see
+	// the silence. If no heartbeat follows, the evidence settles then and the request
+	// is decided again; a heartbeat that follows is a kubelet that runs.
+	// +optional
+	SettlesAt *metav1.Time `json:"settlesAt,omitempty"`
+	// SettlesInSeconds is how long after the gathering SettlesAt comes, for the
+	// policies (at least 1 when SettlesAt is set).
+	// +optional
+	SettlesInSeconds int64 `json:"settlesInSeconds,omitempty"`
 	// Excluded is true when the node carries the label remediator.io/exclude: "true":
 	// an administrator keeps every playbook off it, and the safety floor refuses any
 	// request that would act on it (invariant node-excluded).
@@ -256,12 +277,20 @@ func (n NodeFacts) NewestHeartbeat() *metav1.Time {
 	return last
 }
 
+// HeartbeatGrace is the grace a heartbeat is judged on: configured (the controller's
+// --node-lease-grace-period), but never less than the node Lease's own duration, the
+// time within which the kubelet promised to renew it. A grace set too short by a flag
+// or a ConfigMap would otherwise make a kubelet that renews on time look silent.
+func (n NodeFacts) HeartbeatGrace(configured time.Duration) time.Duration {
+	return max(configured, time.Duration(n.NodeLeaseDurationSeconds)*time.Second)
+}
+
 // HeartbeatFresh reports whether the node's kubelet gave a sign of life (a
-// kube-node-lease renewal or a Ready heartbeat) within grace of now. A heartbeat in
-// the future (clock skew) counts as fresh.
+// kube-node-lease renewal or a Ready heartbeat) within HeartbeatGrace(grace) of
+// now. A heartbeat in the future (clock skew) counts as fresh.
 func (n NodeFacts) HeartbeatFresh(now time.Time, grace time.Duration) bool {
 	hb := n.NewestHeartbeat()
-	return hb != nil && now.Sub(hb.Time) <= grace
+	return hb != nil && now.Sub(hb.Time) <= n.HeartbeatGrace(grace)
 }
 
 // HeartbeatSince reports whether the node's kubelet gave a sign of life after t.

@@ -152,7 +152,7 @@ func (g *Gatherer) Gather(ctx context.Context, rr *v1alpha1.RemediationRequest) 
 		DriverName:       cmp.Or(rr.Spec.DriverName, g.Config.DriverName),
 		Target:           v1alpha1.TargetFacts{Ref: TargetRef(rr.Spec.Target)},
 	}
-	s := &gathering{g: g, f: f, now: f.GatheredAt.Time}
+	s := &gathering{g: g, f: f, now: f.GatheredAt.Time, prev: rr.Status.Facts}
 	// The namespace is where the playbooks delete Leases and evict node-plugin pods, so
 	// it is the controller's to choose, not the request's: one the settings do not
 	// list is not even read, and the target says why.
@@ -197,6 +197,9 @@ type gathering struct {
 	g   *Gatherer
 	f   *v1alpha1.Facts
 	now time.Time
+	// prev are the facts the request's last decision recorded (status.facts), nil
+	// for a request never decided: what the node did since then is evidence too.
+	prev *v1alpha1.Facts
 }
 
 // get reads one object; found is false on NotFound.
@@ -286,6 +289,9 @@ func (s *gathering) node(ctx context.Context, name string) error {
 	nf, err := s.g.nodeFacts(ctx, name, s.now)
 	if err != nil {
 		return err
+	}
+	if s.prev != nil {
+		Unsettled(nf, s.prev.Node)
 	}
 	s.f.Node = nf
 	return nil

@@ -23,6 +23,9 @@ var stateTaints = []string{v1alpha1.TaintCloudShutdown, v1alpha1.TaintOutOfServi
 // every branch can be table-tested.
 func ClassifyNode(name string, node *corev1.Node, nodeLease *coordinationv1.Lease, now time.Time, grace time.Duration) v1alpha1.NodeFacts {
 	nf := v1alpha1.NodeFacts{Name: name, LeaseRenewAgeSeconds: -1, HeartbeatAgeSeconds: -1}
+	nf.NodeLeaseDurationSeconds = kubeletLeaseDuration(name, nodeLease)
+	grace = nf.HeartbeatGrace(grace)
+	nf.HeartbeatGraceSeconds = int64(grace / time.Second)
 	leaseFresh := false
 	if renew := leaseRenewal(nodeLease); renew != nil {
 		nf.LeaseRenewTime = renew
@@ -81,14 +84,16 @@ func ClassifyNode(name string, node *corev1.Node, nodeLease *coordinationv1.Leas
 		// is running, whatever the taint says (a runtime or CNI outage, a taint set by
 		// mistake), and may be running cryptsetup: never a shutdown.
 		nf.State = v1alpha1.NodeUnknown
-		evidence = fmt.Sprintf("conflicting evidence: shutdown taint, but the kubelet's last heartbeat is only %s old (grace %s); ", time.Duration(nf.HeartbeatAgeSeconds)*time.Second, grace) + evidence
+		evidence = fmt.Sprintf("conflicting evidence: shutdown taint, but the kubelet's last heartbeat is only %s old (grace %s)%s; ",
+			time.Duration(nf.HeartbeatAgeSeconds)*time.Second, grace, settles(&nf, now, grace)) + evidence
 	case shutdownTaint && !readyTrue:
 		nf.State = v1alpha1.NodeShutdown
 	case shutdownTaint:
 		// A shutdown taint on a node whose kubelet still reports Ready means someone
-		// tainted a live node: the evidence conflicts, so nobody may act on it.
+		// tainted a live node, or tainted a node that went down before the node
+		// controller saw it: the evidence conflicts, so nobody may act on it now.
 		nf.State = v1alpha1.NodeUnknown
-		evidence = "conflicting evidence: shutdown taint on a node that reports Ready=True; " + evidence
+		evidence = fmt.Sprintf("conflicting evidence: shutdown taint on a node that reports Ready=True%s; ", settles(&nf, now, grace)) + evidence
 	case nf.Ready == string(corev1.ConditionUnknown) || slices.Contains(nf.Taints, v1alpha1.TaintUnreachable) || (nodeLease != nil && !leaseFresh):
 		nf.State = v1alpha1.NodeUnreachable
 	case readyTrue && leaseFresh:
@@ -98,6 +103,72 @@ func ClassifyNode(name string, node *corev1.Node, nodeLease *coordinationv1.Leas
 	}
 	nf.StateReason = evidence
 	return nf
+}
+
+// settleRecheck is how soon a tainted node that still reads Ready=True, with a
+// heartbeat past its grace, is looked at again: the node controller marks it within
+// its monitor period once the grace has run out.
+const settleRecheck = 10 * time.Second
+
+// settles records when a tainted node's conflicting evidence settles if the kubelet
+// stays silent, and returns it for the state's reason ("" when it does not). Time
+// settles it while the last heartbeat is within the grace (the kubelet may have died
+// a moment ago, as an operator who powers a node off and taints it at once finds), and
+// for one more grace after it while Ready still reads True (the node controller marks
+// a silent node only once its own grace ran out). A heartbeat that follows, or Ready
+// still True after that, is a contradiction time does not settle.
+func settles(nf *v1alpha1.NodeFacts, now time.Time, grace time.Duration) string {
+	hb := nf.NewestHeartbeat()
+	if hb == nil {
+		return ""
+	}
+	at := hb.Add(grace + time.Second).Truncate(time.Second)
+	if !at.After(now) {
+		if nf.Ready != string(corev1.ConditionTrue) || !now.Before(hb.Add(2*grace)) {
+			return ""
+		}
+		at = now.Add(settleRecheck)
+	}
+	t := metav1.NewTime(at)
+	nf.SettlesAt = &t
+	nf.SettlesInSeconds = max(int64(at.Sub(now)/time.Second), 1)
+	return settleClause(at)
+}
+
+// settleClause is what a state's reason says of a settling time.
+func settleClause(at time.Time) string {
+	return fmt.Sprintf(", which settles at %s if no heartbeat follows", at.UTC().Format(time.RFC3339))
+}
+
+// Unsettled takes back the settling time of a node whose conflicting evidence the
+// previous decision already waited on (prev, the same node's facts then), when the
+// kubelet gave a heartbeat since: a kubelet that keeps renewing under a shutdown
+// taint runs, and waiting again would only wait for ever. A second's tolerance keeps a
+// heartbeat read once from the cache and once live (with the server's write time) the
+// same heartbeat.
+func Unsettled(nf, prev *v1alpha1.NodeFacts) {
+	if nf.SettlesAt == nil || prev == nil || prev.Name != nf.Name || prev.SettlesAt == nil || prev.LastHeartbeat == nil || nf.LastHeartbeat == nil {
+		return
+	}
+	if !nf.LastHeartbeat.After(prev.LastHeartbeat.Add(time.Second)) {
+		return
+	}
+	nf.StateReason = strings.Replace(nf.StateReason, settleClause(nf.SettlesAt.Time),
+		fmt.Sprintf(", and it renewed at %s after the heartbeat of %s the last decision waited on: the kubelet runs",
+			nf.LastHeartbeat.UTC().Format(time.RFC3339), prev.LastHeartbeat.UTC().Format(time.RFC3339)), 1)
+	nf.SettlesAt, nf.SettlesInSeconds = nil, 0
+}
+
+// kubeletLeaseDuration is the node Lease's leaseDurationSeconds when the node itself
+// holds it, 0 otherwise. The kubelet renews its Lease within that duration, so no
+// heartbeat is judged stale sooner (NodeFacts.HeartbeatGrace); a Lease held by anyone
+// else (a test that takes it over to cut the node off) makes no promise about the
+// kubelet.
+func kubeletLeaseDuration(name string, l *coordinationv1.Lease) int32 {
+	if l == nil || l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity != name || l.Spec.LeaseDurationSeconds == nil {
+		return 0
+	}
+	return max(*l.Spec.LeaseDurationSeconds, 0)
 }
 
 // recordHeartbeat records the newest of the node's heartbeats and its age.

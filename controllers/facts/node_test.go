@@ -140,3 +140,136 @@ func TestClassifyNodeEvidence(t *testing.T) {
 	assert.True(t, got.Unschedulable, "evidence fields: %+v", got)
 	assert.Len(t, got.Taints, 1, "taints, want only the unreachable key once")
 }
+
+// TestHeartbeatGraceNeverBelowTheNodeLease: a grace set far too short (a flag, or a
+// settings ConfigMap written by someone who may write ConfigMaps) must not make a
+// kubelet that renews its node Lease on time look silent. The node Lease's own
+// leaseDurationSeconds is the least grace a heartbeat is judged on, when the node
+// itself holds it; a Lease someone else took over says nothing about the kubelet.
+func TestHeartbeatGraceNeverBelowTheNodeLease(t *testing.T) {
+	now := time.Date(2026, 11, 19, 5, 47, 54, 0, time.UTC)
+	tainted := func(ready corev1.ConditionStatus) *corev1.Node {
+		return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-2"},
+			Spec: corev1.NodeSpec{Taints: []corev1.Taint{{Key: v1alpha1.TaintOutOfService, Effect: corev1.TaintEffectNoExecute}}},
+			Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: ready,
+				LastTransitionTime: metav1.NewTime(now.Add(-time.Minute))}}}}
+	}
+	nodeLease := func(holder string, duration int32, age time.Duration) *coordinationv1.Lease {
+		renew := metav1.NewMicroTime(now.Add(-age))
+		return &coordinationv1.Lease{Spec: coordinationv1.LeaseSpec{HolderIdentity: &holder, LeaseDurationSeconds: &duration, RenewTime: &renew}}
+	}
+	cases := []struct {
+		name      string
+		node      *corev1.Node
+		lease     *coordinationv1.Lease
+		grace     time.Duration
+		want      v1alpha1.NodeState
+		wantGrace int64
+	}{
+		{"1ms grace, kubelet renewed 10s ago within its 40s Lease", tainted(corev1.ConditionUnknown), nodeLease("node-2", 40, 10*time.Second), time.Millisecond, v1alpha1.NodeUnknown, 40},
+		{"1ms grace, Ready=True, renewed 10s ago: healthy, not unreachable", nil, nodeLease("node-2", 40, 10*time.Second), time.Millisecond, v1alpha1.NodeHealthy, 40},
+		{"1ms grace, renewal 41s old: past the Lease's duration", tainted(corev1.ConditionUnknown), nodeLease("node-2", 40, 41*time.Second), time.Millisecond, v1alpha1.NodeShutdown, 40},
+		{"a longer configured grace stands", tainted(corev1.ConditionUnknown), nodeLease("node-2", 10, 30*time.Second), 50 * time.Second, v1alpha1.NodeUnknown, 50},
+		{"a Lease taken over by someone else gives no duration", tainted(corev1.ConditionUnknown), nodeLease("remediator-test/disconnected", 86400, 30*time.Second), 20 * time.Second, v1alpha1.NodeShutdown, 20},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			node := tc.node
+			if node == nil {
+				node = &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-2"}, Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{
+					Type: corev1.NodeReady, Status: corev1.ConditionTrue, LastTransitionTime: metav1.NewTime(now.Add(-time.Hour))}}}}
+			}
+			got := ClassifyNode("node-2", node, tc.lease, now, tc.grace)
+			require.Equal(t, tc.want, got.State, "state (%s)", got.StateReason)
+			assert.Equal(t, tc.wantGrace, got.HeartbeatGraceSeconds, "the grace the heartbeat was judged on")
+		})
+	}
+}
+
+// TestClassifyNodeSettles: a shutdown taint on a node whose kubelet's last heartbeat
+// is still within its grace is Unknown, but only until the grace runs out: the facts
+// say when the evidence settles, so the request waits for it instead of being
+// rejected for good. Evidence that time does not settle carries no such time.
+func TestClassifyNodeSettles(t *testing.T) {
+	now := time.Date(2026, 11, 19, 5, 47, 54, 0, time.UTC)
+	grace := 50 * time.Second
+	node := func(ready corev1.ConditionStatus, hb time.Time, taints ...string) *corev1.Node {
+		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n"}}
+		n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: ready,
+			LastTransitionTime: metav1.NewTime(now.Add(-time.Hour)), LastHeartbeatTime: metav1.NewTime(hb)}}
+		for _, k := range taints {
+			n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: k, Effect: corev1.TaintEffectNoExecute})
+		}
+		return n
+	}
+	cases := []struct {
+		name        string
+		node        *corev1.Node
+		wantState   v1alpha1.NodeState
+		wantSettles time.Duration // from now; 0: does not settle
+	}{
+		{"tainted, Unknown, heartbeat 20s old: settles when the grace runs out", node(corev1.ConditionUnknown, now.Add(-20*time.Second), v1alpha1.TaintOutOfService), v1alpha1.NodeUnknown, 31 * time.Second},
+		{"tainted, Ready=True, heartbeat 20s old: settles as well", node(corev1.ConditionTrue, now.Add(-20*time.Second), v1alpha1.TaintOutOfService), v1alpha1.NodeUnknown, 31 * time.Second},
+		{"tainted, Ready=True, heartbeat stale: the node controller has yet to mark it", node(corev1.ConditionTrue, now.Add(-60*time.Second), v1alpha1.TaintOutOfService), v1alpha1.NodeUnknown, 10 * time.Second},
+		{"tainted, Ready=True, heartbeat stale for two graces: does not settle", node(corev1.ConditionTrue, now.Add(-101*time.Second), v1alpha1.TaintOutOfService), v1alpha1.NodeUnknown, 0},
+		{"tainted, heartbeat stale: shut down", node(corev1.ConditionUnknown, now.Add(-time.Hour), v1alpha1.TaintOutOfService), v1alpha1.NodeShutdown, 0},
+		{"no taint, NotReady, fresh heartbeat: nothing to settle", node(corev1.ConditionFalse, now.Add(-5*time.Second)), v1alpha1.NodeUnknown, 0},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got := ClassifyNode("n", tc.node, nil, now, grace)
+			require.Equal(t, tc.wantState, got.State, "state (%s)", got.StateReason)
+			if tc.wantSettles == 0 {
+				assert.Nil(t, got.SettlesAt, "settles")
+				assert.Zero(t, got.SettlesInSeconds)
+				return
+			}
+			require.NotNil(t, got.SettlesAt, "settles (%s)", got.StateReason)
+			assert.Equal(t, now.Add(tc.wantSettles), got.SettlesAt.Time)
+			assert.Equal(t, int64(tc.wantSettles/time.Second), got.SettlesInSeconds)
+			assert.Contains(t, got.StateReason, "settles at "+now.Add(tc.wantSettles).Format(time.RFC3339))
+		})
+	}
+}
+
+// TestUnsettled: the decision waited on a tainted node's last heartbeat; if the
+// kubelet renewed since, the contradiction is one time does not settle.
+func TestUnsettled(t *testing.T) {
+	now := time.Date(2026, 11, 19, 5, 47, 54, 0, time.UTC)
+	tainted := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n"},
+		Spec: corev1.NodeSpec{Taints: []corev1.Taint{{Key: v1alpha1.TaintOutOfService, Effect: corev1.TaintEffectNoExecute}}},
+		Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionFalse,
+			LastTransitionTime: metav1.NewTime(now.Add(-time.Hour)), LastHeartbeatTime: metav1.NewTime(now.Add(-5 * time.Second))}}}}
+	prevAt := func(hb time.Duration) *v1alpha1.NodeFacts {
+		p := ClassifyNode("n", withHeartbeat(tainted.DeepCopy(), now.Add(-hb)), nil, now.Add(-time.Minute), 50*time.Second)
+		require.NotNil(t, p.SettlesAt)
+		return &p
+	}
+	for _, tc := range []struct {
+		name    string
+		prev    *v1alpha1.NodeFacts
+		settles bool
+	}{
+		{"first decision", nil, true},
+		{"same heartbeat as the last decision", prevAt(5 * time.Second), true},
+		{"renewed since the last decision", prevAt(65 * time.Second), false},
+		{"the last decision did not wait", &v1alpha1.NodeFacts{Name: "n", LastHeartbeat: &metav1.Time{Time: now.Add(-65 * time.Second)}}, true},
+		{"another node", func() *v1alpha1.NodeFacts { p := prevAt(65 * time.Second); p.Name = "m"; return p }(), true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			nf := ClassifyNode("n", tainted.DeepCopy(), nil, now, 50*time.Second)
+			require.NotNil(t, nf.SettlesAt)
+			Unsettled(&nf, tc.prev)
+			assert.Equal(t, v1alpha1.NodeUnknown, nf.State)
+			if tc.settles {
+				assert.NotNil(t, nf.SettlesAt, nf.StateReason)
+				assert.Contains(t, nf.StateReason, "settles at")
+				return
+			}
+			assert.Nil(t, nf.SettlesAt)
+			assert.Zero(t, nf.SettlesInSeconds)
+			assert.Contains(t, nf.StateReason, "the kubelet runs")
+			assert.NotContains(t, nf.StateReason, "settles at")
+		})
+	}
+}
