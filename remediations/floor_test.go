@@ -195,7 +195,9 @@ func TestCheckFloor(t *testing.T) {
 			Now: with(csiFacts(false, "tenant-app"), func(f *v1alpha1.Facts) { f.CSI.PluginPods[0].Namespace = "tenant" })}, InvariantNamespaceNotAllowed},
 		{"CSI: a namespace the settings allow", FloorInput{Spec: v1alpha1.RemediationRequestSpec{Remediation: v1alpha1.RemediationReregisterCSIDriver, TridentNamespace: "netapp-trident"}, Steps: restart,
 			Gates: Gates{TridentNamespaces: []string{"netapp-trident", "trident"}},
-			Now: with(csiFacts(false, "trident-csi-a"), func(f *v1alpha1.Facts) { f.TridentNamespace, f.CSI.PluginPods[0].Namespace = "netapp-trident", "netapp-trident" })}, ""},
+			Now: with(csiFacts(false, "trident-csi-a"), func(f *v1alpha1.Facts) {
+				f.TridentNamespace, f.CSI.PluginPods[0].Namespace = "netapp-trident", "netapp-trident"
+			})}, ""},
 		{"Lease in a tenant namespace", FloorInput{Spec: v1alpha1.RemediationRequestSpec{TridentNamespace: "tenant"}, Steps: release,
 			Now: with(leaseFacts(v1alpha1.NodeShutdown), func(f *v1alpha1.Facts) { f.TridentNamespace, f.Lease.Namespace = "tenant", "tenant" })}, InvariantNamespaceNotAllowed},
 		{"Lease from another namespace than the facts'", FloorInput{Steps: release,
@@ -204,7 +206,7 @@ func TestCheckFloor(t *testing.T) {
 			Now: leaseFacts(v1alpha1.NodeShutdown)}, InvariantNamespaceNotAllowed},
 		{"Lease in a namespace the settings allow", FloorInput{Spec: v1alpha1.RemediationRequestSpec{TridentNamespace: "netapp-trident"}, Steps: release,
 			Gates: Gates{TridentNamespaces: []string{"netapp-trident", "trident"}},
-			Now: with(leaseFacts(v1alpha1.NodeShutdown), func(f *v1alpha1.Facts) { f.TridentNamespace, f.Lease.Namespace = "netapp-trident", "netapp-trident" })}, ""},
+			Now:   with(leaseFacts(v1alpha1.NodeShutdown), func(f *v1alpha1.Facts) { f.TridentNamespace, f.Lease.Namespace = "netapp-trident", "netapp-trident" })}, ""},
 		{"uncordon in a tenant namespace is a restore, never refused", FloorInput{Spec: v1alpha1.RemediationRequestSpec{TridentNamespace: "tenant"}, Steps: move, Step: "uncordon",
 			Decided: leaseFacts(v1alpha1.NodeHealthy), Now: with(leaseFacts(v1alpha1.NodeHealthy), func(f *v1alpha1.Facts) { f.TridentNamespace, f.Lease.Namespace = "tenant", "tenant" })}, ""},
 		{"CSI: cordon, a second plugin pod appeared", FloorInput{Steps: restart, Step: "cordon", Decided: csiFacts(false, "trident-csi-a"), Now: csiFacts(false, "trident-csi-a", "trident-csi-2-b")}, InvariantPluginPodsOverlap},
