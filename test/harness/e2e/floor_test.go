@@ -197,20 +197,24 @@ func TestStaleFencingIsRefused(t *testing.T) {
 }
 
 // TestFreshHeartbeatUnderShutdownTaintIsNotAShutdown: the out-of-service taint on a
-// node whose kubelet still renews its node Lease (runtime or CNI down, Ready=False,
-// or a taint set by mistake) is not a shutdown: the Lease stays. Once the kubelet
-// falls silent for the grace period, the same node is shut down and the Lease goes.
+// node whose kubelet still renews its node Lease every 10 s (runtime or CNI down,
+// Ready=False, or a taint set by mistake) is not a shutdown, even with the heartbeat
+// grace set as low as a flag or the settings ConfigMap can set it (1ms): the grace is
+// never shorter than the node Lease's own 40 s. The request first waits for the
+// evidence to settle, then, the kubelet having renewed since, is rejected and the
+// Lease stays. Once the kubelet falls silent for the Lease's duration, the same node
+// is shut down and the Lease goes, without a new decision forced by hand.
 func TestFreshHeartbeatUnderShutdownTaintIsNotAShutdown(t *testing.T) {
 	// In parallel with the other tests that mostly wait (make test's budget): its
 	// controller decides only this namespace's requests, and its node is its own.
 	t.Parallel()
 	ns := namespace(t, "e2e-oos-live")
-	startController(t, "--request-namespaces", ns)
+	startController(t, "--request-namespaces", ns, "--node-lease-grace-period", "1ms")
 	ctx := context.Background()
 	node := extraNode(t, "e2e-oos-live", false, corev1.Taint{Key: v1alpha1.TaintOutOfService, Value: "nodeshutdown", Effect: corev1.TaintEffectNoExecute})
 
 	// A kubelet whose container runtime is down: it posts Ready=False and renews its
-	// node Lease every 2 s, until stop is called.
+	// node Lease every 10 s, until stop is called.
 	create(t, &coordinationv1.Lease{
 		ObjectMeta: metav1.ObjectMeta{Namespace: corev1.NamespaceNodeLease, Name: node},
 		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(node), LeaseDurationSeconds: ptr.To[int32](40),
@@ -236,7 +240,7 @@ func TestFreshHeartbeatUnderShutdownTaintIsNotAShutdown(t *testing.T) {
 			select {
 			case <-renewCtx.Done():
 				return
-			case <-time.After(2 * time.Second):
+			case <-time.After(10 * time.Second):
 			}
 		}
 	}()
@@ -266,19 +270,21 @@ func TestFreshHeartbeatUnderShutdownTaintIsNotAShutdown(t *testing.T) {
 		Target:      v1alpha1.Target{PersistentVolume: pv},
 		Reason:      "node tainted out-of-service during a CNI outage",
 	})
-	rr := waitPhase(t, key, 60*time.Second, v1alpha1.PhaseRejected, v1alpha1.PhaseSucceeded, v1alpha1.PhaseRunning)
+	rr := waitPhase(t, key, 120*time.Second, v1alpha1.PhaseRejected, v1alpha1.PhaseSucceeded, v1alpha1.PhaseRunning)
 	require.Equal(t, v1alpha1.PhaseRejected, rr.Status.Phase, "live kubelet under the taint: %s", describe(rr))
 	require.NotNil(t, rr.Status.Facts.Node)
 	assert.Equal(t, v1alpha1.NodeUnknown, rr.Status.Facts.Node.State, "node facts: %+v", rr.Status.Facts.Node)
 	assert.Contains(t, rr.Status.Facts.Node.StateReason, "conflicting evidence: shutdown taint, but the kubelet's last heartbeat")
+	assert.Contains(t, rr.Status.Facts.Node.StateReason, "the kubelet runs", "rejected only once it renewed after the heartbeat waited on")
+	assert.Equal(t, int64(40), rr.Status.Facts.Node.HeartbeatGraceSeconds, "the grace is the node Lease's duration, not the 1ms flag")
 	assert.Equal(t, "holder-state-unknown", decision(t, rr).Rule, describe(rr))
 	assert.True(t, leaseExists(t, pv), "a node whose kubelet still renews its Lease was taken for shut down")
 
-	// The kubelet falls silent: after the grace period (20s here) it is shut down.
+	// The kubelet falls silent: once its node Lease's 40 s have run out it is shut
+	// down (the request, re-submitted, waits for that on its own).
 	stopRenewing()
-	time.Sleep(25 * time.Second)
 	updateSpec(t, key, func(s *v1alpha1.RemediationRequestSpec) { s.Reason += " (rechecked)" })
-	rr = waitPhase(t, key, 60*time.Second, v1alpha1.PhaseSucceeded, v1alpha1.PhaseFailed, v1alpha1.PhaseRejected)
+	rr = waitPhase(t, key, 120*time.Second, v1alpha1.PhaseSucceeded, v1alpha1.PhaseFailed, v1alpha1.PhaseRejected)
 	require.Equal(t, v1alpha1.PhaseSucceeded, rr.Status.Phase, "silent kubelet: %s", describe(rr))
 	assert.Equal(t, "node-shutdown", decision(t, rr).Playbook)
 	err := k8s.Get(ctx, types.NamespacedName{Namespace: tridentNS, Name: pv}, &coordinationv1.Lease{})
