@@ -57,7 +57,7 @@ ConfigMap records who paused and why.`)
 
 func newResumeCommand() *cobra.Command {
 	return pauseCommand(false, "resume", "Let remediations go on after a pause",
-		`resume clears the pause: held playbooks go on from their next step, and waiting requests
+		`resume clears the pause: held playbooks go on where they held, and waiting requests
 are decided again on fresh facts. The ConfigMap records who resumed and why.`)
 }
 
@@ -139,7 +139,7 @@ func writePause(ctx context.Context, out io.Writer, cs kubernetes.Interface, o p
 		return fmt.Errorf("writing the pause ConfigMap %s/%s: %w", ns, name, err)
 	}
 	if pause {
-		fmt.Fprintf(out, "Paused by %s: %s\nNo playbook and no step starts until `kubectl remediator resume`; running playbooks hold before their next step.\n", who, o.reason)
+		fmt.Fprintf(out, "Paused by %s: %s\nNo playbook and no step starts until `kubectl remediator resume`; running playbooks hold where they are, their step timeouts stopped.\n", who, o.reason)
 	} else {
 		fmt.Fprintf(out, "Resumed by %s. Held playbooks go on; waiting requests are decided again.\n", who)
 	}
