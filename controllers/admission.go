@@ -43,13 +43,11 @@ package controllers
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
 	"time"
 
-	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -138,93 +136,6 @@ func (a *Admission) SetupWithManager(mgr ctrl.Manager) error {
 		}), builder.WithPredicates(isPauseObject(a.Pause))).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 1, RateLimiter: rateLimiter()}).
 		Complete(a)
-}
-
-// slotState is what a request is to admission.
-type slotState int
-
-const (
-	notInLine slotState = iota
-	// inLine: allowed a disruptive playbook, decided on its current spec, waiting
-	// for a slot.
-	inLine
-	// holdsSlot: running a disruptive playbook, or granted a slot and about to be
-	// decided again.
-	holdsSlot
-)
-
-func stateOf(rr *v1alpha1.RemediationRequest, playbooks remediations.Playbooks) slotState {
-	deleting := !rr.DeletionTimestamp.IsZero()
-	switch {
-	case rr.Status.Phase == v1alpha1.PhaseRunning && playbooks.Disruptive(decidedPlaybook(rr)):
-		// Deleted mid-run, it keeps the slot until its reconcile has restored what it
-		// changed and ended it (reconcileDelete).
-		return holdsSlot
-	case granted(rr) && !deleting:
-		// A grant not yet used goes with the deletion: nothing decides a request that
-		// is being deleted, whatever finalizers keep it.
-		return holdsSlot
-	case queued(rr) && rr.Status.ObservedGeneration == rr.Generation && !deleting:
-		// A request whose spec changed since it joined (or one being deleted) keeps no
-		// place: it is decided again first.
-		return inLine
-	}
-	return notInLine
-}
-
-// queued: the policy allowed a disruptive playbook and the request waits in line.
-func queued(rr *v1alpha1.RemediationRequest) bool {
-	return progressingReason(rr) == v1alpha1.ReasonWaitingForSlot
-}
-
-// granted: admission granted the request a slot; its own reconcile decides it again.
-func granted(rr *v1alpha1.RemediationRequest) bool {
-	return progressingReason(rr) == v1alpha1.ReasonAdmitted
-}
-
-// slotExpired: the request gave back a slot it did not use in time; its own
-// reconcile decides it again.
-func slotExpired(rr *v1alpha1.RemediationRequest) bool {
-	return progressingReason(rr) == v1alpha1.ReasonSlotExpired
-}
-
-// progressingReason is the Progressing reason of a Waiting request, else "".
-func progressingReason(rr *v1alpha1.RemediationRequest) string {
-	if rr.Status.Phase != v1alpha1.PhaseWaiting {
-		return ""
-	}
-	return anyProgressingReason(rr)
-}
-
-// firstStepStarted: the playbook's journal has a step past Pending. Until then, a
-// slot holder has changed nothing, and the first step acts only after the status
-// write that journals its start (the write-ahead journal), which a give-back
-// guarded by the same resourceVersion makes fail.
-func firstStepStarted(rr *v1alpha1.RemediationRequest) bool {
-	if rr.Status.Phase != v1alpha1.PhaseRunning {
-		return false
-	}
-	return slices.ContainsFunc(rr.Status.Steps, func(st v1alpha1.StepStatus) bool {
-		return st.State != v1alpha1.StepPending && st.State != ""
-	})
-}
-
-// grantExpiry is when a slot holder whose playbook has not started its first step
-// gives the slot back: the grant time plus the step timeout. ok is false for a
-// request that holds no slot or has started (its steps' own timeouts bound it from
-// there). A grant written before status.admittedAt existed counts from the
-// Progressing condition's last transition, which is no later than the grant.
-func grantExpiry(rr *v1alpha1.RemediationRequest, playbooks remediations.Playbooks, timeout time.Duration) (at time.Time, ok bool) {
-	if stateOf(rr, playbooks) != holdsSlot || firstStepStarted(rr) {
-		return time.Time{}, false
-	}
-	if rr.Status.AdmittedAt != nil {
-		return rr.Status.AdmittedAt.Add(timeout), true
-	}
-	if c := meta.FindStatusCondition(rr.Status.Conditions, v1alpha1.ConditionProgressing); c != nil {
-		return c.LastTransitionTime.Add(timeout), true
-	}
-	return time.Time{}, true
 }
 
 // lineChanged passes the events after which the line or the slots may differ: a
@@ -498,119 +409,6 @@ func WouldAdmit(rr *v1alpha1.RemediationRequest, others []v1alpha1.RemediationRe
 	all := slices.DeleteFunc(slices.Clone(others), func(o v1alpha1.RemediationRequest) bool { return o.UID == self.UID })
 	grants, _, _ := Admit(append(all, self), nil, maxConcurrent, playbooks)
 	return slices.ContainsFunc(grants, func(g Grant) bool { return g.Request.UID == self.UID })
-}
-
-// slotLedger is the slots Lease as admission read it. Why one object is enough for
-// two admitters: a pass reads the Lease, then lists the requests, then writes the
-// Lease (guarded by the resourceVersion it read) with every slot holder it listed,
-// the grants still pending in the Lease and its own new grants, at most the cap of
-// them; only then does it write each new grant to its request, guarded by the
-// resourceVersion the request was listed at. Writes of the Lease form one chain.
-// A grant still pending when a later pass lists the requests has its request
-// unchanged since it was chosen (its own write is guarded by that), so the later
-// pass finds it by its resourceVersion and counts it; a grant written by then shows
-// in the request's status. So every write of the Lease names every slot held or
-// about to be, and no pass grants beyond the cap. An entry whose request changed
-// since it was chosen, and that holds no slot by its status, is dead: its grant can
-// no longer be written.
-type slotLedger struct {
-	lease   *coordinationv1.Lease // nil: not created yet
-	entries []slotEntry
-}
-
-// slotEntry is one slot in the Lease: the request, the resourceVersion its grant
-// is written against, and the resourceVersion of the line it was chosen from.
-type slotEntry struct {
-	UID             types.UID `json:"uid"`
-	Request         string    `json:"request"`
-	ResourceVersion string    `json:"resourceVersion"`
-	Line            string    `json:"line,omitempty"`
-}
-
-func (a *Admission) slotsKey() types.NamespacedName {
-	if a.Slots.Name != "" {
-		return a.Slots
-	}
-	return types.NamespacedName{Namespace: cmp.Or(a.Pause.Namespace, DefaultPauseConfigMap.Namespace), Name: SlotsLeaseName}
-}
-
-// readLedger reads the slots Lease live; one that does not exist yet is empty.
-func (a *Admission) readLedger(ctx context.Context) (*slotLedger, error) {
-	key := a.slotsKey()
-	lease := &coordinationv1.Lease{}
-	if err := a.Reader.Get(ctx, key, lease); err != nil {
-		if apierrors.IsNotFound(err) {
-			return &slotLedger{}, nil
-		}
-		return nil, fmt.Errorf("reading the slots Lease %s: %w", key, err)
-	}
-	l := &slotLedger{lease: lease}
-	if raw := lease.Annotations[SlotsAnnotation]; raw != "" {
-		if err := json.Unmarshal([]byte(raw), &l.entries); err != nil {
-			return nil, fmt.Errorf("the slots Lease %s has an annotation %s that is not a list of slots (%w): no slot is granted until it is fixed; delete the Lease and admission writes it again from the requests' status",
-				key, SlotsAnnotation, err)
-		}
-	}
-	return l, nil
-}
-
-// pending are the grants in the ledger not yet written to their requests, by UID,
-// with the line each was chosen from: the request is listed at the resourceVersion
-// its grant is written against. nil when there is no ledger (no cap).
-func (l *slotLedger) pending(all []v1alpha1.RemediationRequest) map[types.UID]string {
-	if l == nil {
-		return nil
-	}
-	rv := make(map[types.UID]string, len(all))
-	for _, rr := range all {
-		rv[rr.UID] = rr.ResourceVersion
-	}
-	out := map[types.UID]string{}
-	for _, e := range l.entries {
-		if got, ok := rv[e.UID]; ok && got == e.ResourceVersion {
-			out[e.UID] = e.Line
-		}
-	}
-	return out
-}
-
-// writeLedger writes the slot holders into the Lease, guarded by the resourceVersion
-// it was read at (created, if it was not there). A grant keeps the line it was
-// chosen from: listedAt for this pass's own.
-func (a *Admission) writeLedger(ctx context.Context, l *slotLedger, holders []v1alpha1.RemediationRequest, grants []Grant, listedAt string) error {
-	line := map[types.UID]string{}
-	for _, g := range grants {
-		line[g.Request.UID] = cmp.Or(g.line, listedAt)
-	}
-	entries := make([]slotEntry, 0, len(holders))
-	for _, h := range holders {
-		entries = append(entries, slotEntry{UID: h.UID, Request: h.Namespace + "/" + h.Name, ResourceVersion: h.ResourceVersion, Line: line[h.UID]})
-	}
-	slices.SortFunc(entries, func(x, y slotEntry) int { return cmp.Compare(x.Request, y.Request) })
-	raw, err := json.Marshal(entries)
-	if err != nil {
-		return fmt.Errorf("encoding the slots: %w", err)
-	}
-	key := a.slotsKey()
-	lease := l.lease
-	if lease == nil {
-		lease = &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}
-	} else {
-		lease = lease.DeepCopy()
-	}
-	if lease.Annotations == nil {
-		lease.Annotations = map[string]string{}
-	}
-	lease.Annotations[SlotsAnnotation] = string(raw)
-	if l.lease == nil {
-		err = a.Client.Create(ctx, lease)
-	} else {
-		err = a.Client.Update(ctx, lease)
-	}
-	if err != nil {
-		return fmt.Errorf("writing the slots Lease %s: %w", key, err)
-	}
-	return nil
 }
 
 // lineAhead is what a request joining the line is told: the slot holders, and how
