@@ -291,7 +291,7 @@ func (s *gathering) node(ctx context.Context, name string) error {
 		return err
 	}
 	if s.prev != nil {
-		Unsettled(nf, s.prev.Node)
+		Unsettled(nf, s.prev)
 	}
 	s.f.Node = nf
 	return nil

@@ -105,6 +105,15 @@ func ClassifyNode(name string, node *corev1.Node, nodeLease *coordinationv1.Leas
 	return nf
 }
 
+// settleMargin is how long after the grace runs out a settling heartbeat is looked at
+// again. The decision reads the kubelet's own stamps from the cache; the floor, right
+// before the Lease is deleted, re-reads live and also counts the server's time of the
+// kubelet's last write, which trails the stamp by that write's latency. Deciding on
+// the first moment the stamp is stale would have the floor find the same heartbeat
+// still within its grace on a loaded API server, and fail the request for evidence
+// that settles a moment later.
+const settleMargin = 3 * time.Second
+
 // settleRecheck is how soon a tainted node that still reads Ready=True, with a
 // heartbeat past its grace, is looked at again: the node controller marks it within
 // its monitor period once the grace has run out.
@@ -122,7 +131,7 @@ func settles(nf *v1alpha1.NodeFacts, now time.Time, grace time.Duration) string 
 	if hb == nil {
 		return ""
 	}
-	at := hb.Add(grace + time.Second).Truncate(time.Second)
+	at := hb.Add(grace + settleMargin).Truncate(time.Second)
 	if !at.After(now) {
 		if nf.Ready != string(corev1.ConditionTrue) || !now.Before(hb.Add(2*grace)) {
 			return ""
@@ -141,21 +150,24 @@ func settleClause(at time.Time) string {
 }
 
 // Unsettled takes back the settling time of a node whose conflicting evidence the
-// previous decision already waited on (prev, the same node's facts then), when the
-// kubelet gave a heartbeat since: a kubelet that keeps renewing under a shutdown
-// taint runs, and waiting again would only wait for ever. A second's tolerance keeps a
-// heartbeat read once from the cache and once live (with the server's write time) the
-// same heartbeat.
-func Unsettled(nf, prev *v1alpha1.NodeFacts) {
-	if nf.SettlesAt == nil || prev == nil || prev.Name != nf.Name || prev.SettlesAt == nil || prev.LastHeartbeat == nil || nf.LastHeartbeat == nil {
+// previous decision already waited on (prev, the facts that decision recorded), when
+// the kubelet gave a heartbeat after that decision gathered: a kubelet that keeps
+// renewing under a shutdown taint runs, and waiting again would only wait for ever.
+// A heartbeat written before that gathering but seen only now (a cache that lagged, a
+// server-set write time later than the kubelet's own stamp) is no sign of life since
+// the wait: the evidence then settles from it, a little later. A second's tolerance
+// absorbs the kubelet's clock against the server's.
+func Unsettled(nf *v1alpha1.NodeFacts, prev *v1alpha1.Facts) {
+	if nf.SettlesAt == nil || prev == nil || prev.Node == nil || prev.Node.Name != nf.Name || prev.Node.SettlesAt == nil ||
+		prev.GatheredAt.IsZero() || nf.LastHeartbeat == nil {
 		return
 	}
-	if !nf.LastHeartbeat.After(prev.LastHeartbeat.Add(time.Second)) {
+	if !nf.LastHeartbeat.After(prev.GatheredAt.Add(time.Second)) {
 		return
 	}
 	nf.StateReason = strings.Replace(nf.StateReason, settleClause(nf.SettlesAt.Time),
-		fmt.Sprintf(", and it renewed at %s after the heartbeat of %s the last decision waited on: the kubelet runs",
-			nf.LastHeartbeat.UTC().Format(time.RFC3339), prev.LastHeartbeat.UTC().Format(time.RFC3339)), 1)
+		fmt.Sprintf(", and it renewed at %s, after the last decision waited at %s: the kubelet runs",
+			nf.LastHeartbeat.UTC().Format(time.RFC3339), prev.GatheredAt.UTC().Format(time.RFC3339)), 1)
 	nf.SettlesAt, nf.SettlesInSeconds = nil, 0
 }
 

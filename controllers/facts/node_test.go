@@ -208,8 +208,8 @@ func TestClassifyNodeSettles(t *testing.T) {
 		wantState   v1alpha1.NodeState
 		wantSettles time.Duration // from now; 0: does not settle
 	}{
-		{"tainted, Unknown, heartbeat 20s old: settles when the grace runs out", node(corev1.ConditionUnknown, now.Add(-20*time.Second), v1alpha1.TaintOutOfService), v1alpha1.NodeUnknown, 31 * time.Second},
-		{"tainted, Ready=True, heartbeat 20s old: settles as well", node(corev1.ConditionTrue, now.Add(-20*time.Second), v1alpha1.TaintOutOfService), v1alpha1.NodeUnknown, 31 * time.Second},
+		{"tainted, Unknown, heartbeat 20s old: settles when the grace runs out", node(corev1.ConditionUnknown, now.Add(-20*time.Second), v1alpha1.TaintOutOfService), v1alpha1.NodeUnknown, 33 * time.Second},
+		{"tainted, Ready=True, heartbeat 20s old: settles as well", node(corev1.ConditionTrue, now.Add(-20*time.Second), v1alpha1.TaintOutOfService), v1alpha1.NodeUnknown, 33 * time.Second},
 		{"tainted, Ready=True, heartbeat stale: the node controller has yet to mark it", node(corev1.ConditionTrue, now.Add(-60*time.Second), v1alpha1.TaintOutOfService), v1alpha1.NodeUnknown, 10 * time.Second},
 		{"tainted, Ready=True, heartbeat stale for two graces: does not settle", node(corev1.ConditionTrue, now.Add(-101*time.Second), v1alpha1.TaintOutOfService), v1alpha1.NodeUnknown, 0},
 		{"tainted, heartbeat stale: shut down", node(corev1.ConditionUnknown, now.Add(-time.Hour), v1alpha1.TaintOutOfService), v1alpha1.NodeShutdown, 0},
@@ -233,28 +233,36 @@ func TestClassifyNodeSettles(t *testing.T) {
 }
 
 // TestUnsettled: the decision waited on a tainted node's last heartbeat; if the
-// kubelet renewed since, the contradiction is one time does not settle.
+// kubelet renewed after that decision, the contradiction is one time does not settle.
+// A heartbeat from before it, seen only later, is not a renewal since the wait.
 func TestUnsettled(t *testing.T) {
 	now := time.Date(2026, 11, 19, 5, 47, 54, 0, time.UTC)
 	tainted := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n"},
 		Spec: corev1.NodeSpec{Taints: []corev1.Taint{{Key: v1alpha1.TaintOutOfService, Effect: corev1.TaintEffectNoExecute}}},
 		Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionFalse,
 			LastTransitionTime: metav1.NewTime(now.Add(-time.Hour)), LastHeartbeatTime: metav1.NewTime(now.Add(-5 * time.Second))}}}}
-	prevAt := func(hb time.Duration) *v1alpha1.NodeFacts {
-		p := ClassifyNode("n", withHeartbeat(tainted.DeepCopy(), now.Add(-hb)), nil, now.Add(-time.Minute), 50*time.Second)
+	// prevAt: the facts of a decision that gathered `ago` before now and saw the
+	// heartbeat `hb` before now.
+	prevAt := func(ago, hb time.Duration) *v1alpha1.Facts {
+		p := ClassifyNode("n", withHeartbeat(tainted.DeepCopy(), now.Add(-hb)), nil, now.Add(-ago), 50*time.Second)
 		require.NotNil(t, p.SettlesAt)
-		return &p
+		return &v1alpha1.Facts{GatheredAt: metav1.NewTime(now.Add(-ago)), Node: &p}
 	}
 	for _, tc := range []struct {
 		name    string
-		prev    *v1alpha1.NodeFacts
+		prev    *v1alpha1.Facts
 		settles bool
 	}{
 		{"first decision", nil, true},
-		{"same heartbeat as the last decision", prevAt(5 * time.Second), true},
-		{"renewed since the last decision", prevAt(65 * time.Second), false},
-		{"the last decision did not wait", &v1alpha1.NodeFacts{Name: "n", LastHeartbeat: &metav1.Time{Time: now.Add(-65 * time.Second)}}, true},
-		{"another node", func() *v1alpha1.NodeFacts { p := prevAt(65 * time.Second); p.Name = "m"; return p }(), true},
+		{"same heartbeat as the last decision", prevAt(4*time.Second, 5*time.Second), true},
+		{"renewed since the last decision", prevAt(time.Minute, 65*time.Second), false},
+		{"renewed within a second of the last decision", prevAt(5500*time.Millisecond, 15*time.Second), true},
+		// The kubelet's last heartbeat was written 2s before the last decision, which
+		// read a cache that had not seen it yet (the one before, 10s older).
+		{"a heartbeat from before the last decision, seen late", prevAt(3*time.Second, 15*time.Second), true},
+		{"the last decision did not wait", &v1alpha1.Facts{GatheredAt: metav1.NewTime(now.Add(-time.Minute)),
+			Node: &v1alpha1.NodeFacts{Name: "n", LastHeartbeat: &metav1.Time{Time: now.Add(-65 * time.Second)}}}, true},
+		{"another node", func() *v1alpha1.Facts { p := prevAt(time.Minute, 65*time.Second); p.Node.Name = "m"; return p }(), true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			nf := ClassifyNode("n", tainted.DeepCopy(), nil, now, 50*time.Second)

@@ -110,7 +110,8 @@ func startController(t *testing.T, extraArgs ...string) *controllerproc.Process 
 	}
 	t.Cleanup(func() {
 		c.Stop()
-		if t.Failed() {
+		// E2E_CONTROLLER_LOG=1 prints it after a passing test too, to compare timelines.
+		if t.Failed() || os.Getenv("E2E_CONTROLLER_LOG") != "" {
 			t.Logf("controller log:\n%s", c.Logs())
 		}
 	})
