@@ -7,6 +7,7 @@ import (
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/record"
 	ctrl "sigs.k8s.io/controller-runtime"
 
@@ -51,21 +52,11 @@ func (p *PolicyReloader) Start(ctx context.Context) error {
 	if p.Recorder == nil || p.Pod == nil {
 		log.Info("Policy reload failures are reported in the log and metrics only: the controller's Pod is not known (POD_NAME, POD_NAMESPACE)")
 	}
-	if p.Engine.LoadFailure() != nil {
-		// Started without a policy: say so now (the log, the Event, the gauge the
-		// PolicyReloadFailing alert reads), not one Interval later.
-		p.reload(log)
-	}
-	t := time.NewTicker(p.Interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
-		p.reload(log)
-	}
+	// The first reload is at once: a controller started without a policy says so now
+	// (the log, the Event, the gauge the PolicyReloadFailing alert reads), not one
+	// Interval later; with a good policy it changes nothing.
+	wait.UntilWithContext(ctx, func(context.Context) { p.reload(log) }, p.Interval)
+	return nil
 }
 
 // reload is one attempt.

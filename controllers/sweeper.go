@@ -16,6 +16,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	kerrors "k8s.io/apimachinery/pkg/util/errors"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/record"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -55,18 +56,12 @@ func (s *Sweeper) NeedLeaderElection() bool { return true }
 // logged and tried again at the next tick.
 func (s *Sweeper) Start(ctx context.Context) error {
 	log := ctrl.LoggerFrom(ctx).WithName("sweeper")
-	t := time.NewTicker(cmp.Or(s.Interval, DefaultSweepInterval))
-	defer t.Stop()
-	for {
-		if err := s.Sweep(ctrl.LoggerInto(ctx, log)); err != nil && ctx.Err() == nil {
+	wait.UntilWithContext(ctrl.LoggerInto(ctx, log), func(ctx context.Context) {
+		if err := s.Sweep(ctx); err != nil && ctx.Err() == nil {
 			log.Error(err, "Sweeping leftover cordons")
 		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
-	}
+	}, cmp.Or(s.Interval, DefaultSweepInterval))
+	return nil
 }
 
 // Sweep looks once at every node that carries the cordoned-by mark.

@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -145,25 +147,23 @@ const ServerClockInterval = time.Minute
 // manager.Runnable, on every replica). A failed measure keeps the last reading.
 func (c *ServerClock) Start(ctx context.Context) error {
 	log := ctrl.LoggerFrom(ctx).WithName("server-clock")
-	t := time.NewTicker(ServerClockInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
+	// NonSliding: a measure every interval, however long the last one took.
+	wait.JitterUntilWithContext(ctx, func(ctx context.Context) { c.remeasure(ctx, log) }, ServerClockInterval, 0, false)
+	return nil
+}
+
+// remeasure measures again and logs a reading that moved against the time elapsed.
+func (c *ServerClock) remeasure(ctx context.Context, log logr.Logger) {
+	carried := c.Now()
+	if err := c.Measure(ctx); err != nil {
+		if ctx.Err() == nil {
+			log.Error(err, "Measuring the API server's clock failed; the last reading stays", "offset", c.Offset())
 		}
-		carried := c.Now()
-		if err := c.Measure(ctx); err != nil {
-			if ctx.Err() == nil {
-				log.Error(err, "Measuring the API server's clock failed; the last reading stays", "offset", c.Offset())
-			}
-			continue
-		}
-		// Within a second (Date's resolution), the new reading agrees with the last one
-		// carried forward; more is the server's clock stepped, or this machine suspended.
-		if d := c.Now().Sub(carried); d > time.Second || d < -time.Second {
-			log.Info("The API server's clock moved against the time elapsed here", "moved", d, "offset", c.Offset())
-		}
+		return
+	}
+	// Within a second (Date's resolution), the new reading agrees with the last one
+	// carried forward; more is the server's clock stepped, or this machine suspended.
+	if d := c.Now().Sub(carried); d > time.Second || d < -time.Second {
+		log.Info("The API server's clock moved against the time elapsed here", "moved", d, "offset", c.Offset())
 	}
 }
