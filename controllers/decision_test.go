@@ -11,8 +11,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/remediator/remediator/controllers"
-	"github.com/remediator/remediator/controllers/decisiontest"
 	"github.com/remediator/remediator/policies"
+	"github.com/remediator/remediator/test/decisiontest"
 )
 
 // TestDecide runs the decision table through the one decision path, without a

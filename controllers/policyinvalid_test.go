@@ -13,8 +13,8 @@ import (
 
 	"github.com/remediator/remediator/api/v1alpha1"
 	"github.com/remediator/remediator/controllers"
-	"github.com/remediator/remediator/controllers/decisiontest"
 	"github.com/remediator/remediator/policies"
+	"github.com/remediator/remediator/test/decisiontest"
 )
 
 // TestNoPolicyWaits: a controller that started on policy files that do not load

@@ -7,7 +7,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/remediator/remediator/controllers/decisiontest"
+	"github.com/remediator/remediator/test/decisiontest"
 )
 
 // TestPlanAgreesWithTheController: for every case of the controller's decision
