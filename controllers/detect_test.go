@@ -22,6 +22,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/remediator/remediator/controllers"
+	"github.com/remediator/remediator/controllers/detection"
 	"github.com/remediator/remediator/controllers/facts"
 )
 
@@ -110,7 +111,7 @@ func TestDetectorExportsIncidentsWithSymptoms(t *testing.T) {
 		Metrics: metricsserver.Options{BindAddress: "0"}})
 	require.NoError(t, err)
 	require.NoError(t, controllers.PrepareCache(ctx, mgr))
-	d := &controllers.Detector{Gatherer: controllers.DetectGatherer(mgr, facts.DefaultConfig()), Interval: 200 * time.Millisecond, LeaseAge: 10 * time.Minute}
+	d := &detection.Detector{Gatherer: controllers.DetectGatherer(mgr, facts.DefaultConfig()), Interval: 200 * time.Millisecond, LeaseAge: 10 * time.Minute}
 	require.NoError(t, mgr.Add(d))
 	mctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)

@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/remediator/remediator/api/v1alpha1"
+	"github.com/remediator/remediator/controllers/policyreload"
 	"github.com/remediator/remediator/policies"
 	"github.com/remediator/remediator/remediations"
 )
@@ -36,18 +37,6 @@ var (
 		Help:    "Time from a playbook step's start to its end (StartedAt to CompletedAt), by step and result.",
 		Buckets: []float64{.1, .5, 1, 5, 15, 30, 60, 120, 300, 600, 1800},
 	}, []string{"step", "result"})
-	policyLoadErrors = prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "remediator_policy_load_errors_total",
-		Help: "Failed attempts to reload the policies from --policies-dir; the previous policies stay in use.",
-	})
-	policyInfo = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "remediator_policy_info",
-		Help: "The policies in use: 1 for the current digest and source.",
-	}, []string{"digest", "source"})
-	policyReloadFailing = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "remediator_policy_reload_failing",
-		Help: "1 for the reason (read, syntax, compile, no-policy, unknown-playbook) the policies in --policies-dir were last refused for, while they are; 0 once a reload succeeds. The policy of remediator_policy_info stays in use meanwhile.",
-	}, []string{"reason"})
 	remediationSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name: "remediator_remediation_duration_seconds",
 		Help: "Seconds from a request's decision to its playbook's end (Succeeded or Failed), by remediation and outcome.",
@@ -235,7 +224,7 @@ func runningStep(steps []v1alpha1.StepStatus) *v1alpha1.StepStatus {
 func RegisterMetrics(reader client.Reader, engine *policies.Engine, elected <-chan struct{}, version string) error {
 	buildInfo.WithLabelValues(version, runtime.Version()).Set(1)
 	for _, c := range []prometheus.Collector{requestsTotal, decisionSeconds, stepSeconds, remediationSeconds, buildInfo,
-		policyLoadErrors, policyInfo, policyReloadFailing, decisionsFailedClosed, requestsCollector{reader: reader, elected: elected}} {
+		decisionsFailedClosed, requestsCollector{reader: reader, elected: elected}} {
 		if err := metrics.Registry.Register(c); err != nil {
 			return err
 		}
@@ -243,20 +232,14 @@ func RegisterMetrics(reader client.Reader, engine *policies.Engine, elected <-ch
 	if err := registerVerifyMetrics(); err != nil {
 		return err
 	}
-	setPolicyInfo(engine)
-	// Every series exists from the start, so that an alert on an increase sees the first one.
-	for _, r := range policies.LoadReasons {
-		policyReloadFailing.WithLabelValues(r).Set(0)
+	if err := policyreload.RegisterMetrics(engine); err != nil {
+		return err
 	}
+	// Every series exists from the start, so that an alert on an increase sees the first one.
 	for _, r := range append(failClosedRules, failClosedSafetyFloor) {
 		decisionsFailedClosed.WithLabelValues(r)
 	}
 	return nil
-}
-
-func setPolicyInfo(e *policies.Engine) {
-	policyInfo.Reset()
-	policyInfo.WithLabelValues(e.Digest(), e.Source()).Set(1)
 }
 
 // observeTransitions records what a persisted status patch changed: a new outcome

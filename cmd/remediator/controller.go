@@ -21,7 +21,9 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/remediator/remediator/controllers"
+	"github.com/remediator/remediator/controllers/detection"
 	"github.com/remediator/remediator/controllers/facts"
+	"github.com/remediator/remediator/controllers/policyreload"
 	"github.com/remediator/remediator/policies"
 	"github.com/remediator/remediator/remediations"
 )
@@ -85,7 +87,7 @@ func newControllerCommand() *cobra.Command {
 		"Requests reconciled at once. One request is never reconciled twice at once, and the guards stay exact across workers")
 	f.StringVar(&o.pauseConfigMap, "pause-configmap", controllers.DefaultPauseConfigMap.String(),
 		"namespace/name of the pause ConfigMap that `kubectl remediator pause` writes: while it says paused, no playbook and no step starts")
-	f.DurationVar(&o.detectInterval, "detect-interval", controllers.DefaultDetectInterval,
+	f.DurationVar(&o.detectInterval, "detect-interval", detection.DefaultInterval,
 		"How often the leader scans its informers for stuck Trident Leases and deregistered CSI drivers, as `remediator scan` does, and exports them as remediator_detected_* metrics; 0 disables it")
 	f.StringVar(&o.pprofAddr, "pprof-bind-address", "0", "Address the Go pprof endpoints (/debug/pprof) bind to; 0 disables them")
 	f.DurationVar(&o.policyReloadInterval, "policy-reload-interval", 30*time.Second,
@@ -211,13 +213,13 @@ func runController(ctx context.Context, o controllerOptions) error {
 	if o.detectInterval > 0 {
 		g := controllers.DetectGatherer(mgr, fc)
 		g.Clock = serverClock
-		d := &controllers.Detector{Gatherer: g, Interval: o.detectInterval, LeaseAge: gates.HealthyStuckLeaseAge}
+		d := &detection.Detector{Gatherer: g, Interval: o.detectInterval, LeaseAge: gates.HealthyStuckLeaseAge}
 		if err := d.SetupWithManager(mgr); err != nil {
 			return err
 		}
 	}
 	if o.policiesDir != "" && o.policyReloadInterval > 0 {
-		reloader := &controllers.PolicyReloader{Engine: policy, Interval: o.policyReloadInterval,
+		reloader := &policyreload.Reloader{Engine: policy, Interval: o.policyReloadInterval,
 			Recorder: mgr.GetEventRecorderFor("remediator"), Pod: ownPod()}
 		if err := mgr.Add(reloader); err != nil {
 			return fmt.Errorf("adding the policy reloader: %w", err)

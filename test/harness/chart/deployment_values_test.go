@@ -26,6 +26,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/remediator/remediator/controllers"
+	"github.com/remediator/remediator/controllers/detection"
 	"github.com/remediator/remediator/controllers/facts"
 	"github.com/remediator/remediator/remediations"
 	"github.com/remediator/remediator/test/harness/helmchart"
@@ -208,7 +209,7 @@ func TestDefaultsAreTheFlagDefaults(t *testing.T) {
 		"facts.DefaultNodePluginSelector":                  facts.DefaultNodePluginSelector,
 		"remediations.DefaultGates.UnreachableMinLeaseAge": remediations.DefaultGates.UnreachableMinLeaseAge.String(),
 		"remediations.DefaultGates.HealthyStuckLeaseAge":   remediations.DefaultGates.HealthyStuckLeaseAge.String(),
-		"controllers.DefaultDetectInterval":                controllers.DefaultDetectInterval.String(),
+		"detection.DefaultInterval":                        detection.DefaultInterval.String(),
 		"controllers.DefaultVerifyFixFor":                  controllers.DefaultVerifyFixFor.String(),
 	})
 	// --policy-reload-interval is passed only with policies.

@@ -1,4 +1,4 @@
-package controllers
+package policyreload
 
 import (
 	"context"
@@ -33,7 +33,7 @@ func TestPolicyReloaderReportsNoPolicyAtOnce(t *testing.T) {
 
 	rec := record.NewFakeRecorder(10)
 	pod := &corev1.ObjectReference{Kind: "Pod", Namespace: "remediator-system", Name: "remediator-7d9f-x2"}
-	p := &PolicyReloader{Engine: e, Interval: time.Hour, Recorder: rec, Pod: pod}
+	p := &Reloader{Engine: e, Interval: time.Hour, Recorder: rec, Pod: pod}
 	ctx, cancel := context.WithCancel(ctrl.LoggerInto(context.Background(), ctrl.Log))
 	done := make(chan struct{})
 	go func() { _ = p.Start(ctx); close(done) }()
@@ -41,7 +41,7 @@ func TestPolicyReloaderReportsNoPolicyAtOnce(t *testing.T) {
 
 	select {
 	case ev := <-rec.Events:
-		assert.Contains(t, ev, "Warning "+EventPolicyReloadFailed)
+		assert.Contains(t, ev, "Warning "+EventReloadFailed)
 		assert.Contains(t, ev, "no policy is in use, so nothing is decided")
 	case <-time.After(10 * time.Second):
 		t.Fatal("no Event within 10s of the reloader's start; its interval is an hour")

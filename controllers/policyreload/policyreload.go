@@ -1,4 +1,7 @@
-package controllers
+// Package policyreload re-reads the policy directory on every replica: a ConfigMap
+// mounted there changes in place, and a policy that fails to load is refused and
+// reported while the last good one stays in use.
+package policyreload
 
 import (
 	"context"
@@ -16,11 +19,11 @@ import (
 
 // Event reasons of the policy reloader, on the controller's own Pod.
 const (
-	EventPolicyReloaded     = "PolicyReloaded"
-	EventPolicyReloadFailed = "PolicyReloadFailed"
+	EventReloaded     = "PolicyReloaded"
+	EventReloadFailed = "PolicyReloadFailed"
 )
 
-// PolicyReloader re-reads --policies-dir periodically: a ConfigMap mounted there is
+// Reloader re-reads --policies-dir periodically: a ConfigMap mounted there is
 // updated in place by the kubelet, and the controller should decide with the policy
 // that was reviewed and merged without a restart.
 //
@@ -34,7 +37,7 @@ const (
 // on the controller's own Pod (Pod, from the downward API), where `kubectl describe
 // pod` shows it; without a Pod (run outside a cluster) there is no Event and the log
 // and metrics say it alone. Each replica reloads, and reports, for itself.
-type PolicyReloader struct {
+type Reloader struct {
 	Engine   *policies.Engine
 	Interval time.Duration
 	// Recorder and Pod receive the reload Events; either nil means none.
@@ -47,7 +50,7 @@ type PolicyReloader struct {
 }
 
 // Start runs until ctx ends.
-func (p *PolicyReloader) Start(ctx context.Context) error {
+func (p *Reloader) Start(ctx context.Context) error {
 	log := ctrl.LoggerFrom(ctx).WithName("policy-reloader")
 	if p.Recorder == nil || p.Pod == nil {
 		log.Info("Policy reload failures are reported in the log and metrics only: the controller's Pod is not known (POD_NAME, POD_NAMESPACE)")
@@ -60,7 +63,7 @@ func (p *PolicyReloader) Start(ctx context.Context) error {
 }
 
 // reload is one attempt.
-func (p *PolicyReloader) reload(log logr.Logger) {
+func (p *Reloader) reload(log logr.Logger) {
 	changed, err := p.Engine.Reload()
 	source, digest := p.Engine.Source(), p.Engine.Digest()
 	if err != nil {
@@ -80,13 +83,13 @@ func (p *PolicyReloader) reload(log logr.Logger) {
 		p.lastErr = err.Error()
 		if digest == policies.NoPolicy {
 			log.Error(err, "Loading policies failed; no policy is in use, so nothing is decided", "reason", reason, "source", source)
-			p.event(corev1.EventTypeWarning, EventPolicyReloadFailed,
+			p.event(corev1.EventTypeWarning, EventReloadFailed,
 				"The policies in %s were refused (%s: %v); no policy is in use, so nothing is decided: requests wait (reason PolicyInvalid). Fix the policy files; they are read again every %s.",
 				source, reason, err, p.Interval)
 			return
 		}
 		log.Error(err, "Reloading policies failed; the last good policy stays in use", "reason", reason, "source", source, "digestKept", digest)
-		p.event(corev1.EventTypeWarning, EventPolicyReloadFailed,
+		p.event(corev1.EventTypeWarning, EventReloadFailed,
 			"The policies in %s were refused (%s: %v); the last good policy %s stays in use. Fix the policy files; they are read again every %s.", source, reason, err, digest, p.Interval)
 		return
 	}
@@ -101,13 +104,13 @@ func (p *PolicyReloader) reload(log logr.Logger) {
 	case changed:
 		setPolicyInfo(p.Engine)
 		log.Info("Reloaded policies", "source", source, "digest", digest)
-		p.event(corev1.EventTypeNormal, EventPolicyReloaded, "Reloaded the policies in %s: now deciding with policy %s.", source, digest)
+		p.event(corev1.EventTypeNormal, EventReloaded, "Reloaded the policies in %s: now deciding with policy %s.", source, digest)
 	case wasFailing:
 		log.Info("The policies load again, unchanged from the policy in use", "source", source, "digest", digest)
 	}
 }
 
-func (p *PolicyReloader) event(eventType, reason, format string, args ...any) {
+func (p *Reloader) event(eventType, reason, format string, args ...any) {
 	if p.Recorder == nil || p.Pod == nil {
 		return
 	}
@@ -116,4 +119,4 @@ func (p *PolicyReloader) event(eventType, reason, format string, args ...any) {
 
 // NeedLeaderElection is false: every replica must decide with the current policy
 // once it becomes the leader.
-func (p *PolicyReloader) NeedLeaderElection() bool { return false }
+func (p *Reloader) NeedLeaderElection() bool { return false }

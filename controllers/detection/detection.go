@@ -1,4 +1,7 @@
-package controllers
+// Package detection is continuous detection: the leader scans the cluster for the two
+// incidents from the controller's informers and exports what it finds as metrics, for
+// the alerts. It never writes; acting on a finding is a request reviewed in Git.
+package detection
 
 import (
 	"context"
@@ -19,8 +22,8 @@ import (
 	"github.com/remediator/remediator/controllers/facts"
 )
 
-// DefaultDetectInterval is how often the controller looks for the two incidents.
-const DefaultDetectInterval = 30 * time.Second
+// DefaultInterval is how often the controller looks for the two incidents.
+const DefaultInterval = 30 * time.Second
 
 // Detector runs `remediator scan` continuously, from the controller's informers, and
 // exports what it finds: the stuck Leases (with their holder's state and age), the
