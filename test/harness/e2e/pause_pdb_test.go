@@ -57,12 +57,16 @@ func TestPauseFreezesAHeldEvictionsTimeout(t *testing.T) {
 		assert.Equal(c, v1alpha1.ReasonPaused, reason, describe(rr))
 		assert.NotNil(c, eviction(rr).PausedSince, "the pause is journaled on the running eviction: %+v", rr.Status.Steps)
 	}, 30*time.Second, poll, "the eviction held by the pause")
-	started := eviction(rr).StartedAt
+	started, pausedSince := eviction(rr).StartedAt, eviction(rr).PausedSince
 	require.NotNil(t, started, describe(rr))
 
 	// Let the eviction timeout pass on the wall clock while paused, then wake the held
 	// request: it must read the pause again after the timeout, not only before it.
-	time.Sleep(time.Until(started.Add(pauseEvictionTimeout + 5*time.Second)))
+	// Counted from when the controller journaled the pause, which on a loaded machine
+	// comes seconds after the step started: the pause itself then lasts longer than
+	// the timeout too.
+	time.Sleep(time.Until(pausedSince.Add(pauseEvictionTimeout + 5*time.Second)))
+	require.True(t, time.Now().After(started.Add(pauseEvictionTimeout)), "the eviction timeout passed on the wall clock")
 	remediatorCLI(t, "pause", "--reason", "INC-4713: array firmware, second pass", "--pause-configmap", pauseCM)
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		require.NoError(c, k8s.Get(ctx, h.key, rr))
