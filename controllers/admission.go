@@ -67,6 +67,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/remediator/remediator/api/v1alpha1"
+	"github.com/remediator/remediator/controllers/requests"
 	"github.com/remediator/remediator/remediations"
 )
 
@@ -128,7 +129,7 @@ type Admission struct {
 func (a *Admission) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("admission").
-		Watches(NewUnstructuredRequest(), handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []reconcile.Request {
+		Watches(requests.NewUnstructured(), handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []reconcile.Request {
 			return []reconcile.Request{admissionKey}
 		}), builder.WithPredicates(a.lineChanged())).
 		Watches(&corev1.ConfigMap{}, handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []reconcile.Request {
@@ -148,7 +149,7 @@ func (a *Admission) lineChanged() predicate.Funcs {
 		if !ok {
 			return notInLine
 		}
-		rr := guardView(u)
+		rr := requests.GuardView(u)
 		return stateOf(&rr, a.Playbooks)
 	}
 	return predicate.Funcs{
@@ -249,12 +250,12 @@ func (a *Admission) stepTimeout() time.Duration {
 // first one's, when each namespace is listed on its own.
 func (a *Admission) list(ctx context.Context) ([]v1alpha1.RemediationRequest, string, error) {
 	if len(a.Namespaces) == 0 {
-		return listRequestsAt(ctx, a.Reader)
+		return requests.ListAt(ctx, a.Reader)
 	}
 	var out []v1alpha1.RemediationRequest
 	var at string
 	for _, ns := range a.Namespaces {
-		l, rv, err := listRequestsAt(ctx, a.Reader, client.InNamespace(ns))
+		l, rv, err := requests.ListAt(ctx, a.Reader, client.InNamespace(ns))
 		if err != nil {
 			return nil, "", err
 		}
@@ -366,7 +367,7 @@ func Admit(all []v1alpha1.RemediationRequest, reserved map[types.UID]string, max
 			line = append(line, rr)
 		}
 	}
-	slices.SortFunc(line, olderFirst)
+	slices.SortFunc(line, requests.OlderFirst)
 	held := func(rr v1alpha1.RemediationRequest) {
 		view := rr
 		view.Status.Phase = v1alpha1.PhaseRunning
@@ -423,7 +424,7 @@ func lineAhead(self *v1alpha1.RemediationRequest, others []v1alpha1.RemediationR
 		case holdsSlot:
 			held = append(held, o)
 		case inLine:
-			if olderFirst(o, *self) < 0 {
+			if requests.OlderFirst(o, *self) < 0 {
 				ahead++
 			}
 		}

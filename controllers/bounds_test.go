@@ -24,6 +24,7 @@ import (
 
 	"github.com/remediator/remediator/api/v1alpha1"
 	"github.com/remediator/remediator/controllers"
+	"github.com/remediator/remediator/controllers/sweeper"
 	"github.com/remediator/remediator/remediations"
 	"github.com/remediator/remediator/test/stage"
 )
@@ -199,7 +200,7 @@ func TestRestoreThatKeepsFailingEndsFailed(t *testing.T) {
 		assert.True(t, nodeCordoned(t, node), "the restore failed, so the cordon stays")
 
 		// The sweeper, with a client the API server answers, undoes the leftover.
-		require.NoError(t, (&controllers.Sweeper{Client: env.Client, Reader: env.Client}).Sweep(ctx))
+		require.NoError(t, (&sweeper.Sweeper{Client: env.Client, Reader: env.Client}).Sweep(ctx))
 		assert.False(t, nodeCordoned(t, node), "the sweeper uncordons the node of a Failed request")
 	})
 	t.Run("on deletion", func(t *testing.T) {
@@ -215,7 +216,7 @@ func TestRestoreThatKeepsFailingEndsFailed(t *testing.T) {
 			return apierrors.IsNotFound(env.Client.Get(ctx, key, &v1alpha1.RemediationRequest{}))
 		}, 30*time.Second, 100*time.Millisecond, "the deleted request kept its finalizer while its restore failed")
 		assert.True(t, nodeCordoned(t, node), "the restore failed, so the cordon stays")
-		require.NoError(t, (&controllers.Sweeper{Client: env.Client, Reader: env.Client}).Sweep(ctx))
+		require.NoError(t, (&sweeper.Sweeper{Client: env.Client, Reader: env.Client}).Sweep(ctx))
 		assert.False(t, nodeCordoned(t, node), "the sweeper uncordons the node of a request that is gone")
 	})
 }

@@ -31,6 +31,7 @@ import (
 	"github.com/remediator/remediator/api/v1alpha1"
 	"github.com/remediator/remediator/controllers"
 	"github.com/remediator/remediator/controllers/facts"
+	"github.com/remediator/remediator/controllers/requests"
 	"github.com/remediator/remediator/policies"
 	"github.com/remediator/remediator/test/testenv"
 )
@@ -354,7 +355,7 @@ func TestStatusCannotChooseWhichPodsAreEvicted(t *testing.T) {
 	}
 	// The controller writes the request too (the refused eviction's retries).
 	require.NoError(t, retry.RetryOnConflict(retry.DefaultBackoff, func() error {
-		u := controllers.NewUnstructuredRequest()
+		u := requests.NewUnstructured()
 		if err := env.Client.Get(ctx, key, u); err != nil {
 			return err
 		}
@@ -421,7 +422,7 @@ func TestUndecodableRequestDoesNotStallOthers(t *testing.T) {
 			return false
 		}
 		for _, ev := range events.Items {
-			if ev.InvolvedObject.Name == "poison" && ev.Reason == controllers.EventUndecodable && strings.Contains(ev.Message, "duration") {
+			if ev.InvolvedObject.Name == "poison" && ev.Reason == requests.EventUndecodable && strings.Contains(ev.Message, "duration") {
 				return true
 			}
 		}

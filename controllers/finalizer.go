@@ -39,12 +39,6 @@ func (r *RemediationRequestReconciler) ensureFinalizer(ctx context.Context, rr *
 	return nil
 }
 
-// playbookEnded: the playbook ran and ended (Succeeded or Failed), so there is
-// nothing left to restore and nothing will act on the request again.
-func playbookEnded(p v1alpha1.Phase) bool {
-	return p == v1alpha1.PhaseSucceeded || p == v1alpha1.PhaseFailed
-}
-
 // releaseFinalizer removes the restore finalizer from a request whose playbook
 // ended: it restored what it changed (uncordon is its own last step, and a failure
 // restores before the Failed write), so its deletion need not wait for a
@@ -74,7 +68,7 @@ func (r *RemediationRequestReconciler) releaseFinalizer(ctx context.Context, rr 
 // decide), as the deferred write would record.
 func (r *RemediationRequestReconciler) releaseIdle(ctx context.Context, s *scope) error {
 	rr := s.rr
-	if rr.Status.Phase == v1alpha1.PhaseRunning || playbookEnded(rr.Status.Phase) || !controllerutil.ContainsFinalizer(rr, v1alpha1.Finalizer) {
+	if rr.Status.Phase == v1alpha1.PhaseRunning || rr.Status.Phase.PlaybookEnded() || !controllerutil.ContainsFinalizer(rr, v1alpha1.Finalizer) {
 		return nil
 	}
 	rr.Status.ObservedGeneration = rr.Generation

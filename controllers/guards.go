@@ -17,7 +17,6 @@ package controllers
 // preconditions and the second finds it gone.
 
 import (
-	"cmp"
 	"context"
 	"slices"
 	"sync"
@@ -29,6 +28,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/remediator/remediator/api/v1alpha1"
+	"github.com/remediator/remediator/controllers/requests"
 	"github.com/remediator/remediator/remediations"
 )
 
@@ -97,19 +97,19 @@ func waitsForConflict(rr *v1alpha1.RemediationRequest) bool {
 
 // IndexRequests registers IndexGuard on the manager's cache of unstructured requests.
 func IndexRequests(ctx context.Context, indexer client.FieldIndexer, playbooks remediations.Playbooks) error {
-	return indexer.IndexField(ctx, NewUnstructuredRequest(), IndexGuard, func(o client.Object) []string {
+	return indexer.IndexField(ctx, requests.NewUnstructured(), IndexGuard, func(o client.Object) []string {
 		u, ok := o.(*unstructured.Unstructured)
 		if !ok {
 			return nil
 		}
-		rr := guardView(u)
+		rr := requests.GuardView(u)
 		return guardKeys(&rr, playbooks)
 	})
 }
 
 // listGuard lists the requests in scope under one index key, in the guards' view.
 func (r *RemediationRequestReconciler) listGuard(ctx context.Context, key string) ([]v1alpha1.RemediationRequest, error) {
-	list, err := ListRequests(ctx, r.Client, client.MatchingFields{IndexGuard: key})
+	list, err := requests.List(ctx, r.Client, client.MatchingFields{IndexGuard: key})
 	if err != nil {
 		return nil, err
 	}
@@ -141,17 +141,8 @@ func (r *RemediationRequestReconciler) guardOthers(ctx context.Context, f *v1alp
 			}
 		}
 	}
-	slices.SortFunc(out, olderFirst)
+	slices.SortFunc(out, requests.OlderFirst)
 	return out, nil
-}
-
-// olderFirst orders requests by creation time, then namespace/name: the order
-// waiting requests are served in.
-func olderFirst(a, b v1alpha1.RemediationRequest) int {
-	if c := a.CreationTimestamp.Compare(b.CreationTimestamp.Time); c != 0 {
-		return c
-	}
-	return cmp.Compare(a.Namespace+"/"+a.Name, b.Namespace+"/"+b.Name)
 }
 
 // wake maps a request that stopped running to the requests waiting for another
@@ -161,7 +152,7 @@ func (r *RemediationRequestReconciler) wake(ctx context.Context, o client.Object
 	if !ok {
 		return nil
 	}
-	f := guardView(u).Status.Facts
+	f := requests.GuardView(u).Status.Facts
 	if f == nil {
 		return nil
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/remediator/remediator/api/v1alpha1"
 	"github.com/remediator/remediator/controllers/policyreload"
+	"github.com/remediator/remediator/controllers/requests"
 	"github.com/remediator/remediator/policies"
 	"github.com/remediator/remediator/remediations"
 )
@@ -110,7 +111,7 @@ func (c requestsCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	list, err := ListRequests(ctx, c.reader)
+	list, err := requests.List(ctx, c.reader)
 	if err != nil {
 		ch <- prometheus.NewInvalidMetric(activeDesc, err)
 		ch <- prometheus.NewInvalidMetric(waitingDesc, err)
@@ -317,7 +318,7 @@ func observeFailedClosed(rr *v1alpha1.RemediationRequest) {
 // remediationDuration is how long a finished playbook took from its decision to its
 // last step's end; ok is false for a request that did not finish a playbook.
 func remediationDuration(rr *v1alpha1.RemediationRequest) (time.Duration, bool) {
-	if !playbookEnded(rr.Status.Phase) || rr.Status.Decision == nil ||
+	if !rr.Status.Phase.PlaybookEnded() || rr.Status.Decision == nil ||
 		rr.Status.Decision.DecidedAt.IsZero() {
 		return 0, false
 	}

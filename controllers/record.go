@@ -37,7 +37,7 @@ const commitUnknown = "unknown: no " + v1alpha1.AnnotationGitCommit + " annotati
 // reason, so setReadiness runs first.
 func setOutcome(before, after *v1alpha1.RemediationRequest, now time.Time) {
 	st := &after.Status
-	if !terminalPhase(st.Phase) {
+	if !st.Phase.Terminal() {
 		st.Outcome = nil
 		return
 	}

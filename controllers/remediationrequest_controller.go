@@ -28,6 +28,7 @@ import (
 
 	"github.com/remediator/remediator/api/v1alpha1"
 	"github.com/remediator/remediator/controllers/facts"
+	"github.com/remediator/remediator/controllers/requests"
 	"github.com/remediator/remediator/policies"
 	"github.com/remediator/remediator/remediations"
 	"github.com/remediator/remediator/remediations/failpoint"
@@ -146,9 +147,9 @@ func (r *RemediationRequestReconciler) SetupWithManager(mgr ctrl.Manager) error 
 		return fmt.Errorf("setting up the pause watcher: %w", err)
 	}
 	b := ctrl.NewControllerManagedBy(mgr).
-		For(NewUnstructuredRequest(), builder.WithPredicates(
+		For(requests.NewUnstructured(), builder.WithPredicates(
 			predicate.Or(predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}, journalAdvanced, slotGranted, slotGivenBack))).
-		Watches(NewUnstructuredRequest(), handler.EnqueueRequestsFromMapFunc(r.wake), builder.WithPredicates(stoppedRunning)).
+		Watches(requests.NewUnstructured(), handler.EnqueueRequestsFromMapFunc(r.wake), builder.WithPredicates(stoppedRunning)).
 		Watches(&corev1.ConfigMap{}, handler.EnqueueRequestsFromMapFunc(r.wakePaused), builder.WithPredicates(isPauseObject(r.pauseKey())))
 	if r.VerifyFixFor > 0 {
 		// The objects a fix is verified on, from the cache the facts are read from
@@ -175,7 +176,7 @@ func (r *RemediationRequestReconciler) Reconcile(ctx context.Context, req ctrl.R
 	if !r.inScope(req.Namespace) {
 		return ctrl.Result{}, nil
 	}
-	u := NewUnstructuredRequest()
+	u := requests.NewUnstructured()
 	if err := r.Client.Get(ctx, req.NamespacedName, u); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
@@ -188,12 +189,12 @@ func (r *RemediationRequestReconciler) Reconcile(ctx context.Context, req ctrl.R
 	}
 	log := ctrl.LoggerFrom(ctx).WithValues("remediationRequest", klog.KObj(u))
 	ctx = ctrl.LoggerInto(ctx, log)
-	rr, err := DecodeRequest(u)
+	rr, err := requests.Decode(u)
 	if err != nil {
 		// Not retried: only an edit of the object (a new generation) can fix it, and
 		// that triggers a reconcile. Every other request goes on being decided.
 		log.Error(err, "Cannot decode the request; it is not decided until it is fixed")
-		r.Recorder.Eventf(u, corev1.EventTypeWarning, EventUndecodable,
+		r.Recorder.Eventf(u, corev1.EventTypeWarning, requests.EventUndecodable,
 			"The controller cannot decode this request (%v); it is not decided until it is fixed. Other requests are not affected.", err)
 		return ctrl.Result{}, nil
 	}
@@ -213,7 +214,7 @@ func (r *RemediationRequestReconciler) Reconcile(ctx context.Context, req ctrl.R
 	if !rr.DeletionTimestamp.IsZero() {
 		return r.reconcileDelete(ctx, s)
 	}
-	if playbookEnded(rr.Status.Phase) {
+	if rr.Status.Phase.PlaybookEnded() {
 		// Final: a later edit of the spec is seen (observedGeneration, and Ready for
 		// that generation, so that kubectl wait and kstatus are not left waiting) but
 		// never acted on. A crash (or an older version) may also have come between the
@@ -242,7 +243,7 @@ func (r *RemediationRequestReconciler) Reconcile(ctx context.Context, req ctrl.R
 			retErr = kerrors.NewAggregate([]error{retErr, err})
 			return
 		}
-		if retErr == nil && playbookEnded(rr.Status.Phase) {
+		if retErr == nil && rr.Status.Phase.PlaybookEnded() {
 			retErr = r.releaseFinalizer(ctx, rr)
 		}
 	}()
@@ -450,12 +451,6 @@ func (r *RemediationRequestReconciler) setCondition(rr *v1alpha1.RemediationRequ
 	})
 }
 
-// terminalPhase: the playbook ended, or the request was rejected; only a new
-// generation of the spec (or a recheck of a rejection) decides it again.
-func terminalPhase(p v1alpha1.Phase) bool {
-	return playbookEnded(p) || p == v1alpha1.PhaseRejected
-}
-
 // patchStatus writes the status once, as a merge patch guarded by the resourceVersion
 // it was computed from, and skips the call when nothing changed. Every string in it
 // is bounded first (boundStatus): one the API server would refuse would fail this
@@ -473,7 +468,7 @@ func (r *RemediationRequestReconciler) patchStatus(ctx context.Context, s *scope
 	// Only a write the API server applied moves the resourceVersion: a patch of
 	// sub-second times that the stored form rounds away changes nothing, and waiting
 	// for the cache to move past from would then wait forever.
-	if err == nil && s.rr.ResourceVersion != from && !terminalPhase(s.rr.Status.Phase) {
+	if err == nil && s.rr.ResourceVersion != from && !s.rr.Status.Phase.Terminal() {
 		r.written.wrote(s.rr.UID, from)
 	}
 	if err != nil && !apierrors.IsNotFound(err) {

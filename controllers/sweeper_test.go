@@ -12,7 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/remediator/remediator/api/v1alpha1"
-	"github.com/remediator/remediator/controllers"
+	"github.com/remediator/remediator/controllers/sweeper"
 	"github.com/remediator/remediator/remediations"
 )
 
@@ -100,7 +100,7 @@ func TestSweeperReleasesLeftoverCordons(t *testing.T) {
 	require.NoError(t, env.Client.Create(ctx, before))
 	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), before) })
 
-	require.NoError(t, (&controllers.Sweeper{Client: env.Client, Reader: env.Client}).Sweep(ctx))
+	require.NoError(t, (&sweeper.Sweeper{Client: env.Client, Reader: env.Client}).Sweep(ctx))
 	for _, tc := range cases {
 		cordoned, mark := nodeState(t, tc.node)
 		assert.Equal(t, tc.wantCordoned, cordoned, "node %s (mark %s): cordoned", tc.node, tc.owner)

@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	"github.com/remediator/remediator/api/v1alpha1"
+	"github.com/remediator/remediator/controllers/requests"
 )
 
 // stepStates reads status.steps[*].state without decoding the rest of the object.
@@ -39,10 +40,10 @@ var journalAdvanced = predicate.Funcs{
 	DeleteFunc:  func(event.DeleteEvent) bool { return false },
 	GenericFunc: func(event.GenericEvent) bool { return false },
 	UpdateFunc: func(e event.UpdateEvent) bool {
-		if phaseOf(e.ObjectNew) != v1alpha1.PhaseRunning {
+		if requests.PhaseOf(e.ObjectNew) != v1alpha1.PhaseRunning {
 			return false
 		}
-		return phaseOf(e.ObjectOld) != v1alpha1.PhaseRunning || !slices.Equal(stepStates(e.ObjectOld), stepStates(e.ObjectNew))
+		return requests.PhaseOf(e.ObjectOld) != v1alpha1.PhaseRunning || !slices.Equal(stepStates(e.ObjectOld), stepStates(e.ObjectNew))
 	},
 }
 
@@ -58,7 +59,7 @@ var slotGranted = predicate.Funcs{
 			if !ok {
 				return false
 			}
-			rr := guardView(u)
+			rr := requests.GuardView(u)
 			return granted(&rr)
 		}
 		return isGranted(e.ObjectNew) && !isGranted(e.ObjectOld)
@@ -77,21 +78,11 @@ var slotGivenBack = predicate.Funcs{
 			if !ok {
 				return false
 			}
-			rr := guardView(u)
+			rr := requests.GuardView(u)
 			return slotExpired(&rr)
 		}
 		return expired(e.ObjectNew) && !expired(e.ObjectOld)
 	},
-}
-
-// phaseOf reads status.phase without decoding the rest of the object.
-func phaseOf(o client.Object) v1alpha1.Phase {
-	u, ok := o.(*unstructured.Unstructured)
-	if !ok {
-		return ""
-	}
-	p, _, _ := unstructured.NestedString(u.Object, "status", "phase")
-	return v1alpha1.Phase(p)
 }
 
 // stoppedRunning passes a request whose playbook just stopped (finished, failed,
@@ -105,8 +96,8 @@ var stoppedRunning = predicate.Funcs{
 	CreateFunc:  func(event.CreateEvent) bool { return false },
 	GenericFunc: func(event.GenericEvent) bool { return false },
 	UpdateFunc: func(e event.UpdateEvent) bool {
-		old, cur := phaseOf(e.ObjectOld), phaseOf(e.ObjectNew)
-		return (old == v1alpha1.PhaseRunning && cur != v1alpha1.PhaseRunning) || (!terminalPhase(old) && terminalPhase(cur))
+		old, cur := requests.PhaseOf(e.ObjectOld), requests.PhaseOf(e.ObjectNew)
+		return (old == v1alpha1.PhaseRunning && cur != v1alpha1.PhaseRunning) || (!old.Terminal() && cur.Terminal())
 	},
-	DeleteFunc: func(e event.DeleteEvent) bool { return phaseOf(e.Object) == v1alpha1.PhaseRunning },
+	DeleteFunc: func(e event.DeleteEvent) bool { return requests.PhaseOf(e.Object) == v1alpha1.PhaseRunning },
 }

@@ -8,6 +8,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	"github.com/remediator/remediator/api/v1alpha1"
+	"github.com/remediator/remediator/controllers/requests"
 )
 
 // TestStoppedRunningWakesOnEveryStop: the wake-up of the requests waiting for a slot
@@ -15,7 +16,7 @@ import (
 // never saw (a watch cut while it ran).
 func TestStoppedRunningWakesOnEveryStop(t *testing.T) {
 	withPhase := func(p v1alpha1.Phase) *unstructured.Unstructured {
-		u := NewUnstructuredRequest()
+		u := requests.NewUnstructured()
 		if p != "" {
 			_ = unstructured.SetNestedField(u.Object, string(p), "status", "phase")
 		}

@@ -25,6 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/remediator/remediator/controllers/facts"
+	"github.com/remediator/remediator/controllers/sweeper"
 )
 
 // Event fields the gatherer selects LeaseRetained events by; the cache indexes each.
@@ -148,8 +149,8 @@ func stripNode(obj any) (any, error) {
 // wait for their first list. It also adds the sweeper, which lists the nodes of the
 // same cache (see Sweeper), so that every manager wired here runs it.
 func PrepareCache(ctx context.Context, mgr ctrl.Manager) error {
-	sweeper := &Sweeper{Client: mgr.GetClient(), Reader: LiveReader(mgr), Recorder: mgr.GetEventRecorderFor("remediator")}
-	if err := mgr.Add(sweeper); err != nil {
+	sw := &sweeper.Sweeper{Client: mgr.GetClient(), Reader: LiveReader(mgr), Recorder: mgr.GetEventRecorderFor("remediator")}
+	if err := mgr.Add(sw); err != nil {
 		return fmt.Errorf("adding the cordon sweeper: %w", err)
 	}
 	for field, value := range eventFields {

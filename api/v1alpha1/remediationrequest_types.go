@@ -221,6 +221,14 @@ const (
 	PhaseFailed    Phase = "Failed"
 )
 
+// PlaybookEnded reports that the playbook ran and ended (Succeeded or Failed), so there is
+// nothing left to restore and nothing will act on the request again.
+func (p Phase) PlaybookEnded() bool { return p == PhaseSucceeded || p == PhaseFailed }
+
+// Terminal reports that the request reached an outcome (Succeeded, Failed or Rejected); only a
+// new generation of its spec (or a recheck of a rejection) decides it again.
+func (p Phase) Terminal() bool { return p.PlaybookEnded() || p == PhaseRejected }
+
 // RemediationRequestStatus is the controller's account of the request.
 type RemediationRequestStatus struct {
 	// ObservedGeneration is the spec generation the last successful reconcile acted on.

@@ -22,8 +22,8 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/remediator/remediator/api/v1alpha1"
-	"github.com/remediator/remediator/controllers"
 	"github.com/remediator/remediator/controllers/facts"
+	"github.com/remediator/remediator/controllers/requests"
 	"github.com/remediator/remediator/remediations"
 )
 
@@ -214,7 +214,7 @@ func planAccepted(in planInput) bool { return in.rr != nil && len(in.errs) == 0 
 // every document is either a request to decide or an error, and a file yields at
 // least one of them; and every request plan accepts satisfies the CRD's constraints
 // (checked here on the typed request, independently of the CRD-driven validation of
-// the raw object), decodes in the controller (controllers.DecodeRequest, from the
+// the raw object), decodes in the controller (requests.Decode, from the
 // same JSON), is accepted again from its own encoding with the same spec, and has a
 // maintenance window that evaluates without panicking. Whether the API server agrees
 // with plan is checked on the corpus by TestPlanAgreesWithAdmissionOnTheCorpus.
@@ -291,7 +291,7 @@ func checkAcceptedRequest(t *testing.T, rr *v1alpha1.RemediationRequest, doc []b
 	// What plan accepts, the controller can decode.
 	var obj map[string]any
 	require.NoError(t, json.Unmarshal(doc, &obj))
-	_, err := controllers.DecodeRequest(&unstructured.Unstructured{Object: obj})
+	_, err := requests.Decode(&unstructured.Unstructured{Object: obj})
 	require.NoError(t, err, "plan accepts a request the controller cannot decode")
 
 	// And plan accepts its own reading of the request again.

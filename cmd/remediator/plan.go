@@ -23,6 +23,7 @@ import (
 	"github.com/remediator/remediator/api/v1alpha1"
 	"github.com/remediator/remediator/controllers"
 	"github.com/remediator/remediator/controllers/facts"
+	"github.com/remediator/remediator/controllers/requests"
 	"github.com/remediator/remediator/policies"
 	"github.com/remediator/remediator/policies/kustomized"
 	"github.com/remediator/remediator/remediations"
@@ -388,7 +389,7 @@ func (p *planner) plan(ctx context.Context, in planInput) planResult {
 			return fail(fmt.Sprintf("gathering facts: %v", err))
 		}
 		rr.Status.Facts = f
-		if others, err = controllers.ListRequests(ctx, p.reader); err != nil {
+		if others, err = requests.List(ctx, p.reader); err != nil {
 			return fail(err.Error())
 		}
 	}

@@ -1,4 +1,4 @@
-package controllers
+package requests
 
 import (
 	"encoding/json"
@@ -29,7 +29,7 @@ var fuzzTimes = []time.Time{
 
 // FuzzDecodeRequest decodes objects as the controller reads them from the API server
 // (an unstructured RemediationRequest, numbers as int64 or float64) and checks that
-// nothing a stored object can hold stops the controller: DecodeRequest and guardView
+// nothing a stored object can hold stops the controller: Decode and GuardView
 // never panic; an error names the request; a decoded request keeps the object's
 // identity, decodes again from its own encoding to the same encoding, and its
 // maintenance window evaluates (MaintenanceWindow, as the decision and the stop check
@@ -38,7 +38,7 @@ var fuzzTimes = []time.Time{
 // name and its status.phase, so that a Running request still holds its node.
 func FuzzDecodeRequest(f *testing.F) {
 	var seeds []string
-	for _, glob := range []string{"../examples/requests/*.yaml", "../examples/remediation-repo/requests/*.yaml", "../cmd/remediator/testdata/plan/*.yaml"} {
+	for _, glob := range []string{"../../examples/requests/*.yaml", "../../examples/remediation-repo/requests/*.yaml", "../../cmd/remediator/testdata/plan/*.yaml"} {
 		files, err := filepath.Glob(glob)
 		require.NoError(f, err)
 		require.NotEmpty(f, files, glob)
@@ -75,10 +75,10 @@ func FuzzDecodeRequest(f *testing.F) {
 			return // the API server stores only JSON objects
 		}
 		u := &unstructured.Unstructured{Object: obj}
-		u.SetGroupVersionKind(RequestGVK)
+		u.SetGroupVersionKind(GVK)
 
-		view := guardView(u)
-		rr, err := DecodeRequest(u)
+		view := GuardView(u)
+		rr, err := Decode(u)
 		if err != nil {
 			require.Nil(t, rr)
 			require.True(t, strings.HasPrefix(err.Error(), "decoding RemediationRequest "+u.GetNamespace()+"/"+u.GetName()+": "), "the error does not name the request: %v", err)
@@ -102,7 +102,7 @@ func FuzzDecodeRequest(f *testing.F) {
 		// from it, and reads back what it wrote.
 		enc, err := runtime.DefaultUnstructuredConverter.ToUnstructured(rr)
 		require.NoError(t, err)
-		again, err := DecodeRequest(&unstructured.Unstructured{Object: enc})
+		again, err := Decode(&unstructured.Unstructured{Object: enc})
 		require.NoError(t, err, "a decoded request does not decode from its own encoding")
 		enc2, err := runtime.DefaultUnstructuredConverter.ToUnstructured(again)
 		require.NoError(t, err)
@@ -131,7 +131,7 @@ func FuzzDecodeRequest(f *testing.F) {
 }
 
 // metadataDecodes reports whether the object's metadata alone decodes, which is what
-// guardView needs to keep the name.
+// GuardView needs to keep the name.
 func metadataDecodes(md map[string]any) bool {
 	rr := v1alpha1.RemediationRequest{}
 	return runtime.DefaultUnstructuredConverter.FromUnstructured(map[string]any{"metadata": md}, &rr) == nil

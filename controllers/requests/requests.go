@@ -1,6 +1,9 @@
-package controllers
+// Package requests reads RemediationRequests as the controller's runnables do:
+// unstructured, each decoded on its own, in the order they came.
+package requests
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -18,22 +21,22 @@ import (
 // without its schema) would stop every other request from being decided. Read this
 // way, the bad one is reported by name and the others go on.
 
-// RequestGVK is the RemediationRequest kind.
-var RequestGVK = v1alpha1.GroupVersion.WithKind("RemediationRequest")
+// GVK is the RemediationRequest kind.
+var GVK = v1alpha1.GroupVersion.WithKind("RemediationRequest")
 
 // EventUndecodable is the Warning reason on a request the controller cannot decode.
 const EventUndecodable = "Undecodable"
 
-// NewUnstructuredRequest returns an empty unstructured RemediationRequest, to Get or
+// NewUnstructured returns an empty unstructured RemediationRequest, to Get or
 // watch into.
-func NewUnstructuredRequest() *unstructured.Unstructured {
+func NewUnstructured() *unstructured.Unstructured {
 	u := &unstructured.Unstructured{}
-	u.SetGroupVersionKind(RequestGVK)
+	u.SetGroupVersionKind(GVK)
 	return u
 }
 
-// DecodeRequest decodes one request; the error names what could not be decoded.
-func DecodeRequest(u *unstructured.Unstructured) (*v1alpha1.RemediationRequest, error) {
+// Decode decodes one request; the error names what could not be decoded.
+func Decode(u *unstructured.Unstructured) (*v1alpha1.RemediationRequest, error) {
 	rr := &v1alpha1.RemediationRequest{}
 	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.UnstructuredContent(), rr); err != nil {
 		return nil, fmt.Errorf("decoding RemediationRequest %s/%s: %w", u.GetNamespace(), u.GetName(), err)
@@ -41,11 +44,11 @@ func DecodeRequest(u *unstructured.Unstructured) (*v1alpha1.RemediationRequest, 
 	return rr, nil
 }
 
-// guardView decodes what the guards read of a request, its metadata and status, so
+// GuardView decodes what the guards read of a request, its metadata and status, so
 // that a request whose spec cannot be decoded still counts as running. When even the
 // status cannot be decoded, only its phase is kept.
-func guardView(u *unstructured.Unstructured) v1alpha1.RemediationRequest {
-	if rr, err := DecodeRequest(u); err == nil {
+func GuardView(u *unstructured.Unstructured) v1alpha1.RemediationRequest {
+	if rr, err := Decode(u); err == nil {
 		return *rr
 	}
 	rr := v1alpha1.RemediationRequest{}
@@ -59,25 +62,44 @@ func guardView(u *unstructured.Unstructured) v1alpha1.RemediationRequest {
 	return rr
 }
 
-// ListRequests lists the requests reader sees, in the guards' view (see guardView),
+// List lists the requests reader sees, in the guards' view (see GuardView),
 // sorted by creation time and then name so that waiting requests are served in the
 // order they came.
-func ListRequests(ctx context.Context, reader client.Reader, opts ...client.ListOption) ([]v1alpha1.RemediationRequest, error) {
-	out, _, err := listRequestsAt(ctx, reader, opts...)
+func List(ctx context.Context, reader client.Reader, opts ...client.ListOption) ([]v1alpha1.RemediationRequest, error) {
+	out, _, err := ListAt(ctx, reader, opts...)
 	return out, err
 }
 
-// listRequestsAt is ListRequests, with the resourceVersion the list was read at.
-func listRequestsAt(ctx context.Context, reader client.Reader, opts ...client.ListOption) ([]v1alpha1.RemediationRequest, string, error) {
+// ListAt is List, with the resourceVersion the list was read at.
+func ListAt(ctx context.Context, reader client.Reader, opts ...client.ListOption) ([]v1alpha1.RemediationRequest, string, error) {
 	list := &unstructured.UnstructuredList{}
-	list.SetGroupVersionKind(RequestGVK.GroupVersion().WithKind("RemediationRequestList"))
+	list.SetGroupVersionKind(GVK.GroupVersion().WithKind("RemediationRequestList"))
 	if err := reader.List(ctx, list, opts...); err != nil {
 		return nil, "", fmt.Errorf("listing requests: %w", err)
 	}
 	out := make([]v1alpha1.RemediationRequest, 0, len(list.Items))
 	for i := range list.Items {
-		out = append(out, guardView(&list.Items[i]))
+		out = append(out, GuardView(&list.Items[i]))
 	}
-	slices.SortFunc(out, olderFirst)
+	slices.SortFunc(out, OlderFirst)
 	return out, list.GetResourceVersion(), nil
+}
+
+// OlderFirst orders requests by creation time, then namespace/name: the order
+// waiting requests are served in.
+func OlderFirst(a, b v1alpha1.RemediationRequest) int {
+	if c := a.CreationTimestamp.Compare(b.CreationTimestamp.Time); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.Namespace+"/"+a.Name, b.Namespace+"/"+b.Name)
+}
+
+// PhaseOf reads status.phase without decoding the rest of the object.
+func PhaseOf(o client.Object) v1alpha1.Phase {
+	u, ok := o.(*unstructured.Unstructured)
+	if !ok {
+		return ""
+	}
+	p, _, _ := unstructured.NestedString(u.Object, "status", "phase")
+	return v1alpha1.Phase(p)
 }

@@ -1,9 +1,8 @@
-package controllers
-
-// The sweeper: the last line behind the restore. A node keeps this controller's
+// Package sweeper is the last line behind the restore. A node keeps this controller's
 // cordon only while the request that made it runs; a request that is gone (its
 // finalizer stripped, or deleted while no controller ran) or finished without
 // restoring (its restore gave up) must not leave the node cordoned for good.
+package sweeper
 
 import (
 	"cmp"
@@ -21,13 +20,14 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/remediator/remediator/controllers/requests"
 	"github.com/remediator/remediator/remediations"
 )
 
-// DefaultSweepInterval is how often the sweeper looks for leftover cordons. A
+// DefaultInterval is how often the sweeper looks for leftover cordons. A
 // leftover is rare (a restore that gave up, a stripped finalizer) and a node that
 // stays cordoned a minute longer harms nothing.
-const DefaultSweepInterval = time.Minute
+const DefaultInterval = time.Minute
 
 // EventCordonReleased is the Event on a node whose leftover cordon the sweeper undid.
 const EventCordonReleased = "CordonReleased"
@@ -45,7 +45,7 @@ type Sweeper struct {
 	// and the request, right before acting.
 	Reader   client.Reader
 	Recorder record.EventRecorder
-	// Interval between sweeps; zero means DefaultSweepInterval.
+	// Interval between sweeps; zero means DefaultInterval.
 	Interval time.Duration
 }
 
@@ -60,7 +60,7 @@ func (s *Sweeper) Start(ctx context.Context) error {
 		if err := s.Sweep(ctx); err != nil && ctx.Err() == nil {
 			log.Error(err, "Sweeping leftover cordons")
 		}
-	}, cmp.Or(s.Interval, DefaultSweepInterval))
+	}, cmp.Or(s.Interval, DefaultInterval))
 	return nil
 }
 
@@ -132,7 +132,7 @@ func (s *Sweeper) requestOver(ctx context.Context, owner string) (string, error)
 		ctrl.LoggerFrom(ctx).Info("A node's cordoned-by mark names no request; left alone", "mark", owner)
 		return "", nil
 	}
-	u := NewUnstructuredRequest()
+	u := requests.NewUnstructured()
 	err := s.Reader.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, u)
 	switch {
 	case apierrors.IsNotFound(err):
@@ -143,7 +143,7 @@ func (s *Sweeper) requestOver(ctx context.Context, owner string) (string, error)
 	case err != nil:
 		return "", fmt.Errorf("reading request %s: %w", owner, err)
 	}
-	if p := phaseOf(u); terminalPhase(p) && u.GetDeletionTimestamp() == nil {
+	if p := requests.PhaseOf(u); p.Terminal() && u.GetDeletionTimestamp() == nil {
 		return "ended " + string(p), nil
 	}
 	return "", nil
