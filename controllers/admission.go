@@ -67,6 +67,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/remediator/remediator/api/v1alpha1"
+	"github.com/remediator/remediator/controllers/pause"
 	"github.com/remediator/remediator/controllers/requests"
 	"github.com/remediator/remediator/remediations"
 )
@@ -134,7 +135,7 @@ func (a *Admission) SetupWithManager(mgr ctrl.Manager) error {
 		}), builder.WithPredicates(a.lineChanged())).
 		Watches(&corev1.ConfigMap{}, handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []reconcile.Request {
 			return []reconcile.Request{admissionKey}
-		}), builder.WithPredicates(isPauseObject(a.Pause))).
+		}), builder.WithPredicates(pause.IsObject(a.Pause))).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 1, RateLimiter: rateLimiter()}).
 		Complete(a)
 }
@@ -163,7 +164,7 @@ func (a *Admission) lineChanged() predicate.Funcs {
 // Reconcile gives back the slots not used in time, and grants free slots to the
 // oldest requests in line.
 func (a *Admission) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result, error) {
-	if readPause(ctx, a.Client, a.Pause).Paused {
+	if pause.Read(ctx, a.Client, a.Pause).Paused {
 		// The resume's watch event brings admission back.
 		return ctrl.Result{}, nil
 	}

@@ -67,7 +67,7 @@ type DecisionInput struct {
 	// It is only told, in the message of a request waiting for a slot: admission
 	// grants the slots.
 	MaxConcurrent int
-	// Paused is the pause's message while Remediator is paused (PauseState.Message):
+	// Paused is the pause's message while Remediator is paused (pause.State.Message):
 	// an allowed playbook then waits instead of starting. Empty when not paused.
 	Paused string
 	// Admitted: the request holds a slot admission granted it, so an allowed

@@ -18,14 +18,14 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/remediator/remediator/api/v1alpha1"
-	"github.com/remediator/remediator/controllers"
+	"github.com/remediator/remediator/controllers/pause"
 )
 
 // setPause writes the pause ConfigMap as `kubectl remediator pause/resume` does.
 func setPause(t *testing.T, paused bool, reason string) {
 	t.Helper()
 	ctx := context.Background()
-	key := controllers.DefaultPauseConfigMap
+	key := pause.DefaultConfigMap
 	data := map[string]string{v1alpha1.PauseKeyPaused: map[bool]string{true: "true", false: "false"}[paused],
 		v1alpha1.PauseKeyReason: reason, v1alpha1.PauseKeyBy: "alice@oncall", v1alpha1.PauseKeyAt: time.Now().UTC().Format(time.RFC3339)}
 	cm := &corev1.ConfigMap{}
@@ -54,9 +54,9 @@ func progressingReason(rr *v1alpha1.RemediationRequest) string {
 // waits with reason Paused and touches nothing. Resumed, both finish.
 func TestPauseHoldsAtTheNextStepAndResumeFinishes(t *testing.T) {
 	ctx := context.Background()
-	ensureNamespaces(t, "remediator", "trident", "app", corev1.NamespaceNodeLease, controllers.DefaultPauseConfigMap.Namespace)
+	ensureNamespaces(t, "remediator", "trident", "app", corev1.NamespaceNodeLease, pause.DefaultConfigMap.Namespace)
 	t.Cleanup(func() {
-		_ = env.Client.Delete(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: controllers.DefaultPauseConfigMap.Namespace, Name: controllers.DefaultPauseConfigMap.Name}})
+		_ = env.Client.Delete(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: pause.DefaultConfigMap.Namespace, Name: pause.DefaultConfigMap.Name}})
 	})
 	startManager(t)
 	node := "envtest-pause"
@@ -162,9 +162,9 @@ func heartbeat(t *testing.T, node string, at time.Time) {
 // left, and times out only once that is spent, saying how long it was paused.
 func TestPauseFreezesAHeldEvictionsTimeout(t *testing.T) {
 	ctx := context.Background()
-	ensureNamespaces(t, "remediator", "trident", "app", corev1.NamespaceNodeLease, controllers.DefaultPauseConfigMap.Namespace)
+	ensureNamespaces(t, "remediator", "trident", "app", corev1.NamespaceNodeLease, pause.DefaultConfigMap.Namespace)
 	t.Cleanup(func() {
-		_ = env.Client.Delete(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: controllers.DefaultPauseConfigMap.Namespace, Name: controllers.DefaultPauseConfigMap.Name}})
+		_ = env.Client.Delete(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: pause.DefaultConfigMap.Namespace, Name: pause.DefaultConfigMap.Name}})
 	})
 	clock := clocktesting.NewFakePassiveClock(time.Now().Truncate(time.Second))
 	startManager(t, withClock(clock))

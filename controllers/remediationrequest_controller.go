@@ -28,6 +28,7 @@ import (
 
 	"github.com/remediator/remediator/api/v1alpha1"
 	"github.com/remediator/remediator/controllers/facts"
+	"github.com/remediator/remediator/controllers/pause"
 	"github.com/remediator/remediator/controllers/requests"
 	"github.com/remediator/remediator/policies"
 	"github.com/remediator/remediator/remediations"
@@ -90,7 +91,7 @@ type RemediationRequestReconciler struct {
 	// runbook's values. The heartbeat grace and the driver are the gatherer's.
 	Gates remediations.Gates
 	// Pause is the pause ConfigMap (--pause-configmap); empty means
-	// DefaultPauseConfigMap. It is read from the manager's cache (CacheOptions).
+	// pause.DefaultConfigMap. It is read from the manager's cache (CacheOptions).
 	Pause types.NamespacedName
 	// Clock is the one clock of the reconciler: the scope's time, the windows, the
 	// timeouts, and the ages its gatherers measure (it overrides theirs); nil means
@@ -111,7 +112,7 @@ type scope struct {
 	now  time.Time
 	// pause is the pause as this reconcile read it (pausedMessage), once: the
 	// decision and the step it may start see the same state.
-	pause *PauseState
+	pause *pause.State
 }
 
 // phase is one small step of a reconcile. A phase that returns a non-zero result or
@@ -143,14 +144,14 @@ func (r *RemediationRequestReconciler) SetupWithManager(mgr ctrl.Manager) error 
 	if err := admission.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up admission: %w", err)
 	}
-	if err := (&PauseWatcher{Client: r.Client, Key: r.pauseKey(), Recorder: r.Recorder}).SetupWithManager(mgr); err != nil {
+	if err := (&pause.Watcher{Client: r.Client, Key: r.pauseKey(), Recorder: r.Recorder}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the pause watcher: %w", err)
 	}
 	b := ctrl.NewControllerManagedBy(mgr).
 		For(requests.NewUnstructured(), builder.WithPredicates(
 			predicate.Or(predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}, journalAdvanced, slotGranted, slotGivenBack))).
 		Watches(requests.NewUnstructured(), handler.EnqueueRequestsFromMapFunc(r.wake), builder.WithPredicates(stoppedRunning)).
-		Watches(&corev1.ConfigMap{}, handler.EnqueueRequestsFromMapFunc(r.wakePaused), builder.WithPredicates(isPauseObject(r.pauseKey())))
+		Watches(&corev1.ConfigMap{}, handler.EnqueueRequestsFromMapFunc(r.wakePaused), builder.WithPredicates(pause.IsObject(r.pauseKey())))
 	if r.VerifyFixFor > 0 {
 		// The objects a fix is verified on, from the cache the facts are read from
 		// (CacheOptions: the Trident namespace's Leases and LeaseRetained events, all

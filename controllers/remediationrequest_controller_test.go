@@ -29,6 +29,7 @@ import (
 	"github.com/remediator/remediator/api/v1alpha1"
 	"github.com/remediator/remediator/controllers"
 	"github.com/remediator/remediator/controllers/facts"
+	"github.com/remediator/remediator/controllers/pause"
 	"github.com/remediator/remediator/policies"
 	"github.com/remediator/remediator/remediations"
 	"github.com/remediator/remediator/test/testenv"
@@ -81,7 +82,7 @@ func startManagerLogging(t *testing.T, cfg *rest.Config, log logr.Logger, opts .
 	mgr, err := ctrl.NewManager(cfg, mgrOpts)
 	require.NoError(t, err)
 	// The controller's namespace, where admission keeps the slots Lease.
-	ensureNamespaces(t, controllers.DefaultPauseConfigMap.Namespace)
+	ensureNamespaces(t, pause.DefaultConfigMap.Namespace)
 	require.NoError(t, controllers.PrepareCache(context.Background(), mgr))
 	decide, recheck, recheckRelease := controllers.Gatherers(mgr, facts.DefaultConfig())
 	managerCache = mgr.GetClient()

@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/remediator/remediator/api/v1alpha1"
+	"github.com/remediator/remediator/controllers/pause"
 )
 
 // slotLedger is the slots Lease as admission read it. Why one object is enough for
@@ -48,7 +49,7 @@ func (a *Admission) slotsKey() types.NamespacedName {
 	if a.Slots.Name != "" {
 		return a.Slots
 	}
-	return types.NamespacedName{Namespace: cmp.Or(a.Pause.Namespace, DefaultPauseConfigMap.Namespace), Name: SlotsLeaseName}
+	return types.NamespacedName{Namespace: cmp.Or(a.Pause.Namespace, pause.DefaultConfigMap.Namespace), Name: SlotsLeaseName}
 }
 
 // readLedger reads the slots Lease live; one that does not exist yet is empty.

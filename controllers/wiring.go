@@ -25,6 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/remediator/remediator/controllers/facts"
+	"github.com/remediator/remediator/controllers/pause"
 	"github.com/remediator/remediator/controllers/sweeper"
 )
 
@@ -53,9 +54,9 @@ var eventFields = map[string]func(*corev1.Event) string{
 //
 // Pods are never cached: their number grows with the cluster, and the controller lists
 // them by node only when a request needs them.
-func CacheOptions(fc facts.Config, requestNamespaces []string, pause types.NamespacedName, detect bool) (cache.Options, client.Options) {
-	if pause.Name == "" {
-		pause = DefaultPauseConfigMap
+func CacheOptions(fc facts.Config, requestNamespaces []string, pauseKey types.NamespacedName, detect bool) (cache.Options, client.Options) {
+	if pauseKey.Name == "" {
+		pauseKey = pause.DefaultConfigMap
 	}
 	all := map[string]cache.Config{cache.AllNamespaces: {}}
 	events := map[string]cache.Config{fc.TridentNamespace: {FieldSelector: fields.OneTermEqualSelector("reason", fc.RetainedEventReason)}}
@@ -73,8 +74,8 @@ func CacheOptions(fc facts.Config, requestNamespaces []string, pause types.Names
 			&corev1.Event{}:                 {Namespaces: events, Transform: stripEvent},
 			&corev1.PersistentVolumeClaim{}: {Namespaces: all},
 			&corev1.ConfigMap{}: {
-				Namespaces: map[string]cache.Config{pause.Namespace: {}},
-				Field:      fields.OneTermEqualSelector("metadata.name", pause.Name),
+				Namespaces: map[string]cache.Config{pauseKey.Namespace: {}},
+				Field:      fields.OneTermEqualSelector("metadata.name", pauseKey.Name),
 			},
 		},
 	}

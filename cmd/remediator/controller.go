@@ -23,6 +23,7 @@ import (
 	"github.com/remediator/remediator/controllers"
 	"github.com/remediator/remediator/controllers/detection"
 	"github.com/remediator/remediator/controllers/facts"
+	"github.com/remediator/remediator/controllers/pause"
 	"github.com/remediator/remediator/controllers/policyreload"
 	"github.com/remediator/remediator/policies"
 	"github.com/remediator/remediator/remediations"
@@ -85,7 +86,7 @@ func newControllerCommand() *cobra.Command {
 		"Disruptive playbooks (cordon, evict, node-plugin restart) that may run at once across the cluster; more allowed requests wait (phase Waiting) and start, oldest first, when one finishes. Lease releases for holders proven down are not capped. 0 means no cap")
 	f.IntVar(&o.workers, "max-concurrent-reconciles", 10,
 		"Requests reconciled at once. One request is never reconciled twice at once, and the guards stay exact across workers")
-	f.StringVar(&o.pauseConfigMap, "pause-configmap", controllers.DefaultPauseConfigMap.String(),
+	f.StringVar(&o.pauseConfigMap, "pause-configmap", pause.DefaultConfigMap.String(),
 		"namespace/name of the pause ConfigMap that `kubectl remediator pause` writes: while it says paused, no playbook and no step starts")
 	f.DurationVar(&o.detectInterval, "detect-interval", detection.DefaultInterval,
 		"How often the leader scans its informers for stuck Trident Leases and deregistered CSI drivers, as `remediator scan` does, and exports them as remediator_detected_* metrics; 0 disables it")

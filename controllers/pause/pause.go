@@ -1,5 +1,6 @@
-package controllers
-
+// Package pause is the stop button as the controller reads it: the pause ConfigMap,
+// what it says (State), and the watcher that exports when a pause began and records
+// who paused or resumed.
 // The stop button. Stopping is always safe, so it is the one write that needs no pull
 // request: `kubectl remediator pause --reason ...` writes the pause ConfigMap (the
 // chart's admission policy lets only the on-call groups write it, and only with their
@@ -10,6 +11,7 @@ package controllers
 // so that on the resume it goes on with the time it had left. It keeps what it
 // changed: a cordoned node stays cordoned until the resume. Resuming wakes every
 // held request.
+package pause
 
 import (
 	"context"
@@ -20,8 +22,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
@@ -35,19 +35,19 @@ import (
 	"github.com/remediator/remediator/api/v1alpha1"
 )
 
-// DefaultPauseConfigMap is where the pause ConfigMap is looked for unless
+// DefaultConfigMap is where the pause ConfigMap is looked for unless
 // --pause-configmap says otherwise (the chart sets it to its release's namespace).
-var DefaultPauseConfigMap = types.NamespacedName{Namespace: "remediator-system", Name: v1alpha1.PauseConfigMap}
+var DefaultConfigMap = types.NamespacedName{Namespace: "remediator-system", Name: v1alpha1.PauseConfigMap}
 
-// PauseState is what the pause ConfigMap says.
-type PauseState struct {
+// State is what the pause ConfigMap says.
+type State struct {
 	Paused     bool
 	Reason, By string
 	At         time.Time
 }
 
 // Message is what a held request says, or "" when not paused.
-func (p PauseState) Message() string {
+func (p State) Message() string {
 	if !p.Paused {
 		return ""
 	}
@@ -62,21 +62,21 @@ func orUnknown(s string) string {
 	return s
 }
 
-// readPause reads the pause ConfigMap. A ConfigMap that cannot be read holds every
+// Read reads the pause ConfigMap. A ConfigMap that cannot be read holds every
 // request (fail closed: the one thing a read error must not do is let a paused
 // controller act); one that does not exist means not paused.
-func readPause(ctx context.Context, c client.Reader, key types.NamespacedName) PauseState {
+func Read(ctx context.Context, c client.Reader, key types.NamespacedName) State {
 	if key.Name == "" {
-		return PauseState{}
+		return State{}
 	}
 	cm := &corev1.ConfigMap{}
 	switch err := c.Get(ctx, key, cm); {
 	case apierrors.IsNotFound(err):
-		return PauseState{}
+		return State{}
 	case err != nil:
-		return PauseState{Paused: true, By: "the controller", Reason: fmt.Sprintf("the pause ConfigMap %s cannot be read (%v)", key, err), At: time.Now()}
+		return State{Paused: true, By: "the controller", Reason: fmt.Sprintf("the pause ConfigMap %s cannot be read (%v)", key, err), At: time.Now()}
 	}
-	p := PauseState{Paused: cm.Data[v1alpha1.PauseKeyPaused] == "true", Reason: cm.Data[v1alpha1.PauseKeyReason], By: cm.Data[v1alpha1.PauseKeyBy]}
+	p := State{Paused: cm.Data[v1alpha1.PauseKeyPaused] == "true", Reason: cm.Data[v1alpha1.PauseKeyReason], By: cm.Data[v1alpha1.PauseKeyBy]}
 	if t, err := time.Parse(time.RFC3339, cm.Data[v1alpha1.PauseKeyAt]); err == nil {
 		p.At = t
 	} else {
@@ -85,51 +85,36 @@ func readPause(ctx context.Context, c client.Reader, key types.NamespacedName) P
 	return p
 }
 
-// pausedMessage is the pause's message while Remediator is paused, empty otherwise,
-// read from the cache once per reconcile (s.pause).
-func (r *RemediationRequestReconciler) pausedMessage(ctx context.Context, s *scope) string {
-	if s.pause == nil {
-		p := readPause(ctx, r.Client, r.pauseKey())
-		s.pause = &p
-	}
-	return s.pause.Message()
-}
-
-// heldByPause: the request waits, or its playbook holds, because of the pause.
-func heldByPause(rr *v1alpha1.RemediationRequest) bool {
-	return anyProgressingReason(rr) == v1alpha1.ReasonPaused
-}
-
 // pausedSince is remediator_pause_started_timestamp_seconds.
 var pausedSince = prometheus.NewGauge(prometheus.GaugeOpts{
 	Name: "remediator_pause_started_timestamp_seconds",
 	Help: "When the current pause began (unix seconds, from the pause ConfigMap); 0 when Remediator is not paused.",
 })
 
-// PauseWatcher follows the pause ConfigMap: it exports when the pause began and
+// Watcher follows the pause ConfigMap: it exports when the pause began and
 // records who paused or resumed, and why, on the ConfigMap as Events and in the log.
-type PauseWatcher struct {
+type Watcher struct {
 	Client   client.Client
 	Key      types.NamespacedName
 	Recorder record.EventRecorder
 
-	last *PauseState
+	last *State
 }
 
 // SetupWithManager watches the one ConfigMap.
-func (w *PauseWatcher) SetupWithManager(mgr ctrl.Manager) error {
+func (w *Watcher) SetupWithManager(mgr ctrl.Manager) error {
 	if err := metrics.Registry.Register(pausedSince); err != nil && !errors.As(err, &prometheus.AlreadyRegisteredError{}) {
 		return fmt.Errorf("registering the pause metric: %w", err)
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("pause").
-		For(&corev1.ConfigMap{}, builder.WithPredicates(isPauseObject(w.Key))).
+		For(&corev1.ConfigMap{}, builder.WithPredicates(IsObject(w.Key))).
 		Complete(w)
 }
 
 // Reconcile exports the pause state and says when it changed.
-func (w *PauseWatcher) Reconcile(ctx context.Context, _ reconcile.Request) (ctrl.Result, error) {
-	p := readPause(ctx, w.Client, w.Key)
+func (w *Watcher) Reconcile(ctx context.Context, _ reconcile.Request) (ctrl.Result, error) {
+	p := Read(ctx, w.Client, w.Key)
 	if p.Paused {
 		pausedSince.Set(float64(p.At.Unix()))
 	} else {
@@ -158,49 +143,9 @@ func (w *PauseWatcher) Reconcile(ctx context.Context, _ reconcile.Request) (ctrl
 	return ctrl.Result{}, nil
 }
 
-// isPauseObject passes the pause ConfigMap's events only.
-func isPauseObject(key types.NamespacedName) predicate.Funcs {
+// IsObject passes the pause ConfigMap's events only.
+func IsObject(key types.NamespacedName) predicate.Funcs {
 	return predicate.NewPredicateFuncs(func(o client.Object) bool {
 		return o.GetNamespace() == key.Namespace && o.GetName() == key.Name
 	})
-}
-
-// anyProgressingReason is the Progressing condition's reason, in any phase.
-func anyProgressingReason(rr *v1alpha1.RemediationRequest) string {
-	if c := meta.FindStatusCondition(rr.Status.Conditions, v1alpha1.ConditionProgressing); c != nil {
-		return c.Reason
-	}
-	return ""
-}
-
-// wakePaused maps a change of the pause ConfigMap to every request the pause holds:
-// on a resume they are decided again or go on with their playbook.
-func (r *RemediationRequestReconciler) wakePaused(ctx context.Context, _ client.Object) []reconcile.Request {
-	// Each held request rechecks the pause on its own within pauseRecheck should the
-	// list fail.
-	return r.guarded(ctx, "Listing the requests the pause holds", keyPaused)
-}
-
-// pauseRecheck is how often a held request looks at the pause again on its own,
-// should the resume's watch event be lost.
-const pauseRecheck = time.Minute
-
-// hold keeps a running playbook where it is while Remediator is paused: nothing is
-// restored (a cordoned node stays cordoned), and the request says why.
-func (r *RemediationRequestReconciler) hold(ctx context.Context, s *scope, msg string) (ctrl.Result, error) {
-	rr := s.rr
-	if !heldByPause(rr) {
-		r.Recorder.Event(rr, corev1.EventTypeWarning, v1alpha1.ReasonPaused, msg)
-		ctrl.LoggerFrom(ctx).Info("Holding the playbook: paused")
-	}
-	r.setCondition(rr, v1alpha1.ConditionProgressing, metav1.ConditionTrue, v1alpha1.ReasonPaused, msg)
-	return ctrl.Result{RequeueAfter: pauseRecheck}, nil
-}
-
-// pauseKey is the pause ConfigMap the reconciler reads.
-func (r *RemediationRequestReconciler) pauseKey() types.NamespacedName {
-	if r.Pause.Name == "" {
-		return DefaultPauseConfigMap
-	}
-	return r.Pause
 }

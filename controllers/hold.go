@@ -1,0 +1,76 @@
+package controllers
+
+// The reconciler's side of the stop button (package pause): a request the pause
+// holds waits with reason Paused, and a running playbook holds where it is until the
+// resume wakes it.
+
+import (
+	"context"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/remediator/remediator/api/v1alpha1"
+	"github.com/remediator/remediator/controllers/pause"
+)
+
+// pausedMessage is the pause's message while Remediator is paused, empty otherwise,
+// read from the cache once per reconcile (s.pause).
+func (r *RemediationRequestReconciler) pausedMessage(ctx context.Context, s *scope) string {
+	if s.pause == nil {
+		p := pause.Read(ctx, r.Client, r.pauseKey())
+		s.pause = &p
+	}
+	return s.pause.Message()
+}
+
+// heldByPause: the request waits, or its playbook holds, because of the pause.
+func heldByPause(rr *v1alpha1.RemediationRequest) bool {
+	return anyProgressingReason(rr) == v1alpha1.ReasonPaused
+}
+
+// anyProgressingReason is the Progressing condition's reason, in any phase.
+func anyProgressingReason(rr *v1alpha1.RemediationRequest) string {
+	if c := meta.FindStatusCondition(rr.Status.Conditions, v1alpha1.ConditionProgressing); c != nil {
+		return c.Reason
+	}
+	return ""
+}
+
+// wakePaused maps a change of the pause ConfigMap to every request the pause holds:
+// on a resume they are decided again or go on with their playbook.
+func (r *RemediationRequestReconciler) wakePaused(ctx context.Context, _ client.Object) []reconcile.Request {
+	// Each held request rechecks the pause on its own within pauseRecheck should the
+	// list fail.
+	return r.guarded(ctx, "Listing the requests the pause holds", keyPaused)
+}
+
+// pauseRecheck is how often a held request looks at the pause again on its own,
+// should the resume's watch event be lost.
+const pauseRecheck = time.Minute
+
+// hold keeps a running playbook where it is while Remediator is paused: nothing is
+// restored (a cordoned node stays cordoned), and the request says why.
+func (r *RemediationRequestReconciler) hold(ctx context.Context, s *scope, msg string) (ctrl.Result, error) {
+	rr := s.rr
+	if !heldByPause(rr) {
+		r.Recorder.Event(rr, corev1.EventTypeWarning, v1alpha1.ReasonPaused, msg)
+		ctrl.LoggerFrom(ctx).Info("Holding the playbook: paused")
+	}
+	r.setCondition(rr, v1alpha1.ConditionProgressing, metav1.ConditionTrue, v1alpha1.ReasonPaused, msg)
+	return ctrl.Result{RequeueAfter: pauseRecheck}, nil
+}
+
+// pauseKey is the pause ConfigMap the reconciler reads.
+func (r *RemediationRequestReconciler) pauseKey() types.NamespacedName {
+	if r.Pause.Name == "" {
+		return pause.DefaultConfigMap
+	}
+	return r.Pause
+}
