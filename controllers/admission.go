@@ -67,6 +67,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/remediator/remediator/api/v1alpha1"
+	"github.com/remediator/remediator/controllers/lifecycle"
 	"github.com/remediator/remediator/controllers/pause"
 	"github.com/remediator/remediator/controllers/requests"
 	"github.com/remediator/remediator/remediations"
@@ -145,18 +146,18 @@ func (a *Admission) SetupWithManager(mgr ctrl.Manager) error {
 // while in either; and every request the informer lists at start, so that a new
 // leader looks at the line once.
 func (a *Admission) lineChanged() predicate.Funcs {
-	state := func(o client.Object) slotState {
+	state := func(o client.Object) lifecycle.SlotState {
 		u, ok := o.(*unstructured.Unstructured)
 		if !ok {
-			return notInLine
+			return lifecycle.NotInLine
 		}
 		rr := requests.GuardView(u)
-		return stateOf(&rr, a.Playbooks)
+		return lifecycle.StateOf(&rr, a.Playbooks)
 	}
 	return predicate.Funcs{
-		CreateFunc:  func(e event.CreateEvent) bool { return state(e.Object) != notInLine },
+		CreateFunc:  func(e event.CreateEvent) bool { return state(e.Object) != lifecycle.NotInLine },
 		UpdateFunc:  func(e event.UpdateEvent) bool { return state(e.ObjectOld) != state(e.ObjectNew) },
-		DeleteFunc:  func(e event.DeleteEvent) bool { return state(e.Object) != notInLine },
+		DeleteFunc:  func(e event.DeleteEvent) bool { return state(e.Object) != lifecycle.NotInLine },
 		GenericFunc: func(event.GenericEvent) bool { return false },
 	}
 }
@@ -269,7 +270,7 @@ func (a *Admission) list(ctx context.Context) ([]v1alpha1.RemediationRequest, st
 // when the next one expires (zero if none).
 func (a *Admission) giveBackExpired(ctx context.Context, all []v1alpha1.RemediationRequest, now time.Time) (next time.Time, err error) {
 	for i := range all {
-		at, ok := grantExpiry(&all[i], a.Playbooks, a.stepTimeout())
+		at, ok := lifecycle.GrantExpiry(&all[i], a.Playbooks, a.stepTimeout())
 		if !ok {
 			continue
 		}
@@ -297,7 +298,7 @@ func (a *Admission) giveBack(ctx context.Context, rr *v1alpha1.RemediationReques
 		since = "its grant at " + at.UTC().Format(time.RFC3339)
 	}
 	msg := fmt.Sprintf("The slot of the cluster-wide cap was given back: playbook %s did not start its first step within the step timeout (%s, --step-timeout) of %s, so the slot went to the next request in line. The request is decided again on fresh facts, and rejoins the line in its place if the policy still allows it.",
-		decidedPlaybook(rr), a.stepTimeout(), since)
+		lifecycle.DecidedPlaybook(rr), a.stepTimeout(), since)
 	rr.Status.Phase, rr.Status.AdmittedAt = v1alpha1.PhaseWaiting, nil
 	if d := rr.Status.Decision; d != nil {
 		// Decide again now (needsDecision).
@@ -326,7 +327,7 @@ func (a *Admission) grant(ctx context.Context, g Grant, listedAt string, now tim
 		expiry = fmt.Sprintf("; the slot is given back unless its first step starts by %s (--step-timeout)", now.Add(a.stepTimeout()).UTC().Format(time.RFC3339))
 	}
 	msg := fmt.Sprintf("Granted a slot of the cluster-wide cap of %s (--max-concurrent-remediations), oldest request first%s; the request is decided again on fresh facts before playbook %s starts%s. (The line as read at resourceVersion %s.)",
-		capString(a.MaxConcurrent), holding(g.Holders), decidedPlaybook(&rr), expiry, listedAt)
+		lifecycle.CapString(a.MaxConcurrent), holding(g.Holders), lifecycle.DecidedPlaybook(&rr), expiry, listedAt)
 	t := metav1.NewTime(now)
 	rr.Status.AdmittedAt = &t
 	meta.SetStatusCondition(&rr.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionProgressing, Status: metav1.ConditionTrue,
@@ -361,10 +362,10 @@ type Grant struct {
 func Admit(all []v1alpha1.RemediationRequest, reserved map[types.UID]string, maxConcurrent int, playbooks remediations.Playbooks) (grants []Grant, holders []v1alpha1.RemediationRequest, waiting int) {
 	var line []v1alpha1.RemediationRequest
 	for _, rr := range all {
-		switch stateOf(&rr, playbooks) {
-		case holdsSlot:
+		switch lifecycle.StateOf(&rr, playbooks) {
+		case lifecycle.HoldsSlot:
 			holders = append(holders, rr)
-		case inLine:
+		case lifecycle.InLine:
 			line = append(line, rr)
 		}
 	}
@@ -377,7 +378,7 @@ func Admit(all []v1alpha1.RemediationRequest, reserved map[types.UID]string, max
 	var rest []v1alpha1.RemediationRequest
 	for _, rr := range line {
 		if at, ok := reserved[rr.UID]; ok {
-			grants = append(grants, Grant{Request: rr, Holders: names(holders), reserved: true, line: at})
+			grants = append(grants, Grant{Request: rr, Holders: lifecycle.Names(holders), reserved: true, line: at})
 			held(rr)
 			continue
 		}
@@ -387,10 +388,10 @@ func Admit(all []v1alpha1.RemediationRequest, reserved map[types.UID]string, max
 		if maxConcurrent > 0 && len(holders) >= maxConcurrent {
 			break
 		}
-		if len(conflictsIn(holders, rr.UID, rr.Status.Facts)) > 0 {
+		if len(lifecycle.ConflictsIn(holders, rr.UID, rr.Status.Facts)) > 0 {
 			continue
 		}
-		grants = append(grants, Grant{Request: rr, Holders: names(holders)})
+		grants = append(grants, Grant{Request: rr, Holders: lifecycle.Names(holders)})
 		held(rr)
 	}
 	return grants, holders, len(line)
@@ -411,44 +412,6 @@ func WouldAdmit(rr *v1alpha1.RemediationRequest, others []v1alpha1.RemediationRe
 	all := slices.DeleteFunc(slices.Clone(others), func(o v1alpha1.RemediationRequest) bool { return o.UID == self.UID })
 	grants, _, _ := Admit(append(all, self), nil, maxConcurrent, playbooks)
 	return slices.ContainsFunc(grants, func(g Grant) bool { return g.Request.UID == self.UID })
-}
-
-// lineAhead is what a request joining the line is told: the slot holders, and how
-// many requests in line came before it.
-func lineAhead(self *v1alpha1.RemediationRequest, others []v1alpha1.RemediationRequest, playbooks remediations.Playbooks) (holders []string, ahead int) {
-	var held []v1alpha1.RemediationRequest
-	for _, o := range others {
-		if o.UID == self.UID {
-			continue
-		}
-		switch stateOf(&o, playbooks) {
-		case holdsSlot:
-			held = append(held, o)
-		case inLine:
-			if requests.OlderFirst(o, *self) < 0 {
-				ahead++
-			}
-		}
-	}
-	return names(held), ahead
-}
-
-// names are the requests' namespace/name, sorted.
-func names(rrs []v1alpha1.RemediationRequest) []string {
-	out := make([]string, 0, len(rrs))
-	for _, rr := range rrs {
-		out = append(out, rr.Namespace+"/"+rr.Name)
-	}
-	slices.Sort(out)
-	return out
-}
-
-// capString renders the cap; zero means none.
-func capString(maxConcurrent int) string {
-	if maxConcurrent <= 0 {
-		return "none"
-	}
-	return fmt.Sprint(maxConcurrent)
 }
 
 // holding names the slot holders, for a message.

@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/remediator/remediator/api/v1alpha1"
+	"github.com/remediator/remediator/controllers/lifecycle"
 	"github.com/remediator/remediator/remediations"
 )
 
@@ -83,7 +84,7 @@ func TestAdmit(t *testing.T) {
 			assert.Equal(t, tc.want, got)
 			assert.Equal(t, tc.waiting, waiting)
 			for _, g := range grants {
-				assert.Contains(t, names(holders), g.Request.Namespace+"/"+g.Request.Name, "a grant holds a slot")
+				assert.Contains(t, lifecycle.Names(holders), g.Request.Namespace+"/"+g.Request.Name, "a grant holds a slot")
 			}
 		})
 	}
@@ -131,7 +132,7 @@ func TestGrantExpiry(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			at, ok := grantExpiry(&tc.rr, playbooks, timeout)
+			at, ok := lifecycle.GrantExpiry(&tc.rr, playbooks, timeout)
 			assert.Equal(t, tc.expire, ok)
 			assert.True(t, tc.want.Equal(at), "expiry %s, want %s", at, tc.want)
 		})

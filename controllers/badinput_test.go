@@ -17,7 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/remediator/remediator/api/v1alpha1"
-	"github.com/remediator/remediator/controllers"
+	"github.com/remediator/remediator/controllers/lifecycle"
 	"github.com/remediator/remediator/test/badinput"
 )
 
@@ -71,7 +71,7 @@ func TestMalformedRequests(t *testing.T) {
 	// Lease of the shut-down holder, which the policy would release at once.
 	windowCase := func(name, schedule string, want ...string) controllerJudged {
 		pv := "pvc-bad-" + name
-		return controllerJudged{name: name, lease: pv, rule: controllers.RuleInvalidWindow, field: "spec.maintenanceWindow.schedule",
+		return controllerJudged{name: name, lease: pv, rule: lifecycle.RuleInvalidWindow, field: "spec.maintenanceWindow.schedule",
 			want: append([]string{fmt.Sprintf("%q", schedule)}, want...),
 			change: func(s *v1alpha1.RemediationRequestSpec) {
 				s.Target = v1alpha1.Target{PersistentVolume: pv}

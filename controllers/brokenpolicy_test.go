@@ -17,6 +17,7 @@ import (
 
 	"github.com/remediator/remediator/api/v1alpha1"
 	"github.com/remediator/remediator/controllers"
+	"github.com/remediator/remediator/controllers/lifecycle"
 	"github.com/remediator/remediator/policies"
 )
 
@@ -63,7 +64,7 @@ func TestBrokenPoliciesFailClosed(t *testing.T) {
 		timeout            time.Duration
 	}{
 		// Two rules both match a shut-down holder, and disagree.
-		{name: "ambiguous", rule: controllers.RulePolicyError, want: []string{"policy is ambiguous", "conflicting values"}, policy: `package policies
+		{name: "ambiguous", rule: lifecycle.RulePolicyError, want: []string{"policy is ambiguous", "conflicting values"}, policy: `package policies
 #Policy: {
 	input: _
 	if input.facts.node.state == "Shutdown" {
@@ -76,13 +77,13 @@ func TestBrokenPoliciesFailClosed(t *testing.T) {
 `},
 		// Its message is larger than a status condition holds. The status patch used
 		// to be refused, so the request stayed undecided, retried without end.
-		{name: "oversized", rule: controllers.RulePolicyError, want: []string{"policy decision too large", "40000 bytes"}, policy: `package policies
+		{name: "oversized", rule: lifecycle.RulePolicyError, want: []string{"policy decision too large", "40000 bytes"}, policy: `package policies
 import "strings"
 #Policy: {input: _, decision: {allowed: false, rule: "verbose", reasons: ["x"], message: strings.Repeat("why ", 10000)}}
 `},
 		// The playbook is computed, so the load could not check it; the schema's
 		// #Playbook refuses it when the decision is made.
-		{name: "unknown-playbook", rule: controllers.RulePolicyError, want: []string{"names a playbook this controller does not have"}, policy: `package policies
+		{name: "unknown-playbook", rule: lifecycle.RulePolicyError, want: []string{"names a playbook this controller does not have"}, policy: `package policies
 #Policy: {input: _, decision: {allowed: true, playbook: "node-\(input.remediation)", rule: "computed", reasons: ["x"], message: "m"}}
 `},
 		// An evaluation that explodes in time: a million iterations whatever the input.

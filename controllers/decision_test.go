@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/remediator/remediator/controllers"
+	"github.com/remediator/remediator/controllers/lifecycle"
 	"github.com/remediator/remediator/policies"
 	"github.com/remediator/remediator/test/decisiontest"
 )
@@ -22,7 +23,7 @@ func TestDecide(t *testing.T) {
 	policy, playbooks := decisiontest.Deciders(t)
 	for _, tc := range decisiontest.Cases() {
 		t.Run(tc.Name, func(t *testing.T) {
-			o := controllers.Decide(policy, playbooks, controllers.DecisionInput{
+			o := lifecycle.Decide(policy, playbooks, lifecycle.DecisionInput{
 				Request: tc.Request, Facts: tc.Facts, Others: tc.Others, MaxConcurrent: tc.MaxConcurrent, Now: tc.Now,
 				Admitted: controllers.WouldAdmit(tc.Request, tc.Others, tc.MaxConcurrent, playbooks, tc.Now),
 			})
@@ -57,7 +58,7 @@ func TestDecideCapsTheRecheck(t *testing.T) {
 #Policy: {input: _, decision: {allowed: false, rule: "later", reasons: ["asked"], message: "Later.", recheckAfterSeconds: %d}}
 `, after))}})
 			require.NoError(t, err)
-			o := controllers.Decide(policy, playbooks, controllers.DecisionInput{Request: tc.Request, Facts: tc.Facts, Now: tc.Now})
+			o := lifecycle.Decide(policy, playbooks, lifecycle.DecisionInput{Request: tc.Request, Facts: tc.Facts, Now: tc.Now})
 			require.Equal(t, "later", o.Decision.Rule, o.Decision.Message)
 			require.NotNil(t, o.Decision.RecheckAt)
 			want := 24 * time.Hour

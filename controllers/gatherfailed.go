@@ -10,6 +10,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/remediator/remediator/api/v1alpha1"
+	"github.com/remediator/remediator/controllers/lifecycle"
 )
 
 // gatherFailed records that the facts of s's request could not be read (err), and
@@ -39,7 +40,7 @@ func (r *RemediationRequestReconciler) gatherFailed(s *scope, err error) (ctrl.R
 // gatherFailed reports whether rr's last decision failed for want of facts: it is
 // decided again on its next reconcile.
 func gatherFailed(rr *v1alpha1.RemediationRequest) bool {
-	return anyProgressingReason(rr) == v1alpha1.ReasonGatherFailed
+	return lifecycle.ProgressingReason(rr) == v1alpha1.ReasonGatherFailed
 }
 
 // gatherFailedMessage says why the facts could not be read and what the operator can

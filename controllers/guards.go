@@ -28,6 +28,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/remediator/remediator/api/v1alpha1"
+	"github.com/remediator/remediator/controllers/lifecycle"
 	"github.com/remediator/remediator/controllers/requests"
 	"github.com/remediator/remediator/remediations"
 )
@@ -67,10 +68,10 @@ func guardKeys(rr *v1alpha1.RemediationRequest, playbooks remediations.Playbooks
 		}
 	}
 	var keys []string
-	switch stateOf(rr, playbooks) {
-	case holdsSlot:
+	switch lifecycle.StateOf(rr, playbooks) {
+	case lifecycle.HoldsSlot:
 		keys = append(keys, keySlot)
-	case inLine:
+	case lifecycle.InLine:
 		keys = append(keys, keyWaitingSlot)
 	}
 	if heldByPause(rr) {
@@ -92,7 +93,7 @@ func guardKeys(rr *v1alpha1.RemediationRequest, playbooks remediations.Playbooks
 // (the policy's one-at-a-time rule, or the floor's), or for anything else the policy
 // answered wait on; it is decided again when that may have changed.
 func waitsForConflict(rr *v1alpha1.RemediationRequest) bool {
-	return progressingReason(rr) == v1alpha1.ReasonWaiting
+	return lifecycle.WaitingReason(rr) == v1alpha1.ReasonWaiting
 }
 
 // IndexRequests registers IndexGuard on the manager's cache of unstructured requests.
@@ -184,13 +185,6 @@ func (r *RemediationRequestReconciler) guarded(ctx context.Context, what string,
 		}
 	}
 	return out
-}
-
-func decidedPlaybook(rr *v1alpha1.RemediationRequest) string {
-	if rr.Status.Decision == nil {
-		return ""
-	}
-	return rr.Status.Decision.Playbook
 }
 
 // writeLog remembers, per request, the resourceVersion this process's last status

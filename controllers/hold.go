@@ -9,7 +9,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -17,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/remediator/remediator/api/v1alpha1"
+	"github.com/remediator/remediator/controllers/lifecycle"
 	"github.com/remediator/remediator/controllers/pause"
 )
 
@@ -32,15 +32,7 @@ func (r *RemediationRequestReconciler) pausedMessage(ctx context.Context, s *sco
 
 // heldByPause: the request waits, or its playbook holds, because of the pause.
 func heldByPause(rr *v1alpha1.RemediationRequest) bool {
-	return anyProgressingReason(rr) == v1alpha1.ReasonPaused
-}
-
-// anyProgressingReason is the Progressing condition's reason, in any phase.
-func anyProgressingReason(rr *v1alpha1.RemediationRequest) string {
-	if c := meta.FindStatusCondition(rr.Status.Conditions, v1alpha1.ConditionProgressing); c != nil {
-		return c.Reason
-	}
-	return ""
+	return lifecycle.ProgressingReason(rr) == v1alpha1.ReasonPaused
 }
 
 // wakePaused maps a change of the pause ConfigMap to every request the pause holds:

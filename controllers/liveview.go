@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/remediator/remediator/api/v1alpha1"
+	"github.com/remediator/remediator/controllers/lifecycle"
 	"github.com/remediator/remediator/remediations"
 )
 
@@ -54,7 +55,7 @@ func (o liveView) FreshFacts(ctx context.Context) (*v1alpha1.Facts, []string, er
 	r, s := o.r, o.s
 	// Both readings on the decision's clock.
 	g := r.gatherer(cmp.Or(r.Recheck, r.Gatherer))
-	if r.RecheckRelease != nil && !r.Playbooks.Disruptive(decidedPlaybook(s.rr)) {
+	if r.RecheckRelease != nil && !r.Playbooks.Disruptive(lifecycle.DecidedPlaybook(s.rr)) {
 		g = r.gatherer(r.RecheckRelease)
 	}
 	// The affected pods are read only where the playbook or the floor looks at
@@ -68,7 +69,7 @@ func (o liveView) FreshFacts(ctx context.Context) (*v1alpha1.Facts, []string, er
 	if err != nil {
 		return nil, nil, err
 	}
-	return f, conflictsIn(others, s.rr.UID, f), nil
+	return f, lifecycle.ConflictsIn(others, s.rr.UID, f), nil
 }
 
 // NodePluginPods lists live, with the gatherer's node-plugin selector.
@@ -82,6 +83,6 @@ func movesPods(rr *v1alpha1.RemediationRequest, playbooks remediations.Playbooks
 	if f := rr.Status.Facts; f == nil || f.Node == nil || f.Node.State == v1alpha1.NodeHealthy {
 		return true
 	}
-	pb, ok := playbooks[decidedPlaybook(rr)]
+	pb, ok := playbooks[lifecycle.DecidedPlaybook(rr)]
 	return !ok || slices.Contains(pb.Steps, v1alpha1.StepDeleteAffectedPods) || slices.Contains(pb.Steps, v1alpha1.StepWaitPodsGone)
 }

@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/remediator/remediator/api/v1alpha1"
+	"github.com/remediator/remediator/controllers/lifecycle"
 	"github.com/remediator/remediator/controllers/policyreload"
 	"github.com/remediator/remediator/controllers/requests"
 	"github.com/remediator/remediator/policies"
@@ -60,10 +61,10 @@ const failClosedSafetyFloor = "safety-floor"
 
 // failClosedRules are the rules of decisions the decision path makes when the policy
 // fails, as failed-closed reasons.
-var failClosedRules = []string{RulePolicyError, policies.RulePolicyTimeout, RuleUnknownPlaybook}
+var failClosedRules = []string{lifecycle.RulePolicyError, policies.RulePolicyTimeout, lifecycle.RuleUnknownPlaybook}
 
 // safetyFloorProgressing starts the Progressing message of a request the safety floor
-// refused (Outcome.allowed). The rule alone cannot tell it: the floor's invariant
+// refused (lifecycle.Outcome.allowed). The rule alone cannot tell it: the floor's invariant
 // driver-registered is also a policy rule.
 const safetyFloorProgressing = "Rejected by the safety floor: "
 

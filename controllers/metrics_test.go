@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/remediator/remediator/api/v1alpha1"
+	"github.com/remediator/remediator/controllers/lifecycle"
 	"github.com/remediator/remediator/policies"
 	"github.com/remediator/remediator/remediations"
 )
@@ -30,7 +31,7 @@ func value(t *testing.T, m prometheus.Metric) float64 {
 
 // TestFailedClosedDecisionsAreCounted: a persisted decision that failed closed is
 // counted by reason, every time it is decided; a policy's own rejection is not.
-// The outcomes come from Decide, so that the count follows what the decision path
+// The outcomes come from lifecycle.Decide, so that the count follows what the decision path
 // writes (the safety floor's Progressing message in particular).
 func TestFailedClosedDecisionsAreCounted(t *testing.T) {
 	playbooks, err := remediations.DefaultPlaybooks()
@@ -57,8 +58,8 @@ func TestFailedClosedDecisionsAreCounted(t *testing.T) {
 		reason string
 	}{
 		{"two rules disagree", policyFrom(`decision: {allowed: true, playbook: "fenced-unreachable", rule: "a", reasons: ["x"], message: "m"}
-if input.facts.node.state == "Unreachable" {decision: {allowed: false}}`), RulePolicyError},
-		{"computed playbook that does not exist", policyFrom(`decision: {allowed: true, playbook: "node-\(input.remediation)", rule: "computed", reasons: ["x"], message: "m"}`), RulePolicyError},
+if input.facts.node.state == "Unreachable" {decision: {allowed: false}}`), lifecycle.RulePolicyError},
+		{"computed playbook that does not exist", policyFrom(`decision: {allowed: true, playbook: "node-\(input.remediation)", rule: "computed", reasons: ["x"], message: "m"}`), lifecycle.RulePolicyError},
 		{"allows everything", policyFrom(`decision: {allowed: true, playbook: "node-shutdown", rule: "allow-everything", reasons: ["x"], message: "m"}`), failClosedSafetyFloor},
 		{"the policy's own rejection", embedded, ""},
 	}
@@ -70,7 +71,7 @@ if input.facts.node.state == "Unreachable" {decision: {allowed: false}}`), RuleP
 					Target: v1alpha1.Target{PersistentVolume: "pvc-1"}, Reason: "a test request", Mode: v1alpha1.ModeApply},
 			}
 			decide := func(at time.Time) *v1alpha1.RemediationRequest {
-				o := Decide(tc.policy, playbooks, DecisionInput{Request: rr, Facts: unreachable, Now: at})
+				o := lifecycle.Decide(tc.policy, playbooks, lifecycle.DecisionInput{Request: rr, Facts: unreachable, Now: at})
 				require.Equal(t, v1alpha1.PhaseRejected, o.Phase, "%+v", o.Decision)
 				after := rr.DeepCopy()
 				after.Status.Phase, after.Status.Decision = o.Phase, &o.Decision

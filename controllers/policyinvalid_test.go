@@ -12,7 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/remediator/remediator/api/v1alpha1"
-	"github.com/remediator/remediator/controllers"
+	"github.com/remediator/remediator/controllers/lifecycle"
 	"github.com/remediator/remediator/policies"
 	"github.com/remediator/remediator/test/decisiontest"
 )
@@ -29,7 +29,7 @@ func TestNoPolicyWaits(t *testing.T) {
 	_, playbooks := decisiontest.Deciders(t)
 	for _, tc := range decisiontest.Cases() {
 		t.Run(tc.Name, func(t *testing.T) {
-			o := controllers.Decide(policy, playbooks, controllers.DecisionInput{Request: tc.Request, Facts: tc.Facts, Others: tc.Others,
+			o := lifecycle.Decide(policy, playbooks, lifecycle.DecisionInput{Request: tc.Request, Facts: tc.Facts, Others: tc.Others,
 				MaxConcurrent: tc.MaxConcurrent, Now: tc.Now, Admitted: true})
 			assert.Equal(t, v1alpha1.PhaseWaiting, o.Phase, o.Decision.Message)
 			assert.False(t, o.Decision.Allowed)
@@ -37,7 +37,7 @@ func TestNoPolicyWaits(t *testing.T) {
 			assert.Equal(t, policies.RulePolicyInvalid, o.Decision.Rule)
 			assert.Equal(t, policies.NoPolicy, o.Decision.PolicyDigest)
 			assert.Equal(t, metav1.ConditionUnknown, o.Accepted.Status)
-			assert.Equal(t, controllers.ReasonPolicyInvalid, o.Accepted.Reason)
+			assert.Equal(t, lifecycle.ReasonPolicyInvalid, o.Accepted.Reason)
 			assert.Contains(t, o.Accepted.Message, "p.cue:2:")
 			assert.Equal(t, corev1.EventTypeWarning, o.EventType)
 			assert.Equal(t, v1alpha1.EventWaiting, o.EventReason)

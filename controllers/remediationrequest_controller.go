@@ -28,6 +28,7 @@ import (
 
 	"github.com/remediator/remediator/api/v1alpha1"
 	"github.com/remediator/remediator/controllers/facts"
+	"github.com/remediator/remediator/controllers/lifecycle"
 	"github.com/remediator/remediator/controllers/pause"
 	"github.com/remediator/remediator/controllers/requests"
 	"github.com/remediator/remediator/policies"
@@ -300,14 +301,14 @@ func needsDecision(rr *v1alpha1.RemediationRequest, now time.Time) bool {
 		return false
 	}
 	d := rr.Status.Decision
-	if d == nil || rr.Status.ObservedGeneration != rr.Generation || waitsForConflict(rr) || granted(rr) || heldByPause(rr) || gatherFailed(rr) {
+	if d == nil || rr.Status.ObservedGeneration != rr.Generation || waitsForConflict(rr) || lifecycle.Granted(rr) || heldByPause(rr) || gatherFailed(rr) {
 		return true
 	}
 	return d.RecheckAt != nil && !now.Before(d.RecheckAt.Time)
 }
 
 // decide gathers live facts, lists the other requests, and takes the one decision
-// path (Decide) that `remediator plan` takes too.
+// path (lifecycle.Decide) that `remediator plan` takes too.
 func (r *RemediationRequestReconciler) decide(ctx context.Context, s *scope) (ctrl.Result, error) {
 	rr := s.rr
 	if !needsDecision(rr, s.now) {
@@ -322,12 +323,12 @@ func (r *RemediationRequestReconciler) decide(ctx context.Context, s *scope) (ct
 	if err != nil {
 		return r.gatherFailed(s, fmt.Errorf("gathering facts: %w", err))
 	}
-	in := DecisionInput{Request: rr, Facts: f, MaxConcurrent: r.MaxConcurrent, Admitted: granted(rr), Gates: r.gates(), Now: s.now,
+	in := lifecycle.DecisionInput{Request: rr, Facts: f, MaxConcurrent: r.MaxConcurrent, Admitted: lifecycle.Granted(rr), Gates: r.gates(), Now: s.now,
 		Paused: r.pausedMessage(ctx, s)}
 	if in.Others, err = r.guardOthers(ctx, f); err != nil {
 		return r.gatherFailed(s, err)
 	}
-	o := Decide(r.Policy, r.Playbooks, in)
+	o := lifecycle.Decide(r.Policy, r.Playbooks, in)
 	rr.Status.Facts = f
 	dec := o.Decision
 	rr.Status.Decision = &dec
@@ -371,7 +372,7 @@ func (r *RemediationRequestReconciler) runPlaybook(ctx context.Context, s *scope
 	if heldByPause(rr) {
 		// Resumed: the playbook goes on.
 		r.setCondition(rr, v1alpha1.ConditionProgressing, metav1.ConditionTrue, v1alpha1.ReasonPlaybookRunning,
-			fmt.Sprintf("Running playbook %s (resumed)", decidedPlaybook(rr)))
+			fmt.Sprintf("Running playbook %s (resumed)", lifecycle.DecidedPlaybook(rr)))
 	}
 	log := ctrl.LoggerFrom(ctx)
 	if p.Transition != "" {

@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	"github.com/remediator/remediator/api/v1alpha1"
+	"github.com/remediator/remediator/controllers/lifecycle"
 	"github.com/remediator/remediator/controllers/requests"
 )
 
@@ -60,7 +61,7 @@ var slotGranted = predicate.Funcs{
 				return false
 			}
 			rr := requests.GuardView(u)
-			return granted(&rr)
+			return lifecycle.Granted(&rr)
 		}
 		return isGranted(e.ObjectNew) && !isGranted(e.ObjectOld)
 	},
@@ -79,7 +80,7 @@ var slotGivenBack = predicate.Funcs{
 				return false
 			}
 			rr := requests.GuardView(u)
-			return slotExpired(&rr)
+			return lifecycle.SlotExpired(&rr)
 		}
 		return expired(e.ObjectNew) && !expired(e.ObjectOld)
 	},

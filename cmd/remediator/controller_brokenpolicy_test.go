@@ -19,7 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/remediator/remediator/api/v1alpha1"
-	"github.com/remediator/remediator/controllers"
+	"github.com/remediator/remediator/controllers/lifecycle"
 	"github.com/remediator/remediator/test/testenv"
 )
 
@@ -107,7 +107,7 @@ func TestControllerStartsOnABrokenPolicy(t *testing.T) {
 		cond := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionAccepted)
 		require.NotNil(c, cond, "no Accepted condition: %+v", got.Status)
 		assert.Equal(c, metav1.ConditionUnknown, cond.Status)
-		assert.Equal(c, controllers.ReasonPolicyInvalid, cond.Reason)
+		assert.Equal(c, lifecycle.ReasonPolicyInvalid, cond.Reason)
 		assert.Contains(c, cond.Message, "p.cue:2:")
 		assert.LessOrEqual(c, len(cond.Message), 32768)
 		assert.Equal(c, v1alpha1.PhaseWaiting, got.Status.Phase, "a request nothing decided must not be final")
@@ -127,7 +127,7 @@ func TestControllerStartsOnABrokenPolicy(t *testing.T) {
 		require.NoError(c, env.Client.Get(ctx, client.ObjectKeyFromObject(rr), got))
 		cond := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionAccepted)
 		require.NotNil(c, cond)
-		assert.NotEqual(c, controllers.ReasonPolicyInvalid, cond.Reason, "still %s: %s", cond.Reason, cond.Message)
+		assert.NotEqual(c, lifecycle.ReasonPolicyInvalid, cond.Reason, "still %s: %s", cond.Reason, cond.Message)
 		if assert.NotNil(c, got.Status.Decision) {
 			assert.Contains(c, got.Status.Decision.PolicyDigest, "sha256:", "decided by the policy that loaded")
 		}

@@ -23,6 +23,7 @@ import (
 	"github.com/remediator/remediator/api/v1alpha1"
 	"github.com/remediator/remediator/controllers"
 	"github.com/remediator/remediator/controllers/facts"
+	"github.com/remediator/remediator/controllers/lifecycle"
 	"github.com/remediator/remediator/controllers/requests"
 	"github.com/remediator/remediator/policies"
 	"github.com/remediator/remediator/policies/kustomized"
@@ -399,7 +400,7 @@ func (p *planner) plan(ctx context.Context, in planInput) planResult {
 	// maintenance window and the cap, in the same order and with the same outcome.
 	// Admission's own choice, on the requests as they are, tells whether the request
 	// would get a slot of the cap at once or wait in line for one.
-	o := controllers.Decide(p.policy, p.playbooks, controllers.DecisionInput{
+	o := lifecycle.Decide(p.policy, p.playbooks, lifecycle.DecisionInput{
 		Request: rr, Facts: rr.Status.Facts, Others: others, MaxConcurrent: p.maxConcurrent, Gates: p.gates, Now: p.at,
 		Admitted: controllers.WouldAdmit(rr, others, p.maxConcurrent, p.playbooks, p.at),
 	})

@@ -1,4 +1,4 @@
-package controllers
+package lifecycle
 
 import (
 	"fmt"
@@ -119,7 +119,7 @@ func Decide(policy *policies.Engine, playbooks remediations.Playbooks, in Decisi
 // always answers: a policy that cannot decide fails closed (RulePolicyError). It
 // takes no lock of the controller's, so a slow policy holds up no other decision.
 func Evaluate(policy *policies.Engine, in DecisionInput) policies.Decision {
-	conflicts := conflictsIn(in.Others, in.Request.UID, in.Facts)
+	conflicts := ConflictsIn(in.Others, in.Request.UID, in.Facts)
 	d, err := policy.Decide(policies.Input{
 		Remediation: in.Request.Spec.Remediation, Mode: in.Request.Spec.Mode, Fencing: in.Request.Spec.Fencing, Facts: in.Facts, Conflicts: conflicts,
 	})
@@ -135,7 +135,7 @@ func Evaluate(policy *policies.Engine, in DecisionInput) policies.Decision {
 // window and the line for a slot. It is pure.
 func DecideWith(d policies.Decision, playbooks remediations.Playbooks, in DecisionInput) Outcome {
 	rr, now := in.Request, in.Now
-	conflicts := conflictsIn(in.Others, rr.UID, in.Facts)
+	conflicts := ConflictsIn(in.Others, rr.UID, in.Facts)
 	o := Outcome{Conflicts: conflicts}
 	o.Decision = v1alpha1.Decision{DecidedAt: metav1.NewTime(now), Generation: rr.Generation, PolicyDigest: d.Digest, Floor: in.Gates.Settings()}
 
@@ -261,10 +261,10 @@ func (o Outcome) allowed(playbooks remediations.Playbooks, in DecisionInput) Out
 	if playbooks.Disruptive(playbook) && !in.Admitted {
 		// Admission grants the slot (admission.go); the request is decided again
 		// then, on fresh facts, and starts in it.
-		holders, ahead := lineAhead(rr, in.Others, playbooks)
+		holders, ahead := LineAhead(rr, in.Others, playbooks)
 		o.Phase, o.Running = v1alpha1.PhaseWaiting, holders
 		msg := fmt.Sprintf("Playbook %s is allowed and waits in line for a slot of the cluster-wide cap of %s (--max-concurrent-remediations), granted oldest request first;%s%s it is decided again on fresh facts when granted one.",
-			playbook, capString(in.MaxConcurrent), describeHolders(holders), describeAhead(ahead))
+			playbook, CapString(in.MaxConcurrent), describeHolders(holders), describeAhead(ahead))
 		o.Progressing = Condition{metav1.ConditionTrue, v1alpha1.ReasonWaitingForSlot, msg}
 		o.EventType, o.EventReason, o.EventMessage = corev1.EventTypeNormal, v1alpha1.EventWaiting, msg
 		return o
@@ -286,9 +286,9 @@ func created(rr *v1alpha1.RemediationRequest, now time.Time) time.Time {
 	return rr.CreationTimestamp.Time
 }
 
-// conflictsIn lists the other Running requests on the same Lease or node as the
+// ConflictsIn lists the other Running requests on the same Lease or node as the
 // facts, sorted, in the form the policies take as input.
-func conflictsIn(others []v1alpha1.RemediationRequest, self types.UID, f *v1alpha1.Facts) []string {
+func ConflictsIn(others []v1alpha1.RemediationRequest, self types.UID, f *v1alpha1.Facts) []string {
 	var out []string
 	if f == nil {
 		return out
