@@ -27,13 +27,14 @@ import (
 
 	"github.com/remediator/remediator/api/v1alpha1"
 	"github.com/remediator/remediator/controllers"
+	"github.com/remediator/remediator/controllers/admission"
 	"github.com/remediator/remediator/controllers/facts"
 	"github.com/remediator/remediator/remediations"
 )
 
 // startAdmitter runs admission alone in a manager of its own, without leader
 // election: two of them are two leaders that overlap (a failed election).
-func startAdmitter(t *testing.T, name, ns string, maxConcurrent int, pause types.NamespacedName, opts ...func(*controllers.Admission)) {
+func startAdmitter(t *testing.T, name, ns string, maxConcurrent int, pause types.NamespacedName, opts ...func(*admission.Reconciler)) {
 	t.Helper()
 	cacheOpts, clientOpts := controllers.CacheOptions(facts.DefaultConfig(), []string{ns}, pause, false)
 	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
@@ -44,7 +45,7 @@ func startAdmitter(t *testing.T, name, ns string, maxConcurrent int, pause types
 	require.NoError(t, err)
 	playbooks, err := remediations.DefaultPlaybooks()
 	require.NoError(t, err)
-	a := &controllers.Admission{Reader: slowReader{mgr.GetAPIReader()}, Client: mgr.GetClient(), MaxConcurrent: maxConcurrent, Playbooks: playbooks,
+	a := &admission.Reconciler{Reader: slowReader{mgr.GetAPIReader()}, Client: mgr.GetClient(), MaxConcurrent: maxConcurrent, Playbooks: playbooks,
 		Namespaces: []string{ns}, Recorder: mgr.GetEventRecorderFor(name), Pause: pause}
 	for _, o := range opts {
 		o(a)
@@ -259,7 +260,7 @@ func admissionNamespace(t *testing.T, ns string) {
 				_ = env.Client.Delete(ctx, rr)
 			}
 		}
-		_ = env.Client.Delete(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: controllers.SlotsLeaseName}})
+		_ = env.Client.Delete(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: admission.SlotsLeaseName}})
 	})
 }
 
@@ -331,7 +332,7 @@ func TestUnusedGrantIsGivenBack(t *testing.T) {
 	next := admissionRequest(t, ns, "b-in-line")
 	joinLine(t, next)
 	startAdmitter(t, "admitter", ns, 1, types.NamespacedName{Namespace: ns, Name: v1alpha1.PauseConfigMap},
-		func(a *controllers.Admission) { a.StepTimeout = 3 * time.Second })
+		func(a *admission.Reconciler) { a.StepTimeout = 3 * time.Second })
 
 	waitFor(t, next, 2*time.Second, "b-in-line in line while the grant is young", hasReason(v1alpha1.ReasonWaitingForSlot))
 	rr := waitFor(t, stuck, 10*time.Second, "a-stuck's slot given back", hasReason(v1alpha1.ReasonSlotExpired))
@@ -353,6 +354,6 @@ func TestUnusedGrantIsGivenBack(t *testing.T) {
 				reasons = append(reasons, e.Type+"/"+e.Reason)
 			}
 		}
-		return slices.Contains(reasons, corev1.EventTypeWarning+"/"+controllers.EventSlotExpired), fmt.Sprint(reasons)
+		return slices.Contains(reasons, corev1.EventTypeWarning+"/"+admission.EventSlotExpired), fmt.Sprint(reasons)
 	})
 }

@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/remediator/remediator/controllers"
+	"github.com/remediator/remediator/controllers/admission"
 	"github.com/remediator/remediator/controllers/lifecycle"
 	"github.com/remediator/remediator/policies"
 	"github.com/remediator/remediator/test/decisiontest"
@@ -25,7 +25,7 @@ func TestDecide(t *testing.T) {
 		t.Run(tc.Name, func(t *testing.T) {
 			o := lifecycle.Decide(policy, playbooks, lifecycle.DecisionInput{
 				Request: tc.Request, Facts: tc.Facts, Others: tc.Others, MaxConcurrent: tc.MaxConcurrent, Now: tc.Now,
-				Admitted: controllers.WouldAdmit(tc.Request, tc.Others, tc.MaxConcurrent, playbooks, tc.Now),
+				Admitted: admission.WouldAdmit(tc.Request, tc.Others, tc.MaxConcurrent, playbooks, tc.Now),
 			})
 			assert.Equal(t, tc.WantPhase, o.Phase, o.Decision.Message)
 			assert.Equal(t, tc.WantRule, o.Decision.Rule, o.Decision.Message)

@@ -18,6 +18,7 @@ import (
 
 	"github.com/remediator/remediator/api/v1alpha1"
 	"github.com/remediator/remediator/controllers"
+	"github.com/remediator/remediator/controllers/admission"
 )
 
 // TestFinishedPlaybookReleasesFinalizer: the restore finalizer guards a playbook
@@ -118,6 +119,6 @@ func TestDeletedMidRunWithoutRestoreEnds(t *testing.T) {
 		for _, e := range events.Items {
 			seen = append(seen, e.InvolvedObject.Name+"/"+e.Reason)
 		}
-		return slices.Contains(seen, next.Name+"/"+controllers.EventAdmitted), fmt.Sprint(seen)
+		return slices.Contains(seen, next.Name+"/"+admission.EventAdmitted), fmt.Sprint(seen)
 	})
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/remediator/remediator/api/v1alpha1"
 	"github.com/remediator/remediator/controllers/lifecycle"
+	"github.com/remediator/remediator/controllers/requests"
 )
 
 // gatherFailed records that the facts of s's request could not be read (err), and
@@ -47,7 +48,7 @@ func gatherFailed(rr *v1alpha1.RemediationRequest) bool {
 // do about it.
 func gatherFailedMessage(err error) string {
 	const head = "The controller could not read the facts this request is decided on, so it is not decided yet; it tries again with backoff, at most %s apart. The API server's answer: %v. "
-	msg := fmt.Sprintf(head, maxRetryDelay, err)
+	msg := fmt.Sprintf(head, requests.MaxRetryDelay, err)
 	switch {
 	case apierrors.IsForbidden(err):
 		// The answer names the verb, the resource and the namespace.

@@ -10,7 +10,7 @@ package controllers
 // those few.
 //
 // The cache lags behind writes by a watch event, so nothing here grants a slot: the
-// cap and the line are admission's (admission.go), from a live List. What the cache
+// cap and the line are admission's (package admission), from a live List. What the cache
 // serves is the policy's conflict rule and the floor's re-check before every
 // destructive call; a conflict the cache has not seen yet between two Lease releases
 // costs nothing, since both deletions carry the Lease's UID and resourceVersion as

@@ -27,6 +27,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	"github.com/remediator/remediator/api/v1alpha1"
+	"github.com/remediator/remediator/controllers/admission"
 	"github.com/remediator/remediator/controllers/facts"
 	"github.com/remediator/remediator/controllers/lifecycle"
 	"github.com/remediator/remediator/controllers/pause"
@@ -140,9 +141,9 @@ func (r *RemediationRequestReconciler) SetupWithManager(mgr ctrl.Manager) error 
 	if err := IndexRequests(context.Background(), mgr.GetFieldIndexer(), r.Playbooks); err != nil {
 		return fmt.Errorf("indexing requests for the guards: %w", err)
 	}
-	admission := &Admission{Reader: r.Reader, Client: r.Client, MaxConcurrent: r.MaxConcurrent, Playbooks: r.Playbooks,
+	adm := &admission.Reconciler{Reader: r.Reader, Client: r.Client, MaxConcurrent: r.MaxConcurrent, Playbooks: r.Playbooks,
 		Namespaces: r.Namespaces, Recorder: r.Recorder, Clock: r.Clock, Pause: r.pauseKey(), StepTimeout: r.Timeouts.Step}
-	if err := admission.SetupWithManager(mgr); err != nil {
+	if err := adm.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up admission: %w", err)
 	}
 	if err := (&pause.Watcher{Client: r.Client, Key: r.pauseKey(), Recorder: r.Recorder}).SetupWithManager(mgr); err != nil {
@@ -162,7 +163,7 @@ func (r *RemediationRequestReconciler) SetupWithManager(mgr ctrl.Manager) error 
 			Watches(&corev1.Event{}, handler.EnqueueRequestsFromMapFunc(r.verifyingOn)).
 			Watches(&storagev1.CSINode{}, handler.EnqueueRequestsFromMapFunc(r.verifyingOn))
 	}
-	return b.WithOptions(controller.Options{MaxConcurrentReconciles: max(1, r.Workers), RateLimiter: rateLimiter()}).
+	return b.WithOptions(controller.Options{MaxConcurrentReconciles: max(1, r.Workers), RateLimiter: requests.RateLimiter()}).
 		Named("remediationrequest").
 		Complete(r)
 }

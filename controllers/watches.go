@@ -92,7 +92,7 @@ var slotGivenBack = predicate.Funcs{
 // takes a request from New or Waiting straight to Succeeded. Missing that stop left
 // the requests waiting on its Lease or node asleep until their recheck (make
 // chaos-smoke, R2 through injected faults). Slots are admission's, which watches for
-// itself (admission.go).
+// itself (package admission).
 var stoppedRunning = predicate.Funcs{
 	CreateFunc:  func(event.CreateEvent) bool { return false },
 	GenericFunc: func(event.GenericEvent) bool { return false },

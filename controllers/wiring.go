@@ -7,9 +7,7 @@ package controllers
 import (
 	"context"
 	"fmt"
-	"time"
 
-	"golang.org/x/time/rate"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
@@ -18,11 +16,9 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	toolscache "k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/remediator/remediator/controllers/facts"
 	"github.com/remediator/remediator/controllers/pause"
@@ -237,21 +233,4 @@ func cachedReads(fc facts.Config, l live) func(runtime.Object, string) bool {
 // reason that says nothing about the object (facts.RetryReader).
 func LiveReader(mgr ctrl.Manager) client.Reader {
 	return facts.RetryReader{Reader: mgr.GetAPIReader()}
-}
-
-// maxRetryDelay caps the backoff of a request whose reconcile failed. The work
-// queue's default grows to 1,000 s, so that a request that failed ten times in a
-// row under a flaky API server (make chaos, R2) waited many minutes after the API
-// server recovered, with a stuck Lease blocking a volume all that time.
-const maxRetryDelay = 30 * time.Second
-
-// rateLimiter is controller-runtime's default with the per-request backoff capped
-// at maxRetryDelay: 5 ms doubling per failure, and 10 retries per second overall
-// with a burst of 100, so that a storm of failing requests cannot hammer the API
-// server either.
-func rateLimiter() workqueue.TypedRateLimiter[reconcile.Request] {
-	return workqueue.NewTypedMaxOfRateLimiter(
-		workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](5*time.Millisecond, maxRetryDelay),
-		&workqueue.TypedBucketRateLimiter[reconcile.Request]{Limiter: rate.NewLimiter(rate.Limit(10), 100)},
-	)
 }

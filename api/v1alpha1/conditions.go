@@ -33,7 +33,7 @@ const (
 	// window to open.
 	ReasonWaitingForWindow = "WaitingForMaintenanceWindow"
 	// ReasonWaitingForSlot: the policy allowed a disruptive playbook, and the request
-	// waits in line for a slot of the cluster-wide cap (controllers.Admission).
+	// waits in line for a slot of the cluster-wide cap (package controllers/admission).
 	ReasonWaitingForSlot = "WaitingForRemediationSlot"
 	// ReasonAdmitted: admission granted the request a slot of the cap; the request
 	// is decided again on fresh facts before its playbook starts in it.

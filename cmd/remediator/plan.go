@@ -21,7 +21,7 @@ import (
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 
 	"github.com/remediator/remediator/api/v1alpha1"
-	"github.com/remediator/remediator/controllers"
+	slots "github.com/remediator/remediator/controllers/admission"
 	"github.com/remediator/remediator/controllers/facts"
 	"github.com/remediator/remediator/controllers/lifecycle"
 	"github.com/remediator/remediator/controllers/requests"
@@ -402,7 +402,7 @@ func (p *planner) plan(ctx context.Context, in planInput) planResult {
 	// would get a slot of the cap at once or wait in line for one.
 	o := lifecycle.Decide(p.policy, p.playbooks, lifecycle.DecisionInput{
 		Request: rr, Facts: rr.Status.Facts, Others: others, MaxConcurrent: p.maxConcurrent, Gates: p.gates, Now: p.at,
-		Admitted: controllers.WouldAdmit(rr, others, p.maxConcurrent, p.playbooks, p.at),
+		Admitted: slots.WouldAdmit(rr, others, p.maxConcurrent, p.playbooks, p.at),
 	})
 	if o.Conflicts != nil {
 		res.Conflicts = o.Conflicts

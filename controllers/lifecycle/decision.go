@@ -259,7 +259,7 @@ func (o Outcome) allowed(playbooks remediations.Playbooks, in DecisionInput) Out
 		return o
 	}
 	if playbooks.Disruptive(playbook) && !in.Admitted {
-		// Admission grants the slot (admission.go); the request is decided again
+		// Admission grants the slot (package admission); the request is decided again
 		// then, on fresh facts, and starts in it.
 		holders, ahead := LineAhead(rr, in.Others, playbooks)
 		o.Phase, o.Running = v1alpha1.PhaseWaiting, holders

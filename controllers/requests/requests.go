@@ -1,5 +1,6 @@
 // Package requests reads RemediationRequests as the controller's runnables do:
-// unstructured, each decoded on its own, in the order they came.
+// unstructured, each decoded on its own, in the order they came; and backs off a
+// request whose reconcile failed the same way in each of them.
 package requests
 
 import (
@@ -7,10 +8,14 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"time"
 
+	"golang.org/x/time/rate"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/remediator/remediator/api/v1alpha1"
 )
@@ -102,4 +107,21 @@ func PhaseOf(o client.Object) v1alpha1.Phase {
 	}
 	p, _, _ := unstructured.NestedString(u.Object, "status", "phase")
 	return v1alpha1.Phase(p)
+}
+
+// MaxRetryDelay caps the backoff of a request whose reconcile failed. The work
+// queue's default grows to 1,000 s, so that a request that failed ten times in a
+// row under a flaky API server (make chaos, R2) waited many minutes after the API
+// server recovered, with a stuck Lease blocking a volume all that time.
+const MaxRetryDelay = 30 * time.Second
+
+// RateLimiter is controller-runtime's default with the per-request backoff capped
+// at MaxRetryDelay: 5 ms doubling per failure, and 10 retries per second overall
+// with a burst of 100, so that a storm of failing requests cannot hammer the API
+// server either.
+func RateLimiter() workqueue.TypedRateLimiter[reconcile.Request] {
+	return workqueue.NewTypedMaxOfRateLimiter(
+		workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](5*time.Millisecond, MaxRetryDelay),
+		&workqueue.TypedBucketRateLimiter[reconcile.Request]{Limiter: rate.NewLimiter(rate.Limit(10), 100)},
+	)
 }

@@ -1,7 +1,7 @@
 // Package admissionwatch checks the controller's admission from the API server's own
 // order of changes: a watch of every RemediationRequest delivers each committed
 // change in resourceVersion order, whatever the controller's cache or timing did.
-// At every change it checks the two promises of admission (controllers/admission.go):
+// At every change it checks the two promises of admission (controllers/admission):
 //
 //   - the cap: never more requests hold a slot (Running a disruptive playbook, or
 //     granted one) than --max-concurrent-remediations;

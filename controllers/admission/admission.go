@@ -1,6 +1,4 @@
-package controllers
-
-// Admission: which waiting disruptive requests start, decided in one place.
+// Package admission decides which waiting disruptive requests start, in one place.
 //
 // A request whose policy allows a disruptive playbook does not start it: it joins
 // the line (Waiting, WaitingForRemediationSlot). One reconcile, of one key, reads
@@ -39,6 +37,7 @@ package controllers
 // What a grant costs: one GET of the Lease and one live List per pass of admission,
 // whatever it grants; then one update of the Lease for all of the pass's grants, and
 // one status patch per grant. A request that gives its slot back costs one patch.
+package admission
 
 import (
 	"cmp"
@@ -101,8 +100,8 @@ const admissionRecheck = 30 * time.Second
 // admissionKey is the one key the admission reconciles: the whole line at once.
 var admissionKey = reconcile.Request{NamespacedName: types.NamespacedName{Name: "remediator-admission"}}
 
-// Admission grants the slots of the cluster-wide cap to waiting requests.
-type Admission struct {
+// Reconciler grants the slots of the cluster-wide cap to waiting requests.
+type Reconciler struct {
 	// Reader lists requests and reads the slots Lease live (the manager's
 	// APIReader); Client writes.
 	Reader client.Reader
@@ -128,7 +127,7 @@ type Admission struct {
 }
 
 // SetupWithManager runs admission on every change of the line or the slots.
-func (a *Admission) SetupWithManager(mgr ctrl.Manager) error {
+func (a *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("admission").
 		Watches(requests.NewUnstructured(), handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []reconcile.Request {
@@ -137,7 +136,7 @@ func (a *Admission) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(&corev1.ConfigMap{}, handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []reconcile.Request {
 			return []reconcile.Request{admissionKey}
 		}), builder.WithPredicates(pause.IsObject(a.Pause))).
-		WithOptions(controller.Options{MaxConcurrentReconciles: 1, RateLimiter: rateLimiter()}).
+		WithOptions(controller.Options{MaxConcurrentReconciles: 1, RateLimiter: requests.RateLimiter()}).
 		Complete(a)
 }
 
@@ -145,7 +144,7 @@ func (a *Admission) SetupWithManager(mgr ctrl.Manager) error {
 // request joining or leaving the line, taking or giving back a slot, or deleted
 // while in either; and every request the informer lists at start, so that a new
 // leader looks at the line once.
-func (a *Admission) lineChanged() predicate.Funcs {
+func (a *Reconciler) lineChanged() predicate.Funcs {
 	state := func(o client.Object) lifecycle.SlotState {
 		u, ok := o.(*unstructured.Unstructured)
 		if !ok {
@@ -164,7 +163,7 @@ func (a *Admission) lineChanged() predicate.Funcs {
 
 // Reconcile gives back the slots not used in time, and grants free slots to the
 // oldest requests in line.
-func (a *Admission) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result, error) {
+func (a *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result, error) {
 	if pause.Read(ctx, a.Client, a.Pause).Paused {
 		// The resume's watch event brings admission back.
 		return ctrl.Result{}, nil
@@ -237,20 +236,20 @@ func earliest(a, b time.Time) time.Time {
 	return a
 }
 
-func (a *Admission) now() time.Time {
+func (a *Reconciler) now() time.Time {
 	if a.Clock == nil {
 		return time.Now()
 	}
 	return a.Clock.Now()
 }
 
-func (a *Admission) stepTimeout() time.Duration {
+func (a *Reconciler) stepTimeout() time.Duration {
 	return cmp.Or(a.StepTimeout, remediations.DefaultTimeouts.Step)
 }
 
 // list reads every request in scope live, and says at which resourceVersion: the
 // first one's, when each namespace is listed on its own.
-func (a *Admission) list(ctx context.Context) ([]v1alpha1.RemediationRequest, string, error) {
+func (a *Reconciler) list(ctx context.Context) ([]v1alpha1.RemediationRequest, string, error) {
 	if len(a.Namespaces) == 0 {
 		return requests.ListAt(ctx, a.Reader)
 	}
@@ -268,7 +267,7 @@ func (a *Admission) list(ctx context.Context) ([]v1alpha1.RemediationRequest, st
 
 // giveBackExpired gives back, in all, the slots whose grant expired, and returns
 // when the next one expires (zero if none).
-func (a *Admission) giveBackExpired(ctx context.Context, all []v1alpha1.RemediationRequest, now time.Time) (next time.Time, err error) {
+func (a *Reconciler) giveBackExpired(ctx context.Context, all []v1alpha1.RemediationRequest, now time.Time) (next time.Time, err error) {
 	for i := range all {
 		at, ok := lifecycle.GrantExpiry(&all[i], a.Playbooks, a.stepTimeout())
 		if !ok {
@@ -291,7 +290,7 @@ func (a *Admission) giveBackExpired(ctx context.Context, all []v1alpha1.Remediat
 // write is guarded by the resourceVersion the request was listed at: a reconcile of
 // the request that journals the first step's start first makes it fail, and one
 // that comes after finds the request waiting and starts nothing.
-func (a *Admission) giveBack(ctx context.Context, rr *v1alpha1.RemediationRequest, now time.Time) error {
+func (a *Reconciler) giveBack(ctx context.Context, rr *v1alpha1.RemediationRequest, now time.Time) error {
 	base := rr.DeepCopy()
 	since := "its grant"
 	if at := rr.Status.AdmittedAt; at != nil {
@@ -319,7 +318,7 @@ func (a *Admission) giveBack(ctx context.Context, rr *v1alpha1.RemediationReques
 // at. The message names the resourceVersion of the line it was chosen from, so that
 // an audit can tell a request that joined the line after that reading from one that
 // was passed over (make chaos and make bench check the order this way).
-func (a *Admission) grant(ctx context.Context, g Grant, listedAt string, now time.Time) error {
+func (a *Reconciler) grant(ctx context.Context, g Grant, listedAt string, now time.Time) error {
 	rr := g.Request
 	base := rr.DeepCopy()
 	expiry := ""

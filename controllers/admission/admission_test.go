@@ -1,4 +1,4 @@
-package controllers
+package admission
 
 import (
 	"fmt"

@@ -1,6 +1,6 @@
-package controllers
+package admission
 
-// The slots Lease: the one object that guards the cap's grants (admission.go).
+// The slots Lease: the one object that guards the cap's grants (admission.go, in package admission).
 
 import (
 	"cmp"
@@ -45,7 +45,7 @@ type slotEntry struct {
 	Line            string    `json:"line,omitempty"`
 }
 
-func (a *Admission) slotsKey() types.NamespacedName {
+func (a *Reconciler) slotsKey() types.NamespacedName {
 	if a.Slots.Name != "" {
 		return a.Slots
 	}
@@ -53,7 +53,7 @@ func (a *Admission) slotsKey() types.NamespacedName {
 }
 
 // readLedger reads the slots Lease live; one that does not exist yet is empty.
-func (a *Admission) readLedger(ctx context.Context) (*slotLedger, error) {
+func (a *Reconciler) readLedger(ctx context.Context) (*slotLedger, error) {
 	key := a.slotsKey()
 	lease := &coordinationv1.Lease{}
 	if err := a.Reader.Get(ctx, key, lease); err != nil {
@@ -95,7 +95,7 @@ func (l *slotLedger) pending(all []v1alpha1.RemediationRequest) map[types.UID]st
 // writeLedger writes the slot holders into the Lease, guarded by the resourceVersion
 // it was read at (created, if it was not there). A grant keeps the line it was
 // chosen from: listedAt for this pass's own.
-func (a *Admission) writeLedger(ctx context.Context, l *slotLedger, holders []v1alpha1.RemediationRequest, grants []Grant, listedAt string) error {
+func (a *Reconciler) writeLedger(ctx context.Context, l *slotLedger, holders []v1alpha1.RemediationRequest, grants []Grant, listedAt string) error {
 	line := map[types.UID]string{}
 	for _, g := range grants {
 		line[g.Request.UID] = cmp.Or(g.line, listedAt)
