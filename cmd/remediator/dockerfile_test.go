@@ -20,6 +20,8 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/remediator/remediator/internal/cmd/cmdutil"
 )
 
 // dockerInstruction is one instruction of a Dockerfile, continuation lines joined.
@@ -292,7 +294,7 @@ func TestChartArgsAreControllerFlags(t *testing.T) {
 				require.NoError(t, plan.Flags().Set(k, v), "plan refuses the setting %s=%q", k, v)
 				assert.Equal(t, plan.Flags().Lookup(k).Value.String(), cmd.Flags().Lookup(k).Value.String(), "--%s: plan and the controller differ", k)
 			}
-			assert.ElementsMatch(t, settingFlags, slices.Collect(maps.Keys(settings)), "the settings ConfigMap's keys are plan's settingFlags")
+			assert.ElementsMatch(t, cmdutil.SettingFlags, slices.Collect(maps.Keys(settings)), "the settings ConfigMap's keys are plan's cmdutil.SettingFlags")
 		})
 	}
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/remediator/remediator/api/v1alpha1"
 	"github.com/remediator/remediator/controllers"
 	"github.com/remediator/remediator/controllers/facts"
+	"github.com/remediator/remediator/internal/cmd/scan"
 	"github.com/remediator/remediator/remediations"
 )
 
@@ -405,7 +406,7 @@ func FuzzScanSuggestions(f *testing.F) {
 			return
 		}
 		var buf bytes.Buffer
-		require.NoError(t, writeRequests(&buf, suggestedRequests(findings, "remediator")))
+		require.NoError(t, scan.WriteRequests(&buf, scan.SuggestedRequests(findings, "remediator")))
 		inputs := planInputsOf(buf.Bytes())
 		docs, err := yamlDocuments(buf.Bytes())
 		require.NoError(t, err)

@@ -23,6 +23,7 @@ import (
 	"github.com/remediator/remediator/api/v1alpha1"
 	"github.com/remediator/remediator/controllers"
 	"github.com/remediator/remediator/controllers/facts"
+	"github.com/remediator/remediator/internal/cmd/cmdutil"
 	"github.com/remediator/remediator/policies"
 	"github.com/remediator/remediator/policies/kustomized"
 	"github.com/remediator/remediator/remediations"
@@ -83,12 +84,12 @@ func planCodeRank(code int) int {
 type planOptions struct {
 	files       []string
 	factsFiles  []string
-	cluster     *clusterFlags
+	cluster     *cmdutil.ClusterFlags
 	policiesDir string
 	// policiesConfigMap is the ConfigMap a kustomization in policiesDir must generate.
 	policiesConfigMap string
 	// output is -o: kubectl's printer flags around plan's own outputs.
-	output        *outputFlags
+	output        *cmdutil.OutputFlags
 	at            string
 	maxConcurrent int
 	// settingsConfigMap is the chart's settings ConfigMap (NAMESPACE/NAME) whose
@@ -106,7 +107,7 @@ func newPlanCommand() *cobra.Command {
 
 // newPlanRequestsCommand is plan without its subcommands.
 func newPlanRequestsCommand() *cobra.Command {
-	o := planOptions{cluster: newClusterFlags(true), output: newOutputFlags("", "table", "text")}
+	o := planOptions{cluster: cmdutil.NewClusterFlags(true), output: cmdutil.NewOutputFlags("", "table", "text")}
 	cmd := &cobra.Command{
 		Use:   "plan -f REQUEST.yaml [-f ...] [--facts FACTS.yaml | --kubeconfig FILE]",
 		Short: "Show what the policies would decide for RemediationRequests, without applying them (a PR check)",
@@ -163,15 +164,15 @@ Exit codes (with several requests the worst wins: 1, then 2, then 4, then 0):
 	f := cmd.Flags()
 	f.StringArrayVarP(&o.files, "filename", "f", nil, "RemediationRequest manifest(s) to plan: a file, a directory (its .json, .yaml and .yml files, as kubectl -f) or - for stdin; repeatable")
 	f.StringArrayVar(&o.factsFiles, "facts", nil, "Saved facts (v1alpha1.Facts, or RemediationRequests with status.facts) instead of live ones; repeatable")
-	o.cluster.addFlags(f, " (live facts)")
+	o.cluster.AddFlags(f, " (live facts)")
 	f.Lookup("namespace").Usage = "Namespace of the requests whose manifest names none, as kubectl apply -n would create them; a request naming another namespace is refused"
 	f.StringVar(&o.policiesDir, "policies-dir", "", "Directory of CUE policies to use instead of the embedded ones")
 	f.StringVar(&o.policiesConfigMap, "policies-configmap", "remediator-policies",
 		"The ConfigMap (NAME, or NAMESPACE/NAME) a kustomization.yaml in --policies-dir must generate: the chart's policiesConfigMap")
-	o.output.addFlags(cmd, planOutputUsage)
+	o.output.AddFlags(cmd, planOutputUsage)
 	f.IntVar(&o.maxConcurrent, "max-concurrent-remediations", 2, "The controller's cap on running playbooks (live facts: a request over it would wait); 0 means no cap")
 	f.StringVar(&o.at, "at", "", "When the request would be applied, for spec.maintenanceWindow (RFC 3339); empty means now")
-	addSettingsFlag(f, &o.settingsConfigMap, "plan")
+	cmdutil.AddSettingsFlag(f, &o.settingsConfigMap, "plan")
 	cmd.MarkFlagsMutuallyExclusive("facts", "kubeconfig")
 	cmd.MarkFlagsMutuallyExclusive("facts", "context")
 	return cmd
@@ -199,7 +200,7 @@ type savedFacts struct {
 // runPlan takes the options the flags are bound to: the settings ConfigMap sets the
 // flags that were not given.
 func runPlan(ctx context.Context, w io.Writer, stdin io.Reader, o *planOptions) error {
-	if err := o.output.validate(); err != nil {
+	if err := o.output.Validate(); err != nil {
 		return err
 	}
 	at := time.Now()
@@ -255,11 +256,11 @@ func runPlan(ctx context.Context, w io.Writer, stdin io.Reader, o *planOptions) 
 			return fmt.Errorf("with the controller's settings from ConfigMap %s: %w", o.settingsConfigMap, err)
 		}
 	}
-	gates, err := o.cluster.gates()
+	gates, err := o.cluster.Gates()
 	if err != nil {
 		return err
 	}
-	p := &planner{policy: policy, playbooks: playbooks, at: at, maxConcurrent: o.maxConcurrent, gates: gates, namespace: o.cluster.namespace()}
+	p := &planner{policy: policy, playbooks: playbooks, at: at, maxConcurrent: o.maxConcurrent, gates: gates, namespace: o.cluster.Namespace()}
 	if len(o.factsFiles) > 0 {
 		report.FactsSource = "saved"
 		if p.saved, err = readSavedFacts(o.factsFiles, in); err != nil {
@@ -268,7 +269,7 @@ func runPlan(ctx context.Context, w io.Writer, stdin io.Reader, o *planOptions) 
 	} else {
 		report.FactsSource = "live"
 		if live {
-			if p.reader, p.gatherer, err = o.cluster.gatherer(ctx); err != nil {
+			if p.reader, p.gatherer, err = o.cluster.Gatherer(ctx); err != nil {
 				return err
 			}
 		}

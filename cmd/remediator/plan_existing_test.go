@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/remediator/remediator/api/v1alpha1"
+	"github.com/remediator/remediator/internal/cmd/cmdtest"
 	"github.com/remediator/remediator/test/testenv"
 )
 
@@ -25,15 +26,15 @@ import (
 // changes.
 func TestPlanRequestInTheCluster(t *testing.T) {
 	env := testenv.StartT(t)
-	kubeconfig := writeKubeconfig(t, env.Config)
+	kubeconfig := cmdtest.WriteKubeconfig(t, env.Config)
 	ctx := context.Background()
-	w := &liveWorld{t: t, c: env.Client}
+	w := &cmdtest.World{T: t, C: env.Client}
 	for _, ns := range []string{"trident", "app", "remediator"} {
-		w.create(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
+		w.Create(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
 	}
 	// kwok-node-3 was shut down and its request released the Lease: no Lease any more.
-	w.node("kwok-node-3", corev1.ConditionUnknown, []string{v1alpha1.TaintOutOfService, v1alpha1.TaintUnreachable}, -1)
-	w.volume("pvc-0b8e5d21-6c3f-4a7e-b1d9-5e2f8c4a6d30", "app", "archive", "kwok-node-3", 0)
+	w.Node("kwok-node-3", corev1.ConditionUnknown, []string{v1alpha1.TaintOutOfService, v1alpha1.TaintUnreachable}, -1)
+	w.Volume("pvc-0b8e5d21-6c3f-4a7e-b1d9-5e2f8c4a6d30", "app", "archive", "kwok-node-3", 0)
 	require.NoError(t, env.Client.Delete(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: "trident", Name: "pvc-0b8e5d21-6c3f-4a7e-b1d9-5e2f8c4a6d30"}}))
 
 	src, err := os.ReadFile(planTestdata + "shutdown.yaml")

@@ -4,157 +4,43 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/remediator/remediator/api/v1alpha1"
+	"github.com/remediator/remediator/internal/cmd/cmdtest"
 	"github.com/remediator/remediator/test/testenv"
 )
-
-// writeKubeconfig writes a kubeconfig for an envtest rest.Config, as an operator's
-// read-only kubeconfig would be passed to plan.
-func writeKubeconfig(t *testing.T, cfg *rest.Config) string {
-	t.Helper()
-	kc := clientcmdapi.NewConfig()
-	kc.Clusters["envtest"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData}
-	kc.AuthInfos["envtest"] = &clientcmdapi.AuthInfo{ClientCertificateData: cfg.CertData, ClientKeyData: cfg.KeyData, Token: cfg.BearerToken}
-	kc.Contexts["envtest"] = &clientcmdapi.Context{Cluster: "envtest", AuthInfo: "envtest"}
-	kc.CurrentContext = "envtest"
-	p := filepath.Join(t.TempDir(), "kubeconfig")
-	require.NoError(t, clientcmd.WriteToFile(*kc, p))
-	return p
-}
-
-// liveWorld creates cluster objects the way kubelet, kube-controller-manager and
-// Trident would leave them; envtest runs no controllers, so status is written directly.
-type liveWorld struct {
-	t *testing.T
-	c client.Client
-}
-
-func (w *liveWorld) create(obj client.Object) {
-	w.t.Helper()
-	ctx := context.Background()
-	var status func()
-	switch o := obj.(type) {
-	case *corev1.Node:
-		s := o.Status
-		status = func() { o.Status = s }
-	case *corev1.Pod:
-		s := o.Status
-		status = func() { o.Status = s }
-	}
-	if err := w.c.Create(ctx, obj); !apierrors.IsAlreadyExists(err) {
-		require.NoError(w.t, err, "creating %T %s", obj, obj.GetName())
-	}
-	if status != nil {
-		status()
-		require.NoError(w.t, w.c.Status().Update(ctx, obj), "updating status of %T %s", obj, obj.GetName())
-	}
-}
-
-func (w *liveWorld) node(name string, ready corev1.ConditionStatus, taints []string, renewedAgo time.Duration) {
-	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}
-	for _, k := range taints {
-		n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: k, Effect: corev1.TaintEffectNoExecute})
-	}
-	// A reporting kubelet posts its heartbeat now; a node that went down 30 minutes
-	// ago posted its last one then.
-	heartbeat := metav1.Now()
-	if ready != corev1.ConditionTrue {
-		heartbeat = metav1.NewTime(time.Now().Add(-30 * time.Minute))
-	}
-	n.Status.Conditions = []corev1.NodeCondition{{
-		Type: corev1.NodeReady, Status: ready, Reason: "KubeletReady",
-		LastHeartbeatTime: heartbeat, LastTransitionTime: metav1.NewTime(time.Now().Add(-30 * time.Minute)),
-	}}
-	w.create(n)
-	if renewedAgo >= 0 {
-		w.create(&coordinationv1.Lease{
-			ObjectMeta: metav1.ObjectMeta{Namespace: corev1.NamespaceNodeLease, Name: name},
-			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(name), LeaseDurationSeconds: ptr.To[int32](40),
-				RenewTime: ptr.To(metav1.NewMicroTime(time.Now().Add(-renewedAgo)))},
-		})
-	}
-}
-
-// volume creates a bound LUKS PV and PVC and the Lease Trident retained on it.
-func (w *liveWorld) volume(pv, ns, pvc, holder string, retained int) {
-	w.create(&corev1.PersistentVolume{
-		ObjectMeta: metav1.ObjectMeta{Name: pv},
-		Spec: corev1.PersistentVolumeSpec{
-			Capacity:    corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("10Gi")},
-			AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany},
-			ClaimRef:    &corev1.ObjectReference{Namespace: ns, Name: pvc},
-			PersistentVolumeSource: corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{
-				Driver: "csi.trident.netapp.io", VolumeHandle: pv, VolumeAttributes: map[string]string{"luksEncryption": "true"},
-			}},
-		},
-	})
-	w.create(&corev1.PersistentVolumeClaim{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: pvc},
-		Spec: corev1.PersistentVolumeClaimSpec{
-			AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany},
-			Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("10Gi")}},
-			VolumeName:  pv,
-		},
-	})
-	l := &coordinationv1.Lease{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "trident", Name: pv},
-		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(holder),
-			AcquireTime: ptr.To(metav1.NewMicroTime(time.Now().Add(-40 * time.Minute)))},
-	}
-	w.create(l)
-	for i := range retained {
-		w.create(&corev1.Event{
-			ObjectMeta: metav1.ObjectMeta{Namespace: "trident", Name: fmt.Sprintf("%s.retained-%d", pv, i)},
-			InvolvedObject: corev1.ObjectReference{
-				APIVersion: "coordination.k8s.io/v1", Kind: "Lease", Namespace: "trident", Name: pv, UID: l.UID,
-			},
-			Reason: "LeaseRetained", Type: corev1.EventTypeWarning, Count: 1,
-			Message:        fmt.Sprintf("Retaining lease after failed LUKS operation on %s: cryptsetup luksOpen exited with status 5 (attempt %d)", holder, i+1),
-			FirstTimestamp: metav1.Now(), LastTimestamp: metav1.Now(),
-			Source: corev1.EventSource{Component: "trident-node", Host: holder},
-		})
-	}
-}
 
 // TestPlanLiveFacts runs plan against a real API server (envtest) with a kubeconfig,
 // as a PR check with read-only credentials would. It starts its own control plane so
 // that the offline tests of this package need none.
 func TestPlanLiveFacts(t *testing.T) {
 	env := testenv.StartT(t)
-	kubeconfig := writeKubeconfig(t, env.Config)
+	kubeconfig := cmdtest.WriteKubeconfig(t, env.Config)
 	ctx := context.Background()
-	w := &liveWorld{t: t, c: env.Client}
+	w := &cmdtest.World{T: t, C: env.Client}
 	for _, ns := range []string{"trident", "app", "remediator"} {
-		w.create(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
+		w.Create(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
 	}
 	// The demo's incident A: kwok-node-3 powered off, kwok-node-2 cut off, kwok-node-1
 	// healthy with a workload on the stuck volume.
-	w.node("kwok-node-3", corev1.ConditionUnknown, []string{v1alpha1.TaintOutOfService, v1alpha1.TaintUnreachable}, -1)
-	w.volume("pvc-0b8e5d21-6c3f-4a7e-b1d9-5e2f8c4a6d30", "app", "archive", "kwok-node-3", 0)
-	w.node("kwok-node-2", corev1.ConditionUnknown, []string{v1alpha1.TaintUnreachable}, 3*time.Minute)
-	w.volume("pvc-3f1c2a9e-5b7d-4c1e-9a0f-2d6b8e4c7a15", "app", "reports", "kwok-node-2", 0)
-	w.node("kwok-node-1", corev1.ConditionTrue, nil, time.Second)
-	w.volume("pvc-75a6fd7f-7aee-45e8-a5fa-d4500272528e", "app", "data", "kwok-node-1", 3)
-	w.create(&corev1.Pod{
+	w.Node("kwok-node-3", corev1.ConditionUnknown, []string{v1alpha1.TaintOutOfService, v1alpha1.TaintUnreachable}, -1)
+	w.Volume("pvc-0b8e5d21-6c3f-4a7e-b1d9-5e2f8c4a6d30", "app", "archive", "kwok-node-3", 0)
+	w.Node("kwok-node-2", corev1.ConditionUnknown, []string{v1alpha1.TaintUnreachable}, 3*time.Minute)
+	w.Volume("pvc-3f1c2a9e-5b7d-4c1e-9a0f-2d6b8e4c7a15", "app", "reports", "kwok-node-2", 0)
+	w.Node("kwok-node-1", corev1.ConditionTrue, nil, time.Second)
+	w.Volume("pvc-75a6fd7f-7aee-45e8-a5fa-d4500272528e", "app", "data", "kwok-node-1", 3)
+	w.Create(&corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "app", Name: "web-0"},
 		Spec: corev1.PodSpec{NodeName: "kwok-node-1", Containers: []corev1.Container{{Name: "web", Image: "registry.example/web:1.4"}},
 			Volumes: []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "data"}}}}},
@@ -231,7 +117,7 @@ func TestPlanLiveFacts(t *testing.T) {
 	t.Run("API unreachable", func(t *testing.T) {
 		cfg := rest.CopyConfig(env.Config)
 		cfg.Host = "https://127.0.0.1:1"
-		_, code, err := runPlanCommand(t, "", "-f", planTestdata+"shutdown.yaml", "--kubeconfig", writeKubeconfig(t, cfg))
+		_, code, err := runPlanCommand(t, "", "-f", planTestdata+"shutdown.yaml", "--kubeconfig", cmdtest.WriteKubeconfig(t, cfg))
 		assert.Equal(t, 1, code, "exit code (err %v)", err)
 	})
 

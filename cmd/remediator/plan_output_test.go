@@ -232,3 +232,45 @@ func TestPlanPrinterFlags(t *testing.T) {
 	require.NoError(t, os.WriteFile(file, []byte("{.requests[0].decision.rule}"), 0o600))
 	assert.Equal(t, "unreachable-not-fenced", plan(t, "-o", "jsonpath-file="+file))
 }
+
+// TestPlanNamespaceFlag: -n places a request whose manifest names no namespace, as
+// kubectl apply -n would, and refuses one that names another.
+func TestPlanNamespaceFlag(t *testing.T) {
+	manifest := func(ns string) string {
+		s := `apiVersion: remediator.io/v1alpha1
+kind: RemediationRequest
+metadata:
+  name: release-lease-shutdown-kwok-node-3
+`
+		if ns != "" {
+			s += "  namespace: " + ns + "\n"
+		}
+		return s + `spec:
+  remediation: release-luks-lease
+  target:
+    persistentVolume: pvc-0b8e5d21-6c3f-4a7e-b1d9-5e2f8c4a6d30
+  reason: kwok-node-3 was powered off after a kernel panic (INC-4790)
+`
+	}
+	saved := []string{"--facts", planTestdata + "facts/shutdown.yaml", "-o", "json"}
+
+	requestNamespace := func(out string) string {
+		var r planReport
+		require.NoError(t, json.Unmarshal([]byte(out), &r), out)
+		require.Len(t, r.Requests, 1)
+		return r.Requests[0].Request.Namespace
+	}
+	out, code, err := runPlanCommand(t, manifest(""), append([]string{"-f", "-", "-n", "ops"}, saved...)...)
+	require.NoError(t, err, out)
+	assert.Equal(t, 0, code)
+	assert.Equal(t, "ops", requestNamespace(out))
+
+	out, code, _ = runPlanCommand(t, manifest("remediator"), append([]string{"-f", "-", "-n", "ops"}, saved...)...)
+	assert.Equal(t, 1, code)
+	assert.Contains(t, out, `the request's namespace \"remediator\" does not match --namespace \"ops\"`)
+
+	out, code, err = runPlanCommand(t, manifest(""), append([]string{"-f", "-"}, saved...)...)
+	require.NoError(t, err, out)
+	assert.Equal(t, 0, code)
+	assert.Empty(t, requestNamespace(out), "without -n a request stays without a namespace")
+}

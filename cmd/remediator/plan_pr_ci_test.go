@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/remediator/remediator/api/v1alpha1"
+	"github.com/remediator/remediator/internal/cmd/cmdtest"
 	"github.com/remediator/remediator/test/testenv"
 )
 
@@ -58,11 +59,11 @@ func TestPullRequestCheckInCI(t *testing.T) {
 		}
 	}
 	env := testenv.StartT(t)
-	kubeconfig := writeKubeconfig(t, env.Config)
+	kubeconfig := cmdtest.WriteKubeconfig(t, env.Config)
 	ctx := context.Background()
-	w := &liveWorld{t: t, c: env.Client}
+	w := &cmdtest.World{T: t, C: env.Client}
 	for _, ns := range []string{"trident", "app", "remediator", "remediator-system"} {
-		w.create(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
+		w.Create(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
 	}
 	require.NoError(t, env.Client.Create(ctx, chartObject(t, "defaults", "ConfigMap", "remediator-settings").DeepCopy()))
 	// The old incident: app/data's Lease stuck on healthy kwok-node-1; its request
@@ -72,8 +73,8 @@ func TestPullRequestCheckInCI(t *testing.T) {
 		shutdown = "release-lease-shutdown-kwok-node-3"
 		fenced   = "release-lease-fenced-unreachable-kwok-node-2"
 	)
-	w.node("kwok-node-1", corev1.ConditionTrue, nil, time.Second)
-	w.volume("pvc-75a6fd7f-7aee-45e8-a5fa-d4500272528e", "app", "data", "kwok-node-1", 0)
+	w.Node("kwok-node-1", corev1.ConditionTrue, nil, time.Second)
+	w.Volume("pvc-75a6fd7f-7aee-45e8-a5fa-d4500272528e", "app", "data", "kwok-node-1", 0)
 	require.NoError(t, env.Client.Delete(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: "trident", Name: "pvc-75a6fd7f-7aee-45e8-a5fa-d4500272528e"}}))
 	old := &v1alpha1.RemediationRequest{}
 	src, err := os.ReadFile(filepath.Join(remediationRepo, "requests", healthy+".yaml"))
@@ -83,10 +84,10 @@ func TestPullRequestCheckInCI(t *testing.T) {
 	old.Status = v1alpha1.RemediationRequestStatus{Phase: v1alpha1.PhaseSucceeded, Decision: &v1alpha1.Decision{Rule: "healthy-lease-stuck", DecidedAt: metav1.Now()}}
 	require.NoError(t, env.Client.Status().Update(ctx, old))
 	// The new incidents: kwok-node-3 shut down, kwok-node-2 cut off the control plane.
-	w.node("kwok-node-3", corev1.ConditionUnknown, []string{v1alpha1.TaintOutOfService, v1alpha1.TaintUnreachable}, -1)
-	w.volume("pvc-0b8e5d21-6c3f-4a7e-b1d9-5e2f8c4a6d30", "app", "archive", "kwok-node-3", 0)
-	w.node("kwok-node-2", corev1.ConditionUnknown, []string{v1alpha1.TaintUnreachable}, 3*time.Minute)
-	w.volume("pvc-3f1c2a9e-5b7d-4c1e-9a0f-2d6b8e4c7a15", "app", "reports", "kwok-node-2", 0)
+	w.Node("kwok-node-3", corev1.ConditionUnknown, []string{v1alpha1.TaintOutOfService, v1alpha1.TaintUnreachable}, -1)
+	w.Volume("pvc-0b8e5d21-6c3f-4a7e-b1d9-5e2f8c4a6d30", "app", "archive", "kwok-node-3", 0)
+	w.Node("kwok-node-2", corev1.ConditionUnknown, []string{v1alpha1.TaintUnreachable}, 3*time.Minute)
+	w.Volume("pvc-3f1c2a9e-5b7d-4c1e-9a0f-2d6b8e4c7a15", "app", "reports", "kwok-node-2", 0)
 
 	tmp := t.TempDir()
 	bin := filepath.Join(tmp, "bin")

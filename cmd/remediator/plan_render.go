@@ -8,21 +8,17 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"slices"
 	"strings"
 	"time"
 
-	"github.com/spf13/cobra"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/cli-runtime/pkg/genericclioptions"
-	"k8s.io/cli-runtime/pkg/printers"
 	"sigs.k8s.io/yaml"
 
 	"github.com/remediator/remediator/api/v1alpha1"
 	"github.com/remediator/remediator/controllers/facts"
+	"github.com/remediator/remediator/internal/cmd/cmdutil"
 )
 
 // planReport is plan's -o json (and -o yaml) output. Its field names are a contract for tools.
@@ -34,11 +30,11 @@ type planReport struct {
 	At string `json:"at"`
 	// Settings are the controller's settings plan decided with on live facts, and
 	// where each came from; Warnings say what plan could not take from the cluster.
-	Settings []planSetting `json:"settings,omitempty"`
-	Warnings []string      `json:"warnings,omitempty"`
-	Requests []planResult  `json:"requests"`
-	Summary  planSummary   `json:"summary"`
-	ExitCode int           `json:"exitCode"`
+	Settings []cmdutil.Setting `json:"settings,omitempty"`
+	Warnings []string          `json:"warnings,omitempty"`
+	Requests []planResult      `json:"requests"`
+	Summary  planSummary       `json:"summary"`
+	ExitCode int               `json:"exitCode"`
 }
 
 type planPolicy struct {
@@ -112,15 +108,15 @@ type planDecision struct {
 // writePlanReport writes the report as -o asks: for people (wide adds the facts'
 // details), YAML or JSON, or through cli-runtime's printers (name: the requests
 // planned; jsonpath and go-template: the report, as -o json prints it).
-func writePlanReport(w io.Writer, r planReport, out *outputFlags) error {
-	format := out.format()
+func writePlanReport(w io.Writer, r planReport, out *cmdutil.OutputFlags) error {
+	format := out.Format()
 	switch format {
-	case "", outputWide:
-	case outputJSON:
+	case "", cmdutil.OutputWide:
+	case cmdutil.OutputJSON:
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
 		return enc.Encode(r)
-	case outputYAML:
+	case cmdutil.OutputYAML:
 		data, err := yaml.Marshal(r)
 		if err != nil {
 			return fmt.Errorf("encoding the plan: %w", err)
@@ -128,11 +124,11 @@ func writePlanReport(w io.Writer, r planReport, out *outputFlags) error {
 		_, err = w.Write(data)
 		return err
 	default:
-		p, err := out.printer()
+		p, err := out.Printer()
 		if err != nil {
 			return err
 		}
-		if format != outputName {
+		if format != cmdutil.OutputName {
 			return p.PrintObj(reportObject{report: &r}, w)
 		}
 		var names []map[string]any
@@ -141,7 +137,7 @@ func writePlanReport(w io.Writer, r planReport, out *outputFlags) error {
 				names = append(names, requestStub(res.Request.Namespace, res.Request.Name))
 			}
 		}
-		return p.PrintObj(listOf(names), w)
+		return p.PrintObj(cmdutil.ListOf(names), w)
 	}
 	var b strings.Builder
 	writePlanSettings(&b, r)
@@ -154,7 +150,7 @@ func writePlanReport(w io.Writer, r planReport, out *outputFlags) error {
 		if i > 0 {
 			b.WriteString("\n")
 		}
-		writePlanResult(&b, res, r.Policy, format == outputWide)
+		writePlanResult(&b, res, r.Policy, format == cmdutil.OutputWide)
 	}
 	already := ""
 	if r.Summary.AlreadyDecided > 0 {
@@ -333,81 +329,11 @@ func timeOrDash(t *metav1.Time) string {
 	return t.UTC().Format(time.RFC3339)
 }
 
-// outputFlags are kubectl's printer flags (cli-runtime's PrintFlags) around the
-// command's own outputs: -o empty (the default, for people; table and text are older
-// spellings of it), wide (the same with more detail), yaml and json (the command's
-// document for tools), and what cli-runtime prints: name, jsonpath=...,
-// jsonpath-as-json=..., jsonpath-file=..., go-template=..., go-template-file=...,
-// template=... (missing keys allowed, as kubectl's default). jsonpath and go-template
-// read what -o json prints. Only -o is a flag: the template goes in it, so that
-// plan pull-request, which passes plan's other flags on, has nothing more to pass.
-type outputFlags struct {
-	flags *genericclioptions.PrintFlags
-	// human are the older spellings of the default output.
-	human []string
-}
-
 // planOutputUsage is plan's -o help.
 const planOutputUsage = "Output format. Empty (the default; table and text are the same) is the report for people; " +
 	"wide adds the facts' details the safety floor weighs (the Lease's UID, resourceVersion and age source, the node's Ready, heartbeats and taints, the pods' readiness); " +
 	"yaml and json are the report for tools; name lists the requests planned (remediationrequest.remediator.io/NAME); " +
 	"jsonpath=..., jsonpath-as-json=..., jsonpath-file=..., go-template=... and go-template-file=... read the report as -o json prints it, as in kubectl"
-
-// The outputs the commands render themselves, and name.
-const (
-	outputWide = "wide"
-	outputYAML = "yaml"
-	outputJSON = "json"
-	outputName = "name"
-)
-
-// newOutputFlags returns the printer flags with output set; human are the older
-// spellings of the default output that the command accepts.
-func newOutputFlags(output string, human ...string) *outputFlags {
-	f := genericclioptions.NewPrintFlags("")
-	// JSON and YAML are the commands' own (their objects carry no managed fields, so
-	// there is no --show-managed-fields either).
-	f.JSONYamlPrintFlags = nil
-	f.OutputFormat = &output
-	return &outputFlags{flags: f, human: human}
-}
-
-// addFlags registers -o on cmd.
-func (o *outputFlags) addFlags(cmd *cobra.Command, usage string) {
-	cmd.Flags().StringVarP(o.flags.OutputFormat, "output", "o", *o.flags.OutputFormat, usage)
-}
-
-// format is the output asked for: "" for people, wide, yaml, json, or one of
-// cli-runtime's.
-func (o *outputFlags) format() string {
-	if f := *o.flags.OutputFormat; !slices.Contains(o.human, f) {
-		return f
-	}
-	return ""
-}
-
-// validate refuses an output nothing prints (or a template that does not parse)
-// before the command does any work.
-func (o *outputFlags) validate() error {
-	switch o.format() {
-	case "", outputWide, outputYAML, outputJSON:
-		return nil
-	}
-	_, err := o.printer()
-	return err
-}
-
-// printer is cli-runtime's printer for -o name, jsonpath and go-template.
-func (o *outputFlags) printer() (printers.ResourcePrinter, error) {
-	p, err := o.flags.ToPrinter()
-	if genericclioptions.IsNoCompatiblePrinterError(err) {
-		allowed := append([]string{outputWide, outputYAML, outputJSON}, o.flags.AllowedFormats()...)
-		slices.Sort(allowed)
-		return nil, fmt.Errorf("unknown --output %q: leave it out for the output for people, or use one of %s",
-			*o.flags.OutputFormat, strings.Join(allowed, ", "))
-	}
-	return p, err
-}
 
 // reportObject hands the plan report to cli-runtime's printers, which read it as -o
 // json prints it.
@@ -416,15 +342,6 @@ type reportObject struct{ report *planReport }
 func (reportObject) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind }
 func (o reportObject) DeepCopyObject() runtime.Object { return o }
 func (o reportObject) MarshalJSON() ([]byte, error)   { return json.Marshal(o.report) }
-
-// listOf is objects as the v1 List that -o json prints and cli-runtime's printers read.
-func listOf(objects []map[string]any) *unstructured.UnstructuredList {
-	l := &unstructured.UnstructuredList{Object: map[string]any{"apiVersion": "v1", "kind": "List"}}
-	for _, o := range objects {
-		l.Items = append(l.Items, unstructured.Unstructured{Object: o})
-	}
-	return l
-}
 
 // requestStub is a RemediationRequest with only its name, for -o name.
 func requestStub(namespace, name string) map[string]any {

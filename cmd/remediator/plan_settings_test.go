@@ -22,6 +22,8 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/remediator/remediator/api/v1alpha1"
+	"github.com/remediator/remediator/internal/cmd/cmdtest"
+	"github.com/remediator/remediator/internal/cmd/cmdutil"
 	"github.com/remediator/remediator/test/testenv"
 )
 
@@ -71,15 +73,15 @@ func chartObject(t *testing.T, fixture, kind, name string) *unstructured.Unstruc
 // given on the command line wins, and the output says where each came from.
 func TestPlanFollowsTheChartSettings(t *testing.T) {
 	env := testenv.StartT(t)
-	kubeconfig := writeKubeconfig(t, env.Config)
+	kubeconfig := cmdtest.WriteKubeconfig(t, env.Config)
 	ctx := context.Background()
-	w := &liveWorld{t: t, c: env.Client}
+	w := &cmdtest.World{T: t, C: env.Client}
 	for _, ns := range []string{"trident", "netapp-trident", "app", "remediator", "remediator-system"} {
-		w.create(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
+		w.Create(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
 	}
 	// The shutdown holder's Lease is in namespace trident, where Trident runs here.
-	w.node("kwok-node-3", corev1.ConditionUnknown, []string{v1alpha1.TaintOutOfService, v1alpha1.TaintUnreachable}, -1)
-	w.volume("pvc-0b8e5d21-6c3f-4a7e-b1d9-5e2f8c4a6d30", "app", "archive", "kwok-node-3", 0)
+	w.Node("kwok-node-3", corev1.ConditionUnknown, []string{v1alpha1.TaintOutOfService, v1alpha1.TaintUnreachable}, -1)
+	w.Volume("pvc-0b8e5d21-6c3f-4a7e-b1d9-5e2f8c4a6d30", "app", "archive", "kwok-node-3", 0)
 
 	// The CI job's identity holds the chart's plan ClusterRole, and nothing else.
 	role := chartObject(t, "defaults", "ClusterRole", "remediator-plan")
@@ -143,8 +145,8 @@ func TestPlanFollowsTheChartSettings(t *testing.T) {
 		assert.Equal(t, 0, code, "exit code")
 		var r planReport
 		require.NoError(t, json.Unmarshal([]byte(out), &r))
-		assert.Contains(t, r.Settings, planSetting{Name: "trident-namespace", Value: "trident", From: "configmap remediator-system/remediator-settings"})
-		assert.Contains(t, r.Settings, planSetting{Name: "node-lease-grace-period", Value: "50s", From: "configmap remediator-system/remediator-settings"})
+		assert.Contains(t, r.Settings, cmdutil.Setting{Name: "trident-namespace", Value: "trident", From: "configmap remediator-system/remediator-settings"})
+		assert.Contains(t, r.Settings, cmdutil.Setting{Name: "node-lease-grace-period", Value: "50s", From: "configmap remediator-system/remediator-settings"})
 		if assert.Len(t, r.Requests, 1) && assert.NotNil(t, r.Requests[0].Facts) && assert.NotNil(t, r.Requests[0].Facts.Lease) {
 			assert.True(t, r.Requests[0].Facts.Lease.Exists, "the Lease in trident")
 			assert.Equal(t, "trident", r.Requests[0].Facts.Lease.Namespace)

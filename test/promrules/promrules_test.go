@@ -68,7 +68,7 @@ func metricSources(t *testing.T) []string {
 		t.Fatal(err)
 	}
 	files = slices.DeleteFunc(files, func(f string) bool { return strings.HasSuffix(f, "_test.go") })
-	return append(files, filepath.Join(repo, "cmd", "remediator", "sync_metrics.go"))
+	return append(files, filepath.Join(repo, "internal", "cmd", "sync", "metrics.go"))
 }
 
 // registered are the metric names the controller and the sync agent register, with

@@ -1,9 +1,13 @@
-package main
+// Package scan is `remediator scan`: it finds stuck Trident Leases and
+// deregistered CSI drivers (controllers/facts' Scan, as the controller's detector
+// does) and prints them, or the RemediationRequests that would fix them.
+package scan
 
 import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -19,6 +23,7 @@ import (
 
 	"github.com/remediator/remediator/api/v1alpha1"
 	"github.com/remediator/remediator/controllers/facts"
+	"github.com/remediator/remediator/internal/cmd/cmdutil"
 )
 
 // ExitFindings is scan's exit code with --exit-code when it found something to
@@ -32,8 +37,19 @@ type findingsError struct{ n int }
 
 func (e findingsError) Error() string { return fmt.Sprintf("%d finding(s)", e.n) }
 
-type scanOptions struct {
-	cluster *clusterFlags
+// ExitCode reports ExitFindings for the error a scan with --exit-code returns when
+// it printed findings; main exits with it without printing the error.
+func ExitCode(err error) (int, bool) {
+	var f findingsError
+	if errors.As(err, &f) {
+		return ExitFindings, true
+	}
+	return 0, false
+}
+
+// Options are scan's flags.
+type Options struct {
+	cluster *cmdutil.ClusterFlags
 	// flags are scan's, for the settings ConfigMap to fill in what they do not give.
 	flags             *pflag.FlagSet
 	settingsConfigMap string
@@ -43,7 +59,7 @@ type scanOptions struct {
 	// stderr receives the warnings; nil means os.Stderr.
 	stderr io.Writer
 	// output is -o: kubectl's printer flags around scan's own outputs.
-	output           *outputFlags
+	output           *cmdutil.OutputFlags
 	requestNamespace string
 	// exitCode makes findings exit with ExitFindings.
 	exitCode bool
@@ -56,8 +72,14 @@ const scanOutputUsage = "Output format. Empty (the default; table is the same) l
 	"(remediationrequest.remediator.io/NAME); jsonpath=..., jsonpath-as-json=..., jsonpath-file=..., go-template=... and " +
 	"go-template-file=... read the List -o json prints, as in kubectl"
 
-func newScanCommand() *cobra.Command {
-	o := scanOptions{cluster: newClusterFlags(true), output: newOutputFlags("", "table")}
+// NewOptions returns scan's options with its defaults.
+func NewOptions() *Options {
+	return &Options{cluster: cmdutil.NewClusterFlags(true), output: cmdutil.NewOutputFlags("", "table")}
+}
+
+// NewCommand returns `remediator scan`.
+func NewCommand() *cobra.Command {
+	o := NewOptions()
 	cmd := &cobra.Command{
 		Use:   "scan",
 		Short: "Find stuck Trident Leases and deregistered CSI drivers, and print suggested requests",
@@ -85,46 +107,62 @@ It only reads. Exit code: 0 whatever it found, 1 when the scan itself failed; wi
 gate on it.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			o.flags, o.stderr = cmd.Flags(), cmd.ErrOrStderr()
-			if ns := o.cluster.namespace(); ns != "" {
-				if cmd.Flags().Changed("request-namespace") && ns != o.requestNamespace {
-					return fmt.Errorf("--namespace %q and --request-namespace %q disagree: give one", ns, o.requestNamespace)
-				}
-				o.requestNamespace = ns
+			if err := o.Complete(cmd); err != nil {
+				return err
 			}
-			return runScan(cmd.Context(), cmd.OutOrStdout(), o)
+			if err := o.Validate(); err != nil {
+				return err
+			}
+			return o.Run(cmd.Context(), cmd.OutOrStdout())
 		},
 	}
 	f := cmd.Flags()
-	o.cluster.addFlags(f, "")
+	o.cluster.AddFlags(f, "")
 	f.Lookup("namespace").Usage = "Namespace of the suggested RemediationRequests (-o yaml); the same as --request-namespace"
-	addSettingsFlag(f, &o.settingsConfigMap, "scan")
+	cmdutil.AddSettingsFlag(f, &o.settingsConfigMap, "scan")
 	f.StringVar(&o.lease, "lease", "", "Only the stuck Lease of this name in the Trident namespace (its PV's name), as TridentLeaseStuck names it")
 	f.StringVar(&o.node, "node", "", "Only the findings whose request targets this node (deregistered driver, overlapping node-plugin pods), as TridentCSIDriverDeregistered names it")
-	o.output.addFlags(cmd, scanOutputUsage)
+	o.output.AddFlags(cmd, scanOutputUsage)
 	f.StringVar(&o.requestNamespace, "request-namespace", "remediator", "Namespace of the suggested RemediationRequests")
 	f.BoolVar(&o.exitCode, "exit-code", false, fmt.Sprintf("Exit with %d when something was found (as git diff --exit-code); without it scan exits 0 whatever it found", ExitFindings))
 	return cmd
 }
 
-func runScan(ctx context.Context, w io.Writer, o scanOptions) error {
-	if err := o.output.validate(); err != nil {
+// Complete takes the command's flag set and streams, and -n as the suggested
+// requests' namespace.
+func (o *Options) Complete(cmd *cobra.Command) error {
+	o.flags, o.stderr = cmd.Flags(), cmd.ErrOrStderr()
+	if ns := o.cluster.Namespace(); ns != "" {
+		if cmd.Flags().Changed("request-namespace") && ns != o.requestNamespace {
+			return fmt.Errorf("--namespace %q and --request-namespace %q disagree: give one", ns, o.requestNamespace)
+		}
+		o.requestNamespace = ns
+	}
+	return nil
+}
+
+// Validate checks the flags given, before anything is read; the settings' values
+// are checked once they applied (Run).
+func (o *Options) Validate() error {
+	if err := o.output.Validate(); err != nil {
 		return err
 	}
+	if _, err := o.cluster.FactsConfig(); err != nil {
+		return err
+	}
+	_, err := o.cluster.Gates()
+	return err
+}
+
+// Run scans the cluster and writes what it found to w.
+func (o *Options) Run(ctx context.Context, w io.Writer) error {
 	stderr := o.stderr
 	if stderr == nil {
 		stderr = os.Stderr
 	}
 	warn := func(msg string) { fmt.Fprintln(stderr, "warning: "+msg) }
-	// The flags given are checked before anything is read; the settings' values after.
-	if _, err := o.cluster.factsConfig(); err != nil {
-		return err
-	}
-	if _, err := o.cluster.gates(); err != nil {
-		return err
-	}
 	if o.flags != nil {
-		_, warnings, err := applySettings(ctx, "scan", o.flags, o.cluster, o.settingsConfigMap)
+		_, warnings, err := cmdutil.ApplySettings(ctx, "scan", o.flags, o.cluster, o.settingsConfigMap)
 		if err != nil {
 			return fmt.Errorf("with the controller's settings from ConfigMap %s: %w", o.settingsConfigMap, err)
 		}
@@ -132,11 +170,11 @@ func runScan(ctx context.Context, w io.Writer, o scanOptions) error {
 			warn(m)
 		}
 	}
-	gates, err := o.cluster.gates()
+	gates, err := o.cluster.Gates()
 	if err != nil {
 		return err
 	}
-	_, g, err := o.cluster.gatherer(ctx)
+	_, g, err := o.cluster.Gatherer(ctx)
 	if err != nil {
 		return err
 	}
@@ -145,7 +183,7 @@ func runScan(ctx context.Context, w io.Writer, o scanOptions) error {
 		return fmt.Errorf("scanning: %w", err)
 	}
 	findings = o.only(findings)
-	if err := writeFindings(w, findings, o); err != nil {
+	if err := writeFindings(w, findings, *o); err != nil {
 		return err
 	}
 	if len(findings) > 0 && o.exitCode {
@@ -154,36 +192,36 @@ func runScan(ctx context.Context, w io.Writer, o scanOptions) error {
 	return nil
 }
 
-func writeFindings(w io.Writer, findings []facts.Finding, o scanOptions) error {
-	format := o.output.format()
+func writeFindings(w io.Writer, findings []facts.Finding, o Options) error {
+	format := o.output.Format()
 	switch format {
-	case "", outputWide:
-	case outputJSON:
-		items := suggestedRequests(findings, o.requestNamespace)
+	case "", cmdutil.OutputWide:
+	case cmdutil.OutputJSON:
+		items := SuggestedRequests(findings, o.requestNamespace)
 		if items == nil {
 			items = []map[string]any{}
 		}
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
 		return enc.Encode(map[string]any{"apiVersion": "v1", "kind": "List", "items": items})
-	case outputYAML:
-		return writeRequests(w, suggestedRequests(findings, o.requestNamespace))
+	case cmdutil.OutputYAML:
+		return WriteRequests(w, SuggestedRequests(findings, o.requestNamespace))
 	default:
 		// name, jsonpath, go-template: on the List -o json prints.
-		p, err := o.output.printer()
+		p, err := o.output.Printer()
 		if err != nil {
 			return err
 		}
-		return p.PrintObj(listOf(suggestedRequests(findings, o.requestNamespace)), w)
+		return p.PrintObj(cmdutil.ListOf(SuggestedRequests(findings, o.requestNamespace)), w)
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	if format == outputWide {
+	if format == cmdutil.OutputWide {
 		fmt.Fprintln(tw, "KIND\tNODE\tNODE STATE\tLEASE\tAGE\tLEASERETAINED\tPLUGIN PODS\tSYMPTOMS\tREQUEST\tEVIDENCE")
 	} else {
 		fmt.Fprintln(tw, "KIND\tNODE\tNODE STATE\tLEASE\tSYMPTOMS\tEVIDENCE")
 	}
 	for _, f := range findings {
-		if format == outputWide {
+		if format == cmdutil.OutputWide {
 			age := "-"
 			if f.Lease != "" {
 				age = (time.Duration(f.AgeSeconds) * time.Second).String()
@@ -205,7 +243,7 @@ func writeFindings(w io.Writer, findings []facts.Finding, o scanOptions) error {
 }
 
 // only keeps the findings --lease and --node select.
-func (o scanOptions) only(findings []facts.Finding) []facts.Finding {
+func (o *Options) only(findings []facts.Finding) []facts.Finding {
 	if o.lease == "" && o.node == "" {
 		return findings
 	}
@@ -238,10 +276,10 @@ func symptomsSummary(symptoms []facts.Symptom) string {
 	return cmp.Or(strings.Join(parts, ", "), "-")
 }
 
-// suggestedRequests turns findings into one request per target: a Lease's PV, or a
+// SuggestedRequests turns findings into one request per target: a Lease's PV, or a
 // node (a node with both overlapping pods and a missing driver gets one request whose
 // reason quotes both).
-func suggestedRequests(findings []facts.Finding, ns string) []map[string]any {
+func SuggestedRequests(findings []facts.Finding, ns string) []map[string]any {
 	var out []map[string]any
 	byNode := map[string]int{}
 	for _, f := range findings {
@@ -328,7 +366,9 @@ func objectName(name string) string {
 	return strings.TrimRight(truncate(name, 253), "-.")
 }
 
-func writeRequests(w io.Writer, reqs []map[string]any) error {
+// WriteRequests writes reqs as YAML documents, the manifests scan -o yaml prints
+// (ready to commit, or to pipe into kubectl apply -f -).
+func WriteRequests(w io.Writer, reqs []map[string]any) error {
 	if len(reqs) == 0 {
 		_, err := fmt.Fprintln(w, "# remediator scan: nothing to remediate")
 		return err

@@ -1,4 +1,4 @@
-package main
+package controller
 
 import (
 	"os"
@@ -29,7 +29,7 @@ func TestControllerWithoutReloadDoesNotStartOnABrokenPolicy(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
 			require.NoError(t, os.WriteFile(filepath.Join(dir, "p.cue"), []byte(tc.src), 0o644))
-			cmd := newControllerCommand()
+			cmd := NewCommand("test")
 			// No cluster: the policy must be refused before the kubeconfig is read.
 			cmd.SetArgs([]string{"--policies-dir", dir, "--policy-reload-interval", "0", "--kubeconfig", filepath.Join(dir, "no-such-kubeconfig")})
 			cmd.SilenceUsage, cmd.SilenceErrors = true, true

@@ -1,4 +1,4 @@
-package main
+package cmdutil
 
 // The logging flags of Kubernetes components (k8s.io/component-base/logs), so that
 // the controller and sync log the way kube-controller-manager does: -v and --vmodule
@@ -20,12 +20,12 @@ import (
 // same configuration again; a different one is still refused.
 func init() { logsapi.ReapplyHandling = logsapi.ReapplyHandlingIgnoreUnchanged }
 
-// loggingFlags holds the logging configuration the flags fill in.
-type loggingFlags struct{ config *logsapi.LoggingConfiguration }
+// LoggingFlags holds the logging configuration the flags fill in.
+type LoggingFlags struct{ config *logsapi.LoggingConfiguration }
 
-// addLoggingFlags registers the logging flags on fs.
-func addLoggingFlags(fs *pflag.FlagSet) *loggingFlags {
-	l := &loggingFlags{config: logsapi.NewLoggingConfiguration()}
+// AddLoggingFlags registers the logging flags on fs.
+func AddLoggingFlags(fs *pflag.FlagSet) *LoggingFlags {
+	l := &LoggingFlags{config: logsapi.NewLoggingConfiguration()}
 	logsapi.AddFlags(l.config, fs)
 	prev := fs.GetNormalizeFunc()
 	fs.SetNormalizeFunc(func(f *pflag.FlagSet, name string) pflag.NormalizedName {
@@ -37,9 +37,9 @@ func addLoggingFlags(fs *pflag.FlagSet) *loggingFlags {
 	return l
 }
 
-// apply validates the configuration and switches klog, and so every logger built on
+// Apply validates the configuration and switches klog, and so every logger built on
 // it (controller-runtime's included), to it.
-func (l *loggingFlags) apply() error {
+func (l *LoggingFlags) Apply() error {
 	if err := logsapi.ValidateAndApply(l.config, nil); err != nil {
 		return fmt.Errorf("logging flags: %w", err)
 	}
@@ -47,4 +47,4 @@ func (l *loggingFlags) apply() error {
 }
 
 // String is the format, for the start-up log line.
-func (l *loggingFlags) String() string { return strings.ToLower(l.config.Format) }
+func (l *LoggingFlags) String() string { return strings.ToLower(l.config.Format) }

@@ -1,4 +1,4 @@
-package main
+package scan
 
 import (
 	"bytes"
@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/remediator/remediator/internal/cmd/cmdtest"
 	"github.com/remediator/remediator/test/testenv"
 )
 
@@ -21,7 +22,7 @@ import (
 // and the exit code main would exit with.
 func runScanCommand(t *testing.T, args ...string) (string, int, error) {
 	t.Helper()
-	cmd := newScanCommand()
+	cmd := NewCommand()
 	var out, errOut bytes.Buffer
 	cmd.SetOut(&out)
 	cmd.SetErr(&errOut)
@@ -46,14 +47,14 @@ func runScanCommand(t *testing.T, args ...string) (string, int, error) {
 // findings' suggested requests.
 func TestScanExitCode(t *testing.T) {
 	env := testenv.StartT(t)
-	kubeconfig := writeKubeconfig(t, env.Config)
-	w := &liveWorld{t: t, c: env.Client}
+	kubeconfig := cmdtest.WriteKubeconfig(t, env.Config)
+	w := &cmdtest.World{T: t, C: env.Client}
 	for _, ns := range []string{"trident", "app"} {
-		w.create(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
+		w.Create(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
 	}
 	const pv = "pvc-5c1d7e2a-scan-exit-code"
-	w.node("kwok-node-1", corev1.ConditionTrue, nil, time.Second)
-	w.volume(pv, "app", "data", "kwok-node-1", 2)
+	w.Node("kwok-node-1", corev1.ConditionTrue, nil, time.Second)
+	w.Volume(pv, "app", "data", "kwok-node-1", 2)
 	scan := func(t *testing.T, args ...string) (string, int) {
 		t.Helper()
 		out, code, _ := runScanCommand(t, append(args, "--kubeconfig", kubeconfig)...)
@@ -84,7 +85,7 @@ func TestScanExitCode(t *testing.T) {
 
 	// --lease keeps the one Lease an alert names; --node only node findings.
 	const other = "pvc-5c1d7e2a-scan-other"
-	w.volume(other, "app", "data2", "kwok-node-1", 2)
+	w.Volume(other, "app", "data2", "kwok-node-1", 2)
 	out, _ = scan(t, "-o", "name", "--lease", pv)
 	assert.Equal(t, "remediationrequest.remediator.io/release-lease-"+pv+"\n", out, "--lease")
 	out, _ = scan(t, "-o", "name", "--node", "kwok-node-1")
@@ -92,10 +93,10 @@ func TestScanExitCode(t *testing.T) {
 
 	// The controller's settings: scan looks where the controller looks, unless a flag
 	// says otherwise.
-	w.create(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "remediator-system"}})
+	w.Create(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "remediator-system"}})
 	settings := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "remediator-system", Name: "remediator-settings"},
 		Data: map[string]string{"trident-namespace": "netapp-trident", "max-concurrent-remediations": "2"}}
-	w.create(settings)
+	w.Create(settings)
 	out, _ = scan(t, "-o", "name")
 	assert.Empty(t, out, "the settings' Trident namespace has no Leases")
 	out, _ = scan(t, "-o", "name", "--lease", pv, "--trident-namespace", "trident")

@@ -1,4 +1,7 @@
-package main
+// Package sync is `remediator sync`: the built-in GitOps agent that applies the
+// RemediationRequests of a Git repository (controllers/gitsync), once or in a loop
+// with metrics and probes.
+package sync
 
 import (
 	"context"
@@ -16,11 +19,13 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/remediator/remediator/controllers/gitsync"
+	"github.com/remediator/remediator/internal/cmd/cmdutil"
 )
 
-type syncOptions struct {
-	conn    connectionFlags
-	logging *loggingFlags
+// Options are sync's flags.
+type Options struct {
+	conn    cmdutil.ConnectionFlags
+	logging *cmdutil.LoggingFlags
 	gitsync.Options
 	interval          time.Duration
 	timeout           time.Duration
@@ -29,8 +34,14 @@ type syncOptions struct {
 	policiesConfigMap string
 }
 
-func newSyncCommand() *cobra.Command {
-	o := syncOptions{conn: newConnectionFlags(false)}
+// NewOptions returns sync's options with the connection flags.
+func NewOptions() *Options {
+	return &Options{conn: cmdutil.NewConnectionFlags(false)}
+}
+
+// NewCommand returns `remediator sync`.
+func NewCommand() *cobra.Command {
+	o := NewOptions()
 	cmd := &cobra.Command{
 		Use:   "sync",
 		Short: "Sync RemediationRequests from a Git repository into the cluster (gitops-engine)",
@@ -64,11 +75,25 @@ cluster cache started) and /healthz (a sync began within twice --interval plus
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer cancel()
-			return runSync(ctx, cmd.OutOrStdout(), o)
+			// Validate first: the flags' bounds are refused before the logging flags
+			// apply, as they always were.
+			if err := o.Validate(); err != nil {
+				return err
+			}
+			if err := o.Complete(); err != nil {
+				return err
+			}
+			return o.Run(ctx, cmd.OutOrStdout())
 		},
 	}
+	o.addFlags(cmd)
+	return cmd
+}
+
+// addFlags registers sync's flags on cmd.
+func (o *Options) addFlags(cmd *cobra.Command) {
 	f := cmd.Flags()
-	o.conn.addFlags(f, "")
+	o.conn.AddFlags(f, "")
 	f.StringVar(&o.Repo, "repo", "", "Repository URL (https://, ssh://, git@host:path, file://) or local path; fetched in-process, no git binary needed")
 	f.BoolVar(&o.AllowInsecureTransport, "allow-insecure-transport", false,
 		"Accept a --repo read over an unencrypted transport (http://, git://), which anyone on the network path can rewrite; refused without it")
@@ -88,19 +113,23 @@ cluster cache started) and /healthz (a sync began within twice --interval plus
 	f.StringVar(&o.metricsAddr, "metrics-bind-address", "0", "Address /metrics (the last synced revision and its time, failures) binds to, with --interval; 0 disables it")
 	f.StringVar(&o.probeAddr, "health-probe-bind-address", "0", "Address the probes bind to, with --interval: /healthz (the sync loop turns) and /readyz (the cluster cache started); 0 disables them")
 	_ = cmd.MarkFlagRequired("repo")
-	o.logging = addLoggingFlags(f)
-	return cmd
+	o.logging = cmdutil.AddLoggingFlags(f)
 }
 
-func runSync(ctx context.Context, out io.Writer, o syncOptions) error {
+// Validate refuses an interval or a timeout out of bounds.
+func (o *Options) Validate() error {
 	if o.interval < 0 || o.timeout <= 0 {
 		return fmt.Errorf("--interval must be >= 0 and --timeout > 0")
 	}
-	if err := o.logging.apply(); err != nil {
+	return nil
+}
+
+// Complete applies the logging flags and reads --policies-configmap.
+func (o *Options) Complete() error {
+	if err := o.logging.Apply(); err != nil {
 		return err
 	}
-	log := klog.NewKlogr().WithName("sync")
-	o.Log = log
+	o.Log = klog.NewKlogr().WithName("sync")
 	if o.PoliciesPath != "" {
 		ns, name, ok := strings.Cut(o.policiesConfigMap, "/")
 		if !ok || ns == "" || name == "" {
@@ -108,7 +137,13 @@ func runSync(ctx context.Context, out io.Writer, o syncOptions) error {
 		}
 		o.PoliciesConfigMap = types.NamespacedName{Namespace: ns, Name: name}
 	}
-	cfg, err := o.conn.restConfig()
+	return nil
+}
+
+// Run syncs once, or with --interval until ctx ends, printing each result to out.
+func (o *Options) Run(ctx context.Context, out io.Writer) error {
+	log := o.Log
+	cfg, err := o.conn.RESTConfig()
 	if err != nil {
 		return err
 	}
@@ -171,7 +206,7 @@ func runSync(ctx context.Context, out io.Writer, o syncOptions) error {
 // listenAddrs are the addresses the metrics and the probes are served on: none for a
 // single sync (no --interval), which exits when done, so nothing would scrape or probe
 // it, and a sync run once by hand with the chart's arguments binds no port.
-func (o syncOptions) listenAddrs() (metrics, probe string) {
+func (o *Options) listenAddrs() (metrics, probe string) {
 	if o.interval == 0 {
 		return "0", "0"
 	}

@@ -1,4 +1,7 @@
-package main
+// Package controller is `remediator controller`: the RemediationRequest controller
+// manager. What it runs lives in controllers; this package reads its flags and
+// wires the manager.
+package controller
 
 import (
 	"context"
@@ -9,10 +12,13 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
@@ -22,13 +28,17 @@ import (
 
 	"github.com/remediator/remediator/controllers"
 	"github.com/remediator/remediator/controllers/facts"
+	"github.com/remediator/remediator/internal/cmd/cmdutil"
 	"github.com/remediator/remediator/policies"
 	"github.com/remediator/remediator/remediations"
 )
 
-type controllerOptions struct {
-	cluster               *clusterFlags
-	logging               *loggingFlags
+// Options are the controller's flags, and what Complete and Validate derive from them.
+type Options struct {
+	// version is the binary's, for the start-up log line and remediator_build_info.
+	version               string
+	cluster               *cmdutil.ClusterFlags
+	logging               *cmdutil.LoggingFlags
 	metricsSecure         bool
 	metricsAddr           string
 	probeAddr             string
@@ -47,10 +57,21 @@ type controllerOptions struct {
 	workers               int
 	pprofAddr             string
 	detectInterval        time.Duration
+
+	// Set by Validate.
+	facts facts.Config
+	gates remediations.Gates
 }
 
-func newControllerCommand() *cobra.Command {
-	o := controllerOptions{cluster: newClusterFlags(false)}
+// NewOptions returns the controller's options with the cluster flags; version is
+// the binary's.
+func NewOptions(version string) *Options {
+	return &Options{version: version, cluster: cmdutil.NewClusterFlags(false)}
+}
+
+// NewCommand returns `remediator controller`; version is the binary's.
+func NewCommand(version string) *cobra.Command {
+	o := NewOptions(version)
 	cmd := &cobra.Command{
 		Use:   "controller",
 		Short: "Run the RemediationRequest controller manager",
@@ -59,11 +80,22 @@ func newControllerCommand() *cobra.Command {
 			// Stops at SIGINT or SIGTERM, or when the command's context ends (tests).
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			return runController(ctx, o)
+			if err := o.Complete(); err != nil {
+				return err
+			}
+			if err := o.Validate(); err != nil {
+				return err
+			}
+			return o.Run(ctx)
 		},
 	}
-	f := cmd.Flags()
-	o.cluster.addFlags(f, "")
+	o.addFlags(cmd.Flags())
+	return cmd
+}
+
+// addFlags registers the controller's flags on f.
+func (o *Options) addFlags(f *pflag.FlagSet) {
+	o.cluster.AddFlags(f, "")
 	f.StringVar(&o.metricsAddr, "metrics-bind-address", ":8080", "Address the Prometheus metrics endpoint binds to; 0 disables it")
 	f.BoolVar(&o.metricsSecure, "metrics-secure", false,
 		"Serve metrics over HTTPS (a self-signed certificate), only to clients the API server authenticates (TokenReview) and authorizes to get /metrics (SubjectAccessReview), as kubebuilder's scaffold does; the chart turns it on")
@@ -90,23 +122,25 @@ func newControllerCommand() *cobra.Command {
 	f.StringVar(&o.pprofAddr, "pprof-bind-address", "0", "Address the Go pprof endpoints (/debug/pprof) bind to; 0 disables them")
 	f.DurationVar(&o.policyReloadInterval, "policy-reload-interval", 30*time.Second,
 		"How often --policies-dir is re-read (a mounted ConfigMap changes in place); a policy that fails to load is not used: the last good one stays, or at start none (nothing is decided, requests wait with reason PolicyInvalid, /readyz fails), and the log, remediator_policy_load_errors_total, remediator_policy_reload_failing{reason} and a Warning Event on the controller's Pod say why. 0 disables reloading")
-	o.logging = addLoggingFlags(f)
-	return cmd
+	o.logging = cmdutil.AddLoggingFlags(f)
 }
 
-func runController(ctx context.Context, o controllerOptions) error {
-	if err := o.logging.apply(); err != nil {
+// Complete applies the logging flags, first, so that everything after logs as asked.
+func (o *Options) Complete() error {
+	if err := o.logging.Apply(); err != nil {
 		return err
 	}
 	ctrl.SetLogger(klog.NewKlogr())
-	log := ctrl.Log.WithName("setup")
+	return nil
+}
 
-	fc, err := o.cluster.factsConfig()
-	if err != nil {
+// Validate checks the flags that need neither the policies nor the cluster.
+func (o *Options) Validate() error {
+	var err error
+	if o.facts, err = o.cluster.FactsConfig(); err != nil {
 		return err
 	}
-	gates, err := o.cluster.gates()
-	if err != nil {
+	if o.gates, err = o.cluster.Gates(); err != nil {
 		return err
 	}
 	if o.workers < 1 {
@@ -118,40 +152,81 @@ func runController(ctx context.Context, o controllerOptions) error {
 	if o.maxConcurrent < 0 {
 		return fmt.Errorf("--max-concurrent-remediations must be 0 (no cap) or more, got %d", o.maxConcurrent)
 	}
-	// Policy files from Git that do not load do not stop the controller: it would
-	// read the same files at every restart. It starts, decides nothing, and says why
-	// (requests' conditions, /readyz, the reloader's log, Event and alert) until a
-	// reload brings files that load.
-	policy, err := policies.LoadOrWait(o.policiesDir)
+	return nil
+}
+
+// Run loads the policies, builds the manager and runs it until ctx ends.
+func (o *Options) Run(ctx context.Context) error {
+	log := ctrl.Log.WithName("setup")
+	policy, err := o.loadPolicy(log)
 	if err != nil {
-		return fmt.Errorf("loading policies: %w", err)
-	}
-	if lerr := policy.LoadFailure(); lerr != nil {
-		if o.policyReloadInterval <= 0 {
-			return fmt.Errorf("loading policies: %w; with --policy-reload-interval=0 they are never read again, so nothing could be decided: fix them or turn reloading on", lerr)
-		}
-		log.Error(lerr, "The policies do not load: starting without a policy; nothing is decided until they do", "source", policy.Source(),
-			"reloadInterval", o.policyReloadInterval)
+		return err
 	}
 	playbooks, err := remediations.DefaultPlaybooks()
 	if err != nil {
 		return err
 	}
-	cfg, err := o.cluster.restConfig()
+	cfg, err := o.cluster.RESTConfig()
 	if err != nil {
 		return err
 	}
 	namespaces := trimmed(o.requestNamespaces)
-	pause, err := parsePauseConfigMap(o.pauseConfigMap)
+	pause, err := cmdutil.ParsePauseConfigMap(o.pauseConfigMap)
 	if err != nil {
 		return err
 	}
 	if o.detectInterval < 0 {
 		return fmt.Errorf("--detect-interval must be 0 (no detection) or positive, got %s", o.detectInterval)
 	}
-	cacheOpts, clientOpts := controllers.CacheOptions(fc, namespaces, pause, o.detectInterval > 0)
+	mgr, err := o.newManager(cfg, namespaces, pause)
+	if err != nil {
+		return err
+	}
+	if err := controllers.PrepareCache(ctx, mgr); err != nil {
+		return err
+	}
+	serverClock, err := addServerClock(ctx, mgr, cfg)
+	if err != nil {
+		return err
+	}
+	r := o.reconciler(mgr, policy, playbooks, namespaces, pause, serverClock)
+	if err := r.SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("setting up the RemediationRequest controller: %w", err)
+	}
+	if err := o.addRunnables(mgr, policy, serverClock); err != nil {
+		return err
+	}
+	log.Info("Starting manager", "version", o.version, "tridentNamespace", o.facts.TridentNamespace,
+		"driver", o.facts.DriverName, "policyDigest", policy.Digest(), "requestNamespaces", o.requestNamespaces, "leaderElect", o.leaderElect)
+	return mgr.Start(ctx)
+}
+
+// loadPolicy loads the policies.
+//
+// Policy files from Git that do not load do not stop the controller: it would
+// read the same files at every restart. It starts, decides nothing, and says why
+// (requests' conditions, /readyz, the reloader's log, Event and alert) until a
+// reload brings files that load.
+func (o *Options) loadPolicy(log logr.Logger) (*policies.Engine, error) {
+	policy, err := policies.LoadOrWait(o.policiesDir)
+	if err != nil {
+		return nil, fmt.Errorf("loading policies: %w", err)
+	}
+	if lerr := policy.LoadFailure(); lerr != nil {
+		if o.policyReloadInterval <= 0 {
+			return nil, fmt.Errorf("loading policies: %w; with --policy-reload-interval=0 they are never read again, so nothing could be decided: fix them or turn reloading on", lerr)
+		}
+		log.Error(lerr, "The policies do not load: starting without a policy; nothing is decided until they do", "source", policy.Source(),
+			"reloadInterval", o.policyReloadInterval)
+	}
+	return policy, nil
+}
+
+// newManager builds the manager: its cache holds what the controller reads.
+func (o *Options) newManager(cfg *rest.Config, namespaces []string, pause types.NamespacedName) (ctrl.Manager, error) {
+	cacheOpts, clientOpts := controllers.CacheOptions(o.facts, namespaces, pause, o.detectInterval > 0)
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:                  newScheme(),
+		Scheme:                  cmdutil.NewScheme(),
 		Cache:                   cacheOpts,
 		Client:                  clientOpts,
 		Metrics:                 metricsOptions(o),
@@ -162,29 +237,37 @@ func runController(ctx context.Context, o controllerOptions) error {
 		LeaderElectionNamespace: o.leaderElectionNS,
 	})
 	if err != nil {
-		return fmt.Errorf("creating manager: %w", err)
+		return nil, fmt.Errorf("creating manager: %w", err)
 	}
+	return mgr, nil
+}
 
-	if err := controllers.PrepareCache(ctx, mgr); err != nil {
-		return err
-	}
-	// The runbook's ages are counted on the API server's clock (facts.ServerClock):
-	// measured once now, so that the first decision reads it, then every minute.
+// addServerClock measures the API server's clock and keeps it measured.
+//
+// The runbook's ages are counted on the API server's clock (facts.ServerClock):
+// measured once now, so that the first decision reads it, then every minute.
+func addServerClock(ctx context.Context, mgr ctrl.Manager, cfg *rest.Config) (*facts.ServerClock, error) {
 	serverClock, err := facts.NewServerClock(ctx, cfg)
 	if err != nil {
-		return fmt.Errorf("measuring the API server's clock: %w", err)
+		return nil, fmt.Errorf("measuring the API server's clock: %w", err)
 	}
 	if err := mgr.Add(serverClock); err != nil {
-		return fmt.Errorf("adding the server clock: %w", err)
+		return nil, fmt.Errorf("adding the server clock: %w", err)
 	}
 	if err := metrics.Registry.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "remediator_server_clock_offset_seconds",
 		Help: "The API server's clock (last measured, carried forward on this process's monotonic clock, at most a second and a round trip low) minus this process's wall clock; the controller counts the runbook's ages on the server's, so a step of the wall clock shows here and moves no age.",
 	}, func() float64 { return serverClock.Offset().Seconds() })); err != nil {
-		return fmt.Errorf("registering the clock offset metric: %w", err)
+		return nil, fmt.Errorf("registering the clock offset metric: %w", err)
 	}
-	decide, recheck, recheckRelease := controllers.Gatherers(mgr, fc)
-	if err := (&controllers.RemediationRequestReconciler{
+	return serverClock, nil
+}
+
+// reconciler is the RemediationRequest reconciler the flags configure.
+func (o *Options) reconciler(mgr ctrl.Manager, policy *policies.Engine, playbooks remediations.Playbooks, namespaces []string,
+	pause types.NamespacedName, serverClock *facts.ServerClock) *controllers.RemediationRequestReconciler {
+	decide, recheck, recheckRelease := controllers.Gatherers(mgr, o.facts)
+	return &controllers.RemediationRequestReconciler{
 		Client:         mgr.GetClient(),
 		Reader:         controllers.LiveReader(mgr),
 		Gatherer:       decide,
@@ -194,7 +277,7 @@ func runController(ctx context.Context, o controllerOptions) error {
 		Policy:         policy,
 		Playbooks:      playbooks,
 		MaxConcurrent:  o.maxConcurrent,
-		Gates:          gates,
+		Gates:          o.gates,
 		Namespaces:     namespaces,
 		Pause:          pause,
 		Timeouts: remediations.Timeouts{Step: o.stepTimeout, Eviction: o.evictionTimeout, PodTermination: o.podTerminationTimeout,
@@ -202,16 +285,19 @@ func runController(ctx context.Context, o controllerOptions) error {
 		Recorder:     mgr.GetEventRecorderFor("remediator"),
 		VerifyFixFor: o.verifyFixFor,
 		Clock:        serverClock,
-	}).SetupWithManager(mgr); err != nil {
-		return fmt.Errorf("setting up the RemediationRequest controller: %w", err)
 	}
-	if err := controllers.RegisterMetrics(mgr.GetClient(), policy, mgr.Elected(), version); err != nil {
+}
+
+// addRunnables adds to the manager what runs beside the reconciler: the metrics,
+// the detector, the policy reloader and the probes.
+func (o *Options) addRunnables(mgr ctrl.Manager, policy *policies.Engine, serverClock *facts.ServerClock) error {
+	if err := controllers.RegisterMetrics(mgr.GetClient(), policy, mgr.Elected(), o.version); err != nil {
 		return fmt.Errorf("registering metrics: %w", err)
 	}
 	if o.detectInterval > 0 {
-		g := controllers.DetectGatherer(mgr, fc)
+		g := controllers.DetectGatherer(mgr, o.facts)
 		g.Clock = serverClock
-		d := &controllers.Detector{Gatherer: g, Interval: o.detectInterval, LeaseAge: gates.HealthyStuckLeaseAge}
+		d := &controllers.Detector{Gatherer: g, Interval: o.detectInterval, LeaseAge: o.gates.HealthyStuckLeaseAge}
 		if err := d.SetupWithManager(mgr); err != nil {
 			return err
 		}
@@ -229,15 +315,12 @@ func runController(ctx context.Context, o controllerOptions) error {
 	if err := mgr.AddReadyzCheck("policy", policyReadiness(policy, ctrl.Log.WithName("readiness"))); err != nil {
 		return fmt.Errorf("adding readiness check: %w", err)
 	}
-
-	log.Info("Starting manager", "version", version, "tridentNamespace", fc.TridentNamespace,
-		"driver", fc.DriverName, "policyDigest", policy.Digest(), "requestNamespaces", o.requestNamespaces, "leaderElect", o.leaderElect)
-	return mgr.Start(ctx)
+	return nil
 }
 
 // checkTimeouts refuses a step timeout that is not positive: every step is bounded,
 // and a zero would read as "no bound" to whoever set it.
-func (o controllerOptions) checkTimeouts() error {
+func (o *Options) checkTimeouts() error {
 	for _, t := range []struct {
 		flag string
 		d    time.Duration
@@ -277,7 +360,7 @@ func trimmed(vals []string) []string {
 
 // metricsOptions serves metrics over plain HTTP, or with --metrics-secure over HTTPS
 // behind the API server's authentication and authorization.
-func metricsOptions(o controllerOptions) metricsserver.Options {
+func metricsOptions(o *Options) metricsserver.Options {
 	opts := metricsserver.Options{BindAddress: o.metricsAddr}
 	if o.metricsSecure {
 		opts.SecureServing = true

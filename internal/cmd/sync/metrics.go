@@ -1,4 +1,4 @@
-package main
+package sync
 
 // What `remediator sync --interval` tells Prometheus: the last revision it synced and
 // when, and how often it failed. A sync that silently stops syncing leaves reviewed

@@ -1,4 +1,5 @@
-package main
+// Package pause is `remediator pause` and `resume`, the stop button.
+package pause
 
 // `kubectl remediator pause` and `resume`: the stop button. Stopping is always safe,
 // so it is the one write that needs no pull request. They write the pause ConfigMap
@@ -28,25 +29,31 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/remediator/remediator/api/v1alpha1"
+	"github.com/remediator/remediator/internal/cmd/cmdutil"
 )
 
 // settingsLabel marks the chart's settings ConfigMap (<fullname>-settings; the
-// chart's remediator.settingsLabel), whose key settingPauseConfigMap names the pause
+// chart's remediator.settingsLabel), whose key cmdutil.SettingPauseConfigMap names the pause
 // ConfigMap the release's controller watches.
 const settingsLabel = "remediator.io/settings"
 
-// settingPauseConfigMap is the settings key that publishes the pause ConfigMap, as
-// namespace/name: the controller's --pause-configmap.
-const settingPauseConfigMap = "pause-configmap"
-
-type pauseOptions struct {
-	conn      connectionFlags
+// Options are the flags of pause and resume.
+type Options struct {
+	conn      cmdutil.ConnectionFlags
 	reason    string
 	configMap string
 	now       func() time.Time
+	// pause is true for pause, false for resume.
+	pause bool
 }
 
-func newPauseCommand() *cobra.Command {
+// NewOptions returns the options of pause (pause true) or resume.
+func NewOptions(pause bool) *Options {
+	return &Options{conn: cmdutil.NewConnectionFlags(false), now: time.Now, pause: pause}
+}
+
+// NewCommand returns `remediator pause`.
+func NewCommand() *cobra.Command {
 	return pauseCommand(true, "pause", "Stop every remediation now: no playbook and no step starts until resume",
 		`pause writes the pause ConfigMap the controller watches. While it is paused, no playbook
 starts (requests wait with reason Paused) and a running playbook holds before its next step,
@@ -55,42 +62,52 @@ is always safe. Only the on-call groups the chart allows (pause.groups) may paus
 ConfigMap records who paused and why.`)
 }
 
-func newResumeCommand() *cobra.Command {
+// NewResumeCommand returns `remediator resume`.
+func NewResumeCommand() *cobra.Command {
 	return pauseCommand(false, "resume", "Let remediations go on after a pause",
 		`resume clears the pause: held playbooks go on where they held, and waiting requests
 are decided again on fresh facts. The ConfigMap records who resumed and why.`)
 }
 
 func pauseCommand(pause bool, use, short, long string) *cobra.Command {
-	o := pauseOptions{conn: newConnectionFlags(false), now: time.Now}
+	o := NewOptions(pause)
 	cmd := &cobra.Command{
 		Use:   use,
 		Short: short,
 		Long:  long,
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if pause && strings.TrimSpace(o.reason) == "" {
-				return fmt.Errorf("--reason is required: say why, for the person who resumes")
+			if err := o.Validate(); err != nil {
+				return err
 			}
-			return runPause(cmd.Context(), cmd.OutOrStdout(), o, pause)
+			return o.Run(cmd.Context(), cmd.OutOrStdout())
 		},
 	}
 	f := cmd.Flags()
-	o.conn.addFlags(f, "")
+	o.conn.AddFlags(f, "")
 	f.StringVar(&o.reason, "reason", "", "Why (required to pause); recorded in the pause ConfigMap, the controller's log and an Event")
 	f.StringVar(&o.configMap, "pause-configmap", "",
 		"namespace/name of the pause ConfigMap: the controller's --pause-configmap. Empty: the one the release's settings ConfigMap publishes, found by its label "+settingsLabel+" in any namespace")
 	return cmd
 }
 
-func runPause(ctx context.Context, out io.Writer, o pauseOptions, pause bool) error {
+// Validate refuses a pause without a reason and a malformed --pause-configmap,
+// before anything is asked of the cluster.
+func (o *Options) Validate() error {
+	if o.pause && strings.TrimSpace(o.reason) == "" {
+		return fmt.Errorf("--reason is required: say why, for the person who resumes")
+	}
 	if o.configMap != "" {
-		// A malformed flag fails before anything is asked of the cluster.
-		if _, err := parsePauseConfigMap(o.configMap); err != nil {
+		if _, err := cmdutil.ParsePauseConfigMap(o.configMap); err != nil {
 			return err
 		}
 	}
-	cfg, err := o.conn.restConfig()
+	return nil
+}
+
+// Run writes the pause ConfigMap, and says so on out.
+func (o *Options) Run(ctx context.Context, out io.Writer) error {
+	cfg, err := o.conn.RESTConfig()
 	if err != nil {
 		return err
 	}
@@ -98,11 +115,11 @@ func runPause(ctx context.Context, out io.Writer, o pauseOptions, pause bool) er
 	if err != nil {
 		return err
 	}
-	return writePause(ctx, out, cs, o, pause)
+	return writePause(ctx, out, cs, *o, o.pause)
 }
 
 // writePause finds the pause ConfigMap and writes it, in the caller's name.
-func writePause(ctx context.Context, out io.Writer, cs kubernetes.Interface, o pauseOptions, pause bool) error {
+func writePause(ctx context.Context, out io.Writer, cs kubernetes.Interface, o Options, pause bool) error {
 	key, err := findPauseConfigMap(ctx, out, cs, o.configMap)
 	if err != nil {
 		return err
@@ -152,7 +169,7 @@ func writePause(ctx context.Context, out io.Writer, cs kubernetes.Interface, o p
 // a guess: a pause written where no controller looks stops nothing.
 func findPauseConfigMap(ctx context.Context, out io.Writer, cs kubernetes.Interface, flag string) (types.NamespacedName, error) {
 	if flag != "" {
-		return parsePauseConfigMap(flag)
+		return cmdutil.ParsePauseConfigMap(flag)
 	}
 	choose := "give --pause-configmap NAMESPACE/NAME: the release namespace's remediator-pause"
 	list, err := cs.CoreV1().ConfigMaps(metav1.NamespaceAll).List(ctx, metav1.ListOptions{LabelSelector: settingsLabel + "=true"})
@@ -169,9 +186,9 @@ func findPauseConfigMap(ctx context.Context, out io.Writer, cs kubernetes.Interf
 	var unreadable []string
 	for _, cm := range list.Items {
 		at := cm.Namespace + "/" + cm.Name
-		key, err := parsePauseConfigMap(cm.Data[settingPauseConfigMap])
+		key, err := cmdutil.ParsePauseConfigMap(cm.Data[cmdutil.SettingPauseConfigMap])
 		if err != nil {
-			unreadable = append(unreadable, fmt.Sprintf("%s (key %s: %q)", at, settingPauseConfigMap, cm.Data[settingPauseConfigMap]))
+			unreadable = append(unreadable, fmt.Sprintf("%s (key %s: %q)", at, cmdutil.SettingPauseConfigMap, cm.Data[cmdutil.SettingPauseConfigMap]))
 			continue
 		}
 		found[key] = append(found[key], at)

@@ -1,4 +1,4 @@
-package main
+package cmdutil
 
 // The flag set that the controller, plan and scan share: how to reach the cluster
 // (kubectl's own connection flags), how fast to read it, and where Trident lives.
@@ -26,8 +26,8 @@ import (
 	"github.com/remediator/remediator/remediations"
 )
 
-// connectionFlags say how to reach the API server, and how fast to talk to it.
-type connectionFlags struct {
+// ConnectionFlags say how to reach the API server, and how fast to talk to it.
+type ConnectionFlags struct {
 	// kube is kubectl's flag set: --kubeconfig, --context, --cluster, --user, --as,
 	// --as-group, --as-uid, --request-timeout, --server, the TLS and token flags,
 	// and --namespace/-n where the command gives it a meaning.
@@ -37,10 +37,10 @@ type connectionFlags struct {
 	burst int
 }
 
-// clusterFlags are the connection flags and where Trident lives: what the
+// ClusterFlags are the connection flags and where Trident lives: what the
 // controller, plan and scan need to gather facts.
-type clusterFlags struct {
-	connectionFlags
+type ClusterFlags struct {
+	ConnectionFlags
 
 	tridentNamespace         string
 	allowedTridentNamespaces []string
@@ -52,36 +52,36 @@ type clusterFlags struct {
 	floorHealthyLeaseAge     time.Duration
 }
 
-// newConnectionFlags returns kubectl's connection flags; withNamespace keeps
+// NewConnectionFlags returns kubectl's connection flags; withNamespace keeps
 // --namespace/-n, for the commands that give it a meaning (the controller has
 // --request-namespaces, sync --namespaces).
-func newConnectionFlags(withNamespace bool) connectionFlags {
+func NewConnectionFlags(withNamespace bool) ConnectionFlags {
 	kube := genericclioptions.NewConfigFlags(false)
 	// Discovery is never used, so there is no cache to keep.
 	kube.CacheDir = nil
 	if !withNamespace {
 		kube.Namespace = nil
 	}
-	return connectionFlags{kube: kube}
+	return ConnectionFlags{kube: kube}
 }
 
-// newClusterFlags returns the flags the controller, plan and scan share.
-func newClusterFlags(withNamespace bool) *clusterFlags {
-	return &clusterFlags{connectionFlags: newConnectionFlags(withNamespace)}
+// NewClusterFlags returns the flags the controller, plan and scan share.
+func NewClusterFlags(withNamespace bool) *ClusterFlags {
+	return &ClusterFlags{ConnectionFlags: NewConnectionFlags(withNamespace)}
 }
 
-// addFlags registers the connection flags; liveOnly marks, in the help, flags that
+// AddFlags registers the connection flags; liveOnly marks, in the help, flags that
 // matter only when facts are read live (plan can take saved ones).
-func (c *connectionFlags) addFlags(fs *pflag.FlagSet, liveOnly string) {
+func (c *ConnectionFlags) AddFlags(fs *pflag.FlagSet, liveOnly string) {
 	c.kube.AddFlags(fs)
 	fs.Float32Var(&c.qps, "kube-api-qps", 50,
 		"Queries per second to the API server. client-go's default of 5 throttles a controller that re-reads facts before every destructive call"+liveOnly)
 	fs.IntVar(&c.burst, "kube-api-burst", 100, "Burst of queries to the API server above --kube-api-qps"+liveOnly)
 }
 
-// addFlags registers the connection and Trident flags.
-func (c *clusterFlags) addFlags(fs *pflag.FlagSet, liveOnly string) {
-	c.connectionFlags.addFlags(fs, liveOnly)
+// AddFlags registers the connection and Trident flags.
+func (c *ClusterFlags) AddFlags(fs *pflag.FlagSet, liveOnly string) {
+	c.ConnectionFlags.AddFlags(fs, liveOnly)
 	fs.StringVar(&c.tridentNamespace, "trident-namespace", facts.DefaultTridentNamespace, "Namespace of Trident's Leases and node-plugin pods"+liveOnly)
 	fs.StringSliceVar(&c.allowedTridentNamespaces, "allowed-trident-namespaces", nil,
 		"Namespaces other than --trident-namespace that a request may name in spec.tridentNamespace (comma-separated): Trident namespaces of other installations. "+
@@ -96,9 +96,9 @@ func (c *clusterFlags) addFlags(fs *pflag.FlagSet, liveOnly string) {
 		"Safety floor: the age at which a healthy holder's Lease with no LeaseRetained Warning on it counts as stuck, whatever the policy says; the runbook's 10m unless shortened for tests")
 }
 
-// parsePauseConfigMap reads --pause-configmap, namespace/name, for the controller and
+// ParsePauseConfigMap reads --pause-configmap, namespace/name, for the controller and
 // for pause and resume.
-func parsePauseConfigMap(s string) (types.NamespacedName, error) {
+func ParsePauseConfigMap(s string) (types.NamespacedName, error) {
 	ns, name, ok := strings.Cut(s, "/")
 	if !ok || ns == "" || name == "" {
 		return types.NamespacedName{}, fmt.Errorf("--pause-configmap must be namespace/name, got %q", s)
@@ -106,8 +106,8 @@ func parsePauseConfigMap(s string) (types.NamespacedName, error) {
 	return types.NamespacedName{Namespace: ns, Name: name}, nil
 }
 
-// gates are the safety floor's minimums the flags set.
-func (c *clusterFlags) gates() (remediations.Gates, error) {
+// Gates are the safety floor's minimums the flags set.
+func (c *ClusterFlags) Gates() (remediations.Gates, error) {
 	if c.floorUnreachableLeaseAge <= 0 || c.floorHealthyLeaseAge <= 0 {
 		return remediations.Gates{}, fmt.Errorf("--floor-unreachable-lease-age and --floor-healthy-lease-age must be positive, got %s and %s",
 			c.floorUnreachableLeaseAge, c.floorHealthyLeaseAge)
@@ -117,8 +117,8 @@ func (c *clusterFlags) gates() (remediations.Gates, error) {
 		HeartbeatGrace: c.nodeLeaseGracePeriod, DriverName: c.driverName, TridentNamespaces: fc.TridentNamespaces()}, nil
 }
 
-// factsConfig checks the Trident flags and returns the gatherer's configuration.
-func (c *clusterFlags) factsConfig() (facts.Config, error) {
+// FactsConfig checks the Trident flags and returns the gatherer's configuration.
+func (c *ClusterFlags) FactsConfig() (facts.Config, error) {
 	sel, err := labels.Parse(c.nodePluginSelector)
 	if err != nil {
 		return facts.Config{}, fmt.Errorf("parsing --node-plugin-selector %q: %w", c.nodePluginSelector, err)
@@ -141,9 +141,9 @@ func (c *clusterFlags) factsConfig() (facts.Config, error) {
 	}, nil
 }
 
-// restConfig loads the kubeconfig the flags name (else $KUBECONFIG or
+// RESTConfig loads the kubeconfig the flags name (else $KUBECONFIG or
 // ~/.kube/config, else the in-cluster config), with the rate limit.
-func (c *connectionFlags) restConfig() (*rest.Config, error) {
+func (c *ConnectionFlags) RESTConfig() (*rest.Config, error) {
 	if c.qps <= 0 || c.burst <= 0 {
 		return nil, fmt.Errorf("--kube-api-qps and --kube-api-burst must be positive, got %v and %d", c.qps, c.burst)
 	}
@@ -155,25 +155,25 @@ func (c *connectionFlags) restConfig() (*rest.Config, error) {
 	return cfg, nil
 }
 
-// namespace is --namespace/-n as given; empty when it was not.
-func (c *connectionFlags) namespace() string {
+// Namespace is --namespace/-n as given; empty when it was not.
+func (c *ConnectionFlags) Namespace() string {
 	if c.kube.Namespace == nil {
 		return ""
 	}
 	return *c.kube.Namespace
 }
 
-// newScheme holds the built-in types and RemediationRequest.
-func newScheme() *runtime.Scheme {
+// NewScheme holds the built-in types and RemediationRequest.
+func NewScheme() *runtime.Scheme {
 	scheme := runtime.NewScheme()
 	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
 	utilruntime.Must(v1alpha1.AddToScheme(scheme))
 	return scheme
 }
 
-// reader is the live, uncached client plan and scan read through; they never write.
-func (c *connectionFlags) reader() (client.Reader, error) {
-	cfg, err := c.restConfig()
+// Reader is the live, uncached client plan and scan read through; they never write.
+func (c *ConnectionFlags) Reader() (client.Reader, error) {
+	cfg, err := c.RESTConfig()
 	if err != nil {
 		return nil, err
 	}
@@ -181,24 +181,24 @@ func (c *connectionFlags) reader() (client.Reader, error) {
 }
 
 func readerFor(cfg *rest.Config) (client.Reader, error) {
-	cl, err := client.New(cfg, client.Options{Scheme: newScheme()})
+	cl, err := client.New(cfg, client.Options{Scheme: NewScheme()})
 	if err != nil {
 		return nil, fmt.Errorf("creating client: %w", err)
 	}
 	return cl, nil
 }
 
-// gatherer reads facts live through a new reader, as the controller gathers them.
+// Gatherer reads facts live through a new reader, as the controller gathers them.
 //
 // Its ages are measured on the API server's clock (facts.ServerClock), as the
 // controller's are: a laptop whose clock runs ahead must not see a Lease older than
 // the controller will.
-func (c *clusterFlags) gatherer(ctx context.Context) (client.Reader, *facts.Gatherer, error) {
-	fc, err := c.factsConfig()
+func (c *ClusterFlags) Gatherer(ctx context.Context) (client.Reader, *facts.Gatherer, error) {
+	fc, err := c.FactsConfig()
 	if err != nil {
 		return nil, nil, err
 	}
-	cfg, err := c.restConfig()
+	cfg, err := c.RESTConfig()
 	if err != nil {
 		return nil, nil, err
 	}

@@ -1,4 +1,4 @@
-package main
+package sync
 
 import (
 	"context"
@@ -112,7 +112,7 @@ func TestSyncHealth(t *testing.T) {
 // the metrics nor the probe address (the chart's arguments, run once by hand or by a
 // test, take no port); with --interval both are served.
 func TestSyncServesOnlyWhenItLoops(t *testing.T) {
-	o := syncOptions{metricsAddr: ":8080", probeAddr: ":8081"}
+	o := Options{metricsAddr: ":8080", probeAddr: ":8081"}
 	m, p := o.listenAddrs()
 	assert.Equal(t, []string{"0", "0"}, []string{m, p}, "once")
 	o.interval = time.Minute

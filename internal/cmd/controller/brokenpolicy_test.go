@@ -1,4 +1,4 @@
-package main
+package controller
 
 import (
 	"context"
@@ -20,6 +20,7 @@ import (
 
 	"github.com/remediator/remediator/api/v1alpha1"
 	"github.com/remediator/remediator/controllers"
+	"github.com/remediator/remediator/internal/cmd/cmdtest"
 	"github.com/remediator/remediator/test/testenv"
 )
 
@@ -61,8 +62,8 @@ func TestControllerStartsOnABrokenPolicy(t *testing.T) {
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "p.cue"), []byte("package policies\n#Policy: {input: _, decision: \n"), 0o644))
 
 	probeAddr := freeAddr(t)
-	cmd := newControllerCommand()
-	cmd.SetArgs([]string{"--kubeconfig", writeKubeconfig(t, env.Config), "--policies-dir", dir, "--policy-reload-interval", "1s",
+	cmd := NewCommand("test")
+	cmd.SetArgs([]string{"--kubeconfig", cmdtest.WriteKubeconfig(t, env.Config), "--policies-dir", dir, "--policy-reload-interval", "1s",
 		"--request-namespaces", ns, "--health-probe-bind-address", probeAddr, "--metrics-bind-address", "0", "--detect-interval", "0"})
 	cmd.SilenceUsage, cmd.SilenceErrors = true, true
 	runCtx, stop := context.WithCancel(ctx)

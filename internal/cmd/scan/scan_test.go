@@ -1,17 +1,18 @@
-package main
+package scan
 
 import (
 	"bytes"
 	"encoding/json"
 	"strings"
 	"testing"
-	"unicode/utf8"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"sigs.k8s.io/yaml"
 
 	"github.com/remediator/remediator/controllers/facts"
+	"github.com/remediator/remediator/internal/cmd/cmdtest"
+	"github.com/remediator/remediator/internal/cmd/cmdutil"
 )
 
 func TestSuggestedRequests(t *testing.T) {
@@ -21,7 +22,7 @@ func TestSuggestedRequests(t *testing.T) {
 		{Kind: facts.FindingStuckLease, Node: "kwok-node-1", Lease: "trident/pvc-75a6fd7f-7aee-45e8-a5fa-d4500272528e", Evidence: "Lease held for 40m"},
 	}
 	var buf bytes.Buffer
-	require.NoError(t, writeRequests(&buf, suggestedRequests(findings, "remediator")))
+	require.NoError(t, WriteRequests(&buf, SuggestedRequests(findings, "remediator")))
 	docs := strings.Split(buf.String(), "\n---\n")
 	require.Len(t, docs, 2, "want one request per target:\n%s", buf.String())
 	type rr struct {
@@ -51,34 +52,6 @@ func TestSuggestedRequests(t *testing.T) {
 	assert.True(t, strings.HasPrefix(lease.Spec.Reason, "remediator scan: Lease held"), "lease request reason %q", lease.Spec.Reason)
 }
 
-// TestSuggestedRequestsAreValid: the manifests scan -o yaml prints are ready to commit,
-// so plan (and admission) must accept them whatever the names and evidence. A name
-// cut at 253 characters once ended in '-' or '.', which no Kubernetes name may, and a
-// reason cut at 4096 bytes split a character (found by FuzzScanSuggestions).
-func TestSuggestedRequestsAreValid(t *testing.T) {
-	cases := []struct {
-		name    string
-		finding facts.Finding
-	}{
-		{"PV name cut at a dash", facts.Finding{Kind: facts.FindingStuckLease, Node: "n", Lease: "trident/" + strings.Repeat("a", 238) + "-" + strings.Repeat("b", 14), Evidence: "Lease held for 40m"}},
-		{"PV name cut at a dot", facts.Finding{Kind: facts.FindingStuckLease, Node: "n", Lease: "trident/" + strings.Repeat("a", 238) + "." + strings.Repeat("b", 14), Evidence: "Lease held for 40m"}},
-		{"node name cut at a dot", facts.Finding{Kind: facts.FindingDeregisteredDriver, Node: strings.Repeat("a", 237) + "." + strings.Repeat("b", 15), Evidence: "CSINode lacks the driver"}},
-		{"node name cut after dashes", facts.Finding{Kind: facts.FindingOverlappingPluginPods, Node: strings.Repeat("a", 236) + "--" + strings.Repeat("b", 15), Evidence: "2 node-plugin pods"}},
-		{"reason cut inside a character", facts.Finding{Kind: facts.FindingStuckLease, Node: "n", Lease: "trident/pvc-1", Evidence: strings.Repeat("é", 3000)}},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			var buf bytes.Buffer
-			require.NoError(t, writeRequests(&buf, suggestedRequests([]facts.Finding{tc.finding}, "remediator")))
-			inputs := planInputsOf(buf.Bytes())
-			require.Len(t, inputs, 1)
-			require.Empty(t, inputs[0].errs, "plan refuses the suggested request:\n%s", buf.String())
-			assert.True(t, utf8.ValidString(inputs[0].rr.Spec.Reason), "the reason is not valid UTF-8")
-			assert.NotContains(t, inputs[0].rr.Spec.Reason, "\uFFFD", "the reason was cut inside a character")
-		})
-	}
-}
-
 // TestScanOutputsAgree: -o yaml and -o json print the same requests (as plan's two
 // print the same report), and the JSON one is a List kubectl apply takes.
 func TestScanOutputsAgree(t *testing.T) {
@@ -87,8 +60,8 @@ func TestScanOutputsAgree(t *testing.T) {
 		{Kind: facts.FindingStuckLease, Node: "kwok-node-1", Lease: "trident/pvc-75a6fd7f-7aee-45e8-a5fa-d4500272528e", Evidence: "Lease held for 40m"},
 	}
 	var asYAML, asJSON bytes.Buffer
-	require.NoError(t, writeFindings(&asYAML, findings, scanOptions{output: newOutputFlags("yaml"), requestNamespace: "remediator"}))
-	require.NoError(t, writeFindings(&asJSON, findings, scanOptions{output: newOutputFlags("json"), requestNamespace: "remediator"}))
+	require.NoError(t, writeFindings(&asYAML, findings, Options{output: cmdutil.NewOutputFlags("yaml"), requestNamespace: "remediator"}))
+	require.NoError(t, writeFindings(&asJSON, findings, Options{output: cmdutil.NewOutputFlags("json"), requestNamespace: "remediator"}))
 
 	var fromYAML []map[string]any
 	for _, doc := range strings.Split(asYAML.String(), "\n---\n") {
@@ -108,7 +81,7 @@ func TestScanOutputsAgree(t *testing.T) {
 	assert.Equal(t, fromYAML, list.Items)
 
 	var none bytes.Buffer
-	require.NoError(t, writeFindings(&none, nil, scanOptions{output: newOutputFlags("json")}))
+	require.NoError(t, writeFindings(&none, nil, Options{output: cmdutil.NewOutputFlags("json")}))
 	assert.JSONEq(t, `{"apiVersion": "v1", "kind": "List", "items": []}`, none.String())
 }
 
@@ -130,7 +103,7 @@ func TestScanPrinterFlags(t *testing.T) {
 	render := func(t *testing.T, output string, findings []facts.Finding) string {
 		t.Helper()
 		var b bytes.Buffer
-		require.NoError(t, writeFindings(&b, findings, scanOptions{output: newOutputFlags(output, "table"), requestNamespace: "remediator"}))
+		require.NoError(t, writeFindings(&b, findings, Options{output: cmdutil.NewOutputFlags(output, "table"), requestNamespace: "remediator"}))
 		return b.String()
 	}
 	table := render(t, "", findings)
@@ -158,8 +131,16 @@ func TestScanPrinterFlags(t *testing.T) {
 	assert.Contains(t, render(t, "", nil), "No stuck Leases, deregistered drivers or overlapping node-plugin pods found.")
 
 	var b bytes.Buffer
-	err := writeFindings(&b, findings, scanOptions{output: newOutputFlags("xml")})
+	err := writeFindings(&b, findings, Options{output: cmdutil.NewOutputFlags("xml")})
 	assert.ErrorContains(t, err, `unknown --output "xml"`)
-	assert.NoError(t, scanOptions{output: newOutputFlags("jsonpath={.items}")}.output.validate())
-	assert.ErrorContains(t, scanOptions{output: newOutputFlags("jsonpath={.items")}.output.validate(), "error parsing jsonpath")
+	assert.NoError(t, Options{output: cmdutil.NewOutputFlags("jsonpath={.items}")}.output.Validate())
+	assert.ErrorContains(t, Options{output: cmdutil.NewOutputFlags("jsonpath={.items")}.output.Validate(), "error parsing jsonpath")
+}
+
+// TestScanNamespaceFlag: -n is where the suggested requests go, and it may not
+// contradict --request-namespace.
+func TestScanNamespaceFlag(t *testing.T) {
+	_, err := cmdtest.Execute(NewCommand(), "-n", "ops", "--request-namespace", "remediator")
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), `--namespace "ops" and --request-namespace "remediator" disagree`)
 }

@@ -1,4 +1,4 @@
-package main
+package pause
 
 import (
 	"bytes"
@@ -17,6 +17,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/remediator/remediator/internal/cmd/cmdutil"
 )
 
 // settingsOf is a release's settings ConfigMap as the chart renders it: labelled, and
@@ -24,7 +26,7 @@ import (
 func settingsOf(ns, fullname string) *corev1.ConfigMap {
 	return &corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fullname + "-settings", Labels: map[string]string{settingsLabel: "true"}},
-		Data:       map[string]string{settingPauseConfigMap: ns + "/remediator-pause", "trident-namespace": "trident"},
+		Data:       map[string]string{cmdutil.SettingPauseConfigMap: ns + "/remediator-pause", "trident-namespace": "trident"},
 	}
 }
 
@@ -32,7 +34,7 @@ func TestFindPauseConfigMap(t *testing.T) {
 	unlabelled := settingsOf("decoy", "remediator")
 	unlabelled.Labels = nil
 	withoutKey := settingsOf("old-system", "remediator")
-	delete(withoutKey.Data, settingPauseConfigMap)
+	delete(withoutKey.Data, cmdutil.SettingPauseConfigMap)
 	for _, tc := range []struct {
 		name    string
 		objs    []runtime.Object
@@ -115,7 +117,7 @@ func TestPauseWritesTheReleasesConfigMap(t *testing.T) {
 	ctx := context.Background()
 	now := func() time.Time { return time.Date(2026, 12, 3, 3, 0, 0, 0, time.UTC) }
 	var out bytes.Buffer
-	require.NoError(t, writePause(ctx, &out, cs, pauseOptions{reason: "INC-1: array firmware", now: now}, true))
+	require.NoError(t, writePause(ctx, &out, cs, Options{reason: "INC-1: array firmware", now: now}, true))
 	assert.Contains(t, out.String(), "The pause ConfigMap is storage-system/remediator-pause (published by storage-system/storage-remediator-settings).")
 	assert.Contains(t, out.String(), "Paused by bob@example.com: INC-1: array firmware")
 	cm, err := cs.CoreV1().ConfigMaps("storage-system").Get(ctx, "remediator-pause", metav1.GetOptions{})
@@ -125,7 +127,7 @@ func TestPauseWritesTheReleasesConfigMap(t *testing.T) {
 	assert.True(t, apierrors.IsNotFound(err), "a pause written at the default no controller of this release watches: %v", err)
 
 	out.Reset()
-	require.NoError(t, writePause(ctx, &out, cs, pauseOptions{reason: "firmware done", now: now}, false))
+	require.NoError(t, writePause(ctx, &out, cs, Options{reason: "firmware done", now: now}, false))
 	assert.Contains(t, out.String(), "Resumed by bob@example.com.")
 	cm, err = cs.CoreV1().ConfigMaps("storage-system").Get(ctx, "remediator-pause", metav1.GetOptions{})
 	require.NoError(t, err)
