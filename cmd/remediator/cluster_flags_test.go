@@ -13,6 +13,9 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// planTestdata holds plan's request files.
+const planTestdata = "../../internal/cmd/plan/testdata/plan/"
+
 // The commands that read the cluster, each with the arguments it needs besides the
 // shared flags.
 var clusterCommands = []struct {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/remediator/remediator/internal/cmd/controller"
 	"github.com/remediator/remediator/internal/cmd/pause"
+	"github.com/remediator/remediator/internal/cmd/plan"
 	"github.com/remediator/remediator/internal/cmd/scan"
 	"github.com/remediator/remediator/internal/cmd/sync"
 )
@@ -27,7 +28,7 @@ func newRootCommand(argv0 string) *cobra.Command {
 	if strings.TrimSuffix(filepath.Base(argv0), ".exe") == "kubectl-remediator" {
 		root.Annotations = map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl remediator"}
 	}
-	root.AddCommand(controller.NewCommand(version), scan.NewCommand(), sync.NewCommand(), newPlanCommand(), pause.NewCommand(), pause.NewResumeCommand(), newVersionCommand())
+	root.AddCommand(controller.NewCommand(version), scan.NewCommand(), sync.NewCommand(), plan.NewCommand(version), pause.NewCommand(), pause.NewResumeCommand(), newVersionCommand())
 	return root
 }
 
@@ -37,7 +38,7 @@ func main() {
 		if code, ok := scan.ExitCode(err); ok { // the findings are the output
 			os.Exit(code)
 		}
-		if code, ok := planExitCode(err); ok { // plan's report already says why
+		if code, ok := plan.ExitCode(err); ok { // plan's report already says why
 			os.Exit(code)
 		}
 		fmt.Fprintln(os.Stderr, "Error:", err)

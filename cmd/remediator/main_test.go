@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/remediator/remediator/internal/cmd/controller"
+	"github.com/remediator/remediator/internal/cmd/plan"
 	"github.com/remediator/remediator/internal/cmd/scan"
 	"github.com/remediator/remediator/internal/cmd/sync"
 )
@@ -17,6 +18,7 @@ import (
 // The commands as the root command builds them, for the tests that cover several.
 var (
 	newControllerCommand = func() *cobra.Command { return controller.NewCommand(version) }
+	newPlanCommand       = func() *cobra.Command { return plan.NewCommand(version) }
 	newScanCommand       = scan.NewCommand
 	newSyncCommand       = sync.NewCommand
 )

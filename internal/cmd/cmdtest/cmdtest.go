@@ -4,10 +4,15 @@
 package cmdtest
 
 import (
+	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"io"
+	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -19,11 +24,14 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
 )
 
 // Execute runs cmd with args and an empty stdin, and returns what it wrote to its
@@ -148,4 +156,38 @@ func (w *World) Volume(pv, ns, pvc, holder string, retained int) {
 			Source: corev1.EventSource{Component: "trident-node", Host: holder},
 		})
 	}
+}
+
+// ChartRender returns the objects of a render of the chart (release remediator in
+// remediator-system, the default plan reads) that the commands' tests read: its
+// ConfigMaps, its Deployment and the plan ClusterRole, from this package's testdata/chart/<fixture>.yaml.
+// This module does not import Helm: the harness module renders the chart with Helm's
+// library and fails while a fixture differs from the chart's render
+// (TestCmdFixturesAreTheChartsRender in test/harness/chart, which lists each fixture's
+// values and rewrites them with -update).
+func ChartRender(t *testing.T, fixture string) []*unstructured.Unstructured {
+	t.Helper()
+	f, err := os.Open(filepath.Join(chartDir(), fixture+".yaml"))
+	require.NoError(t, err, "the chart's render %s (written by go -C test/harness test ./chart -run TestCmdFixturesAreTheChartsRender -update)", fixture)
+	defer func() { _ = f.Close() }()
+	var objs []*unstructured.Unstructured
+	r := utilyaml.NewYAMLReader(bufio.NewReader(f))
+	for {
+		doc, err := r.Read()
+		if errors.Is(err, io.EOF) {
+			return objs
+		}
+		require.NoError(t, err, "reading testdata/chart/%s.yaml", fixture)
+		o := map[string]any{}
+		require.NoError(t, yaml.Unmarshal(doc, &o), "testdata/chart/%s.yaml", fixture)
+		if len(o) > 0 { // not only the header's comments
+			objs = append(objs, &unstructured.Unstructured{Object: o})
+		}
+	}
+}
+
+// chartDir is this package's testdata/chart, wherever the test that reads it runs.
+func chartDir() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "testdata", "chart")
 }

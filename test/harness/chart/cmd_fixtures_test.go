@@ -16,10 +16,10 @@ import (
 	"github.com/remediator/remediator/test/harness/helmchart"
 )
 
-var update = flag.Bool("update", false, "rewrite cmd/remediator/testdata/chart/ from the chart's render")
+var update = flag.Bool("update", false, "rewrite internal/cmd/cmdtest/testdata/chart/ from the chart's render")
 
-// cmdFixtures are the chart's renders that cmd/remediator's tests read from
-// cmd/remediator/testdata/chart/<name>.yaml: TestChartArgsAreControllerFlags (every
+// cmdFixtures are the chart's renders that the commands' tests read from
+// internal/cmd/cmdtest/testdata/chart/<name>.yaml: TestChartArgsAreControllerFlags (every
 // arg the Deployment renders is a flag the controller parses, and the settings
 // ConfigMap holds plan's settings) and TestPlanFollowsTheChartSettings (plan as the
 // chart's plan ClusterRole, reading the settings ConfigMap). Those tests are package
@@ -42,7 +42,7 @@ var cmdFixtures = []struct {
 	{"netapp-trident", map[string]any{"trident": map[string]any{"namespace": "netapp-trident"}, "nodeLeaseGracePeriod": "40s"}},
 }
 
-const cmdFixturesDir = "../../cmd/remediator/testdata/chart" // from the chart's directory (TestMain)
+const cmdFixturesDir = "../../internal/cmd/cmdtest/testdata/chart" // from the chart's directory (TestMain)
 
 // TestCmdFixturesAreTheChartsRender: cmd/remediator/testdata/chart/ holds, for each
 // of cmdFixtures, the objects of the chart's current render that cmd/remediator's

@@ -1,4 +1,4 @@
-package main
+package plan
 
 import (
 	"os"
@@ -17,7 +17,7 @@ import (
 // floor, and the floor's minimum is the --floor-unreachable-lease-age plan was given.
 func TestPlanHoldsTheFloor(t *testing.T) {
 	dir := t.TempDir()
-	srcs, err := filepath.Glob("../../policies/*.cue")
+	srcs, err := filepath.Glob("../../../policies/*.cue")
 	require.NoError(t, err)
 	for _, src := range srcs {
 		if strings.HasSuffix(src, "_test.cue") || filepath.Base(src) == "schema.cue" {

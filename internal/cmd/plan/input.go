@@ -1,4 +1,4 @@
-package main
+package plan
 
 // Reading plan's input: -f files, their YAML documents, and each document's
 // decoding into a request, refused where admission would refuse it, naming the field

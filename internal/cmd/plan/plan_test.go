@@ -1,4 +1,4 @@
-package main
+package plan
 
 import (
 	"bytes"
@@ -20,7 +20,7 @@ const planTestdata = "testdata/plan/"
 // the exit code main would give it.
 func runPlanCommand(t *testing.T, stdin string, args ...string) (string, int, error) {
 	t.Helper()
-	cmd := newPlanCommand()
+	cmd := NewCommand("dev")
 	var out, errOut bytes.Buffer
 	cmd.SetOut(&out)
 	cmd.SetErr(&errOut)
@@ -165,7 +165,7 @@ func TestPlanSavedFacts(t *testing.T) {
 // the embedded policies release is rejected.
 func TestPlanPoliciesDir(t *testing.T) {
 	dir := t.TempDir()
-	srcs, err := filepath.Glob("../../policies/*.cue")
+	srcs, err := filepath.Glob("../../../policies/*.cue")
 	require.NoError(t, err)
 	require.NotEmpty(t, srcs, "no policies found")
 	for _, src := range srcs {

@@ -1,4 +1,4 @@
-package main
+package plan
 
 // The controller's settings, as the chart publishes them: plan on live facts reads
 // the ConfigMap <fullname>-settings (charts/remediator/templates/configmap-settings.yaml)

@@ -1,4 +1,4 @@
-package main
+package plan
 
 // The plan report, and rendering it: a report for people, JSON or YAML for tools; and
 // kubectl's printer flags, which plan and scan share.

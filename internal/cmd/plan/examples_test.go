@@ -1,4 +1,4 @@
-package main
+package plan
 
 import (
 	"encoding/json"
@@ -17,7 +17,7 @@ import (
 )
 
 // remediationRepo is the template operators copy (examples/remediation-repo).
-const remediationRepo = "../../examples/remediation-repo"
+const remediationRepo = "../../../examples/remediation-repo"
 
 // examplePlaybooks is what the policy must choose for each template request on its
 // saved facts; the files' comment headers say the same in words.
@@ -70,10 +70,15 @@ func TestPlanHelperProcess(t *testing.T) {
 		args = args[i+1:]
 	}
 	root := &cobra.Command{Use: "remediator", SilenceUsage: true, SilenceErrors: true}
-	root.AddCommand(newPlanCommand(), newVersionCommand())
+	// The version command, as main's prints it in a test binary.
+	version := &cobra.Command{Use: "version", RunE: func(cmd *cobra.Command, _ []string) error {
+		_, err := fmt.Fprintln(cmd.OutOrStdout(), "remediator dev")
+		return err
+	}}
+	root.AddCommand(NewCommand("dev"), version)
 	root.SetArgs(args)
 	err := root.Execute()
-	if _, ok := planExitCode(err); err != nil && !ok {
+	if _, ok := ExitCode(err); err != nil && !ok {
 		fmt.Fprintln(os.Stderr, "Error:", err)
 	}
 	if code := planExitOf(err); code != 0 {
@@ -122,7 +127,7 @@ func TestPullRequestCheck(t *testing.T) {
 	if _, err := exec.LookPath("git"); err != nil {
 		t.Skipf("git not found: %v", err)
 	}
-	moduleRoot, err := filepath.Abs("../..")
+	moduleRoot, err := filepath.Abs("../../..")
 	require.NoError(t, err)
 	tmp := t.TempDir()
 	remediator := helperRemediator(t, filepath.Join(tmp, "bin"))

@@ -1,4 +1,4 @@
-package main
+package plan
 
 // plan pull-request: the pull-request check of a remediation repository
 // (examples/remediation-repo), as one command that CI runs after its own checkout. It
@@ -32,8 +32,10 @@ import (
 var prDeepen = []int{50, 200, 1000}
 
 type prOptions struct {
-	dir  string
-	base string
+	// version is the binary's, named when the embedded policies are used.
+	version string
+	dir     string
+	base    string
 	// forward are plan's flags this command takes and passes on to each plan.
 	forward *pflag.FlagSet
 }
@@ -43,8 +45,8 @@ func prForwarded(name string) bool {
 	return !slices.Contains([]string{"filename", "facts", "output", "policies-dir", "help", "base", "repo-dir"}, name)
 }
 
-func newPlanPullRequestCommand() *cobra.Command {
-	o := prOptions{}
+func newPlanPullRequestCommand(version string) *cobra.Command {
+	o := prOptions{version: version}
 	cmd := &cobra.Command{
 		Use:   "pull-request",
 		Short: "The pull-request check of a remediation repository: plan what the pull request adds or changes under requests/",
@@ -95,6 +97,7 @@ the check cannot run (no base, git failing, an unusable kubeconfig).`,
 type prCheck struct {
 	out, errOut io.Writer
 	dir         string
+	version     string
 }
 
 func (c *prCheck) say(format string, args ...any) {
@@ -223,7 +226,7 @@ func runPlanArgs(ctx context.Context, out, errOut io.Writer, args []string) int 
 	cmd.SetErr(errOut)
 	cmd.SilenceUsage, cmd.SilenceErrors = true, true
 	err := cmd.ExecuteContext(ctx)
-	if _, ok := planExitCode(err); err != nil && !ok {
+	if _, ok := ExitCode(err); err != nil && !ok {
 		fmt.Fprintln(errOut, "Error:", err)
 	}
 	return planExitOf(err)
@@ -234,7 +237,7 @@ func planExitOf(err error) int {
 	if err == nil {
 		return 0
 	}
-	if code, ok := planExitCode(err); ok {
+	if code, ok := ExitCode(err); ok {
 		return code
 	}
 	return 1

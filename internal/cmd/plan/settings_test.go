@@ -1,13 +1,8 @@
-package main
+package plan
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
-	"errors"
-	"io"
-	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -18,8 +13,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
-	"sigs.k8s.io/yaml"
 
 	"github.com/remediator/remediator/api/v1alpha1"
 	"github.com/remediator/remediator/internal/cmd/cmdtest"
@@ -27,38 +20,10 @@ import (
 	"github.com/remediator/remediator/test/testenv"
 )
 
-// chartRender returns the objects of a render of the chart (release remediator in
-// remediator-system, the default plan reads) that the tests here read: its
-// ConfigMaps, its Deployment and the plan ClusterRole, from testdata/chart/<fixture>.yaml.
-// This module does not import Helm: the harness module renders the chart with Helm's
-// library and fails while a fixture differs from the chart's render
-// (TestCmdFixturesAreTheChartsRender in test/harness/chart, which lists each fixture's
-// values and rewrites them with -update).
-func chartRender(t *testing.T, fixture string) []*unstructured.Unstructured {
-	t.Helper()
-	f, err := os.Open(filepath.Join("testdata", "chart", fixture+".yaml"))
-	require.NoError(t, err, "the chart's render %s (written by go -C test/harness test ./chart -run TestCmdFixturesAreTheChartsRender -update)", fixture)
-	defer func() { _ = f.Close() }()
-	var objs []*unstructured.Unstructured
-	r := utilyaml.NewYAMLReader(bufio.NewReader(f))
-	for {
-		doc, err := r.Read()
-		if errors.Is(err, io.EOF) {
-			return objs
-		}
-		require.NoError(t, err, "reading testdata/chart/%s.yaml", fixture)
-		o := map[string]any{}
-		require.NoError(t, yaml.Unmarshal(doc, &o), "testdata/chart/%s.yaml", fixture)
-		if len(o) > 0 { // not only the header's comments
-			objs = append(objs, &unstructured.Unstructured{Object: o})
-		}
-	}
-}
-
 // chartObject returns one object of a render of the chart (chartRender).
 func chartObject(t *testing.T, fixture, kind, name string) *unstructured.Unstructured {
 	t.Helper()
-	for _, o := range chartRender(t, fixture) {
+	for _, o := range cmdtest.ChartRender(t, fixture) {
 		if o.GetKind() == kind && o.GetName() == name {
 			return o
 		}

@@ -1,4 +1,4 @@
-package main
+package plan
 
 // Saved facts (--facts) for offline planning, and matching them to requests.
 

@@ -1,4 +1,4 @@
-package main
+package plan
 
 // What applying a request file does to a request of the same name that is already in
 // the cluster, as the controller's Reconcile and needsDecision handle it

@@ -1,4 +1,4 @@
-package main
+package plan
 
 import (
 	"encoding/json"
@@ -18,7 +18,7 @@ import (
 func overridePolicies(t *testing.T, kustomize bool, edit func(name, src string) string) string {
 	t.Helper()
 	dir := t.TempDir()
-	srcs, err := filepath.Glob("../../policies/*.cue")
+	srcs, err := filepath.Glob("../../../policies/*.cue")
 	require.NoError(t, err)
 	for _, src := range srcs {
 		// The schema is the controller's own: a policy directory holds the rules only.

@@ -1,4 +1,6 @@
-package main
+// Package plan is `remediator plan` and `plan pull-request`: the pull-request check
+// of a remediation repository.
+package plan
 
 // plan is the pull-request check of a remediation repository: it tells a reviewer,
 // before merge, what the controller would decide for a RemediationRequest. It reads
@@ -58,9 +60,9 @@ func (e planExitError) Error() string {
 		e.summary.Allowed, e.summary.Rejected, e.summary.WouldWait, e.summary.Failed)
 }
 
-// planExitCode reports the exit code of a plan that ran and wrote its report. main
+// ExitCode reports the exit code of a plan that ran and wrote its report. main
 // exits with it without printing the error again: the report already explains it.
-func planExitCode(err error) (int, bool) {
+func ExitCode(err error) (int, bool) {
 	var p planExitError
 	if errors.As(err, &p) {
 		return p.code, true
@@ -99,9 +101,11 @@ type planOptions struct {
 	flags             *pflag.FlagSet
 }
 
-func newPlanCommand() *cobra.Command {
+// NewCommand returns `remediator plan` with its subcommand pull-request; version is
+// the binary's, which the pull-request check names.
+func NewCommand(version string) *cobra.Command {
 	cmd := newPlanRequestsCommand()
-	cmd.AddCommand(newPlanPullRequestCommand())
+	cmd.AddCommand(newPlanPullRequestCommand(version))
 	return cmd
 }
 

@@ -1,4 +1,4 @@
-package main
+package plan
 
 import (
 	"os"
@@ -24,7 +24,7 @@ func TestCIInstallsRemediatorFromSource(t *testing.T) {
 			t.Skipf("%s not found: %v", tool, err)
 		}
 	}
-	moduleRoot, err := filepath.Abs("../..")
+	moduleRoot, err := filepath.Abs("../../..")
 	require.NoError(t, err)
 	if _, err := os.Stat(filepath.Join(moduleRoot, ".git")); err != nil {
 		t.Skipf("not a Git checkout: %v", err)

@@ -1,4 +1,4 @@
-package main
+package plan
 
 // The steps of plan pull-request (plan_pr.go), in the order the check takes them.
 
@@ -19,7 +19,7 @@ func runPullRequestCheck(ctx context.Context, out, errOut io.Writer, o prOptions
 	if err != nil {
 		return fmt.Errorf("resolving --repo-dir %s: %w", o.dir, err)
 	}
-	c := &prCheck{out: out, errOut: errOut, dir: dir}
+	c := &prCheck{out: out, errOut: errOut, dir: dir, version: o.version}
 	// plan reads -f and --facts relative to the working directory, and the report
 	// names the repository's paths (requests/x.yaml), as in the pull request.
 	wd, err := os.Getwd()
@@ -219,7 +219,7 @@ func (c *prCheck) checkPolicies(ctx context.Context, forward []string) ([]string
 				return nil, fmt.Errorf("policies/%s is there for Argo CD, but policies/ has no .cue files: Argo CD could build no policies ConfigMap (add the policies, or remove policies/%s)", k, k)
 			}
 		}
-		c.say("policies/ has no .cue files: planning with the policies embedded in remediator %s", version)
+		c.say("policies/ has no .cue files: planning with the policies embedded in remediator %s", c.version)
 		return nil, nil
 	}
 	c.say("Testing the override policies in policies/ (cue vet -c, with CUE's Go API)")

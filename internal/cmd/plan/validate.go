@@ -1,4 +1,4 @@
-package main
+package plan
 
 // Admission without an API server: plan checks a RemediationRequest against the CRD
 // the chart installs (charts/remediator, embedded), through the API server's own
