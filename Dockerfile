@@ -20,6 +20,7 @@ COPY api/ api/
 COPY charts/ charts/
 COPY cmd/ cmd/
 COPY controllers/ controllers/
+COPY internal/ internal/
 COPY policies/ policies/
 COPY remediations/ remediations/
 RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=${VERSION}" -o /out/remediator ./cmd/remediator

@@ -17,7 +17,7 @@ import (
 )
 
 // TestDecide runs the decision table through the one decision path, without a
-// cluster. cmd/remediator's TestPlanAgreesWithTheController runs the same table
+// cluster. internal/cmd/plan's TestPlanAgreesWithTheController runs the same table
 // through plan.
 func TestDecide(t *testing.T) {
 	policy, playbooks := decisiontest.Deciders(t)

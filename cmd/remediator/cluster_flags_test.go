@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,6 +12,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
+
+// planTestdata holds plan's request files.
+const planTestdata = "../../internal/cmd/plan/testdata/plan/"
 
 // The commands that read the cluster, each with the arguments it needs besides the
 // shared flags.
@@ -84,90 +86,4 @@ func TestClusterFlagsRefuseBadValues(t *testing.T) {
 			})
 		}
 	}
-}
-
-// TestClusterFlagsReachTheKubeconfig: --context is kubectl's, and names the context
-// the connection uses.
-func TestClusterFlagsReachTheKubeconfig(t *testing.T) {
-	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
-	require.NoError(t, os.WriteFile(kubeconfig, []byte(`apiVersion: v1
-kind: Config
-clusters:
-- name: a
-  cluster: {server: "https://a.example:6443"}
-- name: b
-  cluster: {server: "https://b.example:6443"}
-users:
-- name: u
-  user: {token: t}
-contexts:
-- name: ctx-a
-  context: {cluster: a, user: u}
-- name: ctx-b
-  context: {cluster: b, user: u}
-current-context: ctx-a
-`), 0o600))
-	c := newClusterFlags(true)
-	cmd := &cobra.Command{Use: "x", RunE: func(*cobra.Command, []string) error { return nil }}
-	c.addFlags(cmd.Flags(), "")
-	_, err := execute(cmd, "--kubeconfig", kubeconfig, "--context", "ctx-b", "--as", "system:serviceaccount:ci:plan", "--request-timeout", "7s", "-n", "ops")
-	require.NoError(t, err)
-	cfg, err := c.restConfig()
-	require.NoError(t, err)
-	assert.Equal(t, "https://b.example:6443", cfg.Host)
-	assert.Equal(t, "system:serviceaccount:ci:plan", cfg.Impersonate.UserName)
-	assert.Equal(t, "7s", cfg.Timeout.String())
-	assert.Equal(t, float32(50), cfg.QPS)
-	assert.Equal(t, 100, cfg.Burst)
-	assert.Equal(t, "ops", c.namespace())
-}
-
-// TestPlanNamespaceFlag: -n places a request whose manifest names no namespace, as
-// kubectl apply -n would, and refuses one that names another.
-func TestPlanNamespaceFlag(t *testing.T) {
-	manifest := func(ns string) string {
-		s := `apiVersion: remediator.io/v1alpha1
-kind: RemediationRequest
-metadata:
-  name: release-lease-shutdown-kwok-node-3
-`
-		if ns != "" {
-			s += "  namespace: " + ns + "\n"
-		}
-		return s + `spec:
-  remediation: release-luks-lease
-  target:
-    persistentVolume: pvc-0b8e5d21-6c3f-4a7e-b1d9-5e2f8c4a6d30
-  reason: kwok-node-3 was powered off after a kernel panic (INC-4790)
-`
-	}
-	saved := []string{"--facts", planTestdata + "facts/shutdown.yaml", "-o", "json"}
-
-	requestNamespace := func(out string) string {
-		var r planReport
-		require.NoError(t, json.Unmarshal([]byte(out), &r), out)
-		require.Len(t, r.Requests, 1)
-		return r.Requests[0].Request.Namespace
-	}
-	out, code, err := runPlanCommand(t, manifest(""), append([]string{"-f", "-", "-n", "ops"}, saved...)...)
-	require.NoError(t, err, out)
-	assert.Equal(t, 0, code)
-	assert.Equal(t, "ops", requestNamespace(out))
-
-	out, code, _ = runPlanCommand(t, manifest("remediator"), append([]string{"-f", "-", "-n", "ops"}, saved...)...)
-	assert.Equal(t, 1, code)
-	assert.Contains(t, out, `the request's namespace \"remediator\" does not match --namespace \"ops\"`)
-
-	out, code, err = runPlanCommand(t, manifest(""), append([]string{"-f", "-"}, saved...)...)
-	require.NoError(t, err, out)
-	assert.Equal(t, 0, code)
-	assert.Empty(t, requestNamespace(out), "without -n a request stays without a namespace")
-}
-
-// TestScanNamespaceFlag: -n is where the suggested requests go, and it may not
-// contradict --request-namespace.
-func TestScanNamespaceFlag(t *testing.T) {
-	_, err := execute(newScanCommand(), "-n", "ops", "--request-namespace", "remediator")
-	require.Error(t, err)
-	assert.Contains(t, err.Error(), `--namespace "ops" and --request-namespace "remediator" disagree`)
 }

@@ -1,6 +1,7 @@
 // Command remediator is the single Remediator binary: the controller manager and the
-// operator-facing subcommands (controller, plan, scan, sync, version). This package
-// holds flags and wiring only; what a command does lives in the packages it wires
-// (controllers, controllers/facts, controllers/gitsync, policies, remediations), so
-// that plan and the controller cannot disagree on a decision.
+// operator-facing subcommands (controller, plan, scan, pause, resume, sync, version).
+// This package holds the root command, main and the version only; each command lives
+// in its package under internal/cmd, and what a command does lives in the packages
+// it wires (controllers, controllers/facts, controllers/gitsync, policies,
+// remediations), so that plan and the controller cannot disagree on a decision.
 package main

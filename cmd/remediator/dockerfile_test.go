@@ -1,11 +1,9 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"debug/elf"
 	"encoding/json"
-	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,89 +15,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	appsv1 "k8s.io/api/apps/v1"
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 )
-
-// dockerInstruction is one instruction of a Dockerfile, continuation lines joined.
-type dockerInstruction struct {
-	Line int    // where it starts
-	Cmd  string // upper case: FROM, RUN, COPY, ...
-	Args string
-}
-
-// dockerStage is one FROM ... section.
-type dockerStage struct {
-	From         string // the image
-	Name         string // AS name
-	Instructions []dockerInstruction
-}
-
-func (s dockerStage) all(cmd string) []dockerInstruction {
-	var out []dockerInstruction
-	for _, in := range s.Instructions {
-		if in.Cmd == cmd {
-			out = append(out, in)
-		}
-	}
-	return out
-}
-
-// parseDockerfile reads the subset of the Dockerfile syntax this repository uses:
-// comments, blank lines, backslash continuations, one instruction per line.
-func parseDockerfile(t *testing.T, path string) []dockerStage {
-	t.Helper()
-	f, err := os.Open(path)
-	require.NoError(t, err)
-	defer func() { _ = f.Close() }()
-	var stages []dockerStage
-	var cur strings.Builder
-	start, n := 0, 0
-	flush := func() {
-		text := strings.TrimSpace(cur.String())
-		cur.Reset()
-		if text == "" {
-			return
-		}
-		cmd, args, _ := strings.Cut(text, " ")
-		in := dockerInstruction{Line: start, Cmd: strings.ToUpper(cmd), Args: strings.TrimSpace(args)}
-		if in.Cmd == "FROM" {
-			fields := strings.Fields(in.Args)
-			st := dockerStage{From: fields[0]}
-			if len(fields) == 3 && strings.EqualFold(fields[1], "AS") {
-				st.Name = fields[2]
-			}
-			stages = append(stages, st)
-			return
-		}
-		if len(stages) == 0 {
-			require.Equal(t, "ARG", in.Cmd, "Dockerfile:%d: %s before the first FROM", in.Line, in.Cmd)
-			return
-		}
-		stages[len(stages)-1].Instructions = append(stages[len(stages)-1].Instructions, in)
-	}
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		n++
-		line := strings.TrimSpace(sc.Text())
-		if strings.HasPrefix(line, "#") || (line == "" && cur.Len() == 0) {
-			continue
-		}
-		if cur.Len() == 0 {
-			start = n
-		}
-		if body, ok := strings.CutSuffix(line, `\`); ok {
-			cur.WriteString(body + " ")
-			continue
-		}
-		cur.WriteString(line)
-		flush()
-	}
-	require.NoError(t, sc.Err())
-	flush()
-	return stages
-}
 
 // TestDockerfile checks the image's build the way it runs in `docker build`,
 // without a container engine: the build stage's single `go build` line is run as it
@@ -234,65 +150,5 @@ func checkBuildContext(t *testing.T, root string, build dockerStage) {
 		rel = filepath.ToSlash(rel)
 		assert.True(t, slices.ContainsFunc(copied, func(c string) bool { return rel == c || strings.HasPrefix(rel, c+"/") }),
 			"package directory %s, which ./cmd/remediator imports, is not copied into the build stage (COPY %s/ %s/)", rel, strings.Split(rel, "/")[0], strings.Split(rel, "/")[0])
-	}
-}
-
-// TestChartArgsAreControllerFlags: the chart's Deployment runs the image's
-// entrypoint with its args, so every arg it renders must be a flag the controller
-// command accepts, with a value it parses.
-func TestChartArgsAreControllerFlags(t *testing.T) {
-	// The chart rendered with its defaults, with every controller value set, and with
-	// metrics off (chartRender: the values are in test/harness/chart/cmd_fixtures_test.go).
-	for _, name := range []string{"defaults", "everything set", "metrics off"} {
-		t.Run(name, func(t *testing.T) {
-			objs := chartRender(t, strings.ReplaceAll(name, " ", "-"))
-			var args []string
-			var env []corev1.EnvVar
-			configMaps := map[string]map[string]string{}
-			for _, o := range objs {
-				switch o.GetKind() {
-				case "ConfigMap":
-					cm := &corev1.ConfigMap{}
-					require.NoError(t, runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, cm))
-					configMaps[cm.Name] = cm.Data
-				case "Deployment":
-					d := &appsv1.Deployment{}
-					require.NoError(t, runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, d))
-					args, env = d.Spec.Template.Spec.Containers[0].Args, d.Spec.Template.Spec.Containers[0].Env
-				}
-			}
-			require.NotEmpty(t, args, "the chart renders no Deployment args")
-			require.Equal(t, "controller", args[0], "args %q: want the controller subcommand first", args)
-			// $(VAR) of a variable from a ConfigMap, expanded as the kubelet does.
-			var pairs []string
-			for _, e := range env {
-				if r := e.ValueFrom; r != nil && r.ConfigMapKeyRef != nil {
-					v, ok := configMaps[r.ConfigMapKeyRef.Name][r.ConfigMapKeyRef.Key]
-					require.True(t, ok, "env %s: the chart renders no ConfigMap %s with key %s", e.Name, r.ConfigMapKeyRef.Name, r.ConfigMapKeyRef.Key)
-					pairs = append(pairs, "$("+e.Name+")", v)
-				}
-			}
-			expand := strings.NewReplacer(pairs...)
-			for i := range args {
-				args[i] = expand.Replace(args[i])
-			}
-			cmd := newControllerCommand()
-			require.NoError(t, cmd.ParseFlags(args[1:]), "the controller refuses the chart's args %q", args)
-			assert.Empty(t, cmd.Flags().Args(), "args %q leave positional arguments, which the controller refuses", args)
-			// The controller runs with the settings plan reads, each parsed as plan parses it.
-			settings := configMaps["remediator-settings"]
-			require.NotEmpty(t, settings, "the chart renders no remediator-settings ConfigMap")
-			plan := newPlanCommand()
-			for k, v := range settings {
-				if plan.Flags().Lookup(k) == nil {
-					// The controller's only (pause-configmap): plan skips it.
-					require.NotNil(t, cmd.Flags().Lookup(k), "the settings key %s is a flag of neither plan nor the controller", k)
-					continue
-				}
-				require.NoError(t, plan.Flags().Set(k, v), "plan refuses the setting %s=%q", k, v)
-				assert.Equal(t, plan.Flags().Lookup(k).Value.String(), cmd.Flags().Lookup(k).Value.String(), "--%s: plan and the controller differ", k)
-			}
-			assert.ElementsMatch(t, settingFlags, slices.Collect(maps.Keys(settings)), "the settings ConfigMap's keys are plan's settingFlags")
-		})
 	}
 }

@@ -1,13 +1,18 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 
 	"github.com/spf13/cobra"
+
+	"github.com/remediator/remediator/internal/cmd/controller"
+	"github.com/remediator/remediator/internal/cmd/pause"
+	"github.com/remediator/remediator/internal/cmd/plan"
+	"github.com/remediator/remediator/internal/cmd/scan"
+	"github.com/remediator/remediator/internal/cmd/sync"
 )
 
 // newRootCommand is the remediator command. Installed on PATH as kubectl-remediator
@@ -23,18 +28,17 @@ func newRootCommand(argv0 string) *cobra.Command {
 	if strings.TrimSuffix(filepath.Base(argv0), ".exe") == "kubectl-remediator" {
 		root.Annotations = map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl remediator"}
 	}
-	root.AddCommand(newControllerCommand(), newScanCommand(), newSyncCommand(), newPlanCommand(), newPauseCommand(), newResumeCommand(), newVersionCommand())
+	root.AddCommand(controller.NewCommand(version), scan.NewCommand(), sync.NewCommand(), plan.NewCommand(version), pause.NewCommand(), pause.NewResumeCommand(), newVersionCommand())
 	return root
 }
 
 func main() {
 	root := newRootCommand(os.Args[0])
 	if err := root.Execute(); err != nil {
-		var f findingsError
-		if errors.As(err, &f) {
-			os.Exit(ExitFindings)
+		if code, ok := scan.ExitCode(err); ok { // the findings are the output
+			os.Exit(code)
 		}
-		if code, ok := planExitCode(err); ok { // plan's report already says why
+		if code, ok := plan.ExitCode(err); ok { // plan's report already says why
 			os.Exit(code)
 		}
 		fmt.Fprintln(os.Stderr, "Error:", err)

@@ -4,8 +4,23 @@ import (
 	"bytes"
 	"testing"
 
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/remediator/remediator/internal/cmd/controller"
+	"github.com/remediator/remediator/internal/cmd/plan"
+	"github.com/remediator/remediator/internal/cmd/scan"
+	"github.com/remediator/remediator/internal/cmd/sync"
+)
+
+// The commands as the root command builds them, for the tests that cover several.
+var (
+	newControllerCommand = func() *cobra.Command { return controller.NewCommand(version) }
+	newPlanCommand       = func() *cobra.Command { return plan.NewCommand(version) }
+	newScanCommand       = scan.NewCommand
+	newSyncCommand       = sync.NewCommand
 )
 
 // TestKubectlPlugin: installed as kubectl-remediator the binary is a kubectl plugin,
@@ -23,4 +38,14 @@ func TestKubectlPlugin(t *testing.T) {
 	assert.Contains(t, help("/usr/local/bin/kubectl-remediator", "scan"), "kubectl remediator scan [flags]")
 	assert.Contains(t, help("/usr/local/bin/remediator", "scan"), "remediator scan [flags]")
 	assert.NotContains(t, help("/usr/local/bin/remediator", "scan"), "kubectl remediator")
+}
+
+// TestLogFormatFlagOnCommands: --log-format (component-base's --logging-format) and
+// -v are there on both commands that log.
+func TestLogFormatFlagOnCommands(t *testing.T) {
+	for name, fs := range map[string]*pflag.FlagSet{"controller": newControllerCommand().Flags(), "sync": newSyncCommand().Flags()} {
+		assert.NotNil(t, fs.Lookup("logging-format"), "%s --logging-format", name)
+		assert.NotNil(t, fs.Lookup("log-format"), "%s --log-format", name)
+		assert.NotNil(t, fs.Lookup("v"), "%s -v", name)
+	}
 }

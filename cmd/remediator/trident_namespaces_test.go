@@ -4,15 +4,12 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
-	"time"
 
 	"github.com/spf13/pflag"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/remediator/remediator/test/testenv"
+	"github.com/remediator/remediator/internal/cmd/cmdutil"
 )
 
 // TestAllowedTridentNamespaces: --allowed-trident-namespaces lists the Trident
@@ -20,30 +17,30 @@ import (
 // those only, and the safety floor acts in those only (status.decision.floor records
 // them).
 func TestAllowedTridentNamespaces(t *testing.T) {
-	parse := func(t *testing.T, args ...string) *clusterFlags {
+	parse := func(t *testing.T, args ...string) *cmdutil.ClusterFlags {
 		t.Helper()
-		c := newClusterFlags(false)
+		c := cmdutil.NewClusterFlags(false)
 		fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
-		c.addFlags(fs, "")
+		c.AddFlags(fs, "")
 		require.NoError(t, fs.Parse(args))
 		return c
 	}
 	t.Run("none by default", func(t *testing.T) {
 		c := parse(t)
-		g, err := c.gates()
+		g, err := c.Gates()
 		require.NoError(t, err)
 		assert.Equal(t, []string{"trident"}, g.TridentNamespaces)
 		assert.Equal(t, []string{"trident"}, g.Settings().TridentNamespaces)
-		fc, err := c.factsConfig()
+		fc, err := c.FactsConfig()
 		require.NoError(t, err)
 		assert.Empty(t, fc.AllowedTridentNamespaces)
 	})
 	t.Run("listed, comma-separated", func(t *testing.T) {
 		c := parse(t, "--trident-namespace=trident", "--allowed-trident-namespaces=trident-b,netapp-trident")
-		g, err := c.gates()
+		g, err := c.Gates()
 		require.NoError(t, err)
 		assert.Equal(t, []string{"netapp-trident", "trident", "trident-b"}, g.TridentNamespaces, "sorted, the configured one among them")
-		fc, err := c.factsConfig()
+		fc, err := c.FactsConfig()
 		require.NoError(t, err)
 		assert.Equal(t, []string{"trident-b", "netapp-trident"}, fc.AllowedTridentNamespaces)
 		assert.Equal(t, []string{"netapp-trident", "trident", "trident-b"}, fc.TridentNamespaces())
@@ -51,7 +48,7 @@ func TestAllowedTridentNamespaces(t *testing.T) {
 	t.Run("an empty value lists none", func(t *testing.T) {
 		// The chart passes the settings key as $(ENV), empty when it lists none.
 		c := parse(t, "--allowed-trident-namespaces=")
-		g, err := c.gates()
+		g, err := c.Gates()
 		require.NoError(t, err)
 		assert.Equal(t, []string{"trident"}, g.TridentNamespaces)
 	})
@@ -68,49 +65,4 @@ func TestAllowedTridentNamespaces(t *testing.T) {
 			})
 		}
 	}
-}
-
-// TestPlanReadsTheAllowedTridentNamespaces: plan takes allowed-trident-namespaces from
-// the controller's settings ConfigMap, as the controller takes it from the chart: a
-// request naming a namespace it does not list is rejected without a read there, one
-// it lists is looked up there.
-func TestPlanReadsTheAllowedTridentNamespaces(t *testing.T) {
-	env := testenv.StartT(t)
-	kubeconfig := writeKubeconfig(t, env.Config)
-	w := &liveWorld{t: t, c: env.Client}
-	for _, ns := range []string{"trident", "netapp-trident", "tenant", "app", "remediator-system"} {
-		w.create(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
-	}
-	w.node("kwok-node-3", corev1.ConditionUnknown, nil, time.Hour)
-	w.volume("pvc-6a0c2f4e-1b7d-4c9a-8e3f-2d5b7a9c1e40", "app", "archive", "kwok-node-3", 0)
-	w.create(&corev1.ConfigMap{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "remediator-system", Name: "remediator-settings"},
-		Data:       map[string]string{"trident-namespace": "trident", "allowed-trident-namespaces": "netapp-trident"},
-	})
-	request := func(ns string) string {
-		return `apiVersion: remediator.io/v1alpha1
-kind: RemediationRequest
-metadata:
-  name: release-lease-kwok-node-3
-  namespace: remediator
-spec:
-  remediation: release-luks-lease
-  tridentNamespace: ` + ns + `
-  target:
-    persistentVolume: pvc-6a0c2f4e-1b7d-4c9a-8e3f-2d5b7a9c1e40
-  reason: pods of app/archive hang in ContainerCreating
-`
-	}
-	const from = "(configmap remediator-system/remediator-settings)"
-
-	out, code, err := runPlanCommand(t, request("tenant"), "-f", "-", "--kubeconfig", kubeconfig)
-	t.Logf("exit code %d (err %v), output:\n%s", code, err, out)
-	assert.Equal(t, ExitPlanRejected, code, "exit code")
-	assert.Contains(t, out, "           allowed-trident-namespaces=[netapp-trident] "+from+"\n")
-	assert.Contains(t, out, `spec.tridentNamespace "tenant" is not a Trident namespace of this controller, which acts only in "netapp-trident", "trident"`)
-
-	out, code, err = runPlanCommand(t, request("netapp-trident"), "-f", "-", "--kubeconfig", kubeconfig)
-	t.Logf("exit code %d (err %v), output:\n%s", code, err, out)
-	assert.Equal(t, ExitPlanRejected, code, "exit code")
-	assert.Contains(t, out, "netapp-trident/pvc-6a0c2f4e-1b7d-4c9a-8e3f-2d5b7a9c1e40 does not exist", "the Lease is looked up in the allowed namespace")
 }

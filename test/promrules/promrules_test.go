@@ -59,16 +59,21 @@ func render(t *testing.T, values map[string]any) map[string][]map[string]any {
 }
 
 // metricSources are the files that register the metrics the chart's queries read:
-// the controller's (every non-test file of controllers/, controllers/metrics.go
-// above all) and the sync agent's.
+// the controller's (every non-test file of controllers/ and its packages,
+// controllers/metrics.go above all) and the sync agent's.
 func metricSources(t *testing.T) []string {
 	t.Helper()
 	files, err := filepath.Glob(filepath.Join(repo, "controllers", "*.go"))
 	if err != nil {
 		t.Fatal(err)
 	}
+	sub, err := filepath.Glob(filepath.Join(repo, "controllers", "*", "*.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	files = append(files, sub...)
 	files = slices.DeleteFunc(files, func(f string) bool { return strings.HasSuffix(f, "_test.go") })
-	return append(files, filepath.Join(repo, "cmd", "remediator", "sync_metrics.go"))
+	return append(files, filepath.Join(repo, "internal", "cmd", "sync", "metrics.go"))
 }
 
 // registered are the metric names the controller and the sync agent register, with

@@ -387,10 +387,10 @@ func TestRolesMatchGeneratedRBAC(t *testing.T) {
 // TestLeaderElectionRoleNamesTheControllersLease: the leader-election Role may read
 // and renew only the controller's own Lease, so its name must match.
 func TestLeaderElectionRoleNamesTheControllersLease(t *testing.T) {
-	src, err := os.ReadFile(filepath.Join("..", "..", "cmd", "remediator", "controller.go"))
+	src, err := os.ReadFile(filepath.Join("..", "..", "internal", "cmd", "controller", "controller.go"))
 	require.NoError(t, err)
 	m := regexp.MustCompile(`LeaderElectionID:\s*"([^"]+)"`).FindSubmatch(src)
-	require.NotNil(t, m, `cmd/remediator/controller.go: no LeaderElectionID: "..." literal; update this test and the chart's remediator.leaderElectionID together`)
+	require.NotNil(t, m, `internal/cmd/controller/controller.go: no LeaderElectionID: "..." literal; update this test and the chart's remediator.leaderElectionID together`)
 	role := typed[rbacv1.Role](t, find(render(t, nil), "Role", namespace, release+"-leader-election"))
 	for _, r := range role.Rules {
 		if len(r.ResourceNames) > 0 {

@@ -16,10 +16,10 @@ import (
 	"github.com/remediator/remediator/test/harness/helmchart"
 )
 
-var update = flag.Bool("update", false, "rewrite cmd/remediator/testdata/chart/ from the chart's render")
+var update = flag.Bool("update", false, "rewrite internal/cmd/cmdtest/testdata/chart/ from the chart's render")
 
-// cmdFixtures are the chart's renders that cmd/remediator's tests read from
-// cmd/remediator/testdata/chart/<name>.yaml: TestChartArgsAreControllerFlags (every
+// cmdFixtures are the chart's renders that the commands' tests read from
+// internal/cmd/cmdtest/testdata/chart/<name>.yaml: TestChartArgsAreControllerFlags (every
 // arg the Deployment renders is a flag the controller parses, and the settings
 // ConfigMap holds plan's settings) and TestPlanFollowsTheChartSettings (plan as the
 // chart's plan ClusterRole, reading the settings ConfigMap). Those tests are package
@@ -42,9 +42,9 @@ var cmdFixtures = []struct {
 	{"netapp-trident", map[string]any{"trident": map[string]any{"namespace": "netapp-trident"}, "nodeLeaseGracePeriod": "40s"}},
 }
 
-const cmdFixturesDir = "../../cmd/remediator/testdata/chart" // from the chart's directory (TestMain)
+const cmdFixturesDir = "../../internal/cmd/cmdtest/testdata/chart" // from the chart's directory (TestMain)
 
-// TestCmdFixturesAreTheChartsRender: cmd/remediator/testdata/chart/ holds, for each
+// TestCmdFixturesAreTheChartsRender: internal/cmd/cmdtest/testdata/chart/ holds, for each
 // of cmdFixtures, the objects of the chart's current render that cmd/remediator's
 // tests read (the ConfigMaps, the Deployment, the plan ClusterRole), and nothing else.
 // -update rewrites them:
@@ -79,13 +79,13 @@ func TestCmdFixturesAreTheChartsRender(t *testing.T) {
 			}
 			got, err := os.ReadFile(path)
 			require.NoError(t, err, "run the test with -update to write it")
-			assert.Equal(t, b.String(), string(got), "cmd/remediator/testdata/chart/%s is not the chart's render: run the test with -update", file)
+			assert.Equal(t, b.String(), string(got), "internal/cmd/cmdtest/testdata/chart/%s is not the chart's render: run the test with -update", file)
 		})
 	}
 	entries, err := os.ReadDir(cmdFixturesDir)
 	require.NoError(t, err)
 	for _, e := range entries {
 		assert.True(t, slices.Contains(want, e.Name()) || strings.HasPrefix(e.Name(), "."),
-			"cmd/remediator/testdata/chart/%s is no fixture of cmdFixtures: delete it", e.Name())
+			"internal/cmd/cmdtest/testdata/chart/%s is no fixture of cmdFixtures: delete it", e.Name())
 	}
 }

@@ -110,25 +110,30 @@ func TestPodDisruptionBudget(t *testing.T) {
 }
 
 // flagDefaults reads the defaults of the controller's flags from the flag
-// registrations in cmd/remediator (f.DurationVar(&o.x, "name", default, usage) and
-// the like). package main cannot be imported, so the source is parsed; a default
+// registrations in internal/cmd/controller and the cluster flags it shares in
+// internal/cmd/cmdutil (f.DurationVar(&o.x, "name", default, usage) and the like).
+// This module does not import the main module's internal packages (nor could it:
+// they are internal), so the source is parsed; a default
 // that is a name (remediations.DefaultTimeouts.Eviction) is looked up in known,
 // which holds the Go values behind those names. Every default comes back as a
 // string: durations in time.Duration's form, numbers as Go prints them.
 func flagDefaults(t *testing.T, known map[string]string) map[string]string {
 	t.Helper()
-	dir := filepath.Join("..", "..", "cmd", "remediator")
-	entries, err := os.ReadDir(dir)
-	require.NoError(t, err)
+	var paths []string
+	for _, dir := range []string{filepath.Join("..", "..", "internal", "cmd", "controller"), filepath.Join("..", "..", "internal", "cmd", "cmdutil")} {
+		entries, err := os.ReadDir(dir)
+		require.NoError(t, err)
+		for _, e := range entries {
+			if strings.HasSuffix(e.Name(), ".go") && !strings.HasSuffix(e.Name(), "_test.go") {
+				paths = append(paths, filepath.Join(dir, e.Name()))
+			}
+		}
+	}
 	fset := token.NewFileSet()
 	out := map[string]string{}
 	units := map[string]time.Duration{"Nanosecond": time.Nanosecond, "Microsecond": time.Microsecond,
 		"Millisecond": time.Millisecond, "Second": time.Second, "Minute": time.Minute, "Hour": time.Hour}
-	for _, e := range entries {
-		if !strings.HasSuffix(e.Name(), ".go") || strings.HasSuffix(e.Name(), "_test.go") {
-			continue
-		}
-		path := filepath.Join(dir, e.Name())
+	for _, path := range paths {
 		src, err := os.ReadFile(path)
 		require.NoError(t, err)
 		f, err := parser.ParseFile(fset, path, src, 0)
@@ -196,7 +201,7 @@ func normal(v string) string {
 
 // TestDefaultsAreTheFlagDefaults keeps one source of truth: the chart's default for
 // each of the controller's flags is the binary's own default, read from the flag
-// registrations in cmd/remediator, so a change of a flag default fails here until
+// registrations in internal/cmd (controller, cmdutil), so a change of a flag default fails here until
 // values.yaml follows. There is no exception.
 func TestDefaultsAreTheFlagDefaults(t *testing.T) {
 	defaults := flagDefaults(t, map[string]string{
@@ -228,7 +233,7 @@ func TestDefaultsAreTheFlagDefaults(t *testing.T) {
 		"floor-unreachable-lease-age", "floor-healthy-lease-age", "detect-interval",
 	} {
 		want, ok := defaults[flag]
-		if !assert.True(t, ok, "cmd/remediator registers no --%s", flag) {
+		if !assert.True(t, ok, "internal/cmd/controller registers no --%s", flag) {
 			continue
 		}
 		got, ok := args[flag]

@@ -125,10 +125,10 @@ func TestAllowedTridentNamespaces(t *testing.T) {
 // ConfigMap the controller watches (and the pause policy guards), under the label
 // `kubectl remediator pause` finds it by; the label is the command's.
 func TestSettingsPublishThePauseConfigMap(t *testing.T) {
-	src, err := os.ReadFile(filepath.Join("..", "..", "cmd", "remediator", "pause.go"))
+	src, err := os.ReadFile(filepath.Join("..", "..", "internal", "cmd", "pause", "pause.go"))
 	require.NoError(t, err)
 	m := regexp.MustCompile(`(?m)^const settingsLabel = "([^"]+)"`).FindSubmatch(src)
-	require.NotNil(t, m, "cmd/remediator/pause.go: no const settingsLabel; update this test and templates/_helpers.tpl's remediator.settingsLabel together")
+	require.NotNil(t, m, "internal/cmd/pause/pause.go: no const settingsLabel; update this test and templates/_helpers.tpl's remediator.settingsLabel together")
 	label := string(m[1])
 
 	objs := render(t, nil)

@@ -53,16 +53,19 @@ type prometheusRule struct {
 }
 
 // registeredMetrics are the metric names the controller (every non-test file of
-// controllers/, controllers/metrics.go above all) and the sync agent
-// (cmd/remediator/sync_metrics.go) register, read from their source (Name: "..." in
+// controllers/ and its packages, controllers/metrics.go above all) and the sync agent
+// (internal/cmd/sync/metrics.go) register, read from their source (Name: "..." in
 // the collectors' options, and NewDesc's first argument), with the series a
 // histogram adds.
 func registeredMetrics(t *testing.T) map[string]bool {
 	t.Helper()
 	files, err := filepath.Glob(filepath.Join("..", "..", "controllers", "*.go"))
 	require.NoError(t, err)
+	sub, err := filepath.Glob(filepath.Join("..", "..", "controllers", "*", "*.go"))
+	require.NoError(t, err)
+	files = append(files, sub...)
 	files = slices.DeleteFunc(files, func(f string) bool { return strings.HasSuffix(f, "_test.go") })
-	files = append(files, filepath.Join("..", "..", "cmd", "remediator", "sync_metrics.go"))
+	files = append(files, filepath.Join("..", "..", "internal", "cmd", "sync", "metrics.go"))
 	names := map[string]bool{}
 	for _, file := range files {
 		src, err := os.ReadFile(file)

@@ -1,0 +1,466 @@
+// Package plan is `remediator plan` and `plan pull-request`: the pull-request check
+// of a remediation repository.
+package plan
+
+// plan is the pull-request check of a remediation repository: it tells a reviewer,
+// before merge, what the controller would decide for a RemediationRequest. It reads
+// requests strictly, refuses what admission would refuse, gathers facts the way the
+// controller does (or takes saved ones), asks the same policies and prints the
+// decision, the playbook's steps and an exit code a CI job can gate on.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/kustomize/kyaml/filesys"
+
+	"github.com/remediator/remediator/api/v1alpha1"
+	slots "github.com/remediator/remediator/controllers/admission"
+	"github.com/remediator/remediator/controllers/facts"
+	"github.com/remediator/remediator/controllers/lifecycle"
+	"github.com/remediator/remediator/controllers/requests"
+	"github.com/remediator/remediator/internal/cmd/cmdutil"
+	"github.com/remediator/remediator/policies"
+	"github.com/remediator/remediator/policies/kustomized"
+	"github.com/remediator/remediator/remediations"
+)
+
+// plan's exit codes besides 0 (every request would be allowed) and 1 (plan itself
+// failed: bad input, an unreadable file, the API unreachable, a policy that does not
+// compile). With several requests the worst wins: 1, then 2, then 4.
+const (
+	// ExitPlanRejected: at least one request would be rejected by policy.
+	ExitPlanRejected = 2
+	// ExitPlanWaiting: none would be rejected, but at least one would wait (another
+	// remediation on the same node or Lease, or a closed maintenance window).
+	ExitPlanWaiting = 4
+)
+
+// Outcomes of one planned request.
+const (
+	planAllowed   = "allowed"
+	planRejected  = "rejected"
+	planWouldWait = "would-wait"
+)
+
+// planExitError makes main exit with a plan's exit code after the report was written.
+type planExitError struct {
+	code    int
+	summary planSummary
+}
+
+func (e planExitError) Error() string {
+	return fmt.Sprintf("plan: %d allowed, %d rejected, %d would wait, %d failed",
+		e.summary.Allowed, e.summary.Rejected, e.summary.WouldWait, e.summary.Failed)
+}
+
+// ExitCode reports the exit code of a plan that ran and wrote its report. main
+// exits with it without printing the error again: the report already explains it.
+func ExitCode(err error) (int, bool) {
+	var p planExitError
+	if errors.As(err, &p) {
+		return p.code, true
+	}
+	return 0, false
+}
+
+// planCodeRank orders exit codes from best to worst: 0 < 4 < 2 < 1.
+func planCodeRank(code int) int {
+	switch code {
+	case 0:
+		return 0
+	case ExitPlanWaiting:
+		return 1
+	case ExitPlanRejected:
+		return 2
+	}
+	return 3
+}
+
+type planOptions struct {
+	files       []string
+	factsFiles  []string
+	cluster     *cmdutil.ClusterFlags
+	policiesDir string
+	// policiesConfigMap is the ConfigMap a kustomization in policiesDir must generate.
+	policiesConfigMap string
+	// output is -o: kubectl's printer flags around plan's own outputs.
+	output        *cmdutil.OutputFlags
+	at            string
+	maxConcurrent int
+	// settingsConfigMap is the chart's settings ConfigMap (NAMESPACE/NAME) whose
+	// values apply to the flags not given; flags is the command's flag set, which
+	// says which were.
+	settingsConfigMap string
+	flags             *pflag.FlagSet
+}
+
+// NewCommand returns `remediator plan` with its subcommand pull-request; version is
+// the binary's, which the pull-request check names.
+func NewCommand(version string) *cobra.Command {
+	cmd := newPlanRequestsCommand()
+	cmd.AddCommand(newPlanPullRequestCommand(version))
+	return cmd
+}
+
+// newPlanRequestsCommand is plan without its subcommands.
+func newPlanRequestsCommand() *cobra.Command {
+	o := planOptions{cluster: cmdutil.NewClusterFlags(true), output: cmdutil.NewOutputFlags("", "table", "text")}
+	cmd := &cobra.Command{
+		Use:   "plan -f REQUEST.yaml [-f ...] [--facts FACTS.yaml | --kubeconfig FILE]",
+		Short: "Show what the policies would decide for RemediationRequests, without applying them (a PR check)",
+		Long: `plan tells what the controller would do with RemediationRequests before they are
+merged and applied. For each request in the -f files (several YAML documents per
+file are fine; -f - reads stdin) it:
+
+  1. reads it strictly and refuses what admission would refuse, naming the field:
+     wrong apiVersion/kind, unknown fields, not exactly one target, a reason shorter
+     than 10 characters, an unknown remediation, mode or fencing method,
+     reregister-csi-driver without spec.target.node, a malformed maintenance window;
+  2. takes facts either live from the cluster (--kubeconfig, read-only, gathered
+     exactly as the controller does, and with the other Running requests on the same
+     node or Lease as conflicts) or saved (--facts: a v1alpha1.Facts document such as
+     kubectl get rr X -o jsonpath='{.status.facts}', or whole RemediationRequests with
+     status.facts, matched to requests by target);
+  3. evaluates the embedded policies, or --policies-dir, and prints the decision (the
+     rule, its reasons and message, the policy digest), the playbook's steps, and
+     notes on spec.mode DryRun and on spec.maintenanceWindow.
+
+--policies-dir holds policy rules only (the schema, #Input and #Decision, is always
+the binary's own: a schema.cue there is refused); they must compile and name only the
+playbooks the controller runs. When it holds a kustomization.yaml (what Argo CD builds
+into the controller's policies ConfigMap), plan builds it as kustomize does and
+refuses it unless it generates one ConfigMap, --policies-configmap, holding exactly
+the directory's non-test .cue files; the directory may hold nothing else but Markdown.
+With --policies-dir and no -f, plan checks the policies alone and prints their
+digest: the one the controller records in status.decision.policyDigest.
+
+With live facts, the controller's settings (the Trident namespace, driver and
+node-plugin selector, the node-lease grace, the cap and the floor's minimums) are read
+from the chart's settings ConfigMap (--settings-configmap) wherever no flag gives them.
+
+plan never writes to the cluster. It needs get/list on pods, persistentvolumeclaims,
+persistentvolumes, nodes, events, leases, csinodes and remediationrequests, and get on
+the settings ConfigMap (the chart's remediator-plan ClusterRole).
+
+plan pull-request is the whole pull-request check of a remediation repository.
+
+Exit codes (with several requests the worst wins: 1, then 2, then 4, then 0):
+  0  every request would be allowed (a DryRun request counts as allowed)
+  2  at least one request would be rejected by policy
+  4  none would be rejected, but at least one would wait: another remediation is
+     running on the same node or Lease, its maintenance window is closed at --at,
+     or --max-concurrent-remediations playbooks are running (live facts)
+  1  plan itself failed: unreadable or invalid input, no saved facts for a request,
+     the API unreachable, policies that do not compile`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			o.flags = cmd.Flags()
+			return runPlan(cmd.Context(), cmd.OutOrStdout(), cmd.InOrStdin(), &o)
+		},
+	}
+	f := cmd.Flags()
+	f.StringArrayVarP(&o.files, "filename", "f", nil, "RemediationRequest manifest(s) to plan: a file, a directory (its .json, .yaml and .yml files, as kubectl -f) or - for stdin; repeatable")
+	f.StringArrayVar(&o.factsFiles, "facts", nil, "Saved facts (v1alpha1.Facts, or RemediationRequests with status.facts) instead of live ones; repeatable")
+	o.cluster.AddFlags(f, " (live facts)")
+	f.Lookup("namespace").Usage = "Namespace of the requests whose manifest names none, as kubectl apply -n would create them; a request naming another namespace is refused"
+	f.StringVar(&o.policiesDir, "policies-dir", "", "Directory of CUE policies to use instead of the embedded ones")
+	f.StringVar(&o.policiesConfigMap, "policies-configmap", "remediator-policies",
+		"The ConfigMap (NAME, or NAMESPACE/NAME) a kustomization.yaml in --policies-dir must generate: the chart's policiesConfigMap")
+	o.output.AddFlags(cmd, planOutputUsage)
+	f.IntVar(&o.maxConcurrent, "max-concurrent-remediations", 2, "The controller's cap on running playbooks (live facts: a request over it would wait); 0 means no cap")
+	f.StringVar(&o.at, "at", "", "When the request would be applied, for spec.maintenanceWindow (RFC 3339); empty means now")
+	cmdutil.AddSettingsFlag(f, &o.settingsConfigMap, "plan")
+	cmd.MarkFlagsMutuallyExclusive("facts", "kubeconfig")
+	cmd.MarkFlagsMutuallyExclusive("facts", "context")
+	return cmd
+}
+
+// planInput is one YAML document of an -f file: a request, or why it is not one.
+type planInput struct {
+	source string
+	doc    int
+	rr     *v1alpha1.RemediationRequest
+	errs   []string
+	// refused says why a request that admission accepts must not come from Git as it
+	// is (gitsync.Refusals); kept apart from errs, which are admission's verdict.
+	refused []string
+}
+
+// savedFacts is one facts document of a --facts file.
+type savedFacts struct {
+	from string
+	// namespace/name of the RemediationRequest the facts were copied from, if any.
+	request string
+	facts   *v1alpha1.Facts
+}
+
+// runPlan takes the options the flags are bound to: the settings ConfigMap sets the
+// flags that were not given.
+func runPlan(ctx context.Context, w io.Writer, stdin io.Reader, o *planOptions) error {
+	if err := o.output.Validate(); err != nil {
+		return err
+	}
+	at := time.Now()
+	if o.at != "" {
+		t, err := time.Parse(time.RFC3339, o.at)
+		if err != nil {
+			return fmt.Errorf("parsing --at %q (want RFC 3339, e.g. 2026-11-19T02:30:00Z): %w", o.at, err)
+		}
+		at = t
+	}
+	source := "embedded"
+	if o.policiesDir != "" {
+		source = o.policiesDir
+	}
+	if len(o.files) == 0 && o.policiesDir == "" {
+		return errors.New("-f is required: the requests to plan (or give --policies-dir alone to check policies)")
+	}
+	policy, err := policies.Load(o.policiesDir)
+	if err != nil {
+		return fmt.Errorf("loading policies from %s: %w", source, err)
+	}
+	playbooks, err := remediations.DefaultPlaybooks()
+	if err != nil {
+		return err
+	}
+	var generated string
+	if o.policiesDir != "" {
+		cm, err := kustomized.Check(filesys.MakeFsOnDisk(), o.policiesDir, o.policiesConfigMap)
+		if err != nil {
+			return fmt.Errorf("the policies in %s: %w", o.policiesDir, err)
+		}
+		if cm != nil {
+			generated = cm.String()
+		}
+	}
+	in := &onceReader{r: stdin}
+	inputs := readPlanRequests(o.files, in)
+
+	report := planReport{Policy: planPolicy{Source: source, Digest: policy.Digest(), ConfigMap: generated}, At: at.UTC().Format(time.RFC3339)}
+	// Connect only when there is something to plan live, so that a PR whose requests
+	// are all invalid is told so without needing a cluster.
+	live := len(o.factsFiles) == 0 && slices.ContainsFunc(inputs, func(in planInput) bool { return in.rr != nil && len(in.errs) == 0 })
+	if err := o.checkSettings(); err != nil {
+		return err
+	}
+	if live {
+		// The controller's settings next (flags given win): they are what the
+		// gatherer and the floor use.
+		if report.Settings, report.Warnings, err = o.applySettings(ctx); err != nil {
+			return err
+		}
+		if err := o.checkSettings(); err != nil {
+			return fmt.Errorf("with the controller's settings from ConfigMap %s: %w", o.settingsConfigMap, err)
+		}
+	}
+	gates, err := o.cluster.Gates()
+	if err != nil {
+		return err
+	}
+	p := &planner{policy: policy, playbooks: playbooks, at: at, maxConcurrent: o.maxConcurrent, gates: gates, namespace: o.cluster.Namespace()}
+	if len(o.factsFiles) > 0 {
+		report.FactsSource = "saved"
+		if p.saved, err = readSavedFacts(o.factsFiles, in); err != nil {
+			return err
+		}
+	} else {
+		report.FactsSource = "live"
+		if live {
+			if p.reader, p.gatherer, err = o.cluster.Gatherer(ctx); err != nil {
+				return err
+			}
+		}
+	}
+
+	for _, input := range inputs {
+		report.Requests = append(report.Requests, p.plan(ctx, input))
+	}
+	slices.SortStableFunc(report.Requests, func(a, b planResult) int {
+		return strings.Compare(planSortKey(a.Request), planSortKey(b.Request))
+	})
+	for _, r := range report.Requests {
+		switch {
+		case r.Existing != nil:
+			report.Summary.AlreadyDecided++
+		case r.Decision == nil:
+			report.Summary.Failed++
+		case r.Decision.Outcome == planAllowed:
+			report.Summary.Allowed++
+		case r.Decision.Outcome == planRejected:
+			report.Summary.Rejected++
+		default:
+			report.Summary.WouldWait++
+		}
+		if planCodeRank(r.ExitCode) > planCodeRank(report.ExitCode) {
+			report.ExitCode = r.ExitCode
+		}
+	}
+	if err := writePlanReport(w, report, o.output); err != nil {
+		return fmt.Errorf("writing the plan: %w", err)
+	}
+	if report.ExitCode != 0 {
+		return planExitError{code: report.ExitCode, summary: report.Summary}
+	}
+	return nil
+}
+
+func planSortKey(r planRequest) string {
+	return fmt.Sprintf("%s\x00%s\x00%s\x00%08d", r.Namespace, r.Name, r.Source, r.Document)
+}
+
+// planner decides one request at a time, as the controller's decide phase does.
+type planner struct {
+	policy    *policies.Engine
+	playbooks remediations.Playbooks
+	at        time.Time
+	// saved facts (--facts), or a live reader and gatherer.
+	saved    []savedFacts
+	reader   client.Reader
+	gatherer *facts.Gatherer
+	// others are the requests the guards weigh when there is no live reader.
+	others []v1alpha1.RemediationRequest
+	// maxConcurrent is the controller's --max-concurrent-remediations.
+	maxConcurrent int
+	// gates are the controller's safety-floor minimums (--floor-*, the heartbeat
+	// grace and the driver), so that plan refuses what the floor refuses.
+	gates remediations.Gates
+	// namespace is --namespace: where a request whose manifest names none goes.
+	namespace string
+}
+
+func (p *planner) plan(ctx context.Context, in planInput) planResult {
+	res := planResult{Request: planRequest{Source: in.source, Document: in.doc}, Conflicts: []string{}, Steps: []string{}, Notes: []string{}}
+	fail := func(errs ...string) planResult {
+		res.Errors = append(res.Errors, errs...)
+		res.ExitCode = 1
+		return res
+	}
+	if in.rr == nil {
+		return fail(in.errs...)
+	}
+	rr := in.rr
+	if p.namespace != "" && len(in.errs) == 0 {
+		switch rr.Namespace {
+		case "":
+			rr.Namespace = p.namespace
+		case p.namespace:
+		default:
+			// kubectl apply -n refuses the same way.
+			in.errs = []string{fmt.Sprintf("%s (document %d): the request's namespace %q does not match --namespace %q",
+				in.source, in.doc, rr.Namespace, p.namespace)}
+		}
+	}
+	res.Request.Namespace, res.Request.Name, res.Request.Spec = rr.Namespace, rr.Name, &rr.Spec
+	if len(in.errs) > 0 || len(in.refused) > 0 {
+		return fail(append(slices.Clone(in.errs), in.refused...)...)
+	}
+
+	// The other requests the guards weigh: live ones, or none with saved facts.
+	others := p.others
+	if p.gatherer == nil {
+		sf, err := matchSavedFacts(p.saved, rr)
+		if err != nil {
+			return fail(err.Error())
+		}
+		res.FactsFrom = sf.from
+		rr.Status.Facts = sf.facts
+		res.Notes = append(res.Notes, fmt.Sprintf("Facts are saved ones, gathered at %s; the controller decides on live facts when the request is applied.",
+			sf.facts.GatheredAt.UTC().Format(time.RFC3339)))
+	} else {
+		res.FactsFrom = "live"
+		ex, err := p.adoptExisting(ctx, rr)
+		if err != nil {
+			return fail(err.Error())
+		}
+		if ex.done != nil {
+			// The controller will not decide it again: planning it on today's facts
+			// would judge what it already did, not what applying the file does.
+			res.Existing = ex.done
+			return res
+		}
+		if ex.note != "" {
+			res.Notes = append(res.Notes, ex.note)
+		}
+		f, err := p.gatherer.Gather(ctx, rr)
+		if err != nil {
+			return fail(fmt.Sprintf("gathering facts: %v", err))
+		}
+		rr.Status.Facts = f
+		if others, err = requests.List(ctx, p.reader); err != nil {
+			return fail(err.Error())
+		}
+	}
+	res.Facts = rr.Status.Facts
+
+	// The controller's own decision path: the policy, the safety floor, DryRun, the
+	// maintenance window and the cap, in the same order and with the same outcome.
+	// Admission's own choice, on the requests as they are, tells whether the request
+	// would get a slot of the cap at once or wait in line for one.
+	o := lifecycle.Decide(p.policy, p.playbooks, lifecycle.DecisionInput{
+		Request: rr, Facts: rr.Status.Facts, Others: others, MaxConcurrent: p.maxConcurrent, Gates: p.gates, Now: p.at,
+		Admitted: slots.WouldAdmit(rr, others, p.maxConcurrent, p.playbooks, p.at),
+	})
+	if o.Conflicts != nil {
+		res.Conflicts = o.Conflicts
+	}
+	d := o.Decision
+	dec := &planDecision{
+		Phase: o.Phase, Allowed: d.Allowed, Wait: o.Phase == v1alpha1.PhaseWaiting, Rule: d.Rule, Playbook: d.Playbook,
+		Reasons: d.Reasons, Message: d.Message, PolicyDigest: d.PolicyDigest,
+	}
+	if d.RecheckAt != nil {
+		dec.RecheckAfterSeconds = int64(d.RecheckAt.Sub(p.at) / time.Second)
+	}
+	if dec.Reasons == nil {
+		dec.Reasons = []string{}
+	}
+	res.Decision = dec
+	for _, st := range o.Steps {
+		res.Steps = append(res.Steps, st.Name)
+	}
+	mw := rr.Spec.MaintenanceWindow
+	switch o.Phase {
+	case v1alpha1.PhasePending:
+		dec.Outcome = planAllowed
+		res.Notes = append(res.Notes, "spec.mode is DryRun: the controller records this decision and the planned steps (all Pending) and changes nothing; set spec.mode: Apply to run the playbook.")
+		if mw != nil {
+			res.Notes = append(res.Notes, "spec.maintenanceWindow is not consulted for a dry run.")
+		}
+	case v1alpha1.PhaseRunning:
+		dec.Outcome = planAllowed
+		if mw != nil {
+			res.Notes = append(res.Notes, fmt.Sprintf("The maintenance window (%s for %s) is open at %s: the playbook would start right away; only its start is gated.",
+				mw.Schedule, mw.Duration.Duration, p.at.UTC().Format(time.RFC3339)))
+		}
+	case v1alpha1.PhaseWaiting:
+		dec.Outcome = planWouldWait
+		switch o.Progressing.Reason {
+		case v1alpha1.ReasonWaitingForWindow:
+			dec.WindowOpensAt = d.RecheckAt.UTC().Format(time.RFC3339)
+			dec.RecheckAfterSeconds = 0
+			res.Notes = append(res.Notes, fmt.Sprintf(
+				"Playbook %s is allowed but waits for the maintenance window (%s for %s), which is closed at %s and opens at %s; the controller decides again then, on fresh facts.",
+				d.Playbook, mw.Schedule, mw.Duration.Duration, p.at.UTC().Format(time.RFC3339), dec.WindowOpensAt))
+		case v1alpha1.ReasonWaitingForSlot:
+			res.Notes = append(res.Notes, o.Progressing.Message)
+		}
+	default:
+		dec.Outcome = planRejected
+	}
+	switch dec.Outcome {
+	case planRejected:
+		res.ExitCode = ExitPlanRejected
+	case planWouldWait:
+		res.ExitCode = ExitPlanWaiting
+	}
+	return res
+}

@@ -1,0 +1,353 @@
+package plan
+
+// The plan report, and rendering it: a report for people, JSON or YAML for tools; and
+// kubectl's printer flags, which plan and scan share.
+
+import (
+	"cmp"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/yaml"
+
+	"github.com/remediator/remediator/api/v1alpha1"
+	"github.com/remediator/remediator/controllers/facts"
+	"github.com/remediator/remediator/internal/cmd/cmdutil"
+)
+
+// planReport is plan's -o json (and -o yaml) output. Its field names are a contract for tools.
+type planReport struct {
+	Policy planPolicy `json:"policy"`
+	// FactsSource is "saved" (--facts) or "live".
+	FactsSource string `json:"factsSource"`
+	// At is the time spec.maintenanceWindow was checked against.
+	At string `json:"at"`
+	// Settings are the controller's settings plan decided with on live facts, and
+	// where each came from; Warnings say what plan could not take from the cluster.
+	Settings []cmdutil.Setting `json:"settings,omitempty"`
+	Warnings []string          `json:"warnings,omitempty"`
+	Requests []planResult      `json:"requests"`
+	Summary  planSummary       `json:"summary"`
+	ExitCode int               `json:"exitCode"`
+}
+
+type planPolicy struct {
+	// Source is "embedded" or the --policies-dir path.
+	Source string `json:"source"`
+	Digest string `json:"digest"`
+	// ConfigMap is the ConfigMap the directory's kustomization.yaml generates (what
+	// Argo CD applies for the controller), checked to hold exactly the policies
+	// evaluated here; empty without a kustomization.
+	ConfigMap string `json:"configMap,omitempty"`
+}
+
+type planSummary struct {
+	Allowed   int `json:"allowed"`
+	Rejected  int `json:"rejected"`
+	WouldWait int `json:"wouldWait"`
+	Failed    int `json:"failed"`
+	// AlreadyDecided counts requests in the cluster the controller will not decide
+	// again (already ran, or an unchanged rejection): they do not fail the plan.
+	AlreadyDecided int `json:"alreadyDecided"`
+}
+
+// planResult is one request's plan.
+type planResult struct {
+	Request planRequest `json:"request"`
+	// FactsFrom is "live" or the saved facts file (and document) used.
+	FactsFrom string          `json:"factsFrom,omitempty"`
+	Facts     *v1alpha1.Facts `json:"facts,omitempty"`
+	Conflicts []string        `json:"conflicts"`
+	Decision  *planDecision   `json:"decision,omitempty"`
+	// Existing is set instead of Decision for a request in the cluster that the
+	// controller will not decide again (plan_existing.go).
+	Existing *planExisting `json:"existing,omitempty"`
+	// Steps are the playbook's steps, in order; empty unless a playbook was chosen.
+	Steps []string `json:"steps"`
+	Notes []string `json:"notes"`
+	// Errors say why the request could not be planned (exit code 1).
+	Errors   []string `json:"errors,omitempty"`
+	ExitCode int      `json:"exitCode"`
+}
+
+type planRequest struct {
+	// Source is the file the request was read from ("-" for stdin), Document its
+	// 1-based position among the file's YAML documents.
+	Source    string                           `json:"source"`
+	Document  int                              `json:"document"`
+	Namespace string                           `json:"namespace,omitempty"`
+	Name      string                           `json:"name,omitempty"`
+	Spec      *v1alpha1.RemediationRequestSpec `json:"spec,omitempty"`
+}
+
+type planDecision struct {
+	// Outcome is allowed, rejected or would-wait.
+	Outcome string `json:"outcome"`
+	// Phase is the status.phase the controller would set: Running, Pending (DryRun),
+	// Waiting or Rejected.
+	Phase    v1alpha1.Phase `json:"phase"`
+	Allowed  bool           `json:"allowed"`
+	Wait     bool           `json:"wait"`
+	Rule     string         `json:"rule"`
+	Playbook string         `json:"playbook,omitempty"`
+	Reasons  []string       `json:"reasons"`
+	Message  string         `json:"message"`
+	// RecheckAfterSeconds: the controller decides again, on fresh facts, after that long.
+	RecheckAfterSeconds int64 `json:"recheckAfterSeconds,omitempty"`
+	// WindowOpensAt is when a closed maintenance window opens next (RFC 3339).
+	WindowOpensAt string `json:"windowOpensAt,omitempty"`
+	PolicyDigest  string `json:"policyDigest"`
+}
+
+// writePlanReport writes the report as -o asks: for people (wide adds the facts'
+// details), YAML or JSON, or through cli-runtime's printers (name: the requests
+// planned; jsonpath and go-template: the report, as -o json prints it).
+func writePlanReport(w io.Writer, r planReport, out *cmdutil.OutputFlags) error {
+	format := out.Format()
+	switch format {
+	case "", cmdutil.OutputWide:
+	case cmdutil.OutputJSON:
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(r)
+	case cmdutil.OutputYAML:
+		data, err := yaml.Marshal(r)
+		if err != nil {
+			return fmt.Errorf("encoding the plan: %w", err)
+		}
+		_, err = w.Write(data)
+		return err
+	default:
+		p, err := out.Printer()
+		if err != nil {
+			return err
+		}
+		if format != cmdutil.OutputName {
+			return p.PrintObj(reportObject{report: &r}, w)
+		}
+		var names []map[string]any
+		for _, res := range r.Requests {
+			if res.Request.Name != "" {
+				names = append(names, requestStub(res.Request.Namespace, res.Request.Name))
+			}
+		}
+		return p.PrintObj(cmdutil.ListOf(names), w)
+	}
+	var b strings.Builder
+	writePlanSettings(&b, r)
+	if len(r.Requests) == 0 {
+		writePoliciesOnly(&b, r.Policy)
+		_, err := io.WriteString(w, b.String())
+		return err
+	}
+	for i, res := range r.Requests {
+		if i > 0 {
+			b.WriteString("\n")
+		}
+		writePlanResult(&b, res, r.Policy, format == cmdutil.OutputWide)
+	}
+	already := ""
+	if r.Summary.AlreadyDecided > 0 {
+		already = fmt.Sprintf(", %d already decided", r.Summary.AlreadyDecided)
+	}
+	fmt.Fprintf(&b, "\nSummary: %d allowed, %d rejected, %d would wait, %d failed%s; exit code %d (%s)\n",
+		r.Summary.Allowed, r.Summary.Rejected, r.Summary.WouldWait, r.Summary.Failed, already, r.ExitCode, planCodeMeaning(r.ExitCode))
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// writePoliciesOnly is the result of plan --policies-dir without -f: the policies
+// load, and this is their digest.
+func writePoliciesOnly(b *strings.Builder, policy planPolicy) {
+	fmt.Fprintf(b, "policies: %s load and name only playbooks the controller runs\n", policy.Source)
+	if policy.ConfigMap != "" {
+		fmt.Fprintf(b, "configmap: %s, generated by kustomization.yaml with exactly these policies\n", policy.ConfigMap)
+	}
+	fmt.Fprintf(b, "policy: %s (the digest decisions made with them record)\n", policy.Digest)
+}
+
+func planCodeMeaning(code int) string {
+	switch code {
+	case 0:
+		return "every request would be allowed"
+	case ExitPlanRejected:
+		return "a request would be rejected"
+	case ExitPlanWaiting:
+		return "a request would wait"
+	}
+	return "a request could not be planned"
+}
+
+// writePlanResult writes one request's plan as aligned "label: value" lines; wide adds
+// the facts' details the safety floor weighs.
+func writePlanResult(b *strings.Builder, res planResult, policy planPolicy, wide bool) {
+	line := func(label, format string, args ...any) {
+		fmt.Fprintf(b, "  %-10s %s\n", label+":", fmt.Sprintf(format, args...))
+	}
+	more := func(format string, args ...any) { fmt.Fprintf(b, "  %-10s %s\n", "", fmt.Sprintf(format, args...)) }
+	// block writes a list under one label: the label on the first line only.
+	block := func(label string, items []string) {
+		for i, it := range items {
+			if i == 0 {
+				line(label, "%s", it)
+			} else {
+				more("%s", it)
+			}
+		}
+	}
+
+	rq := res.Request
+	head := rq.Source
+	if rq.Document > 0 {
+		head = fmt.Sprintf("%s (document %d)", rq.Source, rq.Document)
+	}
+	if rq.Name != "" {
+		head = fmt.Sprintf("RemediationRequest %s/%s from %s", cmp.Or(rq.Namespace, "-"), rq.Name, head)
+	}
+	fmt.Fprintf(b, "== %s\n", head)
+	if len(res.Errors) > 0 {
+		block("error", res.Errors)
+		line("exit code", "%d", res.ExitCode)
+		return
+	}
+	s := rq.Spec
+	line("request", "%s on %s, mode %s", s.Remediation, facts.TargetRef(s.Target), s.Mode)
+	if e := res.Existing; e != nil {
+		verdict := "ALREADY RAN"
+		if e.Phase == v1alpha1.PhaseRejected {
+			verdict = "ALREADY DECIDED"
+		}
+		line("decision", "%s: %s; not planned on today's facts", verdict, e.Phase)
+		line("message", "%s", e.Message)
+		line("exit code", "%d", res.ExitCode)
+		return
+	}
+	if s.Fencing != nil {
+		more("fencing confirmed=%t method=%s node=%s", s.Fencing.Confirmed, cmp.Or(string(s.Fencing.Method), "-"), cmp.Or(s.Fencing.Node, "-"))
+	}
+	if s.MaintenanceWindow != nil {
+		more("maintenance window %q for %s", s.MaintenanceWindow.Schedule, s.MaintenanceWindow.Duration.Duration)
+	}
+	f := res.Facts
+	line("facts", "%s, gathered at %s", res.FactsFrom, f.GatheredAt.UTC().Format(time.RFC3339))
+	t := f.Target
+	target := fmt.Sprintf("target    %s found=%t", cmp.Or(t.Ref, "-"), t.Found)
+	if t.PersistentVolumeClaim != "" {
+		target += " PVC " + t.PersistentVolumeClaim
+	}
+	if t.PersistentVolume != "" {
+		target += " PV " + t.PersistentVolume
+	}
+	if t.Message != "" {
+		target += " - " + t.Message
+	}
+	more("%s", target)
+	if l := f.Lease; l != nil {
+		if l.Exists {
+			more("lease     %s/%s holder=%s age=%ds LeaseRetained=%d", l.Namespace, l.Name, cmp.Or(l.HolderIdentity, "-"), l.AgeSeconds, l.RetainedEvents)
+			if l.LastRetainedMessage != "" {
+				more("          last LeaseRetained: %s", l.LastRetainedMessage)
+			}
+			if wide {
+				more("          uid=%s resourceVersion=%s age from %s, acquired %s, created %s, LeaseRetained ignored=%d",
+					cmp.Or(l.UID, "-"), cmp.Or(l.ResourceVersion, "-"), cmp.Or(l.AgeFrom, "-"), timeOrDash(l.AcquireTime), timeOrDash(l.CreationTimestamp), l.IgnoredRetainedEvents)
+			}
+		} else {
+			more("lease     %s/%s does not exist", l.Namespace, l.Name)
+		}
+	}
+	if n := f.Node; n != nil {
+		more("node      %s %s (%s)", n.Name, n.State, n.StateReason)
+		if wide {
+			more("          exists=%t Ready=%s for %ds, node Lease renewed %ds ago, last heartbeat %ds ago, unschedulable=%t, taints=[%s]",
+				n.Exists, cmp.Or(n.Ready, "-"), n.ReadyAgeSeconds, n.LeaseRenewAgeSeconds, n.HeartbeatAgeSeconds, n.Unschedulable, strings.Join(n.Taints, ","))
+		}
+	}
+	for _, p := range f.AffectedPods {
+		if wide {
+			more("pod       %s/%s %s on %s ready=%t uid=%s deleting=%s", p.Namespace, p.Name, cmp.Or(p.Phase, "-"), cmp.Or(p.Node, "-"), p.Ready, cmp.Or(p.UID, "-"), timeOrDash(p.DeletionTimestamp))
+			continue
+		}
+		more("pod       %s/%s %s on %s", p.Namespace, p.Name, cmp.Or(p.Phase, "-"), cmp.Or(p.Node, "-"))
+	}
+	if c := f.CSI; c != nil {
+		more("csi       csinode=%t driverRegistered=%t drivers=[%s]", c.CSINodeExists, c.DriverRegistered, strings.Join(c.Drivers, ","))
+		for _, p := range c.PluginPods {
+			more("          plugin pod %s", p)
+		}
+	}
+	for _, c := range res.Conflicts {
+		more("conflict  %s", c)
+	}
+	d := res.Decision
+	verdict := map[string]string{planAllowed: "ALLOWED", planRejected: "REJECTED", planWouldWait: "WOULD WAIT"}[d.Outcome]
+	if d.Playbook != "" {
+		line("decision", "%s by rule %s: playbook %s (phase %s)", verdict, d.Rule, d.Playbook, d.Phase)
+	} else {
+		line("decision", "%s by rule %s (phase %s)", verdict, d.Rule, d.Phase)
+	}
+	reasons := make([]string, len(d.Reasons))
+	for i, r := range d.Reasons {
+		reasons[i] = "- " + r
+	}
+	block("reasons", reasons)
+	line("message", "%s", d.Message)
+	if d.RecheckAfterSeconds > 0 {
+		more("(the controller decides again after %ds, on fresh facts)", d.RecheckAfterSeconds)
+	}
+	if len(res.Steps) > 0 {
+		steps := make([]string, len(res.Steps))
+		for i, st := range res.Steps {
+			steps[i] = fmt.Sprintf("%d. %s", i+1, st)
+		}
+		block("steps", steps)
+	} else {
+		line("steps", "none")
+	}
+	for _, n := range res.Notes {
+		line("note", "%s", n)
+	}
+	if policy.ConfigMap != "" {
+		line("policy", "%s (%s, as kustomization.yaml generates ConfigMap %s)", d.PolicyDigest, policy.Source, policy.ConfigMap)
+	} else {
+		line("policy", "%s (%s)", d.PolicyDigest, policy.Source)
+	}
+	line("exit code", "%d", res.ExitCode)
+}
+
+// timeOrDash is t in RFC 3339, or - when unset.
+func timeOrDash(t *metav1.Time) string {
+	if t == nil || t.IsZero() {
+		return "-"
+	}
+	return t.UTC().Format(time.RFC3339)
+}
+
+// planOutputUsage is plan's -o help.
+const planOutputUsage = "Output format. Empty (the default; table and text are the same) is the report for people; " +
+	"wide adds the facts' details the safety floor weighs (the Lease's UID, resourceVersion and age source, the node's Ready, heartbeats and taints, the pods' readiness); " +
+	"yaml and json are the report for tools; name lists the requests planned (remediationrequest.remediator.io/NAME); " +
+	"jsonpath=..., jsonpath-as-json=..., jsonpath-file=..., go-template=... and go-template-file=... read the report as -o json prints it, as in kubectl"
+
+// reportObject hands the plan report to cli-runtime's printers, which read it as -o
+// json prints it.
+type reportObject struct{ report *planReport }
+
+func (reportObject) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind }
+func (o reportObject) DeepCopyObject() runtime.Object { return o }
+func (o reportObject) MarshalJSON() ([]byte, error)   { return json.Marshal(o.report) }
+
+// requestStub is a RemediationRequest with only its name, for -o name.
+func requestStub(namespace, name string) map[string]any {
+	return map[string]any{
+		"apiVersion": v1alpha1.GroupVersion.String(),
+		"kind":       "RemediationRequest",
+		"metadata":   map[string]any{"name": name, "namespace": namespace},
+	}
+}
