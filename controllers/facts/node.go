@@ -162,7 +162,10 @@ func Unsettled(nf *v1alpha1.NodeFacts, prev *v1alpha1.Facts) {
 		prev.GatheredAt.IsZero() || nf.LastHeartbeat == nil {
 		return
 	}
-	if !nf.LastHeartbeat.After(prev.GatheredAt.Add(time.Second)) {
+	// Both: the heartbeat that decision saw never counts (its gatheredAt reads the
+	// server's clock low, truncated to the second), nor one written before it gathered.
+	if !nf.LastHeartbeat.After(prev.GatheredAt.Add(time.Second)) ||
+		(prev.Node.LastHeartbeat != nil && !nf.LastHeartbeat.After(prev.Node.LastHeartbeat.Add(time.Second))) {
 		return
 	}
 	nf.StateReason = strings.Replace(nf.StateReason, settleClause(nf.SettlesAt.Time),

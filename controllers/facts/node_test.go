@@ -260,6 +260,9 @@ func TestUnsettled(t *testing.T) {
 		// The kubelet's last heartbeat was written 2s before the last decision, which
 		// read a cache that had not seen it yet (the one before, 10s older).
 		{"a heartbeat from before the last decision, seen late", prevAt(3*time.Second, 15*time.Second), true},
+		// The decision's gatheredAt reads the server's clock low: the heartbeat it saw
+		// can look later than it.
+		{"the heartbeat the last decision saw, its clock read low", prevAt(6400*time.Millisecond, 5*time.Second), true},
 		{"the last decision did not wait", &v1alpha1.Facts{GatheredAt: metav1.NewTime(now.Add(-time.Minute)),
 			Node: &v1alpha1.NodeFacts{Name: "n", LastHeartbeat: &metav1.Time{Time: now.Add(-65 * time.Second)}}}, true},
 		{"another node", func() *v1alpha1.Facts { p := prevAt(time.Minute, 65*time.Second); p.Node.Name = "m"; return p }(), true},
