@@ -4,8 +4,8 @@
 // patch at the end of every reconcile.
 //
 // It also owns what surrounds a decision: the guards (one remediation per node and
-// Lease), admission (the cluster-wide cap); stopping a running playbook; metrics; and
-// how the manager caches and reads. The one decision path, which `remediator plan`
+// Lease); stopping a running playbook; metrics; and how the manager caches and reads.
+// It sets up admission (package admission: the cluster-wide cap) beside itself. The one decision path, which `remediator plan`
 // takes too, and where a request stands in the line are package lifecycle's; the
 // runnables beside the reconciler (detection, the pause watcher, the policy reload,
 // the sweeper) have a package each. It writes only requests

@@ -34,7 +34,7 @@ var eventFields = map[string]func(*corev1.Event) string{
 }
 
 // CacheOptions are the manager's cache and client options. The cache holds:
-//   - RemediationRequests, as unstructured objects (see requests.go), in the request
+//   - RemediationRequests, as unstructured objects (see package requests), in the request
 //     namespaces (all when none are given), indexed for the guards;
 //   - what a decision weighs and that stays small as the cluster grows: Nodes (without
 //     their image lists), the node Leases in kube-node-lease, the Trident Leases (with

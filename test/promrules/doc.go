@@ -10,7 +10,7 @@
 // It is its own Go module so that Prometheus' dependencies (newer client_golang,
 // common, Kubernetes libraries) do not move the main module's: it renders the chart
 // from ../../charts/remediator with the Helm library and reads
-// ../../controllers/*.go and ../../internal/cmd/sync/metrics.go as text,
+// ../../controllers/*.go, ../../controllers/*/*.go and ../../internal/cmd/sync/metrics.go as text,
 // importing nothing from the main module.
 // `make test-unit` runs it.
 package promrules

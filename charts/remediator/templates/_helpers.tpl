@@ -77,7 +77,7 @@ Where the policies ConfigMap is mounted; passed as --policies-dir.
 
 {{/*
 The leader-election Lease name. It is the controller's LeaderElectionID
-(cmd/remediator/controller.go); the chart's tests check that the two agree.
+(internal/cmd/controller/controller.go); the chart's tests check that the two agree.
 */}}
 {{- define "remediator.leaderElectionID" -}}
 remediator.remediator.io
@@ -126,7 +126,7 @@ it) fails, as the settings-floor admission policy refuses it in the ConfigMap.
 {{/*
 The label that marks the settings ConfigMap, by which `kubectl remediator pause` and
 `resume` find the release (its pause-configmap key) in any namespace
-(cmd/remediator's settingsLabel; the chart's tests check that they agree).
+(internal/cmd/pause's settingsLabel; the chart's tests check that they agree).
 */}}
 {{- define "remediator.settingsLabel" -}}
 remediator.io/settings

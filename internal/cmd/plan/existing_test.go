@@ -19,7 +19,7 @@ import (
 )
 
 // TestPlanRequestInTheCluster: planning a request that is already in the cluster
-// reports what the controller does with the applied file (plan_existing.go). A
+// reports what the controller does with the applied file (existing.go). A
 // finished request is never run again, so it is not planned on today's facts (its
 // Lease is gone: planned, it would be rejected as no-lease and fail every later pull
 // request that touches it); a rejected one is decided again only when its spec

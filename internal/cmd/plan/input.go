@@ -2,7 +2,7 @@ package plan
 
 // Reading plan's input: -f files, their YAML documents, and each document's
 // decoding into a request, refused where admission would refuse it, naming the field
-// (the check itself is plan_validate.go's, from the CRD), and where Git must not carry
+// (the check itself is validate.go's, from the CRD), and where Git must not carry
 // it although admission accepts it (gitsync.Refusals, as remediator sync refuses it).
 
 import (

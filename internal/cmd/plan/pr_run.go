@@ -1,6 +1,6 @@
 package plan
 
-// The steps of plan pull-request (plan_pr.go), in the order the check takes them.
+// The steps of plan pull-request (pr.go), in the order the check takes them.
 
 import (
 	"context"

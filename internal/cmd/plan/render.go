@@ -66,7 +66,7 @@ type planResult struct {
 	Conflicts []string        `json:"conflicts"`
 	Decision  *planDecision   `json:"decision,omitempty"`
 	// Existing is set instead of Decision for a request in the cluster that the
-	// controller will not decide again (plan_existing.go).
+	// controller will not decide again (existing.go).
 	Existing *planExisting `json:"existing,omitempty"`
 	// Steps are the playbook's steps, in order; empty unless a playbook was chosen.
 	Steps []string `json:"steps"`
