@@ -8,14 +8,13 @@ import (
 	"context"
 	"fmt"
 
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kerrors "k8s.io/apimachinery/pkg/util/errors"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	"github.com/remediator/remediator/api/v1alpha1"
+	"github.com/remediator/remediator/controllers/lifecycle"
 	"github.com/remediator/remediator/remediations"
 	"github.com/remediator/remediator/remediations/failpoint"
 )
@@ -133,14 +132,5 @@ func (r *RemediationRequestReconciler) reconcileDelete(ctx context.Context, s *s
 // Succeeded is False with reason (Aborted, or the restore's failure) and what the
 // restore did.
 func (r *RemediationRequestReconciler) abortDeleted(rr *v1alpha1.RemediationRequest, reason, restored string) {
-	for i := range rr.Status.Steps {
-		if st := &rr.Status.Steps[i]; st.State == v1alpha1.StepPending || st.State == v1alpha1.StepRunning {
-			st.State = v1alpha1.StepSkipped
-			st.Message = "Skipped: the request was deleted"
-		}
-	}
-	rr.Status.Phase = v1alpha1.PhaseFailed
-	r.setCondition(rr, v1alpha1.ConditionSucceeded, metav1.ConditionFalse, reason, "The request was deleted mid-run; "+restored)
-	r.setCondition(rr, v1alpha1.ConditionProgressing, metav1.ConditionFalse, v1alpha1.ReasonAborted, "Aborted")
-	r.Recorder.Event(rr, corev1.EventTypeWarning, v1alpha1.EventFailed, "Aborted: the request was deleted mid-run; "+restored)
+	r.record(rr, lifecycle.Deleted(rr, reason, restored))
 }

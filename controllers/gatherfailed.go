@@ -5,8 +5,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/remediator/remediator/api/v1alpha1"
@@ -21,27 +19,15 @@ import (
 // says why in Progressing (False, GatherFailed), Ready and a Warning Event, rather
 // than staying without a phase, a condition or an Event.
 func (r *RemediationRequestReconciler) gatherFailed(s *scope, err error) (ctrl.Result, error) {
-	rr := s.rr
 	msg := bound(gatherFailedMessage(err), maxStatusString)
-	if rr.Status.Phase == "" {
-		rr.Status.Phase = v1alpha1.PhasePending
-	}
-	c := meta.FindStatusCondition(rr.Status.Conditions, v1alpha1.ConditionProgressing)
-	if c == nil || c.Reason != v1alpha1.ReasonGatherFailed || c.Message != msg {
+	// lifecycle.GatherFailed sets observedGeneration, which the deferred write sets
+	// only for a reconcile without error: the status says why this generation is not
+	// decided yet.
+	if lifecycle.GatherFailed(s.rr, msg) {
 		// Once per different answer: the retries repeat it every few seconds.
-		r.Recorder.Event(rr, corev1.EventTypeWarning, v1alpha1.ReasonGatherFailed, msg)
+		r.Recorder.Event(s.rr, corev1.EventTypeWarning, v1alpha1.ReasonGatherFailed, msg)
 	}
-	r.setCondition(rr, v1alpha1.ConditionProgressing, metav1.ConditionFalse, v1alpha1.ReasonGatherFailed, msg)
-	// The status describes this generation: it says why it is not decided yet. The
-	// deferred write sets observedGeneration only for a reconcile without error.
-	rr.Status.ObservedGeneration = rr.Generation
 	return ctrl.Result{}, err
-}
-
-// gatherFailed reports whether rr's last decision failed for want of facts: it is
-// decided again on its next reconcile.
-func gatherFailed(rr *v1alpha1.RemediationRequest) bool {
-	return lifecycle.ProgressingReason(rr) == v1alpha1.ReasonGatherFailed
 }
 
 // gatherFailedMessage says why the facts could not be read and what the operator can

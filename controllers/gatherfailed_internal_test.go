@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	"github.com/remediator/remediator/api/v1alpha1"
+	"github.com/remediator/remediator/controllers/lifecycle"
 )
 
 // TestGatherFailedMessage: the message says what the operator can do about each kind
@@ -58,7 +59,7 @@ func TestGatherFailedIsDecidedAgain(t *testing.T) {
 	c := meta.FindStatusCondition(rr.Status.Conditions, v1alpha1.ConditionProgressing)
 	require.NotNil(t, c)
 	assert.Equal(t, v1alpha1.ReasonGatherFailed, c.Reason)
-	assert.True(t, needsDecision(rr, metav1.Now().Time))
+	assert.True(t, lifecycle.NeedsDecision(rr, metav1.Now().Time))
 
 	// Once per answer: the same answer again records no second Event.
 	_, _ = r.gatherFailed(&scope{rr: rr}, errors.New("boom"))
@@ -68,5 +69,5 @@ func TestGatherFailedIsDecidedAgain(t *testing.T) {
 	waiting := &v1alpha1.RemediationRequest{Status: v1alpha1.RemediationRequestStatus{Phase: v1alpha1.PhaseWaiting, Decision: &v1alpha1.Decision{}}}
 	_, _ = r.gatherFailed(&scope{rr: waiting}, errors.New("boom"))
 	assert.Equal(t, v1alpha1.PhaseWaiting, waiting.Status.Phase)
-	assert.True(t, needsDecision(waiting, metav1.Now().Time))
+	assert.True(t, lifecycle.NeedsDecision(waiting, metav1.Now().Time))
 }

@@ -74,26 +74,19 @@ func guardKeys(rr *v1alpha1.RemediationRequest, playbooks remediations.Playbooks
 	case lifecycle.InLine:
 		keys = append(keys, keyWaitingSlot)
 	}
-	if heldByPause(rr) {
+	if lifecycle.HeldByPause(rr) {
 		keys = append(keys, keyPaused)
 	}
 	switch {
 	case rr.Status.Phase == v1alpha1.PhaseRunning:
 		keys = append(keys, keyRunning)
 		keys = append(keys, targets...)
-	case waitsForConflict(rr):
+	case lifecycle.Waits(rr, v1alpha1.WaitingForPolicy):
 		for _, t := range targets {
 			keys = append(keys, "waiting/"+t)
 		}
 	}
 	return append(keys, verifyKeys(rr)...)
-}
-
-// waitsForConflict: the request waits for another remediation on its Lease or node
-// (the policy's one-at-a-time rule, or the floor's), or for anything else the policy
-// answered wait on; it is decided again when that may have changed.
-func waitsForConflict(rr *v1alpha1.RemediationRequest) bool {
-	return lifecycle.WaitingReason(rr) == v1alpha1.ReasonWaiting
 }
 
 // IndexRequests registers IndexGuard on the manager's cache of unstructured requests.

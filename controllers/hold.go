@@ -9,7 +9,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -30,11 +29,6 @@ func (r *RemediationRequestReconciler) pausedMessage(ctx context.Context, s *sco
 	return s.pause.Message()
 }
 
-// heldByPause: the request waits, or its playbook holds, because of the pause.
-func heldByPause(rr *v1alpha1.RemediationRequest) bool {
-	return lifecycle.ProgressingReason(rr) == v1alpha1.ReasonPaused
-}
-
 // wakePaused maps a change of the pause ConfigMap to every request the pause holds:
 // on a resume they are decided again or go on with their playbook.
 func (r *RemediationRequestReconciler) wakePaused(ctx context.Context, _ client.Object) []reconcile.Request {
@@ -50,12 +44,10 @@ const pauseRecheck = time.Minute
 // hold keeps a running playbook where it is while Remediator is paused: nothing is
 // restored (a cordoned node stays cordoned), and the request says why.
 func (r *RemediationRequestReconciler) hold(ctx context.Context, s *scope, msg string) (ctrl.Result, error) {
-	rr := s.rr
-	if !heldByPause(rr) {
-		r.Recorder.Event(rr, corev1.EventTypeWarning, v1alpha1.ReasonPaused, msg)
+	if lifecycle.Hold(s.rr, msg) {
+		r.Recorder.Event(s.rr, corev1.EventTypeWarning, v1alpha1.ReasonPaused, msg)
 		ctrl.LoggerFrom(ctx).Info("Holding the playbook: paused")
 	}
-	r.setCondition(rr, v1alpha1.ConditionProgressing, metav1.ConditionTrue, v1alpha1.ReasonPaused, msg)
 	return ctrl.Result{RequeueAfter: pauseRecheck}, nil
 }
 

@@ -248,7 +248,7 @@ func RegisterMetrics(reader client.Reader, engine *policies.Engine, elected <-ch
 // and the steps that ended. Called only after the patch succeeded, so a retried
 // reconcile does not count twice.
 func observeTransitions(before, after *v1alpha1.RemediationRequest) {
-	decided := newDecision(before, after)
+	decided := lifecycle.NewDecision(before, after)
 	if after.Status.Phase != before.Status.Phase || decided && after.Status.Phase == v1alpha1.PhaseRejected {
 		switch after.Status.Phase {
 		case v1alpha1.PhaseSucceeded, v1alpha1.PhaseFailed, v1alpha1.PhaseRejected:
@@ -272,13 +272,6 @@ func observeTransitions(before, after *v1alpha1.RemediationRequest) {
 		}
 		stepSeconds.WithLabelValues(st.Name, string(st.State)).Observe(st.CompletedAt.Sub(st.StartedAt.Time).Seconds())
 	}
-}
-
-// newDecision: after carries a decision that before did not, so a rejection that was
-// re-checked and rejected again counts again.
-func newDecision(before, after *v1alpha1.RemediationRequest) bool {
-	a, b := after.Status.Decision, before.Status.Decision
-	return a != nil && (b == nil || !a.DecidedAt.Equal(&b.DecidedAt) || a.Generation != b.Generation)
 }
 
 // failedClosedReason is the remediator_decisions_failed_closed_total reason of a

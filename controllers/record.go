@@ -2,7 +2,7 @@ package controllers
 
 // The durable record of each terminal outcome: status.outcome, and one log line.
 //
-// The record is computed in patchStatus, so that it goes out in the very status
+// The record is computed with the status (lifecycle.Derive), so that it goes out in the very status
 // write that makes the phase terminal, and the line is logged only after that write
 // succeeded and only when it wrote a new record. A restart, a re-read from a stale
 // cache or a later reconcile of the ended request finds the record already there and
@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/remediator/remediator/api/v1alpha1"
@@ -29,37 +28,6 @@ const OutcomeLogMessage = "Remediation outcome recorded"
 // commitUnknown is the log's commit when the request carries no
 // remediator.io/git-commit annotation.
 const commitUnknown = "unknown: no " + v1alpha1.AnnotationGitCommit + " annotation (not applied by remediator sync)"
-
-// setOutcome updates status.outcome of after, whose status was read as before, at
-// now: a new record when this write ends the request (its phase becomes terminal, or
-// a rejection is decided again) with a result, reason or generation the record does
-// not hold yet; none while the request is not in a terminal phase. It reads Ready's
-// reason, so setReadiness runs first.
-func setOutcome(before, after *v1alpha1.RemediationRequest, now time.Time) {
-	st := &after.Status
-	if !st.Phase.Terminal() {
-		st.Outcome = nil
-		return
-	}
-	if st.Phase == before.Status.Phase && !newDecision(before, after) {
-		// Not this write's outcome: one that ended before records (this feature
-		// included) would get a finishedAt that is only the time it was seen.
-		return
-	}
-	reason := ""
-	if c := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionReady); c != nil {
-		reason = c.Reason
-	}
-	gen := st.ObservedGeneration
-	if o := st.Outcome; o != nil && o.Result == st.Phase && o.Reason == reason && o.Generation == gen {
-		return
-	}
-	st.Outcome = &v1alpha1.Outcome{
-		Result: st.Phase, Reason: reason, Generation: gen,
-		FinishedAt: metav1.NewTime(now.Truncate(time.Second)),
-		Commit:     after.Annotations[v1alpha1.AnnotationGitCommit],
-	}
-}
 
 // logOutcome logs the record the status write from before to after wrote, if it
 // wrote one: called only after the write succeeded.

@@ -288,28 +288,11 @@ func (r *RemediationRequestReconciler) gatherer(g *facts.Gatherer) *facts.Gather
 	return &c
 }
 
-// needsDecision: a new request, a changed spec (unless a playbook is under way or
-// over), a request waiting on a conflict (it is reconciled when that may have
-// cleared), one granted a slot, or a rejection or wait whose recheck time has come.
-// Otherwise a decision stands: a request in line for a slot is decided again when
-// granted one.
-func needsDecision(rr *v1alpha1.RemediationRequest, now time.Time) bool {
-	switch rr.Status.Phase {
-	case v1alpha1.PhaseRunning, v1alpha1.PhaseSucceeded, v1alpha1.PhaseFailed:
-		return false
-	}
-	d := rr.Status.Decision
-	if d == nil || rr.Status.ObservedGeneration != rr.Generation || waitsForConflict(rr) || lifecycle.Granted(rr) || heldByPause(rr) || gatherFailed(rr) {
-		return true
-	}
-	return d.RecheckAt != nil && !now.Before(d.RecheckAt.Time)
-}
-
 // decide gathers live facts, lists the other requests, and takes the one decision
 // path (lifecycle.Decide) that `remediator plan` takes too.
 func (r *RemediationRequestReconciler) decide(ctx context.Context, s *scope) (ctrl.Result, error) {
 	rr := s.rr
-	if !needsDecision(rr, s.now) {
+	if !lifecycle.NeedsDecision(rr, s.now) {
 		if d := rr.Status.Decision; d != nil && d.RecheckAt != nil && rr.Status.Phase != v1alpha1.PhaseRunning {
 			return ctrl.Result{RequeueAfter: max(d.RecheckAt.Sub(s.now), time.Second)}, nil
 		}
@@ -327,20 +310,9 @@ func (r *RemediationRequestReconciler) decide(ctx context.Context, s *scope) (ct
 		return r.gatherFailed(s, err)
 	}
 	o := lifecycle.Decide(r.Policy, r.Playbooks, in)
-	rr.Status.Facts = f
-	dec := o.Decision
-	rr.Status.Decision = &dec
-	rr.Status.Steps = o.Steps
-	rr.Status.Phase = o.Phase
 	decisionSeconds.WithLabelValues(string(rr.Spec.Remediation)).Observe(time.Since(started).Seconds())
-
-	r.setCondition(rr, v1alpha1.ConditionAccepted, o.Accepted.Status, o.Accepted.Reason, o.Accepted.Message)
-	r.setCondition(rr, v1alpha1.ConditionProgressing, o.Progressing.Status, o.Progressing.Reason, o.Progressing.Message)
-	if o.Steps != nil {
-		meta.RemoveStatusCondition(&rr.Status.Conditions, v1alpha1.ConditionSucceeded)
-	}
-	r.Recorder.Event(rr, o.EventType, o.EventReason, o.EventMessage)
-	ctrl.LoggerFrom(ctx).Info("Decided", "phase", o.Phase, "rule", dec.Rule, "playbook", dec.Playbook)
+	r.record(rr, o.Apply(rr, f))
+	ctrl.LoggerFrom(ctx).Info("Decided", "phase", o.Phase, "rule", o.Decision.Rule, "playbook", o.Decision.Playbook)
 	return ctrl.Result{RequeueAfter: o.RequeueAfter}, nil
 }
 
@@ -367,11 +339,7 @@ func (r *RemediationRequestReconciler) runPlaybook(ctx context.Context, s *scope
 		}
 		return r.abort(ctx, s, stop.Message)
 	}
-	if heldByPause(rr) {
-		// Resumed: the playbook goes on.
-		r.setCondition(rr, v1alpha1.ConditionProgressing, metav1.ConditionTrue, v1alpha1.ReasonPlaybookRunning,
-			fmt.Sprintf("Running playbook %s (resumed)", lifecycle.DecidedPlaybook(rr)))
-	}
+	lifecycle.Resume(rr)
 	log := ctrl.LoggerFrom(ctx)
 	if p.Transition != "" {
 		log.Info(p.Transition)
@@ -397,20 +365,13 @@ func (r *RemediationRequestReconciler) runPlaybook(ctx context.Context, s *scope
 		case restored != "":
 			msg += "; restored: " + restored
 		}
-		rr.Status.Phase = v1alpha1.PhaseFailed
-		r.setCondition(rr, v1alpha1.ConditionSucceeded, metav1.ConditionFalse, reason, msg)
-		r.setCondition(rr, v1alpha1.ConditionProgressing, metav1.ConditionFalse, v1alpha1.ReasonFailed, msg)
-		r.Recorder.Event(rr, corev1.EventTypeWarning, v1alpha1.EventFailed, msg)
+		r.record(rr, lifecycle.Fail(rr, reason, v1alpha1.ReasonFailed, msg))
 		return ctrl.Result{}, nil
 	case p.Finished:
 		if p.Transition != "" {
 			r.Recorder.Event(rr, corev1.EventTypeNormal, v1alpha1.EventStepSucceeded, p.Transition)
 		}
-		rr.Status.Phase = v1alpha1.PhaseSucceeded
-		msg := fmt.Sprintf("Playbook %s completed", rr.Status.Decision.Playbook)
-		r.setCondition(rr, v1alpha1.ConditionSucceeded, metav1.ConditionTrue, v1alpha1.ReasonPlaybookCompleted, msg)
-		r.setCondition(rr, v1alpha1.ConditionProgressing, metav1.ConditionFalse, v1alpha1.ReasonPlaybookCompleted, msg)
-		r.Recorder.Event(rr, corev1.EventTypeNormal, v1alpha1.EventDone, msg)
+		r.record(rr, lifecycle.Finish(rr))
 		return ctrl.Result{}, nil
 	}
 	if p.Transition != "" {
@@ -429,6 +390,11 @@ func (r *RemediationRequestReconciler) runPlaybook(ctx context.Context, s *scope
 // inScope reports whether requests in namespace ns are this controller's.
 func (r *RemediationRequestReconciler) inScope(ns string) bool {
 	return len(r.Namespaces) == 0 || slices.Contains(r.Namespaces, ns)
+}
+
+// record records e about rr.
+func (r *RemediationRequestReconciler) record(rr *v1alpha1.RemediationRequest, e lifecycle.Event) {
+	r.Recorder.Event(rr, e.Type, e.Reason, e.Message)
 }
 
 func (r *RemediationRequestReconciler) setCondition(rr *v1alpha1.RemediationRequest, t string, st metav1.ConditionStatus, reason, msg string) {

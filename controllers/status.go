@@ -5,13 +5,13 @@ package controllers
 import (
 	"context"
 	"fmt"
-	"slices"
 
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/remediator/remediator/api/v1alpha1"
+	"github.com/remediator/remediator/controllers/lifecycle"
 	"github.com/remediator/remediator/remediations/failpoint"
 )
 
@@ -20,9 +20,7 @@ import (
 // is bounded first (boundStatus): one the API server would refuse would fail this
 // write, and every later one.
 func (r *RemediationRequestReconciler) patchStatus(ctx context.Context, s *scope) error {
-	s.rr.Status.CurrentStep = currentStep(s.rr.Status)
-	setReadiness(s.rr)
-	setOutcome(s.base, s.rr, s.now)
+	lifecycle.Derive(s.base, s.rr, s.now)
 	boundStatus(&s.rr.Status)
 	if apiequality.Semantic.DeepEqual(s.base.Status, s.rr.Status) {
 		return nil
@@ -47,19 +45,6 @@ func (r *RemediationRequestReconciler) patchStatus(ctx context.Context, s *scope
 	// A second patch in the same reconcile (deletion) diffs from what was written.
 	s.base = s.rr.DeepCopy()
 	return nil
-}
-
-// currentStep is status.currentStep: the running step, else the next pending one
-// while the request runs or waits, as "position/count name".
-func currentStep(st v1alpha1.RemediationRequestStatus) string {
-	at := slices.IndexFunc(st.Steps, func(s v1alpha1.StepStatus) bool { return s.State == v1alpha1.StepRunning })
-	if at < 0 && (st.Phase == v1alpha1.PhaseRunning || st.Phase == v1alpha1.PhaseWaiting) {
-		at = slices.IndexFunc(st.Steps, func(s v1alpha1.StepStatus) bool { return s.State == v1alpha1.StepPending || s.State == "" })
-	}
-	if at < 0 {
-		return ""
-	}
-	return fmt.Sprintf("%d/%d %s", at+1, len(st.Steps), st.Steps[at].Name)
 }
 
 // journaledStarts passes the after-journal failpoint of each step whose start the

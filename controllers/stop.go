@@ -5,16 +5,12 @@ package controllers
 // maintenance window closed (restore, then wait for the next window).
 
 import (
-	"cmp"
 	"context"
-	"fmt"
-	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/remediator/remediator/api/v1alpha1"
+	"github.com/remediator/remediator/controllers/lifecycle"
 	"github.com/remediator/remediator/remediations"
 )
 
@@ -31,17 +27,7 @@ func (r *RemediationRequestReconciler) abort(ctx context.Context, s *scope, why 
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	for i := range rr.Status.Steps {
-		if st := &rr.Status.Steps[i]; st.State == v1alpha1.StepPending || st.State == v1alpha1.StepRunning {
-			st.State = v1alpha1.StepSkipped
-			st.Message = "Skipped: aborted because " + why
-		}
-	}
-	msg := fmt.Sprintf("Aborted before the next destructive step because %s; %s", why, cmp.Or(restored, "nothing needed restoring"))
-	rr.Status.Phase = v1alpha1.PhaseFailed
-	r.setCondition(rr, v1alpha1.ConditionSucceeded, metav1.ConditionFalse, reason, msg)
-	r.setCondition(rr, v1alpha1.ConditionProgressing, metav1.ConditionFalse, v1alpha1.ReasonAborted, msg)
-	r.Recorder.Event(rr, corev1.EventTypeWarning, v1alpha1.EventFailed, msg)
+	r.record(rr, lifecycle.Abort(rr, reason, why, restored))
 	ctrl.LoggerFrom(ctx).Info("Aborted the playbook", "why", why)
 	return ctrl.Result{}, nil
 }
@@ -61,24 +47,12 @@ func (r *RemediationRequestReconciler) windowClosed(ctx context.Context, s *scop
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	for i := range rr.Status.Steps {
-		if st := &rr.Status.Steps[i]; st.State == v1alpha1.StepPending {
-			st.State = v1alpha1.StepSkipped
-			st.Message = "Skipped: the maintenance window closed before it started"
-		}
-	}
-	at := metav1.NewTime(opens)
-	rr.Status.Decision.RecheckAt = &at
-	rr.Status.Phase = v1alpha1.PhaseWaiting
 	what := "nothing needed restoring"
 	if restored != "" {
 		what = "restored: " + restored
 	}
-	msg := fmt.Sprintf("%s; %s. The request is decided again when the next window opens at %s.",
-		stop.Message, what, at.UTC().Format(time.RFC3339))
-	r.setCondition(rr, v1alpha1.ConditionProgressing, metav1.ConditionTrue, v1alpha1.ReasonWindowClosed, msg)
-	r.Recorder.Event(rr, corev1.EventTypeWarning, v1alpha1.ReasonWindowClosed, msg)
-	ctrl.LoggerFrom(ctx).Info("Maintenance window closed mid-playbook", "opens", at.Time)
+	r.record(rr, lifecycle.WindowClosed(rr, opens, stop.Message, what))
+	ctrl.LoggerFrom(ctx).Info("Maintenance window closed mid-playbook", "opens", opens)
 	if err := r.releaseIdle(ctx, s); err != nil {
 		return ctrl.Result{}, err
 	}
@@ -90,18 +64,7 @@ func (r *RemediationRequestReconciler) windowClosed(ctx context.Context, s *scop
 // left cordoned. The caller's status write then releases the slot and the
 // finalizer.
 func (r *RemediationRequestReconciler) restoreGaveUp(ctx context.Context, s *scope, what string, rf *remediations.RestoreFailure) (ctrl.Result, error) {
-	rr := s.rr
-	for i := range rr.Status.Steps {
-		if st := &rr.Status.Steps[i]; st.State == v1alpha1.StepPending || st.State == v1alpha1.StepRunning {
-			st.State = v1alpha1.StepSkipped
-			st.Message = "Skipped: the restore failed"
-		}
-	}
-	msg := what + "; " + rf.Message
-	rr.Status.Phase = v1alpha1.PhaseFailed
-	r.setCondition(rr, v1alpha1.ConditionSucceeded, metav1.ConditionFalse, remediations.ReasonRestoreFailed, msg)
-	r.setCondition(rr, v1alpha1.ConditionProgressing, metav1.ConditionFalse, v1alpha1.ReasonFailed, msg)
-	r.Recorder.Event(rr, corev1.EventTypeWarning, v1alpha1.EventFailed, msg)
+	r.record(s.rr, lifecycle.RestoreGaveUp(s.rr, remediations.ReasonRestoreFailed, what, rf.Message))
 	ctrl.LoggerFrom(ctx).Info("The restore gave up; the node stays cordoned", "node", rf.Node)
 	return ctrl.Result{}, nil
 }

@@ -229,6 +229,34 @@ func (p Phase) PlaybookEnded() bool { return p == PhaseSucceeded || p == PhaseFa
 // new generation of its spec (or a recheck of a rejection) decides it again.
 func (p Phase) Terminal() bool { return p.PlaybookEnded() || p == PhaseRejected }
 
+// WaitingFor is what a request that is not moving on waits for: the sub-state of
+// phase Waiting (and of Running held by the pause, and of a request whose facts
+// could not be read). The controller and admission steer by it; the Progressing
+// condition says the same in words for people and tools.
+// +kubebuilder:validation:Enum=Policy;MaintenanceWindow;Pause;Slot;Start;Redecision;Facts
+type WaitingFor string
+
+const (
+	// WaitingForPolicy means the policy or the safety floor answered wait (another
+	// remediation on the same Lease or node, a holder state still settling, no
+	// policy loaded). Decided again when that other stops or at decision.recheckAt.
+	WaitingForPolicy WaitingFor = "Policy"
+	// WaitingForWindow means allowed, and waits for its maintenance window to open.
+	WaitingForWindow WaitingFor = "MaintenanceWindow"
+	// WaitingForPause means Remediator is paused; a running playbook holds before its
+	// next step.
+	WaitingForPause WaitingFor = "Pause"
+	// WaitingForSlot means allowed a disruptive playbook, and in line for a slot of the
+	// cluster-wide cap.
+	WaitingForSlot WaitingFor = "Slot"
+	// WaitingForStart means granted a slot; decided again on fresh facts, then starts.
+	WaitingForStart WaitingFor = "Start"
+	// WaitingForRedecision means a granted slot was given back unused; decided again now.
+	WaitingForRedecision WaitingFor = "Redecision"
+	// WaitingForFacts means the facts could not be read; decided again with backoff.
+	WaitingForFacts WaitingFor = "Facts"
+)
+
 // RemediationRequestStatus is the controller's account of the request.
 type RemediationRequestStatus struct {
 	// ObservedGeneration is the spec generation the last successful reconcile acted on.
@@ -251,6 +279,15 @@ type RemediationRequestStatus struct {
 	// +listType=atomic
 	// +optional
 	Steps []StepStatus `json:"steps,omitempty"`
+
+	// WaitingFor is what the request waits for, while it waits, empty otherwise:
+	// Policy (the policy or the safety floor answered wait), MaintenanceWindow,
+	// Pause (also a running playbook held before its next step), Slot (in line for
+	// a slot of the cluster-wide cap), Start (granted one: decided again on fresh
+	// facts, then starts), Redecision (a slot given back unused) or Facts (the
+	// facts could not be read). The Progressing condition says it in words.
+	// +optional
+	WaitingFor WaitingFor `json:"waitingFor,omitempty"`
 
 	// AdmittedAt is when admission granted the request its slot of the cluster-wide
 	// cap, written once per grant. A grant whose playbook has not started its first

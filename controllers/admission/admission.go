@@ -49,7 +49,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
@@ -298,14 +297,7 @@ func (a *Reconciler) giveBack(ctx context.Context, rr *v1alpha1.RemediationReque
 	}
 	msg := fmt.Sprintf("The slot of the cluster-wide cap was given back: playbook %s did not start its first step within the step timeout (%s, --step-timeout) of %s, so the slot went to the next request in line. The request is decided again on fresh facts, and rejoins the line in its place if the policy still allows it.",
 		lifecycle.DecidedPlaybook(rr), a.stepTimeout(), since)
-	rr.Status.Phase, rr.Status.AdmittedAt = v1alpha1.PhaseWaiting, nil
-	if d := rr.Status.Decision; d != nil {
-		// Decide again now (needsDecision).
-		t := metav1.NewTime(now)
-		d.RecheckAt = &t
-	}
-	meta.SetStatusCondition(&rr.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionProgressing, Status: metav1.ConditionTrue,
-		Reason: v1alpha1.ReasonSlotExpired, Message: msg, ObservedGeneration: rr.Generation, LastTransitionTime: metav1.NewTime(now)})
+	lifecycle.GiveBack(rr, metav1.NewTime(now), msg)
 	if err := a.Client.Status().Patch(ctx, rr, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
 		return fmt.Errorf("giving back the slot of %s/%s: %w", rr.Namespace, rr.Name, err)
 	}
@@ -327,10 +319,7 @@ func (a *Reconciler) grant(ctx context.Context, g Grant, listedAt string, now ti
 	}
 	msg := fmt.Sprintf("Granted a slot of the cluster-wide cap of %s (--max-concurrent-remediations), oldest request first%s; the request is decided again on fresh facts before playbook %s starts%s. (The line as read at resourceVersion %s.)",
 		lifecycle.CapString(a.MaxConcurrent), holding(g.Holders), lifecycle.DecidedPlaybook(&rr), expiry, listedAt)
-	t := metav1.NewTime(now)
-	rr.Status.AdmittedAt = &t
-	meta.SetStatusCondition(&rr.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionProgressing, Status: metav1.ConditionTrue,
-		Reason: v1alpha1.ReasonAdmitted, Message: msg, ObservedGeneration: rr.Generation, LastTransitionTime: t})
+	lifecycle.Grant(&rr, metav1.NewTime(now), msg)
 	if err := a.Client.Status().Patch(ctx, &rr, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
 		return fmt.Errorf("granting a slot to %s/%s: %w", rr.Namespace, rr.Name, err)
 	}
@@ -406,7 +395,7 @@ func WouldAdmit(rr *v1alpha1.RemediationRequest, others []v1alpha1.RemediationRe
 	if self.UID == "" {
 		self.UID = "remediator-plan"
 	}
-	self.Status.Phase, self.Status.ObservedGeneration = v1alpha1.PhaseWaiting, self.Generation
+	self.Status.Phase, self.Status.ObservedGeneration, self.Status.WaitingFor = v1alpha1.PhaseWaiting, self.Generation, v1alpha1.WaitingForSlot
 	self.Status.Conditions = []metav1.Condition{{Type: v1alpha1.ConditionProgressing, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonWaitingForSlot}}
 	all := slices.DeleteFunc(slices.Clone(others), func(o v1alpha1.RemediationRequest) bool { return o.UID == self.UID })
 	grants, _, _ := Admit(append(all, self), nil, maxConcurrent, playbooks)

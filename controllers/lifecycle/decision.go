@@ -93,7 +93,9 @@ type Outcome struct {
 	Phase    v1alpha1.Phase
 	Decision v1alpha1.Decision
 	// Steps is the playbook's journal, all Pending, when a playbook was chosen.
-	Steps       []v1alpha1.StepStatus
+	Steps []v1alpha1.StepStatus
+	// WaitingFor is the waiting sub-state of phase Waiting; empty otherwise.
+	WaitingFor  v1alpha1.WaitingFor
 	Accepted    Condition
 	Progressing Condition
 	// EventType, EventReason and EventMessage are the Event to record.
@@ -187,6 +189,7 @@ func (o Outcome) wait(now time.Time) Outcome {
 		o.recheck(now.Add(guardRecheck))
 	}
 	o.Accepted = Condition{metav1.ConditionUnknown, policies.ConditionReason(o.Decision.Rule), o.Decision.Message}
+	o.WaitingFor = v1alpha1.WaitingForPolicy
 	o.Progressing = Condition{metav1.ConditionTrue, v1alpha1.ReasonWaiting, o.Decision.Message}
 	o.EventType, o.EventReason, o.EventMessage = corev1.EventTypeNormal, v1alpha1.EventWaiting, o.Decision.Message
 	return o
@@ -245,6 +248,7 @@ func (o Outcome) allowed(playbooks remediations.Playbooks, in DecisionInput) Out
 		o.Phase = v1alpha1.PhaseWaiting
 		msg := fmt.Sprintf("Playbook %s is allowed but waits for the maintenance window (%s for %s), which opens at %s; the decision is re-evaluated then.",
 			playbook, rr.Spec.MaintenanceWindow.Schedule, rr.Spec.MaintenanceWindow.Duration.Duration, at.UTC().Format(time.RFC3339))
+		o.WaitingFor = v1alpha1.WaitingForWindow
 		o.Progressing = Condition{metav1.ConditionTrue, v1alpha1.ReasonWaitingForWindow, msg}
 		o.EventType, o.EventReason, o.EventMessage = corev1.EventTypeNormal, v1alpha1.EventWaiting, msg
 		return o
@@ -254,6 +258,7 @@ func (o Outcome) allowed(playbooks remediations.Playbooks, in DecisionInput) Out
 		// request again, on fresh facts.
 		o.Phase, o.Steps = v1alpha1.PhaseWaiting, nil
 		msg := fmt.Sprintf("Playbook %s is allowed but does not start: %s", playbook, in.Paused)
+		o.WaitingFor = v1alpha1.WaitingForPause
 		o.Progressing = Condition{metav1.ConditionTrue, v1alpha1.ReasonPaused, msg}
 		o.EventType, o.EventReason, o.EventMessage = corev1.EventTypeNormal, v1alpha1.EventWaiting, msg
 		return o
@@ -265,6 +270,7 @@ func (o Outcome) allowed(playbooks remediations.Playbooks, in DecisionInput) Out
 		o.Phase, o.Running = v1alpha1.PhaseWaiting, holders
 		msg := fmt.Sprintf("Playbook %s is allowed and waits in line for a slot of the cluster-wide cap of %s (--max-concurrent-remediations), granted oldest request first;%s%s it is decided again on fresh facts when granted one.",
 			playbook, CapString(in.MaxConcurrent), describeHolders(holders), describeAhead(ahead))
+		o.WaitingFor = v1alpha1.WaitingForSlot
 		o.Progressing = Condition{metav1.ConditionTrue, v1alpha1.ReasonWaitingForSlot, msg}
 		o.EventType, o.EventReason, o.EventMessage = corev1.EventTypeNormal, v1alpha1.EventWaiting, msg
 		return o

@@ -51,26 +51,18 @@ func StateOf(rr *v1alpha1.RemediationRequest, playbooks remediations.Playbooks) 
 
 // queued: the policy allowed a disruptive playbook and the request waits in line.
 func queued(rr *v1alpha1.RemediationRequest) bool {
-	return WaitingReason(rr) == v1alpha1.ReasonWaitingForSlot
+	return Waits(rr, v1alpha1.WaitingForSlot)
 }
 
 // Granted reports that admission granted the request a slot; its own reconcile decides it again.
 func Granted(rr *v1alpha1.RemediationRequest) bool {
-	return WaitingReason(rr) == v1alpha1.ReasonAdmitted
+	return Waits(rr, v1alpha1.WaitingForStart)
 }
 
 // SlotExpired reports that the request gave back a slot it did not use in time; its own
 // reconcile decides it again.
 func SlotExpired(rr *v1alpha1.RemediationRequest) bool {
-	return WaitingReason(rr) == v1alpha1.ReasonSlotExpired
-}
-
-// WaitingReason is the Progressing reason of a Waiting request, else "".
-func WaitingReason(rr *v1alpha1.RemediationRequest) string {
-	if rr.Status.Phase != v1alpha1.PhaseWaiting {
-		return ""
-	}
-	return ProgressingReason(rr)
+	return Waits(rr, v1alpha1.WaitingForRedecision)
 }
 
 // firstStepStarted: the playbook's journal has a step past Pending. Until then, a

@@ -1,4 +1,4 @@
-package controllers
+package lifecycle
 
 import (
 	"testing"
@@ -41,7 +41,7 @@ func TestCurrentStep(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			assert.Equal(t, tc.want, currentStep(v1alpha1.RemediationRequestStatus{Phase: tc.phase, Steps: tc.steps}))
+			assert.Equal(t, tc.want, CurrentStep(v1alpha1.RemediationRequestStatus{Phase: tc.phase, Steps: tc.steps}))
 		})
 	}
 }

@@ -1,10 +1,7 @@
-package controllers
+package lifecycle
 
 import (
-	"strings"
 	"testing"
-	"time"
-	"unicode/utf8"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -103,7 +100,7 @@ func TestReadiness(t *testing.T) {
 				Status: v1alpha1.RemediationRequestStatus{ObservedGeneration: 3, Phase: tc.phase, Conditions: tc.conditions,
 					CurrentStep: tc.currentStep, Decision: tc.decision},
 			}
-			setReadiness(rr)
+			SetReadiness(rr)
 			ready := meta.FindStatusCondition(rr.Status.Conditions, v1alpha1.ConditionReady)
 			require.NotNil(t, ready, "no Ready condition: %+v", rr.Status.Conditions)
 			assert.Equal(t, tc.want, ready.Status, "Ready status")
@@ -139,13 +136,13 @@ func TestReadinessFollowsTheRequest(t *testing.T) {
 	rr.Status.Phase = v1alpha1.PhaseRejected
 	meta.SetStatusCondition(&rr.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionAccepted, Status: metav1.ConditionFalse,
 		Reason: "FencingNamesAnotherNode", Message: "spec.fencing.node names another node", ObservedGeneration: 1})
-	setReadiness(rr)
+	SetReadiness(rr)
 	require.True(t, meta.IsStatusConditionTrue(rr.Status.Conditions, v1alpha1.ConditionStalled), "rejected: %+v", rr.Status.Conditions)
 	require.True(t, meta.IsStatusConditionFalse(rr.Status.Conditions, v1alpha1.ConditionReady), "rejected: %+v", rr.Status.Conditions)
 
 	// The same status again: nothing changes, the transition time included.
 	before := rr.DeepCopy()
-	setReadiness(rr)
+	SetReadiness(rr)
 	assert.True(t, apiequality.Semantic.DeepEqual(before.Status, rr.Status), "a second computation changed the status:\n%+v\n%+v", before.Status, rr.Status)
 
 	// The fencing fixed (generation 2): decided again, running. Ready stays False
@@ -154,7 +151,7 @@ func TestReadinessFollowsTheRequest(t *testing.T) {
 	rr.Generation, rr.Status.ObservedGeneration, rr.Status.Phase = 2, 2, v1alpha1.PhaseRunning
 	meta.SetStatusCondition(&rr.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionProgressing, Status: metav1.ConditionTrue,
 		Reason: v1alpha1.ReasonPlaybookRunning, Message: "Running playbook fenced-unreachable: deleteLease", ObservedGeneration: 2})
-	setReadiness(rr)
+	SetReadiness(rr)
 	assert.Nil(t, meta.FindStatusCondition(rr.Status.Conditions, v1alpha1.ConditionStalled), "running: %+v", rr.Status.Conditions)
 	ready := meta.FindStatusCondition(rr.Status.Conditions, v1alpha1.ConditionReady)
 	assert.Equal(t, metav1.ConditionFalse, ready.Status)
@@ -166,24 +163,7 @@ func TestReadinessFollowsTheRequest(t *testing.T) {
 	rr.Status.Phase = v1alpha1.PhaseSucceeded
 	meta.SetStatusCondition(&rr.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionSucceeded, Status: metav1.ConditionTrue,
 		Reason: v1alpha1.ReasonPlaybookCompleted, Message: "Playbook fenced-unreachable completed", ObservedGeneration: 2})
-	setReadiness(rr)
+	SetReadiness(rr)
 	assert.True(t, meta.IsStatusConditionTrue(rr.Status.Conditions, v1alpha1.ConditionReady), "succeeded: %+v", rr.Status.Conditions)
 	assert.Nil(t, meta.FindStatusCondition(rr.Status.Conditions, v1alpha1.ConditionStalled), "succeeded: %+v", rr.Status.Conditions)
-}
-
-// TestReadinessMessageFitsACondition: a message at a condition's limit, with the
-// Rejected prefix, is cut at a character boundary by the status write's bound, not
-// refused by the API server.
-func TestReadinessMessageFitsACondition(t *testing.T) {
-	long := strings.Repeat("é", maxConditionMessage/2)
-	rr := &v1alpha1.RemediationRequest{Status: v1alpha1.RemediationRequestStatus{Phase: v1alpha1.PhaseRejected, Conditions: []metav1.Condition{{
-		Type: v1alpha1.ConditionAccepted, Status: metav1.ConditionFalse, Reason: "Rule", Message: long, LastTransitionTime: metav1.NewTime(time.Now())}}}}
-	setReadiness(rr)
-	boundStatus(&rr.Status)
-	ready := meta.FindStatusCondition(rr.Status.Conditions, v1alpha1.ConditionReady)
-	require.NotNil(t, ready)
-	assert.LessOrEqual(t, len(ready.Message), maxConditionMessage)
-	assert.True(t, strings.HasPrefix(ready.Message, "Rejected: é"))
-	assert.True(t, utf8.ValidString(ready.Message), "cut inside a character")
-	assert.Regexp(t, `é… \(\d+ bytes cut\)$`, ready.Message)
 }

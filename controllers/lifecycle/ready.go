@@ -1,4 +1,4 @@
-package controllers
+package lifecycle
 
 import (
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -27,7 +27,7 @@ import (
 //	Failed                        False, Succeeded's reason (StepFailed, ...)  True
 //	any other phase               Unknown                                   -
 //
-// FixHeld (verify.go) does not enter Ready: a Succeeded request whose incident came
+// FixHeld (fix verification) does not enter Ready: a Succeeded request whose incident came
 // back is still Ready True, because the playbook did succeed and nothing will run it
 // again, so a Ready=False there would leave kubectl wait, Flux and kstatus waiting for
 // a change that never comes. FixHeld=False, its Warning Event, the metric and the
@@ -99,11 +99,11 @@ func stalled(p v1alpha1.Phase) bool {
 	return p == v1alpha1.PhaseRejected || p == v1alpha1.PhaseFailed
 }
 
-// setReadiness sets Ready on rr from its status, and Stalled while the request is
+// SetReadiness sets Ready on rr from its status, and Stalled while the request is
 // Rejected or Failed (removed otherwise: kstatus' conditions are abnormal-true).
-// patchStatus calls it once, before it compares the status with what was read, so
+// The status write calls it once, before it compares the status with what was read, so
 // that a reconcile that changes nothing else writes nothing.
-func setReadiness(rr *v1alpha1.RemediationRequest) {
+func SetReadiness(rr *v1alpha1.RemediationRequest) {
 	ready := readiness(rr.Status)
 	meta.SetStatusCondition(&rr.Status.Conditions, ready)
 	if !stalled(rr.Status.Phase) {
