@@ -26,6 +26,7 @@ import (
 
 	"github.com/remediator/remediator/api/v1alpha1"
 	"github.com/remediator/remediator/controllers/admission"
+	"github.com/remediator/remediator/controllers/decider"
 	"github.com/remediator/remediator/controllers/facts"
 	"github.com/remediator/remediator/controllers/lifecycle"
 	"github.com/remediator/remediator/controllers/pause"
@@ -288,8 +289,8 @@ func (r *RemediationRequestReconciler) gatherer(g *facts.Gatherer) *facts.Gather
 	return &c
 }
 
-// decide gathers live facts, lists the other requests, and takes the one decision
-// path (lifecycle.Decide) that `remediator plan` takes too.
+// decide decides the request when it needs a decision, through the decider that
+// `remediator plan` uses too.
 func (r *RemediationRequestReconciler) decide(ctx context.Context, s *scope) (ctrl.Result, error) {
 	rr := s.rr
 	if !lifecycle.NeedsDecision(rr, s.now) {
@@ -300,20 +301,24 @@ func (r *RemediationRequestReconciler) decide(ctx context.Context, s *scope) (ct
 	}
 	// Real time, not the injected clock: this measures the controller, not the facts.
 	started := time.Now()
-	f, err := r.gatherer(r.Gatherer).Gather(ctx, rr)
+	o, err := r.decider().Decide(ctx, rr, s.now, r.pausedMessage(ctx, s))
 	if err != nil {
-		return r.gatherFailed(s, fmt.Errorf("gathering facts: %w", err))
-	}
-	in := lifecycle.DecisionInput{Request: rr, Facts: f, MaxConcurrent: r.MaxConcurrent, Admitted: lifecycle.Granted(rr), Gates: r.gates(), Now: s.now,
-		Paused: r.pausedMessage(ctx, s)}
-	if in.Others, err = r.guardOthers(ctx, f); err != nil {
 		return r.gatherFailed(s, err)
 	}
-	o := lifecycle.Decide(r.Policy, r.Playbooks, in)
 	decisionSeconds.WithLabelValues(string(rr.Spec.Remediation)).Observe(time.Since(started).Seconds())
-	r.record(rr, o.Apply(rr, f))
+	r.record(rr, o.Apply(rr, o.Facts))
 	ctrl.LoggerFrom(ctx).Info("Decided", "phase", o.Phase, "rule", o.Decision.Rule, "playbook", o.Decision.Playbook)
 	return ctrl.Result{RequeueAfter: o.RequeueAfter}, nil
+}
+
+// decider decides on the cache's facts (the reconciler's clock) and the guards'
+// view of the others; a request holds a slot when admission granted it one.
+func (r *RemediationRequestReconciler) decider() *decider.Decider {
+	return &decider.Decider{Policy: r.Policy, Playbooks: r.Playbooks, Gates: r.gates(), MaxConcurrent: r.MaxConcurrent,
+		Gather: r.gatherer(r.Gatherer).Gather, Others: r.guardOthers,
+		Admitted: func(rr *v1alpha1.RemediationRequest, _ []v1alpha1.RemediationRequest) bool {
+			return lifecycle.Granted(rr)
+		}}
 }
 
 // runPlaybook advances a running playbook by one step. A request in any other
