@@ -22,7 +22,7 @@ import (
 // than staying without a phase, a condition or an Event.
 func (r *RemediationRequestReconciler) gatherFailed(s *scope, err error) (ctrl.Result, error) {
 	rr := s.rr
-	msg := bound(gatherFailedMessage(err), maxStatusString)
+	msg := requests.Bound(gatherFailedMessage(err), requests.MaxStatusString)
 	if rr.Status.Phase == "" {
 		rr.Status.Phase = v1alpha1.PhasePending
 	}

@@ -134,7 +134,7 @@ type phase func(ctx context.Context, s *scope) (ctrl.Result, error)
 // Go type cannot decode must not keep the informer from syncing.
 func (r *RemediationRequestReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	// Every Event of the reconciler, admission and the pause watcher is bounded.
-	r.Recorder = boundEvents(r.Recorder)
+	r.Recorder = requests.BoundEvents(r.Recorder)
 	if err := IndexRequests(context.Background(), mgr.GetFieldIndexer(), r.Playbooks); err != nil {
 		return fmt.Errorf("indexing requests for the guards: %w", err)
 	}

@@ -12,18 +12,19 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/remediator/remediator/api/v1alpha1"
+	"github.com/remediator/remediator/controllers/requests"
 	"github.com/remediator/remediator/remediations/failpoint"
 )
 
 // patchStatus writes the status once, as a merge patch guarded by the resourceVersion
 // it was computed from, and skips the call when nothing changed. Every string in it
-// is bounded first (boundStatus): one the API server would refuse would fail this
+// is bounded first (requests.BoundStatus): one the API server would refuse would fail this
 // write, and every later one.
 func (r *RemediationRequestReconciler) patchStatus(ctx context.Context, s *scope) error {
 	s.rr.Status.CurrentStep = currentStep(s.rr.Status)
 	setReadiness(s.rr)
 	setOutcome(s.base, s.rr, s.now)
-	boundStatus(&s.rr.Status)
+	requests.BoundStatus(&s.rr.Status)
 	if apiequality.Semantic.DeepEqual(s.base.Status, s.rr.Status) {
 		return nil
 	}
