@@ -43,7 +43,6 @@ func (r *RemediationRequestReconciler) patchStatus(ctx context.Context, s *scope
 		observeTransitions(s.base, s.rr)
 		journaledStarts(s.base, s.rr)
 		logOutcome(ctx, s.base, s.rr)
-		r.announceFixHeld(s.base, s.rr)
 	}
 	// A second patch in the same reconcile (deletion) diffs from what was written.
 	s.base = s.rr.DeepCopy()
