@@ -10,6 +10,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/remediator/remediator/api/v1alpha1"
+	"github.com/remediator/remediator/controllers/requests"
 )
 
 // breakGlass shows a request written outside Git review. The chart's admission
@@ -24,6 +25,11 @@ import (
 // admission policy bounds the annotation too, but a controller installed without it
 // must still write its status, and an Event cut to its limit loses only the end of
 // the reason, never what to do.
+// maxBreakGlassReason bounds the break-glass reason shown in the condition: the
+// chart's admission policy bounds the annotation to as much, so a reason it admitted
+// is shown whole.
+const maxBreakGlassReason = 1024
+
 func (r *RemediationRequestReconciler) breakGlass(ctx context.Context, s *scope) (ctrl.Result, error) {
 	rr := s.rr
 	reason, ok := rr.Annotations[v1alpha1.AnnotationBreakGlass]
@@ -31,7 +37,7 @@ func (r *RemediationRequestReconciler) breakGlass(ctx context.Context, s *scope)
 		meta.RemoveStatusCondition(&rr.Status.Conditions, v1alpha1.ConditionBreakGlass)
 		return ctrl.Result{}, nil
 	}
-	reason = bound(strings.TrimSpace(reason), maxBreakGlassReason)
+	reason = requests.Bound(strings.TrimSpace(reason), maxBreakGlassReason)
 	msg := "Written outside Git review by the break-glass group; bring the repository in line with it (a pull request) once the incident is over. Reason: " + reason
 	if c := meta.FindStatusCondition(rr.Status.Conditions, v1alpha1.ConditionBreakGlass); c != nil && c.Status == metav1.ConditionTrue && c.Message == msg {
 		return ctrl.Result{}, nil

@@ -8,7 +8,7 @@
 // It sets up admission (package admission: the cluster-wide cap) beside itself. The one decision path, which `remediator plan`
 // takes too, and where a request stands in the line are package lifecycle's; the
 // runnables beside the reconciler (detection, the pause watcher, the policy reload,
-// the sweeper) have a package each. It writes only requests
+// the sweeper, the verification of fixes) have a package each. It writes only requests
 // (status, finalizer) and Events: every change to a Node, Pod or Lease is a step
 // of package remediations, run through remediations.Advance and Restore.
 package controllers

@@ -19,7 +19,7 @@ import (
 // says why in Progressing (False, GatherFailed), Ready and a Warning Event, rather
 // than staying without a phase, a condition or an Event.
 func (r *RemediationRequestReconciler) gatherFailed(s *scope, err error) (ctrl.Result, error) {
-	msg := bound(gatherFailedMessage(err), maxStatusString)
+	msg := requests.Bound(gatherFailedMessage(err), requests.MaxStatusString)
 	// lifecycle.GatherFailed sets observedGeneration, which the deferred write sets
 	// only for a reconcile without error: the status says why this generation is not
 	// decided yet.

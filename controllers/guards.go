@@ -40,10 +40,7 @@ import (
 //   - holding a slot of the cap: "slot"; in line for one: "waiting-slot";
 //   - held by the pause (waiting, or a playbook holding before its next step): "paused";
 //   - waiting for another remediation on its Lease or node: "waiting/lease/..." and
-//     "waiting/node/...", so that the one that stops wakes exactly those;
-//   - verifying its fix (verify.go): "verifying/lease/..." (release-luks-lease) or
-//     "verifying/node/..." (reregister-csi-driver), so that a change of that Lease,
-//     its LeaseRetained events or that CSINode reconciles it.
+//     "waiting/node/...", so that the one that stops wakes exactly those.
 const IndexGuard = "remediator.io/guard"
 
 const (
@@ -86,7 +83,7 @@ func guardKeys(rr *v1alpha1.RemediationRequest, playbooks remediations.Playbooks
 			keys = append(keys, "waiting/"+t)
 		}
 	}
-	return append(keys, verifyKeys(rr)...)
+	return keys
 }
 
 // IndexRequests registers IndexGuard on the manager's cache of unstructured requests.

@@ -231,9 +231,6 @@ func RegisterMetrics(reader client.Reader, engine *policies.Engine, elected <-ch
 			return err
 		}
 	}
-	if err := registerVerifyMetrics(); err != nil {
-		return err
-	}
 	if err := policyreload.RegisterMetrics(engine); err != nil {
 		return err
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -86,6 +87,14 @@ func shutdownLease(t *testing.T, node, pv string) *coordinationv1.Lease {
 	return lease
 }
 
+// fixHeldIs waits for FixHeld with status st and reason.
+func fixHeldIs(st metav1.ConditionStatus, reason string) func(*v1alpha1.RemediationRequest) bool {
+	return func(rr *v1alpha1.RemediationRequest) bool {
+		c := meta.FindStatusCondition(rr.Status.Conditions, v1alpha1.ConditionFixHeld)
+		return c != nil && c.Status == st && c.Reason == reason
+	}
+}
+
 // waitRequest waits until the request satisfies cond and returns it.
 func waitRequest(t *testing.T, key client.ObjectKey, what string, cond func(*v1alpha1.RemediationRequest) bool) *v1alpha1.RemediationRequest {
 	t.Helper()
@@ -110,7 +119,7 @@ func TestOutcomeRecordedOnce(t *testing.T) {
 	logs := &capturedLog{}
 	// Verification writes the ended request's status again (FixHeld Unknown, then
 	// True): those writes must not log the outcome again.
-	stop := startManagerLogging(t, env.Config, logs.logger(), verifyFor(3*time.Second))
+	stop := startManagerLogging(t, env.Config, logs.logger(), 3*time.Second)
 
 	lease := shutdownLease(t, "envtest-record", "pvc-envtest-record")
 	const commit = "0123456789abcdef0123456789abcdef01234567"
@@ -170,7 +179,7 @@ func TestOutcomeRecordedOnce(t *testing.T) {
 	for name := range before {
 		before[name] = reconciled(name)
 	}
-	startManagerLogging(t, env.Config, logs.logger(), verifyFor(3*time.Second))
+	startManagerLogging(t, env.Config, logs.logger(), 3*time.Second)
 	for name, n := range before {
 		eventually(t, "the restarted controller reconciling "+name, func() (bool, string) {
 			return reconciled(name) > n, fmt.Sprint(reconciled(name))

@@ -7,9 +7,7 @@ import (
 	"slices"
 	"time"
 
-	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
-	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -97,10 +95,6 @@ type RemediationRequestReconciler struct {
 	// timeouts, and the ages its gatherers measure (it overrides theirs); nil means
 	// the real clock.
 	Clock clock.PassiveClock
-	// VerifyFixFor is how long after a request Succeeded the controller watches its
-	// Lease or node for the incident coming back (ConditionFixHeld, verify.go); zero
-	// turns verification off.
-	VerifyFixFor time.Duration
 
 	written writeLog
 }
@@ -135,7 +129,7 @@ type phase func(ctx context.Context, s *scope) (ctrl.Result, error)
 // Go type cannot decode must not keep the informer from syncing.
 func (r *RemediationRequestReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	// Every Event of the reconciler, admission and the pause watcher is bounded.
-	r.Recorder = boundEvents(r.Recorder)
+	r.Recorder = requests.BoundEvents(r.Recorder)
 	if err := IndexRequests(context.Background(), mgr.GetFieldIndexer(), r.Playbooks); err != nil {
 		return fmt.Errorf("indexing requests for the guards: %w", err)
 	}
@@ -147,21 +141,12 @@ func (r *RemediationRequestReconciler) SetupWithManager(mgr ctrl.Manager) error 
 	if err := (&pause.Watcher{Client: r.Client, Key: r.pauseKey(), Recorder: r.Recorder}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the pause watcher: %w", err)
 	}
-	b := ctrl.NewControllerManagedBy(mgr).
+	return ctrl.NewControllerManagedBy(mgr).
 		For(requests.NewUnstructured(), builder.WithPredicates(
 			predicate.Or(predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}, journalAdvanced, slotGranted, slotGivenBack))).
 		Watches(requests.NewUnstructured(), handler.EnqueueRequestsFromMapFunc(r.wake), builder.WithPredicates(stoppedRunning)).
-		Watches(&corev1.ConfigMap{}, handler.EnqueueRequestsFromMapFunc(r.wakePaused), builder.WithPredicates(pause.IsObject(r.pauseKey())))
-	if r.VerifyFixFor > 0 {
-		// The objects a fix is verified on, from the cache the facts are read from
-		// (CacheOptions: the Trident namespace's Leases and LeaseRetained events, all
-		// CSINodes); the node Leases' renewals every few seconds are not among them.
-		notNodeLease := predicate.NewPredicateFuncs(func(o client.Object) bool { return o.GetNamespace() != corev1.NamespaceNodeLease })
-		b = b.Watches(&coordinationv1.Lease{}, handler.EnqueueRequestsFromMapFunc(r.verifyingOn), builder.WithPredicates(notNodeLease)).
-			Watches(&corev1.Event{}, handler.EnqueueRequestsFromMapFunc(r.verifyingOn)).
-			Watches(&storagev1.CSINode{}, handler.EnqueueRequestsFromMapFunc(r.verifyingOn))
-	}
-	return b.WithOptions(controller.Options{MaxConcurrentReconciles: max(1, r.Workers), RateLimiter: requests.RateLimiter()}).
+		Watches(&corev1.ConfigMap{}, handler.EnqueueRequestsFromMapFunc(r.wakePaused), builder.WithPredicates(pause.IsObject(r.pauseKey()))).
+		WithOptions(controller.Options{MaxConcurrentReconciles: max(1, r.Workers), RateLimiter: requests.RateLimiter()}).
 		Named("remediationrequest").
 		Complete(r)
 }
@@ -225,16 +210,10 @@ func (r *RemediationRequestReconciler) Reconcile(ctx context.Context, req ctrl.R
 				"The playbook already ended (%s), so the edit of generation %d is not acted on: to try again, create a new request.", rr.Status.Phase, rr.Generation)
 			rr.Status.ObservedGeneration = rr.Generation
 		}
-		// A Succeeded request in its verification window is watched (verify.go); its
-		// verdict goes out in this reconcile's one status write.
-		res, verifyErr := r.verifyFix(ctx, s)
 		if err := r.patchStatus(ctx, s); err != nil {
-			return ctrl.Result{}, kerrors.NewAggregate([]error{verifyErr, err})
+			return ctrl.Result{}, err
 		}
-		if verifyErr != nil {
-			return ctrl.Result{}, verifyErr
-		}
-		return res, r.releaseFinalizer(ctx, rr)
+		return ctrl.Result{}, r.releaseFinalizer(ctx, rr)
 	}
 	defer func() {
 		if retErr == nil {
@@ -252,7 +231,7 @@ func (r *RemediationRequestReconciler) Reconcile(ctx context.Context, req ctrl.R
 	if finalizerRefused != nil {
 		return r.abort(ctx, s, fmt.Sprintf("the API server refused the restore finalizer a playbook that cordons needs (%v)", finalizerRefused))
 	}
-	for _, p := range []phase{r.breakGlass, r.decide, r.runPlaybook, r.verifyFix} {
+	for _, p := range []phase{r.breakGlass, r.decide, r.runPlaybook} {
 		res, err := p(ctx, s)
 		if err != nil || !res.IsZero() {
 			return res, err

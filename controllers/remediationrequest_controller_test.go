@@ -30,6 +30,7 @@ import (
 	"github.com/remediator/remediator/controllers"
 	"github.com/remediator/remediator/controllers/facts"
 	"github.com/remediator/remediator/controllers/pause"
+	"github.com/remediator/remediator/controllers/verification"
 	"github.com/remediator/remediator/policies"
 	"github.com/remediator/remediator/remediations"
 	"github.com/remediator/remediator/test/testenv"
@@ -60,12 +61,14 @@ func startStoppableManager(t *testing.T, opts ...func(*controllers.RemediationRe
 // startManagerOn is startManager against another control plane.
 func startManagerOn(t *testing.T, cfg *rest.Config, opts ...func(*controllers.RemediationRequestReconciler)) (stop func()) {
 	t.Helper()
-	return startManagerLogging(t, cfg, logr.Logger{}, opts...)
+	return startManagerLogging(t, cfg, logr.Logger{}, 0, opts...)
 }
 
 // startManagerLogging is startManagerOn with the manager logging to log (the
-// default logger when it has no sink), for tests that read the controller's lines.
-func startManagerLogging(t *testing.T, cfg *rest.Config, log logr.Logger, opts ...func(*controllers.RemediationRequestReconciler)) (stop func()) {
+// default logger when it has no sink), for tests that read the controller's lines,
+// and with the verification of fixes for verifyFixFor (none when zero), as
+// --verify-fix-for wires it.
+func startManagerLogging(t *testing.T, cfg *rest.Config, log logr.Logger, verifyFixFor time.Duration, opts ...func(*controllers.RemediationRequestReconciler)) (stop func()) {
 	t.Helper()
 	cacheOpts, clientOpts := controllers.CacheOptions(facts.DefaultConfig(), nil, types.NamespacedName{}, true)
 	mgrOpts := ctrl.Options{
@@ -107,6 +110,8 @@ func startManagerLogging(t *testing.T, cfg *rest.Config, log logr.Logger, opts .
 		o(r)
 	}
 	require.NoError(t, r.SetupWithManager(mgr))
+	v := &verification.Reconciler{Client: mgr.GetClient(), Gatherer: decide, Window: verifyFixFor, Recorder: r.Recorder, Clock: r.Clock}
+	require.NoError(t, v.SetupWithManager(mgr))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- mgr.Start(ctx) }()

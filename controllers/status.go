@@ -12,16 +12,17 @@ import (
 
 	"github.com/remediator/remediator/api/v1alpha1"
 	"github.com/remediator/remediator/controllers/lifecycle"
+	"github.com/remediator/remediator/controllers/requests"
 	"github.com/remediator/remediator/remediations/failpoint"
 )
 
 // patchStatus writes the status once, as a merge patch guarded by the resourceVersion
 // it was computed from, and skips the call when nothing changed. Every string in it
-// is bounded first (boundStatus): one the API server would refuse would fail this
-// write, and every later one.
+// is bounded first (requests.BoundStatus): one the API server would refuse would
+// fail this write, and every later one.
 func (r *RemediationRequestReconciler) patchStatus(ctx context.Context, s *scope) error {
 	lifecycle.Derive(s.base, s.rr, s.now)
-	boundStatus(&s.rr.Status)
+	requests.BoundStatus(&s.rr.Status)
 	if apiequality.Semantic.DeepEqual(s.base.Status, s.rr.Status) {
 		return nil
 	}
@@ -37,14 +38,26 @@ func (r *RemediationRequestReconciler) patchStatus(ctx context.Context, s *scope
 		return fmt.Errorf("patching status: %w", err)
 	}
 	if err == nil {
-		observeTransitions(s.base, s.rr)
-		journaledStarts(s.base, s.rr)
-		logOutcome(ctx, s.base, s.rr)
-		r.announceFixHeld(s.base, s.rr)
+		for _, effect := range afterWrite {
+			effect(ctx, s.base, s.rr)
+		}
 	}
 	// A second patch in the same reconcile (deletion) diffs from what was written.
 	s.base = s.rr.DeepCopy()
 	return nil
+}
+
+// afterWrite are the effects of a status write from before to after, carried out
+// only once the API server applied it, so that a reconcile retried after a failed
+// write does not repeat them. Deriving the status (lifecycle.Derive) writes nothing
+// and records nothing.
+var afterWrite = []func(ctx context.Context, before, after *v1alpha1.RemediationRequest){
+	// The metrics of phase changes and of the steps that ended.
+	func(_ context.Context, before, after *v1alpha1.RemediationRequest) { observeTransitions(before, after) },
+	// The crash points of make chaos right after a step's start is journaled.
+	func(_ context.Context, before, after *v1alpha1.RemediationRequest) { journaledStarts(before, after) },
+	// The outcome's one log line.
+	logOutcome,
 }
 
 // journaledStarts passes the after-journal failpoint of each step whose start the

@@ -27,7 +27,7 @@ import (
 //	Failed                        False, Succeeded's reason (StepFailed, ...)  True
 //	any other phase               Unknown                                   -
 //
-// FixHeld (fix verification) does not enter Ready: a Succeeded request whose incident came
+// FixHeld (package verification) does not enter Ready: a Succeeded request whose incident came
 // back is still Ready True, because the playbook did succeed and nothing will run it
 // again, so a Ready=False there would leave kubectl wait, Flux and kstatus waiting for
 // a change that never comes. FixHeld=False, its Warning Event, the metric and the

@@ -1,6 +1,7 @@
 // Package requests reads RemediationRequests as the controller's runnables do:
-// unstructured, each decoded on its own, in the order they came; and backs off a
-// request whose reconcile failed the same way in each of them.
+// unstructured, each decoded on its own, in the order they came; backs off a request
+// whose reconcile failed the same way in each of them; and bounds what each of them
+// writes about a request (bounded.go).
 package requests
 
 import (

@@ -31,6 +31,7 @@ import (
 	"github.com/remediator/remediator/controllers/facts"
 	"github.com/remediator/remediator/controllers/pause"
 	"github.com/remediator/remediator/controllers/policyreload"
+	"github.com/remediator/remediator/controllers/verification"
 	"github.com/remediator/remediator/internal/cmd/cmdutil"
 	"github.com/remediator/remediator/policies"
 	"github.com/remediator/remediator/remediations"
@@ -112,7 +113,7 @@ func (o *Options) addFlags(f *pflag.FlagSet) {
 	f.DurationVar(&o.evictionTimeout, "eviction-timeout", remediations.DefaultTimeouts.Eviction, "How long evictions refused by a PodDisruptionBudget are retried before the playbook fails")
 	f.DurationVar(&o.podTerminationTimeout, "pod-termination-timeout", remediations.DefaultTimeouts.PodTermination, "How long to wait for evicted pods to terminate before the playbook fails")
 	f.DurationVar(&o.pluginRestartTimeout, "plugin-restart-timeout", remediations.DefaultTimeouts.PluginRestart, "How long to wait for a replacement node-plugin pod, and then for the driver to be registered again")
-	f.DurationVar(&o.verifyFixFor, "verify-fix-for", controllers.DefaultVerifyFixFor,
+	f.DurationVar(&o.verifyFixFor, "verify-fix-for", verification.DefaultVerifyFixFor,
 		"How long after a request Succeeded the controller watches its Lease or node for the incident coming back (condition FixHeld, a Warning Event, remediator_fix_not_held_total); it only reads. 0 turns verification off")
 	f.IntVar(&o.maxConcurrent, "max-concurrent-remediations", 2,
 		"Disruptive playbooks (cordon, evict, node-plugin restart) that may run at once across the cluster; more allowed requests wait (phase Waiting) and start, oldest first, when one finishes. Lease releases for holders proven down are not capped. 0 means no cap")
@@ -195,6 +196,9 @@ func (o *Options) Run(ctx context.Context) error {
 	r := o.reconciler(mgr, policy, playbooks, namespaces, pause, serverClock)
 	if err := r.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the RemediationRequest controller: %w", err)
+	}
+	if err := o.verifier(mgr, r).SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("setting up the verification of fixes: %w", err)
 	}
 	if err := o.addRunnables(mgr, policy, serverClock); err != nil {
 		return err
@@ -285,9 +289,23 @@ func (o *Options) reconciler(mgr ctrl.Manager, policy *policies.Engine, playbook
 		Pause:          pause,
 		Timeouts: remediations.Timeouts{Step: o.stepTimeout, Eviction: o.evictionTimeout, PodTermination: o.podTerminationTimeout,
 			PluginRestart: o.pluginRestartTimeout},
-		Recorder:     mgr.GetEventRecorderFor("remediator"),
-		VerifyFixFor: o.verifyFixFor,
-		Clock:        serverClock,
+		Recorder: mgr.GetEventRecorderFor("remediator"),
+		Clock:    serverClock,
+	}
+}
+
+// verifier verifies the fixes of the requests r makes Succeed (--verify-fix-for), on
+// r's gatherer, namespaces and clock.
+func (o *Options) verifier(mgr ctrl.Manager, r *controllers.RemediationRequestReconciler) *verification.Reconciler {
+	return &verification.Reconciler{
+		Client:        mgr.GetClient(),
+		Gatherer:      r.Gatherer,
+		StuckLeaseAge: o.gates.HealthyStuckLeaseAge,
+		Window:        o.verifyFixFor,
+		Namespaces:    r.Namespaces,
+		Recorder:      mgr.GetEventRecorderFor("remediator"),
+		Clock:         r.Clock,
+		Workers:       o.workers,
 	}
 }
 
@@ -296,6 +314,9 @@ func (o *Options) reconciler(mgr ctrl.Manager, policy *policies.Engine, playbook
 func (o *Options) addRunnables(mgr ctrl.Manager, policy *policies.Engine, serverClock *facts.ServerClock) error {
 	if err := controllers.RegisterMetrics(mgr.GetClient(), policy, mgr.Elected(), o.version); err != nil {
 		return fmt.Errorf("registering metrics: %w", err)
+	}
+	if err := verification.RegisterMetrics(); err != nil {
+		return fmt.Errorf("registering the verification's metrics: %w", err)
 	}
 	if o.detectInterval > 0 {
 		g := controllers.DetectGatherer(mgr, o.facts)

@@ -25,9 +25,9 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 
-	"github.com/remediator/remediator/controllers"
 	"github.com/remediator/remediator/controllers/detection"
 	"github.com/remediator/remediator/controllers/facts"
+	"github.com/remediator/remediator/controllers/verification"
 	"github.com/remediator/remediator/remediations"
 	"github.com/remediator/remediator/test/harness/helmchart"
 )
@@ -215,7 +215,7 @@ func TestDefaultsAreTheFlagDefaults(t *testing.T) {
 		"remediations.DefaultGates.UnreachableMinLeaseAge": remediations.DefaultGates.UnreachableMinLeaseAge.String(),
 		"remediations.DefaultGates.HealthyStuckLeaseAge":   remediations.DefaultGates.HealthyStuckLeaseAge.String(),
 		"detection.DefaultInterval":                        detection.DefaultInterval.String(),
-		"controllers.DefaultVerifyFixFor":                  controllers.DefaultVerifyFixFor.String(),
+		"verification.DefaultVerifyFixFor":                 verification.DefaultVerifyFixFor.String(),
 	})
 	// --policy-reload-interval is passed only with policies.
 	args := map[string]string{}

@@ -1,9 +1,11 @@
-package controllers
+package verification
 
 import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -105,7 +107,7 @@ func TestJudgeFix(t *testing.T) {
 // that turns FixHeld False, and only with it.
 func TestAnnounceFixHeld(t *testing.T) {
 	rec := record.NewFakeRecorder(10)
-	r := &RemediationRequestReconciler{Recorder: rec}
+	r := &Reconciler{Recorder: rec}
 	with := func(st metav1.ConditionStatus) *v1alpha1.RemediationRequest {
 		rr := &v1alpha1.RemediationRequest{Spec: v1alpha1.RemediationRequestSpec{Remediation: v1alpha1.RemediationReregisterCSIDriver}}
 		if st != "" {
@@ -122,4 +124,12 @@ func TestAnnounceFixHeld(t *testing.T) {
 	assert.InDelta(t, before+1, value(t, counter), 0)
 	require.Len(t, rec.Events, 1)
 	assert.Equal(t, "Warning FixNotHeld the message", <-rec.Events)
+}
+
+// value reads a counter.
+func value(t *testing.T, m prometheus.Metric) float64 {
+	t.Helper()
+	var out dto.Metric
+	require.NoError(t, m.Write(&out))
+	return out.Counter.GetValue()
 }

@@ -1,12 +1,13 @@
-package controllers
+package requests
 
 // Bounds on every string the controller writes about a request. Part of what it
 // writes comes from outside: the break-glass annotation, an API server's error, a
 // Lease's holderIdentity, an Event's message, a policy's decision. One value over a
 // limit the API server enforces makes the whole status write fail with 422, every
 // time: the journal would never advance, and a running playbook would hold its slot
-// for good. So patchStatus bounds the status it writes, and the reconcilers' Event
-// recorder bounds the Events, in one place each; no call site has to remember to.
+// for good. So each runnable's status write bounds the status it writes (BoundStatus),
+// and its Event recorder bounds the Events (BoundEvents), in one place each; no call
+// site has to remember to.
 
 import (
 	"fmt"
@@ -21,32 +22,28 @@ import (
 )
 
 const (
-	// maxConditionMessage is metav1.Condition's limit on a message (the CRD's
+	// MaxConditionMessage is metav1.Condition's limit on a message (the CRD's
 	// maxLength, enforced by the API server).
-	maxConditionMessage = 32768
-	// maxStatusString bounds every string in a request's status: a policy's longest
+	MaxConditionMessage = 32768
+	// MaxStatusString bounds every string in a request's status: a policy's longest
 	// message with what the controller adds to it (a prefix, a recheck time) is kept
-	// whole, and a condition message stays well under maxConditionMessage. A status
+	// whole, and a condition message stays well under MaxConditionMessage. A status
 	// of a few dozen such strings stays far from etcd's object size limit.
-	maxStatusString = policies.MaxMessageLength + 4096
-	// maxEventMessage bounds an Event's message: events.k8s.io/v1 refuses a note over
+	MaxStatusString = policies.MaxMessageLength + 4096
+	// MaxEventMessage bounds an Event's message: events.k8s.io/v1 refuses a note over
 	// 1024 bytes, and client-go's recorder prefixes eventAggregatedPrefix to the
 	// message when it folds similar Events into one.
-	maxEventMessage = 1024 - len(eventAggregatedPrefix)
-	// maxBreakGlassReason bounds the break-glass reason shown in the condition: the
-	// chart's admission policy bounds the annotation to as much, so a reason it
-	// admitted is shown whole.
-	maxBreakGlassReason = 1024
+	MaxEventMessage = 1024 - len(eventAggregatedPrefix)
 )
 
 // eventAggregatedPrefix is what client-go's EventAggregator puts before the message
 // of an Event that stands for several similar ones (tools/record, events_cache.go).
 const eventAggregatedPrefix = "(combined from similar events): "
 
-// bound returns s if it is at most limit bytes, else s cut at a character boundary
+// Bound returns s if it is at most limit bytes, else s cut at a character boundary
 // with a marker saying how much was cut, the whole at most limit bytes (for a limit
 // longer than the marker, as all of the controller's are).
-func bound(s string, limit int) string {
+func Bound(s string, limit int) string {
 	if len(s) <= limit {
 		return s
 	}
@@ -61,13 +58,13 @@ func bound(s string, limit int) string {
 
 func cutMarker(n int) string { return fmt.Sprintf("… (%d bytes cut)", n) }
 
-// boundStatus bounds every string of st (conditions, decision, journal, facts) to
-// maxStatusString. It walks the whole status rather than a list of fields, so that a
+// BoundStatus bounds every string of st (conditions, decision, journal, facts) to
+// MaxStatusString. It walks the whole status rather than a list of fields, so that a
 // field added later is bounded too; the names and identifiers in it are far shorter
 // and never cut. Bounding what was already bounded changes nothing, so a status read
 // back compares equal to the one computed again.
-func boundStatus(st *v1alpha1.RemediationRequestStatus) {
-	boundStrings(reflect.ValueOf(st).Elem(), maxStatusString)
+func BoundStatus(st *v1alpha1.RemediationRequestStatus) {
+	boundStrings(reflect.ValueOf(st).Elem(), MaxStatusString)
 }
 
 func boundStrings(v reflect.Value, limit int) {
@@ -98,19 +95,19 @@ func boundStrings(v reflect.Value, limit int) {
 		}
 	case reflect.String:
 		if v.Len() > limit {
-			v.SetString(bound(v.String(), limit))
+			v.SetString(Bound(v.String(), limit))
 		}
 	}
 }
 
-// boundedRecorder bounds the message of every Event it records to maxEventMessage.
+// boundedRecorder bounds the message of every Event it records to MaxEventMessage.
 type boundedRecorder struct {
 	record.EventRecorder
 }
 
-// boundEvents returns rec recording bounded messages; nil stays nil, and a recorder
+// BoundEvents returns rec recording bounded messages; nil stays nil, and a recorder
 // already bounded is returned as it is.
-func boundEvents(rec record.EventRecorder) record.EventRecorder {
+func BoundEvents(rec record.EventRecorder) record.EventRecorder {
 	if _, ok := rec.(boundedRecorder); ok || rec == nil {
 		return rec
 	}
@@ -118,7 +115,7 @@ func boundEvents(rec record.EventRecorder) record.EventRecorder {
 }
 
 func (b boundedRecorder) Event(obj runtime.Object, eventtype, reason, message string) {
-	b.EventRecorder.Event(obj, eventtype, reason, bound(message, maxEventMessage))
+	b.EventRecorder.Event(obj, eventtype, reason, Bound(message, MaxEventMessage))
 }
 
 func (b boundedRecorder) Eventf(obj runtime.Object, eventtype, reason, messageFmt string, args ...any) {
@@ -126,5 +123,5 @@ func (b boundedRecorder) Eventf(obj runtime.Object, eventtype, reason, messageFm
 }
 
 func (b boundedRecorder) AnnotatedEventf(obj runtime.Object, annotations map[string]string, eventtype, reason, messageFmt string, args ...any) {
-	b.EventRecorder.AnnotatedEventf(obj, annotations, eventtype, reason, "%s", bound(fmt.Sprintf(messageFmt, args...), maxEventMessage))
+	b.EventRecorder.AnnotatedEventf(obj, annotations, eventtype, reason, "%s", Bound(fmt.Sprintf(messageFmt, args...), MaxEventMessage))
 }

@@ -1,4 +1,4 @@
-package controllers
+package requests
 
 import (
 	"strings"
@@ -31,13 +31,13 @@ func TestBound(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			got := bound(tc.in, tc.limit)
+			got := Bound(tc.in, tc.limit)
 			assert.Equal(t, tc.want, got)
 			assert.True(t, utf8.ValidString(got))
 			if len(tc.in) > tc.limit && tc.limit >= len(cutMarker(len(tc.in))) {
 				assert.LessOrEqual(t, len(got), tc.limit)
 			}
-			assert.Equal(t, got, bound(got, max(tc.limit, len(got))), "bounding again changes nothing")
+			assert.Equal(t, got, Bound(got, max(tc.limit, len(got))), "bounding again changes nothing")
 		})
 	}
 }
@@ -58,28 +58,28 @@ func TestBoundStatus(t *testing.T) {
 			Lease:  &v1alpha1.LeaseFacts{Name: "pv", HolderIdentity: holder, LastRetainedMessage: huge},
 		},
 	}
-	boundStatus(&st)
+	BoundStatus(&st)
 	for what, s := range map[string]string{
 		"condition": st.Conditions[0].Message, "decision": st.Decision.Message, "reason": st.Decision.Reasons[1],
 		"step": st.Steps[0].Message, "target": st.Facts.Target.Message, "holder": st.Facts.Lease.HolderIdentity,
 		"retained": st.Facts.Lease.LastRetainedMessage,
 	} {
-		assert.LessOrEqual(t, len(s), maxStatusString, what)
-		assert.Less(t, maxStatusString, maxConditionMessage, "well under a condition's limit")
+		assert.LessOrEqual(t, len(s), MaxStatusString, what)
+		assert.Less(t, MaxStatusString, MaxConditionMessage, "well under a condition's limit")
 		assert.Regexp(t, `x… \(\d+ bytes cut\)$`, s, what)
 	}
 	assert.Equal(t, "short", st.Decision.Reasons[0])
 	assert.Equal(t, "pv", st.Facts.Lease.Name)
 	assert.Equal(t, v1alpha1.PhaseRejected, st.Phase)
 	again := *st.DeepCopy()
-	boundStatus(&again)
+	BoundStatus(&again)
 	assert.Equal(t, st, again)
 }
 
 func TestBoundedRecorder(t *testing.T) {
 	fake := record.NewFakeRecorder(3)
-	rec := boundEvents(fake)
-	assert.Equal(t, rec, boundEvents(rec), "bounded once")
+	rec := BoundEvents(fake)
+	assert.Equal(t, rec, BoundEvents(rec), "bounded once")
 	huge := strings.Repeat("é", 4096)
 	rec.Event(&v1alpha1.RemediationRequest{}, "Warning", "R", huge)
 	rec.Eventf(&v1alpha1.RemediationRequest{}, "Warning", "R", "reason: %s", huge)

@@ -1,7 +1,9 @@
-package controllers_test
+package verification_test
 
 import (
 	"context"
+	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -10,19 +12,150 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/remediator/remediator/api/v1alpha1"
 	"github.com/remediator/remediator/controllers"
 	"github.com/remediator/remediator/controllers/facts"
+	"github.com/remediator/remediator/controllers/pause"
+	"github.com/remediator/remediator/controllers/verification"
+	"github.com/remediator/remediator/policies"
+	"github.com/remediator/remediator/remediations"
+	"github.com/remediator/remediator/test/testenv"
 )
 
-// verifyFor sets the verification window.
-func verifyFor(d time.Duration) func(*controllers.RemediationRequestReconciler) {
-	return func(r *controllers.RemediationRequestReconciler) { r.VerifyFixFor = d }
+var env *testenv.Env
+
+func TestMain(m *testing.M) { testenv.Main(m, &env) }
+
+// verifyFor is the verification window a manager runs with.
+type verifyFor time.Duration
+
+// startManager runs the request reconciler and the verification of fixes for window,
+// the way `remediator controller` wires them.
+func startManager(t *testing.T, window verifyFor) {
+	t.Helper()
+	startStoppableManager(t, window)
+}
+
+// startStoppableManager is startManager, and returns what stops the manager before
+// the test ends (a controller restart); the test's cleanup stops it otherwise.
+func startStoppableManager(t *testing.T, window verifyFor) (stop func()) {
+	t.Helper()
+	cacheOpts, clientOpts := controllers.CacheOptions(facts.DefaultConfig(), nil, types.NamespacedName{}, true)
+	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
+		Scheme:  scheme.Scheme,
+		Cache:   cacheOpts,
+		Client:  clientOpts,
+		Metrics: metricsserver.Options{BindAddress: "0"},
+		// Each test starts its own manager in this process.
+		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
+	})
+	require.NoError(t, err)
+	// The controller's namespace, where admission keeps the slots Lease.
+	ensureNamespaces(t, pause.DefaultConfigMap.Namespace)
+	require.NoError(t, controllers.PrepareCache(context.Background(), mgr))
+	decide, recheck, recheckRelease := controllers.Gatherers(mgr, facts.DefaultConfig())
+	policy, err := policies.Embedded()
+	require.NoError(t, err)
+	playbooks, err := remediations.DefaultPlaybooks()
+	require.NoError(t, err)
+	recorder := mgr.GetEventRecorderFor("remediator-test")
+	r := &controllers.RemediationRequestReconciler{
+		Client:         mgr.GetClient(),
+		Reader:         mgr.GetAPIReader(),
+		Gatherer:       decide,
+		Recheck:        recheck,
+		RecheckRelease: recheckRelease,
+		Workers:        4,
+		Policy:         policy,
+		Playbooks:      playbooks,
+		Timeouts:       remediations.DefaultTimeouts,
+		Recorder:       recorder,
+	}
+	require.NoError(t, r.SetupWithManager(mgr))
+	v := &verification.Reconciler{Client: mgr.GetClient(), Gatherer: decide, Window: time.Duration(window), Recorder: recorder, Workers: 4}
+	require.NoError(t, v.SetupWithManager(mgr))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	stop = sync.OnceFunc(func() {
+		cancel()
+		assert.NoError(t, <-done, "manager")
+	})
+	t.Cleanup(stop)
+	return stop
+}
+
+func ensureNamespaces(t *testing.T, names ...string) {
+	t.Helper()
+	for _, ns := range names {
+		err := env.Client.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
+		if !apierrors.IsAlreadyExists(err) {
+			require.NoError(t, err, "creating namespace %s", ns)
+		}
+	}
+}
+
+// eventually polls cond until it holds or the deadline passes.
+func eventually(t *testing.T, what string, cond func() (bool, string)) {
+	t.Helper()
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		ok, state := cond()
+		assert.True(c, ok, "last state: %s", state)
+	}, 20*time.Second, 100*time.Millisecond, "timed out waiting for %s", what)
+}
+
+// waitRequest waits until the request satisfies cond and returns it.
+func waitRequest(t *testing.T, key client.ObjectKey, what string, cond func(*v1alpha1.RemediationRequest) bool) *v1alpha1.RemediationRequest {
+	t.Helper()
+	got := &v1alpha1.RemediationRequest{}
+	eventually(t, what, func() (bool, string) {
+		if err := env.Client.Get(context.Background(), key, got); err != nil {
+			return false, err.Error()
+		}
+		return cond(got), fmt.Sprintf("phase %s, conditions %+v, outcome %+v", got.Status.Phase, got.Status.Conditions, got.Status.Outcome)
+	})
+	return got
+}
+
+// shutdownLease stages incident A with a holder that is shut down: the node-shutdown
+// playbook releases the Lease at once. It returns the Lease.
+func shutdownLease(t *testing.T, node, pv string) *coordinationv1.Lease {
+	t.Helper()
+	ctx := context.Background()
+	c := env.Client
+	n := &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: node},
+		Spec:       corev1.NodeSpec{Taints: []corev1.Taint{{Key: v1alpha1.TaintOutOfService, Value: "nodeshutdown", Effect: corev1.TaintEffectNoExecute}}},
+	}
+	require.NoError(t, c.Create(ctx, n))
+	n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionFalse, Reason: "KubeletNotReady", LastTransitionTime: metav1.Now()}}
+	require.NoError(t, c.Status().Update(ctx, n))
+	lease := &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "trident", Name: pv},
+		Spec:       coordinationv1.LeaseSpec{HolderIdentity: &node, AcquireTime: &metav1.MicroTime{Time: time.Now().Add(-time.Hour)}},
+	}
+	require.NoError(t, c.Create(ctx, lease))
+	require.NoError(t, c.Create(ctx, &corev1.PersistentVolume{
+		ObjectMeta: metav1.ObjectMeta{Name: pv},
+		Spec: corev1.PersistentVolumeSpec{
+			Capacity:               corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
+			AccessModes:            []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany},
+			PersistentVolumeSource: corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{Driver: facts.DefaultDriverName, VolumeHandle: pv}},
+		},
+	}))
+	return lease
 }
 
 // fixHeld is the request's FixHeld condition, or nil.

@@ -1,0 +1,159 @@
+package verification
+
+// The verdict on a fix, from the facts alone.
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/remediator/remediator/api/v1alpha1"
+)
+
+// verdict is ConditionFixHeld at one check, and when to check again.
+type verdict struct {
+	status          metav1.ConditionStatus
+	reason, message string
+	// until is when the verdict becomes final if nothing comes back: the window's
+	// end, or later while a Lease re-taken within it is not yet proven stuck.
+	until time.Time
+}
+
+// verifyTarget is the request whose facts the verification gathers: the released
+// Lease by its name (a pod or claim target may be gone after the playbook moved
+// it), or the target node; nil when the decision recorded neither.
+func verifyTarget(rr *v1alpha1.RemediationRequest) *v1alpha1.RemediationRequest {
+	o := rr.DeepCopy()
+	switch rr.Spec.Remediation {
+	case v1alpha1.RemediationReleaseLUKSLease:
+		f := rr.Status.Facts
+		if f == nil || f.Lease == nil || f.Lease.Name == "" {
+			return nil
+		}
+		o.Spec.Target = v1alpha1.Target{PersistentVolume: f.Lease.Name}
+		o.Spec.TridentNamespace = f.Lease.Namespace
+		return o
+	case v1alpha1.RemediationReregisterCSIDriver:
+		return o
+	}
+	return nil
+}
+
+// releasedLeaseUID is the UID of the Lease the playbook deleted: the deleteLease
+// step's, else the decision's.
+func releasedLeaseUID(rr *v1alpha1.RemediationRequest) string {
+	for _, st := range rr.Status.Steps {
+		if st.Name == v1alpha1.StepDeleteLease && st.ObjectUID != "" {
+			return st.ObjectUID
+		}
+	}
+	if f := rr.Status.Facts; f != nil && f.Lease != nil {
+		return f.Lease.UID
+	}
+	return ""
+}
+
+// judgeFix is the verdict on facts f gathered at now, for a window [start, end).
+// stuck is the safety floor's healthy stuck age: the age from which a Lease without
+// a LeaseRetained event counts as stuck (remediations' provenStuck).
+func judgeFix(rr *v1alpha1.RemediationRequest, f *v1alpha1.Facts, start, end, now time.Time, stuck time.Duration) verdict {
+	until := end
+	switch {
+	case f == nil:
+		// Nothing read yet.
+	case rr.Spec.Remediation == v1alpha1.RemediationReleaseLUKSLease:
+		if v, ok := leaseAgain(rr, f, end, stuck, &until); ok {
+			return v
+		}
+	case rr.Spec.Remediation == v1alpha1.RemediationReregisterCSIDriver:
+		if v, ok := driverAgain(f); ok {
+			return v
+		}
+	}
+	if !now.Before(until) {
+		return verdict{status: metav1.ConditionTrue, reason: v1alpha1.ReasonNoRecurrence, until: until,
+			message: fmt.Sprintf("No %s from %s to %s", incidentOf(rr), stamp(start), stamp(until))}
+	}
+	return verdict{status: metav1.ConditionUnknown, reason: v1alpha1.ReasonVerifying, until: until,
+		message: fmt.Sprintf("Watching for %s from %s until %s", incidentOf(rr), stamp(start), stamp(until))}
+}
+
+// incidentOf names what the verification watches for, from the decision's facts
+// (verifyTarget made sure they name the Lease).
+func incidentOf(rr *v1alpha1.RemediationRequest) string {
+	f := rr.Status.Facts
+	if rr.Spec.Remediation == v1alpha1.RemediationReregisterCSIDriver {
+		driver := ""
+		if f != nil {
+			driver = f.DriverName
+		}
+		return fmt.Sprintf("deregistration of %s from CSINode %s", driver, rr.Spec.Target.Node)
+	}
+	return fmt.Sprintf("Lease %s/%s retained again by node %s", f.Lease.Namespace, f.Lease.Name, f.Lease.HolderIdentity)
+}
+
+// leaseAgain: the Lease of the released name is held again, as a new Lease, by the
+// holder it was released from, since before the window ended, and is retained: a
+// LeaseRetained Warning names its UID (the gatherer counts only those since its hold
+// began), or it is stuck-old. A re-taken Lease not yet proven stuck extends *until
+// to the time it would be, so that a re-take late in the window is judged too. A
+// Lease taken by another node is that node's operation, not this incident.
+func leaseAgain(rr *v1alpha1.RemediationRequest, f *v1alpha1.Facts, end time.Time, stuck time.Duration, until *time.Time) (verdict, bool) {
+	was := rr.Status.Facts.Lease
+	l := f.Lease
+	if l == nil || !l.Exists || l.UID == releasedLeaseUID(rr) || l.HolderIdentity == "" || l.HolderIdentity != was.HolderIdentity {
+		return verdict{}, false
+	}
+	if l.HeldSince == nil {
+		return verdict{}, false
+	}
+	held := l.HeldSince.Time
+	if !held.Before(end) {
+		return verdict{}, false
+	}
+	age := time.Duration(l.AgeSeconds) * time.Second
+	var evidence string
+	switch {
+	case l.RetainedEvents > 0:
+		evidence = fmt.Sprintf("%d LeaseRetained Warning event(s) name it, the last: %q", l.RetainedEvents, l.LastRetainedMessage)
+	case age >= stuck:
+		evidence = fmt.Sprintf("it is %s old, past the safety floor's %s for a Lease without LeaseRetained events", age, stuck)
+	default:
+		if t := held.Add(stuck); t.After(*until) {
+			*until = t
+		}
+		return verdict{}, false
+	}
+	return verdict{status: metav1.ConditionFalse, reason: v1alpha1.ReasonLeaseRetainedAgain, message: fmt.Sprintf(
+		"Lease %s/%s was taken again by node %s (UID %s, held since %s) and is retained: %s. Releasing it did not fix the cause: "+
+			"investigate the root cause on node %s (the cryptsetup error in the Lease's events, the trident-main logs) instead of repeating the playbook",
+		l.Namespace, l.Name, l.HolderIdentity, l.UID, stamp(held), evidence, l.HolderIdentity)}, true
+}
+
+// driverAgain: the node's CSINode lacks the driver again while a Ready, not
+// terminating node-plugin pod runs there, remediator scan's DeregisteredDriver. A
+// plugin pod being replaced (none Ready) is a rollout, which registers again.
+func driverAgain(f *v1alpha1.Facts) (verdict, bool) {
+	cf := f.CSI
+	if f.Node == nil || !f.Node.Exists || cf == nil || cf.DriverRegistered {
+		return verdict{}, false
+	}
+	var ready []string
+	for _, p := range cf.PluginPods {
+		if p.Ready && p.DeletionTimestamp == nil {
+			ready = append(ready, p.String())
+		}
+	}
+	if len(ready) == 0 {
+		return verdict{}, false
+	}
+	return verdict{status: metav1.ConditionFalse, reason: v1alpha1.ReasonDriverDeregisteredAgain, message: fmt.Sprintf(
+		"CSINode %s does not list %s again while node-plugin pod(s) run there: %s. Restarting the plugin did not fix the cause: "+
+			"investigate why the registration is dropped (overlapping node-plugin pods, the trident-operator recreating its DaemonSet, the driver-registrar's logs) instead of repeating the playbook",
+		f.Node.Name, f.DriverName, strings.Join(ready, ", "))}, true
+}
+
+// stamp renders a time as the messages show it.
+func stamp(t time.Time) string { return t.UTC().Format(time.RFC3339) }

@@ -1,0 +1,355 @@
+// Package verification says whether a fix held: for --verify-fix-for after a request
+// Succeeded, it re-reads the same Lease or node and sets ConditionFixHeld on whether
+// the incident came back. It only reads (through the decision's gatherer) and only
+// writes the request's status and an Event: a fix that did not hold calls for an
+// operator to find the cause, never for the playbook to run again. It is a runnable
+// of its own, beside the request reconciler, so that a read that fails here can
+// never fail or slow the reconcile that records the success.
+//
+// The window is counted from status.outcome.finishedAt (else the Succeeded
+// condition's lastTransitionTime), both in status, so that a restarted controller
+// goes on with the window the previous one began. The request is reconciled while
+// the window lasts: requeued at most verifyPoll apart and at the window's end, and at
+// once when a watched Lease, LeaseRetained event or CSINode of its target changes
+// (IndexVerifying). Ready is left alone: it says the playbook succeeded, which stays
+// true; FixHeld=False, the Warning Event, the metric and the RemediationFixDidNotHold
+// alert say that the incident is back.
+package verification
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	kerrors "k8s.io/apimachinery/pkg/util/errors"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/remediator/remediator/api/v1alpha1"
+	"github.com/remediator/remediator/controllers/facts"
+	"github.com/remediator/remediator/controllers/requests"
+	"github.com/remediator/remediator/remediations"
+)
+
+// What verification reads and writes; the request reconciler's markers cover it too.
+// +kubebuilder:rbac:groups=remediator.io,resources=remediationrequests,verbs=get;list;watch
+// +kubebuilder:rbac:groups=remediator.io,resources=remediationrequests/status,verbs=patch
+// +kubebuilder:rbac:groups="",resources=events,verbs=create;patch;list;watch
+// +kubebuilder:rbac:groups=storage.k8s.io,resources=csinodes,verbs=get;list;watch
+// +kubebuilder:rbac:groups=coordination.k8s.io,namespace=trident,resources=leases,verbs=get;list;watch
+
+// DefaultVerifyFixFor is --verify-fix-for's default.
+const DefaultVerifyFixFor = 15 * time.Minute
+
+// verifyPoll bounds the time between two checks: a node-plugin pod turning Ready (a
+// part of the CSI verdict) is not watched, and a Lease reaches the stuck age without
+// any event.
+const verifyPoll = time.Minute
+
+// IndexVerifying is the field index of the requests in their verification window,
+// on the manager's cache of unstructured requests: "lease/<namespace>/<name>"
+// (release-luks-lease) or "node/<name>" (reregister-csi-driver), so that a change of
+// that Lease, its LeaseRetained events or that CSINode reconciles exactly those.
+const IndexVerifying = "remediator.io/verifying"
+
+// Reconciler verifies the fixes of Succeeded requests.
+type Reconciler struct {
+	// Client reads requests from the manager's cache (unstructured, with
+	// IndexVerifying) and writes their status.
+	Client client.Client
+	// Gatherer gathers the facts of the request's Lease or node: the decision's.
+	Gatherer *facts.Gatherer
+	// StuckLeaseAge is the safety floor's healthy stuck age (--floor-healthy-lease-age):
+	// the age from which a re-taken Lease without LeaseRetained events counts as
+	// retained; zero means remediations.DefaultGates'.
+	StuckLeaseAge time.Duration
+	// Window is how long after a request Succeeded its fix is verified
+	// (--verify-fix-for); zero turns verification off.
+	Window time.Duration
+	// Namespaces are the namespaces whose requests are this controller's; empty
+	// means all. The cache is restricted too, but a reconcile's Get is not.
+	Namespaces []string
+	Recorder   record.EventRecorder
+	// Clock is the request reconciler's: the windows start on the time it records in
+	// status.outcome. nil means the real clock.
+	Clock clock.PassiveClock
+	// Workers is how many requests are verified at once; zero means one.
+	Workers int
+}
+
+// scope carries one reconcile's request and the copy its status patch is computed from.
+type scope struct {
+	rr   *v1alpha1.RemediationRequest
+	base *v1alpha1.RemediationRequest
+	now  time.Time
+}
+
+// SetupWithManager registers the index and the controller, when verification is on.
+// Requests are reconciled when they become Succeeded (and at start, for those a
+// previous controller was verifying), and on an edit, as the request reconciler
+// does; the objects a fix is verified on come from the cache the facts are read from
+// (the Trident namespace's Leases and LeaseRetained events, all CSINodes), without
+// the node Leases' renewals every few seconds.
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if r.Window <= 0 {
+		return nil
+	}
+	r.Recorder = requests.BoundEvents(r.Recorder)
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), requests.NewUnstructured(), IndexVerifying, indexKeys); err != nil {
+		return fmt.Errorf("indexing requests for verification: %w", err)
+	}
+	notNodeLease := predicate.NewPredicateFuncs(func(o client.Object) bool { return o.GetNamespace() != corev1.NamespaceNodeLease })
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("verification").
+		For(requests.NewUnstructured(), builder.WithPredicates(toVerify)).
+		Watches(&coordinationv1.Lease{}, handler.EnqueueRequestsFromMapFunc(r.verifyingOn), builder.WithPredicates(notNodeLease)).
+		Watches(&corev1.Event{}, handler.EnqueueRequestsFromMapFunc(r.verifyingOn)).
+		Watches(&storagev1.CSINode{}, handler.EnqueueRequestsFromMapFunc(r.verifyingOn)).
+		WithOptions(controller.Options{MaxConcurrentReconciles: max(1, r.Workers), RateLimiter: requests.RateLimiter()}).
+		Complete(r)
+}
+
+// toVerify passes a request whose FixHeld is still open (pending) when it shows up
+// (the informer's first list included), becomes Succeeded, or is edited. Its own
+// status writes do not bring it back: the window's requeues do.
+var toVerify = predicate.Funcs{
+	CreateFunc: func(e event.CreateEvent) bool { return pending(e.Object) },
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		return pending(e.ObjectNew) && (requests.PhaseOf(e.ObjectOld) != v1alpha1.PhaseSucceeded ||
+			e.ObjectOld.GetGeneration() != e.ObjectNew.GetGeneration() ||
+			!apiequality.Semantic.DeepEqual(e.ObjectOld.GetAnnotations(), e.ObjectNew.GetAnnotations()))
+	},
+	DeleteFunc:  func(event.DeleteEvent) bool { return false },
+	GenericFunc: func(event.GenericEvent) bool { return false },
+}
+
+// pending: a Succeeded request without a final FixHeld (none yet, or Unknown).
+func pending(o client.Object) bool {
+	u, ok := o.(*unstructured.Unstructured)
+	if !ok || requests.PhaseOf(u) != v1alpha1.PhaseSucceeded {
+		return false
+	}
+	rr := requests.GuardView(u)
+	c := meta.FindStatusCondition(rr.Status.Conditions, v1alpha1.ConditionFixHeld)
+	return c == nil || c.Status == metav1.ConditionUnknown
+}
+
+// Reconcile is fetch -> verify -> one deferred status patch.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.Result, retErr error) {
+	if !r.inScope(req.Namespace) {
+		return ctrl.Result{}, nil
+	}
+	u := requests.NewUnstructured()
+	if err := r.Client.Get(ctx, req.NamespacedName, u); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	log := ctrl.LoggerFrom(ctx).WithValues("remediationRequest", klog.KObj(u))
+	ctx = ctrl.LoggerInto(ctx, log)
+	rr, err := requests.Decode(u)
+	if err != nil {
+		// The request reconciler reports it (EventUndecodable); the edit that fixes
+		// it brings the request back here.
+		log.V(1).Info("Cannot decode the request; its fix is not verified", "error", err.Error())
+		return ctrl.Result{}, nil
+	}
+	if !rr.DeletionTimestamp.IsZero() {
+		return ctrl.Result{}, nil
+	}
+	s := &scope{rr: rr, base: rr.DeepCopy(), now: r.clock().Now()}
+	defer func() {
+		err := r.patchStatus(ctx, s)
+		switch {
+		case apierrors.IsConflict(err) && retErr == nil:
+			// Written since this reconcile read it (by the request reconciler, or by
+			// this one ahead of the cache): look again at the new version.
+			res = ctrl.Result{Requeue: true} //nolint:staticcheck // the rate-limited requeue is the point
+		case err != nil:
+			retErr = kerrors.NewAggregate([]error{retErr, err})
+		}
+	}()
+	return r.verify(ctx, s)
+}
+
+// verify judges a Succeeded request's fix, once its window opened; the verdict is set
+// once and then kept.
+func (r *Reconciler) verify(ctx context.Context, s *scope) (ctrl.Result, error) {
+	rr := s.rr
+	if rr.Status.Phase != v1alpha1.PhaseSucceeded {
+		return ctrl.Result{}, nil
+	}
+	c := meta.FindStatusCondition(rr.Status.Conditions, v1alpha1.ConditionFixHeld)
+	if c != nil && c.Status != metav1.ConditionUnknown {
+		return ctrl.Result{}, nil
+	}
+	target := verifyTarget(rr)
+	if target == nil {
+		return ctrl.Result{}, nil
+	}
+	start := verifyStart(rr)
+	end := start.Add(r.Window)
+	if start.IsZero() || (c == nil && !s.now.Before(end)) {
+		// Succeeded before this controller verified fixes, and its window is over:
+		// nothing was watched, so nothing is claimed.
+		return ctrl.Result{}, nil
+	}
+	if c == nil {
+		// The window opens: Verifying is written even if the read below fails.
+		v := judgeFix(rr, nil, start, end, s.now, 0)
+		setCondition(rr, v.status, v.reason, v.message)
+	}
+	g := *r.Gatherer
+	g.Clock = r.clock()
+	// The pods on the holder that use the volume decide nothing here.
+	g.SkipAffectedPods = true
+	f, err := g.Gather(ctx, target)
+	if err != nil {
+		return ctrl.Result{}, fmt.Errorf("gathering facts to verify the fix: %w", err)
+	}
+	stuck := remediations.Gates{HealthyStuckLeaseAge: r.StuckLeaseAge}.Effective().HealthyStuckLeaseAge
+	v := judgeFix(rr, f, start, end, s.now, stuck)
+	setCondition(rr, v.status, v.reason, v.message)
+	if v.status != metav1.ConditionUnknown {
+		ctrl.LoggerFrom(ctx).Info("Fix verified", "fixHeld", v.status, "reason", v.reason)
+		return ctrl.Result{}, nil
+	}
+	return ctrl.Result{RequeueAfter: max(min(v.until.Sub(s.now), verifyPoll), time.Second)}, nil
+}
+
+// patchStatus writes the status once, bounded, as a merge patch guarded by the
+// resourceVersion it was computed from, and skips the call when nothing changed. The
+// lock keeps a reconcile on a stale read from announcing a verdict twice.
+func (r *Reconciler) patchStatus(ctx context.Context, s *scope) error {
+	requests.BoundStatus(&s.rr.Status)
+	if apiequality.Semantic.DeepEqual(s.base.Status, s.rr.Status) {
+		return nil
+	}
+	err := r.Client.Status().Patch(ctx, s.rr, client.MergeFromWithOptions(s.base, client.MergeFromWithOptimisticLock{}))
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("patching status: %w", err)
+	}
+	r.announceFixHeld(s.base, s.rr)
+	return nil
+}
+
+// verifying reports whether rr is in its verification window: Succeeded, with
+// FixHeld Unknown.
+func verifying(rr *v1alpha1.RemediationRequest) bool {
+	if rr.Status.Phase != v1alpha1.PhaseSucceeded {
+		return false
+	}
+	c := meta.FindStatusCondition(rr.Status.Conditions, v1alpha1.ConditionFixHeld)
+	return c != nil && c.Status == metav1.ConditionUnknown
+}
+
+// verifyStart is when the window of a Succeeded request began: its outcome's
+// finishedAt, else the Succeeded condition's last transition; zero when neither.
+func verifyStart(rr *v1alpha1.RemediationRequest) time.Time {
+	if o := rr.Status.Outcome; o != nil && o.Result == v1alpha1.PhaseSucceeded {
+		return o.FinishedAt.Time
+	}
+	if c := meta.FindStatusCondition(rr.Status.Conditions, v1alpha1.ConditionSucceeded); c != nil && c.Status == metav1.ConditionTrue {
+		return c.LastTransitionTime.Time
+	}
+	return time.Time{}
+}
+
+func leaseKey(ns, name string) string { return "lease/" + ns + "/" + name }
+func nodeKey(name string) string      { return "node/" + name }
+
+// indexKeys are the IndexVerifying keys of a request: its Lease, or its node, while
+// it is in its verification window.
+func indexKeys(o client.Object) []string {
+	u, ok := o.(*unstructured.Unstructured)
+	if !ok {
+		return nil
+	}
+	rr := requests.GuardView(u)
+	return verifyKeys(&rr)
+}
+
+// verifyKeys are the IndexVerifying keys of rr.
+func verifyKeys(rr *v1alpha1.RemediationRequest) []string {
+	f := rr.Status.Facts
+	if !verifying(rr) || f == nil {
+		return nil
+	}
+	switch {
+	case rr.Spec.Remediation == v1alpha1.RemediationReleaseLUKSLease && f.Lease != nil && f.Lease.Name != "":
+		return []string{leaseKey(f.Lease.Namespace, f.Lease.Name)}
+	case rr.Spec.Remediation == v1alpha1.RemediationReregisterCSIDriver && rr.Spec.Target.Node != "":
+		return []string{nodeKey(rr.Spec.Target.Node)}
+	}
+	return nil
+}
+
+// verifyingOn maps a watched object to the requests in scope verifying a fix on it:
+// a Trident Lease, a LeaseRetained event (by the Lease it is about), a CSINode.
+func (r *Reconciler) verifyingOn(ctx context.Context, o client.Object) []reconcile.Request {
+	var key string
+	switch o := o.(type) {
+	case *coordinationv1.Lease:
+		key = leaseKey(o.Namespace, o.Name)
+	case *corev1.Event:
+		if o.InvolvedObject.Kind != "Lease" {
+			return nil
+		}
+		key = leaseKey(o.Namespace, o.InvolvedObject.Name)
+	case *storagev1.CSINode:
+		key = nodeKey(o.Name)
+	default:
+		return nil
+	}
+	list, err := requests.List(ctx, r.Client, client.MatchingFields{IndexVerifying: key})
+	if err != nil {
+		// The window's periodic check (verifyPoll) still sees them.
+		ctrl.LoggerFrom(ctx).Error(err, "Listing the requests verifying a fix", "key", key)
+		return nil
+	}
+	var out []reconcile.Request
+	for _, rr := range list {
+		if r.inScope(rr.Namespace) {
+			out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: rr.Namespace, Name: rr.Name}})
+		}
+	}
+	return out
+}
+
+// inScope reports whether requests in namespace ns are this controller's.
+func (r *Reconciler) inScope(ns string) bool {
+	return len(r.Namespaces) == 0 || slices.Contains(r.Namespaces, ns)
+}
+
+func (r *Reconciler) clock() clock.PassiveClock {
+	if r.Clock == nil {
+		return clock.RealClock{}
+	}
+	return r.Clock
+}
+
+func setCondition(rr *v1alpha1.RemediationRequest, st metav1.ConditionStatus, reason, msg string) {
+	meta.SetStatusCondition(&rr.Status.Conditions, metav1.Condition{
+		Type: v1alpha1.ConditionFixHeld, Status: st, Reason: reason, Message: msg, ObservedGeneration: rr.Generation,
+	})
+}
