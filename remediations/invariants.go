@@ -1,7 +1,5 @@
 package remediations
 
-// The safety floor's invariants: their names, condition reasons and advice (floor.go checks them).
-
 import (
 	"strings"
 
@@ -9,22 +7,19 @@ import (
 )
 
 // Invariant names one rule of the safety floor: a condition under which no
-// destructive step runs, whatever the policy answered. The floor is Go, not CUE, so
-// that a policy loaded from Git (or a mistaken one) cannot lift it. Invariant names
-// are part of the API contract: they appear as the decision's rule, and as the
-// condition reason in CamelCase.
+// destructive step runs, whatever the policy answered. The names are API: the
+// decision's rule, and in CamelCase the condition reason.
 type Invariant string
 
 const (
 	// InvariantHealthyHolderPodsRunning means the holder is Healthy and pods that use the
-	// volume still run on it (or the playbook does not drain them before deleting the
-	// Lease, or which pods use the volume cannot be established).
+	// volume still run on it, or are not drained first, or cannot be listed.
 	InvariantHealthyHolderPodsRunning Invariant = "healthy-holder-pods-running"
-	// InvariantHolderNotFenced means the holder is Unreachable or has no Node object, and
+	// InvariantHolderNotFenced means the holder is Unreachable or NotFound, and
 	// spec.fencing does not confirm fencing of that very node.
 	InvariantHolderNotFenced Invariant = "holder-not-fenced"
-	// InvariantHolderStateUnproven means the holder's state is neither Shutdown,
-	// Unreachable, NotFound nor Healthy, so nothing proves the Lease is free to go.
+	// InvariantHolderStateUnproven means nothing proves the holder Shutdown, Unreachable,
+	// NotFound or Healthy.
 	InvariantHolderStateUnproven Invariant = "holder-state-unproven"
 	// InvariantLeaseNotHeld means there is no held Lease to act on.
 	InvariantLeaseNotHeld Invariant = "lease-not-held"
@@ -34,57 +29,46 @@ const (
 	// InvariantHolderStateChanged means the holder (or target) node's state changed since
 	// the decision.
 	InvariantHolderStateChanged Invariant = "holder-state-changed"
-	// InvariantConcurrentRemediation means another request on the same Lease or node is
-	// running.
+	// InvariantConcurrentRemediation means another request on the same Lease or node runs.
 	InvariantConcurrentRemediation Invariant = "concurrent-remediation"
 	// InvariantPluginPodsOverlap means the node does not run exactly one node-plugin pod,
-	// or it is not the one the decision was made on. Restarting one while another
-	// overlaps it reproduces incident B.
+	// the one decided on; restarting one that another overlaps is incident B.
 	InvariantPluginPodsOverlap Invariant = "plugin-pods-overlap"
-	// InvariantDriverRegistered means the CSI driver is registered on the node again, so
-	// there is nothing to repair and a restart would only disturb it.
+	// InvariantDriverRegistered means the CSI driver is registered again; a restart would
+	// only disturb it.
 	InvariantDriverRegistered Invariant = "driver-registered"
 	// InvariantPlaybookMismatch means the playbook does not fit the remediation, or the
-	// journal in status does not list the decided playbook's steps.
+	// journal does not list the decided playbook's steps.
 	InvariantPlaybookMismatch Invariant = "playbook-mismatch"
 	// InvariantDryRun means spec.mode is DryRun, which acts on nothing.
 	InvariantDryRun Invariant = "dry-run"
-	// InvariantLeaseTooYoung means the Lease of an unreachable or missing holder is
-	// younger than the runbook's minimum (Gates.UnreachableMinLeaseAge), counted from
-	// the later of its creation and acquisition: an operation in flight may still be
-	// finishing.
+	// InvariantLeaseTooYoung means an unreachable or missing holder's Lease is younger than
+	// Gates.UnreachableMinLeaseAge: an operation in flight may still be finishing.
 	InvariantLeaseTooYoung Invariant = "lease-too-young"
-	// InvariantLeaseNotProvenStuck means the holder is healthy and nothing shows that
-	// its operation failed: no LeaseRetained Warning on this Lease's UID since the hold
-	// began, and the Lease is younger than Gates.HealthyStuckLeaseAge.
+	// InvariantLeaseNotProvenStuck means the holder is healthy, no LeaseRetained Warning
+	// names this hold, and the Lease is younger than Gates.HealthyStuckLeaseAge.
 	InvariantLeaseNotProvenStuck Invariant = "lease-not-proven-stuck"
-	// InvariantFencingStale means the holder gave a sign of life (a kube-node-lease
-	// renewal or a Ready heartbeat) after the fencing statement was made
-	// (spec.fencing.fencedAt, else the request's creation), or fencedAt is in the
-	// future: the statement no longer describes the node.
+	// InvariantFencingStale means the holder gave a sign of life after the fencing
+	// statement, or fencedAt is in the future.
 	InvariantFencingStale Invariant = "fencing-stale"
-	// InvariantDriverNotConfigured means spec.driverName names a CSI driver other than
-	// the one the controller is configured for (--driver-name).
+	// InvariantDriverNotConfigured means the request is about a CSI driver other than
+	// --driver-name.
 	InvariantDriverNotConfigured Invariant = "driver-not-configured"
-	// InvariantNodeNotHealthy means the node whose node-plugin pod would be restarted
-	// is not Healthy: restarting the plugin on a node that is down or cut off repairs
-	// nothing and cannot be watched.
+	// InvariantNodeNotHealthy means the node whose plugin would restart is not Healthy;
+	// a restart there repairs nothing and cannot be watched.
 	InvariantNodeNotHealthy Invariant = "node-not-healthy"
-	// InvariantPluginPodNotReady means the node's one node-plugin pod is not Running
-	// and Ready, or is terminating: a rollout is under way.
+	// InvariantPluginPodNotReady means the one node-plugin pod is not Running and Ready,
+	// or is terminating: a rollout is under way.
 	InvariantPluginPodNotReady Invariant = "plugin-pod-not-ready"
-	// InvariantNodeExcluded means the node the playbook would act on (the holder, or
-	// the node whose plugin would restart) carries remediator.io/exclude: "true".
+	// InvariantNodeExcluded means the node acted on carries remediator.io/exclude: "true".
 	InvariantNodeExcluded Invariant = "node-excluded"
-	// InvariantNamespaceNotAllowed means the request names, or its facts come from, a
-	// Trident namespace the controller is neither configured for (--trident-namespace)
-	// nor allowed by its settings (--allowed-trident-namespaces): there, a Lease is
-	// not Trident's and a pod labelled as the node plugin is anyone's.
+	// InvariantNamespaceNotAllowed means a Trident namespace neither --trident-namespace
+	// nor --allowed-trident-namespaces: there, a Lease is not Trident's and a pod
+	// labelled as the node plugin is anyone's.
 	InvariantNamespaceNotAllowed Invariant = "trident-namespace-not-allowed"
 )
 
-// Reason is the invariant as a condition reason: "holder-not-fenced" becomes
-// "HolderNotFenced".
+// Reason is the invariant as a condition reason: "holder-not-fenced" is "HolderNotFenced".
 func (i Invariant) Reason() string {
 	var b strings.Builder
 	for _, part := range strings.Split(string(i), "-") {
