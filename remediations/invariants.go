@@ -23,19 +23,16 @@ const (
 	InvariantHolderStateUnproven Invariant = "holder-state-unproven"
 	// InvariantLeaseNotHeld means there is no held Lease to act on.
 	InvariantLeaseNotHeld Invariant = "lease-not-held"
-	// InvariantLeaseChanged means the Lease's UID, resourceVersion or holder changed since
-	// the decision.
+	// InvariantLeaseChanged means the Lease's UID, resourceVersion or holder changed.
 	InvariantLeaseChanged Invariant = "lease-changed"
-	// InvariantHolderStateChanged means the holder (or target) node's state changed since
-	// the decision.
+	// InvariantHolderStateChanged means the holder (or target) node's state changed.
 	InvariantHolderStateChanged Invariant = "holder-state-changed"
 	// InvariantConcurrentRemediation means another request on the same Lease or node runs.
 	InvariantConcurrentRemediation Invariant = "concurrent-remediation"
 	// InvariantPluginPodsOverlap means the node does not run exactly one node-plugin pod,
 	// the one decided on; restarting one that another overlaps is incident B.
 	InvariantPluginPodsOverlap Invariant = "plugin-pods-overlap"
-	// InvariantDriverRegistered means the CSI driver is registered again; a restart would
-	// only disturb it.
+	// InvariantDriverRegistered means the CSI driver is registered again: nothing to repair.
 	InvariantDriverRegistered Invariant = "driver-registered"
 	// InvariantPlaybookMismatch means the playbook does not fit the remediation, or the
 	// journal does not list the decided playbook's steps.
@@ -51,8 +48,7 @@ const (
 	// InvariantFencingStale means the holder gave a sign of life after the fencing
 	// statement, or fencedAt is in the future.
 	InvariantFencingStale Invariant = "fencing-stale"
-	// InvariantDriverNotConfigured means the request is about a CSI driver other than
-	// --driver-name.
+	// InvariantDriverNotConfigured means the request's CSI driver is not --driver-name.
 	InvariantDriverNotConfigured Invariant = "driver-not-configured"
 	// InvariantNodeNotHealthy means the node whose plugin would restart is not Healthy;
 	// a restart there repairs nothing and cannot be watched.
@@ -80,44 +76,26 @@ func (i Invariant) Reason() string {
 }
 
 // Advice tells the operator what to do about a breached invariant.
-func (i Invariant) Advice() string {
-	switch i {
-	case InvariantHolderNotFenced:
-		return "Fence the holder node (shut it down, or stop its Trident node container), then set spec.fencing.confirmed, spec.fencing.method and spec.fencing.node to that node's name."
-	case InvariantHealthyHolderPodsRunning:
-		return "Move the pods that use the volume off the holder node first (playbook healthy-move-workload does it), and make sure the volume's PersistentVolumeClaim resolves."
-	case InvariantHolderStateUnproven:
-		return "Find out whether the holder node is shut down, cut off from the control plane or healthy, fix what can be fixed, and re-submit."
-	case InvariantLeaseNotHeld:
-		return "No held Lease was found, so there is nothing to release."
-	case InvariantLeaseChanged, InvariantHolderStateChanged:
-		return "The cluster changed since the decision; create a new request so that it is decided on current facts."
-	case InvariantConcurrentRemediation:
-		return "Only one remediation runs per node and per Lease; this one waits for the other to finish."
-	case InvariantPluginPodsOverlap:
-		return "Wait until exactly one node-plugin pod runs on the node (the DaemonSet rollout has finished), then re-submit."
-	case InvariantDriverRegistered:
-		return "The driver is registered; nothing needs repairing."
-	case InvariantPlaybookMismatch:
-		return "The request's status does not match a playbook this controller runs; create a new request."
-	case InvariantDryRun:
-		return "Set spec.mode: Apply in a new request to act."
-	case InvariantLeaseTooYoung:
-		return "Wait: the request is decided again when the Lease is old enough."
-	case InvariantLeaseNotProvenStuck:
-		return "Read the trident-main logs of the holder's Trident node pod; the request is decided again when the Lease is old enough to count as stuck, or when Trident reports LeaseRetained on it."
-	case InvariantFencingStale:
-		return "The holder came back after it was fenced: fence it again (shut it down, or stop its Trident node container), then set spec.fencing.fencedAt to the time you did, in a new pull request."
-	case InvariantDriverNotConfigured:
-		return "Remove spec.driverName, or run a controller configured for that driver (--driver-name)."
-	case InvariantNodeNotHealthy:
-		return "Bring the node back (its kubelet must report Ready), then re-submit; a node that is down needs no plugin restart."
-	case InvariantPluginPodNotReady:
-		return "Wait until the node's plugin pod is Running and Ready (the DaemonSet rollout has finished), then re-submit."
-	case InvariantNodeExcluded:
-		return "An administrator keeps Remediator off this node; handle it by hand, or remove the label (kubectl label node <node> " + v1alpha1.LabelExclude + "-) and re-submit."
-	case InvariantNamespaceNotAllowed:
-		return "Remove spec.tridentNamespace to use the controller's Trident namespace; if Trident really runs in another namespace, its administrators list it in the settings (allowed-trident-namespaces), then re-submit."
-	}
-	return ""
+func (i Invariant) Advice() string { return advice[i] }
+
+var advice = map[Invariant]string{
+	InvariantHolderNotFenced:          "Fence the holder node (shut it down, or stop its Trident node container), then set spec.fencing.confirmed, spec.fencing.method and spec.fencing.node to that node's name.",
+	InvariantHealthyHolderPodsRunning: "Move the pods that use the volume off the holder node first (playbook healthy-move-workload does it), and make sure the volume's PersistentVolumeClaim resolves.",
+	InvariantHolderStateUnproven:      "Find out whether the holder node is shut down, cut off from the control plane or healthy, fix what can be fixed, and re-submit.",
+	InvariantLeaseNotHeld:             "No held Lease was found, so there is nothing to release.",
+	InvariantLeaseChanged:             "The cluster changed since the decision; create a new request so that it is decided on current facts.",
+	InvariantHolderStateChanged:       "The cluster changed since the decision; create a new request so that it is decided on current facts.",
+	InvariantConcurrentRemediation:    "Only one remediation runs per node and per Lease; this one waits for the other to finish.",
+	InvariantPluginPodsOverlap:        "Wait until exactly one node-plugin pod runs on the node (the DaemonSet rollout has finished), then re-submit.",
+	InvariantDriverRegistered:         "The driver is registered; nothing needs repairing.",
+	InvariantPlaybookMismatch:         "The request's status does not match a playbook this controller runs; create a new request.",
+	InvariantDryRun:                   "Set spec.mode: Apply in a new request to act.",
+	InvariantLeaseTooYoung:            "Wait: the request is decided again when the Lease is old enough.",
+	InvariantLeaseNotProvenStuck:      "Read the trident-main logs of the holder's Trident node pod; the request is decided again when the Lease is old enough to count as stuck, or when Trident reports LeaseRetained on it.",
+	InvariantFencingStale:             "The holder came back after it was fenced: fence it again (shut it down, or stop its Trident node container), then set spec.fencing.fencedAt to the time you did, in a new pull request.",
+	InvariantDriverNotConfigured:      "Remove spec.driverName, or run a controller configured for that driver (--driver-name).",
+	InvariantNodeNotHealthy:           "Bring the node back (its kubelet must report Ready), then re-submit; a node that is down needs no plugin restart.",
+	InvariantPluginPodNotReady:        "Wait until the node's plugin pod is Running and Ready (the DaemonSet rollout has finished), then re-submit.",
+	InvariantNodeExcluded:             "An administrator keeps Remediator off this node; handle it by hand, or remove the label (kubectl label node <node> " + v1alpha1.LabelExclude + "-) and re-submit.",
+	InvariantNamespaceNotAllowed:      "Remove spec.tridentNamespace to use the controller's Trident namespace; if Trident really runs in another namespace, its administrators list it in the settings (allowed-trident-namespaces), then re-submit.",
 }

@@ -19,8 +19,7 @@ type Progress struct {
 	Finished bool
 	// Failure is set when the playbook failed; the journal is already updated.
 	Failure *Failure
-	// Transition describes a step state change, for an Event; Started when it
-	// started a step.
+	// Transition describes a step state change for an Event; Started if it started one.
 	Transition string
 	Started    bool
 	// RequeueAfter is when to advance again; zero with Finished false means now.
@@ -154,8 +153,7 @@ func holdStep(st *v1alpha1.StepStatus, now time.Time) {
 	}
 }
 
-// resumeStep ends the pause that held the running step, if one did, adding its
-// length to PausedFor.
+// resumeStep ends the pause that held the running step, if any, adding it to PausedFor.
 func resumeStep(st *v1alpha1.StepStatus, now time.Time) {
 	if st.PausedSince == nil {
 		return

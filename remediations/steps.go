@@ -19,8 +19,7 @@ import (
 	"github.com/remediator/remediator/api/v1alpha1"
 )
 
-// Execution is one request's playbook being carried out: what a step sees of the
-// request and the cluster.
+// Execution is one request's playbook being carried out, as a step sees it.
 type Execution struct {
 	RR *v1alpha1.RemediationRequest
 	// Client writes; Reader reads live (uncached) state.
@@ -49,8 +48,7 @@ type FreshReader interface {
 	// and the live cluster (never from status), with the other running requests on
 	// the same Lease or node. It runs right before every destructive call.
 	FreshFacts(ctx context.Context) (*v1alpha1.Facts, []string, error)
-	// NodePluginPods lists live, sorted by name, the CSI node-plugin pods in
-	// namespace on node.
+	// NodePluginPods lists live, sorted by name, the node-plugin pods in namespace on node.
 	NodePluginPods(ctx context.Context, namespace, node string) ([]corev1.Pod, error)
 }
 
@@ -85,13 +83,11 @@ func (r *Execution) gate(step string, starting bool) (*Halt, string) {
 type Timeouts struct {
 	// Step bounds the write steps (cordon, deleteLease, uncordon) and the restore.
 	Step time.Duration
-	// Eviction bounds the evictions (deleteAffectedPods, deletePluginPod) that a
-	// PodDisruptionBudget refuses.
+	// Eviction bounds evictions a PodDisruptionBudget refuses.
 	Eviction time.Duration
 	// PodTermination bounds waitPodsGone.
 	PodTermination time.Duration
-	// PluginRestart bounds each wait for the replacement node-plugin pod and for
-	// the driver's registration.
+	// PluginRestart bounds each wait for the replacement plugin pod and the driver.
 	PluginRestart time.Duration
 }
 
@@ -163,8 +159,7 @@ var destructive = map[string]bool{
 	v1alpha1.StepCordon: true, v1alpha1.StepDeleteAffectedPods: true, v1alpha1.StepDeleteLease: true, v1alpha1.StepDeletePluginPod: true,
 }
 
-// Destructive reports whether the named step may only start inside a maintenance
-// window.
+// Destructive reports whether the named step may only start inside a maintenance window.
 func Destructive(step string) bool { return destructive[step] }
 
 // NextPending returns the step Advance would start next, if no step is running.
@@ -181,8 +176,7 @@ func NextPending(steps []v1alpha1.StepStatus) (string, bool) {
 	return "", false
 }
 
-// podState reads one recorded pod: gone (deleted or replaced by a pod with another
-// UID), terminating, or live.
+// podState reads one recorded pod: gone (deleted, or replaced: another UID) or not.
 func podState(ctx context.Context, r *Execution, p v1alpha1.PodFacts) (*corev1.Pod, bool, error) {
 	pod := &corev1.Pod{}
 	err := r.Reader.Get(ctx, types.NamespacedName{Namespace: p.Namespace, Name: p.Name}, pod)
@@ -302,8 +296,7 @@ func (w wait) Done(ctx context.Context, r *Execution) (StepResult, error) { retu
 
 func (w wait) Run(ctx context.Context, r *Execution) (StepResult, error) { return w.done(ctx, r) }
 
-// podsGone waits until the evicted pods have terminated: every pod of the fresh
-// facts, not only those decided on.
+// podsGone waits until every pod of the fresh facts, not only those decided on, is gone.
 func podsGone(ctx context.Context, r *Execution) (StepResult, error) {
 	f, _, err := r.readFresh(ctx)
 	if err != nil {

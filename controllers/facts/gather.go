@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/remediator/remediator/api/v1alpha1"
@@ -214,19 +215,9 @@ func (s *gathering) lease(ctx context.Context, t v1alpha1.Target) error {
 	if err != nil || !found {
 		return err
 	}
-	lf.Exists = true
-	lf.UID = string(lease.UID)
-	lf.ResourceVersion = lease.ResourceVersion
-	created := lease.CreationTimestamp
-	lf.CreationTimestamp = &created
-	if lease.Spec.AcquireTime != nil {
-		acquired := metav1.NewTime(lease.Spec.AcquireTime.Time)
-		lf.AcquireTime = &acquired
-	}
+	lf.Exists, lf.UID, lf.ResourceVersion = true, string(lease.UID), lease.ResourceVersion
+	lf.HolderIdentity = ptr.Deref(lease.Spec.HolderIdentity, "")
 	recordLeaseAge(lf, lease, s.now)
-	if lease.Spec.HolderIdentity != nil {
-		lf.HolderIdentity = *lease.Spec.HolderIdentity
-	}
 	if err := s.g.retainedEvents(ctx, lease, lf); err != nil {
 		return err
 	}

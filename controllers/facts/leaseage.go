@@ -14,10 +14,15 @@ import (
 	"github.com/remediator/remediator/api/v1alpha1"
 )
 
-// recordLeaseAge records in lf when the current hold on the Trident Lease l began
-// (HeldSince), its age at now and why: the one rule the age gates, the scan and the
-// retained events count from.
+// recordLeaseAge records in lf the Trident Lease l's times and when its current hold
+// began (HeldSince), its age at now and why: the one rule the age gates, the scan
+// and the retained events count from.
 func recordLeaseAge(lf *v1alpha1.LeaseFacts, l *coordinationv1.Lease, now time.Time) {
+	created := l.CreationTimestamp
+	lf.CreationTimestamp = &created
+	if l.Spec.AcquireTime != nil {
+		lf.AcquireTime = &metav1.Time{Time: l.Spec.AcquireTime.Time}
+	}
 	began, from := holdBegan(l, now)
 	lf.HeldSince = &metav1.Time{Time: began}
 	lf.AgeSeconds = ageSeconds(now, began)

@@ -32,13 +32,6 @@ type SplitReader struct {
 
 var _ client.Reader = SplitReader{}
 
-func (r SplitReader) pick(obj runtime.Object, namespace string) client.Reader {
-	if r.Cached != nil && r.Cached(obj, namespace) {
-		return r.Cache
-	}
-	return r.Live
-}
-
 // Get implements client.Reader. A NotFound from the cache is confirmed live: the
 // informer can lag behind an object created with the request, and a request rejected
 // as target-unresolved would stay rejected.
@@ -57,7 +50,10 @@ func (r SplitReader) Get(ctx context.Context, key client.ObjectKey, obj client.O
 func (r SplitReader) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
 	o := &client.ListOptions{}
 	o.ApplyOptions(opts)
-	return r.pick(list, o.Namespace).List(ctx, list, opts...)
+	if r.Cached != nil && r.Cached(list, o.Namespace) {
+		return r.Cache.List(ctx, list, opts...)
+	}
+	return r.Live.List(ctx, list, opts...)
 }
 
 // RetryReader retries the reads of Reader that failed for a reason that says nothing
@@ -76,13 +72,6 @@ var DefaultReadBackoff = wait.Backoff{Steps: 4, Duration: 40 * time.Millisecond,
 
 var _ client.Reader = RetryReader{}
 
-func (r RetryReader) backoff() wait.Backoff {
-	if r.Backoff.Steps == 0 {
-		return DefaultReadBackoff
-	}
-	return r.Backoff
-}
-
 // Get implements client.Reader.
 func (r RetryReader) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
 	return r.retry(ctx, func() error { return r.Reader.Get(ctx, key, obj, opts...) })
@@ -98,7 +87,10 @@ func (r RetryReader) List(ctx context.Context, list client.ObjectList, opts ...c
 // context.Canceled read when no retriable error came before: an empty Node then
 // classified as Unreachable (make chaos R4).
 func (r RetryReader) retry(ctx context.Context, read func() error) error {
-	b := r.backoff()
+	b := r.Backoff
+	if b.Steps == 0 {
+		b = DefaultReadBackoff
+	}
 	for {
 		err := read()
 		if err == nil || !Transient(ctx, err) || b.Steps <= 1 {

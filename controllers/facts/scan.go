@@ -12,8 +12,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/remediator/remediator/api/v1alpha1"
@@ -149,7 +149,8 @@ func (g *Gatherer) stuckLeases(ctx context.Context, opts ScanOptions, now time.T
 	var out []Finding
 	for i := range list.Items {
 		l := &list.Items[i]
-		if l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity == "" {
+		holder := ptr.Deref(l.Spec.HolderIdentity, "")
+		if holder == "" {
 			continue
 		}
 		// Trident names its cryptsetup Leases after PVs; others are not ours to judge.
@@ -161,16 +162,11 @@ func (g *Gatherer) stuckLeases(ctx context.Context, opts ScanOptions, now time.T
 		if !found {
 			continue
 		}
-		created := l.CreationTimestamp
-		lf := &v1alpha1.LeaseFacts{CreationTimestamp: &created}
-		if l.Spec.AcquireTime != nil {
-			lf.AcquireTime = &metav1.Time{Time: l.Spec.AcquireTime.Time}
-		}
+		lf := &v1alpha1.LeaseFacts{}
 		recordLeaseAge(lf, l, now)
 		if err := g.retainedEvents(ctx, l, lf); err != nil {
 			return nil, err
 		}
-		holder := *l.Spec.HolderIdentity
 		// A Lease held by a node shut down, cut off or gone is stuck however young
 		// (Leases never expire; the wait is the floor's). A Healthy or Unknown holder's
 		// young Lease without a LeaseRetained Warning may be an operation in flight.
