@@ -38,7 +38,7 @@ func regatherTarget(rr *v1alpha1.RemediationRequest) *v1alpha1.RemediationReques
 
 func (r *RemediationRequestReconciler) execution(s *scope) *remediations.Execution {
 	return &remediations.Execution{
-		RR: s.rr, Client: r.Client, Reader: r.Reader, Live: liveView{r: r, s: s},
+		RR: s.rr, Client: r.Client, Reader: r.Reader, Fresh: liveView{r: r, s: s},
 		Now: s.now, Timeouts: r.Timeouts, Playbooks: r.Playbooks, Gates: r.gates(),
 	}
 }
@@ -49,7 +49,7 @@ type liveView struct {
 	s *scope
 }
 
-var _ remediations.LiveView = liveView{}
+var _ remediations.FreshReader = liveView{}
 
 func (o liveView) FreshFacts(ctx context.Context) (*v1alpha1.Facts, []string, error) {
 	r, s := o.r, o.s

@@ -313,7 +313,7 @@ func (r *RemediationRequestReconciler) runPlaybook(ctx context.Context, s *scope
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	if stop := p.Stop; stop != nil {
+	if stop := p.Halt; stop != nil {
 		// The gate closed before a step (see remediations.Gate).
 		switch stop.Action {
 		case remediations.ActionHold:

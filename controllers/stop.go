@@ -38,7 +38,7 @@ func (r *RemediationRequestReconciler) abort(ctx context.Context, s *scope, why 
 // on fresh facts. A waiting request has nothing left to restore, so the restore
 // finalizer is released once that is written. A restore that gave up ends the
 // request Failed instead, naming the node it left cordoned.
-func (r *RemediationRequestReconciler) windowClosed(ctx context.Context, s *scope, run *remediations.Execution, stop *remediations.Stop) (ctrl.Result, error) {
+func (r *RemediationRequestReconciler) windowClosed(ctx context.Context, s *scope, run *remediations.Execution, stop *remediations.Halt) (ctrl.Result, error) {
 	rr, opens := s.rr, stop.Opens
 	restored, err := remediations.Restore(ctx, run, "the maintenance window closed")
 	if rf, ok := remediations.IsRestoreFailure(err); ok {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"unicode/utf8"
 
 	"cuelang.org/go/cue/ast"
 	cueerrors "cuelang.org/go/cue/errors"
@@ -13,33 +14,19 @@ import (
 	"cuelang.org/go/cue/token"
 )
 
-// A broken policy must be told apart from a good one, and the operator told which
-// way it is broken: a policy source that cannot be used is refused when it is loaded
-// (a LoadError, so the controller keeps the last good policy or, at start, does not
-// start), and a decision a policy cannot make is an EvalError (the request fails
-// closed). Both carry a short, fixed Reason for metrics and a bounded message: the
-// message ends up in a status condition and an Event, which the API server refuses
-// past their limits, and a refused status write would leave the request undecided
-// instead of rejected.
+// A policy source that cannot be used is refused at load (a LoadError: the last
+// good policy stays), a decision a policy cannot make is an EvalError (the request
+// fails closed). Both carry a fixed Reason for metrics and a bounded message: a
+// status write the API server refuses would leave the request undecided.
 
 // Reasons of a LoadError.
 const (
-	// LoadReasonRead: the directory or a file could not be read, or it holds no
-	// policy file.
-	LoadReasonRead = "read"
-	// LoadReasonSyntax: a file does not parse, or the files are not one package.
-	LoadReasonSyntax = "syntax"
-	// LoadReasonCompile: the files parse but do not evaluate (an undefined
-	// reference, conflicting values outside any decision).
-	LoadReasonCompile = "compile"
-	// LoadReasonNoPolicy: the package defines no #Policy.
-	LoadReasonNoPolicy = "no-policy"
-	// LoadReasonSchema: a policy directory brings a schema.cue, or a file that
-	// redefines what the controller's schema owns (#Input, #Decision, ...).
-	LoadReasonSchema = "schema"
-	// LoadReasonUnknownPlaybook: a rule spells out a playbook outside the schema's
-	// #Playbook, the playbooks the controller runs (checked at every load).
-	LoadReasonUnknownPlaybook = "unknown-playbook"
+	LoadReasonRead            = "read"             // unreadable, or no policy file
+	LoadReasonSyntax          = "syntax"           // does not parse, or not one package
+	LoadReasonCompile         = "compile"          // does not evaluate
+	LoadReasonNoPolicy        = "no-policy"        // no #Policy
+	LoadReasonSchema          = "schema"           // brings or redefines the schema
+	LoadReasonUnknownPlaybook = "unknown-playbook" // a playbook outside #Playbook
 )
 
 // LoadReasons are every LoadError reason, for metrics that list them all.
@@ -58,8 +45,7 @@ func loadError(reason string, format string, args ...any) *LoadError {
 	return &LoadError{Reason: reason, Err: fmt.Errorf(format, args...)}
 }
 
-// positioned is a CUE error that names the file, line and column of each fault:
-// the plain message of a parse error does not say where it is.
+// positioned is a CUE error that names the file, line and column of each fault.
 type positioned struct{ error }
 
 func (p positioned) Error() string {
@@ -71,21 +57,13 @@ func (p positioned) Unwrap() error { return p.error }
 
 // Reasons of an EvalError.
 const (
-	// EvalReasonAmbiguous: more than one rule decided, and they disagree (CUE finds
-	// conflicting values in the decision), or a decision is both allowed and wait.
-	EvalReasonAmbiguous = "ambiguous"
-	// EvalReasonTooLarge: the decision is larger than a status condition and an Event
-	// can carry (see the Max* limits).
-	EvalReasonTooLarge = "too-large"
-	// EvalReasonInvalid: the decision breaks its contract (no rule).
-	EvalReasonInvalid = "invalid"
-	// EvalReasonError: any other evaluation failure (an incomplete decision, a
-	// panic, an input the policy does not accept).
-	EvalReasonError = "error"
+	EvalReasonAmbiguous = "ambiguous" // rules disagree, or both allowed and wait
+	EvalReasonTooLarge  = "too-large" // past the Max* limits
+	EvalReasonInvalid   = "invalid"   // breaks its contract (no rule, unknown playbook)
+	EvalReasonError     = "error"     // any other failure
 )
 
-// EvalError is a decision the policy could not make. Decide returns it; the caller
-// fails closed.
+// EvalError is a decision the policy could not make; the caller fails closed.
 type EvalError struct {
 	Reason string
 	Err    error
@@ -94,10 +72,9 @@ type EvalError struct {
 func (e *EvalError) Error() string { return bounded(e.Err.Error()) }
 func (e *EvalError) Unwrap() error { return e.Err }
 
-// Limits on a decision. A condition message may hold 32768 characters; the message
-// also gets a recheck time appended, and a rejection repeats the rule name, so the
-// policy's part stays well below that. Reasons are a list in status, bounded so that
-// a policy cannot push the request towards etcd's object size limit.
+// Limits on a decision: well below a condition message's 32768 characters, which
+// also carry a recheck time and the rule, and reasons bounded so that a policy
+// cannot push the request towards etcd's object size limit.
 const (
 	MaxRuleLength     = 253
 	MaxPlaybookLength = 253
@@ -106,31 +83,27 @@ const (
 	MaxReasonLength   = 1024
 )
 
-// maxErrorLength bounds an error message: a CUE error quotes the values it found, and
-// those may be as large as the policy made them.
+// maxErrorLength bounds an error message: a CUE error quotes values as large as the
+// policy made them.
 const maxErrorLength = 8192
 
+// bounded cuts s at a rune boundary, saying how much was cut.
 func bounded(s string) string {
 	if len(s) <= maxErrorLength {
 		return s
 	}
-	// Cut at a rune boundary, and say how much was cut.
 	cut := maxErrorLength
-	for cut > 0 && !utf8Start(s[cut]) {
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
 		cut--
 	}
 	return fmt.Sprintf("%s... (%d more bytes)", s[:cut], len(s)-cut)
 }
 
-func utf8Start(b byte) bool { return b&0xC0 != 0x80 }
-
-// evalError classifies a failed evaluation. Conflicting values inside the decision
-// mean two rules both decided, differently: the policy is ambiguous. (A conflict in
-// the input, such as a mode outside the schema, is not the rules' ambiguity.)
+// evalError classifies a failed evaluation: conflicting values inside the decision
+// (not the input) mean two rules decided differently.
 func evalError(err error) *EvalError {
 	for _, e := range cueerrors.Errors(err) {
-		// The schema's #Decision holds playbook to #Playbook: a rule that names (or
-		// computes) another name fails here, whatever else disagrees.
+		// A playbook outside #Playbook fails here first, whatever else disagrees.
 		if p := e.Path(); len(p) >= 2 && p[len(p)-1] == "playbook" && p[len(p)-2] == "decision" {
 			return &EvalError{Reason: EvalReasonInvalid, Err: fmt.Errorf(
 				"policy decision names a playbook this controller does not have (%w); the playbooks are the schema's #Playbook", err)}
@@ -146,8 +119,8 @@ func evalError(err error) *EvalError {
 	return &EvalError{Reason: EvalReasonError, Err: err}
 }
 
-// validateDecision refuses a decision that is not exactly one verdict with a rule, or
-// that is too large to be written to status.
+// validateDecision refuses a decision that is not one verdict with a rule, or too
+// large for status.
 func validateDecision(d decoded) error {
 	tooLarge := func(what string, n, limit int) error {
 		return &EvalError{Reason: EvalReasonTooLarge, Err: fmt.Errorf("policy decision too large: %s is %d bytes, at most %d", what, n, limit)}
@@ -181,8 +154,8 @@ func truncate(s string, n int) string {
 	return s[:n] + "..."
 }
 
-// checkPlaybooks parses the files again to find the playbook literals: the compiled
-// value holds the rules inside comprehensions, which only an input evaluates.
+// checkPlaybooks finds the playbook literals in the parsed files: the compiled value
+// holds the rules inside comprehensions, which only an input evaluates.
 func checkPlaybooks(files []sourceFile, known []string) error {
 	if known == nil {
 		return nil

@@ -1,7 +1,7 @@
 package policies
 
-// Compiling a policy source: what one compiled policy holds, and the copies of it
-// each evaluation takes for itself, so that evaluations share no CUE value.
+// Compiling a policy source, and the copies each evaluation takes for itself, so
+// that evaluations share no CUE value.
 
 import (
 	"crypto/sha256"
@@ -23,46 +23,34 @@ import (
 	"cuelang.org/go/cue/parser"
 )
 
-// compiledPolicy is one policy source, compiled. Its source and digest never change
-// after compile: Reload replaces the whole value, so a decision that
-// started on one policy finishes on it and reports its digest.
+// compiledPolicy is one policy source, compiled; Reload replaces it whole, so a
+// decision finishes on the policy it started on and reports its digest.
 type compiledPolicy struct {
-	files []sourceFile
-	// digest identifies files.
+	files  []sourceFile
 	digest string
-	// runaway counts this policy's abandoned evaluations that have not ended yet. It
-	// belongs to the policy, not to the Engine: a reload starts from zero, so the
-	// runaways of a replaced policy no longer suspend decisions. They still run until
-	// they end (CUE cannot cancel them); since Reload swaps only a changed source,
-	// each new source can add at most its own cap of them.
+	// runaway counts this policy's abandoned evaluations still running: per policy,
+	// so a replaced policy's runaways no longer suspend decisions.
 	runaway atomic.Int32
 
-	// poolMu guards idle, and only idle: it is held to take or give back a copy,
-	// never while one is evaluated.
+	// poolMu guards idle only, never held while a copy is evaluated.
 	poolMu sync.Mutex
-	// idle are compiled copies of files that no evaluation uses. CUE values are not
-	// safe for concurrent use: evaluating a value writes to the vertices it shares
-	// with every value derived from the same compile (cue-lang/cue#2733; races in
-	// Value.FillPath were still reported against v0.17, cue-lang/cue#4351), whatever
-	// the Value documentation says. So each evaluation takes a copy of its own,
-	// compiled anew in a fresh cue.Context when none is idle, and gives it back when
-	// it is done. An abandoned evaluation keeps its copy for good: no later decision
-	// touches values a runaway may still write to.
+	// idle are compiled copies that no evaluation uses. CUE values are not safe for
+	// concurrent use (evaluating writes to vertices shared with every value of the
+	// same compile: cue-lang/cue#2733, #4351), so each evaluation takes a copy of its
+	// own and gives it back; a runaway keeps its copy for good.
 	idle []*instance
 }
 
-// instance is one compiled copy of a policy source, in a cue.Context of its own.
+// instance is one compiled copy of a policy source, in a cue.Context of its own:
+// root is the package, policy its #Contract that the input is filled into.
 type instance struct {
-	ctx *cue.Context
-	// root is the policy package; policy is its #Policy, which decide fills the input
-	// into.
+	ctx    *cue.Context
 	root   cue.Value
 	policy cue.Value
 }
 
-// maxIdleInstances bounds the copies a policy keeps for later evaluations: about as
-// many as evaluate at once (the controller's workers), so that a burst does not keep
-// its copies, each a full compile, for the life of the process.
+// maxIdleInstances bounds the copies kept, each a full compile: about as many as
+// evaluate at once (the controller's workers).
 const maxIdleInstances = 8
 
 // sourceFile is one policy file, by base name.
@@ -71,8 +59,7 @@ type sourceFile struct {
 	data []byte
 }
 
-// compile loads the rules of one policy source, every non-test .cue file of fsys,
-// together with the binary's own schema, and compiles them.
+// compile compiles the non-test .cue files of fsys with the binary's own schema.
 func compile(fsys fs.FS) (*compiledPolicy, error) {
 	files, err := withSchema(fsys)
 	if err != nil {
@@ -81,22 +68,19 @@ func compile(fsys fs.FS) (*compiledPolicy, error) {
 	return compileFiles(files)
 }
 
-// schemaFile is the contract between the binary and its policies: #Input, which the
-// Go code fills in, #Decision, which it decodes, and the definitions they use. It is
-// always the embedded one: a policy source (the embedded rules, or a --policies-dir
-// from Git) supplies rules only, so no policy can change what the Go code relies on.
+// schemaFile is the contract between the binary and its policies (#Input, which Go
+// fills in, #Decision, which it decodes): always the embedded one, so that a policy
+// source supplies rules only and cannot change what the Go code relies on.
 const schemaFile = "schema.cue"
 
-// contract is what a decision evaluates: the rules' #Policy held to the schema's
-// #Input and #Decision (schema.cue defines it).
+// contract is what a decision evaluates: #Policy held to #Input and #Decision.
 const contract = "#Contract"
 
-// schemaSource is the embedded schema file, parsed once (parsedSchema).
+// schemaSource is the embedded schema, parsed once: its top-level labels, which a
+// rule file may not define, and #Playbook's names, sorted.
 type schemaSource struct {
-	file sourceFile
-	// labels are the top-level names it defines, sorted: what a rule file may not.
-	labels []string
-	// playbooks are #Playbook's names, sorted.
+	file      sourceFile
+	labels    []string
 	playbooks []string
 }
 
@@ -140,11 +124,9 @@ func topLevelLabels(f *ast.File) []string {
 	return labels
 }
 
-// withSchema reads the rules of fsys (its non-test .cue files) and returns them after
-// the binary's schema. The embedded source holds the schema itself, which is taken
-// from there once; any other source must not: a file named schema.cue, or one that
-// declares a definition of the schema (#Input, #Decision, ...), is refused, so that a
-// policy directory cannot redefine the contract, even to the same text.
+// withSchema returns the rules of fsys (its non-test .cue files) with the binary's
+// schema, sorted by name. Any source but the embedded one that brings a schema.cue,
+// or defines what the schema does, is refused, even with the same text.
 func withSchema(fsys fs.FS) ([]sourceFile, error) {
 	names, err := fs.Glob(fsys, "*.cue")
 	if err != nil {
@@ -186,9 +168,8 @@ func withSchema(fsys fs.FS) ([]sourceFile, error) {
 	if !hasPolicy && !isEmbedded {
 		return nil, loadError(LoadReasonNoPolicy, "policies define no #Policy")
 	}
-	// A playbook a rule spells out must be one of the schema's #Playbook, which the
-	// decision is held to anyway: said here with the file and line, at load, rather
-	// than as a conflict when the rule first matches an incident.
+	// A rule's playbook outside #Playbook is refused at load with its file and line,
+	// not when the rule first matches an incident.
 	rules := slices.DeleteFunc(slices.Clone(files), func(f sourceFile) bool { return f.name == schemaFile })
 	if err := checkPlaybooks(rules, parsedSchema().playbooks); err != nil {
 		return nil, err
@@ -208,13 +189,11 @@ func intersect(a, b []string) []string {
 	return out
 }
 
-// policyRoot is where the policy files sit in the in-memory filesystem they are loaded
-// from; errors name files relative to it. A variable only so that a test can place it
-// where the host has a file.
+// policyRoot is where the policy files sit in the in-memory filesystem they are
+// loaded from (a variable for a test).
 var policyRoot = "/remediator/policies"
 
-// compileFiles compiles policy files, keeping the copy it compiled them into for the
-// first evaluation.
+// compileFiles compiles policy files, keeping the copy for the first evaluation.
 func compileFiles(files []sourceFile) (*compiledPolicy, error) {
 	inst, err := compileInstance(files)
 	if err != nil {
@@ -229,14 +208,11 @@ func compileFiles(files []sourceFile) (*compiledPolicy, error) {
 	return &compiledPolicy{files: files, digest: digest, idle: []*instance{inst}}, nil
 }
 
-// compileInstance compiles policy files into a new CUE context. Each call gives
-// values that share nothing with earlier ones, so they may be evaluated while other
-// copies are.
+// compileInstance compiles policy files into a new CUE context, sharing nothing with
+// other copies.
 func compileInstance(files []sourceFile) (*instance, error) {
-	// An in-memory filesystem, not an overlay: with Overlay the loader still lists and
-	// stats the host's directories along Dir, and in the chart's image /remediator is the
-	// controller's binary, so every start failed with "readDir: open
-	// /remediator/policies: not a directory". With FS the host is never read.
+	// An in-memory FS, not an Overlay, which still reads the host along Dir (in the
+	// image /remediator is the binary: "not a directory").
 	root := strings.TrimPrefix(policyRoot, "/")
 	fsys := fstest.MapFS{}
 	for _, f := range files {
@@ -257,9 +233,6 @@ func compileInstance(files []sourceFile) (*instance, error) {
 	if !v.LookupPath(cue.ParsePath("#Policy")).Exists() {
 		return nil, loadError(LoadReasonNoPolicy, "policies define no #Policy")
 	}
-	// The schema's #Contract: #Policy with its input an #Input and its decision a
-	// #Decision, whatever the rules say.
-	// Where the rules contradict it outside any input, BuildInstance failed above.
 	policy := v.LookupPath(cue.ParsePath(contract))
 	return &instance{ctx: ctx, root: v, policy: policy}, nil
 }
@@ -274,7 +247,6 @@ func (c *compiledPolicy) take() (*instance, error) {
 		return inst, nil
 	}
 	c.poolMu.Unlock()
-	// The same files compiled before, so only a resource failure can fail this.
 	inst, err := compileInstance(c.files)
 	if err != nil {
 		return nil, fmt.Errorf("compiling another copy of policy %s: %w", c.digest, err)
@@ -291,17 +263,14 @@ func (c *compiledPolicy) give(inst *instance) {
 	}
 }
 
-// VetCase is `cue vet -c` of one case file (a *_test.cue of a policy directory)
-// against the rules in dir and the controller's schema, the package the controller
-// would load: the case's fields unified with it, validated concrete with hidden fields
-// and definitions, as the cue command does. The rules are checked as the controller
-// checks them (no schema.cue, no redefinition of what the schema owns).
+// VetCase is `cue vet -c` of one case file (a *_test.cue) against the rules in dir
+// and the controller's schema, loaded as the controller loads them.
 func VetCase(dir, caseName string, caseSrc []byte) error {
 	files, err := withSchema(os.DirFS(dir))
 	if err != nil {
 		return err
 	}
-	// Not named *_test.cue in the loader's filesystem, which would leave it out.
+	// Not named *_test.cue, which the loader would leave out.
 	files = append(files, sourceFile{name: "zz_case_" + strings.TrimSuffix(path.Base(caseName), ".cue") + "_vet.cue", data: caseSrc})
 	inst, err := compileInstance(files)
 	if err != nil {

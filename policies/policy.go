@@ -22,17 +22,16 @@ import (
 var embedded embed.FS
 
 // Input is what a policy decides on: the facts, the spec fields a policy may weigh,
-// and the other active requests on the same node or Lease.
+// and the other active requests on the same node or Lease, sorted.
 type Input struct {
 	Remediation v1alpha1.Remediation `json:"remediation"`
 	Mode        v1alpha1.Mode        `json:"mode,omitempty"`
 	Fencing     *v1alpha1.Fencing    `json:"fencing,omitempty"`
 	Facts       *v1alpha1.Facts      `json:"facts"`
-	// Conflicts describe other active requests on the same node or Lease, sorted.
-	Conflicts []string `json:"conflicts"`
+	Conflicts   []string             `json:"conflicts"`
 }
 
-// Verdict is what a policy's answer comes to: one of three, never two at once.
+// Verdict is what a policy's answer comes to: one of three.
 type Verdict string
 
 const (
@@ -52,12 +51,11 @@ type Decision struct {
 	Reasons             []string `json:"reasons"`
 	Message             string   `json:"message"`
 	RecheckAfterSeconds int64    `json:"recheckAfterSeconds,omitempty"`
-	// Digest identifies the policy source that produced the decision.
+	// Digest identifies the policy source that decided.
 	Digest string `json:"digest,omitempty"`
 }
 
-// decoded is a decision as the policies' #Decision spells it, two booleans, before
-// validateDecision has checked that they name one verdict.
+// decoded is a decision as #Decision spells it, two booleans (validateDecision).
 type decoded struct {
 	Allowed             bool     `json:"allowed"`
 	Wait                bool     `json:"wait"`
@@ -68,8 +66,7 @@ type decoded struct {
 	RecheckAfterSeconds int64    `json:"recheckAfterSeconds,omitempty"`
 }
 
-// decision is d as a Decision of policy digest; validateDecision has refused a d
-// that is both allowed and waiting.
+// decision is d as a Decision of policy digest.
 func (d decoded) decision(digest string) Decision {
 	v := VerdictReject
 	switch {
@@ -82,64 +79,52 @@ func (d decoded) decision(digest string) Decision {
 		RecheckAfterSeconds: d.RecheckAfterSeconds, Digest: digest}
 }
 
-// RulePolicyTimeout is the rule of the decision Decide returns when the policy did
-// not decide within the Engine's timeout: the request is rejected (fail closed) and
-// decided again later, never allowed by default.
+// RulePolicyTimeout is the rule of the decision when the policy did not decide
+// within the Engine's timeout: rejected (fail closed) and decided again later.
 const RulePolicyTimeout = "policy-timeout"
 
-// RulePolicyInvalid is the rule of the decision Decide returns while the Engine has
-// no policy (LoadOrWait started it on policy files that do not load): the request
-// waits, neither allowed nor rejected, and is decided again once Reload swaps in a
-// policy that loads.
+// RulePolicyInvalid is the rule of the decision while the Engine has no policy
+// (LoadOrWait): the request waits until Reload swaps in a policy that loads.
 const RulePolicyInvalid = "policy-invalid"
 
 // NoPolicy is the Digest of an Engine that has no policy yet.
 const NoPolicy = "none"
 
-// policyInvalidRecheckAfterSeconds is when a request that waits for a policy is
-// decided again: soon after a fixed policy is reloaded, and rarely enough that the
-// facts of every waiting request are not gathered again every few seconds.
+// policyInvalidRecheckAfterSeconds: soon after a fixed policy is reloaded, rarely
+// enough not to gather every waiting request's facts every few seconds.
 const policyInvalidRecheckAfterSeconds = 15
 
-// DefaultTimeout bounds one policy evaluation when Engine.Timeout is zero. The
-// embedded policies decide in about a millisecond; a second is room for a slow node,
-// not for a policy that recurses or iterates without bound.
+// DefaultTimeout bounds one evaluation when Engine.Timeout is zero: the embedded
+// policies take a millisecond, and a second is room for a slow node, not for a
+// policy that recurses without bound.
 const DefaultTimeout = time.Second
 
-// MaxRunawayEvaluations caps the evaluations that exceeded the timeout and are still
-// running. CUE evaluation cannot be cancelled, so each one keeps a CPU busy until it
-// ends; past the cap Decide fails closed at once instead of starting another.
+// MaxRunawayEvaluations caps the evaluations past the timeout still running: CUE
+// cannot cancel one, so each keeps a CPU busy; past the cap Decide fails closed.
 const MaxRunawayEvaluations = 2
 
-// timeoutRecheckAfterSeconds is when a request rejected by a timeout is decided
-// again: long enough not to pile up more runaway evaluations, short enough that a
-// fixed policy (Reload) takes over soon.
+// timeoutRecheckAfterSeconds: long enough not to pile up runaways, short enough
+// that a fixed policy takes over soon.
 const timeoutRecheckAfterSeconds = 60
 
-// Engine decides with compiled policies. No lock is held around a decision: the
-// policy in use is a compiledPolicy that Reload swaps whole (an atomic pointer), and
-// each evaluation runs on CUE values of its own (compiledPolicy.take), so a slow
-// evaluation delays its own request only, not every worker's.
+// Engine decides with compiled policies. No lock is held around a decision: Reload
+// swaps the compiledPolicy whole, and each evaluation runs on CUE values of its own
+// (compiledPolicy.take), so a slow evaluation delays only its own request.
 type Engine struct {
-	// Timeout bounds each evaluation; zero means DefaultTimeout. Set it before the
-	// Engine is used.
+	// Timeout bounds each evaluation; zero means DefaultTimeout. Set before use.
 	Timeout time.Duration
 
-	// cur is the policy in use; nil only while an Engine from LoadOrWait has not
-	// loaded one yet.
+	// cur is the policy in use; nil while an Engine from LoadOrWait has none.
 	cur atomic.Pointer[compiledPolicy]
-	// loadErr is why cur is nil: the last load of dir that failed. Only Reload
-	// changes it, under mu.
+	// loadErr is why cur is nil: the last failed load of dir.
 	loadErr atomic.Pointer[LoadError]
 	// dir is where the policies were loaded from; empty means embedded.
 	dir string
 
-	// mu serialises Reload, the writer of cur, so that a reload cannot store an older
-	// compile over a newer one. No decision takes it.
+	// mu serialises Reload, so that an older compile is never stored over a newer.
 	mu sync.Mutex
 
-	// onEvaluate, when set (tests only, before the Engine is used), is called by
-	// every evaluation as it starts, on the goroutine that evaluates.
+	// onEvaluate (tests only) is called as each evaluation starts, on its goroutine.
 	onEvaluate func()
 }
 
@@ -150,9 +135,8 @@ func Embedded() (*Engine, error) { return newEngine(embedded, "") }
 // *_test.cue files are ignored, as by cue itself.
 func FromDir(dir string) (*Engine, error) { return newEngine(os.DirFS(dir), dir) }
 
-// FromFS compiles the policies at the root of fsys, as FromDir does a directory:
-// remediator sync checks the policies of a revision before it writes them into the
-// ConfigMap the controller loads, with the same digest.
+// FromFS compiles the policies at the root of fsys, as FromDir does (remediator sync
+// checks a revision's policies, with the same digest).
 func FromFS(fsys fs.FS) (*Engine, error) { return newEngine(fsys, "") }
 
 // Load returns the policies from dir, or the embedded ones when dir is empty.
@@ -163,21 +147,14 @@ func Load(dir string) (*Engine, error) {
 	return FromDir(dir)
 }
 
-// LoadOrWait is Load for the controller, whose policy files (a ConfigMap written
-// from Git) may be broken when it starts: the same policies, except that a dir whose
-// files do not load gives an Engine without a policy instead of an error. That
-// Engine decides nothing (Decide: rule RulePolicyInvalid, the request waits), says
-// so (Suspended, LoadFailure, Digest NoPolicy), and decides again as soon as Reload
-// loads the files. A restart would read the same files; a controller that exits on
-// them only crash-loops. The error is for the embedded policies, which are the
-// binary's own.
+// LoadOrWait is Load for the controller: a dir whose files do not load (a broken
+// ConfigMap from Git) gives an Engine without a policy, not an error, which decides
+// nothing (RulePolicyInvalid) until Reload loads them: a controller that exits on
+// them only crash-loops. The error is for the embedded policies, the binary's own.
 func LoadOrWait(dir string) (*Engine, error) {
-	if dir == "" {
-		return Embedded()
-	}
-	e, err := FromDir(dir)
-	if err == nil {
-		return e, nil
+	e, err := Load(dir)
+	if err == nil || dir == "" {
+		return e, err
 	}
 	le, ok := err.(*LoadError)
 	if !ok {
@@ -188,9 +165,8 @@ func LoadOrWait(dir string) (*Engine, error) {
 	return e, nil
 }
 
-// LoadFailure is why the Engine has no policy (the last load of its directory that
-// failed), or nil once it has one. A failed Reload of an Engine that has a policy
-// keeps that policy and does not show here.
+// LoadFailure is why the Engine has no policy, or nil once it has one (a failed
+// Reload that keeps a policy does not show here).
 func (e *Engine) LoadFailure() error {
 	if e.current() != nil {
 		return nil
@@ -211,7 +187,6 @@ func newEngine(fsys fs.FS, dir string) (*Engine, error) {
 	return e, nil
 }
 
-// current is the policy in use.
 func (e *Engine) current() *compiledPolicy { return e.cur.Load() }
 
 // Digest identifies the compiled policy source in use; NoPolicy when there is none.
@@ -238,13 +213,10 @@ func (e *Engine) timeout() time.Duration {
 	return e.Timeout
 }
 
-// Suspended reports whether the policy in use decides nothing for now:
-// MaxRunawayEvaluations of its evaluations took longer than the timeout and are
-// still running, so Decide rejects every request at once (rule RulePolicyTimeout)
-// until they end or Reload swaps in another policy. why says so, for a readiness
-// check or a log; it is empty when the Engine is not suspended.
-//
-// An Engine without a policy (LoadOrWait) is suspended too, with the load error.
+// Suspended reports whether the Engine decides nothing for now, and why (for a
+// readiness check or a log): it has no policy, or MaxRunawayEvaluations of its
+// evaluations are still running, so Decide rejects at once until they end or
+// Reload swaps in another policy.
 func (e *Engine) Suspended() (suspended bool, why string) {
 	c := e.current()
 	if c == nil {
@@ -256,7 +228,6 @@ func (e *Engine) Suspended() (suspended bool, why string) {
 	return false, ""
 }
 
-// noPolicyWhy says why an Engine without a policy decides nothing.
 func (e *Engine) noPolicyWhy() string {
 	return fmt.Sprintf("No policy is in use: the policies in %s do not load (%v). Nothing is decided: requests wait, "+
 		"condition Accepted reason PolicyInvalid, until the files are fixed; they are read again at every reload.", e.Source(), e.LoadFailure())
@@ -267,15 +238,10 @@ func (e *Engine) suspendedWhy(c *compiledPolicy, n int32, timeout time.Duration)
 		n, c.digest, e.Source(), timeout)
 }
 
-// Reload recompiles on-disk policies (a ConfigMap volume changes under a running
-// process) and swaps them in when their digest changed. A policy that no longer
-// compiles is an error and the previous one stays in use: a bad edit must not stop
-// the controller from deciding. Embedded policies never change. The error is a
-// *LoadError, which says why.
-//
-// The new policy starts with no runaway evaluations: the old one's may still run,
-// but they no longer suspend decisions. Decisions already evaluating on the old
-// policy finish on it.
+// Reload recompiles on-disk policies and swaps them in when their digest changed. A
+// policy that no longer compiles is a *LoadError and the previous one stays in use:
+// a bad edit must not stop the controller from deciding. The new policy starts with
+// no runaways; decisions evaluating on the old one finish on it.
 func (e *Engine) Reload() (changed bool, err error) {
 	if e.dir == "" {
 		return false, nil
@@ -285,7 +251,7 @@ func (e *Engine) Reload() (changed bool, err error) {
 	n, err := compile(os.DirFS(e.dir))
 	if err != nil {
 		if le := (*LoadError)(nil); errors.As(err, &le) && e.current() == nil {
-			e.loadErr.Store(le) // the newest reason there is no policy
+			e.loadErr.Store(le)
 		}
 		return false, err
 	}
@@ -296,19 +262,14 @@ func (e *Engine) Reload() (changed bool, err error) {
 	return true, nil
 }
 
-// Decide evaluates the policy for one input, for at most the Engine's Timeout. An
-// evaluation that takes longer is abandoned and the request is rejected with rule
-// RulePolicyTimeout (no error: it is the policy's answer, to be rechecked), so a
-// runaway policy cannot stall the controller's workers. CUE cannot cancel it, so it
-// runs on in the background on its own copy of the policy, which no later decision
-// touches. While MaxRunawayEvaluations of the policy's evaluations are still running,
-// Decide rejects at once (see Suspended). Decisions run concurrently, each on its own
-// copy, so callers evaluating at once may each add a runaway before the cap is seen:
-// at most MaxRunawayEvaluations-1 plus the number of concurrent callers.
+// Decide evaluates the policy for one input, for at most the Engine's Timeout. A
+// longer evaluation is abandoned, running on in the background on its own copy of
+// the policy, and the request is rejected with rule RulePolicyTimeout (no error), so
+// a runaway policy cannot stall the workers. Concurrent callers may each add a
+// runaway before the cap is seen (Suspended).
 //
-// An error is an *EvalError: the policy could not decide (two rules disagree, or the
-// decision is incomplete, names no rule, or is too large to write to status), and
-// the caller must fail closed.
+// An error is an *EvalError: the policy could not decide, and the caller must fail
+// closed.
 func (e *Engine) Decide(in Input) (Decision, error) {
 	if in.Conflicts == nil {
 		in.Conflicts = []string{}
@@ -332,13 +293,11 @@ func (e *Engine) Decide(in Input) (Decision, error) {
 	}
 
 	type result struct {
-		d   decoded
-		err error
-		// panicked: the copy may be half-written and is not given back.
-		panicked bool
+		d        decoded
+		err      error
+		panicked bool // the copy may be half-written: not given back
 	}
-	// Buffered, so that an abandoned evaluation can still deliver its result and end.
-	done := make(chan result, 1)
+	done := make(chan result, 1) // an abandoned evaluation still delivers and ends
 	hook := e.onEvaluate
 	go func() {
 		var r result
@@ -370,8 +329,7 @@ func (e *Engine) Decide(in Input) (Decision, error) {
 	case <-timer.C:
 		c.runaway.Add(1)
 		go func() {
-			// The copy is dropped with the result: a runaway's values are never reused.
-			<-done
+			<-done // the copy is dropped: a runaway's values are never reused
 			c.runaway.Add(-1)
 		}()
 		return e.timedOut(c, fmt.Sprintf("Policy evaluation took longer than %s and was abandoned.", timeout), timeout), nil
@@ -379,8 +337,6 @@ func (e *Engine) Decide(in Input) (Decision, error) {
 }
 
 // waitForPolicy is the decision of an Engine without a policy: not now, not never.
-// The request is neither allowed nor rejected for good on the strength of files that
-// do not load; it waits for a policy that does.
 func (e *Engine) waitForPolicy() Decision {
 	return Decision{
 		Verdict: VerdictWait,
@@ -393,8 +349,7 @@ func (e *Engine) waitForPolicy() Decision {
 	}
 }
 
-// timedOut is the fail-closed decision for an evaluation of policy c that did not
-// finish in time.
+// timedOut is the fail-closed decision for an evaluation of c that did not finish.
 func (e *Engine) timedOut(c *compiledPolicy, what string, timeout time.Duration) Decision {
 	return Decision{
 		Verdict: VerdictReject,
@@ -407,18 +362,15 @@ func (e *Engine) timedOut(c *compiledPolicy, what string, timeout time.Duration)
 	}
 }
 
-// decideInput fills the input into the policy and decodes its decision. It must be the
-// only user of ctx and policy while it runs. The whole of #Policy & {input: data} is
-// evaluated, so an input outside #Input fails the decision even where no rule reads
-// the offending field: one evaluation path, whatever the policy source.
+// decideInput fills the input into the policy, whose only user it must be, and
+// decodes its decision. An input outside #Input fails even where no rule reads it.
 func decideInput(ctx *cue.Context, policy cue.Value, data []byte) (decoded, error) {
 	iv := ctx.CompileBytes(data)
 	if err := iv.Err(); err != nil {
 		return decoded{}, fmt.Errorf("compiling policy input: %w", err)
 	}
 	d := policy.FillPath(cue.ParsePath("input"), iv).LookupPath(cue.ParsePath("decision"))
-	// Decode fails on an incomplete or conflicting decision, so a policy that cannot
-	// decide is an error, never a default.
+	// Decode fails on an incomplete or conflicting decision: an error, never a default.
 	var out decoded
 	if err := d.Decode(&out); err != nil {
 		return decoded{}, fmt.Errorf("evaluating policy: %w", err)
@@ -429,12 +381,10 @@ func decideInput(ctx *cue.Context, policy cue.Value, data []byte) (decoded, erro
 // maxReasonLength is metav1.Condition's limit on reason.
 const maxReasonLength = 1024
 
-// ConditionReason turns a policy rule name into a valid metav1.Condition reason
-// (^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$, at most 1024 characters), so that a rule
-// from an on-disk policy can never make the status patch invalid: the parts separated
-// by '-', '_', ' ' or '.' are joined in CamelCase ("node-shutdown" -> "NodeShutdown"),
-// every other character that is not an ASCII letter or digit is dropped, "Rule" is
-// put in front of a leading digit, and a rule with nothing left is "Unknown".
+// ConditionReason turns a rule name into a valid metav1.Condition reason, so that an
+// on-disk policy can never make the status patch invalid: parts separated by '-',
+// '_', ' ' or '.' in CamelCase ("node-shutdown" -> "NodeShutdown"), other non-ASCII
+// letters and digits dropped, "Rule" before a leading digit, "Unknown" for nothing.
 func ConditionReason(rule string) string {
 	var b strings.Builder
 	upper := true

@@ -48,7 +48,7 @@ func TestRefusedForGood(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			assert.Equal(t, tc.want, refusedForGood(tc.err))
+			assert.Equal(t, tc.want, RefusedForGood(tc.err))
 		})
 	}
 }

@@ -24,9 +24,8 @@ func pluginPod(r *Execution) (v1alpha1.PodFacts, error) {
 	return f.CSI.PluginPods[0], nil
 }
 
-// deletePluginPod evicts the node's single node-plugin pod, gracefully and with its
-// UID as precondition, so that the DaemonSet starts a fresh one whose registrar
-// registers the driver again.
+// deletePluginPod evicts the node's single node-plugin pod (evict), so that the
+// DaemonSet starts a fresh one whose registrar registers the driver again.
 type deletePluginPod struct{}
 
 func (deletePluginPod) Timeout(r *Execution) time.Duration { return r.Timeouts.eviction() }
@@ -47,10 +46,10 @@ func (deletePluginPod) Done(ctx context.Context, r *Execution) (StepResult, erro
 	return StepResult{}, nil
 }
 
-// Run evicts the plugin pod the floor has just found, live, to be the only one on
-// the node and the one the decision was made on.
+// Run evicts the plugin pod the floor has just found, in the fresh facts, to be the
+// only one on the node and the one decided on.
 func (s deletePluginPod) Run(ctx context.Context, r *Execution) (StepResult, error) {
-	f, _, err := r.fresh(ctx)
+	f, _, err := r.readFresh(ctx)
 	if err != nil {
 		return StepResult{}, err
 	}
@@ -72,13 +71,13 @@ func (s deletePluginPod) Run(ctx context.Context, r *Execution) (StepResult, err
 	return s.Done(ctx, r)
 }
 
-// pluginPodsOnNode lists the node-plugin pods on the node, live, in the Trident
-// namespace the decision was made in.
+// pluginPodsOnNode lists the node-plugin pods on the node, live, in the decided
+// Trident namespace.
 func pluginPodsOnNode(ctx context.Context, r *Execution, node string) ([]corev1.Pod, error) {
-	if r.Live == nil {
+	if r.Fresh == nil {
 		return nil, fmt.Errorf("no way to list node-plugin pods was wired in")
 	}
-	return r.Live.NodePluginPods(ctx, r.RR.Status.Facts.TridentNamespace, node)
+	return r.Fresh.NodePluginPods(ctx, r.RR.Status.Facts.TridentNamespace, node)
 }
 
 func describePods(pods []corev1.Pod) string {
@@ -102,14 +101,10 @@ func podReady(p *corev1.Pod) bool {
 	return false
 }
 
-// waitPluginPodReady waits until the old plugin pod is gone and exactly one new one
-// runs Ready on the node: only then can its registrar register without another pod's
+// pluginPodReady waits until the old plugin pod is gone and exactly one new one runs
+// Ready on the node: only then can its registrar register without another pod's
 // termination removing the socket again.
-type waitPluginPodReady struct{}
-
-func (waitPluginPodReady) Timeout(r *Execution) time.Duration { return r.Timeouts.pluginRestart() }
-
-func (waitPluginPodReady) Done(ctx context.Context, r *Execution) (StepResult, error) {
+func pluginPodReady(ctx context.Context, r *Execution) (StepResult, error) {
 	old, err := pluginPod(r)
 	if err != nil {
 		return StepResult{}, err
@@ -131,16 +126,8 @@ func (waitPluginPodReady) Done(ctx context.Context, r *Execution) (StepResult, e
 	return StepResult{Message: "Waiting for one Ready replacement node-plugin pod; now: " + describePods(pods), RequeueAfter: 2 * time.Second}, nil
 }
 
-func (s waitPluginPodReady) Run(ctx context.Context, r *Execution) (StepResult, error) {
-	return s.Done(ctx, r)
-}
-
-// waitDriverRegistered waits until the node's CSINode lists the driver again.
-type waitDriverRegistered struct{}
-
-func (waitDriverRegistered) Timeout(r *Execution) time.Duration { return r.Timeouts.pluginRestart() }
-
-func (waitDriverRegistered) Done(ctx context.Context, r *Execution) (StepResult, error) {
+// driverRegistered waits until the node's CSINode lists the driver again.
+func driverRegistered(ctx context.Context, r *Execution) (StepResult, error) {
 	node, err := workNode(r)
 	if err != nil {
 		return StepResult{}, err
@@ -166,8 +153,4 @@ func (waitDriverRegistered) Done(ctx context.Context, r *Execution) (StepResult,
 	}
 	return StepResult{Message: fmt.Sprintf("Waiting for CSINode %s to list %s; drivers now [%s]; node-plugin pods: %s",
 		node, driver, strings.Join(drivers, ", "), describePods(pods)), RequeueAfter: 2 * time.Second}, nil
-}
-
-func (s waitDriverRegistered) Run(ctx context.Context, r *Execution) (StepResult, error) {
-	return s.Done(ctx, r)
 }

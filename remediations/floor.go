@@ -10,10 +10,9 @@ import (
 	"github.com/remediator/remediator/api/v1alpha1"
 )
 
-// Gates are the runbook's minimums the floor enforces. They are controller flags, so
-// tests and the demo may shorten them; no policy can. A zero field means the
-// runbook's value (DefaultGates), so a caller that forgets to set one gets the
-// strictest floor, never none.
+// Gates are the runbook's minimums the floor enforces: controller flags, so tests and
+// the demo may shorten them, never a policy. A zero field means the runbook's value
+// (DefaultGates): a caller that forgets one gets the strictest floor, never none.
 type Gates struct {
 	// UnreachableMinLeaseAge: an unreachable or missing holder's Lease is deleted only
 	// once this old (runbook: 5 minutes from its creation or later acquisition).
@@ -21,15 +20,13 @@ type Gates struct {
 	// HealthyStuckLeaseAge: a healthy holder's Lease without a LeaseRetained Warning
 	// counts as stuck only once this old (runbook: 5-10 minutes; 10 here).
 	HealthyStuckLeaseAge time.Duration
-	// HeartbeatGrace: a node whose kubelet gave a sign of life within it is alive (the
-	// node-lease grace, kube-controller-manager's --node-monitor-grace-period).
+	// HeartbeatGrace: a kubelet that gave a sign of life within it is alive
+	// (kube-controller-manager's --node-monitor-grace-period).
 	HeartbeatGrace time.Duration
-	// DriverName is the configured CSI driver (--driver-name); empty means none is
-	// enforced (offline plan without a configuration).
-	DriverName string
-	// TridentNamespaces are the namespaces the playbooks may act in: the configured
-	// --trident-namespace and --allowed-trident-namespaces, sorted. Empty means none
-	// is enforced (offline plan without a configuration).
+	// DriverName (--driver-name) and TridentNamespaces (--trident-namespace and
+	// --allowed-trident-namespaces, sorted) bound what the playbooks act on; empty
+	// enforces nothing (offline plan without a configuration).
+	DriverName        string
 	TridentNamespaces []string
 }
 
@@ -66,15 +63,13 @@ func (g Gates) Settings() *v1alpha1.FloorSettings {
 type Violation struct {
 	Invariant Invariant
 	Message   string
-	// RecheckAfter is set when time alone lifts the violation (a Lease that is too
-	// young): the request is decided again then, on fresh facts.
+	// RecheckAfter is set when time alone lifts the violation (a Lease too young).
 	RecheckAfter time.Duration
 }
 
 func (v *Violation) Error() string { return fmt.Sprintf("safety floor %s: %s", v.Invariant, v.Message) }
 
-// FloorInput is what the floor checks. It is plain data, so the check is pure and
-// table-tested without a cluster.
+// FloorInput is what the floor checks: plain data, so the check is pure.
 type FloorInput struct {
 	// Spec is the request's current spec (its fencing statement).
 	Spec v1alpha1.RemediationRequestSpec
@@ -84,13 +79,12 @@ type FloorInput struct {
 	Step string
 	// Decided are the facts the decision was made on; nil when checking a decision.
 	Decided *v1alpha1.Facts
-	// Now are facts gathered right now, from the spec and the live cluster, never
-	// from status.
-	Now *v1alpha1.Facts
+	// Fresh are the fresh facts: gathered right now from the spec and the live
+	// cluster, never from status.
+	Fresh *v1alpha1.Facts
 	// Conflicts are the other running requests on the same Lease or node.
 	Conflicts []string
-	// Gates are the runbook's minimums; zero fields mean the runbook's values.
-	Gates Gates
+	Gates     Gates
 	// Created is the request's creationTimestamp: the time of its fencing statement
 	// when spec.fencing.fencedAt is not set.
 	Created time.Time
@@ -103,10 +97,10 @@ func CheckFloor(in FloorInput) *Violation {
 		return violation(InvariantConcurrentRemediation, "another remediation is running on the same Lease or node: %s",
 			strings.Join(in.Conflicts, "; "))
 	}
-	if in.Now == nil {
+	if in.Fresh == nil {
 		return violation(InvariantHolderStateUnproven, "no facts were gathered")
 	}
-	if n := in.Now.Node; n != nil && n.Excluded {
+	if n := in.Fresh.Node; n != nil && n.Excluded {
 		return violation(InvariantNodeExcluded, "node %s carries the label %s=true, which keeps every playbook off it", n.Name, v1alpha1.LabelExclude)
 	}
 	if in.Step != "" && in.Spec.Mode == v1alpha1.ModeDryRun {
@@ -115,8 +109,7 @@ func CheckFloor(in FloorInput) *Violation {
 	if v := namespaceFloor(in); v != nil && in.Step != v1alpha1.StepUncordon {
 		return v
 	}
-	// Every playbook of a remediation ends in that remediation's destructive call, so
-	// the floor below always applies; a playbook that does not is refused.
+	// A playbook that does not end in its remediation's destructive call is refused.
 	switch in.Spec.Remediation {
 	case v1alpha1.RemediationReleaseLUKSLease:
 		if !slices.Contains(in.Steps, v1alpha1.StepDeleteLease) {
@@ -129,11 +122,10 @@ func CheckFloor(in FloorInput) *Violation {
 		if !slices.Contains(in.Steps, v1alpha1.StepDeletePluginPod) {
 			return violation(InvariantPlaybookMismatch, "playbook %s does not restart a node-plugin pod", strings.Join(in.Steps, " -> "))
 		}
-		if in.Decided != nil && in.Decided.Target.Node != in.Now.Target.Node {
-			return violation(InvariantHolderStateChanged, "the decision was made for node %q, the request targets node %q", in.Decided.Target.Node, in.Now.Target.Node)
+		if in.Decided != nil && in.Decided.Target.Node != in.Fresh.Target.Node {
+			return violation(InvariantHolderStateChanged, "the decision was made for node %q, the request targets node %q", in.Decided.Target.Node, in.Fresh.Target.Node)
 		}
-		// Every destructive step, the cordon included: a cordon of a node whose
-		// plugin is mid-rollout is already a disruption the runbook does not call for.
+		// The cordon too: cordoning a node mid-rollout is a disruption of its own.
 		if in.Step != v1alpha1.StepUncordon {
 			return pluginFloor(in)
 		}
@@ -147,17 +139,16 @@ func violation(inv Invariant, format string, args ...any) *Violation {
 	return &Violation{Invariant: inv, Message: fmt.Sprintf(format, args...)}
 }
 
-// leaseFloor guards every playbook that ends in a Lease deletion, from the decision
-// to the deletion itself.
+// leaseFloor guards a playbook that ends in a Lease deletion, from decision to deletion.
 func leaseFloor(in FloorInput) *Violation {
-	l, n := in.Now.Lease, in.Now.Node
+	l, n := in.Fresh.Lease, in.Fresh.Node
 	if l == nil || !l.Exists || l.HolderIdentity == "" || l.UID == "" {
 		return violation(InvariantLeaseNotHeld, "there is no held Trident Lease to release")
 	}
 	key := l.Namespace + "/" + l.Name
 	if d := in.Decided; d != nil {
 		switch {
-		case d.Target.Node != in.Now.Target.Node:
+		case d.Target.Node != in.Fresh.Target.Node:
 			return violation(InvariantLeaseChanged, "the decision names node %q, the request resolves to none", d.Target.Node)
 		case d.Lease == nil:
 			return violation(InvariantLeaseChanged, "the decision recorded no Lease, but Lease %s exists now", key)
@@ -176,7 +167,7 @@ func leaseFloor(in FloorInput) *Violation {
 	if n == nil || n.Name != l.HolderIdentity {
 		return violation(InvariantHolderStateUnproven, "the state of holder node %s was not established", l.HolderIdentity)
 	}
-	now := in.Now.GatheredAt.Time
+	now := in.Fresh.GatheredAt.Time
 	switch n.State {
 	case v1alpha1.NodeShutdown:
 		return shutdownFloor(in, n, now)
@@ -203,13 +194,10 @@ func leaseFloor(in FloorInput) *Violation {
 	return violation(InvariantHolderStateUnproven, "holder node %s is %s (%s)", l.HolderIdentity, nodeState(n), n.StateReason)
 }
 
-// shutdownFloor: a shutdown is the taint (an administrator's or the cloud
-// provider's word) and the kubelet's silence. A heartbeat within the grace period
-// means the kubelet runs, whatever the taint says, and may be running cryptsetup.
+// shutdownFloor: a shutdown is the taint (ClassifyNode records Shutdown only with
+// one) and the kubelet's silence. A heartbeat within the grace (never less than the
+// node Lease's duration) means the kubelet runs, and may be running cryptsetup.
 func shutdownFloor(in FloorInput, n *v1alpha1.NodeFacts, now time.Time) *Violation {
-	// The taint itself is the gatherer's to find (ClassifyNode records Shutdown only
-	// with one); the floor checks again what would make acting on it fatal.
-	// HeartbeatFresh never judges on less than the node Lease's own duration.
 	if n.Ready == "True" || n.HeartbeatFresh(now, in.Gates.HeartbeatGrace) {
 		return violation(InvariantHolderStateUnproven, "holder node %s carries a shutdown taint, but its kubelet still reports (Ready=%s, last heartbeat %s, within the grace period of %s): a node whose kubelet still reports is not shut down",
 			n.Name, cmp.Or(n.Ready, "none"), heartbeatString(n), n.HeartbeatGrace(in.Gates.HeartbeatGrace))
@@ -224,25 +212,20 @@ func heartbeatString(n *v1alpha1.NodeFacts) string {
 	return "none"
 }
 
-// FencedAtTolerance is how far ahead of the controller's "now" a fencing statement's
-// time may be without being a statement about the future: the controller reads the
-// API server's clock up to a second and a round trip low (facts.ServerClock), facts
-// record whole seconds, and an operator who writes the time they fenced at once, on a
-// clock a second ahead, states the present. It only widens what is accepted: the
-// statement then counts from now, so a heartbeat after now still voids it.
+// FencedAtTolerance is how far ahead of "now" spec.fencing.fencedAt may be and still
+// state the present: the controller reads the API server's clock up to a second and
+// a round trip low (facts.ServerClock), and facts record whole seconds. Such a
+// statement counts from now, so a heartbeat after now still voids it.
 const FencedAtTolerance = 5 * time.Second
 
-// fencingFresh: a fencing statement describes the node as it was when it was made.
-// A node that renewed its Lease or posted Ready afterwards came back, and whatever
-// was fenced then may run again now.
+// fencingFresh: a fencing statement describes the node when it was made; a node
+// that renewed its Lease or posted Ready since came back, and may run again.
 func fencingFresh(in FloorInput, n *v1alpha1.NodeFacts, now time.Time) *Violation {
 	made, from := in.Created, "the request's creation"
 	if at := in.Spec.Fencing.FencedAt; at != nil {
 		if at.After(now.Add(FencedAtTolerance)) {
 			return violation(InvariantFencingStale, "spec.fencing.fencedAt %s is in the future (now %s)", at.UTC().Format(time.RFC3339), now.UTC().Format(time.RFC3339))
 		}
-		// Within the tolerance the statement counts from now at the latest: a
-		// heartbeat after now voids it all the same.
 		made, from = at.Time, "spec.fencing.fencedAt"
 		if made.After(now) {
 			made = now
@@ -259,9 +242,7 @@ func fencingFresh(in FloorInput, n *v1alpha1.NodeFacts, now time.Time) *Violatio
 }
 
 // leaseOldEnough: the runbook gives an operation in flight min from the Lease's
-// creation (or a later acquisition), by server time, to finish. The gatherer
-// measures the age from the later of the two (LeaseFacts.AgeSeconds), so a slow
-// holder clock can only make the Lease look younger.
+// creation or later acquisition, by server time (LeaseFacts.AgeSeconds), to finish.
 func leaseOldEnough(l *v1alpha1.LeaseFacts, min time.Duration, who string) *Violation {
 	if age := time.Duration(l.AgeSeconds) * time.Second; age < min {
 		v := violation(InvariantLeaseTooYoung, "%s and Lease %s/%s is %s old, younger than the floor's %s (%s)",
@@ -273,9 +254,8 @@ func leaseOldEnough(l *v1alpha1.LeaseFacts, min time.Duration, who string) *Viol
 }
 
 // provenStuck: a healthy holder's Lease goes only on evidence that its operation
-// failed: a LeaseRetained Warning on this very Lease (the gatherer counts only those
-// naming its UID and last seen since its hold began), or an age past the point where
-// cryptsetup, which takes seconds, can still be running.
+// failed: a LeaseRetained Warning on this hold of the Lease, or an age past the point
+// where cryptsetup, which takes seconds, can still be running.
 func provenStuck(l *v1alpha1.LeaseFacts, stuck time.Duration) *Violation {
 	age := time.Duration(l.AgeSeconds) * time.Second
 	if l.RetainedEvents > 0 || age >= stuck {
@@ -287,10 +267,10 @@ func provenStuck(l *v1alpha1.LeaseFacts, stuck time.Duration) *Violation {
 	return v
 }
 
-// healthyFloor: a healthy holder may still be running cryptsetup for pods that use
-// the volume; its Lease goes only after those pods are gone from it.
+// healthyFloor: a healthy holder may still run cryptsetup for the volume's pods; its
+// Lease goes only after they are gone from it.
 func healthyFloor(in FloorInput) *Violation {
-	f := in.Now
+	f := in.Fresh
 	if f.Target.PersistentVolumeClaim == "" {
 		return violation(InvariantHealthyHolderPodsRunning, "holder node %s is healthy and no claim of PersistentVolume %s could be verified, so the pods that use the volume cannot be listed",
 			f.Lease.HolderIdentity, f.Lease.Name)
@@ -309,23 +289,22 @@ func healthyFloor(in FloorInput) *Violation {
 }
 
 // namespaceFloor: the Trident namespace is the controller's, not the request's. The
-// request's spec.tridentNamespace, the namespace its facts were gathered in, its
-// Lease's and its node-plugin pods' must each be one the controller acts in; the
-// gatherer reads nothing in another, and this holds whatever a policy allowed. The
-// uncordon, a restore, is never refused.
+// spec's, the facts', the Lease's and the node-plugin pods' namespaces must each be
+// one the controller acts in, whatever a policy allowed.
 func namespaceFloor(in FloorInput) *Violation {
 	allowed := in.Gates.TridentNamespaces
 	if len(allowed) == 0 {
 		return nil
 	}
-	f := in.Now
-	where := []struct{ what, ns string }{{"spec.tridentNamespace", in.Spec.TridentNamespace}, {"the facts' Trident namespace", f.TridentNamespace}}
+	f := in.Fresh
+	type place struct{ what, ns string }
+	where := []place{{"spec.tridentNamespace", in.Spec.TridentNamespace}, {"the facts' Trident namespace", f.TridentNamespace}}
 	if f.Lease != nil {
-		where = append(where, struct{ what, ns string }{"Lease " + f.Lease.Namespace + "/" + f.Lease.Name, f.Lease.Namespace})
+		where = append(where, place{"Lease " + f.Lease.Namespace + "/" + f.Lease.Name, f.Lease.Namespace})
 	}
 	if f.CSI != nil {
 		for _, p := range f.CSI.PluginPods {
-			where = append(where, struct{ what, ns string }{"node-plugin pod " + p.Namespace + "/" + p.Name, p.Namespace})
+			where = append(where, place{"node-plugin pod " + p.Namespace + "/" + p.Name, p.Namespace})
 		}
 	}
 	for _, w := range where {
@@ -340,7 +319,7 @@ func namespaceFloor(in FloorInput) *Violation {
 // pluginFloor guards the node-plugin restart: exactly one plugin pod, the one the
 // decision saw, and the driver still missing.
 func pluginFloor(in FloorInput) *Violation {
-	f := in.Now
+	f := in.Fresh
 	node := f.Target.Node
 	if f.Node == nil || !f.Node.Exists || f.CSI == nil {
 		return violation(InvariantHolderStateUnproven, "node %s or its CSI facts were not found", node)
@@ -352,9 +331,7 @@ func pluginFloor(in FloorInput) *Violation {
 	if f.Node.State != v1alpha1.NodeHealthy {
 		return violation(InvariantNodeNotHealthy, "node %s is %s (%s), not Healthy: its node plugin is restarted only on a node whose kubelet reports", node, f.Node.State, f.Node.StateReason)
 	}
-	if d := in.Decided; d != nil && d.Target.Node != node {
-		return violation(InvariantHolderStateChanged, "the decision was made for node %q, the request targets node %q", d.Target.Node, node)
-	}
+	// CheckFloor has compared the decided target node already.
 	if d := in.Decided; d != nil && (d.Node == nil || d.Node.State != f.Node.State) {
 		return violation(InvariantHolderStateChanged, "node %s is now %s, not %s as when decided (%s)",
 			node, f.Node.State, nodeState(d.Node), f.Node.StateReason)

@@ -97,148 +97,148 @@ func TestCheckFloor(t *testing.T) {
 		want Invariant // "" means no violation
 	}{
 		// Decisions: whatever playbook a policy chose.
-		{"shut-down holder, Lease released", FloorInput{Steps: release, Now: leaseFacts(v1alpha1.NodeShutdown)}, ""},
-		{"unreachable holder without fencing", FloorInput{Steps: release, Now: leaseFacts(v1alpha1.NodeUnreachable)}, InvariantHolderNotFenced},
-		{"unreachable holder fenced as itself", FloorInput{Spec: fenced("node-a"), Steps: release, Now: leaseFacts(v1alpha1.NodeUnreachable)}, ""},
-		{"unreachable holder, fencing names another node", FloorInput{Spec: fenced("node-b"), Steps: release, Now: leaseFacts(v1alpha1.NodeUnreachable)}, InvariantHolderNotFenced},
-		{"fencing stated but not confirmed", FloorInput{Spec: v1alpha1.RemediationRequestSpec{Fencing: &v1alpha1.Fencing{Node: "node-a"}}, Steps: release, Now: leaseFacts(v1alpha1.NodeUnreachable)}, InvariantHolderNotFenced},
-		{"missing holder node without fencing", FloorInput{Steps: release, Now: leaseFacts(v1alpha1.NodeNotFound)}, InvariantHolderNotFenced},
-		{"missing holder node fenced as itself", FloorInput{Spec: fenced("node-a"), Steps: release, Now: leaseFacts(v1alpha1.NodeNotFound)}, ""},
-		{"unknown holder state", FloorInput{Spec: fenced("node-a"), Steps: release, Now: leaseFacts(v1alpha1.NodeUnknown)}, InvariantHolderStateUnproven},
-		{"healthy holder with pods, Lease deleted outright", FloorInput{Steps: release, Now: leaseFacts(v1alpha1.NodeHealthy, "web-0")}, InvariantHealthyHolderPodsRunning},
-		{"healthy holder without pods, Lease deleted outright", FloorInput{Steps: release, Now: leaseFacts(v1alpha1.NodeHealthy)}, InvariantHealthyHolderPodsRunning},
-		{"healthy holder, pods moved first", FloorInput{Steps: move, Now: leaseFacts(v1alpha1.NodeHealthy, "web-0")}, ""},
-		{"healthy holder, claim unverified", FloorInput{Steps: move, Now: with(leaseFacts(v1alpha1.NodeHealthy), func(f *v1alpha1.Facts) { f.Target.PersistentVolumeClaim = "" })}, InvariantHealthyHolderPodsRunning},
-		{"no Lease", FloorInput{Steps: release, Now: with(leaseFacts(v1alpha1.NodeShutdown), func(f *v1alpha1.Facts) { f.Lease.Exists = false })}, InvariantLeaseNotHeld},
-		{"another request runs on the Lease", FloorInput{Steps: release, Now: leaseFacts(v1alpha1.NodeShutdown), Conflicts: []string{"ns/other (Running, on Lease trident/pvc-1)"}}, InvariantConcurrentRemediation},
+		{"shut-down holder, Lease released", FloorInput{Steps: release, Fresh: leaseFacts(v1alpha1.NodeShutdown)}, ""},
+		{"unreachable holder without fencing", FloorInput{Steps: release, Fresh: leaseFacts(v1alpha1.NodeUnreachable)}, InvariantHolderNotFenced},
+		{"unreachable holder fenced as itself", FloorInput{Spec: fenced("node-a"), Steps: release, Fresh: leaseFacts(v1alpha1.NodeUnreachable)}, ""},
+		{"unreachable holder, fencing names another node", FloorInput{Spec: fenced("node-b"), Steps: release, Fresh: leaseFacts(v1alpha1.NodeUnreachable)}, InvariantHolderNotFenced},
+		{"fencing stated but not confirmed", FloorInput{Spec: v1alpha1.RemediationRequestSpec{Fencing: &v1alpha1.Fencing{Node: "node-a"}}, Steps: release, Fresh: leaseFacts(v1alpha1.NodeUnreachable)}, InvariantHolderNotFenced},
+		{"missing holder node without fencing", FloorInput{Steps: release, Fresh: leaseFacts(v1alpha1.NodeNotFound)}, InvariantHolderNotFenced},
+		{"missing holder node fenced as itself", FloorInput{Spec: fenced("node-a"), Steps: release, Fresh: leaseFacts(v1alpha1.NodeNotFound)}, ""},
+		{"unknown holder state", FloorInput{Spec: fenced("node-a"), Steps: release, Fresh: leaseFacts(v1alpha1.NodeUnknown)}, InvariantHolderStateUnproven},
+		{"healthy holder with pods, Lease deleted outright", FloorInput{Steps: release, Fresh: leaseFacts(v1alpha1.NodeHealthy, "web-0")}, InvariantHealthyHolderPodsRunning},
+		{"healthy holder without pods, Lease deleted outright", FloorInput{Steps: release, Fresh: leaseFacts(v1alpha1.NodeHealthy)}, InvariantHealthyHolderPodsRunning},
+		{"healthy holder, pods moved first", FloorInput{Steps: move, Fresh: leaseFacts(v1alpha1.NodeHealthy, "web-0")}, ""},
+		{"healthy holder, claim unverified", FloorInput{Steps: move, Fresh: with(leaseFacts(v1alpha1.NodeHealthy), func(f *v1alpha1.Facts) { f.Target.PersistentVolumeClaim = "" })}, InvariantHealthyHolderPodsRunning},
+		{"no Lease", FloorInput{Steps: release, Fresh: with(leaseFacts(v1alpha1.NodeShutdown), func(f *v1alpha1.Facts) { f.Lease.Exists = false })}, InvariantLeaseNotHeld},
+		{"another request runs on the Lease", FloorInput{Steps: release, Fresh: leaseFacts(v1alpha1.NodeShutdown), Conflicts: []string{"ns/other (Running, on Lease trident/pvc-1)"}}, InvariantConcurrentRemediation},
 		{"no facts", FloorInput{Steps: release}, InvariantHolderStateUnproven},
 		// The opt-out label keeps every playbook off the node (issue 26).
-		{"shut-down holder excluded by its label", FloorInput{Steps: release, Now: with(leaseFacts(v1alpha1.NodeShutdown), func(f *v1alpha1.Facts) { f.Node.Excluded = true })}, InvariantNodeExcluded},
-		{"healthy holder excluded, before the cordon", FloorInput{Steps: move, Step: "cordon", Now: with(leaseFacts(v1alpha1.NodeHealthy, "web-0"), func(f *v1alpha1.Facts) { f.Node.Excluded = true })}, InvariantNodeExcluded},
-		{"plugin node excluded", FloorInput{Spec: plugin, Steps: restart, Now: with(csiFacts(false, "trident-csi-abcde"), func(f *v1alpha1.Facts) { f.Node.Excluded = true })}, InvariantNodeExcluded},
+		{"shut-down holder excluded by its label", FloorInput{Steps: release, Fresh: with(leaseFacts(v1alpha1.NodeShutdown), func(f *v1alpha1.Facts) { f.Node.Excluded = true })}, InvariantNodeExcluded},
+		{"healthy holder excluded, before the cordon", FloorInput{Steps: move, Step: "cordon", Fresh: with(leaseFacts(v1alpha1.NodeHealthy, "web-0"), func(f *v1alpha1.Facts) { f.Node.Excluded = true })}, InvariantNodeExcluded},
+		{"plugin node excluded", FloorInput{Spec: plugin, Steps: restart, Fresh: with(csiFacts(false, "trident-csi-abcde"), func(f *v1alpha1.Facts) { f.Node.Excluded = true })}, InvariantNodeExcluded},
 
 		// The runbook's gates, which no policy can lower (issue 22).
-		{"shutdown taint, but the kubelet still renews its node Lease", FloorInput{Steps: release, Now: with(leaseFacts(v1alpha1.NodeShutdown), func(f *v1alpha1.Facts) {
+		{"shutdown taint, but the kubelet still renews its node Lease", FloorInput{Steps: release, Fresh: with(leaseFacts(v1alpha1.NodeShutdown), func(f *v1alpha1.Facts) {
 			f.Node.LeaseRenewTime = ago(3 * time.Second)
 		})}, InvariantHolderStateUnproven},
-		{"shutdown taint, but the kubelet still posts Ready=False", FloorInput{Steps: release, Now: with(leaseFacts(v1alpha1.NodeShutdown), func(f *v1alpha1.Facts) {
+		{"shutdown taint, but the kubelet still posts Ready=False", FloorInput{Steps: release, Fresh: with(leaseFacts(v1alpha1.NodeShutdown), func(f *v1alpha1.Facts) {
 			f.Node.ReadyHeartbeatTime = ago(20 * time.Second)
 		})}, InvariantHolderStateUnproven},
-		{"shutdown, heartbeat just past a shortened grace", FloorInput{Steps: release, Gates: Gates{HeartbeatGrace: 10 * time.Second}, Now: with(leaseFacts(v1alpha1.NodeShutdown), func(f *v1alpha1.Facts) {
+		{"shutdown, heartbeat just past a shortened grace", FloorInput{Steps: release, Gates: Gates{HeartbeatGrace: 10 * time.Second}, Fresh: with(leaseFacts(v1alpha1.NodeShutdown), func(f *v1alpha1.Facts) {
 			f.Node.ReadyHeartbeatTime = ago(20 * time.Second)
 		})}, ""},
 		// The grace never falls below the node Lease's own duration, whatever a flag or
 		// the settings ConfigMap says: a kubelet renewing every 10 s is alive.
-		{"shutdown, 1ms grace, kubelet renewed 10s ago within its 40s node Lease", FloorInput{Steps: release, Gates: Gates{HeartbeatGrace: time.Millisecond}, Now: with(leaseFacts(v1alpha1.NodeShutdown), func(f *v1alpha1.Facts) {
+		{"shutdown, 1ms grace, kubelet renewed 10s ago within its 40s node Lease", FloorInput{Steps: release, Gates: Gates{HeartbeatGrace: time.Millisecond}, Fresh: with(leaseFacts(v1alpha1.NodeShutdown), func(f *v1alpha1.Facts) {
 			f.Node.LeaseRenewTime, f.Node.NodeLeaseDurationSeconds = ago(10*time.Second), 40
 		})}, InvariantHolderStateUnproven},
-		{"shutdown, 1ms grace, renewal older than the node Lease's duration", FloorInput{Steps: release, Gates: Gates{HeartbeatGrace: time.Millisecond}, Now: with(leaseFacts(v1alpha1.NodeShutdown), func(f *v1alpha1.Facts) {
+		{"shutdown, 1ms grace, renewal older than the node Lease's duration", FloorInput{Steps: release, Gates: Gates{HeartbeatGrace: time.Millisecond}, Fresh: with(leaseFacts(v1alpha1.NodeShutdown), func(f *v1alpha1.Facts) {
 			f.Node.LeaseRenewTime, f.Node.NodeLeaseDurationSeconds = ago(41*time.Second), 40
 		})}, ""},
-		{"recorded Shutdown but Ready=True", FloorInput{Steps: release, Now: with(leaseFacts(v1alpha1.NodeShutdown), func(f *v1alpha1.Facts) { f.Node.Ready = "True" })}, InvariantHolderStateUnproven},
-		{"fenced unreachable holder, Lease one minute old", FloorInput{Spec: fenced("node-a"), Steps: release, Now: with(leaseFacts(v1alpha1.NodeUnreachable), func(f *v1alpha1.Facts) {
+		{"recorded Shutdown but Ready=True", FloorInput{Steps: release, Fresh: with(leaseFacts(v1alpha1.NodeShutdown), func(f *v1alpha1.Facts) { f.Node.Ready = "True" })}, InvariantHolderStateUnproven},
+		{"fenced unreachable holder, Lease one minute old", FloorInput{Spec: fenced("node-a"), Steps: release, Fresh: with(leaseFacts(v1alpha1.NodeUnreachable), func(f *v1alpha1.Facts) {
 			f.Lease.AgeSeconds = 60
 		})}, InvariantLeaseTooYoung},
-		{"fenced unreachable holder, Lease re-acquired a minute ago", FloorInput{Spec: fenced("node-a"), Steps: release, Now: with(leaseFacts(v1alpha1.NodeUnreachable), func(f *v1alpha1.Facts) {
+		{"fenced unreachable holder, Lease re-acquired a minute ago", FloorInput{Spec: fenced("node-a"), Steps: release, Fresh: with(leaseFacts(v1alpha1.NodeUnreachable), func(f *v1alpha1.Facts) {
 			f.Lease.AgeSeconds = 60
 		})}, InvariantLeaseTooYoung},
-		{"fenced unreachable holder, Lease past a shortened gate", FloorInput{Spec: fenced("node-a"), Steps: release, Gates: Gates{UnreachableMinLeaseAge: 30 * time.Second}, Now: with(leaseFacts(v1alpha1.NodeUnreachable), func(f *v1alpha1.Facts) {
+		{"fenced unreachable holder, Lease past a shortened gate", FloorInput{Spec: fenced("node-a"), Steps: release, Gates: Gates{UnreachableMinLeaseAge: 30 * time.Second}, Fresh: with(leaseFacts(v1alpha1.NodeUnreachable), func(f *v1alpha1.Facts) {
 			f.Lease.AgeSeconds = 60
 		})}, ""},
-		{"fenced missing holder, Lease one minute old", FloorInput{Spec: fenced("node-a"), Steps: release, Now: with(leaseFacts(v1alpha1.NodeNotFound), func(f *v1alpha1.Facts) {
+		{"fenced missing holder, Lease one minute old", FloorInput{Spec: fenced("node-a"), Steps: release, Fresh: with(leaseFacts(v1alpha1.NodeNotFound), func(f *v1alpha1.Facts) {
 			f.Lease.AgeSeconds = 60
 		})}, InvariantLeaseTooYoung},
-		{"fencing statement older than the holder's last heartbeat", FloorInput{Spec: fenced("node-a"), Steps: release, Now: with(leaseFacts(v1alpha1.NodeUnreachable), func(f *v1alpha1.Facts) {
+		{"fencing statement older than the holder's last heartbeat", FloorInput{Spec: fenced("node-a"), Steps: release, Fresh: with(leaseFacts(v1alpha1.NodeUnreachable), func(f *v1alpha1.Facts) {
 			f.Node.LeaseRenewTime = ago(10 * time.Minute) // the request was created 30 minutes ago
 		})}, InvariantFencingStale},
-		{"fencedAt after the holder's last heartbeat", FloorInput{Spec: fencedAt("node-a", ago(5*time.Minute)), Steps: release, Now: with(leaseFacts(v1alpha1.NodeUnreachable), func(f *v1alpha1.Facts) {
+		{"fencedAt after the holder's last heartbeat", FloorInput{Spec: fencedAt("node-a", ago(5*time.Minute)), Steps: release, Fresh: with(leaseFacts(v1alpha1.NodeUnreachable), func(f *v1alpha1.Facts) {
 			f.Node.LeaseRenewTime = ago(10 * time.Minute)
 		})}, ""},
-		{"fencedAt before the holder's last heartbeat", FloorInput{Spec: fencedAt("node-a", ago(3*time.Hour)), Steps: release, Now: leaseFacts(v1alpha1.NodeUnreachable)}, InvariantFencingStale},
-		{"missing holder node whose kubelet renewed its node Lease after the fencing statement", FloorInput{Spec: fenced("node-a"), Steps: release, Now: with(leaseFacts(v1alpha1.NodeNotFound), func(f *v1alpha1.Facts) {
+		{"fencedAt before the holder's last heartbeat", FloorInput{Spec: fencedAt("node-a", ago(3*time.Hour)), Steps: release, Fresh: leaseFacts(v1alpha1.NodeUnreachable)}, InvariantFencingStale},
+		{"missing holder node whose kubelet renewed its node Lease after the fencing statement", FloorInput{Spec: fenced("node-a"), Steps: release, Fresh: with(leaseFacts(v1alpha1.NodeNotFound), func(f *v1alpha1.Facts) {
 			f.Node.LeaseRenewTime = ago(10 * time.Minute) // the request was created 30 minutes ago
 		})}, InvariantFencingStale},
-		{"fencedAt in the future", FloorInput{Spec: fencedAt("node-a", ago(-time.Minute)), Steps: release, Now: leaseFacts(v1alpha1.NodeUnreachable)}, InvariantFencingStale},
+		{"fencedAt in the future", FloorInput{Spec: fencedAt("node-a", ago(-time.Minute)), Steps: release, Fresh: leaseFacts(v1alpha1.NodeUnreachable)}, InvariantFencingStale},
 		// The controller reads the server's clock up to a second and a round trip low,
 		// and facts keep whole seconds: a statement written at once is not the future.
-		{"fencedAt two seconds ahead of the controller's now", FloorInput{Spec: fencedAt("node-a", ago(-2*time.Second)), Steps: release, Now: leaseFacts(v1alpha1.NodeUnreachable)}, ""},
-		{"fencedAt past the tolerance", FloorInput{Spec: fencedAt("node-a", ago(-FencedAtTolerance-time.Second)), Steps: release, Now: leaseFacts(v1alpha1.NodeUnreachable)}, InvariantFencingStale},
-		{"fencedAt within the tolerance still voided by a heartbeat after now", FloorInput{Spec: fencedAt("node-a", ago(-3*time.Second)), Steps: release, Now: with(leaseFacts(v1alpha1.NodeUnreachable), func(f *v1alpha1.Facts) {
+		{"fencedAt two seconds ahead of the controller's now", FloorInput{Spec: fencedAt("node-a", ago(-2*time.Second)), Steps: release, Fresh: leaseFacts(v1alpha1.NodeUnreachable)}, ""},
+		{"fencedAt past the tolerance", FloorInput{Spec: fencedAt("node-a", ago(-FencedAtTolerance-time.Second)), Steps: release, Fresh: leaseFacts(v1alpha1.NodeUnreachable)}, InvariantFencingStale},
+		{"fencedAt within the tolerance still voided by a heartbeat after now", FloorInput{Spec: fencedAt("node-a", ago(-3*time.Second)), Steps: release, Fresh: with(leaseFacts(v1alpha1.NodeUnreachable), func(f *v1alpha1.Facts) {
 			f.Node.LeaseRenewTime = ago(-time.Second)
 		})}, InvariantFencingStale},
-		{"healthy holder, young Lease, no LeaseRetained", FloorInput{Steps: move, Now: with(leaseFacts(v1alpha1.NodeHealthy, "web-0"), func(f *v1alpha1.Facts) {
+		{"healthy holder, young Lease, no LeaseRetained", FloorInput{Steps: move, Fresh: with(leaseFacts(v1alpha1.NodeHealthy, "web-0"), func(f *v1alpha1.Facts) {
 			f.Lease.AgeSeconds = 60
 		})}, InvariantLeaseNotProvenStuck},
-		{"healthy holder, young Lease, LeaseRetained on it", FloorInput{Steps: move, Now: with(leaseFacts(v1alpha1.NodeHealthy, "web-0"), func(f *v1alpha1.Facts) {
+		{"healthy holder, young Lease, LeaseRetained on it", FloorInput{Steps: move, Fresh: with(leaseFacts(v1alpha1.NodeHealthy, "web-0"), func(f *v1alpha1.Facts) {
 			f.Lease.AgeSeconds, f.Lease.RetainedEvents = 60, 2
 		})}, ""},
-		{"healthy holder, young Lease, LeaseRetained only on another incarnation", FloorInput{Steps: move, Now: with(leaseFacts(v1alpha1.NodeHealthy, "web-0"), func(f *v1alpha1.Facts) {
+		{"healthy holder, young Lease, LeaseRetained only on another incarnation", FloorInput{Steps: move, Fresh: with(leaseFacts(v1alpha1.NodeHealthy, "web-0"), func(f *v1alpha1.Facts) {
 			f.Lease.AgeSeconds, f.Lease.IgnoredRetainedEvents = 60, 3
 		})}, InvariantLeaseNotProvenStuck},
-		{"healthy holder, young Lease past a shortened gate", FloorInput{Steps: move, Gates: Gates{HealthyStuckLeaseAge: 40 * time.Second}, Now: with(leaseFacts(v1alpha1.NodeHealthy, "web-0"), func(f *v1alpha1.Facts) {
+		{"healthy holder, young Lease past a shortened gate", FloorInput{Steps: move, Gates: Gates{HealthyStuckLeaseAge: 40 * time.Second}, Fresh: with(leaseFacts(v1alpha1.NodeHealthy, "web-0"), func(f *v1alpha1.Facts) {
 			f.Lease.AgeSeconds = 60
 		})}, ""},
 		{"evict, healthy holder's Lease re-acquired since the decision", FloorInput{Steps: move, Step: "deleteAffectedPods", Decided: leaseFacts(v1alpha1.NodeHealthy, "web-0"),
-			Now: with(leaseFacts(v1alpha1.NodeHealthy, "web-0"), func(f *v1alpha1.Facts) { f.Lease.AgeSeconds = 1 })}, InvariantLeaseNotProvenStuck},
-		{"CSI: the node is not Healthy", FloorInput{Steps: restart, Now: with(csiFacts(false, "trident-csi-a"), func(f *v1alpha1.Facts) { f.Node = nodeFacts("node-b", v1alpha1.NodeUnreachable) })}, InvariantNodeNotHealthy},
-		{"CSI: the plugin pod is not Ready", FloorInput{Steps: restart, Now: with(csiFacts(false, "trident-csi-a"), func(f *v1alpha1.Facts) { f.CSI.PluginPods[0].Ready = false })}, InvariantPluginPodNotReady},
-		{"CSI: the plugin pod is Pending", FloorInput{Steps: restart, Now: with(csiFacts(false, "trident-csi-a"), func(f *v1alpha1.Facts) { f.CSI.PluginPods[0].Phase = "Pending" })}, InvariantPluginPodNotReady},
-		{"CSI: the plugin pod is terminating", FloorInput{Steps: restart, Now: with(csiFacts(false, "trident-csi-a"), func(f *v1alpha1.Facts) { f.CSI.PluginPods[0].DeletionTimestamp = ago(time.Second) })}, InvariantPluginPodNotReady},
+			Fresh: with(leaseFacts(v1alpha1.NodeHealthy, "web-0"), func(f *v1alpha1.Facts) { f.Lease.AgeSeconds = 1 })}, InvariantLeaseNotProvenStuck},
+		{"CSI: the node is not Healthy", FloorInput{Steps: restart, Fresh: with(csiFacts(false, "trident-csi-a"), func(f *v1alpha1.Facts) { f.Node = nodeFacts("node-b", v1alpha1.NodeUnreachable) })}, InvariantNodeNotHealthy},
+		{"CSI: the plugin pod is not Ready", FloorInput{Steps: restart, Fresh: with(csiFacts(false, "trident-csi-a"), func(f *v1alpha1.Facts) { f.CSI.PluginPods[0].Ready = false })}, InvariantPluginPodNotReady},
+		{"CSI: the plugin pod is Pending", FloorInput{Steps: restart, Fresh: with(csiFacts(false, "trident-csi-a"), func(f *v1alpha1.Facts) { f.CSI.PluginPods[0].Phase = "Pending" })}, InvariantPluginPodNotReady},
+		{"CSI: the plugin pod is terminating", FloorInput{Steps: restart, Fresh: with(csiFacts(false, "trident-csi-a"), func(f *v1alpha1.Facts) { f.CSI.PluginPods[0].DeletionTimestamp = ago(time.Second) })}, InvariantPluginPodNotReady},
 		{"CSI: spec.driverName is not the configured driver", FloorInput{Spec: v1alpha1.RemediationRequestSpec{Remediation: v1alpha1.RemediationReregisterCSIDriver, DriverName: "csi.trident.netapp.com"}, Steps: restart,
-			Now: with(csiFacts(false, "trident-csi-a"), func(f *v1alpha1.Facts) { f.DriverName = "csi.trident.netapp.com" })}, InvariantDriverNotConfigured},
+			Fresh: with(csiFacts(false, "trident-csi-a"), func(f *v1alpha1.Facts) { f.DriverName = "csi.trident.netapp.com" })}, InvariantDriverNotConfigured},
 		// The Trident namespace is the controller's, not the request's.
 		{"CSI: a tenant namespace", FloorInput{Spec: v1alpha1.RemediationRequestSpec{Remediation: v1alpha1.RemediationReregisterCSIDriver, TridentNamespace: "tenant"}, Steps: restart,
-			Now: with(csiFacts(false, "tenant-app"), func(f *v1alpha1.Facts) { f.TridentNamespace, f.CSI.PluginPods[0].Namespace = "tenant", "tenant" })}, InvariantNamespaceNotAllowed},
+			Fresh: with(csiFacts(false, "tenant-app"), func(f *v1alpha1.Facts) { f.TridentNamespace, f.CSI.PluginPods[0].Namespace = "tenant", "tenant" })}, InvariantNamespaceNotAllowed},
 		{"CSI: cordon in a tenant namespace", FloorInput{Spec: v1alpha1.RemediationRequestSpec{Remediation: v1alpha1.RemediationReregisterCSIDriver, TridentNamespace: "tenant"}, Steps: restart, Step: "cordon",
-			Now: with(csiFacts(false, "tenant-app"), func(f *v1alpha1.Facts) { f.TridentNamespace, f.CSI.PluginPods[0].Namespace = "tenant", "tenant" })}, InvariantNamespaceNotAllowed},
+			Fresh: with(csiFacts(false, "tenant-app"), func(f *v1alpha1.Facts) { f.TridentNamespace, f.CSI.PluginPods[0].Namespace = "tenant", "tenant" })}, InvariantNamespaceNotAllowed},
 		{"CSI: a plugin pod from another namespace than the facts'", FloorInput{Steps: restart,
-			Now: with(csiFacts(false, "tenant-app"), func(f *v1alpha1.Facts) { f.CSI.PluginPods[0].Namespace = "tenant" })}, InvariantNamespaceNotAllowed},
+			Fresh: with(csiFacts(false, "tenant-app"), func(f *v1alpha1.Facts) { f.CSI.PluginPods[0].Namespace = "tenant" })}, InvariantNamespaceNotAllowed},
 		{"CSI: a namespace the settings allow", FloorInput{Spec: v1alpha1.RemediationRequestSpec{Remediation: v1alpha1.RemediationReregisterCSIDriver, TridentNamespace: "netapp-trident"}, Steps: restart,
 			Gates: Gates{TridentNamespaces: []string{"netapp-trident", "trident"}},
-			Now: with(csiFacts(false, "trident-csi-a"), func(f *v1alpha1.Facts) {
+			Fresh: with(csiFacts(false, "trident-csi-a"), func(f *v1alpha1.Facts) {
 				f.TridentNamespace, f.CSI.PluginPods[0].Namespace = "netapp-trident", "netapp-trident"
 			})}, ""},
 		{"Lease in a tenant namespace", FloorInput{Spec: v1alpha1.RemediationRequestSpec{TridentNamespace: "tenant"}, Steps: release,
-			Now: with(leaseFacts(v1alpha1.NodeShutdown), func(f *v1alpha1.Facts) { f.TridentNamespace, f.Lease.Namespace = "tenant", "tenant" })}, InvariantNamespaceNotAllowed},
+			Fresh: with(leaseFacts(v1alpha1.NodeShutdown), func(f *v1alpha1.Facts) { f.TridentNamespace, f.Lease.Namespace = "tenant", "tenant" })}, InvariantNamespaceNotAllowed},
 		{"Lease from another namespace than the facts'", FloorInput{Steps: release,
-			Now: with(leaseFacts(v1alpha1.NodeShutdown), func(f *v1alpha1.Facts) { f.Lease.Namespace = "tenant" })}, InvariantNamespaceNotAllowed},
+			Fresh: with(leaseFacts(v1alpha1.NodeShutdown), func(f *v1alpha1.Facts) { f.Lease.Namespace = "tenant" })}, InvariantNamespaceNotAllowed},
 		{"spec.tridentNamespace not allowed, whatever the facts say", FloorInput{Spec: v1alpha1.RemediationRequestSpec{TridentNamespace: "tenant"}, Steps: release,
-			Now: leaseFacts(v1alpha1.NodeShutdown)}, InvariantNamespaceNotAllowed},
+			Fresh: leaseFacts(v1alpha1.NodeShutdown)}, InvariantNamespaceNotAllowed},
 		{"Lease in a namespace the settings allow", FloorInput{Spec: v1alpha1.RemediationRequestSpec{TridentNamespace: "netapp-trident"}, Steps: release,
 			Gates: Gates{TridentNamespaces: []string{"netapp-trident", "trident"}},
-			Now:   with(leaseFacts(v1alpha1.NodeShutdown), func(f *v1alpha1.Facts) { f.TridentNamespace, f.Lease.Namespace = "netapp-trident", "netapp-trident" })}, ""},
+			Fresh: with(leaseFacts(v1alpha1.NodeShutdown), func(f *v1alpha1.Facts) { f.TridentNamespace, f.Lease.Namespace = "netapp-trident", "netapp-trident" })}, ""},
 		{"uncordon in a tenant namespace is a restore, never refused", FloorInput{Spec: v1alpha1.RemediationRequestSpec{TridentNamespace: "tenant"}, Steps: move, Step: "uncordon",
-			Decided: leaseFacts(v1alpha1.NodeHealthy), Now: with(leaseFacts(v1alpha1.NodeHealthy), func(f *v1alpha1.Facts) { f.TridentNamespace, f.Lease.Namespace = "tenant", "tenant" })}, ""},
-		{"CSI: cordon, a second plugin pod appeared", FloorInput{Steps: restart, Step: "cordon", Decided: csiFacts(false, "trident-csi-a"), Now: csiFacts(false, "trident-csi-a", "trident-csi-2-b")}, InvariantPluginPodsOverlap},
+			Decided: leaseFacts(v1alpha1.NodeHealthy), Fresh: with(leaseFacts(v1alpha1.NodeHealthy), func(f *v1alpha1.Facts) { f.TridentNamespace, f.Lease.Namespace = "tenant", "tenant" })}, ""},
+		{"CSI: cordon, a second plugin pod appeared", FloorInput{Steps: restart, Step: "cordon", Decided: csiFacts(false, "trident-csi-a"), Fresh: csiFacts(false, "trident-csi-a", "trident-csi-2-b")}, InvariantPluginPodsOverlap},
 		{"CSI: cordon, the node dropped off", FloorInput{Steps: restart, Step: "cordon", Decided: csiFacts(false, "trident-csi-a"),
-			Now: with(csiFacts(false, "trident-csi-a"), func(f *v1alpha1.Facts) { f.Node = nodeFacts("node-b", v1alpha1.NodeUnreachable) })}, InvariantNodeNotHealthy},
+			Fresh: with(csiFacts(false, "trident-csi-a"), func(f *v1alpha1.Facts) { f.Node = nodeFacts("node-b", v1alpha1.NodeUnreachable) })}, InvariantNodeNotHealthy},
 
 		// Right before a destructive step, against the decision's facts.
-		{"deleteLease, unchanged", FloorInput{Steps: release, Step: "deleteLease", Decided: leaseFacts(v1alpha1.NodeShutdown), Now: leaseFacts(v1alpha1.NodeShutdown)}, ""},
+		{"deleteLease, unchanged", FloorInput{Steps: release, Step: "deleteLease", Decided: leaseFacts(v1alpha1.NodeShutdown), Fresh: leaseFacts(v1alpha1.NodeShutdown)}, ""},
 		{"deleteLease, Lease passed to another holder", FloorInput{Steps: release, Step: "deleteLease", Decided: leaseFacts(v1alpha1.NodeShutdown),
-			Now: with(leaseFacts(v1alpha1.NodeShutdown), func(f *v1alpha1.Facts) { f.Lease.HolderIdentity = "node-b" })}, InvariantLeaseChanged},
+			Fresh: with(leaseFacts(v1alpha1.NodeShutdown), func(f *v1alpha1.Facts) { f.Lease.HolderIdentity = "node-b" })}, InvariantLeaseChanged},
 		{"deleteLease, Lease re-requestAt", FloorInput{Steps: release, Step: "deleteLease", Decided: leaseFacts(v1alpha1.NodeShutdown),
-			Now: with(leaseFacts(v1alpha1.NodeShutdown), func(f *v1alpha1.Facts) { f.Lease.UID = "other" })}, InvariantLeaseChanged},
+			Fresh: with(leaseFacts(v1alpha1.NodeShutdown), func(f *v1alpha1.Facts) { f.Lease.UID = "other" })}, InvariantLeaseChanged},
 		{"deleteLease, Lease updated", FloorInput{Steps: release, Step: "deleteLease", Decided: leaseFacts(v1alpha1.NodeShutdown),
-			Now: with(leaseFacts(v1alpha1.NodeShutdown), func(f *v1alpha1.Facts) { f.Lease.ResourceVersion = "11" })}, InvariantLeaseChanged},
-		{"deleteLease, holder came back", FloorInput{Steps: release, Step: "deleteLease", Decided: leaseFacts(v1alpha1.NodeShutdown), Now: leaseFacts(v1alpha1.NodeHealthy)}, InvariantHolderStateChanged},
-		{"deleteLease, fencing withdrawn since the decision", FloorInput{Steps: release, Step: "deleteLease", Decided: leaseFacts(v1alpha1.NodeUnreachable), Now: leaseFacts(v1alpha1.NodeUnreachable)}, InvariantHolderNotFenced},
-		{"deleteLease, healthy holder's pods still there", FloorInput{Steps: move, Step: "deleteLease", Decided: leaseFacts(v1alpha1.NodeHealthy, "web-0"), Now: leaseFacts(v1alpha1.NodeHealthy, "web-1")}, InvariantHealthyHolderPodsRunning},
-		{"deleteLease, healthy holder drained", FloorInput{Steps: move, Step: "deleteLease", Decided: leaseFacts(v1alpha1.NodeHealthy, "web-0"), Now: leaseFacts(v1alpha1.NodeHealthy)}, ""},
-		{"evict, healthy holder's pods are there to evict", FloorInput{Steps: move, Step: "deleteAffectedPods", Decided: leaseFacts(v1alpha1.NodeHealthy, "web-0"), Now: leaseFacts(v1alpha1.NodeHealthy, "web-0")}, ""},
-		{"evict, holder lost the control plane", FloorInput{Steps: move, Step: "deleteAffectedPods", Decided: leaseFacts(v1alpha1.NodeHealthy, "web-0"), Now: leaseFacts(v1alpha1.NodeUnreachable, "web-0")}, InvariantHolderStateChanged},
-		{"uncordon is a restore, never refused", FloorInput{Steps: move, Step: "uncordon", Decided: leaseFacts(v1alpha1.NodeHealthy), Now: leaseFacts(v1alpha1.NodeUnreachable)}, ""},
+			Fresh: with(leaseFacts(v1alpha1.NodeShutdown), func(f *v1alpha1.Facts) { f.Lease.ResourceVersion = "11" })}, InvariantLeaseChanged},
+		{"deleteLease, holder came back", FloorInput{Steps: release, Step: "deleteLease", Decided: leaseFacts(v1alpha1.NodeShutdown), Fresh: leaseFacts(v1alpha1.NodeHealthy)}, InvariantHolderStateChanged},
+		{"deleteLease, fencing withdrawn since the decision", FloorInput{Steps: release, Step: "deleteLease", Decided: leaseFacts(v1alpha1.NodeUnreachable), Fresh: leaseFacts(v1alpha1.NodeUnreachable)}, InvariantHolderNotFenced},
+		{"deleteLease, healthy holder's pods still there", FloorInput{Steps: move, Step: "deleteLease", Decided: leaseFacts(v1alpha1.NodeHealthy, "web-0"), Fresh: leaseFacts(v1alpha1.NodeHealthy, "web-1")}, InvariantHealthyHolderPodsRunning},
+		{"deleteLease, healthy holder drained", FloorInput{Steps: move, Step: "deleteLease", Decided: leaseFacts(v1alpha1.NodeHealthy, "web-0"), Fresh: leaseFacts(v1alpha1.NodeHealthy)}, ""},
+		{"evict, healthy holder's pods are there to evict", FloorInput{Steps: move, Step: "deleteAffectedPods", Decided: leaseFacts(v1alpha1.NodeHealthy, "web-0"), Fresh: leaseFacts(v1alpha1.NodeHealthy, "web-0")}, ""},
+		{"evict, holder lost the control plane", FloorInput{Steps: move, Step: "deleteAffectedPods", Decided: leaseFacts(v1alpha1.NodeHealthy, "web-0"), Fresh: leaseFacts(v1alpha1.NodeUnreachable, "web-0")}, InvariantHolderStateChanged},
+		{"uncordon is a restore, never refused", FloorInput{Steps: move, Step: "uncordon", Decided: leaseFacts(v1alpha1.NodeHealthy), Fresh: leaseFacts(v1alpha1.NodeUnreachable)}, ""},
 
 		// The node-plugin restart.
-		{"one plugin pod, driver missing", FloorInput{Steps: restart, Now: csiFacts(false, "trident-csi-a")}, ""},
-		{"two plugin pods overlap", FloorInput{Steps: restart, Now: csiFacts(false, "trident-csi-a", "trident-csi-2-b")}, InvariantPluginPodsOverlap},
-		{"driver registered", FloorInput{Steps: restart, Now: csiFacts(true, "trident-csi-a")}, InvariantDriverRegistered},
-		{"deletePluginPod, a second pod appeared", FloorInput{Steps: restart, Step: "deletePluginPod", Decided: csiFacts(false, "trident-csi-a"), Now: csiFacts(false, "trident-csi-a", "trident-csi-2-b")}, InvariantPluginPodsOverlap},
-		{"deletePluginPod, pod replaced", FloorInput{Steps: restart, Step: "deletePluginPod", Decided: csiFacts(false, "trident-csi-a"), Now: csiFacts(false, "trident-csi-c")}, InvariantPluginPodsOverlap},
-		{"deletePluginPod, driver came back", FloorInput{Steps: restart, Step: "deletePluginPod", Decided: csiFacts(false, "trident-csi-a"), Now: csiFacts(true, "trident-csi-a")}, InvariantDriverRegistered},
-		{"deletePluginPod, unchanged", FloorInput{Steps: restart, Step: "deletePluginPod", Decided: csiFacts(false, "trident-csi-a"), Now: csiFacts(false, "trident-csi-a")}, ""},
+		{"one plugin pod, driver missing", FloorInput{Steps: restart, Fresh: csiFacts(false, "trident-csi-a")}, ""},
+		{"two plugin pods overlap", FloorInput{Steps: restart, Fresh: csiFacts(false, "trident-csi-a", "trident-csi-2-b")}, InvariantPluginPodsOverlap},
+		{"driver registered", FloorInput{Steps: restart, Fresh: csiFacts(true, "trident-csi-a")}, InvariantDriverRegistered},
+		{"deletePluginPod, a second pod appeared", FloorInput{Steps: restart, Step: "deletePluginPod", Decided: csiFacts(false, "trident-csi-a"), Fresh: csiFacts(false, "trident-csi-a", "trident-csi-2-b")}, InvariantPluginPodsOverlap},
+		{"deletePluginPod, pod replaced", FloorInput{Steps: restart, Step: "deletePluginPod", Decided: csiFacts(false, "trident-csi-a"), Fresh: csiFacts(false, "trident-csi-c")}, InvariantPluginPodsOverlap},
+		{"deletePluginPod, driver came back", FloorInput{Steps: restart, Step: "deletePluginPod", Decided: csiFacts(false, "trident-csi-a"), Fresh: csiFacts(true, "trident-csi-a")}, InvariantDriverRegistered},
+		{"deletePluginPod, unchanged", FloorInput{Steps: restart, Step: "deletePluginPod", Decided: csiFacts(false, "trident-csi-a"), Fresh: csiFacts(false, "trident-csi-a")}, ""},
 		{"deletePluginPod, other target", FloorInput{Steps: restart, Step: "deletePluginPod", Decided: with(csiFacts(false, "trident-csi-a"), func(f *v1alpha1.Facts) { f.Target.Node = "node-z" }),
-			Now: csiFacts(false, "trident-csi-a")}, InvariantHolderStateChanged},
+			Fresh: csiFacts(false, "trident-csi-a")}, InvariantHolderStateChanged},
 	}
 	forged := []struct {
 		name string
@@ -246,15 +246,15 @@ func TestCheckFloor(t *testing.T) {
 		want Invariant
 	}{
 		{"status lists a playbook without the Lease delete", FloorInput{Spec: lease, Steps: []string{"cordon"}, Step: "cordon",
-			Decided: leaseFacts(v1alpha1.NodeHealthy), Now: leaseFacts(v1alpha1.NodeHealthy)}, InvariantPlaybookMismatch},
+			Decided: leaseFacts(v1alpha1.NodeHealthy), Fresh: leaseFacts(v1alpha1.NodeHealthy)}, InvariantPlaybookMismatch},
 		{"status lists a playbook without the plugin restart", FloorInput{Spec: plugin, Steps: []string{"cordon", "uncordon"}, Step: "cordon",
-			Decided: csiFacts(false, "trident-csi-a"), Now: csiFacts(false, "trident-csi-a")}, InvariantPlaybookMismatch},
+			Decided: csiFacts(false, "trident-csi-a"), Fresh: csiFacts(false, "trident-csi-a")}, InvariantPlaybookMismatch},
 		{"status names a node to cordon on a Lease request", FloorInput{Spec: lease, Steps: move, Step: "cordon",
-			Decided: with(leaseFacts(v1alpha1.NodeHealthy, "web-0"), func(f *v1alpha1.Facts) { f.Target.Node = "victim" }), Now: leaseFacts(v1alpha1.NodeHealthy, "web-0")}, InvariantLeaseChanged},
+			Decided: with(leaseFacts(v1alpha1.NodeHealthy, "web-0"), func(f *v1alpha1.Facts) { f.Target.Node = "victim" }), Fresh: leaseFacts(v1alpha1.NodeHealthy, "web-0")}, InvariantLeaseChanged},
 		{"the CSI cordon re-checks the target node", FloorInput{Spec: plugin, Steps: restart, Step: "cordon",
-			Decided: with(csiFacts(false, "trident-csi-a"), func(f *v1alpha1.Facts) { f.Target.Node = "victim" }), Now: csiFacts(false, "trident-csi-a")}, InvariantHolderStateChanged},
+			Decided: with(csiFacts(false, "trident-csi-a"), func(f *v1alpha1.Facts) { f.Target.Node = "victim" }), Fresh: csiFacts(false, "trident-csi-a")}, InvariantHolderStateChanged},
 		{"dry run refuses every step", FloorInput{Spec: v1alpha1.RemediationRequestSpec{Remediation: v1alpha1.RemediationReleaseLUKSLease, Mode: v1alpha1.ModeDryRun},
-			Steps: release, Step: "deleteLease", Decided: leaseFacts(v1alpha1.NodeShutdown), Now: leaseFacts(v1alpha1.NodeShutdown)}, InvariantDryRun},
+			Steps: release, Step: "deleteLease", Decided: leaseFacts(v1alpha1.NodeShutdown), Fresh: leaseFacts(v1alpha1.NodeShutdown)}, InvariantDryRun},
 	}
 	for _, f := range forged {
 		cases = append(cases, struct {
@@ -267,7 +267,7 @@ func TestCheckFloor(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			if tc.in.Spec.Remediation == "" {
 				tc.in.Spec.Remediation = v1alpha1.RemediationReleaseLUKSLease
-				if tc.in.Now != nil && tc.in.Now.CSI != nil {
+				if tc.in.Fresh != nil && tc.in.Fresh.CSI != nil {
 					tc.in.Spec.Remediation = v1alpha1.RemediationReregisterCSIDriver
 				}
 			}
@@ -308,7 +308,7 @@ func TestGatesEffective(t *testing.T) {
 
 func TestTooYoungSaysWhenToRecheck(t *testing.T) {
 	v := CheckFloor(FloorInput{Spec: v1alpha1.RemediationRequestSpec{Remediation: v1alpha1.RemediationReleaseLUKSLease, Fencing: fenced("node-a").Fencing},
-		Steps: []string{"deleteLease"}, Created: requestAt, Now: with(leaseFacts(v1alpha1.NodeUnreachable), func(f *v1alpha1.Facts) { f.Lease.AgeSeconds = 60 })})
+		Steps: []string{"deleteLease"}, Created: requestAt, Fresh: with(leaseFacts(v1alpha1.NodeUnreachable), func(f *v1alpha1.Facts) { f.Lease.AgeSeconds = 60 })})
 	require.NotNil(t, v)
 	assert.Equal(t, InvariantLeaseTooYoung, v.Invariant)
 	assert.Equal(t, 4*time.Minute, v.RecheckAfter)

@@ -1,13 +1,8 @@
 package remediations
 
-// The gate: the one answer to "may this destructive step start, or run, now?".
-//
-// Before, four places answered it (the policy's conflict rule, the floor, the
-// withdrawal check on a spec edit and the window check in the reconciler) and they
-// disagreed: a spec edit while the window was closed ended Failed, the window simply
-// closing ended Waiting. Now every path asks Gate, and the answer says what to do.
-// The CUE rules keep the explanations for people at decision time; the gate keeps
-// the safety before every destructive call.
+// The gate is the one answer to "may this step start, or act, now?": the pause, a
+// spec edited since the decision, the maintenance window and the safety floor. The
+// CUE rules explain to people at decision time; the gate guards every destructive call.
 
 import (
 	"fmt"
@@ -22,42 +17,39 @@ import (
 type Action string
 
 const (
-	// ActionFail means the safety floor is breached: the step fails, the playbook
-	// restores what it changed and the request ends Failed (reason: the invariant).
+	// ActionFail means the safety floor is breached; the playbook restores and the request
+	// ends Failed with the invariant as reason.
 	ActionFail Action = "Fail"
 	// ActionAbort means the spec no longer allows the playbook (DryRun, fencing withdrawn,
-	// an invalid window, the namespace or driver changed): the playbook restores and
-	// the request ends Failed, reason Aborted.
+	// an invalid window, the namespace or driver changed); it restores and ends
+	// Failed, reason Aborted.
 	ActionAbort Action = "Abort"
-	// ActionHold means Remediator is paused: the step does not start, or a running
-	// one neither checks, acts nor times out, and nothing is restored; the playbook
-	// goes on when resumed, a running step with the time it had left.
+	// ActionHold means Remediator is paused. Nothing starts, a running step neither
+	// checks, acts nor times out, nothing is restored; on resume a running step goes
+	// on with the time it had left.
 	ActionHold Action = "Hold"
-	// ActionWait means the maintenance window is closed: the playbook restores and waits
-	// for the next window, when the request is decided again.
+	// ActionWait means the maintenance window is closed; the playbook restores and the
+	// request is decided again when the next window opens.
 	ActionWait Action = "Wait"
 )
 
-// Stop is a closed gate: what to do, and why.
-type Stop struct {
+// Halt is the gate's answer when it is closed: what to do, and why.
+type Halt struct {
 	Action Action
 	// Violation is the floor's, for ActionFail.
 	Violation *Violation
-	// Message says why, for people.
-	Message string
+	Message   string
 	// Opens is when the next window opens, for ActionWait.
 	Opens time.Time
 }
 
 // GateInput is what the gate weighs.
 type GateInput struct {
-	// RR is the request: its current spec, the decided playbook and facts, and the
-	// journal.
-	RR *v1alpha1.RemediationRequest
-	// Step is the destructive step.
+	// RR is the request: its current spec, decision, decided facts and journal.
+	RR   *v1alpha1.RemediationRequest
 	Step string
 	// Starting: the step is about to start; otherwise it is about to act, and Fresh
-	// and Conflicts are the facts read right now.
+	// and Conflicts are the fresh facts.
 	Starting  bool
 	Fresh     *v1alpha1.Facts
 	Conflicts []string
@@ -68,14 +60,13 @@ type GateInput struct {
 	Paused string
 }
 
-// Gate returns nil when the step may go on, else what to do instead. Every step's
-// start asks it (the pause holds any step, and a running one: pauseHold); the rest
-// applies to destructive steps,
-// which ask again right before they act. A step that starts after the window
-// closed, because the workload was already evicted, goes on with a note saying so.
-func Gate(in GateInput) (stop *Stop, note string) {
-	if stop := pauseHold(in.Paused); stop != nil {
-		return stop, ""
+// Gate returns nil when the step may go on, else what to do instead. The pause holds
+// every step; the rest applies to destructive steps, which ask again right before
+// they act. A step that starts after the window closed, because the workload was
+// already evicted, goes on with a note saying so.
+func Gate(in GateInput) (halt *Halt, note string) {
+	if halt := pauseHold(in.Paused); halt != nil {
+		return halt, ""
 	}
 	if !destructive[in.Step] {
 		return nil, ""
@@ -83,7 +74,7 @@ func Gate(in GateInput) (stop *Stop, note string) {
 	rr := in.RR
 	if d := rr.Status.Decision; d != nil && d.Generation != rr.Generation {
 		if why := withdrawn(rr, in.Now); why != "" {
-			return &Stop{Action: ActionAbort, Message: why}, ""
+			return &Halt{Action: ActionAbort, Message: why}, ""
 		}
 	}
 	if in.Starting {
@@ -91,37 +82,32 @@ func Gate(in GateInput) (stop *Stop, note string) {
 		switch {
 		case inside:
 		case WorkloadEvicted(rr.Status.Steps):
-			// From the eviction on, the rest of the playbook is what brings the
-			// workload back: stopping would strand it until the next window.
 			note = fmt.Sprintf("The maintenance window closed after the affected pods were evicted; step %s starts all the same, so that the workload is not left down until the next window: the playbook finishes the Lease deletion and the uncordon", in.Step)
 		default:
-			return &Stop{Action: ActionWait, Opens: opens,
+			return &Halt{Action: ActionWait, Opens: opens,
 				Message: fmt.Sprintf("The maintenance window closed before step %s, so the playbook stopped without starting it", in.Step)}, ""
 		}
 		return nil, note
 	}
-	if v := floor(in); v != nil {
-		return &Stop{Action: ActionFail, Violation: v, Message: v.Error() + "; nothing was done"}, ""
+	if v := journalFloor(in); v != nil {
+		return &Halt{Action: ActionFail, Violation: v, Message: v.Error() + "; nothing was done"}, ""
 	}
 	return nil, ""
 }
 
-// pauseHold is the pause's answer for any step, destructive or not, starting or
-// running: while paused (the pause's message is not empty) the playbook moves no
-// further and keeps what it changed. A running step holds before it checks, acts or
-// times out, and the runner journals how long it was held (holdStep, resumeStep).
-func pauseHold(paused string) *Stop {
+// pauseHold holds any step, starting or running, while paused: the playbook moves no
+// further and keeps what it changed (the runner journals the time held: holdStep).
+func pauseHold(paused string) *Halt {
 	if paused == "" {
 		return nil
 	}
-	return &Stop{Action: ActionHold, Message: paused}
+	return &Halt{Action: ActionHold, Message: paused}
 }
 
-// floor checks the safety floor for the step on the facts read right now. The steps
-// it checks against are the decided playbook's, from the playbooks the controller
-// ships, and the journal in status must list exactly those: status cannot pick a
-// shorter playbook that skips the floor's checks.
-func floor(in GateInput) *Violation {
+// journalFloor checks the safety floor for the step on the fresh facts, against the
+// decided playbook's steps as the controller ships them. The journal in status must
+// list exactly those: status cannot pick a shorter playbook that skips the checks.
+func journalFloor(in GateInput) *Violation {
 	rr := in.RR
 	names := make([]string, 0, len(rr.Status.Steps))
 	for _, st := range rr.Status.Steps {
@@ -136,13 +122,11 @@ func floor(in GateInput) *Violation {
 		return violation(InvariantPlaybookMismatch, "the journal lists steps %s, not those of playbook %q", strings.Join(names, " -> "), d.Playbook)
 	}
 	return CheckFloor(FloorInput{Spec: rr.Spec, Steps: pb.Steps, Step: in.Step, Decided: rr.Status.Facts,
-		Now: in.Fresh, Conflicts: in.Conflicts, Gates: in.Gates, Created: rr.CreationTimestamp.Time})
+		Fresh: in.Fresh, Conflicts: in.Conflicts, Gates: in.Gates, Created: rr.CreationTimestamp.Time})
 }
 
-// withdrawn says why the current spec, a generation later than the decision's, no
-// longer allows the running playbook, or "" when it still does. The decision checked
-// the same fields of its own generation; what status alone says (a forged decision)
-// is the floor's to refuse.
+// withdrawn says why the current spec, edited since the decision, no longer allows
+// the running playbook, or "". A forged decision in status is the floor's to refuse.
 func withdrawn(rr *v1alpha1.RemediationRequest, now time.Time) string {
 	spec, f := rr.Spec, rr.Status.Facts
 	if spec.Mode == v1alpha1.ModeDryRun {
@@ -168,15 +152,10 @@ func withdrawn(rr *v1alpha1.RemediationRequest, now time.Time) string {
 	return ""
 }
 
-// WorkloadEvicted reports whether the playbook has evicted the workload: its
-// deleteAffectedPods step succeeded. From then on the pods are down until the Lease
-// is released, so stopping at a closing window would strand them until the next
-// one; the playbook finishes instead (the Lease deletion and the uncordon).
+// WorkloadEvicted reports whether the deleteAffectedPods step succeeded. From then
+// on the pods are down until the Lease is released, so stopping at a closing window
+// would strand them: the playbook finishes instead.
 func WorkloadEvicted(steps []v1alpha1.StepStatus) bool {
-	for _, st := range steps {
-		if st.Name == v1alpha1.StepDeleteAffectedPods {
-			return st.State == v1alpha1.StepSucceeded
-		}
-	}
-	return false
+	i := slices.IndexFunc(steps, func(st v1alpha1.StepStatus) bool { return st.Name == v1alpha1.StepDeleteAffectedPods })
+	return i >= 0 && steps[i].State == v1alpha1.StepSucceeded
 }

@@ -1,7 +1,5 @@
 package remediations
 
-// The Lease step of incident A: deleteLease, with the decision's preconditions.
-
 import (
 	"context"
 	"fmt"
@@ -16,9 +14,9 @@ import (
 	"github.com/remediator/remediator/api/v1alpha1"
 )
 
-// deleteLease deletes the Trident Lease with the UID and resourceVersion observed at
-// decision time, after re-checking the holder and its node. A Lease that changed is
-// left alone and the request fails with the reason.
+// deleteLease deletes the Trident Lease (incident A) with the decided UID and
+// resourceVersion as preconditions; a Lease that changed is left alone and the
+// request fails.
 type deleteLease struct{}
 
 func (deleteLease) Timeout(r *Execution) time.Duration { return r.Timeouts.step() }
@@ -50,21 +48,16 @@ func leaseGoneResult(want *v1alpha1.LeaseFacts) StepResult {
 		Object: "Lease " + want.Namespace + "/" + want.Name, UID: want.UID, ResourceVersion: want.ResourceVersion}
 }
 
-// Done reads the Lease from the facts just re-read for the floor, when there are
-// some: the runner re-reads them before every destructive step, so a second read
-// would only repeat it. A Lease the facts still show but that is already gone is
-// found by the delete (NotFound counts as done); one re-created since is refused by
-// its UID precondition.
+// Done reads the Lease from the fresh facts when there are some, rather than read it
+// again. One they still show but that is gone is found by the delete (NotFound is
+// done); one re-created since is refused by the UID precondition.
 func (deleteLease) Done(ctx context.Context, r *Execution) (StepResult, error) {
 	want, err := decidedLease(r)
 	if err != nil {
 		return StepResult{}, err
 	}
 	if f := r.freshFacts; f != nil {
-		if f.Lease == nil || f.Lease.Namespace != want.Namespace || f.Lease.Name != want.Name {
-			return StepResult{}, nil
-		}
-		if f.Lease.Exists {
+		if f.Lease == nil || f.Lease.Namespace != want.Namespace || f.Lease.Name != want.Name || f.Lease.Exists {
 			return StepResult{}, nil
 		}
 		return leaseGoneResult(want), nil
@@ -76,10 +69,8 @@ func (deleteLease) Done(ctx context.Context, r *Execution) (StepResult, error) {
 	return leaseGoneResult(want), nil
 }
 
-// Run deletes the Lease. The floor has just compared the live Lease and holder
-// state with the decision's; the delete carries the decided UID and
-// resourceVersion as preconditions, so a change in between is refused by the API
-// server rather than acted on.
+// Run deletes the Lease the floor has just compared with the decision's; the
+// preconditions make the API server refuse a change in between.
 func (deleteLease) Run(ctx context.Context, r *Execution) (StepResult, error) {
 	want, err := decidedLease(r)
 	if err != nil {
@@ -100,15 +91,11 @@ func (deleteLease) Run(ctx context.Context, r *Execution) (StepResult, error) {
 		Object: "Lease " + key.String(), UID: want.UID, ResourceVersion: want.ResourceVersion}, nil
 }
 
-// conflictResult judges a 409 on the Lease delete. The API server answers its
-// preconditions with 409 when the Lease was re-created or changed since the
-// decision, and the playbook then fails closed. But a 409 is not proof of that: a
-// proxy, a webhook or an API server shedding load can answer 409 to a delete it
-// never processed (make chaos, R2, found requests failed for a Lease that had not
-// changed). So the Lease is read live: gone counts as done (an earlier delete whose
-// reply was lost), the very UID and resourceVersion of the decision means nothing
-// changed and the delete is retried with the same preconditions, and anything
-// else is the change the preconditions exist to catch.
+// conflictResult judges a 409 on the Lease delete. A failed precondition answers
+// 409, but so can a proxy, a webhook or an API server shedding load to a delete it
+// never processed (make chaos, R2). So the Lease is read live: gone is done (a lost
+// reply), the decided UID and resourceVersion mean nothing changed and the delete is
+// retried, anything else is the change the preconditions exist to catch.
 func conflictResult(ctx context.Context, r *Execution, want *v1alpha1.LeaseFacts, key types.NamespacedName, conflict error) (StepResult, error) {
 	cur, err := readLease(ctx, r, want)
 	switch {

@@ -1,8 +1,5 @@
 package remediations
 
-// The steps that act on the node a playbook works on: cordon and uncordon, and how
-// they find, read and patch that node.
-
 import (
 	"context"
 	"fmt"
@@ -15,16 +12,15 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
-// CordonedByAnnotation marks a node this controller cordoned, with the request that
+// CordonedByAnnotation marks a node this controller cordoned with the request that
 // did it, so that only that request uncordons it, even after a restart.
 const CordonedByAnnotation = "remediator.io/cordoned-by"
 
 // workNode is the node a playbook works on: the target node of reregister-csi-driver,
-// or the Lease holder of release-luks-lease, as recorded at decision time.
+// or the Lease holder of release-luks-lease. Before a destructive step it comes from
+// the fresh facts, never from status, which could name any node; the restore reads
+// status, but only undoes a cordon carrying this request's mark.
 func workNode(r *Execution) (string, error) {
-	// Before a destructive step the node comes from the facts just gathered from the
-	// spec, never from status: status could name any node. The restore reads status,
-	// but only undoes a cordon this request's own mark is on.
 	f := r.RR.Status.Facts
 	if r.freshFacts != nil {
 		f = r.freshFacts
@@ -39,33 +35,28 @@ func workNode(r *Execution) (string, error) {
 	return "", fail("the decision's facts name no node to act on")
 }
 
-func getNode(ctx context.Context, r *Execution, name string) (*corev1.Node, error) {
-	n := &corev1.Node{}
-	if err := r.Reader.Get(ctx, types.NamespacedName{Name: name}, n); err != nil {
-		if apierrors.IsNotFound(err) {
-			return nil, nil
-		}
-		return nil, fmt.Errorf("reading node %s: %w", name, err)
-	}
-	return n, nil
-}
-
-// readWorkNode reads the node the playbook works on; the node is nil when it is gone.
+// readWorkNode reads the node the playbook works on; nil when it is gone.
 func readWorkNode(ctx context.Context, r *Execution) (string, *corev1.Node, error) {
 	name, err := workNode(r)
 	if err != nil {
 		return "", nil, err
 	}
-	n, err := getNode(ctx, r, name)
-	return name, n, err
+	n := &corev1.Node{}
+	if err := r.Reader.Get(ctx, types.NamespacedName{Name: name}, n); err != nil {
+		if apierrors.IsNotFound(err) {
+			return name, nil, nil
+		}
+		return name, nil, fmt.Errorf("reading node %s: %w", name, err)
+	}
+	return name, n, nil
 }
 
 func nodeOutcome(n *corev1.Node, msg string) StepResult {
 	return StepResult{Done: true, Message: msg, Object: "Node " + n.Name, UID: string(n.UID), ResourceVersion: n.ResourceVersion}
 }
 
-// patchNode applies change to n under an optimistic lock, so a concurrent edit of
-// the node (by an operator or another controller) is never overwritten.
+// patchNode applies change to n under an optimistic lock, so that a concurrent edit
+// of the node is never overwritten.
 func patchNode(ctx context.Context, r *Execution, n *corev1.Node, what string, change func(*corev1.Node)) error {
 	before := n.DeepCopy()
 	change(n)
@@ -75,8 +66,8 @@ func patchNode(ctx context.Context, r *Execution, n *corev1.Node, what string, c
 	return nil
 }
 
-// cordon marks the holder unschedulable, recording on the node that this request did
-// it. A node that was already cordoned is left as it is and will stay cordoned.
+// cordon marks the node unschedulable with this request's mark. A node already
+// cordoned is left as it is, and stays cordoned.
 type cordon struct{}
 
 func (cordon) Timeout(r *Execution) time.Duration { return r.Timeouts.step() }
@@ -125,8 +116,7 @@ func (cordon) Run(ctx context.Context, r *Execution) (StepResult, error) {
 }
 
 // uncordon undoes cordon, only when this request cordoned the node and nobody else
-// asserted the cordon since (CordonAssertedBy): such a cordon is left in place, and
-// only this request's mark is removed.
+// asserted the cordon since (CordonAssertedBy); else only the mark is removed.
 type uncordon struct{}
 
 func (uncordon) Timeout(r *Execution) time.Duration { return r.Timeouts.step() }
@@ -178,8 +168,8 @@ func (uncordon) Run(ctx context.Context, r *Execution) (StepResult, error) {
 	return nodeOutcome(n, fmt.Sprintf("Uncordoned node %s", name)), nil
 }
 
-// gone turns a NotFound from an uncordon's patch into success: a node deleted
-// since it was read has no cordon left to undo. Any other error stands.
+// gone turns a NotFound from an uncordon's patch into success: a deleted node has
+// no cordon left to undo.
 func gone(name string, err error) (StepResult, error) {
 	if apierrors.IsNotFound(err) {
 		return StepResult{Done: true, Message: fmt.Sprintf("Node %s no longer exists", name)}, nil

@@ -67,7 +67,7 @@ func TestPauseFreezesARunningStep(t *testing.T) {
 	advance := func(after time.Duration, paused string) Progress {
 		t.Helper()
 		rr = restarted(t, rr)
-		r := &Execution{RR: rr, Live: podLeft{&reads}, Now: t0.Add(after), Timeouts: DefaultTimeouts, Paused: paused}
+		r := &Execution{RR: rr, Fresh: podLeft{&reads}, Now: t0.Add(after), Timeouts: DefaultTimeouts, Paused: paused}
 		p, err := Advance(ctx, r)
 		require.NoError(t, err)
 		return p
@@ -76,9 +76,9 @@ func TestPauseFreezesARunningStep(t *testing.T) {
 
 	for _, after := range []time.Duration{time.Minute, 11 * time.Minute, 40 * time.Minute} {
 		p := advance(after, why)
-		require.NotNil(t, p.Stop, "paused %s after the start: the step must hold", after)
-		assert.Equal(t, ActionHold, p.Stop.Action)
-		assert.Equal(t, why, p.Stop.Message)
+		require.NotNil(t, p.Halt, "paused %s after the start: the step must hold", after)
+		assert.Equal(t, ActionHold, p.Halt.Action)
+		assert.Equal(t, why, p.Halt.Message)
 		require.Nil(t, p.Failure, "paused %s after the start, past the wall-clock timeout: %+v", after, p.Failure)
 		assert.Equal(t, v1alpha1.StepRunning, rr.Status.Steps[0].State)
 		assert.Zero(t, reads, "a paused step reads nothing")
@@ -90,7 +90,7 @@ func TestPauseFreezesARunningStep(t *testing.T) {
 
 	// Resumed 40 minutes in: one minute ran, nine are left.
 	p := advance(40*time.Minute, "")
-	require.Nil(t, p.Stop)
+	require.Nil(t, p.Halt)
 	require.Nil(t, p.Failure, "resumed with nine minutes left: %+v", p.Failure)
 	assert.Positive(t, p.RequeueAfter, "the step goes on waiting")
 	assert.Equal(t, 1, reads, "resumed, the step checks again")
@@ -125,12 +125,12 @@ func TestPauseHoldsADestructiveStepPastItsTimeout(t *testing.T) {
 		{Name: v1alpha1.StepWaitPodsGone, State: v1alpha1.StepPending},
 	}
 	reads := 0
-	r := &Execution{RR: rr, Live: unreadable{&reads}, Now: t0.Add(time.Hour), Timeouts: DefaultTimeouts, Paused: "paused for the firmware upgrade"}
+	r := &Execution{RR: rr, Fresh: unreadable{&reads}, Now: t0.Add(time.Hour), Timeouts: DefaultTimeouts, Paused: "paused for the firmware upgrade"}
 	p, err := Advance(ctx, r)
 	require.NoError(t, err)
 	require.Nil(t, p.Failure, "paused an hour into a ten-minute eviction: %+v", p.Failure)
-	require.NotNil(t, p.Stop)
-	assert.Equal(t, ActionHold, p.Stop.Action)
+	require.NotNil(t, p.Halt)
+	assert.Equal(t, ActionHold, p.Halt.Action)
 	assert.Equal(t, v1alpha1.StepRunning, rr.Status.Steps[1].State)
 	assert.Equal(t, v1alpha1.StepPending, rr.Status.Steps[2].State)
 	assert.Zero(t, reads, "a paused step reads nothing")

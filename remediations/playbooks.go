@@ -3,6 +3,7 @@ package remediations
 import (
 	_ "embed"
 	"fmt"
+	"maps"
 	"slices"
 
 	"sigs.k8s.io/yaml"
@@ -13,14 +14,12 @@ import (
 //go:embed playbooks.yaml
 var playbooksYAML []byte
 
-// Playbook is one playbook: its steps, in order, and whether it is disruptive.
+// Playbook is one playbook: its steps, in order, and whether it disturbs workloads
+// that may still run (cordon, eviction, node-plugin restart), which counts against
+// the cluster-wide cap (playbooks.yaml).
 type Playbook struct {
-	// Steps name steps of the step library, in order.
-	Steps []string `json:"steps"`
-	// Disruptive is true for a playbook that disturbs workloads that may still run
-	// (cordon, eviction, node-plugin restart). Only disruptive playbooks count
-	// against the cluster-wide cap; see playbooks.yaml.
-	Disruptive bool `json:"disruptive"`
+	Steps      []string `json:"steps"`
+	Disruptive bool     `json:"disruptive"`
 }
 
 // Playbooks maps a playbook name to its playbook.
@@ -49,12 +48,7 @@ func DefaultPlaybooks() (Playbooks, error) {
 func (p Playbooks) Plan(playbook string) ([]v1alpha1.StepStatus, error) {
 	pb, ok := p[playbook]
 	if !ok {
-		names := make([]string, 0, len(p))
-		for n := range p {
-			names = append(names, n)
-		}
-		slices.Sort(names)
-		return nil, fmt.Errorf("unknown playbook %q (known: %v)", playbook, names)
+		return nil, fmt.Errorf("unknown playbook %q (known: %v)", playbook, slices.Sorted(maps.Keys(p)))
 	}
 	plan := make([]v1alpha1.StepStatus, 0, len(pb.Steps))
 	for _, s := range pb.Steps {

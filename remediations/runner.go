@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -14,29 +15,27 @@ import (
 
 // Progress is what one Advance did.
 type Progress struct {
-	// Finished is true when every step has succeeded.
+	// Finished: every step has succeeded.
 	Finished bool
 	// Failure is set when the playbook failed; the journal is already updated.
 	Failure *Failure
-	// Transition describes a step state change, for an Event; empty when none.
+	// Transition describes a step state change for an Event; Started if it started one.
 	Transition string
-	// Started is true when the transition started a step.
-	Started bool
+	Started    bool
 	// RequeueAfter is when to advance again; zero with Finished false means now.
 	RequeueAfter time.Duration
-	// Stop is the gate's answer when it did not let a step start or act and the
-	// caller must hold, abort or wait (Gate); a breached floor is a Failure. The
-	// journal is unchanged, but for the pause a held running step records
-	// (PausedSince).
-	Stop *Stop
+	// Halt is the gate's answer when it kept a step from starting or acting and the
+	// caller must hold, abort or wait; a breached floor is a Failure. The journal is
+	// unchanged but for a held running step's PausedSince.
+	Halt *Halt
 	// Note is the gate's note on a step it let start, for the step and an Event.
 	Note string
 }
 
-// Advance moves the request's journal (status.steps) by at most one transition:
-// it starts the next step (journaling StartedAt before anything is done), or checks
-// and runs the running one. A step already done in the cluster, for instance by a
-// process that crashed before writing status, is recorded without acting again.
+// Advance moves the journal (status.steps) by at most one transition: it starts the
+// next step (journaling StartedAt before anything is done), or checks and runs the
+// running one. A step already done in the cluster (by a process that crashed before
+// writing status) is recorded without acting again.
 func Advance(ctx context.Context, r *Execution) (Progress, error) {
 	steps := r.RR.Status.Steps
 	for i := range steps {
@@ -47,9 +46,9 @@ func Advance(ctx context.Context, r *Execution) (Progress, error) {
 		case v1alpha1.StepFailed:
 			return Progress{Failure: &Failure{Reason: v1alpha1.ReasonStepFailed, Message: st.Message}}, nil
 		case v1alpha1.StepPending, "":
-			stop, note := r.gate(st.Name, true)
-			if stop != nil {
-				return Progress{Stop: stop}, nil
+			halt, note := r.gate(st.Name, true)
+			if halt != nil {
+				return Progress{Halt: halt}, nil
 			}
 			now := metav1.NewTime(r.Now)
 			st.State = v1alpha1.StepRunning
@@ -58,11 +57,10 @@ func Advance(ctx context.Context, r *Execution) (Progress, error) {
 			return Progress{Started: true, Transition: fmt.Sprintf("Step %d/%d %s started", i+1, len(steps), st.Name), Note: note}, nil
 		}
 
-		// A pause freezes a running step where it is: it neither checks, acts nor
-		// times out, and the time it is held does not count against its timeout.
-		if stop := pauseHold(r.Paused); stop != nil {
+		// A pause freezes a running step; the time held does not count against its timeout.
+		if halt := pauseHold(r.Paused); halt != nil {
 			holdStep(st, r.Now)
-			return Progress{Stop: stop}, nil
+			return Progress{Halt: halt}, nil
 		}
 		resumeStep(st, r.Now)
 
@@ -70,13 +68,11 @@ func Advance(ctx context.Context, r *Execution) (Progress, error) {
 		if !ok {
 			return failStep(steps, i, r.Now, &Failure{Reason: v1alpha1.ReasonStepFailed, Message: fmt.Sprintf("unknown step %q", st.Name)}), nil
 		}
-		// A destructive step acts only on fresh facts: gather them before Done, so
-		// that an effect that happened in between (the Lease released by Trident) is
-		// seen as done rather than as a breached invariant.
+		// A destructive step acts only on fresh facts, read before Done so that an
+		// effect that happened in between (the Lease released by Trident) counts as
+		// done rather than as a breached invariant. Without them it does not act.
 		if destructive[st.Name] {
-			if _, _, err := r.fresh(ctx); err != nil {
-				// A step that cannot re-read its facts does not act, and does not wait
-				// past its timeout either: the request fails and restores.
+			if _, _, err := r.readFresh(ctx); err != nil {
 				return stepError(steps, i, step, r, fmt.Errorf("the facts could not be re-read: %w", err))
 			}
 		}
@@ -87,12 +83,12 @@ func Advance(ctx context.Context, r *Execution) (Progress, error) {
 				return failStep(steps, i, r.Now, &Failure{Reason: v1alpha1.ReasonTimeout, Message: msg}), nil
 			}
 			if destructive[st.Name] {
-				switch stop, _ := r.gate(st.Name, false); {
-				case stop == nil:
-				case stop.Action == ActionFail:
-					return failStep(steps, i, r.Now, &Failure{Reason: stop.Violation.Invariant.Reason(), Message: stop.Message}), nil
+				switch halt, _ := r.gate(st.Name, false); {
+				case halt == nil:
+				case halt.Action == ActionFail:
+					return failStep(steps, i, r.Now, &Failure{Reason: halt.Violation.Invariant.Reason(), Message: halt.Message}), nil
 				default:
-					return Progress{Stop: stop}, nil
+					return Progress{Halt: halt}, nil
 				}
 			}
 			failpoint.Inject(failpoint.Name(st.Name, failpoint.BeforeCall))
@@ -110,22 +106,19 @@ func Advance(ctx context.Context, r *Execution) (Progress, error) {
 		st.State = v1alpha1.StepSucceeded
 		st.CompletedAt = &now
 		st.Object, st.ObjectUID, st.ObjectResourceVersion = out.Object, out.UID, out.ResourceVersion
-		// The last step's success is the playbook's: say so in the same journal write
-		// rather than in a reconcile of its own.
+		// The last step's success is the playbook's, in the same journal write.
 		return Progress{Transition: fmt.Sprintf("Step %d/%d %s succeeded: %s", i+1, len(steps), st.Name, out.Message),
 			Finished: i == len(steps)-1}, nil
 	}
 	return Progress{Finished: true}, nil
 }
 
-// timedOut reports whether a step started at st.StartedAt has run past t by now,
-// not counting the time a pause held it (RanFor).
+// timedOut reports whether a step has run past t by now, pauses not counted (RanFor).
 func timedOut(st *v1alpha1.StepStatus, t time.Duration, now time.Time) bool {
 	return st.StartedAt != nil && RanFor(st, now) > t
 }
 
-// timeoutText is the bound a step timed out after, with the paused time it did not
-// count, for the failure's message.
+// timeoutText is the bound a step timed out after, and the paused time not counted.
 func timeoutText(st *v1alpha1.StepStatus, t time.Duration) string {
 	if st.PausedFor == nil || st.PausedFor.Duration == 0 {
 		return t.String()
@@ -133,11 +126,10 @@ func timeoutText(st *v1alpha1.StepStatus, t time.Duration) string {
 	return fmt.Sprintf("%s (not counting %s paused)", t, st.PausedFor.Duration)
 }
 
-// RanFor is how long a step has run by now: from its StartedAt, less the time
-// pauses held it, the ended ones (PausedFor) and the one going on (PausedSince).
-// The journal keeps both, written once per pause and resume, so the count survives
-// a controller restart; a clock that reads earlier than a recorded time counts
-// nothing rather than a negative time.
+// RanFor is how long a step has run by now: from its StartedAt, less the pauses
+// that held it, ended (PausedFor) or going on (PausedSince). Both are journaled, so
+// the count survives a restart; a clock that reads earlier counts nothing, never a
+// negative time.
 func RanFor(st *v1alpha1.StepStatus, now time.Time) time.Duration {
 	if st.StartedAt == nil {
 		return 0
@@ -153,8 +145,7 @@ func RanFor(st *v1alpha1.StepStatus, now time.Time) time.Duration {
 	return max(ran, 0)
 }
 
-// holdStep journals that a pause holds the running step: PausedSince is written at
-// the first paused reconcile and kept through the others.
+// holdStep journals when a pause began to hold the running step.
 func holdStep(st *v1alpha1.StepStatus, now time.Time) {
 	if st.PausedSince == nil {
 		since := metav1.NewTime(now)
@@ -162,8 +153,7 @@ func holdStep(st *v1alpha1.StepStatus, now time.Time) {
 	}
 }
 
-// resumeStep ends the pause that held the running step, if one did: the time it
-// lasted is added to PausedFor, and the step goes on with the time it had left.
+// resumeStep ends the pause that held the running step, if any, adding it to PausedFor.
 func resumeStep(st *v1alpha1.StepStatus, now time.Time) {
 	if st.PausedSince == nil {
 		return
@@ -177,9 +167,8 @@ func resumeStep(st *v1alpha1.StepStatus, now time.Time) {
 }
 
 // stepError judges an error of step i's Done or Run: a Failure (a refusal for good
-// among them) fails the playbook at once; any other error is retried until the
-// step's timeout, counted from its start like every wait, and then fails it with
-// the error's text. While it is retried, the journal says why.
+// among them) fails the playbook at once; any other error is retried, journaled,
+// until the step's timeout.
 func stepError(steps []v1alpha1.StepStatus, i int, step Step, r *Execution, err error) (Progress, error) {
 	st := &steps[i]
 	if f, ok := IsFailure(err); ok {
@@ -199,11 +188,9 @@ const (
 	maxPoll = 2 * time.Second
 )
 
-// pollAfter is when to check a waiting step again. A step may ask for a time of its
-// own (a refused eviction retries in 5 s); otherwise the interval grows with how long
-// the step has waited, from minPoll to at most the step's own interval: pods and
-// registrations usually settle within moments, and a long wait need not be watched
-// closely.
+// pollAfter is when to check a waiting step again: after the time it asked for when
+// longer than maxPoll, else after half its wait so far, between minPoll and that
+// time (maxPoll when none): pods and registrations usually settle within moments.
 func pollAfter(asked time.Duration, st *v1alpha1.StepStatus, now time.Time) time.Duration {
 	limit := cmp.Or(asked, maxPoll)
 	if asked > maxPoll {
@@ -226,38 +213,22 @@ func failStep(steps []v1alpha1.StepStatus, i int, at time.Time, f *Failure) Prog
 }
 
 // NeedsRestore reports whether a playbook with these steps changes something that
-// Restore undoes (today, a cordon). Only such a playbook needs the request's
-// finalizer: deleting a request whose playbook restores nothing can wait for nothing.
+// Restore undoes (a cordon): only such a playbook needs the request's finalizer.
 func NeedsRestore(steps []v1alpha1.StepStatus) bool {
-	for _, st := range steps {
-		if st.Name == v1alpha1.StepCordon {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(steps, func(st v1alpha1.StepStatus) bool { return st.Name == v1alpha1.StepCordon })
 }
 
-// Restore undoes what a playbook changed and that the playbook will no longer undo
-// itself: today, the cordon. It is safe to call at any time: it only uncordons a node
-// this request cordoned. The restore is journaled on the playbook's uncordon step.
-//
-// A restore is bounded like a step: an error is returned to be retried, with the
-// first attempt's time journaled on the uncordon step (its StartedAt), until the
-// step timeout has passed since then; a refusal for good, or an error past that
-// bound, gives up with a *RestoreFailure naming the node, and the uncordon step is
-// journaled Failed. The caller then ends the request.
+// Restore undoes what the playbook will no longer undo itself: the cordon, only of a
+// node this request cordoned, so it is safe at any time. It is journaled on the
+// uncordon step and bounded like one (restoreFailed).
 func Restore(ctx context.Context, r *Execution, why string) (string, error) {
-	// The restore works on the node the playbook cordoned, as the journal records it,
-	// not on whichever node the fresh facts name now (the Lease may have passed to
-	// another holder). It only ever undoes a cordon carrying this request's mark.
+	// The node the journal records, not the one the fresh facts name now (the Lease
+	// may have passed to another holder).
 	decided := *r
 	decided.freshFacts, decided.freshConflicts = nil, nil
 	r = &decided
 	node, err := workNode(r)
-	if err != nil {
-		return "", nil
-	}
-	if !NeedsRestore(r.RR.Status.Steps) {
+	if err != nil || !NeedsRestore(r.RR.Status.Steps) {
 		return "", nil
 	}
 	failpoint.Inject(failpoint.Name(failpoint.Restore, failpoint.BeforeCall))
@@ -282,18 +253,16 @@ func Restore(ctx context.Context, r *Execution, why string) (string, error) {
 
 // restoreStep is the journal entry the restore is recorded on: the uncordon step.
 func restoreStep(steps []v1alpha1.StepStatus) *v1alpha1.StepStatus {
-	for i := range steps {
-		if steps[i].Name == v1alpha1.StepUncordon {
-			return &steps[i]
-		}
+	if i := slices.IndexFunc(steps, func(st v1alpha1.StepStatus) bool { return st.Name == v1alpha1.StepUncordon }); i >= 0 {
+		return &steps[i]
 	}
 	return nil
 }
 
-// restoreFailed judges a failed restore attempt: retried (an error) within the step
-// timeout since the first attempt, given up (a *RestoreFailure) on a refusal for
-// good or past that bound. A journal without an uncordon step has nowhere to record
-// the first attempt, so it gives up at once rather than retry without a bound.
+// restoreFailed judges a failed restore attempt: an error to retry within the step
+// timeout since the first attempt (the uncordon step's StartedAt), else a
+// *RestoreFailure naming the node, given up at once on a refusal for good or when
+// the journal has no uncordon step to bound the retries by.
 func restoreFailed(r *Execution, st *v1alpha1.StepStatus, node, why string, err error) error {
 	now := metav1.NewTime(r.Now)
 	if st != nil && st.StartedAt == nil {

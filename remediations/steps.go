@@ -19,57 +19,48 @@ import (
 	"github.com/remediator/remediator/api/v1alpha1"
 )
 
-// Execution is one request's playbook being carried out: what a step sees of the
-// request and the cluster.
+// Execution is one request's playbook being carried out, as a step sees it.
 type Execution struct {
 	RR *v1alpha1.RemediationRequest
 	// Client writes; Reader reads live (uncached) state.
 	Client client.Client
 	Reader client.Reader
-	// Live reads what the steps need of the cluster the way the controller
-	// gathers facts; the controller wires its gatherer in.
-	Live     LiveView
+	// Fresh reads the fresh facts; the controller wires its gatherer in.
+	Fresh    FreshReader
 	Now      time.Time
 	Timeouts Timeouts
-	// Playbooks are the playbooks the journal must match: status.steps is checked
-	// against the decided playbook's steps before every destructive step.
+	// Playbooks are what the journal is checked against before every destructive step.
 	Playbooks Playbooks
-	// Gates are the safety floor's minimums, checked again before every destructive
-	// step; zero fields mean the runbook's values.
-	Gates Gates
-	// Paused is the pause's message while Remediator is paused: every step boundary
-	// holds (Gate). Empty when not paused.
+	Gates     Gates
+	// Paused is the pause's message while Remediator is paused; empty otherwise.
 	Paused string
 
-	// freshFacts and freshConflicts cache one FreshFacts reading per Advance: the
-	// Done check, the gate and the step act on the same reading.
+	// freshFacts and freshConflicts cache one reading per Advance, so that the Done
+	// check, the gate and the step act on the same one.
 	freshFacts     *v1alpha1.Facts
 	freshConflicts []string
 }
 
-// LiveView is what the steps read of the cluster through the controller's facts
-// gatherer. It is an interface so that the steps need not know how facts are
-// gathered (controllers/facts), only what they say: remediations sits below
-// controllers, and the controller wires its gatherer in.
-type LiveView interface {
-	// FreshFacts gathers the request's facts afresh, from its spec and the live
-	// cluster (never from status), with the other running requests on the same
-	// Lease or node. It runs right before every destructive call.
+// FreshReader reads the cluster for the steps the way the controller gathers facts
+// (remediations does not import controllers).
+type FreshReader interface {
+	// FreshFacts gathers the fresh facts: the request's facts afresh from its spec
+	// and the live cluster (never from status), with the other running requests on
+	// the same Lease or node. It runs right before every destructive call.
 	FreshFacts(ctx context.Context) (*v1alpha1.Facts, []string, error)
-	// NodePluginPods lists, live and sorted by name, the CSI node-plugin pods in
-	// namespace on node: the plugin waits watch the replacement come up.
+	// NodePluginPods lists live, sorted by name, the node-plugin pods in namespace on node.
 	NodePluginPods(ctx context.Context, namespace, node string) ([]corev1.Pod, error)
 }
 
-// fresh returns the facts read for this Advance, gathering them once.
-func (r *Execution) fresh(ctx context.Context) (*v1alpha1.Facts, []string, error) {
+// readFresh returns the fresh facts of this Advance, reading them once.
+func (r *Execution) readFresh(ctx context.Context) (*v1alpha1.Facts, []string, error) {
 	if r.freshFacts != nil {
 		return r.freshFacts, r.freshConflicts, nil
 	}
-	if r.Live == nil {
+	if r.Fresh == nil {
 		return nil, nil, fmt.Errorf("no way to observe fresh facts was wired in")
 	}
-	f, conflicts, err := r.Live.FreshFacts(ctx)
+	f, conflicts, err := r.Fresh.FreshFacts(ctx)
 	if err != nil {
 		return nil, nil, fmt.Errorf("re-reading facts: %w", err)
 	}
@@ -77,8 +68,8 @@ func (r *Execution) fresh(ctx context.Context) (*v1alpha1.Facts, []string, error
 	return f, conflicts, nil
 }
 
-// gate asks Gate about step, on the facts read for this Advance when it acts.
-func (r *Execution) gate(step string, starting bool) (*Stop, string) {
+// gate asks Gate about step, on this Advance's fresh facts when it acts.
+func (r *Execution) gate(step string, starting bool) (*Halt, string) {
 	in := GateInput{RR: r.RR, Step: step, Starting: starting, Playbooks: r.Playbooks, Gates: r.Gates, Now: r.Now, Paused: r.Paused}
 	if !starting {
 		in.Fresh, in.Conflicts = r.freshFacts, r.freshConflicts
@@ -87,29 +78,24 @@ func (r *Execution) gate(step string, starting bool) (*Stop, string) {
 }
 
 // Timeouts bound every step from its StartedAt, and the restore from its first
-// attempt. A zero field means its default, never "no bound": a step that can retry
-// for ever keeps its request Running and its disruptive slot for ever.
+// attempt. A zero field means its default, never "no bound": a step that retries for
+// ever keeps its request Running and its disruptive slot for ever.
 type Timeouts struct {
-	// Step bounds the steps that write once (cordon, deleteLease, uncordon) and the
-	// restore: how long their errors are retried before the playbook fails.
+	// Step bounds the write steps (cordon, deleteLease, uncordon) and the restore.
 	Step time.Duration
-	// Eviction is how long deleteAffectedPods keeps retrying evictions a
-	// PodDisruptionBudget refuses.
+	// Eviction bounds evictions a PodDisruptionBudget refuses.
 	Eviction time.Duration
-	// PodTermination is how long waitPodsGone waits for evicted pods to go.
+	// PodTermination bounds waitPodsGone.
 	PodTermination time.Duration
-	// PluginRestart bounds each wait for the replacement node-plugin pod and for
-	// the driver's registration on the CSINode.
+	// PluginRestart bounds each wait for the replacement plugin pod and the driver.
 	PluginRestart time.Duration
 }
 
-// DefaultTimeouts are generous: a wait that times out restores and fails the request.
-// A write step is one call that succeeds in moments; five minutes rides out an API
-// server restart or a leader change of etcd, not a refusal (refusedForGood).
+// DefaultTimeouts are generous: a timeout restores and fails the request. Five
+// minutes for a write rides out an API server restart or an etcd leader change.
 var DefaultTimeouts = Timeouts{Step: 5 * time.Minute, Eviction: 10 * time.Minute, PodTermination: 10 * time.Minute, PluginRestart: 5 * time.Minute}
 
-// step, eviction, podTermination and pluginRestart are the bounds in force: the
-// configured ones, or the defaults for those left zero.
+// The bounds in force: the configured ones, or the defaults for those left zero.
 func (t Timeouts) step() time.Duration     { return cmp.Or(t.Step, DefaultTimeouts.Step) }
 func (t Timeouts) eviction() time.Duration { return cmp.Or(t.Eviction, DefaultTimeouts.Eviction) }
 func (t Timeouts) podTermination() time.Duration {
@@ -135,8 +121,7 @@ type StepResult struct {
 type Failure struct {
 	Reason  string
 	Message string
-	// cause is the error the failure was made from, if any, for errors.Is and As.
-	cause error
+	cause   error // for errors.Is and As
 }
 
 func (f *Failure) Error() string { return f.Message }
@@ -160,26 +145,24 @@ type Step interface {
 var library = map[string]Step{
 	v1alpha1.StepCordon:               cordon{},
 	v1alpha1.StepDeleteAffectedPods:   deleteAffectedPods{},
-	v1alpha1.StepWaitPodsGone:         waitPodsGone{},
+	v1alpha1.StepWaitPodsGone:         wait{podsGone, Timeouts.podTermination},
 	v1alpha1.StepDeleteLease:          deleteLease{},
 	v1alpha1.StepUncordon:             uncordon{},
 	v1alpha1.StepDeletePluginPod:      deletePluginPod{},
-	v1alpha1.StepWaitPluginPodReady:   waitPluginPodReady{},
-	v1alpha1.StepWaitDriverRegistered: waitDriverRegistered{},
+	v1alpha1.StepWaitPluginPodReady:   wait{pluginPodReady, Timeouts.pluginRestart},
+	v1alpha1.StepWaitDriverRegistered: wait{driverRegistered, Timeouts.pluginRestart},
 }
 
-// destructive steps change the cluster in a way a maintenance window guards: they
-// may only start inside the window. Waits and uncordon (a restore) may always run.
+// destructive steps may only start inside the maintenance window and act only on
+// fresh facts; waits and uncordon (a restore) may always run.
 var destructive = map[string]bool{
 	v1alpha1.StepCordon: true, v1alpha1.StepDeleteAffectedPods: true, v1alpha1.StepDeleteLease: true, v1alpha1.StepDeletePluginPod: true,
 }
 
-// Destructive reports whether the named step may only start inside a maintenance
-// window.
+// Destructive reports whether the named step may only start inside a maintenance window.
 func Destructive(step string) bool { return destructive[step] }
 
-// NextPending returns the step Advance would start next, if the running steps are
-// all done.
+// NextPending returns the step Advance would start next, if no step is running.
 func NextPending(steps []v1alpha1.StepStatus) (string, bool) {
 	for _, st := range steps {
 		switch st.State {
@@ -193,8 +176,7 @@ func NextPending(steps []v1alpha1.StepStatus) (string, bool) {
 	return "", false
 }
 
-// podState reads one recorded pod: gone (deleted or replaced by a pod with another
-// UID), terminating, or live.
+// podState reads one recorded pod: gone (deleted, or replaced: another UID) or not.
 func podState(ctx context.Context, r *Execution, p v1alpha1.PodFacts) (*corev1.Pod, bool, error) {
 	pod := &corev1.Pod{}
 	err := r.Reader.Get(ctx, types.NamespacedName{Namespace: p.Namespace, Name: p.Name}, pod)
@@ -210,15 +192,13 @@ func podState(ctx context.Context, r *Execution, p v1alpha1.PodFacts) (*corev1.P
 	return pod, false, nil
 }
 
-// deleteAffectedPods evicts the affected pods through the Eviction API, so that
-// PodDisruptionBudgets are honoured and each pod keeps its own grace period. It never
-// sets a grace period and never forces.
+// deleteAffectedPods evicts the affected pods through the Eviction API (evict).
 type deleteAffectedPods struct{}
 
 func (deleteAffectedPods) Timeout(r *Execution) time.Duration { return r.Timeouts.eviction() }
 
 func (deleteAffectedPods) Done(ctx context.Context, r *Execution) (StepResult, error) {
-	f, _, err := r.fresh(ctx)
+	f, _, err := r.readFresh(ctx)
 	if err != nil {
 		return StepResult{}, err
 	}
@@ -238,11 +218,10 @@ func (deleteAffectedPods) Done(ctx context.Context, r *Execution) (StepResult, e
 	return StepResult{Done: true, Message: fmt.Sprintf("Evicted the affected pod(s) gracefully: %s", PodList(f.AffectedPods))}, nil
 }
 
-// Run evicts the pods that use the volume on the holder node as listed right now
-// (the floor's fresh facts), never the ones recorded in status: status is not proof
+// Run evicts the pods of the fresh facts, never those in status: status is no proof
 // of which pods may be evicted.
 func (s deleteAffectedPods) Run(ctx context.Context, r *Execution) (StepResult, error) {
-	f, _, err := r.fresh(ctx)
+	f, _, err := r.readFresh(ctx)
 	if err != nil {
 		return StepResult{}, err
 	}
@@ -277,19 +256,17 @@ func (s deleteAffectedPods) Run(ctx context.Context, r *Execution) (StepResult, 
 	return out, err
 }
 
-// evict asks the Eviction API to delete pod gracefully. The UID precondition keeps a
-// replacement pod of the same name safe; no GracePeriodSeconds is set, so the pod's
-// own terminationGracePeriodSeconds applies. A refusal (a PodDisruptionBudget) is
-// returned as a description to retry later, not as an error.
+// evict asks the Eviction API to delete pod gracefully, so PodDisruptionBudgets are
+// honoured; the UID precondition keeps a replacement of the same name safe, and no
+// grace period is set or forced. A refusal is returned as a description to retry later.
 func evict(ctx context.Context, r *Execution, pod *corev1.Pod) (refused string, err error) {
 	uid := pod.UID
 	ev := &policyv1.Eviction{
 		ObjectMeta:    metav1.ObjectMeta{Namespace: pod.Namespace, Name: pod.Name},
 		DeleteOptions: &metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}},
 	}
-	// The Eviction API answers a budget it has not processed yet with Retry-After,
-	// which client-go honours by itself, up to ten times: bound the call so that one
-	// such budget cannot hold the worker for minutes. The step retries later.
+	// client-go honours the Retry-After of a budget not processed yet up to ten
+	// times: bound the call so that it cannot hold the worker for minutes.
 	callCtx, cancel := context.WithTimeout(ctx, evictionCallTimeout)
 	defer cancel()
 	err = r.Client.SubResource("eviction").Create(callCtx, pod, ev)
@@ -307,15 +284,21 @@ func evict(ctx context.Context, r *Execution, pod *corev1.Pod) (refused string, 
 // evictionCallTimeout bounds one eviction call, client-go's own retries included.
 const evictionCallTimeout = 5 * time.Second
 
-// waitPodsGone waits until the evicted pods have terminated.
-type waitPodsGone struct{}
+// wait is a step that only watches: Run checks again.
+type wait struct {
+	done    func(context.Context, *Execution) (StepResult, error)
+	timeout func(Timeouts) time.Duration
+}
 
-func (waitPodsGone) Timeout(r *Execution) time.Duration { return r.Timeouts.podTermination() }
+func (w wait) Timeout(r *Execution) time.Duration { return w.timeout(r.Timeouts) }
 
-// Done lists the pods that use the volume on the holder again: it waits for every
-// such pod, not only the ones recorded at decision time.
-func (waitPodsGone) Done(ctx context.Context, r *Execution) (StepResult, error) {
-	f, _, err := r.fresh(ctx)
+func (w wait) Done(ctx context.Context, r *Execution) (StepResult, error) { return w.done(ctx, r) }
+
+func (w wait) Run(ctx context.Context, r *Execution) (StepResult, error) { return w.done(ctx, r) }
+
+// podsGone waits until every pod of the fresh facts, not only those decided on, is gone.
+func podsGone(ctx context.Context, r *Execution) (StepResult, error) {
+	f, _, err := r.readFresh(ctx)
 	if err != nil {
 		return StepResult{}, err
 	}
@@ -323,10 +306,6 @@ func (waitPodsGone) Done(ctx context.Context, r *Execution) (StepResult, error) 
 		return StepResult{Message: "Waiting for pods to terminate: " + PodList(f.AffectedPods), RequeueAfter: 2 * time.Second}, nil
 	}
 	return StepResult{Done: true, Message: "No pod that uses the volume is left on the holder node"}, nil
-}
-
-func (s waitPodsGone) Run(ctx context.Context, r *Execution) (StepResult, error) {
-	return s.Done(ctx, r)
 }
 
 // IsFailure reports whether err ends the playbook.

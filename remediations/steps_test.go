@@ -64,7 +64,7 @@ func shutdownHolder(t *testing.T) (*Execution, *coordinationv1.Lease) {
 	rr.Status.Decision = &v1alpha1.Decision{Allowed: true, Playbook: "node-shutdown", Rule: "holder-shutdown"}
 	pb, err := DefaultPlaybooks()
 	require.NoError(t, err)
-	return &Execution{RR: rr, Client: env.Client, Reader: env.Client, Live: gathered{g, rr}, Now: time.Now(), Timeouts: DefaultTimeouts, Playbooks: pb}, lease
+	return &Execution{RR: rr, Client: env.Client, Reader: env.Client, Fresh: gathered{g, rr}, Now: time.Now(), Timeouts: DefaultTimeouts, Playbooks: pb}, lease
 }
 
 // gathered observes through the controller's gatherer, reading live, as the
@@ -284,7 +284,7 @@ func TestPluginPodEvictionRechecksOverlap(t *testing.T) {
 	rr.Status.Decision = &v1alpha1.Decision{Allowed: true, Playbook: "restart-node-plugin", Rule: "driver-deregistered"}
 	pb, err := DefaultPlaybooks()
 	require.NoError(t, err)
-	r := &Execution{RR: rr, Client: env.Client, Reader: env.Client, Live: gathered{g, rr}, Now: time.Now(), Timeouts: DefaultTimeouts, Playbooks: pb}
+	r := &Execution{RR: rr, Client: env.Client, Reader: env.Client, Fresh: gathered{g, rr}, Now: time.Now(), Timeouts: DefaultTimeouts, Playbooks: pb}
 
 	// The DaemonSet is recreated after the decision: a second plugin pod lands.
 	plugin("trident-csi-2-" + rand.String(5))
@@ -313,7 +313,7 @@ func TestRestoreUncordonsTheDecidedNode(t *testing.T) {
 	require.NoError(t, err)
 	l.Spec.HolderIdentity = ptr.To("kwok-node-2")
 	require.NoError(t, env.Client.Update(ctx, l))
-	_, _, err = r.fresh(ctx)
+	_, _, err = r.readFresh(ctx)
 	require.NoError(t, err)
 	require.Equal(t, "kwok-node-2", r.freshFacts.Lease.HolderIdentity)
 

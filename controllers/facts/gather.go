@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/remediator/remediator/api/v1alpha1"
@@ -38,16 +39,13 @@ const (
 // namespace (within AllowedTridentNamespaces) and driver name.
 type Config struct {
 	TridentNamespace string
-	// AllowedTridentNamespaces are the namespaces other than TridentNamespace a request
-	// may name in spec.tridentNamespace (--allowed-trident-namespaces). A request that
-	// names any other gets no facts from it: its pods are not node-plugin pods and its
-	// Leases not Trident's.
+	// AllowedTridentNamespaces are the other namespaces a request may name in
+	// spec.tridentNamespace (--allowed-trident-namespaces); nothing is read in any other.
 	AllowedTridentNamespaces []string
 	DriverName               string
 	NodePluginSelector       labels.Selector
 	// NodeLeaseGracePeriod is how old a kube-node-lease renewal may be before the
-	// node counts as unreachable; it should match kube-controller-manager's
-	// --node-monitor-grace-period.
+	// node counts as unreachable (kube-controller-manager's --node-monitor-grace-period).
 	NodeLeaseGracePeriod time.Duration
 	RetainedEventReason  string
 }
@@ -64,7 +62,6 @@ func DefaultConfig() Config {
 	}
 }
 
-// now reads the injected clock.
 func (g *Gatherer) now() time.Time {
 	if g.Clock == nil {
 		return time.Now()
@@ -98,10 +95,8 @@ func (c Config) notTridentNamespace(ns string) string {
 }
 
 // NodePluginPods lists, through reader, the node-plugin pods in namespace on node,
-// sorted by name: the pods the decision counts and the CSI playbook's waits watch
-// being replaced. A pod is one only when it carries the node-plugin labels and a
-// DaemonSet controls it (isDaemonSetPod): the playbook evicts it, and a label is
-// anyone's to set.
+// sorted by name: pods with the node-plugin labels that a DaemonSet controls, since
+// the playbook evicts them and a label is anyone's to set.
 func (c Config) NodePluginPods(ctx context.Context, reader client.Reader, namespace, node string) ([]corev1.Pod, error) {
 	list := &corev1.PodList{}
 	if err := reader.List(ctx, list, client.InNamespace(namespace),
@@ -114,10 +109,8 @@ func (c Config) NodePluginPods(ctx context.Context, reader client.Reader, namesp
 	return pods, nil
 }
 
-// isDaemonSetPod reports whether a DaemonSet controls pod, as the DaemonSet controller
-// marks the pods it creates (a controller ownerReference to an apps/v1 DaemonSet,
-// which is always in the pod's namespace). Trident's node plugin runs as one; a pod
-// that only carries its labels, or that another controller runs, is not the plugin.
+// isDaemonSetPod reports whether a DaemonSet controls pod (its controller
+// ownerReference), as Trident's node plugin.
 func isDaemonSetPod(pod *corev1.Pod) bool {
 	ref := metav1.GetControllerOf(pod)
 	return ref != nil && ref.APIVersion == appsv1.SchemeGroupVersion.String() && ref.Kind == "DaemonSet"
@@ -125,20 +118,14 @@ func isDaemonSetPod(pod *corev1.Pod) bool {
 
 // Gatherer reads facts for requests.
 type Gatherer struct {
-	// Reader reads the objects. The controller gives it a SplitReader: the informer
-	// cache for what a decision weighs, the API server for pods (which are never
-	// cached cluster-wide) and, before a destructive step, for the holder node's
-	// state. plan and scan read everything live.
+	// Reader reads the objects: for the controller a SplitReader (SplitReader), for
+	// plan and scan the API server.
 	Reader client.Reader
 	Config Config
-	// Clock tells the time that ages (Lease renewals, node heartbeats) are measured
-	// against; nil means the real clock. The controller injects its own, so that a
-	// decision and its re-reads share one clock.
+	// Clock is what ages are measured against (ServerClock); nil means the real clock.
 	Clock clock.PassiveClock
-	// SkipAffectedPods leaves out the pods on the holder that use the volume. The
-	// re-read before a destructive step sets it when neither the playbook nor the
-	// floor looks at them (the holder was not Healthy and the playbook moves no
-	// pods): listing them would be an API call that decides nothing.
+	// SkipAffectedPods leaves out the pods on the holder that use the volume: the
+	// fresh facts set it when neither the playbook nor the floor looks at them.
 	SkipAffectedPods bool
 }
 
@@ -153,9 +140,8 @@ func (g *Gatherer) Gather(ctx context.Context, rr *v1alpha1.RemediationRequest) 
 		Target:           v1alpha1.TargetFacts{Ref: TargetRef(rr.Spec.Target)},
 	}
 	s := &gathering{g: g, f: f, now: f.GatheredAt.Time, prev: rr.Status.Facts}
-	// The namespace is where the playbooks delete Leases and evict node-plugin pods, so
-	// it is the controller's to choose, not the request's: one the settings do not
-	// list is not even read, and the target says why.
+	// The playbooks delete Leases and evict pods in this namespace, so it is the
+	// controller's to choose: one the settings do not list is not even read.
 	if why := g.Config.notTridentNamespace(f.TridentNamespace); why != "" {
 		f.Target.Message = why
 		return f, nil
@@ -166,9 +152,7 @@ func (g *Gatherer) Gather(ctx context.Context, rr *v1alpha1.RemediationRequest) 
 		err = s.lease(ctx, rr.Spec.Target)
 	case v1alpha1.RemediationReregisterCSIDriver:
 		err = s.csi(ctx, rr.Spec.Target.Node)
-	default:
-		// Admission refuses unknown remediations; this guards a CRD installed without
-		// its schema.
+	default: // a CRD installed without its schema
 		f.Target.Message = fmt.Sprintf("unknown remediation %q", rr.Spec.Remediation)
 	}
 	if err != nil {
@@ -197,16 +181,12 @@ type gathering struct {
 	g   *Gatherer
 	f   *v1alpha1.Facts
 	now time.Time
-	// prev are the facts the request's last decision recorded (status.facts), nil
-	// for a request never decided: what the node did since then is evidence too.
+	// prev are the facts the last decision recorded (status.facts), nil for a request
+	// never decided: what the node did since is evidence too (Unsettled).
 	prev *v1alpha1.Facts
 }
 
 // get reads one object; found is false on NotFound.
-func (s *gathering) get(ctx context.Context, key types.NamespacedName, obj client.Object) (bool, error) {
-	return s.g.get(ctx, key, obj)
-}
-
 func (g *Gatherer) get(ctx context.Context, key types.NamespacedName, obj client.Object) (bool, error) {
 	if err := g.Reader.Get(ctx, key, obj); err != nil {
 		if apierrors.IsNotFound(err) {
@@ -231,23 +211,13 @@ func (s *gathering) lease(ctx context.Context, t v1alpha1.Target) error {
 	lf := &v1alpha1.LeaseFacts{Namespace: s.f.TridentNamespace, Name: pv}
 	s.f.Lease = lf
 	lease := &coordinationv1.Lease{}
-	found, err := s.get(ctx, types.NamespacedName{Namespace: lf.Namespace, Name: lf.Name}, lease)
+	found, err := s.g.get(ctx, types.NamespacedName{Namespace: lf.Namespace, Name: lf.Name}, lease)
 	if err != nil || !found {
 		return err
 	}
-	lf.Exists = true
-	lf.UID = string(lease.UID)
-	lf.ResourceVersion = lease.ResourceVersion
-	created := lease.CreationTimestamp
-	lf.CreationTimestamp = &created
-	if lease.Spec.AcquireTime != nil {
-		acquired := metav1.NewTime(lease.Spec.AcquireTime.Time)
-		lf.AcquireTime = &acquired
-	}
+	lf.Exists, lf.UID, lf.ResourceVersion = true, string(lease.UID), lease.ResourceVersion
+	lf.HolderIdentity = ptr.Deref(lease.Spec.HolderIdentity, "")
 	recordLeaseAge(lf, lease, s.now)
-	if lease.Spec.HolderIdentity != nil {
-		lf.HolderIdentity = *lease.Spec.HolderIdentity
-	}
 	if err := s.g.retainedEvents(ctx, lease, lf); err != nil {
 		return err
 	}
@@ -298,14 +268,14 @@ func (s *gathering) node(ctx context.Context, name string) error {
 }
 
 func (g *Gatherer) nodeFacts(ctx context.Context, name string, now time.Time) (*v1alpha1.NodeFacts, error) {
-	// The Node and its node Lease are read at the same time: before a destructive
-	// step both are read live, and the step waits for the slower of the two rather
-	// than for both in turn.
+	// The Node and its node Lease are read at once: live, before a destructive step,
+	// it waits for the slower of the two rather than for both in turn. The Lease
+	// counts even without a Node: a kubelet that renews it runs.
 	node, l := &corev1.Node{}, &coordinationv1.Lease{}
 	var (
-		found, leaseFound bool
-		leaseErr          error
-		wg                sync.WaitGroup
+		leaseFound bool
+		leaseErr   error
+		wg         sync.WaitGroup
 	)
 	wg.Add(1)
 	go func() {
@@ -321,26 +291,18 @@ func (g *Gatherer) nodeFacts(ctx context.Context, name string, now time.Time) (*
 		return nil, leaseErr
 	}
 	if !found {
-		// The node's Lease is read even without a Node: a kubelet that renews it runs.
-		var nodeLease *coordinationv1.Lease
-		if leaseFound {
-			nodeLease = l
-		}
-		nf := ClassifyNode(name, nil, nodeLease, now, g.Config.NodeLeaseGracePeriod)
-		return &nf, nil
+		node = nil
 	}
-	var nodeLease *coordinationv1.Lease
-	if leaseFound {
-		nodeLease = l
+	if !leaseFound {
+		l = nil
 	}
-	nf := ClassifyNode(name, node, nodeLease, now, g.Config.NodeLeaseGracePeriod)
+	nf := ClassifyNode(name, node, l, now, g.Config.NodeLeaseGracePeriod)
 	return &nf, nil
 }
 
-// affectedPods lists the pods on node that use claim (VolumesUsing). Listing by node
-// keeps the read proportional to one node, not the cluster.
+// affectedPods lists the pods on node that use claim (VolumesUsing).
 func (s *gathering) affectedPods(ctx context.Context, node string, claim *corev1.PersistentVolumeClaim) error {
-	pods, err := s.podsOnNode(ctx, node, client.InNamespace(claim.Namespace))
+	pods, err := s.g.podsOnNode(ctx, node, client.InNamespace(claim.Namespace))
 	if err != nil {
 		return err
 	}
@@ -352,11 +314,8 @@ func (s *gathering) affectedPods(ctx context.Context, node string, claim *corev1
 	return nil
 }
 
-// podsOnNode lists pods by spec.nodeName on the API server, sorted by namespace/name.
-func (s *gathering) podsOnNode(ctx context.Context, node string, opts ...client.ListOption) ([]corev1.Pod, error) {
-	return s.g.podsOnNode(ctx, node, opts...)
-}
-
+// podsOnNode lists pods by spec.nodeName, sorted by namespace/name: a read
+// proportional to one node, not the cluster.
 func (g *Gatherer) podsOnNode(ctx context.Context, node string, opts ...client.ListOption) ([]corev1.Pod, error) {
 	list := &corev1.PodList{}
 	opts = append(opts, client.MatchingFields{"spec.nodeName": node})
@@ -384,7 +343,7 @@ func (s *gathering) csi(ctx context.Context, nodeName string) error {
 	cf := &v1alpha1.CSIFacts{}
 	s.f.CSI = cf
 	csiNode := &storagev1.CSINode{}
-	found, err := s.get(ctx, types.NamespacedName{Name: nodeName}, csiNode)
+	found, err := s.g.get(ctx, types.NamespacedName{Name: nodeName}, csiNode)
 	if err != nil {
 		return err
 	}

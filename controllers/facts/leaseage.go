@@ -14,11 +14,15 @@ import (
 	"github.com/remediator/remediator/api/v1alpha1"
 )
 
-// recordLeaseAge records in lf when the current hold on the Trident Lease l began
-// (HeldSince), how long ago that was at now (AgeSeconds) and why, in words (AgeFrom).
-// It is the one rule the age gates, the scan, the verification and the retained
-// events all count from.
+// recordLeaseAge records in lf the Trident Lease l's times and when its current hold
+// began (HeldSince), its age at now and why: the one rule the age gates, the scan
+// and the retained events count from.
 func recordLeaseAge(lf *v1alpha1.LeaseFacts, l *coordinationv1.Lease, now time.Time) {
+	created := l.CreationTimestamp
+	lf.CreationTimestamp = &created
+	if l.Spec.AcquireTime != nil {
+		lf.AcquireTime = &metav1.Time{Time: l.Spec.AcquireTime.Time}
+	}
 	began, from := holdBegan(l, now)
 	lf.HeldSince = &metav1.Time{Time: began}
 	lf.AgeSeconds = ageSeconds(now, began)
@@ -26,29 +30,18 @@ func recordLeaseAge(lf *v1alpha1.LeaseFacts, l *coordinationv1.Lease, now time.T
 }
 
 // holdBegan is when the current hold on a Trident Lease began, by the API server's
-// clock only: its creationTimestamp, or, when the holder wrote it again since (a
-// re-acquisition: the same node retrying writes a new acquireTime, another node taking
-// it over a new holderIdentity), the time the API server recorded for that write in
-// the Lease's managedFields. The holder's own acquireTime never counts: it is the
-// holder's clock, and one running slow would make a fresh hold look minutes old.
-//
-// managedFields keep, for each field manager, the time of its last write that changed
-// a field it owns, and an update takes the fields it changes from every other manager;
-// the newest entry that owns spec.acquireTime or spec.holderIdentity is the holder's
-// last write. Should that write have changed something else (a renewTime), the hold
-// only looks younger.
-//
-// Without managedFields (a reader that strips them) a re-acquisition cannot be told
-// from the creation, and the hold counts as beginning now: the Lease waits, and from
-// says why.
+// clock only: its creationTimestamp, or the server's time of a later re-acquisition
+// (a new acquireTime or holderIdentity: the newest managedFields entry owning either).
+// The acquireTime itself is the holder's clock, and a slow one would make a fresh
+// hold look old. Without managedFields a re-acquisition cannot be ruled out, and the
+// hold counts from now.
 func holdBegan(l *coordinationv1.Lease, now time.Time) (time.Time, string) {
 	created := l.CreationTimestamp.Time
 	var acquired time.Time
 	if l.Spec.AcquireTime != nil {
 		acquired = l.Spec.AcquireTime.Time
 	}
-	if created.IsZero() {
-		// The API server always sets creationTimestamp; this guards hand-made input.
+	if created.IsZero() { // hand-made input: the API server always sets it
 		return now, "now: the Lease has no creationTimestamp, and the holder's acquireTime does not count"
 	}
 	wrote, manager, ok := lastHolderWrite(l.ManagedFields)
@@ -71,8 +64,7 @@ func holdBegan(l *coordinationv1.Lease, now time.Time) (time.Time, string) {
 }
 
 // lastHolderWrite is the newest server-set time among the managedFields entries that
-// own spec.acquireTime or spec.holderIdentity, and its manager (the first by name
-// among equal times, so that messages are the same on every controller).
+// own spec.acquireTime or spec.holderIdentity, and its manager (first by name on a tie).
 func lastHolderWrite(entries []metav1.ManagedFieldsEntry) (at time.Time, manager string, ok bool) {
 	for _, mf := range entries {
 		if mf.Time == nil || mf.Subresource != "" || mf.FieldsV1 == nil || !ownsHolderFields(mf.FieldsV1.Raw) {
@@ -86,8 +78,8 @@ func lastHolderWrite(entries []metav1.ManagedFieldsEntry) (at time.Time, manager
 	return at, manager, ok
 }
 
-// ownsHolderFields reports whether a managedFields entry's field set holds
-// spec.acquireTime or spec.holderIdentity. A set that does not parse owns nothing.
+// ownsHolderFields reports whether a managedFields entry's field set, when it parses,
+// holds spec.acquireTime or spec.holderIdentity.
 func ownsHolderFields(raw []byte) bool {
 	var fields struct {
 		Spec map[string]json.RawMessage `json:"f:spec"`
@@ -100,17 +92,12 @@ func ownsHolderFields(raw []byte) bool {
 	return acquire || holder
 }
 
-// stamp renders a time in UTC, with as many fractional digits as it has (acquireTime
-// is a MicroTime), so that messages are the same on every controller.
+// stamp renders a time in UTC with its fractional digits (acquireTime is a MicroTime).
 func stamp(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
 
-// retainedEvents counts the LeaseRetained Warning events Trident emitted on this
-// incarnation of the Lease. Only an event that names this Lease's UID and was last
-// seen at or after its hold began by the API server's clock (HeldSince) is evidence that the
-// current holder's operation failed: an event without a UID, or of an earlier Lease
-// of the same name, or from before this holder acquired it, says nothing about the
-// operation now holding it. Those are counted apart, so status shows what was set
-// aside.
+// retainedEvents counts the LeaseRetained Warnings on this Lease's UID last seen since
+// its hold began (HeldSince): only those are evidence that the current holder's
+// operation failed. The others are counted apart, so status shows what was set aside.
 func (g *Gatherer) retainedEvents(ctx context.Context, lease *coordinationv1.Lease, lf *v1alpha1.LeaseFacts) error {
 	events := &corev1.EventList{}
 	if err := g.Reader.List(ctx, events, client.InNamespace(lease.Namespace), client.MatchingFields{
@@ -121,8 +108,7 @@ func (g *Gatherer) retainedEvents(ctx context.Context, lease *coordinationv1.Lea
 	}); err != nil {
 		return fmt.Errorf("listing %s events of Lease %s/%s: %w", g.Config.RetainedEventReason, lease.Namespace, lease.Name, err)
 	}
-	// core/v1 Event timestamps have whole seconds: an event of the second the hold
-	// began counts. HeldSince is the API server's time (recordLeaseAge, called first).
+	// Event timestamps have whole seconds: one of the second the hold began counts.
 	if lf.HeldSince == nil {
 		return fmt.Errorf("counting the LeaseRetained events of Lease %s/%s: when its hold began is not recorded", lease.Namespace, lease.Name)
 	}

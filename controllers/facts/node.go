@@ -13,14 +13,12 @@ import (
 	"github.com/remediator/remediator/api/v1alpha1"
 )
 
-// stateTaints are the taints that decide a node's state; others are not recorded
-// because the policy must not depend on them.
+// stateTaints are the taints that decide a node's state; the policy must not depend
+// on others.
 var stateTaints = []string{v1alpha1.TaintCloudShutdown, v1alpha1.TaintOutOfService, v1alpha1.TaintUnreachable}
 
-// ClassifyNode turns a Node and its kube-node-lease Lease into NodeFacts, following
-// domain.md's three node states. node == nil means the Node object does not exist;
-// nodeLease == nil means the node has no Lease in kube-node-lease. It is pure so that
-// every branch can be table-tested.
+// ClassifyNode turns a Node (nil: none exists) and its kube-node-lease Lease (nil:
+// none) into NodeFacts, in domain.md's node states. It is pure, to be table-tested.
 func ClassifyNode(name string, node *corev1.Node, nodeLease *coordinationv1.Lease, now time.Time, grace time.Duration) v1alpha1.NodeFacts {
 	nf := v1alpha1.NodeFacts{Name: name, LeaseRenewAgeSeconds: -1, HeartbeatAgeSeconds: -1}
 	nf.NodeLeaseDurationSeconds = kubeletLeaseDuration(name, nodeLease)
@@ -33,26 +31,62 @@ func ClassifyNode(name string, node *corev1.Node, nodeLease *coordinationv1.Leas
 		leaseFresh = now.Sub(renew.Time) <= grace
 	}
 	if node == nil {
-		// A missing Node is not proof that the machine is down: a holderIdentity spelled
-		// differently from the Node name (an FQDN versus a short name), or a Node object
-		// deleted while its machine still runs, would make a live holder look dead. It
-		// is a state of its own, which the policy treats like Unreachable. A kubelet
-		// that still renews the node's Lease runs, whatever became of the Node object.
-		recordHeartbeat(&nf, now)
-		nf.State = v1alpha1.NodeNotFound
-		nf.StateReason = fmt.Sprintf("no Node is named %s: check the holderIdentity's spelling against kubectl get nodes "+
-			"(an FQDN versus a short name), and whether the machine is really gone or only its Node object was deleted", name)
-		if leaseFresh {
-			nf.State = v1alpha1.NodeUnknown
-			nf.StateReason = fmt.Sprintf("conflicting evidence: no Node is named %s, but its kubelet renewed its node Lease %s ago (grace %s): the machine runs",
-				name, time.Duration(nf.LeaseRenewAgeSeconds)*time.Second, grace)
-		}
+		classifyMissing(&nf, leaseFresh, now, grace)
 		return nf
 	}
+	readNode(&nf, node, now)
+	shutdownTaint := slices.Contains(nf.Taints, v1alpha1.TaintOutOfService) || slices.Contains(nf.Taints, v1alpha1.TaintCloudShutdown)
+	readyTrue := nf.Ready == string(corev1.ConditionTrue)
+	evidence := nodeEvidence(&nf, nodeLease != nil, grace)
+	switch {
+	case shutdownTaint && !readyTrue && nf.HeartbeatFresh(now, grace):
+		// A taint is an administrator's (or a cloud provider's) word, a heartbeat the
+		// kubelet's own: a kubelet that still reports runs, whatever the taint says,
+		// and may be running cryptsetup: never a shutdown.
+		nf.State = v1alpha1.NodeUnknown
+		evidence = fmt.Sprintf("conflicting evidence: shutdown taint, but the kubelet's last heartbeat is only %s old (grace %s)%s; ",
+			time.Duration(nf.HeartbeatAgeSeconds)*time.Second, grace, settles(&nf, now, grace)) + evidence
+	case shutdownTaint && !readyTrue:
+		nf.State = v1alpha1.NodeShutdown
+	case shutdownTaint:
+		// A live node tainted, or one that went down before the node controller saw
+		// it: the evidence conflicts, so nobody may act on it now.
+		nf.State = v1alpha1.NodeUnknown
+		evidence = fmt.Sprintf("conflicting evidence: shutdown taint on a node that reports Ready=True%s; ", settles(&nf, now, grace)) + evidence
+	case nf.Ready == string(corev1.ConditionUnknown) || slices.Contains(nf.Taints, v1alpha1.TaintUnreachable) || (nodeLease != nil && !leaseFresh):
+		nf.State = v1alpha1.NodeUnreachable
+	case readyTrue && leaseFresh:
+		nf.State = v1alpha1.NodeHealthy
+	default:
+		nf.State = v1alpha1.NodeUnknown
+	}
+	nf.StateReason = evidence
+	return nf
+}
+
+// classifyMissing classifies a node without a Node object. That is no proof the
+// machine is down: a holderIdentity spelled differently (an FQDN versus a short
+// name), or a Node deleted while its machine runs, would make a live holder look
+// dead. So it is a state of its own, which the policy treats like Unreachable, and a
+// kubelet that still renews the node's Lease runs.
+func classifyMissing(nf *v1alpha1.NodeFacts, leaseFresh bool, now time.Time, grace time.Duration) {
+	recordHeartbeat(nf, now)
+	nf.State = v1alpha1.NodeNotFound
+	nf.StateReason = fmt.Sprintf("no Node is named %s: check the holderIdentity's spelling against kubectl get nodes "+
+		"(an FQDN versus a short name), and whether the machine is really gone or only its Node object was deleted", nf.Name)
+	if leaseFresh {
+		nf.State = v1alpha1.NodeUnknown
+		nf.StateReason = fmt.Sprintf("conflicting evidence: no Node is named %s, but its kubelet renewed its node Lease %s ago (grace %s): the machine runs",
+			nf.Name, time.Duration(nf.LeaseRenewAgeSeconds)*time.Second, grace)
+	}
+}
+
+// readNode records what node says of itself: its Ready condition, state taints and
+// newest heartbeat.
+func readNode(nf *v1alpha1.NodeFacts, node *corev1.Node, now time.Time) {
 	nf.Exists = true
 	nf.Unschedulable = node.Spec.Unschedulable
 	nf.Excluded = node.Labels[v1alpha1.LabelExclude] == "true"
-
 	for _, c := range node.Status.Conditions {
 		if c.Type != corev1.NodeReady {
 			continue
@@ -71,61 +105,25 @@ func ClassifyNode(name string, node *corev1.Node, nodeLease *coordinationv1.Leas
 		}
 	}
 	slices.Sort(nf.Taints)
-
-	recordHeartbeat(&nf, now)
-	shutdownTaint := slices.Contains(nf.Taints, v1alpha1.TaintOutOfService) || slices.Contains(nf.Taints, v1alpha1.TaintCloudShutdown)
-	readyTrue := nf.Ready == string(corev1.ConditionTrue)
-	evidence := nodeEvidence(&nf, nodeLease != nil, grace)
-
-	switch {
-	case shutdownTaint && !readyTrue && nf.HeartbeatFresh(now, grace):
-		// A taint is an administrator's (or a cloud provider's) word; a heartbeat is
-		// the kubelet's own. A kubelet that still renews its node Lease or posts Ready
-		// is running, whatever the taint says (a runtime or CNI outage, a taint set by
-		// mistake), and may be running cryptsetup: never a shutdown.
-		nf.State = v1alpha1.NodeUnknown
-		evidence = fmt.Sprintf("conflicting evidence: shutdown taint, but the kubelet's last heartbeat is only %s old (grace %s)%s; ",
-			time.Duration(nf.HeartbeatAgeSeconds)*time.Second, grace, settles(&nf, now, grace)) + evidence
-	case shutdownTaint && !readyTrue:
-		nf.State = v1alpha1.NodeShutdown
-	case shutdownTaint:
-		// A shutdown taint on a node whose kubelet still reports Ready means someone
-		// tainted a live node, or tainted a node that went down before the node
-		// controller saw it: the evidence conflicts, so nobody may act on it now.
-		nf.State = v1alpha1.NodeUnknown
-		evidence = fmt.Sprintf("conflicting evidence: shutdown taint on a node that reports Ready=True%s; ", settles(&nf, now, grace)) + evidence
-	case nf.Ready == string(corev1.ConditionUnknown) || slices.Contains(nf.Taints, v1alpha1.TaintUnreachable) || (nodeLease != nil && !leaseFresh):
-		nf.State = v1alpha1.NodeUnreachable
-	case readyTrue && leaseFresh:
-		nf.State = v1alpha1.NodeHealthy
-	default:
-		nf.State = v1alpha1.NodeUnknown
-	}
-	nf.StateReason = evidence
-	return nf
+	recordHeartbeat(nf, now)
 }
 
 // settleMargin is how long after the grace runs out a settling heartbeat is looked at
-// again. The decision reads the kubelet's own stamps from the cache; the floor, right
-// before the Lease is deleted, re-reads live and also counts the server's time of the
-// kubelet's last write, which trails the stamp by that write's latency. Deciding on
-// the first moment the stamp is stale would have the floor find the same heartbeat
-// still within its grace on a loaded API server, and fail the request for evidence
-// that settles a moment later.
+// again: the fresh facts also count the server's time of the kubelet's last write,
+// which trails the kubelet's stamp the decision read by that write's latency. Without
+// it the floor would find the same heartbeat still within its grace on a loaded API
+// server, and fail the request for evidence that settles a moment later.
 const settleMargin = 3 * time.Second
 
-// settleRecheck is how soon a tainted node that still reads Ready=True, with a
-// heartbeat past its grace, is looked at again: the node controller marks it within
-// its monitor period once the grace has run out.
+// settleRecheck is how soon a tainted node still Ready=True past its grace is looked
+// at again: the node controller marks it within its monitor period.
 const settleRecheck = 10 * time.Second
 
 // settles records when a tainted node's conflicting evidence settles if the kubelet
-// stays silent, and returns it for the state's reason ("" when it does not). Time
-// settles it while the last heartbeat is within the grace (the kubelet may have died
-// a moment ago, as an operator who powers a node off and taints it at once finds), and
-// for one more grace after it while Ready still reads True (the node controller marks
-// a silent node only once its own grace ran out). A heartbeat that follows, or Ready
-// still True after that, is a contradiction time does not settle.
+// stays silent, and says so for the state's reason ("" when time does not settle
+// it). Time settles it while the last heartbeat is within the grace (a node powered
+// off and tainted at once), and for one more grace while Ready still reads True (the
+// node controller marks a silent node only once its own grace ran out).
 func settles(nf *v1alpha1.NodeFacts, now time.Time, grace time.Duration) string {
 	hb := nf.NewestHeartbeat()
 	if hb == nil {
@@ -150,20 +148,17 @@ func settleClause(at time.Time) string {
 }
 
 // Unsettled takes back the settling time of a node whose conflicting evidence the
-// previous decision already waited on (prev, the facts that decision recorded), when
-// the kubelet gave a heartbeat after that decision gathered: a kubelet that keeps
-// renewing under a shutdown taint runs, and waiting again would only wait for ever.
-// A heartbeat written before that gathering but seen only now (a cache that lagged, a
-// server-set write time later than the kubelet's own stamp) is no sign of life since
-// the wait: the evidence then settles from it, a little later. A second's tolerance
-// absorbs the kubelet's clock against the server's.
+// previous decision (prev) already waited on, when the kubelet gave a heartbeat
+// after that decision gathered: a kubelet that keeps renewing under a shutdown taint
+// runs, and waiting again would wait for ever. A heartbeat written before but seen
+// only now (a lagging cache, a server-set write time) is no sign of life since.
 func Unsettled(nf *v1alpha1.NodeFacts, prev *v1alpha1.Facts) {
 	if nf.SettlesAt == nil || prev == nil || prev.Node == nil || prev.Node.Name != nf.Name || prev.Node.SettlesAt == nil ||
 		prev.GatheredAt.IsZero() || nf.LastHeartbeat == nil {
 		return
 	}
-	// Both: the heartbeat that decision saw never counts (its gatheredAt reads the
-	// server's clock low, truncated to the second), nor one written before it gathered.
+	// Neither the heartbeat that decision saw nor one written before it gathered
+	// counts; a second's tolerance absorbs the kubelet's clock and the truncation.
 	if !nf.LastHeartbeat.After(prev.GatheredAt.Add(time.Second)) ||
 		(prev.Node.LastHeartbeat != nil && !nf.LastHeartbeat.After(prev.Node.LastHeartbeat.Add(time.Second))) {
 		return
@@ -175,10 +170,8 @@ func Unsettled(nf *v1alpha1.NodeFacts, prev *v1alpha1.Facts) {
 }
 
 // kubeletLeaseDuration is the node Lease's leaseDurationSeconds when the node itself
-// holds it, 0 otherwise. The kubelet renews its Lease within that duration, so no
-// heartbeat is judged stale sooner (NodeFacts.HeartbeatGrace); a Lease held by anyone
-// else (a test that takes it over to cut the node off) makes no promise about the
-// kubelet.
+// holds it, else 0: no heartbeat is judged stale sooner (NodeFacts.HeartbeatGrace),
+// and a Lease held by anyone else makes no promise about the kubelet.
 func kubeletLeaseDuration(name string, l *coordinationv1.Lease) int32 {
 	if l == nil || l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity != name || l.Spec.LeaseDurationSeconds == nil {
 		return 0
@@ -195,10 +188,9 @@ func recordHeartbeat(nf *v1alpha1.NodeFacts, now time.Time) {
 }
 
 // leaseRenewal is when the node's Lease was last renewed: the later of its
-// spec.renewTime, which the kubelet writes from its own clock, and the server-set
-// time of the newest write to it (managedFields), when the read carries them (live
-// reads do; the informer cache strips them). A kubelet whose clock runs slow must not
-// look silent: the later of the two can only make the node look more alive.
+// spec.renewTime (the kubelet's clock) and the server-set time of the newest write
+// (managedFields, which live reads carry and the cache strips), so that a kubelet
+// whose clock runs slow does not look silent.
 func leaseRenewal(l *coordinationv1.Lease) *metav1.Time {
 	if l == nil {
 		return nil
@@ -210,10 +202,9 @@ func leaseRenewal(l *coordinationv1.Lease) *metav1.Time {
 	return latestWrite(renewed, l.ManagedFields, func(metav1.ManagedFieldsEntry) bool { return true })
 }
 
-// readyHeartbeat is the Ready condition's lastHeartbeatTime (the kubelet's clock), or
-// the server-set time of the kubelet's newest status write when that is later. Only
-// the kubelet's own writes count: kube-controller-manager writes the status of a
-// node that went silent, and that is no sign of life.
+// readyHeartbeat is the later of the Ready condition's lastHeartbeatTime and the
+// server-set time of the kubelet's own newest status write (kube-controller-manager
+// writes the status of a silent node, which is no sign of life).
 func readyHeartbeat(node *corev1.Node, c corev1.NodeCondition) *metav1.Time {
 	var posted *metav1.Time
 	if !c.LastHeartbeatTime.IsZero() {

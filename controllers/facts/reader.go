@@ -14,40 +14,27 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
-// SplitReader reads each object either from the informer cache or live from the API
-// server. The controller decides on cached facts, which a watch keeps within
-// milliseconds of the cluster, and reads live what must not be even that old: the
-// holder node's state right before a destructive step, and pods, which it never
-// caches (their number grows with the cluster, the controller's memory must not).
-// Everything the cache does not hold (a Lease in a Trident namespace a request
-// overrides, say) is read live too.
+// SplitReader reads each object from the informer cache or live from the API
+// server. The controller decides on cached facts, and reads live what must not be
+// even milliseconds old (the fresh facts' holder node state) and pods, which it
+// never caches, as all the cache does not hold.
 type SplitReader struct {
 	Cache client.Reader
 	Live  client.Reader
 	// Cached reports whether obj, in namespace (empty for cluster-scoped objects and
 	// lists across namespaces), is read from Cache.
 	Cached func(obj runtime.Object, namespace string) bool
-	// TrustCacheMisses makes a NotFound from Cache final. The detector sets it: what
-	// the cache has not seen yet, its next scan sees, and confirming every miss live
-	// would cost a GET per scan for each Lease that is not named after a PV (Trident's
-	// own leader-election Leases) and for each holder node that is gone.
+	// TrustCacheMisses makes a NotFound from Cache final: the detector's next scan
+	// sees what the cache missed, and confirming every miss would cost a GET per scan
+	// for each Lease not named after a PV and each holder node gone.
 	TrustCacheMisses bool
 }
 
 var _ client.Reader = SplitReader{}
 
-func (r SplitReader) pick(obj runtime.Object, namespace string) client.Reader {
-	if r.Cached != nil && r.Cached(obj, namespace) {
-		return r.Cache
-	}
-	return r.Live
-}
-
 // Get implements client.Reader. A NotFound from the cache is confirmed live: the
-// informer can lag behind an object created just before the request (a PV and its
-// request applied together), and a cache miss is no proof of absence; a request
-// rejected as target-unresolved on it would stay rejected. Only absent objects pay
-// the extra read.
+// informer can lag behind an object created with the request, and a request rejected
+// as target-unresolved would stay rejected.
 func (r SplitReader) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
 	if r.Cached == nil || !r.Cached(obj, key.Namespace) {
 		return r.Live.Get(ctx, key, obj, opts...)
@@ -63,18 +50,17 @@ func (r SplitReader) Get(ctx context.Context, key client.ObjectKey, obj client.O
 func (r SplitReader) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
 	o := &client.ListOptions{}
 	o.ApplyOptions(opts)
-	return r.pick(list, o.Namespace).List(ctx, list, opts...)
+	if r.Cached != nil && r.Cached(list, o.Namespace) {
+		return r.Cache.List(ctx, list, opts...)
+	}
+	return r.Live.List(ctx, list, opts...)
 }
 
-// RetryReader retries the reads of Reader that failed for a reason that says
-// nothing about the object: a 5xx, a 429, a server or client timeout, a connection
-// reset or refused. A reconcile re-reads several objects live before a destructive
-// step, and gives up (back to the work queue, with a growing backoff) at the
-// first failed read; under an API server that fails one call in five, the chance
-// that five reads in a row succeed is one in three, and the backoff then grows to
-// minutes (make chaos, R2, saw a storm of 20 take over ten minutes). Reads are
-// idempotent, so a few quick retries here are safe; client-go itself retries only
-// the answers that carry Retry-After.
+// RetryReader retries the reads of Reader that failed for a reason that says nothing
+// about the object (Transient). A reconcile gives up at its first failed read, back to
+// the work queue with a growing backoff: with one call in five failing, five reads in
+// a row succeed one time in three (make chaos, R2: a storm of 20 took over ten
+// minutes). Reads are idempotent; client-go retries only answers with Retry-After.
 type RetryReader struct {
 	Reader client.Reader
 	// Backoff bounds the retries; zero means DefaultReadBackoff.
@@ -86,13 +72,6 @@ var DefaultReadBackoff = wait.Backoff{Steps: 4, Duration: 40 * time.Millisecond,
 
 var _ client.Reader = RetryReader{}
 
-func (r RetryReader) backoff() wait.Backoff {
-	if r.Backoff.Steps == 0 {
-		return DefaultReadBackoff
-	}
-	return r.Backoff
-}
-
 // Get implements client.Reader.
 func (r RetryReader) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
 	return r.retry(ctx, func() error { return r.Reader.Get(ctx, key, obj, opts...) })
@@ -103,15 +82,15 @@ func (r RetryReader) List(ctx context.Context, list client.ObjectList, opts ...c
 	return r.retry(ctx, func() error { return r.Reader.List(ctx, list, opts...) })
 }
 
-// retry calls read until it succeeds, fails for a reason that is not transient,
-// or the backoff's steps are spent, and returns its last error. It is not
-// client-go's retry.OnError, which turns an error that wraps context.Canceled (a
-// read during the manager's shutdown) into the last retriable error, nil when
-// there was none: the caller then decoded an empty Node as the holder, which
-// classified as Unreachable (found by make chaos R4: a SIGTERMed leader failed a
-// node-shutdown request with holder-state-changed).
+// retry calls read until it succeeds, fails for good, or the backoff is spent, and
+// returns its last error. Not client-go's retry.OnError, which returns nil for a
+// context.Canceled read when no retriable error came before: an empty Node then
+// classified as Unreachable (make chaos R4).
 func (r RetryReader) retry(ctx context.Context, read func() error) error {
-	b := r.backoff()
+	b := r.Backoff
+	if b.Steps == 0 {
+		b = DefaultReadBackoff
+	}
 	for {
 		err := read()
 		if err == nil || !Transient(ctx, err) || b.Steps <= 1 {
@@ -127,8 +106,9 @@ func (r RetryReader) retry(ctx context.Context, read func() error) error {
 	}
 }
 
-// Transient reports whether err is a failure of the call rather than an answer
-// about the object, and ctx still allows a retry.
+// Transient reports whether err is a failure of the call rather than an answer about
+// the object (a 5xx, a 429, a timeout, a connection reset or refused), and ctx still
+// allows a retry.
 func Transient(ctx context.Context, err error) bool {
 	if ctx.Err() != nil {
 		return false

@@ -12,8 +12,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/remediator/remediator/api/v1alpha1"
@@ -29,39 +29,31 @@ const (
 // Symptom kinds: what an on-call engineer sees first, attached to the finding that
 // explains it.
 const (
-	// SymptomFailedMount is kubelet's FailedMount Warning on a pod: on a pod that uses
-	// a stuck Lease's volume, or, naming the driver as not registered, on a pod on a
-	// node whose CSINode lacks it (seeds/000: "driver name csi.trident.netapp.io not
-	// found in the list of registered CSI drivers").
+	// SymptomFailedMount is kubelet's FailedMount Warning on a pod that uses a stuck
+	// Lease's volume, or on a node whose CSINode lacks the driver (seeds/000).
 	SymptomFailedMount = "FailedMount"
-	// SymptomContainerCreating is a pod that uses a stuck Lease's volume and waits in
+	// SymptomContainerCreating is a pod of a stuck Lease's volume that waits in
 	// ContainerCreating (seeds/003).
 	SymptomContainerCreating = "ContainerCreating"
-	// SymptomTerminating is a pod that uses a stuck Lease's volume and is being deleted
-	// but still exists (seeds/003: pods stuck in Terminating).
+	// SymptomTerminating is a pod of a stuck Lease's volume stuck Terminating (seeds/003).
 	SymptomTerminating = "Terminating"
 )
 
-// FailedMountReason is the reason of kubelet's Warning event for a volume it could not
-// mount.
+// FailedMountReason is the reason of kubelet's Warning for a volume it cannot mount.
 const FailedMountReason = "FailedMount"
 
-// The reasons kubelet gives a container that waits for its pod's volumes:
-// ContainerCreating, or PodInitializing for the containers after an init container
-// that has not run yet.
+// The reasons kubelet gives a container that waits for its pod's volumes.
 const (
 	waitingContainerCreating = "ContainerCreating"
 	waitingPodInitializing   = "PodInitializing"
 )
 
 // DriverSymptomWindow is how recent a FailedMount saying the driver is not registered
-// must be to count as a symptom of a node that lacks it now: kubelet retries a mount
-// at most every 2m2s, so a node that still fails reports it well within the window,
-// and the hour an event lives does not keep a node that recovered looking sick.
+// must be to count: kubelet retries a mount at most every 2m2s, and the hour an event
+// lives must not keep a node that recovered looking sick.
 const DriverSymptomWindow = 10 * time.Minute
 
-// Finding is one incident Scan detected, with the evidence an operator needs to
-// decide whether to open a request.
+// Finding is one incident Scan detected, with the evidence for opening a request.
 type Finding struct {
 	Kind      string             `json:"kind"`
 	Node      string             `json:"node"`
@@ -81,7 +73,7 @@ type Symptom struct {
 	Kind string `json:"kind"`
 	// Pod is namespace/name.
 	Pod string `json:"pod"`
-	// Count is how many times kubelet reported it (FailedMount), else 1.
+	// Count is how many times kubelet reported it, else 1.
 	Count   int32  `json:"count"`
 	Message string `json:"message,omitempty"`
 }
@@ -100,24 +92,17 @@ func (s Symptom) String() string {
 
 // ScanOptions tunes Scan.
 type ScanOptions struct {
-	// LeaseAge is the age from which a PV-named Lease whose holder is Healthy (or
-	// Unknown) counts as stuck even without LeaseRetained events: the safety floor's
-	// HealthyStuckLeaseAge, so that a finding is what a request could act on.
+	// LeaseAge is the age from which a Healthy (or Unknown) holder's PV-named Lease
+	// counts as stuck without LeaseRetained events: the floor's HealthyStuckLeaseAge.
 	LeaseAge time.Duration
-	// Warn receives what the scan could not read but did without (the FailedMount
-	// events, when listing events is forbidden); nil drops it.
+	// Warn receives what the scan could not read but did without; nil drops it.
 	Warn func(string)
 }
 
-// Scan looks for the two incidents across the cluster: PV-named Leases in the Trident
-// namespace whose holder is not Healthy, that are old or that carry LeaseRetained
-// events; nodes whose CSINode lacks the driver while a Ready node-plugin pod runs
-// there; and nodes with overlapping node-plugin pods. Each finding carries the
-// workload's symptoms: kubelet's FailedMount events and the pods of a stuck Lease's
-// volume that wait in ContainerCreating or Terminating. It reads the Trident
-// namespace's Leases and node-plugin pods, Nodes, node Leases, CSINodes, PVs,
-// FailedMount events in every namespace, and the pods of each stuck Lease's claim.
-// Findings are sorted by kind, then node, then Lease.
+// Scan looks for the two incidents across the cluster: stuck PV-named Leases in the
+// Trident namespace, nodes whose CSINode lacks the driver while a Ready node-plugin
+// pod runs there, and overlapping node-plugin pods, each with the workload's
+// symptoms. Findings are sorted by kind, then node, then Lease.
 func (g *Gatherer) Scan(ctx context.Context, opts ScanOptions) ([]Finding, error) {
 	now := g.now()
 	mounts, err := g.failedMounts(ctx, opts)
@@ -164,11 +149,11 @@ func (g *Gatherer) stuckLeases(ctx context.Context, opts ScanOptions, now time.T
 	var out []Finding
 	for i := range list.Items {
 		l := &list.Items[i]
-		if l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity == "" {
+		holder := ptr.Deref(l.Spec.HolderIdentity, "")
+		if holder == "" {
 			continue
 		}
-		// Trident names its cryptsetup Leases after PVs; other Leases in the namespace
-		// (leader election, for instance) are not ours to judge.
+		// Trident names its cryptsetup Leases after PVs; others are not ours to judge.
 		pv := &corev1.PersistentVolume{}
 		found, err := g.get(ctx, types.NamespacedName{Name: l.Name}, pv)
 		if err != nil {
@@ -177,24 +162,14 @@ func (g *Gatherer) stuckLeases(ctx context.Context, opts ScanOptions, now time.T
 		if !found {
 			continue
 		}
-		created := l.CreationTimestamp
-		lf := &v1alpha1.LeaseFacts{CreationTimestamp: &created}
-		if l.Spec.AcquireTime != nil {
-			lf.AcquireTime = &metav1.Time{Time: l.Spec.AcquireTime.Time}
-		}
-		// The same age as the decision uses, on the API server's clock, so that a
-		// holder with a slow clock does not make a fresh Lease look stuck here either.
+		lf := &v1alpha1.LeaseFacts{}
 		recordLeaseAge(lf, l, now)
 		if err := g.retainedEvents(ctx, l, lf); err != nil {
 			return nil, err
 		}
-		holder := *l.Spec.HolderIdentity
-		// The holder is looked at before the age: a Lease held by a node that is shut
-		// down, cut off or gone is stuck however young it is (Leases never expire), and
-		// the runbook's wait before deleting it is the floor's business, not a reason to
-		// stay silent. A Healthy holder's young Lease without a LeaseRetained Warning is
-		// an operation still in flight; so may be an Unknown holder's, whose kubelet
-		// still renews its heartbeat (Ready=False with a fresh node Lease).
+		// A Lease held by a node shut down, cut off or gone is stuck however young
+		// (Leases never expire; the wait is the floor's). A Healthy or Unknown holder's
+		// young Lease without a LeaseRetained Warning may be an operation in flight.
 		nf, err := nodeOf(ctx, holder)
 		if err != nil {
 			return nil, err
@@ -220,9 +195,8 @@ func (g *Gatherer) stuckLeases(ctx context.Context, opts ScanOptions, now time.T
 	return out, nil
 }
 
-// failedMounts lists kubelet's FailedMount Warning events in every namespace. An
-// identity that may not list events cluster-wide still gets its findings, without
-// the symptoms, and a warning.
+// failedMounts lists kubelet's FailedMount events in every namespace; where that is
+// forbidden, the findings come without symptoms, and a warning.
 func (g *Gatherer) failedMounts(ctx context.Context, opts ScanOptions) ([]corev1.Event, error) {
 	events := &corev1.EventList{}
 	err := g.Reader.List(ctx, events, client.MatchingFields{"reason": FailedMountReason})
@@ -238,16 +212,12 @@ func (g *Gatherer) failedMounts(ctx context.Context, opts ScanOptions) ([]corev1
 	return events.Items, nil
 }
 
-// volumeSymptoms are the signs of a stuck Lease on the pods that use its volume (its
-// PV's claim): the pods that wait in ContainerCreating or are stuck Terminating, and
-// kubelet's FailedMount events on them from since the Lease was taken. The pods looked
-// at are those on the holder node (listed by node, as the decision lists them) and
-// those a FailedMount event names with this volume, read one by one: a RWX volume's
-// pods elsewhere wait for the same lock, and kubelet says so on each; listing the
-// claim's whole namespace every scan would cost the API server what a big namespace
-// costs.
+// volumeSymptoms are the signs of a stuck Lease on the pods of its PV's claim: pods
+// waiting in ContainerCreating or stuck Terminating, and FailedMount events on them
+// since the Lease was taken. The pods are those on the holder node and those a
+// FailedMount names with this volume, read one by one (a RWX volume's pods elsewhere
+// wait for the same lock), rather than the claim's whole namespace.
 func (g *Gatherer) volumeSymptoms(ctx context.Context, pv *corev1.PersistentVolume, holder string, heldSince time.Time, mounts []corev1.Event) ([]Symptom, error) {
-	// Only the volume's own claim (bound from both sides) has pods to look at.
 	claim, _, err := g.volumeClaim(ctx, pv)
 	if err != nil || claim == nil {
 		return nil, err
@@ -289,8 +259,7 @@ func (g *Gatherer) volumeSymptoms(ctx context.Context, pv *corev1.PersistentVolu
 		key := p.Namespace + "/" + p.Name
 		switch {
 		case p.DeletionTimestamp != nil && now.After(p.DeletionTimestamp.Time):
-			// deletionTimestamp is when the grace period ends: before it, the pod is
-			// shutting down as it should.
+			// deletionTimestamp is when the grace period ends.
 			out = append(out, Symptom{Kind: SymptomTerminating, Pod: key, Count: 1,
 				Message: fmt.Sprintf("on %s, past its deletion at %s", p.Spec.NodeName, stamp(p.DeletionTimestamp.Time))})
 		case waitsForVolumes(p):
@@ -298,8 +267,7 @@ func (g *Gatherer) volumeSymptoms(ctx context.Context, pv *corev1.PersistentVolu
 		}
 		for i := range mounts {
 			ev := &mounts[i]
-			// This incarnation of the pod, about this volume (kubelet names the PV, or
-			// the pod's volume in "unmounted volumes=[...]"), since the Lease was taken.
+			// This pod, about this volume (the PV, or the pod's volume), since the Lease was taken.
 			about := strings.Contains(ev.Message, quoted) || namesVolume(ev.Message, volumes)
 			if !about || ev.InvolvedObject.UID != p.UID || eventLastSeen(ev).Before(heldSince.Truncate(time.Second)) {
 				continue
@@ -311,8 +279,7 @@ func (g *Gatherer) volumeSymptoms(ctx context.Context, pv *corev1.PersistentVolu
 	return out, nil
 }
 
-// namesVolume: kubelet's "Unable to attach or mount volumes: unmounted volumes=[data
-// config], ..." names one of volumes.
+// namesVolume: kubelet's "... unmounted volumes=[data config], ..." names one of volumes.
 func namesVolume(message string, volumes []string) bool {
 	_, rest, ok := strings.Cut(message, "unmounted volumes=[")
 	if !ok {
@@ -322,8 +289,8 @@ func namesVolume(message string, volumes []string) bool {
 	return slices.ContainsFunc(strings.Fields(list), func(v string) bool { return slices.Contains(volumes, v) })
 }
 
-// waitsForVolumes: the pod is Pending and a container of it waits to be created,
-// which is where kubelet holds a pod whose volume it cannot stage.
+// waitsForVolumes: the pod is Pending and a container waits to be created, where
+// kubelet holds a pod whose volume it cannot stage.
 func waitsForVolumes(p *corev1.Pod) bool {
 	if p.Status.Phase != corev1.PodPending {
 		return false
@@ -343,8 +310,7 @@ func (g *Gatherer) driverSymptoms(node string, now time.Time, mounts []corev1.Ev
 	var out []Symptom
 	for i := range mounts {
 		ev := &mounts[i]
-		// kubelet reports as the node: source.host (core/v1 events) or
-		// reportingInstance (events.k8s.io).
+		// kubelet reports as the node: source.host, or reportingInstance (events.k8s.io).
 		if (ev.Source.Host != node && ev.ReportingInstance != node) || !strings.Contains(ev.Message, notRegistered) ||
 			now.Sub(eventLastSeen(ev)) > DriverSymptomWindow {
 			continue

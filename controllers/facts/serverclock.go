@@ -15,21 +15,14 @@ import (
 )
 
 // ServerClock is the API server's clock as seen from here. The runbook's ages start
-// at times the API server sets (a Lease's creationTimestamp, the writes of a node's
-// heartbeat); "now" must be the server's too, or a controller whose clock runs ahead
-// finds a Lease old enough, or a live kubelet silent, before it is.
+// at times the API server sets; "now" must be the server's too, or a controller whose
+// clock runs ahead finds a Lease old enough, or a live kubelet silent, too soon.
 //
-// It keeps the server's time as a reading (the Date of an API server answer) and the
-// monotonic time elapsed since that answer arrived, never the local wall clock: when
-// NTP or an operator steps this machine's wall clock, no age and no heartbeat moves
-// with it. The monotonic clock does not count time the machine spends suspended; a
-// suspended controller's "now" then lags the server's until the next measure, which
-// makes ages look younger, never older.
-//
-// It errs on the safe side: Date has whole seconds and is written before the answer
-// arrives, so the server's time when the answer is read is at least Date; taking it
-// as exactly Date makes this clock run at most a second and a round trip behind the
-// server's, and ages look younger, never older.
+// It is the Date of an API server answer plus the monotonic time elapsed since it
+// arrived, so a step of the local wall clock moves no age. Every error makes ages
+// younger, never older: Date has whole seconds and is written before the answer
+// arrives (the clock runs up to a second and a round trip behind), and the monotonic
+// clock does not count time suspended.
 type ServerClock struct {
 	// probe asks the API server for its time (the Date of an answer).
 	probe func(ctx context.Context) (time.Time, error)
@@ -38,23 +31,21 @@ type ServerClock struct {
 	reading atomic.Pointer[serverReading]
 }
 
-// serverReading is the server's time when an answer arrived, and when that was on
-// the local monotonic clock.
+// serverReading is the server's time when an answer arrived, and the local
+// monotonic time then.
 type serverReading struct {
 	server  time.Time
 	elapsed time.Duration
 }
 
-// localClock is this machine's clock as ServerClock reads it: Elapsed is monotonic (a
-// step of the wall clock does not move it) and carries "now" forward from a reading;
-// Now, the wall time, is only compared with the server's for the offset metric.
+// localClock is this machine's clock: Elapsed, monotonic, carries "now" forward from
+// a reading; Now, the wall time, only feeds the offset metric.
 type localClock interface {
 	Now() time.Time
 	Elapsed() time.Duration
 }
 
-// monotonic is the real local clock: Go's time.Now carries a monotonic reading, and
-// time.Since measures with it.
+// monotonic is the real local clock (time.Since measures monotonically).
 type monotonic struct{ origin time.Time }
 
 func (m monotonic) Now() time.Time { return time.Now() }
@@ -105,33 +96,27 @@ func (c *ServerClock) localClock() localClock {
 	return c.local
 }
 
-// Measure reads the API server's clock and keeps it as the reading "now" counts
-// from.
+// Measure reads the API server's clock as the reading "now" counts from.
 func (c *ServerClock) Measure(ctx context.Context) error {
 	date, err := c.probe(ctx)
 	if err != nil {
 		return err
 	}
-	// Taken after the answer arrived: the server's time was at least date then.
 	c.reading.Store(&serverReading{server: date.Round(0), elapsed: c.localClock().Elapsed()})
 	return nil
 }
 
-// Offset is how far the API server's clock is ahead of this machine's wall clock now
-// (negative: behind), the remediator_server_clock_offset_seconds metric. No age is
-// measured with it: a step of the local wall clock shows here at once, and moves no
-// age.
+// Offset is how far the API server's clock is ahead of this machine's wall clock
+// (remediator_server_clock_offset_seconds); no age is measured with it.
 func (c *ServerClock) Offset() time.Duration {
 	return c.Now().Sub(c.localClock().Now().Round(0))
 }
 
-// Now implements clock.PassiveClock: the last reading of the server's time plus the
-// monotonic time elapsed since.
+// Now implements clock.PassiveClock.
 func (c *ServerClock) Now() time.Time {
 	r := c.reading.Load()
 	if r == nil {
-		// Only a ServerClock built without NewServerClock and never measured.
-		return c.localClock().Now().Round(0)
+		return c.localClock().Now().Round(0) // never measured
 	}
 	return r.server.Add(c.localClock().Elapsed() - r.elapsed)
 }
@@ -139,15 +124,14 @@ func (c *ServerClock) Now() time.Time {
 // Since implements clock.PassiveClock.
 func (c *ServerClock) Since(t time.Time) time.Duration { return c.Now().Sub(t) }
 
-// ServerClockInterval is how often Start measures the API server's clock again: clocks
-// drift by seconds a day, and the runbook's gates are minutes.
+// ServerClockInterval is how often Start measures again: clocks drift by seconds a
+// day, and the runbook's gates are minutes.
 const ServerClockInterval = time.Minute
 
 // Start measures the API server's clock every ServerClockInterval until ctx ends (a
-// manager.Runnable, on every replica). A failed measure keeps the last reading.
+// manager.Runnable, on every replica); a failed measure keeps the last reading.
 func (c *ServerClock) Start(ctx context.Context) error {
 	log := ctrl.LoggerFrom(ctx).WithName("server-clock")
-	// NonSliding: a measure every interval, however long the last one took.
 	wait.JitterUntilWithContext(ctx, func(ctx context.Context) { c.remeasure(ctx, log) }, ServerClockInterval, 0, false)
 	return nil
 }
@@ -161,8 +145,7 @@ func (c *ServerClock) remeasure(ctx context.Context, log logr.Logger) {
 		}
 		return
 	}
-	// Within a second (Date's resolution), the new reading agrees with the last one
-	// carried forward; more is the server's clock stepped, or this machine suspended.
+	// More than Date's resolution is the server's clock stepped, or this machine suspended.
 	if d := c.Now().Sub(carried); d > time.Second || d < -time.Second {
 		log.Info("The API server's clock moved against the time elapsed here", "moved", d, "offset", c.Offset())
 	}

@@ -1,8 +1,7 @@
 package facts
 
-// Target resolution, the way the runbook does it: pod -> PVC -> PV, with the binding
-// checked from both sides (claimRef, its UID, and the claim's volumeName), and a
-// generic ephemeral volume's claim checked to be its pod's.
+// Target resolution, as the runbook does it: pod -> PVC -> PV, the binding checked
+// from both sides, and an ephemeral volume's claim checked to be its pod's.
 
 import (
 	"context"
@@ -24,13 +23,11 @@ func (s *gathering) resolveVolume(ctx context.Context, t v1alpha1.Target) (*core
 	switch {
 	case t.PersistentVolume != "":
 		pv := &corev1.PersistentVolume{}
-		found, err := s.get(ctx, types.NamespacedName{Name: t.PersistentVolume}, pv)
+		found, err := s.g.get(ctx, types.NamespacedName{Name: t.PersistentVolume}, pv)
 		if err != nil {
 			return nil, "", err
 		}
-		if !found {
-			// The Lease is named after the PV, so it can outlive a deleted PV and is
-			// still worth reporting.
+		if !found { // its Lease, named after it, can outlive it
 			s.f.Target.Message = fmt.Sprintf("PersistentVolume %s not found; the Lease of that name is still looked up", t.PersistentVolume)
 			return nil, t.PersistentVolume, nil
 		}
@@ -62,10 +59,9 @@ func (s *gathering) resolveVolume(ctx context.Context, t v1alpha1.Target) (*core
 }
 
 // volumeClaim reads the claim pv's claimRef names, and returns it only when it is
-// bound to pv (bindingMismatch); otherwise nil and why. The claim decides which pods
-// count as affected (and are moved off a healthy holder), so it must be the volume's
-// own: a claimRef can name a claim that was deleted, or deleted and created again
-// under the same name for another volume.
+// bound to pv; otherwise nil and why. The claim decides which pods are affected (and
+// moved off a healthy holder), and a claimRef can name a claim deleted, or created
+// again under the same name for another volume.
 func (g *Gatherer) volumeClaim(ctx context.Context, pv *corev1.PersistentVolume) (*corev1.PersistentVolumeClaim, string, error) {
 	ref := pv.Spec.ClaimRef
 	if ref == nil {
@@ -86,14 +82,11 @@ func (g *Gatherer) volumeClaim(ctx context.Context, pv *corev1.PersistentVolume)
 	return pvc, "", nil
 }
 
-// claimVolume returns a claim and the PV it is bound to, or "" with Target.Message
-// set. The binding must hold from both sides: the claim's volumeName names the PV,
-// and the PV's claimRef names the claim back (its UID too, when set). A claim that
-// names a PV bound to another claim, or to an earlier claim of the same name, does
-// not lead to that PV's Lease.
+// claimVolume returns a claim and the PV it is bound to from both sides
+// (bindingMismatch), or "" with Target.Message set.
 func (s *gathering) claimVolume(ctx context.Context, key types.NamespacedName) (*corev1.PersistentVolumeClaim, string, error) {
 	pvc := &corev1.PersistentVolumeClaim{}
-	found, err := s.get(ctx, key, pvc)
+	found, err := s.g.get(ctx, key, pvc)
 	if err != nil {
 		return nil, "", err
 	}
@@ -106,7 +99,7 @@ func (s *gathering) claimVolume(ctx context.Context, key types.NamespacedName) (
 		return nil, "", nil
 	}
 	pv := &corev1.PersistentVolume{}
-	found, err = s.get(ctx, types.NamespacedName{Name: pvc.Spec.VolumeName}, pv)
+	found, err = s.g.get(ctx, types.NamespacedName{Name: pvc.Spec.VolumeName}, pv)
 	if err != nil {
 		return nil, "", err
 	}
@@ -122,10 +115,9 @@ func (s *gathering) claimVolume(ctx context.Context, key types.NamespacedName) (
 	return pvc, pv.Name, nil
 }
 
-// ClaimsOf lists the names of the claims pod's volumes name, in its namespace, sorted:
-// those of its persistentVolumeClaim volumes, and those Kubernetes creates for its
-// generic ephemeral volumes (named <pod>-<volume>). A name is only a candidate: the
-// claim of that name is the pod's when VolumesUsing says so.
+// ClaimsOf lists, sorted, the names of the claims pod's volumes name in its
+// namespace, generic ephemeral volumes' (<pod>-<volume>) included: candidates only,
+// the claim of a name is the pod's when VolumesUsing says so.
 func ClaimsOf(pod *corev1.Pod) []string {
 	var claims []string
 	for i := range pod.Spec.Volumes {
@@ -149,12 +141,9 @@ func claimOf(pod *corev1.Pod, v *corev1.Volume) string {
 }
 
 // VolumesUsing names pod's volumes that use claim: a persistentVolumeClaim volume
-// that names it, or a generic ephemeral volume whose claim it is. The claim of an
-// ephemeral volume is named <pod>-<volume>, so pod "a" with volume "b-c" and pod
-// "a-b" with volume "c" name the same claim, and anyone may create a claim of that
-// name first; kubelet mounts it only for the pod that controls it (the
-// ownerReference the ephemeral volume controller sets), and so it counts only for
-// that pod here.
+// that names it, or a generic ephemeral volume whose claim it is. Pod "a" with volume
+// "b-c" and pod "a-b" with volume "c" name the same claim, which anyone may create
+// first; kubelet mounts it only for the pod that controls it, and so it counts here.
 func VolumesUsing(pod *corev1.Pod, claim *corev1.PersistentVolumeClaim) []string {
 	var out []string
 	for i := range pod.Spec.Volumes {
@@ -166,9 +155,8 @@ func VolumesUsing(pod *corev1.Pod, claim *corev1.PersistentVolumeClaim) []string
 	return out
 }
 
-// volumeUses says why volume v of pod, which names claim, does not use it: an
-// ephemeral volume's claim that the pod does not control. nil when it does, or when
-// v does not name claim at all.
+// volumeUses says why ephemeral volume v of pod does not use claim, its name's
+// claim: the pod does not control it. nil otherwise.
 func volumeUses(pod *corev1.Pod, v *corev1.Volume, claim *corev1.PersistentVolumeClaim) error {
 	if v.Ephemeral == nil || claimOf(pod, v) != claim.Name {
 		return nil
@@ -176,8 +164,7 @@ func volumeUses(pod *corev1.Pod, v *corev1.Volume, claim *corev1.PersistentVolum
 	return ephemeral.VolumeIsForPod(pod, claim)
 }
 
-// notThePods says why claim, whose name one of pod's volumes gives, is not that pod's
-// to use, or "" when it is.
+// notThePods says why claim, named by one of pod's volumes, is not the pod's, or "".
 func notThePods(pod *corev1.Pod, claim *corev1.PersistentVolumeClaim) string {
 	if len(VolumesUsing(pod, claim)) > 0 {
 		return ""
@@ -191,9 +178,8 @@ func notThePods(pod *corev1.Pod, claim *corev1.PersistentVolumeClaim) string {
 	return fmt.Sprintf("no volume of Pod %s/%s uses PersistentVolumeClaim %s/%s", pod.Namespace, pod.Name, claim.Namespace, claim.Name)
 }
 
-// bindingMismatch says why pv and pvc are not bound to each other, or "" when they
-// are: the PV's claimRef names the claim (namespace, name, and UID when set) and the
-// claim's volumeName names the PV.
+// bindingMismatch says why pv and pvc are not bound to each other, or "" when the
+// PV's claimRef names the claim (its UID too, when set) and the claim names the PV.
 func bindingMismatch(pv *corev1.PersistentVolume, pvc *corev1.PersistentVolumeClaim) string {
 	claim := pvc.Namespace + "/" + pvc.Name
 	ref := pv.Spec.ClaimRef
@@ -211,10 +197,12 @@ func bindingMismatch(pv *corev1.PersistentVolume, pvc *corev1.PersistentVolumeCl
 	return ""
 }
 
-// resolvePod follows a pod's PVC volumes to the one PV that has a Trident Lease.
+// resolvePod follows a pod's claims to the one PV that has a Trident Lease: a pod can
+// mount several, and the runbook cares about the one whose PV has a Lease. Several
+// candidates are ambiguous and the operator must pick one.
 func (s *gathering) resolvePod(ctx context.Context, key types.NamespacedName) (*corev1.PersistentVolumeClaim, string, error) {
 	pod := &corev1.Pod{}
-	found, err := s.get(ctx, key, pod)
+	found, err := s.g.get(ctx, key, pod)
 	if err != nil {
 		return nil, "", err
 	}
@@ -227,38 +215,9 @@ func (s *gathering) resolvePod(ctx context.Context, key types.NamespacedName) (*
 		s.f.Target.Message = fmt.Sprintf("Pod %s mounts no PersistentVolumeClaim", key)
 		return nil, "", nil
 	}
-
-	// A pod can mount several claims; the runbook cares about the one whose PV has a
-	// Lease. Several candidates are ambiguous and the operator must pick one.
-	type candidate struct {
-		claim *corev1.PersistentVolumeClaim
-		pv    string
-	}
-	var bound, leased []candidate
-	var problems []string
-	for _, name := range claims {
-		ck := types.NamespacedName{Namespace: pod.Namespace, Name: name}
-		pvc, pv, err := s.claimVolume(ctx, ck)
-		if err != nil {
-			return nil, "", err
-		}
-		if pv == "" {
-			problems = append(problems, s.f.Target.Message)
-			continue
-		}
-		if why := notThePods(pod, pvc); why != "" {
-			problems = append(problems, why)
-			continue
-		}
-		c := candidate{claim: pvc, pv: pv}
-		bound = append(bound, c)
-		found, err := s.get(ctx, types.NamespacedName{Namespace: s.f.TridentNamespace, Name: pv}, &coordinationv1.Lease{})
-		if err != nil {
-			return nil, "", err
-		}
-		if found {
-			leased = append(leased, c)
-		}
+	bound, leased, problems, err := s.podVolumes(ctx, pod, claims)
+	if err != nil {
+		return nil, "", err
 	}
 	s.f.Target.Message = ""
 	var pick *candidate
@@ -275,9 +234,8 @@ func (s *gathering) resolvePod(ctx context.Context, key types.NamespacedName) (*
 	case len(bound) == 1:
 		pick = &bound[0]
 		if len(problems) > 0 {
-			// The claim that did not resolve may be the one whose volume is stuck (a
-			// PV bound to an earlier claim of that name, say); say so, so that "no
-			// Lease" on the picked volume is not read as "nothing is stuck".
+			// The claim that did not resolve may be the stuck one (a PV bound to an
+			// earlier claim of that name): "no Lease" on the pick is not "nothing stuck".
 			s.f.Target.Message = fmt.Sprintf("Pod %s: only claim %s resolved; the others did not: %s", key, pick.claim.Name, strings.Join(problems, "; "))
 		}
 	case len(bound) == 0:
@@ -294,4 +252,39 @@ func (s *gathering) resolvePod(ctx context.Context, key types.NamespacedName) (*
 	}
 	s.f.Target.Found = true
 	return pick.claim, pick.pv, nil
+}
+
+// candidate is a claim of a pod bound to a PV.
+type candidate struct {
+	claim *corev1.PersistentVolumeClaim
+	pv    string
+}
+
+// podVolumes resolves each of pod's claims: those bound to a PV and the pod's own,
+// those among them whose PV has a Trident Lease, and why the others do not count.
+func (s *gathering) podVolumes(ctx context.Context, pod *corev1.Pod, claims []string) (bound, leased []candidate, problems []string, err error) {
+	for _, name := range claims {
+		pvc, pv, err := s.claimVolume(ctx, types.NamespacedName{Namespace: pod.Namespace, Name: name})
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		if pv == "" {
+			problems = append(problems, s.f.Target.Message)
+			continue
+		}
+		if why := notThePods(pod, pvc); why != "" {
+			problems = append(problems, why)
+			continue
+		}
+		c := candidate{claim: pvc, pv: pv}
+		bound = append(bound, c)
+		found, err := s.g.get(ctx, types.NamespacedName{Namespace: s.f.TridentNamespace, Name: pv}, &coordinationv1.Lease{})
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		if found {
+			leased = append(leased, c)
+		}
+	}
+	return bound, leased, problems, nil
 }

@@ -209,7 +209,7 @@ func (o Outcome) allowed(playbooks remediations.Playbooks, in DecisionInput) Out
 	for _, st := range plan {
 		names = append(names, st.Name)
 	}
-	if v := remediations.CheckFloor(remediations.FloorInput{Spec: rr.Spec, Steps: names, Now: in.Facts, Conflicts: o.Conflicts,
+	if v := remediations.CheckFloor(remediations.FloorInput{Spec: rr.Spec, Steps: names, Fresh: in.Facts, Conflicts: o.Conflicts,
 		Gates: in.Gates, Created: created(rr, now)}); v != nil {
 		o.Decision.Rule, o.Decision.RecheckAt, o.RequeueAfter = string(v.Invariant), nil, 0
 		o.Decision.Reasons = []string{v.Message, fmt.Sprintf("policy rule %s chose playbook %s", rule, playbook)}

@@ -1,13 +1,8 @@
 // Package kustomized owns what Argo CD applies from a remediation repository's
-// policies/ directory: the one ConfigMap its kustomization.yaml generates, which the
-// chart mounts as the controller's --policies-dir.
-//
-// Argo CD builds a kustomization with `kustomize build`; plan and the controller load
-// every non-test .cue file of the directory. The two agree only if the kustomization
-// lists exactly those files, unchanged. Check builds the kustomization with the same
-// library and default options as `kustomize build` (files only from inside the
-// directory, no plugins) and refuses any difference, so that the digest plan prints in a
-// pull request is the digest of the policies Argo CD puts in the cluster.
+// policies/ directory: the one ConfigMap its kustomization.yaml generates, mounted as
+// the controller's --policies-dir. Check builds it as `kustomize build` does and
+// refuses any difference from the non-test .cue files plan and the controller load,
+// so that the digest plan prints in a pull request is the one Argo CD deploys.
 package kustomized
 
 import (
@@ -25,14 +20,13 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// ConfigMap is the ConfigMap a policies kustomization generates.
+// ConfigMap is the ConfigMap a policies kustomization generates. Namespace is empty
+// when the kustomization sets none (Argo CD's destination); Files are the data keys,
+// sorted.
 type ConfigMap struct {
-	// Namespace is empty when the kustomization sets none: Argo CD then uses the
-	// Application's destination namespace.
 	Namespace string
 	Name      string
-	// Files are the data keys, sorted: the policy files.
-	Files []string
+	Files     []string
 }
 
 // String is namespace/name, or name alone.
@@ -54,11 +48,9 @@ func Find(fsys filesys.FileSystem, dir string) string {
 }
 
 // Check builds the kustomization in dir and checks that it generates one ConfigMap,
-// named want (NAME, or NAMESPACE/NAME to pin the namespace too), holding exactly
-// dir's non-test .cue files. Whether or not dir has a kustomization, it refuses a
-// file in dir that is neither a policy, a Markdown file nor the kustomization: Argo CD
-// would apply a manifest there, or merge a hidden .argocd-source*.yaml override into
-// the build. It returns nil, nil when dir has no kustomization.
+// named want (NAME, or NAMESPACE/NAME), holding exactly dir's non-test .cue files. It
+// refuses files in dir that Argo CD could apply (onlyPolicyFiles) even without a
+// kustomization, and returns nil, nil then.
 func Check(fsys filesys.FileSystem, dir, want string) (*ConfigMap, error) {
 	if err := onlyPolicyFiles(fsys, dir); err != nil {
 		return nil, err
@@ -136,11 +128,9 @@ func Check(fsys filesys.FileSystem, dir, want string) (*ConfigMap, error) {
 }
 
 // onlyAGenerator refuses a kustomization that does more than generate one ConfigMap
-// from the policy files: resources, patches, helm charts or plugins would put other
-// objects in the cluster, fetch from the network or run programs; labels and
-// annotations could carry Argo CD's own (argocd.argoproj.io/hook: Skip skips the
-// apply, and prune then deletes the live ConfigMap); an immutable ConfigMap would
-// refuse every later policy change. None of it has a place in a policies directory.
+// from the policy files: other objects, network fetches or programs; Argo CD's own
+// labels or annotations (hook: Skip, then prune deletes the live ConfigMap); an
+// immutable ConfigMap that refuses every later change.
 func onlyAGenerator(k types.Kustomization) error {
 	if len(k.ConfigMapGenerator) != 1 {
 		return fmt.Errorf("it must have exactly one configMapGenerator, the policies ConfigMap; it has %d", len(k.ConfigMapGenerator))
@@ -178,10 +168,9 @@ func onlyAGenerator(k types.Kustomization) error {
 	return nil
 }
 
-// onlyPolicyFiles refuses what in dir is neither a policy file, a Markdown file nor
-// a kustomization file: a manifest (Argo CD applies the YAML of a directory without
-// a kustomization), a hidden file (Argo CD merges .argocd-source*.yaml into a build,
-// and kustomize and plan list hidden .cue files differently) or a subdirectory.
+// onlyPolicyFiles refuses what in dir is neither a policy, Markdown nor a
+// kustomization: a manifest Argo CD would apply, a hidden file (.argocd-source*.yaml
+// overrides; hidden .cue files are listed differently) or a subdirectory.
 func onlyPolicyFiles(fsys filesys.FileSystem, dir string) error {
 	entries, err := fsys.ReadDir(dir)
 	if err != nil {

@@ -1,18 +1,12 @@
 // Package failpoint owns the crash points of the chaos campaign (make chaos, R1):
-// named places in the controller's step path where a test build can kill the
-// process, so that a restart is tested at exactly the boundaries a real crash can
-// fall on (after the journal write, before the API call, after the API call but
-// before its outcome is journaled).
+// the boundaries of a step where a test build can kill the process, so that a
+// restart is tested where a real crash can fall.
 //
-// Only a binary built with -tags failpoints honours them (bin/remediator-failpoints,
-// built by make chaos); in every other build Inject is an empty function the
-// compiler removes, and REMEDIATOR_FAILPOINTS is ignored. A release image therefore
-// cannot be made to crash itself by an environment variable.
-//
-// The variable holds comma-separated name=action pairs; the one action is kill
-// (SIGKILL the process, as the kernel's OOM killer or a node losing power would:
-// no deferred function, no status write, no leader-election release). A name
-// applies to every request and fires on its first hit:
+// Only a binary built with -tags failpoints honours them; in every other build
+// Inject is empty and REMEDIATOR_FAILPOINTS is ignored, so a release image cannot be
+// made to crash itself by an environment variable. The variable holds
+// comma-separated name=kill pairs (SIGKILL: no deferred function, no status write,
+// no leader-election release); a name applies to every request, on its first hit:
 //
 //	REMEDIATOR_FAILPOINTS=deleteLease/after-call=kill
 package failpoint
@@ -31,10 +25,9 @@ const (
 	AfterCall = "after-call"
 )
 
-// Restore names the points of the restore that a deleted or failed request runs
-// (Restore's uncordon, out of the playbook's order): "restore/before-call",
-// "restore/after-call", and "restore/before-finalizer-release", after the
-// restore's journal write and before the finalizer goes.
+// Restore names the points of the restore (Restore's uncordon): "restore/before-call",
+// "restore/after-call", and "restore/before-finalizer-release", after its journal
+// write and before the finalizer goes.
 const (
 	Restore                = "restore"
 	BeforeFinalizerRelease = "before-finalizer-release"

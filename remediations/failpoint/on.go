@@ -12,8 +12,7 @@ import (
 // Enabled is true: this build honours REMEDIATOR_FAILPOINTS.
 const Enabled = true
 
-// armed is read once at start-up: a failpoint is part of how the process was
-// started, like a flag, and the campaign restarts the process without it.
+// armed is read once at start-up, like a flag.
 var armed = parse(os.Getenv(Env))
 
 func parse(v string) map[string]string {
@@ -28,8 +27,7 @@ func parse(v string) map[string]string {
 	return out
 }
 
-// Inject kills the process if the failpoint name is armed with kill. It writes one
-// line to stderr first, so that the campaign's log shows where the process died.
+// Inject kills the process if name is armed with kill, saying so on stderr first.
 func Inject(name string) {
 	if armed[name] != "kill" {
 		return
