@@ -5,10 +5,11 @@
 //
 // It also owns what surrounds a decision: the guards (one remediation per node and
 // Lease); stopping a running playbook; metrics; and how the manager caches and reads.
-// It sets up admission (package admission: the cluster-wide cap) beside itself. The one decision path, which `remediator plan`
-// takes too, and where a request stands in the line are package lifecycle's; the
-// runnables beside the reconciler (detection, the pause watcher, the policy reload,
-// the sweeper, the verification of fixes) have a package each. It writes only requests
+// A request's states and transitions are package lifecycle's, and the one way to
+// decide, which `remediator plan` takes too, package decider's. The runnables beside
+// the reconciler (admission, detection, the pause watcher, the policy reload, the
+// sweeper, the verification of fixes) have a package each; `remediator controller`
+// wires them all in one place (internal/cmd/controller, addRunnables). It writes only requests
 // (status, finalizer) and Events: every change to a Node, Pod or Lease is a step
 // of package remediations, run through remediations.Advance and Restore.
 package controllers

@@ -113,7 +113,9 @@ type scope struct {
 // an error ends the reconcile.
 type phase func(ctx context.Context, s *scope) (ctrl.Result, error)
 
-// SetupWithManager registers the reconciler, the guards' index and admission.
+// SetupWithManager registers the reconciler and the guards' index. Admission, the
+// pause watcher and fix verification are runnables of their own, wired beside it
+// (AdmissionFor, PauseWatcherFor).
 // Status writes do not bump the generation, so filtering on generation (and
 // annotations, used to ask for a refresh) keeps the controller from re-triggering
 // itself with most of its own patches. Two status writes do start a reconcile:
@@ -128,18 +130,11 @@ type phase func(ctx context.Context, s *scope) (ctrl.Result, error)
 // Requests are watched as unstructured objects (see package requests): one request the
 // Go type cannot decode must not keep the informer from syncing.
 func (r *RemediationRequestReconciler) SetupWithManager(mgr ctrl.Manager) error {
-	// Every Event of the reconciler, admission and the pause watcher is bounded.
+	// Every Event is bounded; AdmissionFor and PauseWatcherFor pass the bounded
+	// recorder on.
 	r.Recorder = requests.BoundEvents(r.Recorder)
 	if err := IndexRequests(context.Background(), mgr.GetFieldIndexer(), r.Playbooks); err != nil {
 		return fmt.Errorf("indexing requests for the guards: %w", err)
-	}
-	adm := &admission.Reconciler{Reader: r.Reader, Client: r.Client, MaxConcurrent: r.MaxConcurrent, Playbooks: r.Playbooks,
-		Namespaces: r.Namespaces, Recorder: r.Recorder, Clock: r.Clock, Pause: r.pauseKey(), StepTimeout: r.Timeouts.Step}
-	if err := adm.SetupWithManager(mgr); err != nil {
-		return fmt.Errorf("setting up admission: %w", err)
-	}
-	if err := (&pause.Watcher{Client: r.Client, Key: r.pauseKey(), Recorder: r.Recorder}).SetupWithManager(mgr); err != nil {
-		return fmt.Errorf("setting up the pause watcher: %w", err)
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		For(requests.NewUnstructured(), builder.WithPredicates(
@@ -149,6 +144,19 @@ func (r *RemediationRequestReconciler) SetupWithManager(mgr ctrl.Manager) error 
 		WithOptions(controller.Options{MaxConcurrentReconciles: max(1, r.Workers), RateLimiter: requests.RateLimiter()}).
 		Named("remediationrequest").
 		Complete(r)
+}
+
+// AdmissionFor is admission for the requests r reconciles: the same cap, namespaces,
+// pause, clock and step timeout. Call it after r.SetupWithManager.
+func AdmissionFor(r *RemediationRequestReconciler) *admission.Reconciler {
+	return &admission.Reconciler{Reader: r.Reader, Client: r.Client, MaxConcurrent: r.MaxConcurrent, Playbooks: r.Playbooks,
+		Namespaces: r.Namespaces, Recorder: r.Recorder, Clock: r.Clock, Pause: r.pauseKey(), StepTimeout: r.Timeouts.Step}
+}
+
+// PauseWatcherFor is the watcher of the pause r reads. Call it after
+// r.SetupWithManager.
+func PauseWatcherFor(r *RemediationRequestReconciler) *pause.Watcher {
+	return &pause.Watcher{Client: r.Client, Key: r.pauseKey(), Recorder: r.Recorder}
 }
 
 // Reconcile is fetch -> ensure finalizer (where a playbook will need a restore) ->

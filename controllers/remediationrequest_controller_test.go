@@ -110,6 +110,8 @@ func startManagerLogging(t *testing.T, cfg *rest.Config, log logr.Logger, verify
 		o(r)
 	}
 	require.NoError(t, r.SetupWithManager(mgr))
+	require.NoError(t, controllers.AdmissionFor(r).SetupWithManager(mgr))
+	require.NoError(t, controllers.PauseWatcherFor(r).SetupWithManager(mgr))
 	v := &verification.Reconciler{Client: mgr.GetClient(), Gatherer: decide, Window: verifyFixFor, Recorder: r.Recorder, Clock: r.Clock}
 	require.NoError(t, v.SetupWithManager(mgr))
 	ctx, cancel := context.WithCancel(context.Background())

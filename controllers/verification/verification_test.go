@@ -84,6 +84,8 @@ func startStoppableManager(t *testing.T, window verifyFor) (stop func()) {
 		Recorder:       recorder,
 	}
 	require.NoError(t, r.SetupWithManager(mgr))
+	require.NoError(t, controllers.AdmissionFor(r).SetupWithManager(mgr))
+	require.NoError(t, controllers.PauseWatcherFor(r).SetupWithManager(mgr))
 	v := &verification.Reconciler{Client: mgr.GetClient(), Gatherer: decide, Window: time.Duration(window), Recorder: recorder, Workers: 4}
 	require.NoError(t, v.SetupWithManager(mgr))
 	ctx, cancel := context.WithCancel(context.Background())

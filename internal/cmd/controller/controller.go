@@ -193,14 +193,7 @@ func (o *Options) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	r := o.reconciler(mgr, policy, playbooks, namespaces, pause, serverClock)
-	if err := r.SetupWithManager(mgr); err != nil {
-		return fmt.Errorf("setting up the RemediationRequest controller: %w", err)
-	}
-	if err := o.verifier(mgr, r).SetupWithManager(mgr); err != nil {
-		return fmt.Errorf("setting up the verification of fixes: %w", err)
-	}
-	if err := o.addRunnables(mgr, policy, serverClock); err != nil {
+	if err := o.addRunnables(mgr, o.reconciler(mgr, policy, playbooks, namespaces, pause, serverClock), policy, serverClock); err != nil {
 		return err
 	}
 	log.Info("Starting manager", "version", o.version, "tridentNamespace", o.facts.TridentNamespace,
@@ -309,9 +302,24 @@ func (o *Options) verifier(mgr ctrl.Manager, r *controllers.RemediationRequestRe
 	}
 }
 
-// addRunnables adds to the manager what runs beside the reconciler: the metrics,
-// the detector, the policy reloader and the probes.
-func (o *Options) addRunnables(mgr ctrl.Manager, policy *policies.Engine, serverClock *facts.ServerClock) error {
+// addRunnables wires every runnable of the controller to the manager, in this one
+// place: the request reconciler r, admission, the pause watcher, fix verification,
+// the detector and the policy reloader, with the metrics and the probes. (The
+// sweeper and the cache's first list come with the cache: controllers.PrepareCache.)
+func (o *Options) addRunnables(mgr ctrl.Manager, r *controllers.RemediationRequestReconciler, policy *policies.Engine, serverClock *facts.ServerClock) error {
+	// The request reconciler first: it bounds the recorder the others share.
+	if err := r.SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("setting up the RemediationRequest controller: %w", err)
+	}
+	if err := controllers.AdmissionFor(r).SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("setting up admission: %w", err)
+	}
+	if err := controllers.PauseWatcherFor(r).SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("setting up the pause watcher: %w", err)
+	}
+	if err := o.verifier(mgr, r).SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("setting up the verification of fixes: %w", err)
+	}
 	if err := controllers.RegisterMetrics(mgr.GetClient(), policy, mgr.Elected(), o.version); err != nil {
 		return fmt.Errorf("registering metrics: %w", err)
 	}
