@@ -25,10 +25,11 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/remediator/remediator/api/v1alpha1"
-	"github.com/remediator/remediator/controllers"
 	"github.com/remediator/remediator/controllers/facts"
 	"github.com/remediator/remediator/controllers/pause"
+	"github.com/remediator/remediator/controllers/remediationrequest"
 	"github.com/remediator/remediator/controllers/verification"
+	"github.com/remediator/remediator/controllers/wiring"
 	"github.com/remediator/remediator/policies"
 	"github.com/remediator/remediator/remediations"
 	"github.com/remediator/remediator/test/testenv"
@@ -52,7 +53,7 @@ func startManager(t *testing.T, window verifyFor) {
 // the test ends (a controller restart); the test's cleanup stops it otherwise.
 func startStoppableManager(t *testing.T, window verifyFor) (stop func()) {
 	t.Helper()
-	cacheOpts, clientOpts := controllers.CacheOptions(facts.DefaultConfig(), nil, types.NamespacedName{}, true)
+	cacheOpts, clientOpts := wiring.CacheOptions(facts.DefaultConfig(), nil, types.NamespacedName{}, true)
 	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
 		Scheme:  scheme.Scheme,
 		Cache:   cacheOpts,
@@ -64,14 +65,14 @@ func startStoppableManager(t *testing.T, window verifyFor) (stop func()) {
 	require.NoError(t, err)
 	// The controller's namespace, where admission keeps the slots Lease.
 	ensureNamespaces(t, pause.DefaultConfigMap.Namespace)
-	require.NoError(t, controllers.PrepareCache(context.Background(), mgr))
-	decide, recheck, recheckRelease := controllers.Gatherers(mgr, facts.DefaultConfig())
+	require.NoError(t, wiring.PrepareCache(context.Background(), mgr))
+	decide, recheck, recheckRelease := wiring.Gatherers(mgr, facts.DefaultConfig())
 	policy, err := policies.Embedded()
 	require.NoError(t, err)
 	playbooks, err := remediations.DefaultPlaybooks()
 	require.NoError(t, err)
 	recorder := mgr.GetEventRecorderFor("remediator-test")
-	r := &controllers.RemediationRequestReconciler{
+	r := &remediationrequest.Reconciler{
 		Client:         mgr.GetClient(),
 		Reader:         mgr.GetAPIReader(),
 		Gatherer:       decide,
@@ -84,8 +85,8 @@ func startStoppableManager(t *testing.T, window verifyFor) (stop func()) {
 		Recorder:       recorder,
 	}
 	require.NoError(t, r.SetupWithManager(mgr))
-	require.NoError(t, controllers.AdmissionFor(r).SetupWithManager(mgr))
-	require.NoError(t, controllers.PauseWatcherFor(r).SetupWithManager(mgr))
+	require.NoError(t, remediationrequest.AdmissionFor(r).SetupWithManager(mgr))
+	require.NoError(t, remediationrequest.PauseWatcherFor(r).SetupWithManager(mgr))
 	v := &verification.Reconciler{Client: mgr.GetClient(), Gatherer: decide, Window: time.Duration(window), Recorder: recorder, Workers: 4}
 	require.NoError(t, v.SetupWithManager(mgr))
 	ctx, cancel := context.WithCancel(context.Background())

@@ -60,7 +60,7 @@ func render(t *testing.T, values map[string]any) map[string][]map[string]any {
 
 // metricSources are the files that register the metrics the chart's queries read:
 // the controller's (every non-test file of controllers/ and its packages,
-// controllers/metrics.go above all) and the sync agent's.
+// controllers/remediationrequest/metrics.go above all) and the sync agent's.
 func metricSources(t *testing.T) []string {
 	t.Helper()
 	files, err := filepath.Glob(filepath.Join(repo, "controllers", "*.go"))
@@ -96,7 +96,7 @@ func registered(t *testing.T) map[string]bool {
 		}
 	}
 	if len(names) == 0 {
-		t.Fatal("controllers/metrics.go: no metric names found")
+		t.Fatal("controllers/remediationrequest/metrics.go: no metric names found")
 	}
 	return names
 }
@@ -261,7 +261,7 @@ func TestDashboardQueries(t *testing.T) {
 		q, _ := json.Marshal(v.Query)
 		for _, m := range regexp.MustCompile(`label_values\((\w+)`).FindAllStringSubmatch(string(q), -1) {
 			if !known[m[1]] {
-				t.Errorf("variable %s: label_values over %s, which controllers/metrics.go does not register", v.Name, m[1])
+				t.Errorf("variable %s: label_values over %s, which controllers/remediationrequest/metrics.go does not register", v.Name, m[1])
 			}
 		}
 	}

@@ -26,12 +26,13 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
-	"github.com/remediator/remediator/controllers"
 	"github.com/remediator/remediator/controllers/detection"
 	"github.com/remediator/remediator/controllers/facts"
 	"github.com/remediator/remediator/controllers/pause"
 	"github.com/remediator/remediator/controllers/policyreload"
+	"github.com/remediator/remediator/controllers/remediationrequest"
 	"github.com/remediator/remediator/controllers/verification"
+	"github.com/remediator/remediator/controllers/wiring"
 	"github.com/remediator/remediator/internal/cmd/cmdutil"
 	"github.com/remediator/remediator/policies"
 	"github.com/remediator/remediator/remediations"
@@ -186,7 +187,7 @@ func (o *Options) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := controllers.PrepareCache(ctx, mgr); err != nil {
+	if err := wiring.PrepareCache(ctx, mgr); err != nil {
 		return err
 	}
 	serverClock, err := addServerClock(ctx, mgr, cfg)
@@ -224,7 +225,7 @@ func (o *Options) loadPolicy(log logr.Logger) (*policies.Engine, error) {
 
 // newManager builds the manager: its cache holds what the controller reads.
 func (o *Options) newManager(cfg *rest.Config, namespaces []string, pause types.NamespacedName) (ctrl.Manager, error) {
-	cacheOpts, clientOpts := controllers.CacheOptions(o.facts, namespaces, pause, o.detectInterval > 0)
+	cacheOpts, clientOpts := wiring.CacheOptions(o.facts, namespaces, pause, o.detectInterval > 0)
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                  cmdutil.NewScheme(),
 		Cache:                   cacheOpts,
@@ -265,11 +266,11 @@ func addServerClock(ctx context.Context, mgr ctrl.Manager, cfg *rest.Config) (*f
 
 // reconciler is the RemediationRequest reconciler the flags configure.
 func (o *Options) reconciler(mgr ctrl.Manager, policy *policies.Engine, playbooks remediations.Playbooks, namespaces []string,
-	pause types.NamespacedName, serverClock *facts.ServerClock) *controllers.RemediationRequestReconciler {
-	decide, recheck, recheckRelease := controllers.Gatherers(mgr, o.facts)
-	return &controllers.RemediationRequestReconciler{
+	pause types.NamespacedName, serverClock *facts.ServerClock) *remediationrequest.Reconciler {
+	decide, recheck, recheckRelease := wiring.Gatherers(mgr, o.facts)
+	return &remediationrequest.Reconciler{
 		Client:         mgr.GetClient(),
-		Reader:         controllers.LiveReader(mgr),
+		Reader:         wiring.LiveReader(mgr),
 		Gatherer:       decide,
 		Recheck:        recheck,
 		RecheckRelease: recheckRelease,
@@ -289,7 +290,7 @@ func (o *Options) reconciler(mgr ctrl.Manager, policy *policies.Engine, playbook
 
 // verifier verifies the fixes of the requests r makes Succeed (--verify-fix-for), on
 // r's gatherer, namespaces and clock.
-func (o *Options) verifier(mgr ctrl.Manager, r *controllers.RemediationRequestReconciler) *verification.Reconciler {
+func (o *Options) verifier(mgr ctrl.Manager, r *remediationrequest.Reconciler) *verification.Reconciler {
 	return &verification.Reconciler{
 		Client:        mgr.GetClient(),
 		Gatherer:      r.Gatherer,
@@ -305,29 +306,29 @@ func (o *Options) verifier(mgr ctrl.Manager, r *controllers.RemediationRequestRe
 // addRunnables wires every runnable of the controller to the manager, in this one
 // place: the request reconciler r, admission, the pause watcher, fix verification,
 // the detector and the policy reloader, with the metrics and the probes. (The
-// sweeper and the cache's first list come with the cache: controllers.PrepareCache.)
-func (o *Options) addRunnables(mgr ctrl.Manager, r *controllers.RemediationRequestReconciler, policy *policies.Engine, serverClock *facts.ServerClock) error {
+// sweeper and the cache's first list come with the cache: wiring.PrepareCache.)
+func (o *Options) addRunnables(mgr ctrl.Manager, r *remediationrequest.Reconciler, policy *policies.Engine, serverClock *facts.ServerClock) error {
 	// The request reconciler first: it bounds the recorder the others share.
 	if err := r.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the RemediationRequest controller: %w", err)
 	}
-	if err := controllers.AdmissionFor(r).SetupWithManager(mgr); err != nil {
+	if err := remediationrequest.AdmissionFor(r).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up admission: %w", err)
 	}
-	if err := controllers.PauseWatcherFor(r).SetupWithManager(mgr); err != nil {
+	if err := remediationrequest.PauseWatcherFor(r).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the pause watcher: %w", err)
 	}
 	if err := o.verifier(mgr, r).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the verification of fixes: %w", err)
 	}
-	if err := controllers.RegisterMetrics(mgr.GetClient(), policy, mgr.Elected(), o.version); err != nil {
+	if err := remediationrequest.RegisterMetrics(mgr.GetClient(), policy, mgr.Elected(), o.version); err != nil {
 		return fmt.Errorf("registering metrics: %w", err)
 	}
 	if err := verification.RegisterMetrics(); err != nil {
 		return fmt.Errorf("registering the verification's metrics: %w", err)
 	}
 	if o.detectInterval > 0 {
-		g := controllers.DetectGatherer(mgr, o.facts)
+		g := wiring.DetectGatherer(mgr, o.facts)
 		g.Clock = serverClock
 		d := &detection.Detector{Gatherer: g, Interval: o.detectInterval, LeaseAge: o.gates.HealthyStuckLeaseAge}
 		if err := d.SetupWithManager(mgr); err != nil {

@@ -2,7 +2,7 @@ package plan
 
 // What applying a request file does to a request of the same name that is already in
 // the cluster, as the controller's Reconcile and needsDecision handle it
-// (controllers/remediationrequest_controller.go):
+// (controllers/remediationrequest/remediationrequest_controller.go):
 //   - Succeeded, Failed: Phase.PlaybookEnded() returns before any phase runs; an edit is never
 //     decided again and the playbook never runs again.
 //   - Running: not decided again (needsDecision); a safety-relevant spec change stops

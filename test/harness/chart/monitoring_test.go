@@ -53,7 +53,7 @@ type prometheusRule struct {
 }
 
 // registeredMetrics are the metric names the controller (every non-test file of
-// controllers/ and its packages, controllers/metrics.go above all) and the sync agent
+// controllers/ and its packages, controllers/remediationrequest/metrics.go above all) and the sync agent
 // (internal/cmd/sync/metrics.go) register, read from their source (Name: "..." in
 // the collectors' options, and NewDesc's first argument), with the series a
 // histogram adds.
@@ -79,7 +79,7 @@ func registeredMetrics(t *testing.T) map[string]bool {
 			}
 		}
 	}
-	require.NotEmpty(t, names, "controllers/metrics.go: no metric names found; update registeredMetrics")
+	require.NotEmpty(t, names, "controllers/remediationrequest/metrics.go: no metric names found; update registeredMetrics")
 	return names
 }
 

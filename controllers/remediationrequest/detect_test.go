@@ -1,0 +1,167 @@
+package remediationrequest_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/remediator/remediator/controllers/detection"
+	"github.com/remediator/remediator/controllers/facts"
+	"github.com/remediator/remediator/controllers/wiring"
+)
+
+// TestDetectorExportsIncidentsWithSymptoms wires the detector as `remediator
+// controller` does (the manager's cache with the FailedMount events of every
+// namespace, pods live) and stages incident A as kubelet and Trident leave it: a young
+// Lease without events held by a node whose kubelet stopped, and the claim's pod
+// waiting in ContainerCreating with kubelet's FailedMount on it, in a workload
+// namespace. The detector exports it, with the holder's state and both symptoms,
+// before any request exists; a Healthy holder's young Lease is not exported.
+func TestDetectorExportsIncidentsWithSymptoms(t *testing.T) {
+	ctx := context.Background()
+	ensureNamespaces(t, "trident", "detect-app", corev1.NamespaceNodeLease)
+	create := func(obj client.Object) {
+		t.Helper()
+		require.NoError(t, env.Client.Create(ctx, obj), "creating %T %s", obj, obj.GetName())
+		t.Cleanup(func() { _ = env.Client.Delete(context.Background(), obj) })
+	}
+	node := func(name string, renewedAgo time.Duration) {
+		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}
+		create(n)
+		ready, heartbeat := corev1.ConditionTrue, time.Now()
+		if renewedAgo > time.Minute {
+			ready, heartbeat = corev1.ConditionUnknown, time.Now().Add(-renewedAgo)
+		}
+		n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: ready, Reason: "KubeletReady",
+			LastHeartbeatTime: metav1.NewTime(heartbeat), LastTransitionTime: metav1.NewTime(heartbeat)}}
+		require.NoError(t, env.Client.Status().Update(ctx, n))
+		create(&coordinationv1.Lease{
+			ObjectMeta: metav1.ObjectMeta{Namespace: corev1.NamespaceNodeLease, Name: name},
+			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(name), LeaseDurationSeconds: ptr.To[int32](40),
+				RenewTime: ptr.To(metav1.NewMicroTime(time.Now().Add(-renewedAgo)))},
+		})
+	}
+	volume := func(pv, claim, holder string) {
+		create(&corev1.PersistentVolumeClaim{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "detect-app", Name: claim},
+			Spec: corev1.PersistentVolumeClaimSpec{
+				AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany},
+				Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}},
+				VolumeName:  pv,
+			},
+		})
+		create(&corev1.PersistentVolume{
+			ObjectMeta: metav1.ObjectMeta{Name: pv},
+			Spec: corev1.PersistentVolumeSpec{
+				Capacity:    corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
+				AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany},
+				ClaimRef:    &corev1.ObjectReference{Kind: "PersistentVolumeClaim", Namespace: "detect-app", Name: claim},
+				PersistentVolumeSource: corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{
+					Driver: facts.DefaultDriverName, VolumeHandle: pv,
+				}},
+			},
+		})
+		create(&coordinationv1.Lease{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "trident", Name: pv},
+			Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptr.To(holder), AcquireTime: ptr.To(metav1.NewMicroTime(time.Now()))},
+		})
+	}
+	node("detect-down", 10*time.Minute)
+	node("detect-up", time.Second)
+	volume("pvc-detect-down", "detect-down", "detect-down")
+	volume("pvc-detect-up", "detect-up", "detect-up")
+
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "detect-app", Name: "web-0"},
+		Spec: corev1.PodSpec{NodeName: "detect-up", Containers: []corev1.Container{{Name: "app", Image: "registry.example/app:1"}},
+			Volumes: []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{
+				PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "detect-down"}}}}},
+	}
+	create(pod)
+	pod.Status = corev1.PodStatus{Phase: corev1.PodPending, ContainerStatuses: []corev1.ContainerStatus{{Name: "app", Image: "registry.example/app:1",
+		State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ContainerCreating"}}}}}
+	require.NoError(t, env.Client.Status().Update(ctx, pod))
+	now := metav1.Now()
+	create(&corev1.Event{
+		ObjectMeta:     metav1.ObjectMeta{Namespace: "detect-app", Name: "web-0.failedmount"},
+		InvolvedObject: corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: "detect-app", Name: "web-0", UID: pod.UID},
+		Reason:         facts.FailedMountReason, Type: corev1.EventTypeWarning, Count: 5,
+		Message:        `MountVolume.MountDevice failed for volume "pvc-detect-down" : rpc error: code = Aborted desc = the Lease is held by detect-down`,
+		FirstTimestamp: now, LastTimestamp: now, Source: corev1.EventSource{Component: "kubelet", Host: "detect-up"},
+	})
+
+	cacheOpts, clientOpts := wiring.CacheOptions(facts.DefaultConfig(), nil, types.NamespacedName{}, true)
+	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{Scheme: scheme.Scheme, Cache: cacheOpts, Client: clientOpts,
+		Metrics: metricsserver.Options{BindAddress: "0"}})
+	require.NoError(t, err)
+	require.NoError(t, wiring.PrepareCache(ctx, mgr))
+	d := &detection.Detector{Gatherer: wiring.DetectGatherer(mgr, facts.DefaultConfig()), Interval: 200 * time.Millisecond, LeaseAge: 10 * time.Minute}
+	require.NoError(t, mgr.Add(d))
+	mctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(mctx) }()
+	t.Cleanup(func() {
+		cancel()
+		assert.NoError(t, <-done)
+	})
+
+	reg := prometheus.NewPedanticRegistry()
+	require.NoError(t, reg.Register(d))
+	series := func(name string) map[string]float64 {
+		families, err := reg.Gather()
+		require.NoError(t, err)
+		out := map[string]float64{}
+		for _, f := range families {
+			if f.GetName() != name {
+				continue
+			}
+			for _, m := range f.GetMetric() {
+				out[labelString(m)] = m.GetGauge().GetValue()
+			}
+		}
+		return out
+	}
+	eventually(t, "the stuck Lease exported with both symptoms", func() (bool, string) {
+		s := series("remediator_detected_symptoms")
+		ok := s["kind=StuckLease,lease=pvc-detect-down,lease_namespace=trident,node=detect-down,symptom=FailedMount"] == 5 &&
+			s["kind=StuckLease,lease=pvc-detect-down,lease_namespace=trident,node=detect-down,symptom=ContainerCreating"] == 1
+		return ok, fmtSeries(s)
+	})
+	incidents := series("remediator_detected_incident")
+	assert.Equal(t, 1.0, incidents["kind=StuckLease,lease=pvc-detect-down,lease_namespace=trident,node=detect-down,node_state=Unreachable"], fmtSeries(incidents))
+	for k := range incidents {
+		assert.NotContains(t, k, "pvc-detect-up", "a Healthy holder's young Lease without events is an operation in flight")
+	}
+	assert.Contains(t, series("remediator_detected_stuck_lease_age_seconds"), "lease=pvc-detect-down,lease_namespace=trident,node=detect-down")
+	last := series("remediator_detection_last_success_timestamp_seconds")[""]
+	assert.InDelta(t, float64(time.Now().Unix()), last, 10, "the last scan's time")
+}
+
+func labelString(m *dto.Metric) string {
+	s := ""
+	for i, l := range m.GetLabel() {
+		if i > 0 {
+			s += ","
+		}
+		s += l.GetName() + "=" + l.GetValue()
+	}
+	return s
+}
+
+func fmtSeries(s map[string]float64) string { return fmt.Sprint(s) }

@@ -1,0 +1,396 @@
+package remediationrequest
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	kerrors "k8s.io/apimachinery/pkg/util/errors"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+
+	"github.com/remediator/remediator/api/v1alpha1"
+	"github.com/remediator/remediator/controllers/admission"
+	"github.com/remediator/remediator/controllers/decider"
+	"github.com/remediator/remediator/controllers/facts"
+	"github.com/remediator/remediator/controllers/lifecycle"
+	"github.com/remediator/remediator/controllers/pause"
+	"github.com/remediator/remediator/controllers/requests"
+	"github.com/remediator/remediator/policies"
+	"github.com/remediator/remediator/remediations"
+)
+
+// +kubebuilder:rbac:groups=remediator.io,resources=remediationrequests,verbs=get;list;watch;update;patch
+// +kubebuilder:rbac:groups=remediator.io,resources=remediationrequests/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=remediator.io,resources=remediationrequests/finalizers,verbs=update
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list
+// +kubebuilder:rbac:groups="",resources=persistentvolumeclaims;persistentvolumes,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch;patch
+// +kubebuilder:rbac:groups="",resources=pods/eviction,verbs=create
+// +kubebuilder:rbac:groups="",resources=events,verbs=create;patch;list;watch
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups=storage.k8s.io,resources=csinodes,verbs=get;list;watch
+// +kubebuilder:rbac:groups=coordination.k8s.io,namespace=trident,resources=leases,verbs=get;list;watch;delete
+// +kubebuilder:rbac:groups=coordination.k8s.io,namespace=kube-node-lease,resources=leases,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",namespace=remediator-system,resources=configmaps,verbs=get;list;watch
+// +kubebuilder:rbac:groups=authentication.k8s.io,resources=tokenreviews,verbs=create
+// +kubebuilder:rbac:groups=authorization.k8s.io,resources=subjectaccessreviews,verbs=create
+
+// The list and watch verbs on nodes, node Leases, PVs, claims, CSINodes and the
+// Trident namespace's Leases and events serve the informer cache decisions are made
+// from (wiring.go); pods are listed by node only, never watched.
+
+// Reconciler reconciles RemediationRequests.
+type Reconciler struct {
+	// Client writes, and reads requests from the manager's cache (unstructured, with
+	// the IndexGuard index).
+	Client client.Client
+	// Reader reads live state (the manager's APIReader): the objects steps act on.
+	Reader client.Reader
+	// Gatherer gathers the facts a decision is made on.
+	Gatherer *facts.Gatherer
+	// Recheck gathers the facts again right before a destructive step of a disruptive
+	// playbook; it must read everything the floor weighs live. RecheckRelease does it
+	// for a playbook that only deletes the Lease; it must read the holder node's state
+	// live. nil means Recheck, and Gatherer for both. See Gatherers.
+	Recheck        *facts.Gatherer
+	RecheckRelease *facts.Gatherer
+	Policy         *policies.Engine
+	Playbooks      remediations.Playbooks
+	Timeouts       remediations.Timeouts
+	Recorder       record.EventRecorder
+	// Namespaces restricts the requests reconciled and counted by the guards to these
+	// namespaces; empty means all. The cache is restricted too, but the live reads
+	// (the reconciled request, the guards' lists) are not, so the check is here.
+	Namespaces []string
+	// MaxConcurrent caps the disruptive playbooks running at once across the cluster,
+	// so that a burst of merged requests cannot cordon half the nodes; zero means no
+	// cap. Playbooks that only release the Lease of a holder proven down are not
+	// capped (playbooks.yaml).
+	MaxConcurrent int
+	// Workers is how many requests are reconciled at once; zero means one. A request
+	// is never reconciled by two workers at once (the work queue guarantees it); the
+	// slots of the cap are granted by admission alone.
+	Workers int
+	// Gates are the safety floor's minimums (--floor-* flags); zero fields mean the
+	// runbook's values. The heartbeat grace and the driver are the gatherer's.
+	Gates remediations.Gates
+	// Pause is the pause ConfigMap (--pause-configmap); empty means
+	// pause.DefaultConfigMap. It is read from the manager's cache (CacheOptions).
+	Pause types.NamespacedName
+	// Clock is the one clock of the reconciler: the scope's time, the windows, the
+	// timeouts, and the ages its gatherers measure (it overrides theirs); nil means
+	// the real clock.
+	Clock clock.PassiveClock
+
+	written writeLog
+}
+
+// scope carries one reconcile's request and the copy its status patch is computed from.
+type scope struct {
+	rr   *v1alpha1.RemediationRequest
+	base *v1alpha1.RemediationRequest
+	now  time.Time
+	// pause is the pause as this reconcile read it (pausedMessage), once: the
+	// decision and the step it may start see the same state.
+	pause *pause.State
+}
+
+// phase is one small step of a reconcile. A phase that returns a non-zero result or
+// an error ends the reconcile.
+type phase func(ctx context.Context, s *scope) (ctrl.Result, error)
+
+// SetupWithManager registers the reconciler and the guards' index. Admission, the
+// pause watcher and fix verification are runnables of their own, wired beside it
+// (AdmissionFor, PauseWatcherFor).
+// Status writes do not bump the generation, so filtering on generation (and
+// annotations, used to ask for a refresh) keeps the controller from re-triggering
+// itself with most of its own patches. Two status writes do start a reconcile:
+// journalAdvanced (a running playbook goes on with its next step from the watch event
+// of the status write that journaled the last one, so that the next reconcile reads
+// the journal it wrote from the cache, without waiting for a timer) and slotGranted
+// (admission's grant, after which the request is decided again and starts); so does
+// slotGivenBack (admission took back a grant not used in time). The
+// second watch wakes the requests a playbook that stopped was holding back (see
+// wake).
+//
+// Requests are watched as unstructured objects (see package requests): one request the
+// Go type cannot decode must not keep the informer from syncing.
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	// Every Event is bounded; AdmissionFor and PauseWatcherFor pass the bounded
+	// recorder on.
+	r.Recorder = requests.BoundEvents(r.Recorder)
+	if err := IndexRequests(context.Background(), mgr.GetFieldIndexer(), r.Playbooks); err != nil {
+		return fmt.Errorf("indexing requests for the guards: %w", err)
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		For(requests.NewUnstructured(), builder.WithPredicates(
+			predicate.Or(predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}, journalAdvanced, slotGranted, slotGivenBack))).
+		Watches(requests.NewUnstructured(), handler.EnqueueRequestsFromMapFunc(r.wake), builder.WithPredicates(stoppedRunning)).
+		Watches(&corev1.ConfigMap{}, handler.EnqueueRequestsFromMapFunc(r.wakePaused), builder.WithPredicates(pause.IsObject(r.pauseKey()))).
+		WithOptions(controller.Options{MaxConcurrentReconciles: max(1, r.Workers), RateLimiter: requests.RateLimiter()}).
+		Named("remediationrequest").
+		Complete(r)
+}
+
+// AdmissionFor is admission for the requests r reconciles: the same cap, namespaces,
+// pause, clock and step timeout. Call it after r.SetupWithManager.
+func AdmissionFor(r *Reconciler) *admission.Reconciler {
+	return &admission.Reconciler{Reader: r.Reader, Client: r.Client, MaxConcurrent: r.MaxConcurrent, Playbooks: r.Playbooks,
+		Namespaces: r.Namespaces, Recorder: r.Recorder, Clock: r.Clock, Pause: r.pauseKey(), StepTimeout: r.Timeouts.Step}
+}
+
+// PauseWatcherFor is the watcher of the pause r reads. Call it after
+// r.SetupWithManager.
+func PauseWatcherFor(r *Reconciler) *pause.Watcher {
+	return &pause.Watcher{Client: r.Client, Key: r.pauseKey(), Recorder: r.Recorder}
+}
+
+// Reconcile is fetch -> ensure finalizer (where a playbook will need a restore) ->
+// phases -> one deferred status patch.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, retErr error) {
+	// Read from the cache. The journal it holds is never older than this controller's
+	// last write: a reconcile that finds the cache still at the version its last
+	// status patch was computed from goes back to the queue until the cache has caught
+	// up (the write's own watch event usually brings it back first). A write by
+	// anyone else is caught by the optimistic lock on the status patch.
+	if !r.inScope(req.Namespace) {
+		return ctrl.Result{}, nil
+	}
+	u := requests.NewUnstructured()
+	if err := r.Client.Get(ctx, req.NamespacedName, u); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if r.written.behind(u.GetUID(), u.GetResourceVersion()) {
+		// Requeue, not RequeueAfter: the work queue's rate limiter backs off while the
+		// cache catches up with this controller's own write, where a fixed delay would
+		// either wait too long or spin.
+		return ctrl.Result{Requeue: true}, nil //nolint:staticcheck // see above: the rate-limited requeue is the point
+
+	}
+	log := ctrl.LoggerFrom(ctx).WithValues("remediationRequest", klog.KObj(u))
+	ctx = ctrl.LoggerInto(ctx, log)
+	rr, err := requests.Decode(u)
+	if err != nil {
+		// Not retried: only an edit of the object (a new generation) can fix it, and
+		// that triggers a reconcile. Every other request goes on being decided.
+		log.Error(err, "Cannot decode the request; it is not decided until it is fixed")
+		r.Recorder.Eventf(u, corev1.EventTypeWarning, requests.EventUndecodable,
+			"The controller cannot decode this request (%v); it is not decided until it is fixed. Other requests are not affected.", err)
+		return ctrl.Result{}, nil
+	}
+
+	// A finalizer write the API server refuses for good (admission, RBAC) is not
+	// retried without end: the playbook is aborted below, before its next step.
+	var finalizerRefused error
+	if rr.DeletionTimestamp.IsZero() && rr.Status.Phase == v1alpha1.PhaseRunning && remediations.NeedsRestore(rr.Status.Steps) {
+		if err := r.ensureFinalizer(ctx, rr); err != nil {
+			if !remediations.RefusedForGood(err) {
+				return ctrl.Result{}, err
+			}
+			finalizerRefused = err
+		}
+	}
+	s := &scope{rr: rr, base: rr.DeepCopy(), now: r.clock().Now()}
+	if !rr.DeletionTimestamp.IsZero() {
+		return r.reconcileDelete(ctx, s)
+	}
+	if rr.Status.Phase.PlaybookEnded() {
+		// Final: a later edit of the spec is seen (observedGeneration, and Ready for
+		// that generation, so that kubectl wait and kstatus are not left waiting) but
+		// never acted on. A crash (or an older version) may also have come between the
+		// terminal status write and the finalizer's release below.
+		if rr.Status.ObservedGeneration != rr.Generation {
+			r.Recorder.Eventf(rr, corev1.EventTypeNormal, EventSpecIgnored,
+				"The playbook already ended (%s), so the edit of generation %d is not acted on: to try again, create a new request.", rr.Status.Phase, rr.Generation)
+			rr.Status.ObservedGeneration = rr.Generation
+		}
+		if err := r.patchStatus(ctx, s); err != nil {
+			return ctrl.Result{}, err
+		}
+		return ctrl.Result{}, r.releaseFinalizer(ctx, rr)
+	}
+	defer func() {
+		if retErr == nil {
+			rr.Status.ObservedGeneration = rr.Generation
+		}
+		if err := r.patchStatus(ctx, s); err != nil {
+			retErr = kerrors.NewAggregate([]error{retErr, err})
+			return
+		}
+		if retErr == nil && rr.Status.Phase.PlaybookEnded() {
+			retErr = r.releaseFinalizer(ctx, rr)
+		}
+	}()
+
+	if finalizerRefused != nil {
+		return r.abort(ctx, s, fmt.Sprintf("the API server refused the restore finalizer a playbook that cordons needs (%v)", finalizerRefused))
+	}
+	for _, p := range []phase{r.breakGlass, r.decide, r.runPlaybook} {
+		res, err := p(ctx, s)
+		if err != nil || !res.IsZero() {
+			return res, err
+		}
+	}
+	return ctrl.Result{}, nil
+}
+
+func (r *Reconciler) clock() clock.PassiveClock {
+	if r.Clock == nil {
+		return clock.RealClock{}
+	}
+	return r.Clock
+}
+
+// gates are the floor's minimums, with the heartbeat grace, the driver and the
+// Trident namespaces the gatherer classifies, looks for and reads in.
+func (r *Reconciler) gates() remediations.Gates {
+	g := r.Gates
+	if r.Gatherer != nil {
+		g.HeartbeatGrace = cmp.Or(g.HeartbeatGrace, r.Gatherer.Config.NodeLeaseGracePeriod)
+		g.DriverName = cmp.Or(g.DriverName, r.Gatherer.Config.DriverName)
+		if len(g.TridentNamespaces) == 0 {
+			g.TridentNamespaces = r.Gatherer.Config.TridentNamespaces()
+		}
+	}
+	return g
+}
+
+// gatherer is g on the reconciler's clock.
+func (r *Reconciler) gatherer(g *facts.Gatherer) *facts.Gatherer {
+	c := *g
+	c.Clock = r.clock()
+	return &c
+}
+
+// decide decides the request when it needs a decision, through the decider that
+// `remediator plan` uses too.
+func (r *Reconciler) decide(ctx context.Context, s *scope) (ctrl.Result, error) {
+	rr := s.rr
+	if !lifecycle.NeedsDecision(rr, s.now) {
+		if d := rr.Status.Decision; d != nil && d.RecheckAt != nil && rr.Status.Phase != v1alpha1.PhaseRunning {
+			return ctrl.Result{RequeueAfter: max(d.RecheckAt.Sub(s.now), time.Second)}, nil
+		}
+		return ctrl.Result{}, nil
+	}
+	// Real time, not the injected clock: this measures the controller, not the facts.
+	started := time.Now()
+	o, err := r.decider().Decide(ctx, rr, s.now, r.pausedMessage(ctx, s))
+	if err != nil {
+		return r.gatherFailed(s, err)
+	}
+	decisionSeconds.WithLabelValues(string(rr.Spec.Remediation)).Observe(time.Since(started).Seconds())
+	r.record(rr, o.Apply(rr, o.Facts))
+	ctrl.LoggerFrom(ctx).Info("Decided", "phase", o.Phase, "rule", o.Decision.Rule, "playbook", o.Decision.Playbook)
+	return ctrl.Result{RequeueAfter: o.RequeueAfter}, nil
+}
+
+// decider decides on the cache's facts (the reconciler's clock) and the guards'
+// view of the others; a request holds a slot when admission granted it one.
+func (r *Reconciler) decider() *decider.Decider {
+	return &decider.Decider{Policy: r.Policy, Playbooks: r.Playbooks, Gates: r.gates(), MaxConcurrent: r.MaxConcurrent,
+		Gather: r.gatherer(r.Gatherer).Gather, Others: r.guardOthers,
+		Admitted: func(rr *v1alpha1.RemediationRequest, _ []v1alpha1.RemediationRequest) bool {
+			return lifecycle.Granted(rr)
+		}}
+}
+
+// runPlaybook advances a running playbook by one step. A request in any other
+// phase has nothing to restore and does not keep the restore finalizer.
+func (r *Reconciler) runPlaybook(ctx context.Context, s *scope) (ctrl.Result, error) {
+	rr := s.rr
+	if rr.Status.Phase != v1alpha1.PhaseRunning {
+		return ctrl.Result{}, r.releaseIdle(ctx, s)
+	}
+	run := r.execution(s)
+	run.Paused = r.pausedMessage(ctx, s)
+	p, err := remediations.Advance(ctx, run)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if stop := p.Halt; stop != nil {
+		// The gate closed before a step (see remediations.Gate).
+		switch stop.Action {
+		case remediations.ActionHold:
+			return r.hold(ctx, s, stop.Message)
+		case remediations.ActionWait:
+			return r.windowClosed(ctx, s, run, stop)
+		}
+		return r.abort(ctx, s, stop.Message)
+	}
+	lifecycle.Resume(rr)
+	log := ctrl.LoggerFrom(ctx)
+	if p.Transition != "" {
+		log.Info(p.Transition)
+	}
+	if p.Note != "" {
+		r.Recorder.Event(rr, corev1.EventTypeWarning, EventWindowClosedAfterEviction, p.Note)
+		log.Info("Maintenance window closed after the eviction; the playbook finishes")
+	}
+	switch {
+	case p.Failure != nil:
+		msg := p.Failure.Message
+		reason := p.Failure.Reason
+		restored, err := remediations.Restore(ctx, run, "the failure")
+		if rf, ok := remediations.IsRestoreFailure(err); ok {
+			reason, restored, err = remediations.ReasonRestoreFailed, rf.Message, nil
+		}
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		switch {
+		case reason == remediations.ReasonRestoreFailed:
+			msg += "; " + restored
+		case restored != "":
+			msg += "; restored: " + restored
+		}
+		r.record(rr, lifecycle.Fail(rr, reason, v1alpha1.ReasonFailed, msg))
+		return ctrl.Result{}, nil
+	case p.Finished:
+		if p.Transition != "" {
+			r.Recorder.Event(rr, corev1.EventTypeNormal, v1alpha1.EventStepSucceeded, p.Transition)
+		}
+		r.record(rr, lifecycle.Finish(rr))
+		return ctrl.Result{}, nil
+	}
+	if p.Transition != "" {
+		reason := v1alpha1.EventStepSucceeded
+		if p.Started {
+			reason = v1alpha1.EventStepStarted
+		}
+		r.Recorder.Event(rr, corev1.EventTypeNormal, reason, p.Transition)
+		// One step per reconcile: the journal is written before the next one starts,
+		// and the watch event of that write (journalAdvanced) starts it.
+		return ctrl.Result{}, nil
+	}
+	return ctrl.Result{RequeueAfter: p.RequeueAfter}, nil
+}
+
+// inScope reports whether requests in namespace ns are this controller's.
+func (r *Reconciler) inScope(ns string) bool {
+	return len(r.Namespaces) == 0 || slices.Contains(r.Namespaces, ns)
+}
+
+// record records e about rr.
+func (r *Reconciler) record(rr *v1alpha1.RemediationRequest, e lifecycle.Event) {
+	r.Recorder.Event(rr, e.Type, e.Reason, e.Message)
+}
+
+func (r *Reconciler) setCondition(rr *v1alpha1.RemediationRequest, t string, st metav1.ConditionStatus, reason, msg string) {
+	meta.SetStatusCondition(&rr.Status.Conditions, metav1.Condition{
+		Type: t, Status: st, Reason: reason, Message: msg, ObservedGeneration: rr.Generation,
+	})
+}

@@ -1,0 +1,104 @@
+package remediationrequest
+
+// The predicates of the reconciler's watches: which events of a request start a
+// reconcile of it (journalAdvanced, slotGranted and slotGivenBack, besides spec and
+// annotation changes), and which wake the requests it was holding back (stoppedRunning).
+
+import (
+	"slices"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+
+	"github.com/remediator/remediator/api/v1alpha1"
+	"github.com/remediator/remediator/controllers/lifecycle"
+	"github.com/remediator/remediator/controllers/requests"
+)
+
+// stepStates reads status.steps[*].state without decoding the rest of the object.
+func stepStates(o client.Object) []string {
+	u, ok := o.(*unstructured.Unstructured)
+	if !ok {
+		return nil
+	}
+	steps, _, _ := unstructured.NestedSlice(u.Object, "status", "steps")
+	out := make([]string, 0, len(steps))
+	for _, st := range steps {
+		m, _ := st.(map[string]any)
+		state, _ := m["state"].(string)
+		out = append(out, state)
+	}
+	return out
+}
+
+// journalAdvanced passes a status write that left a request Running with its journal
+// moved on: it started running, or a step changed state. A write that only updates
+// a waiting step's message does not pass; that step's own requeue checks it again.
+var journalAdvanced = predicate.Funcs{
+	CreateFunc:  func(event.CreateEvent) bool { return false },
+	DeleteFunc:  func(event.DeleteEvent) bool { return false },
+	GenericFunc: func(event.GenericEvent) bool { return false },
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		if requests.PhaseOf(e.ObjectNew) != v1alpha1.PhaseRunning {
+			return false
+		}
+		return requests.PhaseOf(e.ObjectOld) != v1alpha1.PhaseRunning || !slices.Equal(stepStates(e.ObjectOld), stepStates(e.ObjectNew))
+	},
+}
+
+// slotGranted passes admission's grant of a slot: the request is decided again and
+// starts in it.
+var slotGranted = predicate.Funcs{
+	CreateFunc:  func(event.CreateEvent) bool { return false },
+	DeleteFunc:  func(event.DeleteEvent) bool { return false },
+	GenericFunc: func(event.GenericEvent) bool { return false },
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		isGranted := func(o client.Object) bool {
+			u, ok := o.(*unstructured.Unstructured)
+			if !ok {
+				return false
+			}
+			rr := requests.GuardView(u)
+			return lifecycle.Granted(&rr)
+		}
+		return isGranted(e.ObjectNew) && !isGranted(e.ObjectOld)
+	},
+}
+
+// slotGivenBack passes admission's give-back of a slot not used in time: the request
+// is decided again, and rejoins the line if the policy still allows it.
+var slotGivenBack = predicate.Funcs{
+	CreateFunc:  func(event.CreateEvent) bool { return false },
+	DeleteFunc:  func(event.DeleteEvent) bool { return false },
+	GenericFunc: func(event.GenericEvent) bool { return false },
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		expired := func(o client.Object) bool {
+			u, ok := o.(*unstructured.Unstructured)
+			if !ok {
+				return false
+			}
+			rr := requests.GuardView(u)
+			return lifecycle.SlotExpired(&rr)
+		}
+		return expired(e.ObjectNew) && !expired(e.ObjectOld)
+	},
+}
+
+// stoppedRunning passes a request whose playbook just stopped (finished, failed,
+// or went back to waiting) or a deleted one that was running. It also passes one the
+// cache saw become terminal without seeing it run: after a cut watch, the re-list
+// takes a request from New or Waiting straight to Succeeded. Missing that stop left
+// the requests waiting on its Lease or node asleep until their recheck (make
+// chaos-smoke, R2 through injected faults). Slots are admission's, which watches for
+// itself (package admission).
+var stoppedRunning = predicate.Funcs{
+	CreateFunc:  func(event.CreateEvent) bool { return false },
+	GenericFunc: func(event.GenericEvent) bool { return false },
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		old, cur := requests.PhaseOf(e.ObjectOld), requests.PhaseOf(e.ObjectNew)
+		return (old == v1alpha1.PhaseRunning && cur != v1alpha1.PhaseRunning) || (!old.Terminal() && cur.Terminal())
+	},
+	DeleteFunc: func(e event.DeleteEvent) bool { return requests.PhaseOf(e.Object) == v1alpha1.PhaseRunning },
+}

@@ -1,0 +1,236 @@
+package wiring
+
+// How the controller reads: which objects the manager caches and how, and which
+// facts are read live. `remediator controller` and the envtests wire the manager
+// through these, so that the tests run what production runs.
+
+import (
+	"context"
+	"fmt"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	toolscache "k8s.io/client-go/tools/cache"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/remediator/remediator/controllers/facts"
+	"github.com/remediator/remediator/controllers/pause"
+	"github.com/remediator/remediator/controllers/sweeper"
+)
+
+// Event fields the gatherer selects LeaseRetained events by; the cache indexes each.
+var eventFields = map[string]func(*corev1.Event) string{
+	"involvedObject.kind": func(e *corev1.Event) string { return e.InvolvedObject.Kind },
+	"involvedObject.name": func(e *corev1.Event) string { return e.InvolvedObject.Name },
+	"reason":              func(e *corev1.Event) string { return e.Reason },
+	"type":                func(e *corev1.Event) string { return e.Type },
+}
+
+// CacheOptions are the manager's cache and client options. The cache holds:
+//   - RemediationRequests, as unstructured objects (see package requests), in the request
+//     namespaces (all when none are given), indexed for the guards;
+//   - what a decision weighs and that stays small as the cluster grows: Nodes (without
+//     their image lists), the node Leases in kube-node-lease, the Trident Leases (with
+//     their managedFields, which every other object is cached without) and
+//     LeaseRetained events in the Trident namespace, PersistentVolumes, claims and
+//     CSINodes;
+//   - the pause ConfigMap, and no other ConfigMap;
+//   - with detect (the Detector runs), kubelet's FailedMount events in every other
+//     namespace: the symptoms the detector attaches to an incident. They expire with
+//     the API server's event TTL (an hour by default), which bounds them. The Trident
+//     namespace's informer holds only LeaseRetained events (one field selector per
+//     namespace), so a FailedMount there, on no workload's pod, is not seen.
+//
+// Pods are never cached: their number grows with the cluster, and the controller lists
+// them by node only when a request needs them.
+func CacheOptions(fc facts.Config, requestNamespaces []string, pauseKey types.NamespacedName, detect bool) (cache.Options, client.Options) {
+	if pauseKey.Name == "" {
+		pauseKey = pause.DefaultConfigMap
+	}
+	all := map[string]cache.Config{cache.AllNamespaces: {}}
+	events := map[string]cache.Config{fc.TridentNamespace: {FieldSelector: fields.OneTermEqualSelector("reason", fc.RetainedEventReason)}}
+	if detect {
+		// Every namespace but the Trident one, which keeps its own selector.
+		events[cache.AllNamespaces] = cache.Config{FieldSelector: fields.OneTermEqualSelector("reason", facts.FailedMountReason)}
+	}
+	co := cache.Options{
+		DefaultTransform: cache.TransformStripManagedFields(),
+		ByObject: map[client.Object]cache.ByObject{
+			&corev1.Node{}: {Transform: stripNode},
+			&coordinationv1.Lease{}: {Namespaces: map[string]cache.Config{
+				fc.TridentNamespace: {}, corev1.NamespaceNodeLease: {},
+			}, Transform: stripLease(fc.TridentNamespace)},
+			&corev1.Event{}:                 {Namespaces: events, Transform: stripEvent},
+			&corev1.PersistentVolumeClaim{}: {Namespaces: all},
+			&corev1.ConfigMap{}: {
+				Namespaces: map[string]cache.Config{pauseKey.Namespace: {}},
+				Field:      fields.OneTermEqualSelector("metadata.name", pauseKey.Name),
+			},
+		},
+	}
+	if len(requestNamespaces) > 0 {
+		co.DefaultNamespaces = map[string]cache.Config{}
+		for _, ns := range requestNamespaces {
+			co.DefaultNamespaces[ns] = cache.Config{}
+		}
+	}
+	clo := client.Options{Cache: &client.CacheOptions{
+		Unstructured: true,
+		DisableFor:   []client.Object{&corev1.Pod{}},
+	}}
+	return co, clo
+}
+
+// stripEvent keeps of an Event what the facts read: the object it is about, its
+// reason, type, message, source and timestamps, and drops the rest (related object,
+// action, annotations, labels...). FailedMount events of every namespace are cached
+// for the detector, also on a standby; a cluster with many unmountable volumes (a
+// missing ConfigMap is common) has many.
+func stripEvent(obj any) (any, error) {
+	obj, err := cache.TransformStripManagedFields()(obj)
+	if e, ok := obj.(*corev1.Event); ok {
+		*e = corev1.Event{
+			TypeMeta:            e.TypeMeta,
+			ObjectMeta:          metav1.ObjectMeta{Name: e.Name, Namespace: e.Namespace, UID: e.UID, ResourceVersion: e.ResourceVersion, CreationTimestamp: e.CreationTimestamp},
+			InvolvedObject:      e.InvolvedObject,
+			Reason:              e.Reason,
+			Message:             e.Message,
+			Source:              e.Source,
+			FirstTimestamp:      e.FirstTimestamp,
+			LastTimestamp:       e.LastTimestamp,
+			Count:               e.Count,
+			Type:                e.Type,
+			EventTime:           e.EventTime,
+			Series:              e.Series,
+			ReportingController: e.ReportingController,
+			ReportingInstance:   e.ReportingInstance,
+		}
+	}
+	return obj, err
+}
+
+// stripLease strips managedFields from the node Leases and keeps them on Trident's:
+// a Trident Lease's hold counts from the API server's time of its holder's last write,
+// which only its managedFields record (facts.LeaseFacts.HeldSince). Trident's Leases
+// are few (one per LUKS operation in flight, or stuck), with an entry or two each.
+func stripLease(tridentNamespace string) toolscache.TransformFunc {
+	strip := cache.TransformStripManagedFields()
+	return func(obj any) (any, error) {
+		if l, ok := obj.(*coordinationv1.Lease); ok && l.Namespace == tridentNamespace {
+			return obj, nil
+		}
+		return strip(obj)
+	}
+}
+
+// stripNode keeps of a Node what the facts and steps read (metadata, spec, the
+// conditions) and drops the rest of its status: the image list alone can be the
+// larger part of a Node.
+func stripNode(obj any) (any, error) {
+	obj, err := cache.TransformStripManagedFields()(obj)
+	if n, ok := obj.(*corev1.Node); ok {
+		n.Status = corev1.NodeStatus{Conditions: n.Status.Conditions}
+	}
+	return obj, err
+}
+
+// PrepareCache registers the indexes the gatherer's cached reads select by, and
+// starts the facts' informers with the manager, so that the first decision does not
+// wait for their first list. It also adds the sweeper, which lists the nodes of the
+// same cache (see Sweeper), so that every manager wired here runs it.
+func PrepareCache(ctx context.Context, mgr ctrl.Manager) error {
+	sw := &sweeper.Sweeper{Client: mgr.GetClient(), Reader: LiveReader(mgr), Recorder: mgr.GetEventRecorderFor("remediator")}
+	if err := mgr.Add(sw); err != nil {
+		return fmt.Errorf("adding the cordon sweeper: %w", err)
+	}
+	for field, value := range eventFields {
+		err := mgr.GetFieldIndexer().IndexField(ctx, &corev1.Event{}, field, func(o client.Object) []string {
+			if e, ok := o.(*corev1.Event); ok {
+				return []string{value(e)}
+			}
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("indexing events by %s: %w", field, err)
+		}
+	}
+	for _, obj := range []client.Object{&corev1.Node{}, &coordinationv1.Lease{}, &corev1.PersistentVolume{},
+		&corev1.PersistentVolumeClaim{}, &storagev1.CSINode{}} {
+		if _, err := mgr.GetCache().GetInformer(ctx, obj); err != nil {
+			return fmt.Errorf("starting the informer for %T: %w", obj, err)
+		}
+	}
+	return nil
+}
+
+// Gatherers returns the gatherer a decision reads through (the cache, pods live) and
+// the ones the re-read before a destructive step reads through. Before a step of a
+// disruptive playbook (cordon, eviction, plugin-pod restart) everything the floor
+// weighs is read live: the holder Node and its node Lease, the Trident Lease (its
+// holder may have moved) and the CSINode (the driver may be registered again); only
+// PVs and claims, which name the Lease and the pods, come from the cache. Before the
+// Lease deletion of a playbook that only releases it, the Lease itself comes from the
+// cache: the delete carries the decided UID and resourceVersion as preconditions,
+// which the API server checks atomically, a stronger check than any read before it.
+// Anything the cache does not hold, a Lease in a Trident namespace a request
+// overrides for one, is read live by all.
+func Gatherers(mgr ctrl.Manager, fc facts.Config) (decide, recheck, recheckRelease *facts.Gatherer) {
+	gatherer := func(l live) *facts.Gatherer {
+		return &facts.Gatherer{Reader: facts.SplitReader{Cache: mgr.GetClient(), Live: LiveReader(mgr), Cached: cachedReads(fc, l)}, Config: fc}
+	}
+	return gatherer(live{}), gatherer(live{nodes: true, leases: true}), gatherer(live{nodes: true})
+}
+
+// DetectGatherer is the Detector's: everything from the cache as a decision reads it,
+// and the FailedMount events of every namespace too (CacheOptions with detect); pods
+// live.
+func DetectGatherer(mgr ctrl.Manager, fc facts.Config) *facts.Gatherer {
+	return &facts.Gatherer{Reader: facts.SplitReader{Cache: mgr.GetClient(), Live: LiveReader(mgr), Cached: cachedReads(fc, live{allEvents: true}),
+		TrustCacheMisses: true}, Config: fc}
+}
+
+// live says what a gatherer reads live that a decision reads from the cache.
+type live struct {
+	nodes, leases bool
+	// allEvents reads events listed across namespaces from the cache (the detector's
+	// FailedMount events) rather than live.
+	allEvents bool
+}
+
+// cachedReads is a SplitReader's Cached for l.
+func cachedReads(fc facts.Config, l live) func(runtime.Object, string) bool {
+	return func(obj runtime.Object, ns string) bool {
+		switch obj.(type) {
+		case *corev1.Node:
+			return !l.nodes
+		case *coordinationv1.Lease:
+			if ns == corev1.NamespaceNodeLease {
+				return !l.nodes
+			}
+			return ns == fc.TridentNamespace && !l.leases
+		case *coordinationv1.LeaseList:
+			// Only scan lists Leases: the Trident namespace's.
+			return ns == fc.TridentNamespace && !l.leases
+		case *storagev1.CSINode:
+			return !l.leases
+		case *corev1.EventList:
+			return ns == fc.TridentNamespace || (ns == "" && l.allEvents)
+		case *corev1.PersistentVolume, *corev1.PersistentVolumeClaim:
+			return true
+		}
+		return false
+	}
+}
+
+// LiveReader reads live from the API server, retrying the reads that failed for a
+// reason that says nothing about the object (facts.RetryReader).
+func LiveReader(mgr ctrl.Manager) client.Reader {
+	return facts.RetryReader{Reader: mgr.GetAPIReader()}
+}
