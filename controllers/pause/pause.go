@@ -1,6 +1,6 @@
-// Package pause is the stop button as the controller reads it: the pause ConfigMap,
-// what it says (State), and the watcher that exports when a pause began and records
-// who paused or resumed.
+// Package pause is the stop button as the controller reads it: the pause ConfigMap
+// and what it says (State). Package pausewatcher reports it.
+//
 // The stop button. Stopping is always safe, so it is the one write that needs no pull
 // request: `kubectl remediator pause --reason ...` writes the pause ConfigMap (the
 // chart's admission policy lets only the on-call groups write it, and only with their
@@ -15,22 +15,14 @@ package pause
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/tools/record"
-	"k8s.io/klog/v2"
-	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
-	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/remediator/remediator/api/v1alpha1"
 )
@@ -52,10 +44,11 @@ func (p State) Message() string {
 		return ""
 	}
 	return fmt.Sprintf("Remediator is paused by %s since %s: %q. No playbook and no step starts, and a running step neither acts nor times out, until `kubectl remediator resume`; what a running playbook changed stays as it is.",
-		orUnknown(p.By), p.At.UTC().Format(time.RFC3339), p.Reason)
+		OrUnknown(p.By), p.At.UTC().Format(time.RFC3339), p.Reason)
 }
 
-func orUnknown(s string) string {
+// OrUnknown names who paused or resumed: s, or "an unknown user" when empty.
+func OrUnknown(s string) string {
 	if s == "" {
 		return "an unknown user"
 	}
@@ -83,64 +76,6 @@ func Read(ctx context.Context, c client.Reader, key types.NamespacedName) State 
 		p.At = cm.CreationTimestamp.Time
 	}
 	return p
-}
-
-// pausedSince is remediator_pause_started_timestamp_seconds.
-var pausedSince = prometheus.NewGauge(prometheus.GaugeOpts{
-	Name: "remediator_pause_started_timestamp_seconds",
-	Help: "When the current pause began (unix seconds, from the pause ConfigMap); 0 when Remediator is not paused.",
-})
-
-// Watcher follows the pause ConfigMap: it exports when the pause began and
-// records who paused or resumed, and why, on the ConfigMap as Events and in the log.
-type Watcher struct {
-	Client   client.Client
-	Key      types.NamespacedName
-	Recorder record.EventRecorder
-
-	last *State
-}
-
-// SetupWithManager watches the one ConfigMap.
-func (w *Watcher) SetupWithManager(mgr ctrl.Manager) error {
-	if err := metrics.Registry.Register(pausedSince); err != nil && !errors.As(err, &prometheus.AlreadyRegisteredError{}) {
-		return fmt.Errorf("registering the pause metric: %w", err)
-	}
-	return ctrl.NewControllerManagedBy(mgr).
-		Named("pause").
-		For(&corev1.ConfigMap{}, builder.WithPredicates(IsObject(w.Key))).
-		Complete(w)
-}
-
-// Reconcile exports the pause state and says when it changed.
-func (w *Watcher) Reconcile(ctx context.Context, _ reconcile.Request) (ctrl.Result, error) {
-	p := Read(ctx, w.Client, w.Key)
-	if p.Paused {
-		pausedSince.Set(float64(p.At.Unix()))
-	} else {
-		pausedSince.Set(0)
-	}
-	if w.last != nil && w.last.Paused == p.Paused {
-		return ctrl.Result{}, nil
-	}
-	first := w.last == nil
-	w.last = &p
-	log := ctrl.LoggerFrom(ctx).WithValues("configMap", klog.KRef(w.Key.Namespace, w.Key.Name))
-	cm := &corev1.ConfigMap{}
-	haveCM := w.Client.Get(ctx, w.Key, cm) == nil
-	switch {
-	case p.Paused:
-		log.Info("Paused", "by", p.By, "reason", p.Reason, "since", p.At)
-		if haveCM {
-			w.Recorder.Eventf(cm, corev1.EventTypeWarning, v1alpha1.ReasonPaused, "Paused by %s: %s", orUnknown(p.By), p.Reason)
-		}
-	case !first:
-		log.Info("Resumed", "by", cm.Data[v1alpha1.PauseKeyBy], "reason", cm.Data[v1alpha1.PauseKeyReason])
-		if haveCM {
-			w.Recorder.Eventf(cm, corev1.EventTypeNormal, "Resumed", "Resumed by %s: %s", orUnknown(cm.Data[v1alpha1.PauseKeyBy]), cm.Data[v1alpha1.PauseKeyReason])
-		}
-	}
-	return ctrl.Result{}, nil
 }
 
 // IsObject passes the pause ConfigMap's events only.

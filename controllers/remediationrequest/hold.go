@@ -23,7 +23,7 @@ import (
 // read from the cache once per reconcile (s.pause).
 func (r *Reconciler) pausedMessage(ctx context.Context, s *scope) string {
 	if s.pause == nil {
-		p := pause.Read(ctx, r.Client, r.pauseKey())
+		p := pause.Read(ctx, r.Client, r.PauseKey())
 		s.pause = &p
 	}
 	return s.pause.Message()
@@ -51,8 +51,8 @@ func (r *Reconciler) hold(ctx context.Context, s *scope, msg string) (ctrl.Resul
 	return ctrl.Result{RequeueAfter: pauseRecheck}, nil
 }
 
-// pauseKey is the pause ConfigMap the reconciler reads.
-func (r *Reconciler) pauseKey() types.NamespacedName {
+// PauseKey is the pause ConfigMap the reconciler reads.
+func (r *Reconciler) PauseKey() types.NamespacedName {
 	if r.Pause.Name == "" {
 		return pause.DefaultConfigMap
 	}

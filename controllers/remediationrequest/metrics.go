@@ -16,7 +16,6 @@ import (
 
 	"github.com/remediator/remediator/api/v1alpha1"
 	"github.com/remediator/remediator/controllers/lifecycle"
-	"github.com/remediator/remediator/controllers/policyreload"
 	"github.com/remediator/remediator/controllers/requests"
 	"github.com/remediator/remediator/policies"
 	"github.com/remediator/remediator/remediations"
@@ -223,16 +222,13 @@ func runningStep(steps []v1alpha1.StepStatus) *v1alpha1.StepStatus {
 // serves the gauges of the cluster's requests, which only a replica whose elected
 // channel is closed (the manager's Elected(): the leader, or every replica without
 // leader election) exports; version labels remediator_build_info.
-func RegisterMetrics(reader client.Reader, engine *policies.Engine, elected <-chan struct{}, version string) error {
+func RegisterMetrics(reader client.Reader, elected <-chan struct{}, version string) error {
 	buildInfo.WithLabelValues(version, runtime.Version()).Set(1)
 	for _, c := range []prometheus.Collector{requestsTotal, decisionSeconds, stepSeconds, remediationSeconds, buildInfo,
 		decisionsFailedClosed, requestsCollector{reader: reader, elected: elected}} {
 		if err := metrics.Registry.Register(c); err != nil {
 			return err
 		}
-	}
-	if err := policyreload.RegisterMetrics(engine); err != nil {
-		return err
 	}
 	// Every series exists from the start, so that an alert on an increase sees the first one.
 	for _, r := range append(failClosedRules, failClosedSafetyFloor) {

@@ -23,7 +23,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	"github.com/remediator/remediator/api/v1alpha1"
-	"github.com/remediator/remediator/controllers/admission"
 	"github.com/remediator/remediator/controllers/decider"
 	"github.com/remediator/remediator/controllers/facts"
 	"github.com/remediator/remediator/controllers/lifecycle"
@@ -115,7 +114,7 @@ type phase func(ctx context.Context, s *scope) (ctrl.Result, error)
 
 // SetupWithManager registers the reconciler and the guards' index. Admission, the
 // pause watcher and fix verification are runnables of their own, wired beside it
-// (AdmissionFor, PauseWatcherFor).
+// (internal/cmd/controller).
 // Status writes do not bump the generation, so filtering on generation (and
 // annotations, used to ask for a refresh) keeps the controller from re-triggering
 // itself with most of its own patches. Two status writes do start a reconcile:
@@ -130,8 +129,7 @@ type phase func(ctx context.Context, s *scope) (ctrl.Result, error)
 // Requests are watched as unstructured objects (see package requests): one request the
 // Go type cannot decode must not keep the informer from syncing.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
-	// Every Event is bounded; AdmissionFor and PauseWatcherFor pass the bounded
-	// recorder on.
+	// Every Event is bounded; the runnables wired beside it share the recorder.
 	r.Recorder = requests.BoundEvents(r.Recorder)
 	if err := IndexRequests(context.Background(), mgr.GetFieldIndexer(), r.Playbooks); err != nil {
 		return fmt.Errorf("indexing requests for the guards: %w", err)
@@ -140,23 +138,10 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		For(requests.NewUnstructured(), builder.WithPredicates(
 			predicate.Or(predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}, journalAdvanced, slotGranted, slotGivenBack))).
 		Watches(requests.NewUnstructured(), handler.EnqueueRequestsFromMapFunc(r.wake), builder.WithPredicates(stoppedRunning)).
-		Watches(&corev1.ConfigMap{}, handler.EnqueueRequestsFromMapFunc(r.wakePaused), builder.WithPredicates(pause.IsObject(r.pauseKey()))).
+		Watches(&corev1.ConfigMap{}, handler.EnqueueRequestsFromMapFunc(r.wakePaused), builder.WithPredicates(pause.IsObject(r.PauseKey()))).
 		WithOptions(controller.Options{MaxConcurrentReconciles: max(1, r.Workers), RateLimiter: requests.RateLimiter()}).
 		Named("remediationrequest").
 		Complete(r)
-}
-
-// AdmissionFor is admission for the requests r reconciles: the same cap, namespaces,
-// pause, clock and step timeout. Call it after r.SetupWithManager.
-func AdmissionFor(r *Reconciler) *admission.Reconciler {
-	return &admission.Reconciler{Reader: r.Reader, Client: r.Client, MaxConcurrent: r.MaxConcurrent, Playbooks: r.Playbooks,
-		Namespaces: r.Namespaces, Recorder: r.Recorder, Clock: r.Clock, Pause: r.pauseKey(), StepTimeout: r.Timeouts.Step}
-}
-
-// PauseWatcherFor is the watcher of the pause r reads. Call it after
-// r.SetupWithManager.
-func PauseWatcherFor(r *Reconciler) *pause.Watcher {
-	return &pause.Watcher{Client: r.Client, Key: r.pauseKey(), Recorder: r.Recorder}
 }
 
 // Reconcile is fetch -> ensure finalizer (where a playbook will need a restore) ->

@@ -30,6 +30,7 @@ import (
 	"github.com/remediator/remediator/controllers/facts"
 	"github.com/remediator/remediator/controllers/pause"
 	"github.com/remediator/remediator/controllers/remediationrequest"
+	"github.com/remediator/remediator/controllers/setup"
 	"github.com/remediator/remediator/controllers/verification"
 	"github.com/remediator/remediator/controllers/wiring"
 	"github.com/remediator/remediator/policies"
@@ -110,11 +111,8 @@ func startManagerLogging(t *testing.T, cfg *rest.Config, log logr.Logger, verify
 	for _, o := range opts {
 		o(r)
 	}
-	require.NoError(t, r.SetupWithManager(mgr))
-	require.NoError(t, remediationrequest.AdmissionFor(r).SetupWithManager(mgr))
-	require.NoError(t, remediationrequest.PauseWatcherFor(r).SetupWithManager(mgr))
 	v := &verification.Reconciler{Client: mgr.GetClient(), Gatherer: decide, Window: verifyFixFor, Recorder: r.Recorder, Clock: r.Clock}
-	require.NoError(t, v.SetupWithManager(mgr))
+	require.NoError(t, setup.Runnables(mgr, r, v))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- mgr.Start(ctx) }()

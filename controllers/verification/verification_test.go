@@ -28,6 +28,7 @@ import (
 	"github.com/remediator/remediator/controllers/facts"
 	"github.com/remediator/remediator/controllers/pause"
 	"github.com/remediator/remediator/controllers/remediationrequest"
+	"github.com/remediator/remediator/controllers/setup"
 	"github.com/remediator/remediator/controllers/verification"
 	"github.com/remediator/remediator/controllers/wiring"
 	"github.com/remediator/remediator/policies"
@@ -84,11 +85,8 @@ func startStoppableManager(t *testing.T, window verifyFor) (stop func()) {
 		Timeouts:       remediations.DefaultTimeouts,
 		Recorder:       recorder,
 	}
-	require.NoError(t, r.SetupWithManager(mgr))
-	require.NoError(t, remediationrequest.AdmissionFor(r).SetupWithManager(mgr))
-	require.NoError(t, remediationrequest.PauseWatcherFor(r).SetupWithManager(mgr))
 	v := &verification.Reconciler{Client: mgr.GetClient(), Gatherer: decide, Window: time.Duration(window), Recorder: recorder, Workers: 4}
-	require.NoError(t, v.SetupWithManager(mgr))
+	require.NoError(t, setup.Runnables(mgr, r, v))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- mgr.Start(ctx) }()

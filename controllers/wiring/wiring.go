@@ -22,7 +22,6 @@ import (
 
 	"github.com/remediator/remediator/controllers/facts"
 	"github.com/remediator/remediator/controllers/pause"
-	"github.com/remediator/remediator/controllers/sweeper"
 )
 
 // Event fields the gatherer selects LeaseRetained events by; the cache indexes each.
@@ -143,13 +142,8 @@ func stripNode(obj any) (any, error) {
 
 // PrepareCache registers the indexes the gatherer's cached reads select by, and
 // starts the facts' informers with the manager, so that the first decision does not
-// wait for their first list. It also adds the sweeper, which lists the nodes of the
-// same cache (see Sweeper), so that every manager wired here runs it.
+// wait for their first list.
 func PrepareCache(ctx context.Context, mgr ctrl.Manager) error {
-	sw := &sweeper.Sweeper{Client: mgr.GetClient(), Reader: LiveReader(mgr), Recorder: mgr.GetEventRecorderFor("remediator")}
-	if err := mgr.Add(sw); err != nil {
-		return fmt.Errorf("adding the cordon sweeper: %w", err)
-	}
 	for field, value := range eventFields {
 		err := mgr.GetFieldIndexer().IndexField(ctx, &corev1.Event{}, field, func(o client.Object) []string {
 			if e, ok := o.(*corev1.Event); ok {

@@ -31,6 +31,7 @@ import (
 	"github.com/remediator/remediator/controllers/pause"
 	"github.com/remediator/remediator/controllers/policyreload"
 	"github.com/remediator/remediator/controllers/remediationrequest"
+	"github.com/remediator/remediator/controllers/setup"
 	"github.com/remediator/remediator/controllers/verification"
 	"github.com/remediator/remediator/controllers/wiring"
 	"github.com/remediator/remediator/internal/cmd/cmdutil"
@@ -303,26 +304,18 @@ func (o *Options) verifier(mgr ctrl.Manager, r *remediationrequest.Reconciler) *
 	}
 }
 
-// addRunnables wires every runnable of the controller to the manager, in this one
-// place: the request reconciler r, admission, the pause watcher, fix verification,
-// the detector and the policy reloader, with the metrics and the probes. (The
-// sweeper and the cache's first list come with the cache: wiring.PrepareCache.)
+// addRunnables wires every runnable of the controller to the manager: the request
+// reconciler r and those that share its settings (package setup, as the envtests
+// do), the detector and the policy reloader, with the metrics and the probes.
 func (o *Options) addRunnables(mgr ctrl.Manager, r *remediationrequest.Reconciler, policy *policies.Engine, serverClock *facts.ServerClock) error {
-	// The request reconciler first: it bounds the recorder the others share.
-	if err := r.SetupWithManager(mgr); err != nil {
-		return fmt.Errorf("setting up the RemediationRequest controller: %w", err)
+	if err := setup.Runnables(mgr, r, o.verifier(mgr, r)); err != nil {
+		return err
 	}
-	if err := remediationrequest.AdmissionFor(r).SetupWithManager(mgr); err != nil {
-		return fmt.Errorf("setting up admission: %w", err)
-	}
-	if err := remediationrequest.PauseWatcherFor(r).SetupWithManager(mgr); err != nil {
-		return fmt.Errorf("setting up the pause watcher: %w", err)
-	}
-	if err := o.verifier(mgr, r).SetupWithManager(mgr); err != nil {
-		return fmt.Errorf("setting up the verification of fixes: %w", err)
-	}
-	if err := remediationrequest.RegisterMetrics(mgr.GetClient(), policy, mgr.Elected(), o.version); err != nil {
+	if err := remediationrequest.RegisterMetrics(mgr.GetClient(), mgr.Elected(), o.version); err != nil {
 		return fmt.Errorf("registering metrics: %w", err)
+	}
+	if err := policyreload.RegisterMetrics(policy); err != nil {
+		return fmt.Errorf("registering the policy's metrics: %w", err)
 	}
 	if err := verification.RegisterMetrics(); err != nil {
 		return fmt.Errorf("registering the verification's metrics: %w", err)
