@@ -405,6 +405,8 @@ var (
 	stepTimeoutMethod = regexp.MustCompile(`func \((\w+)\) Timeout\(\w+ \*Execution\) time\.Duration \{\s*return \w+\.Timeouts\.(\w+)\(\)\s*\}`)
 	// v1alpha1.StepCordon: cordon{},
 	stepLibraryEntry = regexp.MustCompile(`v1alpha1\.(Step\w+):\s*(\w+)\{\}`)
+	// A wait step: the library entry names its timeout itself.
+	waitLibraryEntry = regexp.MustCompile(`v1alpha1\.(Step\w+):\s*wait\{\w+, Timeouts\.(\w+)\}`)
 	// StepCordon = "cordon"
 	stepNameConst  = regexp.MustCompile(`\b(Step\w+)\s*=\s*"(\w+)"`)
 	stuckThreshold = regexp.MustCompile(`remediator_running_step_age_seconds\{step(=~|!~)"([^"]*)"\}\) > ([0-9.e+]+)`)
@@ -447,6 +449,12 @@ func TestRemediationStuckKnowsEveryStepTimeout(t *testing.T) {
 		require.NotEmpty(t, name, "no constant v1alpha1.%s", m[1])
 		require.NotEmpty(t, seconds[kind], "step %s (%s): its Timeout method returns r.Timeouts.%q, which this test does not know", name, m[2], kind)
 		want[name] = seconds[kind]
+	}
+	for _, m := range waitLibraryEntry.FindAllStringSubmatch(steps, -1) {
+		name := names[m[1]]
+		require.NotEmpty(t, name, "no constant v1alpha1.%s", m[1])
+		require.NotEmpty(t, seconds[m[2]], "wait step %s: its timeout is Timeouts.%s, which this test does not know", name, m[2])
+		want[name] = seconds[m[2]]
 	}
 	playbooks, err := remediations.DefaultPlaybooks()
 	require.NoError(t, err)
