@@ -9,6 +9,7 @@ package plan
 // decision, the playbook's steps and an exit code a CI job can gate on.
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -85,7 +86,8 @@ func planCodeRank(code int) int {
 	return 3
 }
 
-type planOptions struct {
+// Options are plan's flags, and what Complete and Validate derive from them.
+type Options struct {
 	files       []string
 	factsFiles  []string
 	cluster     *cmdutil.ClusterFlags
@@ -101,6 +103,17 @@ type planOptions struct {
 	// says which were.
 	settingsConfigMap string
 	flags             *pflag.FlagSet
+	// stdin is what -f - and --facts - read, once.
+	stdin io.Reader
+
+	// now is when the requests would be applied: --at, else the time Complete ran.
+	// Set by Validate, which parses --at.
+	now time.Time
+}
+
+// NewOptions returns plan's options with its defaults.
+func NewOptions() *Options {
+	return &Options{cluster: cmdutil.NewClusterFlags(true), output: cmdutil.NewOutputFlags("", "table", "text")}
 }
 
 // NewCommand returns `remediator plan` with its subcommand pull-request; version is
@@ -113,7 +126,7 @@ func NewCommand(version string) *cobra.Command {
 
 // newPlanRequestsCommand is plan without its subcommands.
 func newPlanRequestsCommand() *cobra.Command {
-	o := planOptions{cluster: cmdutil.NewClusterFlags(true), output: cmdutil.NewOutputFlags("", "table", "text")}
+	o := NewOptions()
 	cmd := &cobra.Command{
 		Use:   "plan -f REQUEST.yaml [-f ...] [--facts FACTS.yaml | --kubeconfig FILE]",
 		Short: "Show what the policies would decide for RemediationRequests, without applying them (a PR check)",
@@ -163,10 +176,21 @@ Exit codes (with several requests the worst wins: 1, then 2, then 4, then 0):
      the API unreachable, policies that do not compile`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			o.flags = cmd.Flags()
-			return runPlan(cmd.Context(), cmd.OutOrStdout(), cmd.InOrStdin(), &o)
+			if err := o.Complete(cmd); err != nil {
+				return err
+			}
+			if err := o.Validate(); err != nil {
+				return err
+			}
+			return o.Run(cmd.Context(), cmd.OutOrStdout())
 		},
 	}
+	o.AddFlags(cmd)
+	return cmd
+}
+
+// AddFlags registers plan's flags on cmd.
+func (o *Options) AddFlags(cmd *cobra.Command) {
 	f := cmd.Flags()
 	f.StringArrayVarP(&o.files, "filename", "f", nil, "RemediationRequest manifest(s) to plan: a file, a directory (its .json, .yaml and .yml files, as kubectl -f) or - for stdin; repeatable")
 	f.StringArrayVar(&o.factsFiles, "facts", nil, "Saved facts (v1alpha1.Facts, or RemediationRequests with status.facts) instead of live ones; repeatable")
@@ -181,7 +205,35 @@ Exit codes (with several requests the worst wins: 1, then 2, then 4, then 0):
 	cmdutil.AddSettingsFlag(f, &o.settingsConfigMap, "plan")
 	cmd.MarkFlagsMutuallyExclusive("facts", "kubeconfig")
 	cmd.MarkFlagsMutuallyExclusive("facts", "context")
-	return cmd
+}
+
+// Complete takes the command's flag set (the settings ConfigMap fills the flags it
+// says were not given) and stdin, and the time now, which --at overrides. The
+// clients are built in Run: plan connects only when a request is to be planned on
+// live facts, so that invalid requests are reported without a cluster.
+func (o *Options) Complete(cmd *cobra.Command) error {
+	o.flags, o.stdin, o.now = cmd.Flags(), cmd.InOrStdin(), time.Now()
+	return nil
+}
+
+// Validate refuses what the flags alone make wrong, before any file is read or the
+// cluster is reached: -o, --at, nothing to plan, and settings the controller would
+// refuse. The settings ConfigMap's values are checked once they applied (Run).
+func (o *Options) Validate() error {
+	if err := o.output.Validate(); err != nil {
+		return err
+	}
+	if o.at != "" {
+		t, err := time.Parse(time.RFC3339, o.at)
+		if err != nil {
+			return fmt.Errorf("parsing --at %q (want RFC 3339, e.g. 2026-11-19T02:30:00Z): %w", o.at, err)
+		}
+		o.now = t
+	}
+	if len(o.files) == 0 && o.policiesDir == "" {
+		return errors.New("-f is required: the requests to plan (or give --policies-dir alone to check policies)")
+	}
+	return o.checkSettings()
 }
 
 // planInput is one YAML document of an -f file: a request, or why it is not one.
@@ -203,107 +255,23 @@ type savedFacts struct {
 	facts   *v1alpha1.Facts
 }
 
-// runPlan takes the options the flags are bound to: the settings ConfigMap sets the
-// flags that were not given.
-func runPlan(ctx context.Context, w io.Writer, stdin io.Reader, o *planOptions) error {
-	if err := o.output.Validate(); err != nil {
-		return err
-	}
-	at := time.Now()
-	if o.at != "" {
-		t, err := time.Parse(time.RFC3339, o.at)
-		if err != nil {
-			return fmt.Errorf("parsing --at %q (want RFC 3339, e.g. 2026-11-19T02:30:00Z): %w", o.at, err)
-		}
-		at = t
-	}
-	source := "embedded"
-	if o.policiesDir != "" {
-		source = o.policiesDir
-	}
-	if len(o.files) == 0 && o.policiesDir == "" {
-		return errors.New("-f is required: the requests to plan (or give --policies-dir alone to check policies)")
-	}
-	policy, err := policies.Load(o.policiesDir)
-	if err != nil {
-		return fmt.Errorf("loading policies from %s: %w", source, err)
-	}
-	playbooks, err := remediations.DefaultPlaybooks()
+// Run plans every request of -f (or checks --policies-dir alone) and writes the
+// report to w. Its error is a planExitError when the report says why it fails.
+func (o *Options) Run(ctx context.Context, w io.Writer) error {
+	report, policy, playbooks, err := o.loadPolicies()
 	if err != nil {
 		return err
 	}
-	var generated string
-	if o.policiesDir != "" {
-		cm, err := kustomized.Check(filesys.MakeFsOnDisk(), o.policiesDir, o.policiesConfigMap)
-		if err != nil {
-			return fmt.Errorf("the policies in %s: %w", o.policiesDir, err)
-		}
-		if cm != nil {
-			generated = cm.String()
-		}
-	}
-	in := &onceReader{r: stdin}
+	in := &onceReader{r: o.stdin}
 	inputs := readPlanRequests(o.files, in)
-
-	report := planReport{Policy: planPolicy{Source: source, Digest: policy.Digest(), ConfigMap: generated}, At: at.UTC().Format(time.RFC3339)}
-	// Connect only when there is something to plan live, so that a PR whose requests
-	// are all invalid is told so without needing a cluster.
-	live := len(o.factsFiles) == 0 && slices.ContainsFunc(inputs, func(in planInput) bool { return in.rr != nil && len(in.errs) == 0 })
-	if err := o.checkSettings(); err != nil {
-		return err
-	}
-	if live {
-		// The controller's settings next (flags given win): they are what the
-		// gatherer and the floor use.
-		if report.Settings, report.Warnings, err = o.applySettings(ctx); err != nil {
-			return err
-		}
-		if err := o.checkSettings(); err != nil {
-			return fmt.Errorf("with the controller's settings from ConfigMap %s: %w", o.settingsConfigMap, err)
-		}
-	}
-	gates, err := o.cluster.Gates()
+	p, err := o.newPlanner(ctx, policy, playbooks, inputs, in, &report)
 	if err != nil {
 		return err
 	}
-	p := &planner{policy: policy, playbooks: playbooks, at: at, maxConcurrent: o.maxConcurrent, gates: gates, namespace: o.cluster.Namespace()}
-	if len(o.factsFiles) > 0 {
-		report.FactsSource = "saved"
-		if p.saved, err = readSavedFacts(o.factsFiles, in); err != nil {
-			return err
-		}
-	} else {
-		report.FactsSource = "live"
-		if live {
-			if p.reader, p.gatherer, err = o.cluster.Gatherer(ctx); err != nil {
-				return err
-			}
-		}
-	}
-
 	for _, input := range inputs {
 		report.Requests = append(report.Requests, p.plan(ctx, input))
 	}
-	slices.SortStableFunc(report.Requests, func(a, b planResult) int {
-		return strings.Compare(planSortKey(a.Request), planSortKey(b.Request))
-	})
-	for _, r := range report.Requests {
-		switch {
-		case r.Existing != nil:
-			report.Summary.AlreadyDecided++
-		case r.Decision == nil:
-			report.Summary.Failed++
-		case r.Decision.Outcome == planAllowed:
-			report.Summary.Allowed++
-		case r.Decision.Outcome == planRejected:
-			report.Summary.Rejected++
-		default:
-			report.Summary.WouldWait++
-		}
-		if planCodeRank(r.ExitCode) > planCodeRank(report.ExitCode) {
-			report.ExitCode = r.ExitCode
-		}
-	}
+	report.summarize()
 	if err := writePlanReport(w, report, o.output); err != nil {
 		return fmt.Errorf("writing the plan: %w", err)
 	}
@@ -311,6 +279,96 @@ func runPlan(ctx context.Context, w io.Writer, stdin io.Reader, o *planOptions) 
 		return planExitError{code: report.ExitCode, summary: report.Summary}
 	}
 	return nil
+}
+
+// loadPolicies loads the policies (--policies-dir, else the embedded ones) and the
+// playbooks, checks a kustomization in --policies-dir, and starts the report with
+// them and the time planned at.
+func (o *Options) loadPolicies() (planReport, *policies.Engine, remediations.Playbooks, error) {
+	source := cmp.Or(o.policiesDir, "embedded")
+	policy, err := policies.Load(o.policiesDir)
+	if err != nil {
+		return planReport{}, nil, nil, fmt.Errorf("loading policies from %s: %w", source, err)
+	}
+	playbooks, err := remediations.DefaultPlaybooks()
+	if err != nil {
+		return planReport{}, nil, nil, err
+	}
+	var generated string
+	if o.policiesDir != "" {
+		cm, err := kustomized.Check(filesys.MakeFsOnDisk(), o.policiesDir, o.policiesConfigMap)
+		if err != nil {
+			return planReport{}, nil, nil, fmt.Errorf("the policies in %s: %w", o.policiesDir, err)
+		}
+		if cm != nil {
+			generated = cm.String()
+		}
+	}
+	report := planReport{Policy: planPolicy{Source: source, Digest: policy.Digest(), ConfigMap: generated}, At: o.now.UTC().Format(time.RFC3339)}
+	return report, policy, playbooks, nil
+}
+
+// newPlanner builds the planner for inputs: on saved facts (--facts), or on live
+// ones, with the controller's settings from its ConfigMap (flags given win: they are
+// what the gatherer and the floor use), which it records in report.
+func (o *Options) newPlanner(ctx context.Context, policy *policies.Engine, playbooks remediations.Playbooks,
+	inputs []planInput, in *onceReader, report *planReport) (*planner, error) {
+	// Connect only when there is something to plan live, so that a PR whose requests
+	// are all invalid is told so without needing a cluster.
+	live := len(o.factsFiles) == 0 && slices.ContainsFunc(inputs, func(in planInput) bool { return in.rr != nil && len(in.errs) == 0 })
+	var err error
+	if live {
+		if report.Settings, report.Warnings, err = o.applySettings(ctx); err != nil {
+			return nil, err
+		}
+		if err := o.checkSettings(); err != nil {
+			return nil, fmt.Errorf("with the controller's settings from ConfigMap %s: %w", o.settingsConfigMap, err)
+		}
+	}
+	gates, err := o.cluster.Gates()
+	if err != nil {
+		return nil, err
+	}
+	p := &planner{policy: policy, playbooks: playbooks, at: o.now, maxConcurrent: o.maxConcurrent, gates: gates, namespace: o.cluster.Namespace()}
+	if len(o.factsFiles) > 0 {
+		report.FactsSource = "saved"
+		if p.saved, err = readSavedFacts(o.factsFiles, in); err != nil {
+			return nil, err
+		}
+		return p, nil
+	}
+	report.FactsSource = "live"
+	if live {
+		if p.reader, p.gatherer, err = o.cluster.Gatherer(ctx); err != nil {
+			return nil, err
+		}
+	}
+	return p, nil
+}
+
+// summarize sorts the results by request and counts their outcomes; the report's
+// exit code is the worst of theirs.
+func (r *planReport) summarize() {
+	slices.SortStableFunc(r.Requests, func(a, b planResult) int {
+		return strings.Compare(planSortKey(a.Request), planSortKey(b.Request))
+	})
+	for _, res := range r.Requests {
+		switch {
+		case res.Existing != nil:
+			r.Summary.AlreadyDecided++
+		case res.Decision == nil:
+			r.Summary.Failed++
+		case res.Decision.Outcome == planAllowed:
+			r.Summary.Allowed++
+		case res.Decision.Outcome == planRejected:
+			r.Summary.Rejected++
+		default:
+			r.Summary.WouldWait++
+		}
+		if planCodeRank(res.ExitCode) > planCodeRank(r.ExitCode) {
+			r.ExitCode = res.ExitCode
+		}
+	}
 }
 
 func planSortKey(r planRequest) string {
