@@ -395,6 +395,9 @@ type planner struct {
 	namespace string
 }
 
+// plan plans one request: refused as admission or the sync would refuse it, reported
+// as already decided when the controller will not decide it again, else decided as
+// the controller would.
 func (p *planner) plan(ctx context.Context, in planInput) planResult {
 	res := planResult{Request: planRequest{Source: in.source, Document: in.doc}, Conflicts: []string{}, Steps: []string{}, Notes: []string{}}
 	fail := func(errs ...string) planResult {
@@ -406,29 +409,18 @@ func (p *planner) plan(ctx context.Context, in planInput) planResult {
 		return fail(in.errs...)
 	}
 	rr := in.rr
-	if p.namespace != "" && len(in.errs) == 0 {
-		switch rr.Namespace {
-		case "":
-			rr.Namespace = p.namespace
-		case p.namespace:
-		default:
-			// kubectl apply -n refuses the same way.
-			in.errs = []string{fmt.Sprintf("%s (document %d): the request's namespace %q does not match --namespace %q",
-				in.source, in.doc, rr.Namespace, p.namespace)}
-		}
-	}
+	errs := p.placeInNamespace(in)
 	res.Request.Namespace, res.Request.Name, res.Request.Spec = rr.Namespace, rr.Name, &rr.Spec
-	if len(in.errs) > 0 || len(in.refused) > 0 {
-		return fail(append(slices.Clone(in.errs), in.refused...)...)
+	if len(errs) > 0 || len(in.refused) > 0 {
+		return fail(append(slices.Clone(errs), in.refused...)...)
 	}
-
-	// The other requests the guards weigh: live ones, or none with saved facts.
-	others := p.others
 	if p.gatherer == nil {
 		sf, err := matchSavedFacts(p.saved, rr)
 		if err != nil {
 			return fail(err.Error())
 		}
+		// decide takes the saved facts from the request, as the controller's own
+		// record of them.
 		res.FactsFrom = sf.from
 		rr.Status.Facts = sf.facts
 		res.Notes = append(res.Notes, fmt.Sprintf("Facts are saved ones, gathered at %s; the controller decides on live facts when the request is applied.",
@@ -448,25 +440,64 @@ func (p *planner) plan(ctx context.Context, in planInput) planResult {
 		if ex.note != "" {
 			res.Notes = append(res.Notes, ex.note)
 		}
+	}
+	o, f, err := p.decide(ctx, rr, p.at)
+	if err != nil {
+		return fail(err.Error())
+	}
+	res.Facts = f
+	p.record(&res, rr, o)
+	return res
+}
+
+// placeInNamespace puts a request whose manifest names no namespace in --namespace
+// and refuses one that names another, as kubectl apply -n does. It returns the
+// input's errors, with that refusal.
+func (p *planner) placeInNamespace(in planInput) []string {
+	rr := in.rr
+	if p.namespace == "" || len(in.errs) > 0 {
+		return in.errs
+	}
+	switch rr.Namespace {
+	case "":
+		rr.Namespace = p.namespace
+	case p.namespace:
+	default:
+		return []string{fmt.Sprintf("%s (document %d): the request's namespace %q does not match --namespace %q",
+			in.source, in.doc, rr.Namespace, p.namespace)}
+	}
+	return nil
+}
+
+// decide is the controller's decide phase for rr at now: it gathers the facts (live;
+// with saved ones, those plan put in rr.Status.Facts), lists the other requests the
+// guards weigh (live ones, else p.others), and asks lifecycle.Decide: the policy,
+// the safety floor, DryRun, the maintenance window and the cap, in the controller's
+// order. Admission's own choice, on the requests as they are, tells whether the
+// request would get a slot of the cap at once or wait in line for one. It is kept
+// whole so that a decider shared with the controller can replace it.
+func (p *planner) decide(ctx context.Context, rr *v1alpha1.RemediationRequest, now time.Time) (lifecycle.Outcome, *v1alpha1.Facts, error) {
+	others := p.others
+	if p.gatherer != nil {
 		f, err := p.gatherer.Gather(ctx, rr)
 		if err != nil {
-			return fail(fmt.Sprintf("gathering facts: %v", err))
+			return lifecycle.Outcome{}, nil, fmt.Errorf("gathering facts: %w", err)
 		}
 		rr.Status.Facts = f
 		if others, err = requests.List(ctx, p.reader); err != nil {
-			return fail(err.Error())
+			return lifecycle.Outcome{}, nil, err
 		}
 	}
-	res.Facts = rr.Status.Facts
-
-	// The controller's own decision path: the policy, the safety floor, DryRun, the
-	// maintenance window and the cap, in the same order and with the same outcome.
-	// Admission's own choice, on the requests as they are, tells whether the request
-	// would get a slot of the cap at once or wait in line for one.
 	o := lifecycle.Decide(p.policy, p.playbooks, lifecycle.DecisionInput{
-		Request: rr, Facts: rr.Status.Facts, Others: others, MaxConcurrent: p.maxConcurrent, Gates: p.gates, Now: p.at,
-		Admitted: slots.WouldAdmit(rr, others, p.maxConcurrent, p.playbooks, p.at),
+		Request: rr, Facts: rr.Status.Facts, Others: others, MaxConcurrent: p.maxConcurrent, Gates: p.gates, Now: now,
+		Admitted: slots.WouldAdmit(rr, others, p.maxConcurrent, p.playbooks, now),
 	})
+	return o, rr.Status.Facts, nil
+}
+
+// record writes the controller's outcome o for rr into res: the decision, the
+// conflicts, the playbook's steps, the notes and the exit code.
+func (p *planner) record(res *planResult, rr *v1alpha1.RemediationRequest, o lifecycle.Outcome) {
 	if o.Conflicts != nil {
 		res.Conflicts = o.Conflicts
 	}
@@ -485,40 +516,46 @@ func (p *planner) plan(ctx context.Context, in planInput) planResult {
 	for _, st := range o.Steps {
 		res.Steps = append(res.Steps, st.Name)
 	}
-	mw := rr.Spec.MaintenanceWindow
-	switch o.Phase {
-	case v1alpha1.PhasePending:
-		dec.Outcome = planAllowed
-		res.Notes = append(res.Notes, "spec.mode is DryRun: the controller records this decision and the planned steps (all Pending) and changes nothing; set spec.mode: Apply to run the playbook.")
-		if mw != nil {
-			res.Notes = append(res.Notes, "spec.maintenanceWindow is not consulted for a dry run.")
-		}
-	case v1alpha1.PhaseRunning:
-		dec.Outcome = planAllowed
-		if mw != nil {
-			res.Notes = append(res.Notes, fmt.Sprintf("The maintenance window (%s for %s) is open at %s: the playbook would start right away; only its start is gated.",
-				mw.Schedule, mw.Duration.Duration, p.at.UTC().Format(time.RFC3339)))
-		}
-	case v1alpha1.PhaseWaiting:
-		dec.Outcome = planWouldWait
-		switch o.Progressing.Reason {
-		case v1alpha1.ReasonWaitingForWindow:
-			dec.WindowOpensAt = d.RecheckAt.UTC().Format(time.RFC3339)
-			dec.RecheckAfterSeconds = 0
-			res.Notes = append(res.Notes, fmt.Sprintf(
-				"Playbook %s is allowed but waits for the maintenance window (%s for %s), which is closed at %s and opens at %s; the controller decides again then, on fresh facts.",
-				d.Playbook, mw.Schedule, mw.Duration.Duration, p.at.UTC().Format(time.RFC3339), dec.WindowOpensAt))
-		case v1alpha1.ReasonWaitingForSlot:
-			res.Notes = append(res.Notes, o.Progressing.Message)
-		}
-	default:
-		dec.Outcome = planRejected
-	}
+	dec.Outcome, res.Notes = p.outcome(rr, o, dec, res.Notes)
 	switch dec.Outcome {
 	case planRejected:
 		res.ExitCode = ExitPlanRejected
 	case planWouldWait:
 		res.ExitCode = ExitPlanWaiting
 	}
-	return res
+}
+
+// outcome is plan's outcome for the phase the controller would set, with notes on
+// DryRun, the maintenance window and a wait for a slot appended to notes. A window's
+// wait replaces dec's recheck time with the time the window opens.
+func (p *planner) outcome(rr *v1alpha1.RemediationRequest, o lifecycle.Outcome, dec *planDecision, notes []string) (string, []string) {
+	mw := rr.Spec.MaintenanceWindow
+	at := p.at.UTC().Format(time.RFC3339)
+	switch o.Phase {
+	case v1alpha1.PhasePending:
+		notes = append(notes, "spec.mode is DryRun: the controller records this decision and the planned steps (all Pending) and changes nothing; set spec.mode: Apply to run the playbook.")
+		if mw != nil {
+			notes = append(notes, "spec.maintenanceWindow is not consulted for a dry run.")
+		}
+		return planAllowed, notes
+	case v1alpha1.PhaseRunning:
+		if mw != nil {
+			notes = append(notes, fmt.Sprintf("The maintenance window (%s for %s) is open at %s: the playbook would start right away; only its start is gated.",
+				mw.Schedule, mw.Duration.Duration, at))
+		}
+		return planAllowed, notes
+	case v1alpha1.PhaseWaiting:
+		switch o.Progressing.Reason {
+		case v1alpha1.ReasonWaitingForWindow:
+			dec.WindowOpensAt = o.Decision.RecheckAt.UTC().Format(time.RFC3339)
+			dec.RecheckAfterSeconds = 0
+			notes = append(notes, fmt.Sprintf(
+				"Playbook %s is allowed but waits for the maintenance window (%s for %s), which is closed at %s and opens at %s; the controller decides again then, on fresh facts.",
+				o.Decision.Playbook, mw.Schedule, mw.Duration.Duration, at, dec.WindowOpensAt))
+		case v1alpha1.ReasonWaitingForSlot:
+			notes = append(notes, o.Progressing.Message)
+		}
+		return planWouldWait, notes
+	}
+	return planRejected, notes
 }
