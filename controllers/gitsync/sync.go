@@ -274,74 +274,11 @@ func (s *Syncer) admit(files []manifestFile, commit string) ([]*unstructured.Uns
 			continue
 		}
 		for i, doc := range docs {
-			where := fmt.Sprintf("%s (document %d)", f.Path, i+1)
-			if doc.Err != nil {
-				problems = append(problems, fmt.Sprintf("%s: malformed YAML: %v", where, doc.Err))
-				continue
+			o, why := s.admitDocument(f, fmt.Sprintf("%s (document %d)", f.Path, i+1), doc, seen)
+			problems = append(problems, why...)
+			if o != nil {
+				out = append(out, o)
 			}
-			if doc.JSON == nil {
-				continue
-			}
-			obj, strict, err := DecodeObject(doc.JSON)
-			if err != nil {
-				problems = append(problems, fmt.Sprintf("%s: not a Kubernetes object: %v", where, err))
-				continue
-			}
-			if len(strict) > 0 {
-				for _, e := range strict {
-					problems = append(problems, fmt.Sprintf("%s: %v", where, e))
-				}
-				continue
-			}
-			o := &unstructured.Unstructured{Object: obj}
-			gvk := o.GroupVersionKind()
-			if gvk.Group != v1alpha1.GroupVersion.Group || gvk.Kind != "RemediationRequest" {
-				kind := gvk.Kind
-				if kind == "" {
-					kind = "an object without kind"
-				}
-				problems = append(problems, fmt.Sprintf("%s: %s %q is not a RemediationRequest; only remediator.io RemediationRequests may be synced", where, kind, o.GetName()))
-				continue
-			}
-			if gvk.Version != v1alpha1.GroupVersion.Version {
-				problems = append(problems, fmt.Sprintf("%s: apiVersion %s is not served; use %s", where, o.GetAPIVersion(), v1alpha1.GroupVersion))
-				continue
-			}
-			if o.GetName() == "" {
-				problems = append(problems, where+": metadata.name is empty")
-				continue
-			}
-			if o.GetNamespace() == "" {
-				o.SetNamespace(s.opts.Namespaces[0])
-			}
-			if !slices.Contains(s.opts.Namespaces, o.GetNamespace()) {
-				problems = append(problems, fmt.Sprintf("%s: RemediationRequest %s/%s is in namespace %q; allowed: %s", where, o.GetNamespace(), o.GetName(), o.GetNamespace(), strings.Join(s.opts.Namespaces, ", ")))
-				continue
-			}
-			key := o.GetNamespace() + "/" + o.GetName()
-			if prev, dup := seen[key]; dup {
-				problems = append(problems, fmt.Sprintf("%s: RemediationRequest %s is also defined in %s", where, key, prev))
-				continue
-			}
-			seen[key] = where
-			// Fields and annotations that would let the manifest decide how or when
-			// the request is applied or deleted (hooks, recreating sync options,
-			// finalizers, owners); see Refusals.
-			for _, r := range Refusals(o.Object) {
-				problems = append(problems, where+": "+r)
-			}
-			ann := o.GetAnnotations()
-			if ann == nil {
-				ann = map[string]string{}
-			}
-			ann[AnnotationGitCommit] = f.Commit
-			ann[AnnotationGitPath] = f.Path
-			ann[AnnotationSyncSource] = s.source
-			o.SetAnnotations(ann)
-			// Status belongs to the controller; a status block in Git is ignored by
-			// the API server anyway, but would show as a permanent diff.
-			unstructured.RemoveNestedField(o.Object, "status")
-			out = append(out, o)
 		}
 	}
 	if len(problems) > 0 {
@@ -349,6 +286,86 @@ func (s *Syncer) admit(files []manifestFile, commit string) ([]*unstructured.Uns
 		return nil, fmt.Errorf("%d problem(s): %s", len(problems), strings.Join(problems, "; "))
 	}
 	return out, nil
+}
+
+// admitDocument reads one document of file f, at where, into the request to apply,
+// annotated with its origin. It returns the problems that refuse the revision; an
+// object comes back even with problems when only Refusals refuses it, and none for a
+// document without an object. seen maps the requests read so far to where they were.
+func (s *Syncer) admitDocument(f manifestFile, where string, doc Document, seen map[string]string) (*unstructured.Unstructured, []string) {
+	if doc.Err != nil {
+		return nil, []string{fmt.Sprintf("%s: malformed YAML: %v", where, doc.Err)}
+	}
+	if doc.JSON == nil {
+		return nil, nil
+	}
+	obj, strict, err := DecodeObject(doc.JSON)
+	if err != nil {
+		return nil, []string{fmt.Sprintf("%s: not a Kubernetes object: %v", where, err)}
+	}
+	if len(strict) > 0 {
+		var problems []string
+		for _, e := range strict {
+			problems = append(problems, fmt.Sprintf("%s: %v", where, e))
+		}
+		return nil, problems
+	}
+	o := &unstructured.Unstructured{Object: obj}
+	if problem := s.checkRequest(o, where, seen); problem != "" {
+		return nil, []string{problem}
+	}
+	// Fields and annotations that would let the manifest decide how or when
+	// the request is applied or deleted (hooks, recreating sync options,
+	// finalizers, owners); see Refusals.
+	var problems []string
+	for _, r := range Refusals(o.Object) {
+		problems = append(problems, where+": "+r)
+	}
+	ann := o.GetAnnotations()
+	if ann == nil {
+		ann = map[string]string{}
+	}
+	ann[AnnotationGitCommit] = f.Commit
+	ann[AnnotationGitPath] = f.Path
+	ann[AnnotationSyncSource] = s.source
+	o.SetAnnotations(ann)
+	// Status belongs to the controller; a status block in Git is ignored by
+	// the API server anyway, but would show as a permanent diff.
+	unstructured.RemoveNestedField(o.Object, "status")
+	return o, problems
+}
+
+// checkRequest says why o, read at where, is not a request the sync may apply: not a
+// served RemediationRequest, unnamed, outside the allowed namespaces, or defined
+// twice; "" when it is one. It puts a request without a namespace in the first
+// allowed one, and records it in seen.
+func (s *Syncer) checkRequest(o *unstructured.Unstructured, where string, seen map[string]string) string {
+	gvk := o.GroupVersionKind()
+	if gvk.Group != v1alpha1.GroupVersion.Group || gvk.Kind != "RemediationRequest" {
+		kind := gvk.Kind
+		if kind == "" {
+			kind = "an object without kind"
+		}
+		return fmt.Sprintf("%s: %s %q is not a RemediationRequest; only remediator.io RemediationRequests may be synced", where, kind, o.GetName())
+	}
+	if gvk.Version != v1alpha1.GroupVersion.Version {
+		return fmt.Sprintf("%s: apiVersion %s is not served; use %s", where, o.GetAPIVersion(), v1alpha1.GroupVersion)
+	}
+	if o.GetName() == "" {
+		return where + ": metadata.name is empty"
+	}
+	if o.GetNamespace() == "" {
+		o.SetNamespace(s.opts.Namespaces[0])
+	}
+	if !slices.Contains(s.opts.Namespaces, o.GetNamespace()) {
+		return fmt.Sprintf("%s: RemediationRequest %s/%s is in namespace %q; allowed: %s", where, o.GetNamespace(), o.GetName(), o.GetNamespace(), strings.Join(s.opts.Namespaces, ", "))
+	}
+	key := o.GetNamespace() + "/" + o.GetName()
+	if prev, dup := seen[key]; dup {
+		return fmt.Sprintf("%s: RemediationRequest %s is also defined in %s", where, key, prev)
+	}
+	seen[key] = where
+	return ""
 }
 
 // onlyRequests keeps the cluster cache to RemediationRequests.

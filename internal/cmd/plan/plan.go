@@ -9,6 +9,7 @@ package plan
 // decision, the playbook's steps and an exit code a CI job can gate on.
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -85,7 +86,8 @@ func planCodeRank(code int) int {
 	return 3
 }
 
-type planOptions struct {
+// Options are plan's flags, and what Complete and Validate derive from them.
+type Options struct {
 	files       []string
 	factsFiles  []string
 	cluster     *cmdutil.ClusterFlags
@@ -101,6 +103,17 @@ type planOptions struct {
 	// says which were.
 	settingsConfigMap string
 	flags             *pflag.FlagSet
+	// stdin is what -f - and --facts - read, once.
+	stdin io.Reader
+
+	// now is when the requests would be applied: --at, else the time Complete ran.
+	// Set by Validate, which parses --at.
+	now time.Time
+}
+
+// NewOptions returns plan's options with its defaults.
+func NewOptions() *Options {
+	return &Options{cluster: cmdutil.NewClusterFlags(true), output: cmdutil.NewOutputFlags("", "table", "text")}
 }
 
 // NewCommand returns `remediator plan` with its subcommand pull-request; version is
@@ -113,7 +126,7 @@ func NewCommand(version string) *cobra.Command {
 
 // newPlanRequestsCommand is plan without its subcommands.
 func newPlanRequestsCommand() *cobra.Command {
-	o := planOptions{cluster: cmdutil.NewClusterFlags(true), output: cmdutil.NewOutputFlags("", "table", "text")}
+	o := NewOptions()
 	cmd := &cobra.Command{
 		Use:   "plan -f REQUEST.yaml [-f ...] [--facts FACTS.yaml | --kubeconfig FILE]",
 		Short: "Show what the policies would decide for RemediationRequests, without applying them (a PR check)",
@@ -163,10 +176,21 @@ Exit codes (with several requests the worst wins: 1, then 2, then 4, then 0):
      the API unreachable, policies that do not compile`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			o.flags = cmd.Flags()
-			return runPlan(cmd.Context(), cmd.OutOrStdout(), cmd.InOrStdin(), &o)
+			if err := o.Complete(cmd); err != nil {
+				return err
+			}
+			if err := o.Validate(); err != nil {
+				return err
+			}
+			return o.Run(cmd.Context(), cmd.OutOrStdout())
 		},
 	}
+	o.AddFlags(cmd)
+	return cmd
+}
+
+// AddFlags registers plan's flags on cmd.
+func (o *Options) AddFlags(cmd *cobra.Command) {
 	f := cmd.Flags()
 	f.StringArrayVarP(&o.files, "filename", "f", nil, "RemediationRequest manifest(s) to plan: a file, a directory (its .json, .yaml and .yml files, as kubectl -f) or - for stdin; repeatable")
 	f.StringArrayVar(&o.factsFiles, "facts", nil, "Saved facts (v1alpha1.Facts, or RemediationRequests with status.facts) instead of live ones; repeatable")
@@ -181,7 +205,35 @@ Exit codes (with several requests the worst wins: 1, then 2, then 4, then 0):
 	cmdutil.AddSettingsFlag(f, &o.settingsConfigMap, "plan")
 	cmd.MarkFlagsMutuallyExclusive("facts", "kubeconfig")
 	cmd.MarkFlagsMutuallyExclusive("facts", "context")
-	return cmd
+}
+
+// Complete takes the command's flag set (the settings ConfigMap fills the flags it
+// says were not given) and stdin, and the time now, which --at overrides. The
+// clients are built in Run: plan connects only when a request is to be planned on
+// live facts, so that invalid requests are reported without a cluster.
+func (o *Options) Complete(cmd *cobra.Command) error {
+	o.flags, o.stdin, o.now = cmd.Flags(), cmd.InOrStdin(), time.Now()
+	return nil
+}
+
+// Validate refuses what the flags alone make wrong, before any file is read or the
+// cluster is reached: -o, --at, nothing to plan, and settings the controller would
+// refuse. The settings ConfigMap's values are checked once they applied (Run).
+func (o *Options) Validate() error {
+	if err := o.output.Validate(); err != nil {
+		return err
+	}
+	if o.at != "" {
+		t, err := time.Parse(time.RFC3339, o.at)
+		if err != nil {
+			return fmt.Errorf("parsing --at %q (want RFC 3339, e.g. 2026-11-19T02:30:00Z): %w", o.at, err)
+		}
+		o.now = t
+	}
+	if len(o.files) == 0 && o.policiesDir == "" {
+		return errors.New("-f is required: the requests to plan (or give --policies-dir alone to check policies)")
+	}
+	return o.checkSettings()
 }
 
 // planInput is one YAML document of an -f file: a request, or why it is not one.
@@ -203,107 +255,23 @@ type savedFacts struct {
 	facts   *v1alpha1.Facts
 }
 
-// runPlan takes the options the flags are bound to: the settings ConfigMap sets the
-// flags that were not given.
-func runPlan(ctx context.Context, w io.Writer, stdin io.Reader, o *planOptions) error {
-	if err := o.output.Validate(); err != nil {
-		return err
-	}
-	at := time.Now()
-	if o.at != "" {
-		t, err := time.Parse(time.RFC3339, o.at)
-		if err != nil {
-			return fmt.Errorf("parsing --at %q (want RFC 3339, e.g. 2026-11-19T02:30:00Z): %w", o.at, err)
-		}
-		at = t
-	}
-	source := "embedded"
-	if o.policiesDir != "" {
-		source = o.policiesDir
-	}
-	if len(o.files) == 0 && o.policiesDir == "" {
-		return errors.New("-f is required: the requests to plan (or give --policies-dir alone to check policies)")
-	}
-	policy, err := policies.Load(o.policiesDir)
-	if err != nil {
-		return fmt.Errorf("loading policies from %s: %w", source, err)
-	}
-	playbooks, err := remediations.DefaultPlaybooks()
+// Run plans every request of -f (or checks --policies-dir alone) and writes the
+// report to w. Its error is a planExitError when the report says why it fails.
+func (o *Options) Run(ctx context.Context, w io.Writer) error {
+	report, policy, playbooks, err := o.loadPolicies()
 	if err != nil {
 		return err
 	}
-	var generated string
-	if o.policiesDir != "" {
-		cm, err := kustomized.Check(filesys.MakeFsOnDisk(), o.policiesDir, o.policiesConfigMap)
-		if err != nil {
-			return fmt.Errorf("the policies in %s: %w", o.policiesDir, err)
-		}
-		if cm != nil {
-			generated = cm.String()
-		}
-	}
-	in := &onceReader{r: stdin}
+	in := &onceReader{r: o.stdin}
 	inputs := readPlanRequests(o.files, in)
-
-	report := planReport{Policy: planPolicy{Source: source, Digest: policy.Digest(), ConfigMap: generated}, At: at.UTC().Format(time.RFC3339)}
-	// Connect only when there is something to plan live, so that a PR whose requests
-	// are all invalid is told so without needing a cluster.
-	live := len(o.factsFiles) == 0 && slices.ContainsFunc(inputs, func(in planInput) bool { return in.rr != nil && len(in.errs) == 0 })
-	if err := o.checkSettings(); err != nil {
-		return err
-	}
-	if live {
-		// The controller's settings next (flags given win): they are what the
-		// gatherer and the floor use.
-		if report.Settings, report.Warnings, err = o.applySettings(ctx); err != nil {
-			return err
-		}
-		if err := o.checkSettings(); err != nil {
-			return fmt.Errorf("with the controller's settings from ConfigMap %s: %w", o.settingsConfigMap, err)
-		}
-	}
-	gates, err := o.cluster.Gates()
+	p, err := o.newPlanner(ctx, policy, playbooks, inputs, in, &report)
 	if err != nil {
 		return err
 	}
-	p := &planner{policy: policy, playbooks: playbooks, at: at, maxConcurrent: o.maxConcurrent, gates: gates, namespace: o.cluster.Namespace()}
-	if len(o.factsFiles) > 0 {
-		report.FactsSource = "saved"
-		if p.saved, err = readSavedFacts(o.factsFiles, in); err != nil {
-			return err
-		}
-	} else {
-		report.FactsSource = "live"
-		if live {
-			if p.reader, p.gatherer, err = o.cluster.Gatherer(ctx); err != nil {
-				return err
-			}
-		}
-	}
-
 	for _, input := range inputs {
 		report.Requests = append(report.Requests, p.plan(ctx, input))
 	}
-	slices.SortStableFunc(report.Requests, func(a, b planResult) int {
-		return strings.Compare(planSortKey(a.Request), planSortKey(b.Request))
-	})
-	for _, r := range report.Requests {
-		switch {
-		case r.Existing != nil:
-			report.Summary.AlreadyDecided++
-		case r.Decision == nil:
-			report.Summary.Failed++
-		case r.Decision.Outcome == planAllowed:
-			report.Summary.Allowed++
-		case r.Decision.Outcome == planRejected:
-			report.Summary.Rejected++
-		default:
-			report.Summary.WouldWait++
-		}
-		if planCodeRank(r.ExitCode) > planCodeRank(report.ExitCode) {
-			report.ExitCode = r.ExitCode
-		}
-	}
+	report.summarize()
 	if err := writePlanReport(w, report, o.output); err != nil {
 		return fmt.Errorf("writing the plan: %w", err)
 	}
@@ -311,6 +279,96 @@ func runPlan(ctx context.Context, w io.Writer, stdin io.Reader, o *planOptions) 
 		return planExitError{code: report.ExitCode, summary: report.Summary}
 	}
 	return nil
+}
+
+// loadPolicies loads the policies (--policies-dir, else the embedded ones) and the
+// playbooks, checks a kustomization in --policies-dir, and starts the report with
+// them and the time planned at.
+func (o *Options) loadPolicies() (planReport, *policies.Engine, remediations.Playbooks, error) {
+	source := cmp.Or(o.policiesDir, "embedded")
+	policy, err := policies.Load(o.policiesDir)
+	if err != nil {
+		return planReport{}, nil, nil, fmt.Errorf("loading policies from %s: %w", source, err)
+	}
+	playbooks, err := remediations.DefaultPlaybooks()
+	if err != nil {
+		return planReport{}, nil, nil, err
+	}
+	var generated string
+	if o.policiesDir != "" {
+		cm, err := kustomized.Check(filesys.MakeFsOnDisk(), o.policiesDir, o.policiesConfigMap)
+		if err != nil {
+			return planReport{}, nil, nil, fmt.Errorf("the policies in %s: %w", o.policiesDir, err)
+		}
+		if cm != nil {
+			generated = cm.String()
+		}
+	}
+	report := planReport{Policy: planPolicy{Source: source, Digest: policy.Digest(), ConfigMap: generated}, At: o.now.UTC().Format(time.RFC3339)}
+	return report, policy, playbooks, nil
+}
+
+// newPlanner builds the planner for inputs: on saved facts (--facts), or on live
+// ones, with the controller's settings from its ConfigMap (flags given win: they are
+// what the gatherer and the floor use), which it records in report.
+func (o *Options) newPlanner(ctx context.Context, policy *policies.Engine, playbooks remediations.Playbooks,
+	inputs []planInput, in *onceReader, report *planReport) (*planner, error) {
+	// Connect only when there is something to plan live, so that a PR whose requests
+	// are all invalid is told so without needing a cluster.
+	live := len(o.factsFiles) == 0 && slices.ContainsFunc(inputs, func(in planInput) bool { return in.rr != nil && len(in.errs) == 0 })
+	var err error
+	if live {
+		if report.Settings, report.Warnings, err = o.applySettings(ctx); err != nil {
+			return nil, err
+		}
+		if err := o.checkSettings(); err != nil {
+			return nil, fmt.Errorf("with the controller's settings from ConfigMap %s: %w", o.settingsConfigMap, err)
+		}
+	}
+	gates, err := o.cluster.Gates()
+	if err != nil {
+		return nil, err
+	}
+	p := &planner{policy: policy, playbooks: playbooks, at: o.now, maxConcurrent: o.maxConcurrent, gates: gates, namespace: o.cluster.Namespace()}
+	if len(o.factsFiles) > 0 {
+		report.FactsSource = "saved"
+		if p.saved, err = readSavedFacts(o.factsFiles, in); err != nil {
+			return nil, err
+		}
+		return p, nil
+	}
+	report.FactsSource = "live"
+	if live {
+		if p.reader, p.gatherer, err = o.cluster.Gatherer(ctx); err != nil {
+			return nil, err
+		}
+	}
+	return p, nil
+}
+
+// summarize sorts the results by request and counts their outcomes; the report's
+// exit code is the worst of theirs.
+func (r *planReport) summarize() {
+	slices.SortStableFunc(r.Requests, func(a, b planResult) int {
+		return strings.Compare(planSortKey(a.Request), planSortKey(b.Request))
+	})
+	for _, res := range r.Requests {
+		switch {
+		case res.Existing != nil:
+			r.Summary.AlreadyDecided++
+		case res.Decision == nil:
+			r.Summary.Failed++
+		case res.Decision.Outcome == planAllowed:
+			r.Summary.Allowed++
+		case res.Decision.Outcome == planRejected:
+			r.Summary.Rejected++
+		default:
+			r.Summary.WouldWait++
+		}
+		if planCodeRank(res.ExitCode) > planCodeRank(r.ExitCode) {
+			r.ExitCode = res.ExitCode
+		}
+	}
 }
 
 func planSortKey(r planRequest) string {
@@ -337,6 +395,9 @@ type planner struct {
 	namespace string
 }
 
+// plan plans one request: refused as admission or the sync would refuse it, reported
+// as already decided when the controller will not decide it again, else decided as
+// the controller would.
 func (p *planner) plan(ctx context.Context, in planInput) planResult {
 	res := planResult{Request: planRequest{Source: in.source, Document: in.doc}, Conflicts: []string{}, Steps: []string{}, Notes: []string{}}
 	fail := func(errs ...string) planResult {
@@ -348,29 +409,18 @@ func (p *planner) plan(ctx context.Context, in planInput) planResult {
 		return fail(in.errs...)
 	}
 	rr := in.rr
-	if p.namespace != "" && len(in.errs) == 0 {
-		switch rr.Namespace {
-		case "":
-			rr.Namespace = p.namespace
-		case p.namespace:
-		default:
-			// kubectl apply -n refuses the same way.
-			in.errs = []string{fmt.Sprintf("%s (document %d): the request's namespace %q does not match --namespace %q",
-				in.source, in.doc, rr.Namespace, p.namespace)}
-		}
-	}
+	errs := p.placeInNamespace(in)
 	res.Request.Namespace, res.Request.Name, res.Request.Spec = rr.Namespace, rr.Name, &rr.Spec
-	if len(in.errs) > 0 || len(in.refused) > 0 {
-		return fail(append(slices.Clone(in.errs), in.refused...)...)
+	if len(errs) > 0 || len(in.refused) > 0 {
+		return fail(append(slices.Clone(errs), in.refused...)...)
 	}
-
-	// The other requests the guards weigh: live ones, or none with saved facts.
-	others := p.others
 	if p.gatherer == nil {
 		sf, err := matchSavedFacts(p.saved, rr)
 		if err != nil {
 			return fail(err.Error())
 		}
+		// decide takes the saved facts from the request, as the controller's own
+		// record of them.
 		res.FactsFrom = sf.from
 		rr.Status.Facts = sf.facts
 		res.Notes = append(res.Notes, fmt.Sprintf("Facts are saved ones, gathered at %s; the controller decides on live facts when the request is applied.",
@@ -390,25 +440,64 @@ func (p *planner) plan(ctx context.Context, in planInput) planResult {
 		if ex.note != "" {
 			res.Notes = append(res.Notes, ex.note)
 		}
+	}
+	o, f, err := p.decide(ctx, rr, p.at)
+	if err != nil {
+		return fail(err.Error())
+	}
+	res.Facts = f
+	p.record(&res, rr, o)
+	return res
+}
+
+// placeInNamespace puts a request whose manifest names no namespace in --namespace
+// and refuses one that names another, as kubectl apply -n does. It returns the
+// input's errors, with that refusal.
+func (p *planner) placeInNamespace(in planInput) []string {
+	rr := in.rr
+	if p.namespace == "" || len(in.errs) > 0 {
+		return in.errs
+	}
+	switch rr.Namespace {
+	case "":
+		rr.Namespace = p.namespace
+	case p.namespace:
+	default:
+		return []string{fmt.Sprintf("%s (document %d): the request's namespace %q does not match --namespace %q",
+			in.source, in.doc, rr.Namespace, p.namespace)}
+	}
+	return nil
+}
+
+// decide is the controller's decide phase for rr at now: it gathers the facts (live;
+// with saved ones, those plan put in rr.Status.Facts), lists the other requests the
+// guards weigh (live ones, else p.others), and asks lifecycle.Decide: the policy,
+// the safety floor, DryRun, the maintenance window and the cap, in the controller's
+// order. Admission's own choice, on the requests as they are, tells whether the
+// request would get a slot of the cap at once or wait in line for one. It is kept
+// whole so that a decider shared with the controller can replace it.
+func (p *planner) decide(ctx context.Context, rr *v1alpha1.RemediationRequest, now time.Time) (lifecycle.Outcome, *v1alpha1.Facts, error) {
+	others := p.others
+	if p.gatherer != nil {
 		f, err := p.gatherer.Gather(ctx, rr)
 		if err != nil {
-			return fail(fmt.Sprintf("gathering facts: %v", err))
+			return lifecycle.Outcome{}, nil, fmt.Errorf("gathering facts: %w", err)
 		}
 		rr.Status.Facts = f
 		if others, err = requests.List(ctx, p.reader); err != nil {
-			return fail(err.Error())
+			return lifecycle.Outcome{}, nil, err
 		}
 	}
-	res.Facts = rr.Status.Facts
-
-	// The controller's own decision path: the policy, the safety floor, DryRun, the
-	// maintenance window and the cap, in the same order and with the same outcome.
-	// Admission's own choice, on the requests as they are, tells whether the request
-	// would get a slot of the cap at once or wait in line for one.
 	o := lifecycle.Decide(p.policy, p.playbooks, lifecycle.DecisionInput{
-		Request: rr, Facts: rr.Status.Facts, Others: others, MaxConcurrent: p.maxConcurrent, Gates: p.gates, Now: p.at,
-		Admitted: slots.WouldAdmit(rr, others, p.maxConcurrent, p.playbooks, p.at),
+		Request: rr, Facts: rr.Status.Facts, Others: others, MaxConcurrent: p.maxConcurrent, Gates: p.gates, Now: now,
+		Admitted: slots.WouldAdmit(rr, others, p.maxConcurrent, p.playbooks, now),
 	})
+	return o, rr.Status.Facts, nil
+}
+
+// record writes the controller's outcome o for rr into res: the decision, the
+// conflicts, the playbook's steps, the notes and the exit code.
+func (p *planner) record(res *planResult, rr *v1alpha1.RemediationRequest, o lifecycle.Outcome) {
 	if o.Conflicts != nil {
 		res.Conflicts = o.Conflicts
 	}
@@ -427,40 +516,46 @@ func (p *planner) plan(ctx context.Context, in planInput) planResult {
 	for _, st := range o.Steps {
 		res.Steps = append(res.Steps, st.Name)
 	}
-	mw := rr.Spec.MaintenanceWindow
-	switch o.Phase {
-	case v1alpha1.PhasePending:
-		dec.Outcome = planAllowed
-		res.Notes = append(res.Notes, "spec.mode is DryRun: the controller records this decision and the planned steps (all Pending) and changes nothing; set spec.mode: Apply to run the playbook.")
-		if mw != nil {
-			res.Notes = append(res.Notes, "spec.maintenanceWindow is not consulted for a dry run.")
-		}
-	case v1alpha1.PhaseRunning:
-		dec.Outcome = planAllowed
-		if mw != nil {
-			res.Notes = append(res.Notes, fmt.Sprintf("The maintenance window (%s for %s) is open at %s: the playbook would start right away; only its start is gated.",
-				mw.Schedule, mw.Duration.Duration, p.at.UTC().Format(time.RFC3339)))
-		}
-	case v1alpha1.PhaseWaiting:
-		dec.Outcome = planWouldWait
-		switch o.Progressing.Reason {
-		case v1alpha1.ReasonWaitingForWindow:
-			dec.WindowOpensAt = d.RecheckAt.UTC().Format(time.RFC3339)
-			dec.RecheckAfterSeconds = 0
-			res.Notes = append(res.Notes, fmt.Sprintf(
-				"Playbook %s is allowed but waits for the maintenance window (%s for %s), which is closed at %s and opens at %s; the controller decides again then, on fresh facts.",
-				d.Playbook, mw.Schedule, mw.Duration.Duration, p.at.UTC().Format(time.RFC3339), dec.WindowOpensAt))
-		case v1alpha1.ReasonWaitingForSlot:
-			res.Notes = append(res.Notes, o.Progressing.Message)
-		}
-	default:
-		dec.Outcome = planRejected
-	}
+	dec.Outcome, res.Notes = p.outcome(rr, o, dec, res.Notes)
 	switch dec.Outcome {
 	case planRejected:
 		res.ExitCode = ExitPlanRejected
 	case planWouldWait:
 		res.ExitCode = ExitPlanWaiting
 	}
-	return res
+}
+
+// outcome is plan's outcome for the phase the controller would set, with notes on
+// DryRun, the maintenance window and a wait for a slot appended to notes. A window's
+// wait replaces dec's recheck time with the time the window opens.
+func (p *planner) outcome(rr *v1alpha1.RemediationRequest, o lifecycle.Outcome, dec *planDecision, notes []string) (string, []string) {
+	mw := rr.Spec.MaintenanceWindow
+	at := p.at.UTC().Format(time.RFC3339)
+	switch o.Phase {
+	case v1alpha1.PhasePending:
+		notes = append(notes, "spec.mode is DryRun: the controller records this decision and the planned steps (all Pending) and changes nothing; set spec.mode: Apply to run the playbook.")
+		if mw != nil {
+			notes = append(notes, "spec.maintenanceWindow is not consulted for a dry run.")
+		}
+		return planAllowed, notes
+	case v1alpha1.PhaseRunning:
+		if mw != nil {
+			notes = append(notes, fmt.Sprintf("The maintenance window (%s for %s) is open at %s: the playbook would start right away; only its start is gated.",
+				mw.Schedule, mw.Duration.Duration, at))
+		}
+		return planAllowed, notes
+	case v1alpha1.PhaseWaiting:
+		switch o.Progressing.Reason {
+		case v1alpha1.ReasonWaitingForWindow:
+			dec.WindowOpensAt = o.Decision.RecheckAt.UTC().Format(time.RFC3339)
+			dec.RecheckAfterSeconds = 0
+			notes = append(notes, fmt.Sprintf(
+				"Playbook %s is allowed but waits for the maintenance window (%s for %s), which is closed at %s and opens at %s; the controller decides again then, on fresh facts.",
+				o.Decision.Playbook, mw.Schedule, mw.Duration.Duration, at, dec.WindowOpensAt))
+		case v1alpha1.ReasonWaitingForSlot:
+			notes = append(notes, o.Progressing.Message)
+		}
+		return planWouldWait, notes
+	}
+	return planRejected, notes
 }

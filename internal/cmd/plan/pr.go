@@ -31,6 +31,7 @@ import (
 // with the base branch is not fetched yet; after them, --unshallow.
 var prDeepen = []int{50, 200, 1000}
 
+// prOptions are plan pull-request's flags.
 type prOptions struct {
 	// version is the binary's, named when the embedded policies are used.
 	version string
@@ -38,6 +39,8 @@ type prOptions struct {
 	base    string
 	// forward are plan's flags this command takes and passes on to each plan.
 	forward *pflag.FlagSet
+	// out receives the check's report, errOut the errors plan does not report.
+	out, errOut io.Writer
 }
 
 // prForwarded: every flag of plan but those this command sets itself per request.
@@ -46,7 +49,7 @@ func prForwarded(name string) bool {
 }
 
 func newPlanPullRequestCommand(version string) *cobra.Command {
-	o := prOptions{version: version}
+	o := &prOptions{version: version}
 	cmd := &cobra.Command{
 		Use:   "pull-request",
 		Short: "The pull-request check of a remediation repository: plan what the pull request adds or changes under requests/",
@@ -78,10 +81,18 @@ Exit codes: 0 every checked request would be allowed, would wait or already ran;
 the check cannot run (no base, git failing, an unusable kubeconfig).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			o.forward = cmd.Flags()
-			return runPullRequestCheck(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), o)
+			if err := o.Complete(cmd); err != nil {
+				return err
+			}
+			return o.Run(cmd.Context())
 		},
 	}
+	o.AddFlags(cmd)
+	return cmd
+}
+
+// AddFlags registers the check's own flags on cmd, and plan's that it passes on.
+func (o *prOptions) AddFlags(cmd *cobra.Command) {
 	f := cmd.Flags()
 	f.StringVar(&o.base, "base", "", "The pull request's base: a ref or commit (default: origin/$GITHUB_BASE_REF, else origin/$CI_MERGE_REQUEST_TARGET_BRANCH_NAME, else origin/main)")
 	f.StringVarP(&o.dir, "repo-dir", "C", ".", "The remediation repository's directory (requests/, facts/, policies/) in the checkout")
@@ -90,7 +101,14 @@ the check cannot run (no base, git failing, an unusable kubeconfig).`,
 			f.AddFlag(fl)
 		}
 	})
-	return cmd
+}
+
+// Complete takes the command's flag set, whose plan flags are passed on, and its
+// streams. The flags are checked by each plan they are passed to; the kubeconfig
+// is checked in Run, from the repository's directory, as plan reads it.
+func (o *prOptions) Complete(cmd *cobra.Command) error {
+	o.forward, o.out, o.errOut = cmd.Flags(), cmd.OutOrStdout(), cmd.ErrOrStderr()
+	return nil
 }
 
 // prCheck is one run's state and report.
@@ -244,7 +262,7 @@ func planExitOf(err error) int {
 }
 
 // forwardedArgs are the plan flags given to this command, to pass on to each plan.
-func (o prOptions) forwardedArgs() []string {
+func (o *prOptions) forwardedArgs() []string {
 	var args []string
 	o.forward.Visit(func(f *pflag.Flag) {
 		if !prForwarded(f.Name) || f.Name == "kubeconfig" {
@@ -263,7 +281,7 @@ func (o prOptions) forwardedArgs() []string {
 
 // prKubeconfig is the kubeconfig to plan live with: --kubeconfig, else $KUBECONFIG,
 // else none (saved facts).
-func (o prOptions) kubeconfig() (string, error) {
+func (o *prOptions) kubeconfig() (string, error) {
 	if f := o.forward.Lookup("kubeconfig"); f != nil && f.Changed {
 		return f.Value.String(), nil
 	}

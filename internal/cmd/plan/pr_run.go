@@ -5,7 +5,6 @@ package plan
 import (
 	"context"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -14,12 +13,14 @@ import (
 	"github.com/remediator/remediator/policies"
 )
 
-func runPullRequestCheck(ctx context.Context, out, errOut io.Writer, o prOptions) error {
+// Run runs the check in --repo-dir and writes its report; its error is errPRFailed
+// when the report says why the check failed.
+func (o *prOptions) Run(ctx context.Context) error {
 	dir, err := filepath.Abs(o.dir)
 	if err != nil {
 		return fmt.Errorf("resolving --repo-dir %s: %w", o.dir, err)
 	}
-	c := &prCheck{out: out, errOut: errOut, dir: dir, version: o.version}
+	c := &prCheck{out: o.out, errOut: o.errOut, dir: dir, version: o.version}
 	// plan reads -f and --facts relative to the working directory, and the report
 	// names the repository's paths (requests/x.yaml), as in the pull request.
 	wd, err := os.Getwd()

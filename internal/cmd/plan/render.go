@@ -184,24 +184,34 @@ func planCodeMeaning(code int) string {
 	return "a request could not be planned"
 }
 
+// resultWriter writes a request's plan as aligned "label: value" lines.
+type resultWriter struct{ b *strings.Builder }
+
+// line writes a labelled line.
+func (w resultWriter) line(label, format string, args ...any) {
+	fmt.Fprintf(w.b, "  %-10s %s\n", label+":", fmt.Sprintf(format, args...))
+}
+
+// more writes a line under the previous label.
+func (w resultWriter) more(format string, args ...any) {
+	fmt.Fprintf(w.b, "  %-10s %s\n", "", fmt.Sprintf(format, args...))
+}
+
+// block writes a list under one label: the label on the first line only.
+func (w resultWriter) block(label string, items []string) {
+	for i, it := range items {
+		if i == 0 {
+			w.line(label, "%s", it)
+		} else {
+			w.more("%s", it)
+		}
+	}
+}
+
 // writePlanResult writes one request's plan as aligned "label: value" lines; wide adds
 // the facts' details the safety floor weighs.
 func writePlanResult(b *strings.Builder, res planResult, policy planPolicy, wide bool) {
-	line := func(label, format string, args ...any) {
-		fmt.Fprintf(b, "  %-10s %s\n", label+":", fmt.Sprintf(format, args...))
-	}
-	more := func(format string, args ...any) { fmt.Fprintf(b, "  %-10s %s\n", "", fmt.Sprintf(format, args...)) }
-	// block writes a list under one label: the label on the first line only.
-	block := func(label string, items []string) {
-		for i, it := range items {
-			if i == 0 {
-				line(label, "%s", it)
-			} else {
-				more("%s", it)
-			}
-		}
-	}
-
+	w := resultWriter{b: b}
 	rq := res.Request
 	head := rq.Source
 	if rq.Document > 0 {
@@ -212,30 +222,40 @@ func writePlanResult(b *strings.Builder, res planResult, policy planPolicy, wide
 	}
 	fmt.Fprintf(b, "== %s\n", head)
 	if len(res.Errors) > 0 {
-		block("error", res.Errors)
-		line("exit code", "%d", res.ExitCode)
+		w.block("error", res.Errors)
+		w.line("exit code", "%d", res.ExitCode)
 		return
 	}
 	s := rq.Spec
-	line("request", "%s on %s, mode %s", s.Remediation, facts.TargetRef(s.Target), s.Mode)
+	w.line("request", "%s on %s, mode %s", s.Remediation, facts.TargetRef(s.Target), s.Mode)
 	if e := res.Existing; e != nil {
 		verdict := "ALREADY RAN"
 		if e.Phase == v1alpha1.PhaseRejected {
 			verdict = "ALREADY DECIDED"
 		}
-		line("decision", "%s: %s; not planned on today's facts", verdict, e.Phase)
-		line("message", "%s", e.Message)
-		line("exit code", "%d", res.ExitCode)
+		w.line("decision", "%s: %s; not planned on today's facts", verdict, e.Phase)
+		w.line("message", "%s", e.Message)
+		w.line("exit code", "%d", res.ExitCode)
 		return
 	}
 	if s.Fencing != nil {
-		more("fencing confirmed=%t method=%s node=%s", s.Fencing.Confirmed, cmp.Or(string(s.Fencing.Method), "-"), cmp.Or(s.Fencing.Node, "-"))
+		w.more("fencing confirmed=%t method=%s node=%s", s.Fencing.Confirmed, cmp.Or(string(s.Fencing.Method), "-"), cmp.Or(s.Fencing.Node, "-"))
 	}
 	if s.MaintenanceWindow != nil {
-		more("maintenance window %q for %s", s.MaintenanceWindow.Schedule, s.MaintenanceWindow.Duration.Duration)
+		w.more("maintenance window %q for %s", s.MaintenanceWindow.Schedule, s.MaintenanceWindow.Duration.Duration)
 	}
+	w.facts(res, wide)
+	for _, c := range res.Conflicts {
+		w.more("conflict  %s", c)
+	}
+	w.decision(res, policy)
+}
+
+// facts writes the facts the request was planned on; wide adds the details the
+// safety floor weighs.
+func (w resultWriter) facts(res planResult, wide bool) {
 	f := res.Facts
-	line("facts", "%s, gathered at %s", res.FactsFrom, f.GatheredAt.UTC().Format(time.RFC3339))
+	w.line("facts", "%s, gathered at %s", res.FactsFrom, f.GatheredAt.UTC().Format(time.RFC3339))
 	t := f.Target
 	target := fmt.Sprintf("target    %s found=%t", cmp.Or(t.Ref, "-"), t.Found)
 	if t.PersistentVolumeClaim != "" {
@@ -247,78 +267,85 @@ func writePlanResult(b *strings.Builder, res planResult, policy planPolicy, wide
 	if t.Message != "" {
 		target += " - " + t.Message
 	}
-	more("%s", target)
-	if l := f.Lease; l != nil {
-		if l.Exists {
-			more("lease     %s/%s holder=%s age=%ds LeaseRetained=%d", l.Namespace, l.Name, cmp.Or(l.HolderIdentity, "-"), l.AgeSeconds, l.RetainedEvents)
-			if l.LastRetainedMessage != "" {
-				more("          last LeaseRetained: %s", l.LastRetainedMessage)
-			}
-			if wide {
-				more("          uid=%s resourceVersion=%s age from %s, acquired %s, created %s, LeaseRetained ignored=%d",
-					cmp.Or(l.UID, "-"), cmp.Or(l.ResourceVersion, "-"), cmp.Or(l.AgeFrom, "-"), timeOrDash(l.AcquireTime), timeOrDash(l.CreationTimestamp), l.IgnoredRetainedEvents)
-			}
-		} else {
-			more("lease     %s/%s does not exist", l.Namespace, l.Name)
-		}
-	}
+	w.more("%s", target)
+	w.lease(f.Lease, wide)
 	if n := f.Node; n != nil {
-		more("node      %s %s (%s)", n.Name, n.State, n.StateReason)
+		w.more("node      %s %s (%s)", n.Name, n.State, n.StateReason)
 		if wide {
-			more("          exists=%t Ready=%s for %ds, node Lease renewed %ds ago, last heartbeat %ds ago, unschedulable=%t, taints=[%s]",
+			w.more("          exists=%t Ready=%s for %ds, node Lease renewed %ds ago, last heartbeat %ds ago, unschedulable=%t, taints=[%s]",
 				n.Exists, cmp.Or(n.Ready, "-"), n.ReadyAgeSeconds, n.LeaseRenewAgeSeconds, n.HeartbeatAgeSeconds, n.Unschedulable, strings.Join(n.Taints, ","))
 		}
 	}
 	for _, p := range f.AffectedPods {
 		if wide {
-			more("pod       %s/%s %s on %s ready=%t uid=%s deleting=%s", p.Namespace, p.Name, cmp.Or(p.Phase, "-"), cmp.Or(p.Node, "-"), p.Ready, cmp.Or(p.UID, "-"), timeOrDash(p.DeletionTimestamp))
+			w.more("pod       %s/%s %s on %s ready=%t uid=%s deleting=%s", p.Namespace, p.Name, cmp.Or(p.Phase, "-"), cmp.Or(p.Node, "-"), p.Ready, cmp.Or(p.UID, "-"), timeOrDash(p.DeletionTimestamp))
 			continue
 		}
-		more("pod       %s/%s %s on %s", p.Namespace, p.Name, cmp.Or(p.Phase, "-"), cmp.Or(p.Node, "-"))
+		w.more("pod       %s/%s %s on %s", p.Namespace, p.Name, cmp.Or(p.Phase, "-"), cmp.Or(p.Node, "-"))
 	}
 	if c := f.CSI; c != nil {
-		more("csi       csinode=%t driverRegistered=%t drivers=[%s]", c.CSINodeExists, c.DriverRegistered, strings.Join(c.Drivers, ","))
+		w.more("csi       csinode=%t driverRegistered=%t drivers=[%s]", c.CSINodeExists, c.DriverRegistered, strings.Join(c.Drivers, ","))
 		for _, p := range c.PluginPods {
-			more("          plugin pod %s", p)
+			w.more("          plugin pod %s", p)
 		}
 	}
-	for _, c := range res.Conflicts {
-		more("conflict  %s", c)
+}
+
+// lease writes the Lease's facts, if the request has a Lease.
+func (w resultWriter) lease(l *v1alpha1.LeaseFacts, wide bool) {
+	if l == nil {
+		return
 	}
+	if !l.Exists {
+		w.more("lease     %s/%s does not exist", l.Namespace, l.Name)
+		return
+	}
+	w.more("lease     %s/%s holder=%s age=%ds LeaseRetained=%d", l.Namespace, l.Name, cmp.Or(l.HolderIdentity, "-"), l.AgeSeconds, l.RetainedEvents)
+	if l.LastRetainedMessage != "" {
+		w.more("          last LeaseRetained: %s", l.LastRetainedMessage)
+	}
+	if wide {
+		w.more("          uid=%s resourceVersion=%s age from %s, acquired %s, created %s, LeaseRetained ignored=%d",
+			cmp.Or(l.UID, "-"), cmp.Or(l.ResourceVersion, "-"), cmp.Or(l.AgeFrom, "-"), timeOrDash(l.AcquireTime), timeOrDash(l.CreationTimestamp), l.IgnoredRetainedEvents)
+	}
+}
+
+// decision writes the decision, the playbook's steps, the notes and the policy.
+func (w resultWriter) decision(res planResult, policy planPolicy) {
 	d := res.Decision
 	verdict := map[string]string{planAllowed: "ALLOWED", planRejected: "REJECTED", planWouldWait: "WOULD WAIT"}[d.Outcome]
 	if d.Playbook != "" {
-		line("decision", "%s by rule %s: playbook %s (phase %s)", verdict, d.Rule, d.Playbook, d.Phase)
+		w.line("decision", "%s by rule %s: playbook %s (phase %s)", verdict, d.Rule, d.Playbook, d.Phase)
 	} else {
-		line("decision", "%s by rule %s (phase %s)", verdict, d.Rule, d.Phase)
+		w.line("decision", "%s by rule %s (phase %s)", verdict, d.Rule, d.Phase)
 	}
 	reasons := make([]string, len(d.Reasons))
 	for i, r := range d.Reasons {
 		reasons[i] = "- " + r
 	}
-	block("reasons", reasons)
-	line("message", "%s", d.Message)
+	w.block("reasons", reasons)
+	w.line("message", "%s", d.Message)
 	if d.RecheckAfterSeconds > 0 {
-		more("(the controller decides again after %ds, on fresh facts)", d.RecheckAfterSeconds)
+		w.more("(the controller decides again after %ds, on fresh facts)", d.RecheckAfterSeconds)
 	}
 	if len(res.Steps) > 0 {
 		steps := make([]string, len(res.Steps))
 		for i, st := range res.Steps {
 			steps[i] = fmt.Sprintf("%d. %s", i+1, st)
 		}
-		block("steps", steps)
+		w.block("steps", steps)
 	} else {
-		line("steps", "none")
+		w.line("steps", "none")
 	}
 	for _, n := range res.Notes {
-		line("note", "%s", n)
+		w.line("note", "%s", n)
 	}
 	if policy.ConfigMap != "" {
-		line("policy", "%s (%s, as kustomization.yaml generates ConfigMap %s)", d.PolicyDigest, policy.Source, policy.ConfigMap)
+		w.line("policy", "%s (%s, as kustomization.yaml generates ConfigMap %s)", d.PolicyDigest, policy.Source, policy.ConfigMap)
 	} else {
-		line("policy", "%s (%s)", d.PolicyDigest, policy.Source)
+		w.line("policy", "%s (%s)", d.PolicyDigest, policy.Source)
 	}
-	line("exit code", "%d", res.ExitCode)
+	w.line("exit code", "%d", res.ExitCode)
 }
 
 // timeOrDash is t in RFC 3339, or - when unset.

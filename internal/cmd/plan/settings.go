@@ -17,7 +17,7 @@ import (
 // not give to its value. It returns every setting with its source, and a warning
 // when the ConfigMap does not exist. Any other failure to read it is an error: a
 // check that cannot see the controller's settings must not pass on plan's defaults.
-func (o *planOptions) applySettings(ctx context.Context) ([]cmdutil.Setting, []string, error) {
+func (o *Options) applySettings(ctx context.Context) ([]cmdutil.Setting, []string, error) {
 	return cmdutil.ApplySettings(ctx, "plan", o.flags, o.cluster, o.settingsConfigMap)
 }
 
@@ -47,7 +47,7 @@ func writePlanSettings(b *strings.Builder, r planReport) {
 
 // checkSettings refuses settings the controller would refuse, before plan connects
 // for them and again once the settings ConfigMap applied.
-func (o *planOptions) checkSettings() error {
+func (o *Options) checkSettings() error {
 	if o.maxConcurrent < 0 {
 		return fmt.Errorf("--max-concurrent-remediations must be 0 (no cap) or more, got %d", o.maxConcurrent)
 	}

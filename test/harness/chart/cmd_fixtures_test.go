@@ -19,12 +19,13 @@ import (
 var update = flag.Bool("update", false, "rewrite internal/cmd/cmdtest/testdata/chart/ from the chart's render")
 
 // cmdFixtures are the chart's renders that the commands' tests read from
-// internal/cmd/cmdtest/testdata/chart/<name>.yaml: TestChartArgsAreControllerFlags (every
-// arg the Deployment renders is a flag the controller parses, and the settings
-// ConfigMap holds plan's settings) and TestPlanFollowsTheChartSettings (plan as the
-// chart's plan ClusterRole, reading the settings ConfigMap). Those tests are package
-// main (they parse flags with the commands themselves), and the controller's module
-// does not import Helm, so the render is made here and committed there.
+// internal/cmd/cmdtest/testdata/chart/<name>.yaml, through cmdtest.ChartRender:
+// cmd/remediator's TestChartArgsAreControllerFlags (every arg the Deployment renders
+// is a flag the controller parses, and the settings ConfigMap holds plan's settings)
+// and internal/cmd/plan's TestPlanFollowsTheChartSettings (plan as the chart's plan
+// ClusterRole, reading the settings ConfigMap). Those tests parse flags with the
+// commands themselves, and the controller's module does not import Helm, so the
+// render is made here and committed there.
 var cmdFixtures = []struct {
 	name   string
 	values map[string]any
@@ -45,8 +46,9 @@ var cmdFixtures = []struct {
 const cmdFixturesDir = "../../internal/cmd/cmdtest/testdata/chart" // from the chart's directory (TestMain)
 
 // TestCmdFixturesAreTheChartsRender: internal/cmd/cmdtest/testdata/chart/ holds, for each
-// of cmdFixtures, the objects of the chart's current render that cmd/remediator's
-// tests read (the ConfigMaps, the Deployment, the plan ClusterRole), and nothing else.
+// of cmdFixtures, the objects of the chart's current render that the commands' tests
+// read through cmdtest.ChartRender (the ConfigMaps, the Deployment, the plan
+// ClusterRole), and nothing else.
 // -update rewrites them:
 //
 //	go -C test/harness test ./chart -run TestCmdFixturesAreTheChartsRender -update
@@ -59,7 +61,7 @@ func TestCmdFixturesAreTheChartsRender(t *testing.T) {
 			objs, err := helmchart.Render("remediator", "remediator-system", f.values)
 			require.NoError(t, err)
 			var b bytes.Buffer
-			b.WriteString("# The chart's render read by cmd/remediator's tests, written by\n" +
+			b.WriteString("# The chart's render that internal/cmd/cmdtest.ChartRender reads for the commands' tests, written by\n" +
 				"#   go -C test/harness test ./chart -run TestCmdFixturesAreTheChartsRender -update\n" +
 				"# from the values of " + f.name + " in test/harness/chart/cmd_fixtures_test.go. Do not edit.\n")
 			for _, o := range objs {
