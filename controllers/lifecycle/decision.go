@@ -227,6 +227,13 @@ func (o Outcome) allowed(playbooks remediations.Playbooks, in DecisionInput) Out
 
 	o.Steps = plan
 	o.Accepted = Condition{metav1.ConditionTrue, policies.ConditionReason(playbook), o.Decision.Message}
+	return o.start(playbooks, in, names)
+}
+
+// start is the allowed playbook's way to its first step, or what holds it: a dry
+// run, the maintenance window, the pause, the line for a slot.
+func (o Outcome) start(playbooks remediations.Playbooks, in DecisionInput, names []string) Outcome {
+	rr, now, playbook, rule := in.Request, in.Now, o.Decision.Playbook, o.Decision.Rule
 	if rr.Spec.Mode == v1alpha1.ModeDryRun {
 		o.Phase = v1alpha1.PhasePending
 		msg := fmt.Sprintf("DryRun: playbook %s would run %s; nothing was changed. Set spec.mode: Apply to run it.", playbook, strings.Join(names, " -> "))

@@ -194,19 +194,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 		return r.reconcileDelete(ctx, s)
 	}
 	if rr.Status.Phase.PlaybookEnded() {
-		// Final: a later edit of the spec is seen (observedGeneration, and Ready for
-		// that generation, so that kubectl wait and kstatus are not left waiting) but
-		// never acted on. A crash (or an older version) may also have come between the
-		// terminal status write and the finalizer's release below.
-		if rr.Status.ObservedGeneration != rr.Generation {
-			r.Recorder.Eventf(rr, corev1.EventTypeNormal, EventSpecIgnored,
-				"The playbook already ended (%s), so the edit of generation %d is not acted on: to try again, create a new request.", rr.Status.Phase, rr.Generation)
-			rr.Status.ObservedGeneration = rr.Generation
-		}
-		if err := r.patchStatus(ctx, s); err != nil {
-			return ctrl.Result{}, err
-		}
-		return ctrl.Result{}, r.releaseFinalizer(ctx, rr)
+		return ctrl.Result{}, r.reconcileEnded(ctx, s)
 	}
 	defer func() {
 		if retErr == nil {
@@ -231,6 +219,25 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 		}
 	}
 	return ctrl.Result{}, nil
+}
+
+// reconcileEnded writes what a request whose playbook ended still needs, and releases
+// its finalizer.
+func (r *Reconciler) reconcileEnded(ctx context.Context, s *scope) error {
+	rr := s.rr
+	// Final: a later edit of the spec is seen (observedGeneration, and Ready for
+	// that generation, so that kubectl wait and kstatus are not left waiting) but
+	// never acted on. A crash (or an older version) may also have come between the
+	// terminal status write and the finalizer's release below.
+	if rr.Status.ObservedGeneration != rr.Generation {
+		r.Recorder.Eventf(rr, corev1.EventTypeNormal, EventSpecIgnored,
+			"The playbook already ended (%s), so the edit of generation %d is not acted on: to try again, create a new request.", rr.Status.Phase, rr.Generation)
+		rr.Status.ObservedGeneration = rr.Generation
+	}
+	if err := r.patchStatus(ctx, s); err != nil {
+		return err
+	}
+	return r.releaseFinalizer(ctx, rr)
 }
 
 func (r *Reconciler) clock() clock.PassiveClock {

@@ -25,6 +25,7 @@ import (
 
 	"github.com/remediator/remediator/api/v1alpha1"
 	slots "github.com/remediator/remediator/controllers/admission"
+	"github.com/remediator/remediator/controllers/decider"
 	"github.com/remediator/remediator/controllers/facts"
 	"github.com/remediator/remediator/controllers/lifecycle"
 	"github.com/remediator/remediator/controllers/requests"
@@ -469,30 +470,40 @@ func (p *planner) placeInNamespace(in planInput) []string {
 	return nil
 }
 
-// decide is the controller's decide phase for rr at now: it gathers the facts (live;
-// with saved ones, those plan put in rr.Status.Facts), lists the other requests the
-// guards weigh (live ones, else p.others), and asks lifecycle.Decide: the policy,
-// the safety floor, DryRun, the maintenance window and the cap, in the controller's
-// order. Admission's own choice, on the requests as they are, tells whether the
-// request would get a slot of the cap at once or wait in line for one. It is kept
-// whole so that a decider shared with the controller can replace it.
+// decide decides rr at now through the decider the controller decides through
+// (package decider): the policy, the safety floor, DryRun, the maintenance window and
+// the cap, in the controller's order. What plan injects: the facts (live ones, or
+// with saved ones those plan put in rr.Status.Facts), the others (a live list, else
+// p.others), and admission's own choice on the others for the slot, which tells
+// whether the request would get a slot of the cap at once or wait in line for one.
 func (p *planner) decide(ctx context.Context, rr *v1alpha1.RemediationRequest, now time.Time) (lifecycle.Outcome, *v1alpha1.Facts, error) {
-	others := p.others
+	d := &decider.Decider{Policy: p.policy, Playbooks: p.playbooks, Gates: p.gates, MaxConcurrent: p.maxConcurrent,
+		Gather: func(context.Context, *v1alpha1.RemediationRequest) (*v1alpha1.Facts, error) {
+			return rr.Status.Facts, nil
+		},
+		Others: func(context.Context, *v1alpha1.Facts) ([]v1alpha1.RemediationRequest, error) { return p.others, nil },
+		Admitted: func(rr *v1alpha1.RemediationRequest, others []v1alpha1.RemediationRequest) bool {
+			return slots.WouldAdmit(rr, others, p.maxConcurrent, p.playbooks, now)
+		}}
 	if p.gatherer != nil {
-		f, err := p.gatherer.Gather(ctx, rr)
-		if err != nil {
-			return lifecycle.Outcome{}, nil, fmt.Errorf("gathering facts: %w", err)
+		// The live facts go into the request before admission is asked: it passes over a
+		// request whose Lease or node a slot holder works on.
+		d.Gather = func(ctx context.Context, rr *v1alpha1.RemediationRequest) (*v1alpha1.Facts, error) {
+			f, err := p.gatherer.Gather(ctx, rr)
+			if err == nil {
+				rr.Status.Facts = f
+			}
+			return f, err
 		}
-		rr.Status.Facts = f
-		if others, err = requests.List(ctx, p.reader); err != nil {
-			return lifecycle.Outcome{}, nil, err
+		d.Others = func(ctx context.Context, _ *v1alpha1.Facts) ([]v1alpha1.RemediationRequest, error) {
+			return requests.List(ctx, p.reader)
 		}
 	}
-	o := lifecycle.Decide(p.policy, p.playbooks, lifecycle.DecisionInput{
-		Request: rr, Facts: rr.Status.Facts, Others: others, MaxConcurrent: p.maxConcurrent, Gates: p.gates, Now: now,
-		Admitted: slots.WouldAdmit(rr, others, p.maxConcurrent, p.playbooks, now),
-	})
-	return o, rr.Status.Facts, nil
+	dec, err := d.Decide(ctx, rr, now, "")
+	if err != nil {
+		return lifecycle.Outcome{}, nil, err
+	}
+	return dec.Outcome, dec.Facts, nil
 }
 
 // record writes the controller's outcome o for rr into res: the decision, the
