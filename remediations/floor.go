@@ -10,10 +10,10 @@ import (
 	"github.com/remediator/remediator/api/v1alpha1"
 )
 
-// Gates are the runbook's minimums the floor enforces: controller flags, so tests and
+// Floor is the runbook's minimums the floor enforces: controller flags, so tests and
 // the demo may shorten them, never a policy. A zero field means the runbook's value
-// (DefaultGates): a caller that forgets one gets the strictest floor, never none.
-type Gates struct {
+// (DefaultFloor): a caller that forgets one gets the strictest floor, never none.
+type Floor struct {
 	// UnreachableMinLeaseAge: an unreachable or missing holder's Lease is deleted only
 	// once this old (runbook: 5 minutes from its creation or later acquisition).
 	UnreachableMinLeaseAge time.Duration
@@ -30,25 +30,25 @@ type Gates struct {
 	TridentNamespaces []string
 }
 
-// DefaultGates are the runbook's values.
-var DefaultGates = Gates{UnreachableMinLeaseAge: 5 * time.Minute, HealthyStuckLeaseAge: 10 * time.Minute, HeartbeatGrace: 50 * time.Second}
+// DefaultFloor is the runbook's values.
+var DefaultFloor = Floor{UnreachableMinLeaseAge: 5 * time.Minute, HealthyStuckLeaseAge: 10 * time.Minute, HeartbeatGrace: 50 * time.Second}
 
 // Effective fills zero fields with the runbook's values.
-func (g Gates) Effective() Gates {
+func (g Floor) Effective() Floor {
 	if g.UnreachableMinLeaseAge <= 0 {
-		g.UnreachableMinLeaseAge = DefaultGates.UnreachableMinLeaseAge
+		g.UnreachableMinLeaseAge = DefaultFloor.UnreachableMinLeaseAge
 	}
 	if g.HealthyStuckLeaseAge <= 0 {
-		g.HealthyStuckLeaseAge = DefaultGates.HealthyStuckLeaseAge
+		g.HealthyStuckLeaseAge = DefaultFloor.HealthyStuckLeaseAge
 	}
 	if g.HeartbeatGrace <= 0 {
-		g.HeartbeatGrace = DefaultGates.HeartbeatGrace
+		g.HeartbeatGrace = DefaultFloor.HeartbeatGrace
 	}
 	return g
 }
 
 // Settings are the effective gates as status.decision.floor records them.
-func (g Gates) Settings() *v1alpha1.FloorSettings {
+func (g Floor) Settings() *v1alpha1.FloorSettings {
 	g = g.Effective()
 	return &v1alpha1.FloorSettings{
 		UnreachableMinLeaseAgeSeconds: int64(g.UnreachableMinLeaseAge / time.Second),
@@ -84,7 +84,7 @@ type FloorInput struct {
 	Fresh *v1alpha1.Facts
 	// Conflicts are the other running requests on the same Lease or node.
 	Conflicts []string
-	Gates     Gates
+	Floor     Floor
 	// Created is the request's creationTimestamp: the time of its fencing statement
 	// when spec.fencing.fencedAt is not set.
 	Created time.Time
@@ -92,7 +92,7 @@ type FloorInput struct {
 
 // CheckFloor returns the first invariant the input breaches, or nil.
 func CheckFloor(in FloorInput) *Violation {
-	in.Gates = in.Gates.Effective()
+	in.Floor = in.Floor.Effective()
 	if len(in.Conflicts) > 0 {
 		return violation(InvariantConcurrentRemediation, "another remediation is running on the same Lease or node: %s",
 			strings.Join(in.Conflicts, "; "))
@@ -184,9 +184,9 @@ func leaseFloor(in FloorInput) *Violation {
 		if v := fencingFresh(in, n, now); v != nil {
 			return v
 		}
-		return leaseOldEnough(l, in.Gates.UnreachableMinLeaseAge, fmt.Sprintf("holder node %s is %s", n.Name, n.State))
+		return leaseOldEnough(l, in.Floor.UnreachableMinLeaseAge, fmt.Sprintf("holder node %s is %s", n.Name, n.State))
 	case v1alpha1.NodeHealthy:
-		if v := provenStuck(l, in.Gates.HealthyStuckLeaseAge); v != nil {
+		if v := provenStuck(l, in.Floor.HealthyStuckLeaseAge); v != nil {
 			return v
 		}
 		return healthyFloor(in)
@@ -198,9 +198,9 @@ func leaseFloor(in FloorInput) *Violation {
 // one) and the kubelet's silence. A heartbeat within the grace (never less than the
 // node Lease's duration) means the kubelet runs, and may be running cryptsetup.
 func shutdownFloor(in FloorInput, n *v1alpha1.NodeFacts, now time.Time) *Violation {
-	if n.Ready == "True" || n.HeartbeatFresh(now, in.Gates.HeartbeatGrace) {
+	if n.Ready == "True" || n.HeartbeatFresh(now, in.Floor.HeartbeatGrace) {
 		return violation(InvariantHolderStateUnproven, "holder node %s carries a shutdown taint, but its kubelet still reports (Ready=%s, last heartbeat %s, within the grace period of %s): a node whose kubelet still reports is not shut down",
-			n.Name, cmp.Or(n.Ready, "none"), heartbeatString(n), n.HeartbeatGrace(in.Gates.HeartbeatGrace))
+			n.Name, cmp.Or(n.Ready, "none"), heartbeatString(n), n.HeartbeatGrace(in.Floor.HeartbeatGrace))
 	}
 	return nil
 }
@@ -292,7 +292,7 @@ func healthyFloor(in FloorInput) *Violation {
 // spec's, the facts', the Lease's and the node-plugin pods' namespaces must each be
 // one the controller acts in, whatever a policy allowed.
 func namespaceFloor(in FloorInput) *Violation {
-	allowed := in.Gates.TridentNamespaces
+	allowed := in.Floor.TridentNamespaces
 	if len(allowed) == 0 {
 		return nil
 	}
@@ -324,7 +324,7 @@ func pluginFloor(in FloorInput) *Violation {
 	if f.Node == nil || !f.Node.Exists || f.CSI == nil {
 		return violation(InvariantHolderStateUnproven, "node %s or its CSI facts were not found", node)
 	}
-	if want := in.Gates.DriverName; want != "" && (f.DriverName != want || (in.Spec.DriverName != "" && in.Spec.DriverName != want)) {
+	if want := in.Floor.DriverName; want != "" && (f.DriverName != want || (in.Spec.DriverName != "" && in.Spec.DriverName != want)) {
 		return violation(InvariantDriverNotConfigured, "the request is about CSI driver %q, but this controller is configured for %q (--driver-name): restarting the node plugin for another driver's missing registration would disturb a healthy plugin",
 			cmp.Or(in.Spec.DriverName, f.DriverName), want)
 	}

@@ -124,15 +124,15 @@ func TestCheckFloor(t *testing.T) {
 		{"shutdown taint, but the kubelet still posts Ready=False", FloorInput{Steps: release, Fresh: with(leaseFacts(v1alpha1.NodeShutdown), func(f *v1alpha1.Facts) {
 			f.Node.ReadyHeartbeatTime = ago(20 * time.Second)
 		})}, InvariantHolderStateUnproven},
-		{"shutdown, heartbeat just past a shortened grace", FloorInput{Steps: release, Gates: Gates{HeartbeatGrace: 10 * time.Second}, Fresh: with(leaseFacts(v1alpha1.NodeShutdown), func(f *v1alpha1.Facts) {
+		{"shutdown, heartbeat just past a shortened grace", FloorInput{Steps: release, Floor: Floor{HeartbeatGrace: 10 * time.Second}, Fresh: with(leaseFacts(v1alpha1.NodeShutdown), func(f *v1alpha1.Facts) {
 			f.Node.ReadyHeartbeatTime = ago(20 * time.Second)
 		})}, ""},
 		// The grace never falls below the node Lease's own duration, whatever a flag or
 		// the settings ConfigMap says: a kubelet renewing every 10 s is alive.
-		{"shutdown, 1ms grace, kubelet renewed 10s ago within its 40s node Lease", FloorInput{Steps: release, Gates: Gates{HeartbeatGrace: time.Millisecond}, Fresh: with(leaseFacts(v1alpha1.NodeShutdown), func(f *v1alpha1.Facts) {
+		{"shutdown, 1ms grace, kubelet renewed 10s ago within its 40s node Lease", FloorInput{Steps: release, Floor: Floor{HeartbeatGrace: time.Millisecond}, Fresh: with(leaseFacts(v1alpha1.NodeShutdown), func(f *v1alpha1.Facts) {
 			f.Node.LeaseRenewTime, f.Node.NodeLeaseDurationSeconds = ago(10*time.Second), 40
 		})}, InvariantHolderStateUnproven},
-		{"shutdown, 1ms grace, renewal older than the node Lease's duration", FloorInput{Steps: release, Gates: Gates{HeartbeatGrace: time.Millisecond}, Fresh: with(leaseFacts(v1alpha1.NodeShutdown), func(f *v1alpha1.Facts) {
+		{"shutdown, 1ms grace, renewal older than the node Lease's duration", FloorInput{Steps: release, Floor: Floor{HeartbeatGrace: time.Millisecond}, Fresh: with(leaseFacts(v1alpha1.NodeShutdown), func(f *v1alpha1.Facts) {
 			f.Node.LeaseRenewTime, f.Node.NodeLeaseDurationSeconds = ago(41*time.Second), 40
 		})}, ""},
 		{"recorded Shutdown but Ready=True", FloorInput{Steps: release, Fresh: with(leaseFacts(v1alpha1.NodeShutdown), func(f *v1alpha1.Facts) { f.Node.Ready = "True" })}, InvariantHolderStateUnproven},
@@ -142,7 +142,7 @@ func TestCheckFloor(t *testing.T) {
 		{"fenced unreachable holder, Lease re-acquired a minute ago", FloorInput{Spec: fenced("node-a"), Steps: release, Fresh: with(leaseFacts(v1alpha1.NodeUnreachable), func(f *v1alpha1.Facts) {
 			f.Lease.AgeSeconds = 60
 		})}, InvariantLeaseTooYoung},
-		{"fenced unreachable holder, Lease past a shortened gate", FloorInput{Spec: fenced("node-a"), Steps: release, Gates: Gates{UnreachableMinLeaseAge: 30 * time.Second}, Fresh: with(leaseFacts(v1alpha1.NodeUnreachable), func(f *v1alpha1.Facts) {
+		{"fenced unreachable holder, Lease past a shortened gate", FloorInput{Spec: fenced("node-a"), Steps: release, Floor: Floor{UnreachableMinLeaseAge: 30 * time.Second}, Fresh: with(leaseFacts(v1alpha1.NodeUnreachable), func(f *v1alpha1.Facts) {
 			f.Lease.AgeSeconds = 60
 		})}, ""},
 		{"fenced missing holder, Lease one minute old", FloorInput{Spec: fenced("node-a"), Steps: release, Fresh: with(leaseFacts(v1alpha1.NodeNotFound), func(f *v1alpha1.Facts) {
@@ -175,7 +175,7 @@ func TestCheckFloor(t *testing.T) {
 		{"healthy holder, young Lease, LeaseRetained only on another incarnation", FloorInput{Steps: move, Fresh: with(leaseFacts(v1alpha1.NodeHealthy, "web-0"), func(f *v1alpha1.Facts) {
 			f.Lease.AgeSeconds, f.Lease.IgnoredRetainedEvents = 60, 3
 		})}, InvariantLeaseNotProvenStuck},
-		{"healthy holder, young Lease past a shortened gate", FloorInput{Steps: move, Gates: Gates{HealthyStuckLeaseAge: 40 * time.Second}, Fresh: with(leaseFacts(v1alpha1.NodeHealthy, "web-0"), func(f *v1alpha1.Facts) {
+		{"healthy holder, young Lease past a shortened gate", FloorInput{Steps: move, Floor: Floor{HealthyStuckLeaseAge: 40 * time.Second}, Fresh: with(leaseFacts(v1alpha1.NodeHealthy, "web-0"), func(f *v1alpha1.Facts) {
 			f.Lease.AgeSeconds = 60
 		})}, ""},
 		{"evict, healthy holder's Lease re-acquired since the decision", FloorInput{Steps: move, Step: "deleteAffectedPods", Decided: leaseFacts(v1alpha1.NodeHealthy, "web-0"),
@@ -194,7 +194,7 @@ func TestCheckFloor(t *testing.T) {
 		{"CSI: a plugin pod from another namespace than the facts'", FloorInput{Steps: restart,
 			Fresh: with(csiFacts(false, "tenant-app"), func(f *v1alpha1.Facts) { f.CSI.PluginPods[0].Namespace = "tenant" })}, InvariantNamespaceNotAllowed},
 		{"CSI: a namespace the settings allow", FloorInput{Spec: v1alpha1.RemediationRequestSpec{Remediation: v1alpha1.RemediationReregisterCSIDriver, TridentNamespace: "netapp-trident"}, Steps: restart,
-			Gates: Gates{TridentNamespaces: []string{"netapp-trident", "trident"}},
+			Floor: Floor{TridentNamespaces: []string{"netapp-trident", "trident"}},
 			Fresh: with(csiFacts(false, "trident-csi-a"), func(f *v1alpha1.Facts) {
 				f.TridentNamespace, f.CSI.PluginPods[0].Namespace = "netapp-trident", "netapp-trident"
 			})}, ""},
@@ -205,7 +205,7 @@ func TestCheckFloor(t *testing.T) {
 		{"spec.tridentNamespace not allowed, whatever the facts say", FloorInput{Spec: v1alpha1.RemediationRequestSpec{TridentNamespace: "tenant"}, Steps: release,
 			Fresh: leaseFacts(v1alpha1.NodeShutdown)}, InvariantNamespaceNotAllowed},
 		{"Lease in a namespace the settings allow", FloorInput{Spec: v1alpha1.RemediationRequestSpec{TridentNamespace: "netapp-trident"}, Steps: release,
-			Gates: Gates{TridentNamespaces: []string{"netapp-trident", "trident"}},
+			Floor: Floor{TridentNamespaces: []string{"netapp-trident", "trident"}},
 			Fresh: with(leaseFacts(v1alpha1.NodeShutdown), func(f *v1alpha1.Facts) { f.TridentNamespace, f.Lease.Namespace = "netapp-trident", "netapp-trident" })}, ""},
 		{"uncordon in a tenant namespace is a restore, never refused", FloorInput{Spec: v1alpha1.RemediationRequestSpec{TridentNamespace: "tenant"}, Steps: move, Step: "uncordon",
 			Decided: leaseFacts(v1alpha1.NodeHealthy), Fresh: with(leaseFacts(v1alpha1.NodeHealthy), func(f *v1alpha1.Facts) { f.TridentNamespace, f.Lease.Namespace = "tenant", "tenant" })}, ""},
@@ -274,11 +274,11 @@ func TestCheckFloor(t *testing.T) {
 			if tc.in.Created.IsZero() {
 				tc.in.Created = requestAt
 			}
-			if tc.in.Gates.DriverName == "" {
-				tc.in.Gates.DriverName = "csi.trident.netapp.io"
+			if tc.in.Floor.DriverName == "" {
+				tc.in.Floor.DriverName = "csi.trident.netapp.io"
 			}
-			if tc.in.Gates.TridentNamespaces == nil {
-				tc.in.Gates.TridentNamespaces = []string{"trident"}
+			if tc.in.Floor.TridentNamespaces == nil {
+				tc.in.Floor.TridentNamespaces = []string{"trident"}
 			}
 			v := CheckFloor(tc.in)
 			if tc.want == "" {
@@ -298,12 +298,12 @@ func TestInvariantReason(t *testing.T) {
 }
 
 func TestGatesEffective(t *testing.T) {
-	assert.Equal(t, DefaultGates, Gates{}.Effective(), "a zero Gates is the runbook's floor, never none")
-	assert.Equal(t, DefaultGates, Gates{UnreachableMinLeaseAge: -time.Second}.Effective())
-	short := Gates{UnreachableMinLeaseAge: time.Second, HealthyStuckLeaseAge: 2 * time.Second, HeartbeatGrace: 3 * time.Second, DriverName: "d", TridentNamespaces: []string{"a", "b"}}
+	assert.Equal(t, DefaultFloor, Floor{}.Effective(), "a zero Gates is the runbook's floor, never none")
+	assert.Equal(t, DefaultFloor, Floor{UnreachableMinLeaseAge: -time.Second}.Effective())
+	short := Floor{UnreachableMinLeaseAge: time.Second, HealthyStuckLeaseAge: 2 * time.Second, HeartbeatGrace: 3 * time.Second, DriverName: "d", TridentNamespaces: []string{"a", "b"}}
 	assert.Equal(t, short, short.Effective())
 	assert.Equal(t, []string{"a", "b"}, short.Settings().TridentNamespaces, "status.decision.floor records the Trident namespaces")
-	assert.Equal(t, &v1alpha1.FloorSettings{UnreachableMinLeaseAgeSeconds: 300, HealthyStuckLeaseAgeSeconds: 600, HeartbeatGraceSeconds: 50}, Gates{}.Settings())
+	assert.Equal(t, &v1alpha1.FloorSettings{UnreachableMinLeaseAgeSeconds: 300, HealthyStuckLeaseAgeSeconds: 600, HeartbeatGraceSeconds: 50}, Floor{}.Settings())
 }
 
 func TestTooYoungSaysWhenToRecheck(t *testing.T) {

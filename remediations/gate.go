@@ -54,7 +54,7 @@ type GateInput struct {
 	Fresh     *v1alpha1.Facts
 	Conflicts []string
 	Playbooks Playbooks
-	Gates     Gates
+	Floor     Floor
 	Now       time.Time
 	// Paused is the pause's message while Remediator is paused; empty otherwise.
 	Paused string
@@ -122,7 +122,7 @@ func journalFloor(in GateInput) *Violation {
 		return violation(InvariantPlaybookMismatch, "the journal lists steps %s, not those of playbook %q", strings.Join(names, " -> "), d.Playbook)
 	}
 	return CheckFloor(FloorInput{Spec: rr.Spec, Steps: pb.Steps, Step: in.Step, Decided: rr.Status.Facts,
-		Fresh: in.Fresh, Conflicts: in.Conflicts, Gates: in.Gates, Created: rr.CreationTimestamp.Time})
+		Fresh: in.Fresh, Conflicts: in.Conflicts, Floor: in.Floor, Created: rr.CreationTimestamp.Time})
 }
 
 // withdrawn says why the current spec, edited since the decision, no longer allows

@@ -40,10 +40,10 @@ const (
 	// InvariantDryRun means spec.mode is DryRun, which acts on nothing.
 	InvariantDryRun Invariant = "dry-run"
 	// InvariantLeaseTooYoung means an unreachable or missing holder's Lease is younger than
-	// Gates.UnreachableMinLeaseAge: an operation in flight may still be finishing.
+	// Floor.UnreachableMinLeaseAge: an operation in flight may still be finishing.
 	InvariantLeaseTooYoung Invariant = "lease-too-young"
 	// InvariantLeaseNotProvenStuck means the holder is healthy, no LeaseRetained Warning
-	// names this hold, and the Lease is younger than Gates.HealthyStuckLeaseAge.
+	// names this hold, and the Lease is younger than Floor.HealthyStuckLeaseAge.
 	InvariantLeaseNotProvenStuck Invariant = "lease-not-proven-stuck"
 	// InvariantFencingStale means the holder gave a sign of life after the fencing
 	// statement, or fencedAt is in the future.

@@ -31,7 +31,7 @@ type Execution struct {
 	Timeouts Timeouts
 	// Playbooks are what the journal is checked against before every destructive step.
 	Playbooks Playbooks
-	Gates     Gates
+	Floor     Floor
 	// Paused is the pause's message while Remediator is paused; empty otherwise.
 	Paused string
 
@@ -70,7 +70,7 @@ func (r *Execution) readFresh(ctx context.Context) (*v1alpha1.Facts, []string, e
 
 // gate asks Gate about step, on this Advance's fresh facts when it acts.
 func (r *Execution) gate(step string, starting bool) (*Halt, string) {
-	in := GateInput{RR: r.RR, Step: step, Starting: starting, Playbooks: r.Playbooks, Gates: r.Gates, Now: r.Now, Paused: r.Paused}
+	in := GateInput{RR: r.RR, Step: step, Starting: starting, Playbooks: r.Playbooks, Floor: r.Floor, Now: r.Now, Paused: r.Paused}
 	if !starting {
 		in.Fresh, in.Conflicts = r.freshFacts, r.freshConflicts
 	}

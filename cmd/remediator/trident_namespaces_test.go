@@ -27,7 +27,7 @@ func TestAllowedTridentNamespaces(t *testing.T) {
 	}
 	t.Run("none by default", func(t *testing.T) {
 		c := parse(t)
-		g, err := c.Gates()
+		g, err := c.Floor()
 		require.NoError(t, err)
 		assert.Equal(t, []string{"trident"}, g.TridentNamespaces)
 		assert.Equal(t, []string{"trident"}, g.Settings().TridentNamespaces)
@@ -37,7 +37,7 @@ func TestAllowedTridentNamespaces(t *testing.T) {
 	})
 	t.Run("listed, comma-separated", func(t *testing.T) {
 		c := parse(t, "--trident-namespace=trident", "--allowed-trident-namespaces=trident-b,netapp-trident")
-		g, err := c.Gates()
+		g, err := c.Floor()
 		require.NoError(t, err)
 		assert.Equal(t, []string{"netapp-trident", "trident", "trident-b"}, g.TridentNamespaces, "sorted, the configured one among them")
 		fc, err := c.FactsConfig()
@@ -48,7 +48,7 @@ func TestAllowedTridentNamespaces(t *testing.T) {
 	t.Run("an empty value lists none", func(t *testing.T) {
 		// The chart passes the settings key as $(ENV), empty when it lists none.
 		c := parse(t, "--allowed-trident-namespaces=")
-		g, err := c.Gates()
+		g, err := c.Floor()
 		require.NoError(t, err)
 		assert.Equal(t, []string{"trident"}, g.TridentNamespaces)
 	})

@@ -21,7 +21,7 @@ import (
 type Decider struct {
 	Policy        *policies.Engine
 	Playbooks     remediations.Playbooks
-	Gates         remediations.Gates
+	Floor         remediations.Floor
 	MaxConcurrent int
 	// Gather reads the facts of a request.
 	Gather func(context.Context, *v1alpha1.RemediationRequest) (*v1alpha1.Facts, error)
@@ -35,7 +35,7 @@ type Decider struct {
 
 // Decision is a decision and the facts it was made on.
 type Decision struct {
-	lifecycle.Outcome
+	lifecycle.Transition
 	Facts *v1alpha1.Facts
 }
 
@@ -50,7 +50,7 @@ func (d *Decider) Decide(ctx context.Context, rr *v1alpha1.RemediationRequest, n
 	if err != nil {
 		return Decision{}, err
 	}
-	in := lifecycle.DecisionInput{Request: rr, Facts: f, Others: others, MaxConcurrent: d.MaxConcurrent, Gates: d.Gates, Now: now,
+	in := lifecycle.DecisionInput{Request: rr, Facts: f, Others: others, MaxConcurrent: d.MaxConcurrent, Floor: d.Floor, Now: now,
 		Paused: paused, Admitted: d.Admitted(rr, others)}
-	return Decision{Outcome: lifecycle.Decide(d.Policy, d.Playbooks, in), Facts: f}, nil
+	return Decision{Transition: lifecycle.Decide(d.Policy, d.Playbooks, in), Facts: f}, nil
 }

@@ -74,9 +74,9 @@ type DecisionInput struct {
 	// disruptive playbook starts; without one it joins the line. `remediator plan`
 	// predicts it (WouldAdmit).
 	Admitted bool
-	// Gates are the safety floor's minimums (the controller's --floor-* flags); zero
+	// Floor is the safety floor's minimums (the controller's --floor-* flags); zero
 	// fields mean the runbook's values.
-	Gates remediations.Gates
+	Floor remediations.Floor
 	Now   time.Time
 }
 
@@ -87,9 +87,9 @@ type Condition struct {
 	Message string
 }
 
-// Outcome is what one decision makes of a request. The reconciler writes it to
+// Transition is what one decision makes of a request. The reconciler writes it to
 // status; plan prints it. Both get it from Decide, so they cannot disagree.
-type Outcome struct {
+type Transition struct {
 	Phase    v1alpha1.Phase
 	Decision v1alpha1.Decision
 	// Steps is the playbook's journal, all Pending, when a playbook was chosen.
@@ -113,7 +113,7 @@ type Outcome struct {
 // the maintenance window and the cluster-wide cap. It is pure, apart from evaluating
 // the compiled policy, and always returns an outcome: whatever cannot be decided is
 // rejected with an explanation.
-func Decide(policy *policies.Engine, playbooks remediations.Playbooks, in DecisionInput) Outcome {
+func Decide(policy *policies.Engine, playbooks remediations.Playbooks, in DecisionInput) Transition {
 	return DecideWith(Evaluate(policy, in), playbooks, in)
 }
 
@@ -135,11 +135,11 @@ func Evaluate(policy *policies.Engine, in DecisionInput) policies.Decision {
 
 // DecideWith takes the policy's answer d through the floor, DryRun, the maintenance
 // window and the line for a slot. It is pure.
-func DecideWith(d policies.Decision, playbooks remediations.Playbooks, in DecisionInput) Outcome {
+func DecideWith(d policies.Decision, playbooks remediations.Playbooks, in DecisionInput) Transition {
 	rr, now := in.Request, in.Now
 	conflicts := ConflictsIn(in.Others, rr.UID, in.Facts)
-	o := Outcome{Conflicts: conflicts}
-	o.Decision = v1alpha1.Decision{DecidedAt: metav1.NewTime(now), Generation: rr.Generation, PolicyDigest: d.Digest, Floor: in.Gates.Settings()}
+	o := Transition{Conflicts: conflicts}
+	o.Decision = v1alpha1.Decision{DecidedAt: metav1.NewTime(now), Generation: rr.Generation, PolicyDigest: d.Digest, Floor: in.Floor.Settings()}
 
 	o.Decision.Allowed, o.Decision.Playbook, o.Decision.Rule = d.Verdict == policies.VerdictAllow, d.Playbook, d.Rule
 	o.Decision.Reasons, o.Decision.Message, o.Decision.PolicyDigest = d.Reasons, d.Message, d.Digest
@@ -165,14 +165,14 @@ func DecideWith(d policies.Decision, playbooks remediations.Playbooks, in Decisi
 }
 
 // recheck sets when to decide again, and says so in the message.
-func (o *Outcome) recheck(at time.Time) {
+func (o *Transition) recheck(at time.Time) {
 	t := metav1.NewTime(at)
 	o.Decision.RecheckAt = &t
 	o.Decision.Message += " Re-evaluated at " + t.UTC().Format(time.RFC3339) + "."
 	o.RequeueAfter = at.Sub(o.Decision.DecidedAt.Time)
 }
 
-func (o Outcome) reject(progressing string) Outcome {
+func (o Transition) reject(progressing string) Transition {
 	o.Phase = v1alpha1.PhaseRejected
 	o.Decision.Allowed, o.Decision.Playbook, o.Steps = false, "", nil
 	o.Accepted = Condition{metav1.ConditionFalse, policies.ConditionReason(o.Decision.Rule), o.Decision.Message}
@@ -182,7 +182,7 @@ func (o Outcome) reject(progressing string) Outcome {
 	return o
 }
 
-func (o Outcome) wait(now time.Time) Outcome {
+func (o Transition) wait(now time.Time) Transition {
 	o.Phase = v1alpha1.PhaseWaiting
 	o.Decision.Allowed, o.Decision.Playbook, o.Steps = false, "", nil
 	if o.Decision.RecheckAt == nil {
@@ -196,7 +196,7 @@ func (o Outcome) wait(now time.Time) Outcome {
 }
 
 // allowed takes a playbook the policy chose through the floor and the guards.
-func (o Outcome) allowed(playbooks remediations.Playbooks, in DecisionInput) Outcome {
+func (o Transition) allowed(playbooks remediations.Playbooks, in DecisionInput) Transition {
 	rr, now, playbook, rule := in.Request, in.Now, o.Decision.Playbook, o.Decision.Rule
 	plan, err := playbooks.Plan(playbook)
 	if err != nil {
@@ -210,7 +210,7 @@ func (o Outcome) allowed(playbooks remediations.Playbooks, in DecisionInput) Out
 		names = append(names, st.Name)
 	}
 	if v := remediations.CheckFloor(remediations.FloorInput{Spec: rr.Spec, Steps: names, Fresh: in.Facts, Conflicts: o.Conflicts,
-		Gates: in.Gates, Created: created(rr, now)}); v != nil {
+		Floor: in.Floor, Created: created(rr, now)}); v != nil {
 		o.Decision.Rule, o.Decision.RecheckAt, o.RequeueAfter = string(v.Invariant), nil, 0
 		o.Decision.Reasons = []string{v.Message, fmt.Sprintf("policy rule %s chose playbook %s", rule, playbook)}
 		o.Decision.Message = fmt.Sprintf("Refused by the safety floor (invariant %s): %s. Policy rule %s allowed playbook %s, but no policy can lift this invariant. %s",
@@ -232,7 +232,7 @@ func (o Outcome) allowed(playbooks remediations.Playbooks, in DecisionInput) Out
 
 // start is the allowed playbook's way to its first step, or what holds it: a dry
 // run, the maintenance window, the pause, the line for a slot.
-func (o Outcome) start(playbooks remediations.Playbooks, in DecisionInput, names []string) Outcome {
+func (o Transition) start(playbooks remediations.Playbooks, in DecisionInput, names []string) Transition {
 	rr, now, playbook, rule := in.Request, in.Now, o.Decision.Playbook, o.Decision.Rule
 	if rr.Spec.Mode == v1alpha1.ModeDryRun {
 		o.Phase = v1alpha1.PhasePending

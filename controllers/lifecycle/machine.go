@@ -96,7 +96,7 @@ func NeedsDecision(rr *v1alpha1.RemediationRequest, now time.Time) bool {
 
 // Apply writes decision o, made on facts f, into rr's status: the transition out of
 // every state that is decided (see NeedsDecision).
-func (o Outcome) Apply(rr *v1alpha1.RemediationRequest, f *v1alpha1.Facts) Event {
+func (o Transition) Apply(rr *v1alpha1.RemediationRequest, f *v1alpha1.Facts) Event {
 	st := &rr.Status
 	st.Facts = f
 	dec := o.Decision

@@ -87,7 +87,7 @@ func TestUnreadableFactsAreNotSilent(t *testing.T) {
 	startManagerOn(t, asChartController(t), func(r *remediationrequest.Reconciler) {
 		// The settings list the namespace: the request may name it; the controller's
 		// RBAC, as the chart renders it by default, does not cover it.
-		for _, g := range []*facts.Gatherer{r.Gatherer, r.Recheck, r.RecheckRelease} {
+		for _, g := range []*facts.Gatherer{r.Gatherer, r.Fresh, r.FreshRelease} {
 			g.Config.AllowedTridentNamespaces = []string{other}
 		}
 	})

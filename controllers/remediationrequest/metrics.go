@@ -63,7 +63,7 @@ const failClosedSafetyFloor = "safety-floor"
 var failClosedRules = []string{lifecycle.RulePolicyError, policies.RulePolicyTimeout, lifecycle.RuleUnknownPlaybook}
 
 // safetyFloorProgressing starts the Progressing message of a request the safety floor
-// refused (lifecycle.Outcome.allowed). The rule alone cannot tell it: the floor's invariant
+// refused (lifecycle.Transition.allowed). The rule alone cannot tell it: the floor's invariant
 // driver-registered is also a policy rule.
 const safetyFloorProgressing = "Rejected by the safety floor: "
 

@@ -61,16 +61,17 @@ type Reconciler struct {
 	Reader client.Reader
 	// Gatherer gathers the facts a decision is made on.
 	Gatherer *facts.Gatherer
-	// Recheck gathers the facts again right before a destructive step of a disruptive
-	// playbook; it must read everything the floor weighs live. RecheckRelease does it
-	// for a playbook that only deletes the Lease; it must read the holder node's state
-	// live. nil means Recheck, and Gatherer for both. See Gatherers.
-	Recheck        *facts.Gatherer
-	RecheckRelease *facts.Gatherer
-	Policy         *policies.Engine
-	Playbooks      remediations.Playbooks
-	Timeouts       remediations.Timeouts
-	Recorder       record.EventRecorder
+	// Fresh gathers the fresh facts: the facts again right before a destructive step
+	// of a disruptive playbook; it must read everything the floor weighs live.
+	// FreshRelease does it for a playbook that only deletes the Lease; it must read
+	// the holder node's state live. nil means Fresh, and Gatherer for both. See
+	// wiring.Gatherers.
+	Fresh        *facts.Gatherer
+	FreshRelease *facts.Gatherer
+	Policy       *policies.Engine
+	Playbooks    remediations.Playbooks
+	Timeouts     remediations.Timeouts
+	Recorder     record.EventRecorder
 	// Namespaces restricts the requests reconciled and counted by the guards to these
 	// namespaces; empty means all. The cache is restricted too, but the live reads
 	// (the reconciled request, the guards' lists) are not, so the check is here.
@@ -84,9 +85,9 @@ type Reconciler struct {
 	// is never reconciled by two workers at once (the work queue guarantees it); the
 	// slots of the cap are granted by admission alone.
 	Workers int
-	// Gates are the safety floor's minimums (--floor-* flags); zero fields mean the
+	// Floor is the safety floor's minimums (--floor-* flags); zero fields mean the
 	// runbook's values. The heartbeat grace and the driver are the gatherer's.
-	Gates remediations.Gates
+	Floor remediations.Floor
 	// Pause is the pause ConfigMap (--pause-configmap); empty means
 	// pause.DefaultConfigMap. It is read from the manager's cache (CacheOptions).
 	Pause types.NamespacedName
@@ -247,10 +248,10 @@ func (r *Reconciler) clock() clock.PassiveClock {
 	return r.Clock
 }
 
-// gates are the floor's minimums, with the heartbeat grace, the driver and the
+// floor is the floor's minimums, with the heartbeat grace, the driver and the
 // Trident namespaces the gatherer classifies, looks for and reads in.
-func (r *Reconciler) gates() remediations.Gates {
-	g := r.Gates
+func (r *Reconciler) floor() remediations.Floor {
+	g := r.Floor
 	if r.Gatherer != nil {
 		g.HeartbeatGrace = cmp.Or(g.HeartbeatGrace, r.Gatherer.Config.NodeLeaseGracePeriod)
 		g.DriverName = cmp.Or(g.DriverName, r.Gatherer.Config.DriverName)
@@ -293,7 +294,7 @@ func (r *Reconciler) decide(ctx context.Context, s *scope) (ctrl.Result, error) 
 // decider decides on the cache's facts (the reconciler's clock) and the guards'
 // view of the others; a request holds a slot when admission granted it one.
 func (r *Reconciler) decider() *decider.Decider {
-	return &decider.Decider{Policy: r.Policy, Playbooks: r.Playbooks, Gates: r.gates(), MaxConcurrent: r.MaxConcurrent,
+	return &decider.Decider{Policy: r.Policy, Playbooks: r.Playbooks, Floor: r.floor(), MaxConcurrent: r.MaxConcurrent,
 		Gather: r.gatherer(r.Gatherer).Gather, Others: r.guardOthers,
 		Admitted: func(rr *v1alpha1.RemediationRequest, _ []v1alpha1.RemediationRequest) bool {
 			return lifecycle.Granted(rr)

@@ -89,7 +89,7 @@ func startManagerLogging(t *testing.T, cfg *rest.Config, log logr.Logger, verify
 	// The controller's namespace, where admission keeps the slots Lease.
 	ensureNamespaces(t, pause.DefaultConfigMap.Namespace)
 	require.NoError(t, wiring.PrepareCache(context.Background(), mgr))
-	decide, recheck, recheckRelease := wiring.Gatherers(mgr, facts.DefaultConfig())
+	decide, fresh, freshRelease := wiring.Gatherers(mgr, facts.DefaultConfig())
 	managerCache = mgr.GetClient()
 	t.Cleanup(func() { managerCache = nil })
 	policy, err := policies.Embedded()
@@ -97,16 +97,16 @@ func startManagerLogging(t *testing.T, cfg *rest.Config, log logr.Logger, verify
 	playbooks, err := remediations.DefaultPlaybooks()
 	require.NoError(t, err)
 	r := &remediationrequest.Reconciler{
-		Client:         mgr.GetClient(),
-		Reader:         mgr.GetAPIReader(),
-		Gatherer:       decide,
-		Recheck:        recheck,
-		RecheckRelease: recheckRelease,
-		Workers:        4,
-		Policy:         policy,
-		Playbooks:      playbooks,
-		Timeouts:       remediations.DefaultTimeouts,
-		Recorder:       mgr.GetEventRecorderFor("remediator-test"),
+		Client:       mgr.GetClient(),
+		Reader:       mgr.GetAPIReader(),
+		Gatherer:     decide,
+		Fresh:        fresh,
+		FreshRelease: freshRelease,
+		Workers:      4,
+		Policy:       policy,
+		Playbooks:    playbooks,
+		Timeouts:     remediations.DefaultTimeouts,
+		Recorder:     mgr.GetEventRecorderFor("remediator-test"),
 	}
 	for _, o := range opts {
 		o(r)
@@ -149,7 +149,7 @@ func TestReconcileRecordsFacts(t *testing.T) {
 	ensureNamespaces(t, "remediator", "trident")
 	// A request may name a Trident namespace of its own only when the settings allow it.
 	startManager(t, func(r *remediationrequest.Reconciler) {
-		for _, g := range []*facts.Gatherer{r.Gatherer, r.Recheck, r.RecheckRelease} {
+		for _, g := range []*facts.Gatherer{r.Gatherer, r.Fresh, r.FreshRelease} {
 			g.Config.AllowedTridentNamespaces = []string{"trident-alt"}
 		}
 	})

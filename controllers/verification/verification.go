@@ -80,7 +80,7 @@ type Reconciler struct {
 	Gatherer *facts.Gatherer
 	// StuckLeaseAge is the safety floor's healthy stuck age (--floor-healthy-lease-age):
 	// the age from which a re-taken Lease without LeaseRetained events counts as
-	// retained; zero means remediations.DefaultGates'.
+	// retained; zero means remediations.DefaultFloor's.
 	StuckLeaseAge time.Duration
 	// Window is how long after a request Succeeded its fix is verified
 	// (--verify-fix-for); zero turns verification off.
@@ -224,7 +224,7 @@ func (r *Reconciler) verify(ctx context.Context, s *scope) (ctrl.Result, error) 
 	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("gathering facts to verify the fix: %w", err)
 	}
-	stuck := remediations.Gates{HealthyStuckLeaseAge: r.StuckLeaseAge}.Effective().HealthyStuckLeaseAge
+	stuck := remediations.Floor{HealthyStuckLeaseAge: r.StuckLeaseAge}.Effective().HealthyStuckLeaseAge
 	v := judgeFix(rr, f, start, end, s.now, stuck)
 	setCondition(rr, v.status, v.reason, v.message)
 	if v.status != metav1.ConditionUnknown {

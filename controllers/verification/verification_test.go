@@ -67,23 +67,23 @@ func startStoppableManager(t *testing.T, window verifyFor) (stop func()) {
 	// The controller's namespace, where admission keeps the slots Lease.
 	ensureNamespaces(t, pause.DefaultConfigMap.Namespace)
 	require.NoError(t, wiring.PrepareCache(context.Background(), mgr))
-	decide, recheck, recheckRelease := wiring.Gatherers(mgr, facts.DefaultConfig())
+	decide, fresh, freshRelease := wiring.Gatherers(mgr, facts.DefaultConfig())
 	policy, err := policies.Embedded()
 	require.NoError(t, err)
 	playbooks, err := remediations.DefaultPlaybooks()
 	require.NoError(t, err)
 	recorder := mgr.GetEventRecorderFor("remediator-test")
 	r := &remediationrequest.Reconciler{
-		Client:         mgr.GetClient(),
-		Reader:         mgr.GetAPIReader(),
-		Gatherer:       decide,
-		Recheck:        recheck,
-		RecheckRelease: recheckRelease,
-		Workers:        4,
-		Policy:         policy,
-		Playbooks:      playbooks,
-		Timeouts:       remediations.DefaultTimeouts,
-		Recorder:       recorder,
+		Client:       mgr.GetClient(),
+		Reader:       mgr.GetAPIReader(),
+		Gatherer:     decide,
+		Fresh:        fresh,
+		FreshRelease: freshRelease,
+		Workers:      4,
+		Policy:       policy,
+		Playbooks:    playbooks,
+		Timeouts:     remediations.DefaultTimeouts,
+		Recorder:     recorder,
 	}
 	v := &verification.Reconciler{Client: mgr.GetClient(), Gatherer: decide, Window: time.Duration(window), Recorder: recorder, Workers: 4}
 	require.NoError(t, setup.Runnables(mgr, r, v))

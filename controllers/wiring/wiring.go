@@ -175,7 +175,7 @@ func PrepareCache(ctx context.Context, mgr ctrl.Manager) error {
 // which the API server checks atomically, a stronger check than any read before it.
 // Anything the cache does not hold, a Lease in a Trident namespace a request
 // overrides for one, is read live by all.
-func Gatherers(mgr ctrl.Manager, fc facts.Config) (decide, recheck, recheckRelease *facts.Gatherer) {
+func Gatherers(mgr ctrl.Manager, fc facts.Config) (decide, fresh, freshRelease *facts.Gatherer) {
 	gatherer := func(l live) *facts.Gatherer {
 		return &facts.Gatherer{Reader: facts.SplitReader{Cache: mgr.GetClient(), Live: LiveReader(mgr), Cached: cachedReads(fc, l)}, Config: fc}
 	}

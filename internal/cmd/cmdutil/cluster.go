@@ -90,9 +90,9 @@ func (c *ClusterFlags) AddFlags(fs *pflag.FlagSet, liveOnly string) {
 	fs.StringVar(&c.nodePluginSelector, "node-plugin-selector", facts.DefaultNodePluginSelector, "Label selector of Trident's node-plugin pods"+liveOnly)
 	fs.DurationVar(&c.nodeLeaseGracePeriod, "node-lease-grace-period", facts.DefaultNodeLeaseGracePeriod,
 		"Age of a node's last heartbeat (kube-node-lease renewal, Ready heartbeat) after which it counts as silent: unreachable, or, with a shutdown taint, shut down; match kube-controller-manager's --node-monitor-grace-period (50s since Kubernetes 1.32)"+liveOnly)
-	fs.DurationVar(&c.floorUnreachableLeaseAge, "floor-unreachable-lease-age", remediations.DefaultGates.UnreachableMinLeaseAge,
+	fs.DurationVar(&c.floorUnreachableLeaseAge, "floor-unreachable-lease-age", remediations.DefaultFloor.UnreachableMinLeaseAge,
 		"Safety floor: the age (from its creation or later acquisition) a Lease held by an unreachable or missing holder must reach before it is deleted, whatever the policy says; the runbook's 5m unless shortened for tests")
-	fs.DurationVar(&c.floorHealthyLeaseAge, "floor-healthy-lease-age", remediations.DefaultGates.HealthyStuckLeaseAge,
+	fs.DurationVar(&c.floorHealthyLeaseAge, "floor-healthy-lease-age", remediations.DefaultFloor.HealthyStuckLeaseAge,
 		"Safety floor: the age at which a healthy holder's Lease with no LeaseRetained Warning on it counts as stuck, whatever the policy says; the runbook's 10m unless shortened for tests")
 }
 
@@ -106,14 +106,14 @@ func ParsePauseConfigMap(s string) (types.NamespacedName, error) {
 	return types.NamespacedName{Namespace: ns, Name: name}, nil
 }
 
-// Gates are the safety floor's minimums the flags set.
-func (c *ClusterFlags) Gates() (remediations.Gates, error) {
+// Floor is the safety floor's minimums the flags set.
+func (c *ClusterFlags) Floor() (remediations.Floor, error) {
 	if c.floorUnreachableLeaseAge <= 0 || c.floorHealthyLeaseAge <= 0 {
-		return remediations.Gates{}, fmt.Errorf("--floor-unreachable-lease-age and --floor-healthy-lease-age must be positive, got %s and %s",
+		return remediations.Floor{}, fmt.Errorf("--floor-unreachable-lease-age and --floor-healthy-lease-age must be positive, got %s and %s",
 			c.floorUnreachableLeaseAge, c.floorHealthyLeaseAge)
 	}
 	fc := facts.Config{TridentNamespace: c.tridentNamespace, AllowedTridentNamespaces: c.allowedTridentNamespaces}
-	return remediations.Gates{UnreachableMinLeaseAge: c.floorUnreachableLeaseAge, HealthyStuckLeaseAge: c.floorHealthyLeaseAge,
+	return remediations.Floor{UnreachableMinLeaseAge: c.floorUnreachableLeaseAge, HealthyStuckLeaseAge: c.floorHealthyLeaseAge,
 		HeartbeatGrace: c.nodeLeaseGracePeriod, DriverName: c.driverName, TridentNamespaces: fc.TridentNamespaces()}, nil
 }
 

@@ -66,7 +66,7 @@ type Options struct {
 
 	// Set by Validate.
 	facts facts.Config
-	gates remediations.Gates
+	gates remediations.Floor
 }
 
 // NewOptions returns the controller's options with the cluster flags; version is
@@ -146,7 +146,7 @@ func (o *Options) Validate() error {
 	if o.facts, err = o.cluster.FactsConfig(); err != nil {
 		return err
 	}
-	if o.gates, err = o.cluster.Gates(); err != nil {
+	if o.gates, err = o.cluster.Floor(); err != nil {
 		return err
 	}
 	if o.workers < 1 {
@@ -268,20 +268,20 @@ func addServerClock(ctx context.Context, mgr ctrl.Manager, cfg *rest.Config) (*f
 // reconciler is the RemediationRequest reconciler the flags configure.
 func (o *Options) reconciler(mgr ctrl.Manager, policy *policies.Engine, playbooks remediations.Playbooks, namespaces []string,
 	pause types.NamespacedName, serverClock *facts.ServerClock) *remediationrequest.Reconciler {
-	decide, recheck, recheckRelease := wiring.Gatherers(mgr, o.facts)
+	decide, fresh, freshRelease := wiring.Gatherers(mgr, o.facts)
 	return &remediationrequest.Reconciler{
-		Client:         mgr.GetClient(),
-		Reader:         wiring.LiveReader(mgr),
-		Gatherer:       decide,
-		Recheck:        recheck,
-		RecheckRelease: recheckRelease,
-		Workers:        o.workers,
-		Policy:         policy,
-		Playbooks:      playbooks,
-		MaxConcurrent:  o.maxConcurrent,
-		Gates:          o.gates,
-		Namespaces:     namespaces,
-		Pause:          pause,
+		Client:        mgr.GetClient(),
+		Reader:        wiring.LiveReader(mgr),
+		Gatherer:      decide,
+		Fresh:         fresh,
+		FreshRelease:  freshRelease,
+		Workers:       o.workers,
+		Policy:        policy,
+		Playbooks:     playbooks,
+		MaxConcurrent: o.maxConcurrent,
+		Floor:         o.gates,
+		Namespaces:    namespaces,
+		Pause:         pause,
 		Timeouts: remediations.Timeouts{Step: o.stepTimeout, Eviction: o.evictionTimeout, PodTermination: o.podTerminationTimeout,
 			PluginRestart: o.pluginRestartTimeout},
 		Recorder: mgr.GetEventRecorderFor("remediator"),

@@ -326,7 +326,7 @@ func (o *Options) newPlanner(ctx context.Context, policy *policies.Engine, playb
 			return nil, fmt.Errorf("with the controller's settings from ConfigMap %s: %w", o.settingsConfigMap, err)
 		}
 	}
-	gates, err := o.cluster.Gates()
+	gates, err := o.cluster.Floor()
 	if err != nil {
 		return nil, err
 	}
@@ -391,7 +391,7 @@ type planner struct {
 	maxConcurrent int
 	// gates are the controller's safety-floor minimums (--floor-*, the heartbeat
 	// grace and the driver), so that plan refuses what the floor refuses.
-	gates remediations.Gates
+	gates remediations.Floor
 	// namespace is --namespace: where a request whose manifest names none goes.
 	namespace string
 }
@@ -476,8 +476,8 @@ func (p *planner) placeInNamespace(in planInput) []string {
 // with saved ones those plan put in rr.Status.Facts), the others (a live list, else
 // p.others), and admission's own choice on the others for the slot, which tells
 // whether the request would get a slot of the cap at once or wait in line for one.
-func (p *planner) decide(ctx context.Context, rr *v1alpha1.RemediationRequest, now time.Time) (lifecycle.Outcome, *v1alpha1.Facts, error) {
-	d := &decider.Decider{Policy: p.policy, Playbooks: p.playbooks, Gates: p.gates, MaxConcurrent: p.maxConcurrent,
+func (p *planner) decide(ctx context.Context, rr *v1alpha1.RemediationRequest, now time.Time) (lifecycle.Transition, *v1alpha1.Facts, error) {
+	d := &decider.Decider{Policy: p.policy, Playbooks: p.playbooks, Floor: p.gates, MaxConcurrent: p.maxConcurrent,
 		Gather: func(context.Context, *v1alpha1.RemediationRequest) (*v1alpha1.Facts, error) {
 			return rr.Status.Facts, nil
 		},
@@ -501,14 +501,14 @@ func (p *planner) decide(ctx context.Context, rr *v1alpha1.RemediationRequest, n
 	}
 	dec, err := d.Decide(ctx, rr, now, "")
 	if err != nil {
-		return lifecycle.Outcome{}, nil, err
+		return lifecycle.Transition{}, nil, err
 	}
-	return dec.Outcome, dec.Facts, nil
+	return dec.Transition, dec.Facts, nil
 }
 
 // record writes the controller's outcome o for rr into res: the decision, the
 // conflicts, the playbook's steps, the notes and the exit code.
-func (p *planner) record(res *planResult, rr *v1alpha1.RemediationRequest, o lifecycle.Outcome) {
+func (p *planner) record(res *planResult, rr *v1alpha1.RemediationRequest, o lifecycle.Transition) {
 	if o.Conflicts != nil {
 		res.Conflicts = o.Conflicts
 	}
@@ -539,7 +539,7 @@ func (p *planner) record(res *planResult, rr *v1alpha1.RemediationRequest, o lif
 // outcome is plan's outcome for the phase the controller would set, with notes on
 // DryRun, the maintenance window and a wait for a slot appended to notes. A window's
 // wait replaces dec's recheck time with the time the window opens.
-func (p *planner) outcome(rr *v1alpha1.RemediationRequest, o lifecycle.Outcome, dec *planDecision, notes []string) (string, []string) {
+func (p *planner) outcome(rr *v1alpha1.RemediationRequest, o lifecycle.Transition, dec *planDecision, notes []string) (string, []string) {
 	mw := rr.Spec.MaintenanceWindow
 	at := p.at.UTC().Format(time.RFC3339)
 	switch o.Phase {

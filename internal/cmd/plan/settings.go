@@ -51,7 +51,7 @@ func (o *Options) checkSettings() error {
 	if o.maxConcurrent < 0 {
 		return fmt.Errorf("--max-concurrent-remediations must be 0 (no cap) or more, got %d", o.maxConcurrent)
 	}
-	if _, err := o.cluster.Gates(); err != nil {
+	if _, err := o.cluster.Floor(); err != nil {
 		return err
 	}
 	_, err := o.cluster.FactsConfig()

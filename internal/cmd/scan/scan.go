@@ -150,7 +150,7 @@ func (o *Options) Validate() error {
 	if _, err := o.cluster.FactsConfig(); err != nil {
 		return err
 	}
-	_, err := o.cluster.Gates()
+	_, err := o.cluster.Floor()
 	return err
 }
 
@@ -170,7 +170,7 @@ func (o *Options) Run(ctx context.Context, w io.Writer) error {
 			warn(m)
 		}
 	}
-	gates, err := o.cluster.Gates()
+	gates, err := o.cluster.Floor()
 	if err != nil {
 		return err
 	}

@@ -212,8 +212,8 @@ func TestDefaultsAreTheFlagDefaults(t *testing.T) {
 		"facts.DefaultTridentNamespace":                    facts.DefaultTridentNamespace,
 		"facts.DefaultDriverName":                          facts.DefaultDriverName,
 		"facts.DefaultNodePluginSelector":                  facts.DefaultNodePluginSelector,
-		"remediations.DefaultGates.UnreachableMinLeaseAge": remediations.DefaultGates.UnreachableMinLeaseAge.String(),
-		"remediations.DefaultGates.HealthyStuckLeaseAge":   remediations.DefaultGates.HealthyStuckLeaseAge.String(),
+		"remediations.DefaultFloor.UnreachableMinLeaseAge": remediations.DefaultFloor.UnreachableMinLeaseAge.String(),
+		"remediations.DefaultFloor.HealthyStuckLeaseAge":   remediations.DefaultFloor.HealthyStuckLeaseAge.String(),
 		"detection.DefaultInterval":                        detection.DefaultInterval.String(),
 		"verification.DefaultVerifyFixFor":                 verification.DefaultVerifyFixFor.String(),
 	})

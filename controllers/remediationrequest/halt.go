@@ -1,8 +1,9 @@
 package remediationrequest
 
-// Stopping a running playbook when the gate (remediations.Gate) closes before a
-// destructive step: the spec no longer allows it (abort, Failed/Aborted), or its
-// maintenance window closed (restore, then wait for the next window).
+// Carrying out the gate's halts (remediations.Gate, Halt) before a destructive step:
+// the spec no longer allows the playbook (abort: restore, Failed/Aborted), or its
+// maintenance window closed (restore, then wait for the next window). A pause's halt
+// is a hold (hold.go).
 
 import (
 	"context"

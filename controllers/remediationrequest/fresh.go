@@ -1,7 +1,7 @@
 package remediationrequest
 
 // The run a step sees, and what its re-read before a destructive step reads: the
-// request (a pod target followed through its decided claim), through the Recheck
+// request (a pod target followed through its decided claim), through the Fresh
 // gatherer, with the other requests that could conflict.
 
 import (
@@ -17,12 +17,12 @@ import (
 	"github.com/remediator/remediator/remediations"
 )
 
-// regatherTarget is the request whose facts are gathered afresh before a destructive
+// freshTarget is the request whose facts are gathered afresh before a destructive
 // step. A pod target is followed through the claim it resolved to at decision
 // time: the playbook evicts that very pod, and the volume, its Lease and the
 // holder's other pods must still be re-read after it is gone. Only a claim in the
 // pod's own namespace is followed.
-func regatherTarget(rr *v1alpha1.RemediationRequest) *v1alpha1.RemediationRequest {
+func freshTarget(rr *v1alpha1.RemediationRequest) *v1alpha1.RemediationRequest {
 	p, f := rr.Spec.Target.Pod, rr.Status.Facts
 	if p == nil || f == nil {
 		return rr
@@ -38,30 +38,30 @@ func regatherTarget(rr *v1alpha1.RemediationRequest) *v1alpha1.RemediationReques
 
 func (r *Reconciler) execution(s *scope) *remediations.Execution {
 	return &remediations.Execution{
-		RR: s.rr, Client: r.Client, Reader: r.Reader, Fresh: liveView{r: r, s: s},
-		Now: s.now, Timeouts: r.Timeouts, Playbooks: r.Playbooks, Gates: r.gates(),
+		RR: s.rr, Client: r.Client, Reader: r.Reader, Fresh: freshReader{r: r, s: s},
+		Now: s.now, Timeouts: r.Timeouts, Playbooks: r.Playbooks, Floor: r.floor(),
 	}
 }
 
-// liveView is the reconciler's facts gatherer as the steps read through it.
-type liveView struct {
+// freshReader is the reconciler's facts gatherer as the steps read through it.
+type freshReader struct {
 	r *Reconciler
 	s *scope
 }
 
-var _ remediations.FreshReader = liveView{}
+var _ remediations.FreshReader = freshReader{}
 
-func (o liveView) FreshFacts(ctx context.Context) (*v1alpha1.Facts, []string, error) {
+func (o freshReader) FreshFacts(ctx context.Context) (*v1alpha1.Facts, []string, error) {
 	r, s := o.r, o.s
 	// Both readings on the decision's clock.
-	g := r.gatherer(cmp.Or(r.Recheck, r.Gatherer))
-	if r.RecheckRelease != nil && !r.Playbooks.Disruptive(lifecycle.DecidedPlaybook(s.rr)) {
-		g = r.gatherer(r.RecheckRelease)
+	g := r.gatherer(cmp.Or(r.Fresh, r.Gatherer))
+	if r.FreshRelease != nil && !r.Playbooks.Disruptive(lifecycle.DecidedPlaybook(s.rr)) {
+		g = r.gatherer(r.FreshRelease)
 	}
 	// The affected pods are read only where the playbook or the floor looks at
 	// them: a playbook that moves them, or a holder decided Healthy.
 	g.SkipAffectedPods = !movesPods(s.rr, r.Playbooks)
-	f, err := g.Gather(ctx, regatherTarget(s.rr))
+	f, err := g.Gather(ctx, freshTarget(s.rr))
 	if err != nil {
 		return nil, nil, err
 	}
@@ -73,7 +73,7 @@ func (o liveView) FreshFacts(ctx context.Context) (*v1alpha1.Facts, []string, er
 }
 
 // NodePluginPods lists live, with the gatherer's node-plugin selector.
-func (o liveView) NodePluginPods(ctx context.Context, namespace, node string) ([]corev1.Pod, error) {
+func (o freshReader) NodePluginPods(ctx context.Context, namespace, node string) ([]corev1.Pod, error) {
 	return o.r.Gatherer.Config.NodePluginPods(ctx, o.r.Reader, namespace, node)
 }
 
