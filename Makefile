@@ -240,7 +240,7 @@ FUZZ_TARGETS := \
 	./internal/cmd/plan:FuzzScanSuggestions \
 	./policies:FuzzDecide \
 	./controllers/facts:FuzzClassifyNode \
-	./controllers/gitsync:FuzzAdmit
+	./internal/gitsync:FuzzAdmit
 
 .PHONY: fuzz
 fuzz: ## Run every fuzz target for FUZZTIME each (default 10m), one after another

@@ -2,6 +2,6 @@
 // operator-facing subcommands (controller, plan, scan, pause, resume, sync, version).
 // This package holds the root command, main and the version only; each command lives
 // in its package under internal/cmd, and what a command does lives in the packages
-// it wires (controllers, controllers/facts, controllers/gitsync, policies,
-// remediations), so that plan and the controller cannot disagree on a decision.
+// it wires (controllers/..., internal/gitsync, policies, remediations), so that plan
+// and the controller cannot disagree on a decision.
 package main

@@ -19,7 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/remediator/remediator/api/v1alpha1"
-	"github.com/remediator/remediator/controllers/gitsync"
+	"github.com/remediator/remediator/internal/gitsync"
 )
 
 // onceReader lets several flags name "-" while stdin is read only once.

@@ -1,5 +1,5 @@
 // Package sync is `remediator sync`: the built-in GitOps agent that applies the
-// RemediationRequests of a Git repository (controllers/gitsync), once or in a loop
+// RemediationRequests of a Git repository (internal/gitsync), once or in a loop
 // with metrics and probes.
 package sync
 
@@ -18,8 +18,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
-	"github.com/remediator/remediator/controllers/gitsync"
 	"github.com/remediator/remediator/internal/cmd/cmdutil"
+	"github.com/remediator/remediator/internal/gitsync"
 )
 
 // Options are sync's flags.

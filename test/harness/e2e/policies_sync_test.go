@@ -18,7 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/remediator/remediator/api/v1alpha1"
-	"github.com/remediator/remediator/controllers/gitsync"
+	"github.com/remediator/remediator/internal/gitsync"
 	"github.com/remediator/remediator/policies"
 	"github.com/remediator/remediator/test/gitrepo"
 )

@@ -6,7 +6,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/remediator/remediator/controllers/gitsync"
+	"github.com/remediator/remediator/internal/gitsync"
 )
 
 // TestDocumentsReadStrictly: the one reader of manifests from Git (sync applies what

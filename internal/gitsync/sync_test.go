@@ -19,7 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/remediator/remediator/api/v1alpha1"
-	"github.com/remediator/remediator/controllers/gitsync"
+	"github.com/remediator/remediator/internal/gitsync"
 	"github.com/remediator/remediator/test/gitrepo"
 	"github.com/remediator/remediator/test/testenv"
 )

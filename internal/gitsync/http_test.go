@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/remediator/remediator/controllers/gitsync"
+	"github.com/remediator/remediator/internal/gitsync"
 	"github.com/remediator/remediator/test/gitrepo"
 )
 
