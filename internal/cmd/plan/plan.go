@@ -234,7 +234,7 @@ func (o *Options) Validate() error {
 	if len(o.files) == 0 && o.policiesDir == "" {
 		return errors.New("-f is required: the requests to plan (or give --policies-dir alone to check policies)")
 	}
-	return o.checkSettings()
+	return nil
 }
 
 // planInput is one YAML document of an -f file: a request, or why it is not one.
@@ -265,6 +265,11 @@ func (o *Options) Run(ctx context.Context, w io.Writer) error {
 	}
 	in := &onceReader{r: o.stdin}
 	inputs := readPlanRequests(o.files, in)
+	// The settings flags are checked after the policies and the inputs are read, so
+	// that a broken policy is reported first, as it always was.
+	if err := o.checkSettings(); err != nil {
+		return err
+	}
 	p, err := o.newPlanner(ctx, policy, playbooks, inputs, in, &report)
 	if err != nil {
 		return err
