@@ -60,9 +60,8 @@ const (
 	EventDone          = "Succeeded"
 )
 
-// Playbooks a policy may choose (status.decision.playbook), as defined in
-// remediations/playbooks.yaml; a test holds them equal to policies/schema.cue's
-// #Playbook.
+// Playbooks a policy may choose, as remediations/playbooks.yaml defines them (a test
+// holds them equal to policies/schema.cue's #Playbook).
 const (
 	PlaybookNodeShutdown        = "node-shutdown"
 	PlaybookFencedUnreachable   = "fenced-unreachable"
@@ -97,11 +96,9 @@ const ConditionBreakGlass = "BreakGlass"
 // ReasonBreakGlass is ConditionBreakGlass's reason, and the Event's.
 const ReasonBreakGlass = "BreakGlass"
 
-// ConditionReady summarises the request for kubectl wait and kstatus-based tools:
-// True when it Succeeded or a DryRun was recorded (reason DryRun); False while it is
-// decided, waits or runs (the Progressing reason), or was Rejected (the Accepted
-// reason) or Failed (the Succeeded reason). Its observedGeneration is
-// status.observedGeneration.
+// ConditionReady summarises the request for kubectl wait and kstatus: True when it
+// Succeeded or a DryRun was recorded; False while decided, waiting or running (the
+// Progressing reason), Rejected (the Accepted reason) or Failed (the Succeeded reason).
 const ConditionReady = "Ready"
 
 // ConditionStalled is kstatus' abnormal-true condition: True, with Ready's reason and
@@ -113,11 +110,9 @@ const ConditionStalled = "Stalled"
 const ReasonPending = "Pending"
 
 // ConditionFixHeld says whether the incident stayed fixed for --verify-fix-for after
-// the playbook Succeeded: Unknown while watched, False when it came back (with a
-// Warning Event EventFixNotHeld and remediator_fix_not_held_total), True once the
-// window passed quietly. It never changes Ready: running the playbook again would not
-// fix what makes the incident come back. Absent when verification is off, on requests
-// that did not Succeed, and when the window had passed before the controller saw them.
+// the playbook Succeeded: Unknown while watched, False when it came back, True once
+// the window passed quietly. It never changes Ready: running the playbook again would
+// not fix what makes the incident come back.
 const ConditionFixHeld = "FixHeld"
 
 // Reasons of ConditionFixHeld.

@@ -28,8 +28,7 @@ const (
 	TaintUnreachable   = "node.kubernetes.io/unreachable"
 )
 
-// Facts is the evidence gathered from the cluster for one request: the whole input
-// of the policy, so that a decision can be explained from status alone.
+// Facts is the policy's whole input, so that a decision is explained by status alone.
 type Facts struct {
 	// GatheredAt is when the facts were read; every age below is relative to it.
 	GatheredAt metav1.Time `json:"gatheredAt"`
@@ -42,8 +41,7 @@ type Facts struct {
 	// Lease describes the Trident Lease named after the PV (release-luks-lease only).
 	// +optional
 	Lease *LeaseFacts `json:"lease,omitempty"`
-	// Node describes the Lease holder node (release-luks-lease) or the target node
-	// (reregister-csi-driver).
+	// Node describes the Lease's holder node, or the target node.
 	// +optional
 	Node *NodeFacts `json:"node,omitempty"`
 	// AffectedPods are the pods on the holder node that mount the PVC, sorted.
@@ -100,10 +98,8 @@ type LeaseFacts struct {
 	// CreationTimestamp is metadata.creationTimestamp.
 	// +optional
 	CreationTimestamp *metav1.Time `json:"creationTimestamp,omitempty"`
-	// HeldSince is when the current hold began, by the API server's clock: the
-	// Lease's creationTimestamp or, after a re-acquisition, the time managedFields
-	// record for it (acquireTime, the holder's clock, never counts). Without
-	// managedFields, it is the gathering.
+	// HeldSince is when the current hold began, by the API server's clock: creation,
+	// or a re-acquisition as managedFields record it (without them, the gathering).
 	// +optional
 	HeldSince *metav1.Time `json:"heldSince,omitempty"`
 	// AgeSeconds is the time since HeldSince.
@@ -130,8 +126,7 @@ type LeaseFacts struct {
 
 // NodeFacts is the evidence for a node's state.
 type NodeFacts struct {
-	// Name is the node's name: the Lease's holder (release-luks-lease) or the target
-	// node (reregister-csi-driver).
+	// Name is the node's name: the Lease's holder, or the target node.
 	Name string `json:"name"`
 	// Exists is false when the Node object is gone.
 	Exists bool `json:"exists"`
@@ -152,8 +147,7 @@ type NodeFacts struct {
 	// ReadyAgeSeconds is how long Ready has had its current status.
 	// +optional
 	ReadyAgeSeconds int64 `json:"readyAgeSeconds,omitempty"`
-	// Taints lists the state-relevant taint keys present (out-of-service, cloud
-	// shutdown, unreachable), sorted.
+	// Taints lists the out-of-service, cloud shutdown and unreachable taint keys, sorted.
 	// +listType=atomic
 	// +optional
 	Taints []string `json:"taints,omitempty"`
@@ -168,8 +162,7 @@ type NodeFacts struct {
 	// ReadyHeartbeatTime is the Ready condition's lastHeartbeatTime.
 	// +optional
 	ReadyHeartbeatTime *metav1.Time `json:"readyHeartbeatTime,omitempty"`
-	// LastHeartbeat is the newer of LeaseRenewTime and ReadyHeartbeatTime: the
-	// kubelet's last sign of life.
+	// LastHeartbeat is the newer of LeaseRenewTime and ReadyHeartbeatTime.
 	// +optional
 	LastHeartbeat *metav1.Time `json:"lastHeartbeat,omitempty"`
 	// HeartbeatAgeSeconds is the age of LastHeartbeat; -1 when there was none.
@@ -218,8 +211,7 @@ type PodFacts struct {
 	DeletionTimestamp *metav1.Time `json:"deletionTimestamp,omitempty"`
 }
 
-// String describes the pod as messages show it: "name (phase, ready=true)", with
-// ", terminating" when it is.
+// String is "name (phase, ready=true)", with ", terminating" when it is.
 func (p PodFacts) String() string {
 	terminating := ""
 	if p.DeletionTimestamp != nil {
@@ -244,8 +236,7 @@ type CSIFacts struct {
 	PluginPods []PodFacts `json:"pluginPods,omitempty"`
 }
 
-// NewestHeartbeat is the newer of the node's kube-node-lease renewal and its Ready
-// heartbeat, or nil when it has neither.
+// NewestHeartbeat is the newer of LeaseRenewTime and ReadyHeartbeatTime, or nil.
 func (n NodeFacts) NewestHeartbeat() *metav1.Time {
 	var last *metav1.Time
 	for _, t := range []*metav1.Time{n.LeaseRenewTime, n.ReadyHeartbeatTime} {

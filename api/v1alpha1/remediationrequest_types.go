@@ -49,8 +49,7 @@ type RemediationRequestSpec struct {
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.remediation is immutable; create a new request"
 	// +required
 	Remediation Remediation `json:"remediation"`
-	// Target is the object the remediation is about; exactly one field is set. A pod
-	// or claim resolves pod -> PVC -> PV -> Lease, as the Trident runbook does.
+	// Target is the object to fix, exactly one field, resolved pod -> PVC -> PV -> Lease.
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.target is immutable; create a new request"
 	// +required
 	Target Target `json:"target"`
@@ -64,8 +63,7 @@ type RemediationRequestSpec struct {
 	// +kubebuilder:default=Apply
 	// +optional
 	Mode Mode `json:"mode,omitempty"`
-	// Fencing is the operator's reviewed statement that an unreachable holder node can
-	// no longer run cryptsetup.
+	// Fencing states, reviewed, that an unreachable holder can no longer run cryptsetup.
 	// +optional
 	Fencing *Fencing `json:"fencing,omitempty"`
 	// MaintenanceWindow restricts when playbook steps may start.
@@ -86,8 +84,7 @@ type RemediationRequestSpec struct {
 // Target names the object a remediation is about.
 // +kubebuilder:validation:XValidation:rule="[has(self.persistentVolume), has(self.persistentVolumeClaim), has(self.pod), has(self.node)].filter(x, x).size() == 1",message="exactly one of spec.target.persistentVolume, spec.target.persistentVolumeClaim, spec.target.pod or spec.target.node must be set"
 type Target struct {
-	// PersistentVolume is a PV name (a DNS-1123 subdomain); the Trident Lease has the
-	// same name.
+	// PersistentVolume is a PV name, which its Trident Lease shares.
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
 	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
@@ -141,15 +138,13 @@ type Fencing struct {
 	// Required when confirmed is true.
 	// +optional
 	Method FencingMethod `json:"method,omitempty"`
-	// Node is the node that was fenced: the Lease's holderIdentity when the request
-	// is decided and again right before the Lease is deleted.
+	// Node is the fenced node: the Lease's holderIdentity at decision and at deletion.
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
 	// +optional
 	Node string `json:"node,omitempty"`
-	// FencedAt is when the node was fenced (RFC 3339, not in the future). A heartbeat
-	// of the node newer than it (or, unset, than the request's creation) voids the
-	// statement: the node came back. Set it when writing the request long after.
+	// FencedAt is when the node was fenced (RFC 3339, not in the future); a heartbeat
+	// newer than it (unset: than the request) voids the statement: the node is back.
 	// +optional
 	FencedAt *metav1.Time `json:"fencedAt,omitempty"`
 }
@@ -164,8 +159,7 @@ type MaintenanceWindow struct {
 	// +kubebuilder:validation:Pattern=`^((CRON_TZ|TZ)=[A-Za-z0-9_+/-]+ +)?(@(yearly|annually|monthly|weekly|daily|midnight|hourly)|@every +[0-9.]+(ns|us|µs|ms|s|m|h)([0-9.]+(ns|us|µs|ms|s|m|h))*|[A-Za-z0-9*/,?-]+( +[A-Za-z0-9*/,?-]+){4})$`
 	// +required
 	Schedule string `json:"schedule"`
-	// Duration is how long each window stays open, as a Go duration such as 2h or 90m:
-	// positive and at most 7 days (168h).
+	// Duration is how long each window stays open: a Go duration (2h, 90m), at most 168h.
 	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
 	// +kubebuilder:validation:MaxLength=64
 	// +kubebuilder:validation:Type=string
@@ -188,16 +182,14 @@ const (
 	PhaseFailed    Phase = "Failed"
 )
 
-// PlaybookEnded reports that the playbook ran and ended (Succeeded or Failed): nothing
-// is left to restore and nothing acts on the request again.
+// PlaybookEnded reports Succeeded or Failed: nothing is left to restore or to do.
 func (p Phase) PlaybookEnded() bool { return p == PhaseSucceeded || p == PhaseFailed }
 
 // Terminal reports an outcome (Succeeded, Failed or Rejected); only a new spec
 // generation (or a rejection's recheck) decides it again.
 func (p Phase) Terminal() bool { return p.PlaybookEnded() || p == PhaseRejected }
 
-// WaitingFor is what a request that is not moving on waits for; the controller and
-// admission steer by it (status.waitingFor's description says what each means).
+// WaitingFor is what a request waits for (see status.waitingFor).
 // +kubebuilder:validation:Enum=Policy;MaintenanceWindow;Pause;Slot;Start;Redecision;Facts
 type WaitingFor string
 
@@ -270,9 +262,8 @@ type Outcome struct {
 	FinishedAt metav1.Time `json:"finishedAt"`
 	// Generation is the spec generation the outcome is for.
 	Generation int64 `json:"generation"`
-	// Commit is the Git commit the request came from (its remediator.io/git-commit
-	// annotation, set by remediator sync); empty when unknown (applied by hand or by
-	// Argo CD).
+	// Commit is the Git commit the request came from (annotation
+	// remediator.io/git-commit, set by remediator sync); empty when unknown.
 	// +optional
 	Commit string `json:"commit,omitempty"`
 }
@@ -305,14 +296,12 @@ type Decision struct {
 	RecheckAt *metav1.Time `json:"recheckAt,omitempty"`
 	// DecidedAt is when the decision was made.
 	DecidedAt metav1.Time `json:"decidedAt"`
-	// Floor are the safety floor's minimums in force for this decision, which no
-	// policy can change.
+	// Floor are the safety floor's minimums in force, which no policy can change.
 	// +optional
 	Floor *FloorSettings `json:"floor,omitempty"`
 }
 
-// FloorSettings are the runbook's gates the safety floor enforces whatever the policy
-// answers: controller flags (--floor-*), defaulting to the runbook.
+// FloorSettings are the safety floor's gates, flags (--floor-*) defaulting to the runbook.
 type FloorSettings struct {
 	// UnreachableMinLeaseAgeSeconds is the age a Lease held by an unreachable or
 	// missing holder must reach before it may be deleted (runbook: 300).
@@ -326,8 +315,7 @@ type FloorSettings struct {
 	// DriverName is the controller's CSI driver; a request naming another is rejected.
 	// +optional
 	DriverName string `json:"driverName,omitempty"`
-	// TridentNamespaces are the namespaces the playbooks may act in; a request naming
-	// another is rejected.
+	// TridentNamespaces are where playbooks may act; a request naming another is rejected.
 	// +optional
 	// +listType=set
 	TridentNamespaces []string `json:"tridentNamespaces,omitempty"`
@@ -352,8 +340,7 @@ type StepStatus struct {
 	Name string `json:"name"`
 	// State is Pending, Running, Succeeded, Failed or Skipped.
 	State StepState `json:"state"`
-	// StartedAt is when the step first ran; its timeout counts from it, less the
-	// time it was held by a pause.
+	// StartedAt is when the step first ran; its timeout counts from it, less pauses.
 	// +optional
 	StartedAt *metav1.Time `json:"startedAt,omitempty"`
 	// PausedSince is when a pause began holding this running step, which meanwhile
