@@ -285,12 +285,15 @@ func (a *Reconciler) giveBack(ctx context.Context, rr *v1alpha1.RemediationReque
 func (a *Reconciler) grant(ctx context.Context, g Grant, listedAt string, now time.Time) error {
 	rr := g.Request
 	base := rr.DeepCopy()
-	expiry := ""
+	expiry, others := "", ""
+	if len(g.Holders) > 0 {
+		others = "; the other slots are held by " + strings.Join(g.Holders, ", ")
+	}
 	if a.MaxConcurrent > 0 {
 		expiry = fmt.Sprintf("; the slot is given back unless its first step starts by %s (--step-timeout)", now.Add(a.stepTimeout()).UTC().Format(time.RFC3339))
 	}
 	msg := fmt.Sprintf("Granted a slot of the cluster-wide cap of %s (--max-concurrent-remediations), oldest request first%s; the request is decided again on fresh facts before playbook %s starts%s. (The line as read at resourceVersion %s.)",
-		lifecycle.CapString(a.MaxConcurrent), holding(g.Holders), lifecycle.DecidedPlaybook(&rr), expiry, listedAt)
+		lifecycle.CapString(a.MaxConcurrent), others, lifecycle.DecidedPlaybook(&rr), expiry, listedAt)
 	lifecycle.Grant(&rr, metav1.NewTime(now), msg)
 	if err := a.Client.Status().Patch(ctx, &rr, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
 		return fmt.Errorf("granting a slot to %s/%s: %w", rr.Namespace, rr.Name, err)
@@ -369,12 +372,4 @@ func WouldAdmit(rr *v1alpha1.RemediationRequest, others []v1alpha1.RemediationRe
 	all := slices.DeleteFunc(slices.Clone(others), func(o v1alpha1.RemediationRequest) bool { return o.UID == self.UID })
 	grants, _, _ := Admit(append(all, self), nil, maxConcurrent, playbooks)
 	return slices.ContainsFunc(grants, func(g Grant) bool { return g.Request.UID == self.UID })
-}
-
-// holding names the slot holders, for a message.
-func holding(holders []string) string {
-	if len(holders) == 0 {
-		return ""
-	}
-	return "; the other slots are held by " + strings.Join(holders, ", ")
 }

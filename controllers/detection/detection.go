@@ -117,14 +117,12 @@ func (d *Detector) Start(ctx context.Context) error {
 	return nil
 }
 
-// scanTimeout bounds one scan, so that a hung read does not stop detection.
-func (d *Detector) scanTimeout() time.Duration { return max(d.Interval, 30*time.Second) }
-
 // Scan runs one scan and records it; a failed one keeps the previous findings and
 // counts a failure. The log says when an incident is first seen and when it clears.
 func (d *Detector) Scan(ctx context.Context) {
 	log := ctrl.LoggerFrom(ctx).WithName("detector")
-	scanCtx, cancel := context.WithTimeout(ctx, d.scanTimeout())
+	// Bounded, so that a hung read does not stop detection.
+	scanCtx, cancel := context.WithTimeout(ctx, max(d.Interval, 30*time.Second))
 	defer cancel()
 	found, err := d.Gatherer.Scan(scanCtx, facts.ScanOptions{LeaseAge: d.LeaseAge,
 		Warn: func(msg string) { log.Info("Scanning for incidents: " + msg) }})

@@ -135,8 +135,15 @@ func pending(o client.Object) bool {
 		return false
 	}
 	rr := requests.GuardView(u)
+	_, open := fixHeld(&rr)
+	return open
+}
+
+// fixHeld is rr's FixHeld (nil: none yet), and whether it is still open: rr
+// Succeeded and FixHeld is absent or Unknown.
+func fixHeld(rr *v1alpha1.RemediationRequest) (*metav1.Condition, bool) {
 	c := meta.FindStatusCondition(rr.Status.Conditions, v1alpha1.ConditionFixHeld)
-	return c == nil || c.Status == metav1.ConditionUnknown
+	return c, rr.Status.Phase == v1alpha1.PhaseSucceeded && (c == nil || c.Status == metav1.ConditionUnknown)
 }
 
 // Reconcile is fetch -> verify -> one deferred status patch.
@@ -178,15 +185,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 // once and then kept.
 func (r *Reconciler) verify(ctx context.Context, s *scope) (ctrl.Result, error) {
 	rr := s.rr
-	if rr.Status.Phase != v1alpha1.PhaseSucceeded {
-		return ctrl.Result{}, nil
-	}
-	c := meta.FindStatusCondition(rr.Status.Conditions, v1alpha1.ConditionFixHeld)
-	if c != nil && c.Status != metav1.ConditionUnknown {
-		return ctrl.Result{}, nil
-	}
+	c, open := fixHeld(rr)
 	target := verifyTarget(rr)
-	if target == nil {
+	if !open || target == nil {
 		return ctrl.Result{}, nil
 	}
 	start := verifyStart(rr)
@@ -237,16 +238,6 @@ func (r *Reconciler) patchStatus(ctx context.Context, s *scope) error {
 	return nil
 }
 
-// verifying reports whether rr is in its verification window: Succeeded, with
-// FixHeld Unknown.
-func verifying(rr *v1alpha1.RemediationRequest) bool {
-	if rr.Status.Phase != v1alpha1.PhaseSucceeded {
-		return false
-	}
-	c := meta.FindStatusCondition(rr.Status.Conditions, v1alpha1.ConditionFixHeld)
-	return c != nil && c.Status == metav1.ConditionUnknown
-}
-
 // verifyStart is when the window of a Succeeded request began; zero if unknown.
 func verifyStart(rr *v1alpha1.RemediationRequest) time.Time {
 	if o := rr.Status.Outcome; o != nil && o.Result == v1alpha1.PhaseSucceeded {
@@ -268,8 +259,10 @@ func indexKeys(o client.Object) []string {
 		return nil
 	}
 	rr := requests.GuardView(u)
+	// In the window: FixHeld Unknown.
+	c, open := fixHeld(&rr)
 	f := rr.Status.Facts
-	if !verifying(&rr) || f == nil {
+	if !open || c == nil || f == nil {
 		return nil
 	}
 	switch {
