@@ -63,7 +63,8 @@ type RemediationRequestSpec struct {
 	// +kubebuilder:default=Apply
 	// +optional
 	Mode Mode `json:"mode,omitempty"`
-	// Fencing states, reviewed, that an unreachable holder can no longer run cryptsetup.
+	// Fencing is the reviewed statement that an unreachable holder can no longer run
+	// cryptsetup.
 	// +optional
 	Fencing *Fencing `json:"fencing,omitempty"`
 	// MaintenanceWindow restricts when playbook steps may start.
@@ -159,7 +160,8 @@ type MaintenanceWindow struct {
 	// +kubebuilder:validation:Pattern=`^((CRON_TZ|TZ)=[A-Za-z0-9_+/-]+ +)?(@(yearly|annually|monthly|weekly|daily|midnight|hourly)|@every +[0-9.]+(ns|us|µs|ms|s|m|h)([0-9.]+(ns|us|µs|ms|s|m|h))*|[A-Za-z0-9*/,?-]+( +[A-Za-z0-9*/,?-]+){4})$`
 	// +required
 	Schedule string `json:"schedule"`
-	// Duration is how long each window stays open: a Go duration (2h, 90m), at most 168h.
+	// Duration is how long each window stays open: a positive Go duration (2h, 90m),
+	// at most 168h.
 	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
 	// +kubebuilder:validation:MaxLength=64
 	// +kubebuilder:validation:Type=string
