@@ -12,23 +12,13 @@ import (
 // +kubebuilder:validation:Enum=Shutdown;Unreachable;NotFound;Healthy;Unknown
 type NodeState string
 
+// The node states; status.facts.node.state's description says what each means.
 const (
-	// NodeShutdown means Ready is not True and the node carries a shutdown taint
-	// (out-of-service or the cloud provider's shutdown taint).
-	NodeShutdown NodeState = "Shutdown"
-	// NodeUnreachable means the node lost the control plane (Ready Unknown, a stale
-	// kube-node-lease renewal or the unreachable taint) and carries no shutdown taint.
-	// It may still be running workloads.
+	NodeShutdown    NodeState = "Shutdown"
 	NodeUnreachable NodeState = "Unreachable"
-	// NodeNotFound means no Node object has the holder's name. It is not proof of a
-	// shutdown: holderIdentity may be spelled differently from the Node name (FQDN
-	// versus short name), or the Node was deleted while its machine still runs. It is
-	// treated like NodeUnreachable: fencing that names the node, then the age gate.
-	NodeNotFound NodeState = "NotFound"
-	// NodeHealthy means Ready is True and the node Lease is fresh.
-	NodeHealthy NodeState = "Healthy"
-	// NodeUnknown is anything else; the policy rejects it.
-	NodeUnknown NodeState = "Unknown"
+	NodeNotFound    NodeState = "NotFound"
+	NodeHealthy     NodeState = "Healthy"
+	NodeUnknown     NodeState = "Unknown"
 )
 
 // Taint keys that decide the node state.
@@ -38,8 +28,7 @@ const (
 	TaintUnreachable   = "node.kubernetes.io/unreachable"
 )
 
-// Facts is the read-only evidence gathered from the cluster for one request. It is the
-// whole input of the policy, so that a decision can be explained from status alone.
+// Facts is the policy's whole input, so that a decision is explained by status alone.
 type Facts struct {
 	// GatheredAt is when the facts were read; every age below is relative to it.
 	GatheredAt metav1.Time `json:"gatheredAt"`
@@ -52,8 +41,7 @@ type Facts struct {
 	// Lease describes the Trident Lease named after the PV (release-luks-lease only).
 	// +optional
 	Lease *LeaseFacts `json:"lease,omitempty"`
-	// Node describes the Lease holder node (release-luks-lease) or the target node
-	// (reregister-csi-driver).
+	// Node describes the Lease's holder node, or the target node.
 	// +optional
 	Node *NodeFacts `json:"node,omitempty"`
 	// AffectedPods are the pods on the holder node that mount the PVC, sorted.
@@ -97,8 +85,8 @@ type LeaseFacts struct {
 	// under the same name is not deleted in its place.
 	// +optional
 	UID string `json:"uid,omitempty"`
-	// ResourceVersion is the Lease's resourceVersion, the other precondition of its
-	// deletion: a Lease changed since (re-acquired, renewed) is not deleted.
+	// ResourceVersion is the Lease's resourceVersion, a precondition of its deletion:
+	// a Lease changed since (re-acquired, renewed) is not deleted.
 	// +optional
 	ResourceVersion string `json:"resourceVersion,omitempty"`
 	// HolderIdentity is the node that holds the Lease.
@@ -110,12 +98,8 @@ type LeaseFacts struct {
 	// CreationTimestamp is metadata.creationTimestamp.
 	// +optional
 	CreationTimestamp *metav1.Time `json:"creationTimestamp,omitempty"`
-	// HeldSince is when the current hold began, by the API server's clock only: the
-	// Lease's creationTimestamp or, when the holder wrote acquireTime or
-	// holderIdentity again since (a re-acquisition), the time the API server recorded
-	// for that write in the Lease's managedFields. acquireTime, the holder's own clock,
-	// never counts. Read without managedFields, a re-acquisition cannot be ruled out
-	// and the hold counts as beginning at the gathering.
+	// HeldSince is when the current hold began, by the API server's clock: creation,
+	// or a re-acquisition as managedFields record it (without them, the gathering).
 	// +optional
 	HeldSince *metav1.Time `json:"heldSince,omitempty"`
 	// AgeSeconds is the time since HeldSince.
@@ -124,14 +108,12 @@ type LeaseFacts struct {
 	// AgeFrom says which time AgeSeconds counts from, and why, in words.
 	// +optional
 	AgeFrom string `json:"ageFrom,omitempty"`
-	// RetainedEvents counts LeaseRetained Warning events on this incarnation of the
-	// Lease: events whose involvedObject.uid is the Lease's UID and that were last seen
-	// at or after HeldSince. Older events, and events that name no UID, are evidence
-	// about another incarnation or an earlier hold and are not counted.
+	// RetainedEvents counts LeaseRetained Warning events on this hold of the Lease:
+	// naming its UID, last seen at or after HeldSince.
 	// +optional
 	RetainedEvents int32 `json:"retainedEvents,omitempty"`
-	// IgnoredRetainedEvents counts LeaseRetained events on the Lease's name that were
-	// not counted (no or another UID, or seen before this incarnation began).
+	// IgnoredRetainedEvents counts the LeaseRetained events on the Lease's name that
+	// RetainedEvents does not (no or another UID, or older).
 	// +optional
 	IgnoredRetainedEvents int32 `json:"ignoredRetainedEvents,omitempty"`
 	// LastRetainedMessage is the message of the newest LeaseRetained event.
@@ -144,14 +126,15 @@ type LeaseFacts struct {
 
 // NodeFacts is the evidence for a node's state.
 type NodeFacts struct {
-	// Name is the node's name: the Lease's holder (release-luks-lease) or the target
-	// node (reregister-csi-driver).
+	// Name is the node's name: the Lease's holder, or the target node.
 	Name string `json:"name"`
 	// Exists is false when the Node object is gone.
 	Exists bool `json:"exists"`
-	// State is Shutdown (powered off: a shutdown taint and a silent kubelet),
-	// Unreachable (lost the control plane), NotFound (no Node of that name), Healthy,
-	// or Unknown (the evidence conflicts).
+	// State is Shutdown (Ready not True, a shutdown taint and a silent kubelet),
+	// Unreachable (lost the control plane, no shutdown taint; it may still run
+	// workloads), NotFound (no Node of that name, which is no proof of a shutdown:
+	// treated like Unreachable), Healthy (Ready, fresh node Lease), or Unknown (the
+	// evidence conflicts; rejected).
 	State NodeState `json:"state"`
 	// StateReason is the evidence that decided State, in words.
 	StateReason string `json:"stateReason"`
@@ -164,8 +147,7 @@ type NodeFacts struct {
 	// ReadyAgeSeconds is how long Ready has had its current status.
 	// +optional
 	ReadyAgeSeconds int64 `json:"readyAgeSeconds,omitempty"`
-	// Taints lists the state-relevant taint keys present (out-of-service, cloud
-	// shutdown, unreachable), sorted.
+	// Taints lists the out-of-service, cloud shutdown and unreachable taint keys, sorted.
 	// +listType=atomic
 	// +optional
 	Taints []string `json:"taints,omitempty"`
@@ -177,41 +159,33 @@ type NodeFacts struct {
 	LeaseRenewTime *metav1.Time `json:"leaseRenewTime,omitempty"`
 	// LeaseRenewAgeSeconds is the age of that renewal; -1 when the node has no Lease.
 	LeaseRenewAgeSeconds int64 `json:"leaseRenewAgeSeconds"`
-	// ReadyHeartbeatTime is the Ready condition's lastHeartbeatTime: when the kubelet
-	// (or, for a node that never reported, the node controller) last posted it.
+	// ReadyHeartbeatTime is the Ready condition's lastHeartbeatTime.
 	// +optional
 	ReadyHeartbeatTime *metav1.Time `json:"readyHeartbeatTime,omitempty"`
-	// LastHeartbeat is the newer of LeaseRenewTime and ReadyHeartbeatTime: the last
-	// sign of life of the node's kubelet. Empty when there was none.
+	// LastHeartbeat is the newer of LeaseRenewTime and ReadyHeartbeatTime.
 	// +optional
 	LastHeartbeat *metav1.Time `json:"lastHeartbeat,omitempty"`
 	// HeartbeatAgeSeconds is the age of LastHeartbeat; -1 when there was none.
 	// +optional
 	HeartbeatAgeSeconds int64 `json:"heartbeatAgeSeconds,omitempty"`
-	// NodeLeaseDurationSeconds is the leaseDurationSeconds of the node's Lease in
-	// kube-node-lease when the node itself holds it (holderIdentity is the node's
-	// name, as the kubelet writes it): the kubelet renews within it, so no heartbeat is
-	// judged stale sooner, whatever the controller's grace says (HeartbeatGrace).
+	// NodeLeaseDurationSeconds is the leaseDurationSeconds of the node's own Lease
+	// in kube-node-lease: no heartbeat is judged stale sooner.
 	// +optional
 	NodeLeaseDurationSeconds int32 `json:"nodeLeaseDurationSeconds,omitempty"`
 	// HeartbeatGraceSeconds is the grace the heartbeats were judged on: the larger of
 	// the controller's --node-lease-grace-period and NodeLeaseDurationSeconds.
 	// +optional
 	HeartbeatGraceSeconds int64 `json:"heartbeatGraceSeconds,omitempty"`
-	// SettlesAt is set when State is Unknown only because time has not yet told: a
-	// shutdown taint on a node whose kubelet's last heartbeat is still within its
-	// grace, or that still reads Ready=True while the node controller has yet to see
-	// the silence. If no heartbeat follows, the evidence settles then and the request
-	// is decided again; a heartbeat that follows is a kubelet that runs.
+	// SettlesAt is set when State is Unknown only because time has not yet told (a
+	// shutdown taint while the last heartbeat is within its grace, or Ready still
+	// True): the request is decided again then.
 	// +optional
 	SettlesAt *metav1.Time `json:"settlesAt,omitempty"`
-	// SettlesInSeconds is how long after the gathering SettlesAt comes, for the
-	// policies (at least 1 when SettlesAt is set).
+	// SettlesInSeconds is SettlesAt less the gathering (at least 1 when set).
 	// +optional
 	SettlesInSeconds int64 `json:"settlesInSeconds,omitempty"`
-	// Excluded is true when the node carries the label remediator.io/exclude: "true":
-	// an administrator keeps every playbook off it, and the safety floor refuses any
-	// request that would act on it (invariant node-excluded).
+	// Excluded is true when the node is labelled remediator.io/exclude: "true": the
+	// safety floor refuses any request that would act on it (invariant node-excluded).
 	// +optional
 	Excluded bool `json:"excluded,omitempty"`
 }
@@ -222,8 +196,7 @@ type PodFacts struct {
 	Namespace string `json:"namespace"`
 	// Name is the pod's name.
 	Name string `json:"name"`
-	// UID is the pod's UID: an eviction carries it as a precondition, so that a
-	// replacement pod of the same name is never evicted in its place.
+	// UID is the pod's UID, a precondition of its eviction.
 	UID string `json:"uid"`
 	// Node is the node the pod runs on.
 	// +optional
@@ -238,8 +211,7 @@ type PodFacts struct {
 	DeletionTimestamp *metav1.Time `json:"deletionTimestamp,omitempty"`
 }
 
-// String describes the pod as the messages, scan's evidence and plan's report show
-// it: "name (phase, ready=true)", with ", terminating" when it is.
+// String is "name (phase, ready=true)", with ", terminating" when it is.
 func (p PodFacts) String() string {
 	terminating := ""
 	if p.DeletionTimestamp != nil {
@@ -264,8 +236,7 @@ type CSIFacts struct {
 	PluginPods []PodFacts `json:"pluginPods,omitempty"`
 }
 
-// NewestHeartbeat is the newer of the node's kube-node-lease renewal and its Ready
-// heartbeat, or nil when it has neither.
+// NewestHeartbeat is the newer of LeaseRenewTime and ReadyHeartbeatTime, or nil.
 func (n NodeFacts) NewestHeartbeat() *metav1.Time {
 	var last *metav1.Time
 	for _, t := range []*metav1.Time{n.LeaseRenewTime, n.ReadyHeartbeatTime} {
@@ -277,17 +248,15 @@ func (n NodeFacts) NewestHeartbeat() *metav1.Time {
 	return last
 }
 
-// HeartbeatGrace is the grace a heartbeat is judged on: configured (the controller's
-// --node-lease-grace-period), but never less than the node Lease's own duration, the
-// time within which the kubelet promised to renew it. A grace set too short by a flag
-// or a ConfigMap would otherwise make a kubelet that renews on time look silent.
+// HeartbeatGrace is the grace a heartbeat is judged on: configured, but never less
+// than the node Lease's duration, within which the kubelet promised to renew it, so
+// that a grace set too short cannot make a kubelet that renews on time look silent.
 func (n NodeFacts) HeartbeatGrace(configured time.Duration) time.Duration {
 	return max(configured, time.Duration(n.NodeLeaseDurationSeconds)*time.Second)
 }
 
-// HeartbeatFresh reports whether the node's kubelet gave a sign of life (a
-// kube-node-lease renewal or a Ready heartbeat) within HeartbeatGrace(grace) of
-// now. A heartbeat in the future (clock skew) counts as fresh.
+// HeartbeatFresh reports a sign of life within HeartbeatGrace(grace) of now; one in
+// the future (clock skew) counts as fresh.
 func (n NodeFacts) HeartbeatFresh(now time.Time, grace time.Duration) bool {
 	hb := n.NewestHeartbeat()
 	return hb != nil && now.Sub(hb.Time) <= n.HeartbeatGrace(grace)

@@ -1,16 +1,13 @@
 package v1alpha1
 
-// The stop button and the opt-out, the one write that needs no pull request
-// (stopping is always safe): `kubectl remediator pause` writes the pause ConfigMap,
-// which the chart's admission policy lets only the on-call groups write, and only
-// with their own name in it; a label keeps every playbook off one node.
+// The stop button, the one write that needs no pull request (stopping is always
+// safe): `kubectl remediator pause` writes the pause ConfigMap, which the chart's
+// admission policy lets only the on-call groups write, with their own name in it.
 const (
-	// LabelExclude on a Node, set to "true", keeps every playbook off the node: the
-	// safety floor refuses a request that would act on it.
+	// LabelExclude on a Node, set to "true", keeps every playbook off the node.
 	LabelExclude = "remediator.io/exclude"
 
-	// PauseConfigMap is the name of the pause ConfigMap, in the controller's
-	// namespace.
+	// PauseConfigMap is the pause ConfigMap's name, in the controller's namespace.
 	PauseConfigMap = "remediator-pause"
 	// The pause ConfigMap's keys: PauseKeyPaused is "true" while paused; the others
 	// say who paused or resumed, why and when (RFC 3339).

@@ -1,42 +1,29 @@
 // Package admission decides which waiting disruptive requests start, in one place.
 //
-// A request whose policy allows a disruptive playbook does not start it: it joins
-// the line (Waiting, WaitingForRemediationSlot). One reconcile, of one key, reads
-// every request live from the API server and grants slots to the oldest in line, by
-// creation time, up to --max-concurrent-remediations; a granted request is decided
-// again on fresh facts by its own reconcile (it may have waited for minutes), which
-// starts the playbook in the slot or gives it back. This is the shape of Cluster
-// API's MachineHealthCheck and medik8s' NodeHealthCheck, which compute who may be
-// remediated inside one reconcile of one object, rather than of kured's lock object:
-// the line and the slots are already the requests' own status, so a second object to
-// keep in step with them would be one more thing that can disagree.
+// A request allowed a disruptive playbook joins the line (Waiting,
+// WaitingForRemediationSlot). One reconcile, of one key, reads every request live and
+// grants slots to the oldest in line up to --max-concurrent-remediations; the granted
+// request's own reconcile decides it again on fresh facts, then starts the playbook
+// in the slot or gives it back. As in Cluster API's MachineHealthCheck (not kured's
+// lock object), the line and the slots are the requests' own status: no second
+// object to keep in step.
 //
 // Why it holds:
-//   - it reads the requests with a live List, never the informer cache, so a cache
-//     that lags behind a write (its own, or another worker's) cannot hide a slot that
-//     is taken or a request that came earlier;
-//   - one key means one admission at a time in this process (the work queue never
-//     hands a key to two workers), and leader election means one process admits;
-//   - when leader election fails (two leaders overlap for a while), one object still
-//     guards the cap: a Lease in the controller's namespace (SlotsLeaseName) lists
-//     the slots granted. Admission reads it before the line, and writes every new
-//     grant into it, guarded by the resourceVersion it read, before it writes the
-//     grant to the request, guarded by the request's listed resourceVersion. Of two
-//     admitters that read the same Lease only one writes it; the other reads it again
-//     with the first one's grants in it (see slotLedger). A grant is the request's
-//     status still: the Lease only covers the moment between the two writes;
+//   - a live List, never the cache, so a lagging cache cannot hide a taken slot or an
+//     earlier request;
+//   - one key means one admission at a time per process, and leader election one process;
+//   - should two leaders overlap, the slots Lease (SlotsLeaseName) still guards the
+//     cap: read before the line, each new grant written into it (guarded by its
+//     resourceVersion) before it is written to the request (guarded by the listed
+//     resourceVersion), so of two admitters only one writes (see slotLedger);
 //   - a slot is held by a request's status (Running, or granted), so a restart or a
-//     new leader reads the same line and the same slots from the API server;
-//   - no slot is held for good by a request that cannot use it: a grant whose
-//     playbook has not started its first step within the step timeout is given back
-//     (the request is decided again and rejoins the line), and a request being
-//     deleted gives back a grant it has not used. A request deleted mid-run keeps its
-//     slot until its reconcile has restored what it changed and ended it
-//     (reconcileDelete).
+//     new leader reads the same line and slots;
+//   - a grant whose first step has not started within the step timeout is given back,
+//     as is an unused grant of a request being deleted; a request deleted mid-run
+//     keeps its slot until its reconcile has restored what it changed.
 //
-// What a grant costs: one GET of the Lease and one live List per pass of admission,
-// whatever it grants; then one update of the Lease for all of the pass's grants, and
-// one status patch per grant. A request that gives its slot back costs one patch.
+// Cost per pass: one GET of the Lease and one List; then one Lease update for all
+// grants, and one status patch per grant or give-back.
 package admission
 
 import (
@@ -75,25 +62,21 @@ import (
 // +kubebuilder:rbac:groups=coordination.k8s.io,namespace=remediator-system,resources=leases,verbs=create
 // +kubebuilder:rbac:groups=coordination.k8s.io,namespace=remediator-system,resources=leases,resourceNames=remediator-slots,verbs=get;update
 
-// Events of admission on a request.
+// Events of admission on a request: granted a slot, or gave back one unused in time.
 const (
-	// EventAdmitted: the request was granted a slot.
-	EventAdmitted = "Admitted"
-	// EventSlotExpired: the request gave back a slot it did not use in time.
+	EventAdmitted    = "Admitted"
 	EventSlotExpired = "SlotExpired"
 )
 
-// SlotsLeaseName is the Lease, in the controller's namespace (the pause ConfigMap's),
-// that guards the slots of the cap against two admitters (see slotLedger).
+// SlotsLeaseName is the Lease, in the controller's namespace, that guards the slots
+// of the cap against two admitters (see slotLedger).
 const SlotsLeaseName = "remediator-slots"
 
 // SlotsAnnotation holds the slots on the Lease, as JSON (slotEntry).
 const SlotsAnnotation = "remediator.io/slots"
 
-// admissionRecheck is how often admission looks at the line again while requests
-// wait in it, should a watch event that frees a slot be lost (a cut watch re-lists
-// without an event for what changed in between). Granting is idempotent, so the net
-// costs one live List.
+// admissionRecheck is how often admission looks at a waiting line again, should a
+// watch event that frees a slot be lost (a cut watch re-lists without it).
 const admissionRecheck = 30 * time.Second
 
 // admissionKey is the one key the admission reconciles: the whole line at once.
@@ -101,48 +84,41 @@ var admissionKey = reconcile.Request{NamespacedName: types.NamespacedName{Name: 
 
 // Reconciler grants the slots of the cluster-wide cap to waiting requests.
 type Reconciler struct {
-	// Reader lists requests and reads the slots Lease live (the manager's
-	// APIReader); Client writes.
+	// Reader reads live (the manager's APIReader); Client writes.
 	Reader client.Reader
 	Client client.Client
-	// MaxConcurrent is the cap (--max-concurrent-remediations); zero means none:
-	// every request in line is granted a slot, conflicts aside, and no grant expires.
+	// MaxConcurrent is the cap; zero means none: every request in line is granted a
+	// slot, conflicts aside, and no grant expires.
 	MaxConcurrent int
 	Playbooks     remediations.Playbooks
-	// Namespaces are the namespaces whose requests are this controller's; empty
-	// means all.
+	// Namespaces are the namespaces whose requests are this controller's; empty: all.
 	Namespaces []string
 	Recorder   record.EventRecorder
 	Clock      clock.PassiveClock
 	// Pause is the pause ConfigMap: while it says paused, no slot is granted.
 	Pause types.NamespacedName
-	// StepTimeout is how long a grant may go without its playbook's first step
-	// starting before the slot is given back (--step-timeout); zero means
-	// remediations.DefaultTimeouts.Step.
+	// StepTimeout is how long a grant may wait for its first step before the slot is
+	// given back; zero means remediations.DefaultTimeouts.Step.
 	StepTimeout time.Duration
-	// Slots is the Lease that guards the grants; empty means SlotsLeaseName in the
-	// pause ConfigMap's namespace.
+	// Slots is the slots Lease; empty means SlotsLeaseName in Pause's namespace.
 	Slots types.NamespacedName
 }
 
 // SetupWithManager runs admission on every change of the line or the slots.
 func (a *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	toAdmission := handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []reconcile.Request {
+		return []reconcile.Request{admissionKey}
+	})
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("admission").
-		Watches(requests.NewUnstructured(), handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []reconcile.Request {
-			return []reconcile.Request{admissionKey}
-		}), builder.WithPredicates(a.lineChanged())).
-		Watches(&corev1.ConfigMap{}, handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []reconcile.Request {
-			return []reconcile.Request{admissionKey}
-		}), builder.WithPredicates(pause.IsObject(a.Pause))).
+		Watches(requests.NewUnstructured(), toAdmission, builder.WithPredicates(a.lineChanged())).
+		Watches(&corev1.ConfigMap{}, toAdmission, builder.WithPredicates(pause.IsObject(a.Pause))).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 1, RateLimiter: requests.RateLimiter()}).
 		Complete(a)
 }
 
-// lineChanged passes the events after which the line or the slots may differ: a
-// request joining or leaving the line, taking or giving back a slot, or deleted
-// while in either; and every request the informer lists at start, so that a new
-// leader looks at the line once.
+// lineChanged passes the events after which the line or the slots may differ, and
+// every request in either listed at start, so that a new leader looks once.
 func (a *Reconciler) lineChanged() predicate.Funcs {
 	state := func(o client.Object) lifecycle.SlotState {
 		u, ok := o.(*unstructured.Unstructured)
@@ -220,7 +196,7 @@ func (a *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 }
 
 // requeueOnConflict looks at the line again when a request changed or went since it
-// was listed; any other error is returned.
+// was listed.
 func requeueOnConflict(err error) (ctrl.Result, error) {
 	if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
 		return ctrl.Result{Requeue: true}, nil //nolint:staticcheck // the rate-limited requeue is the point
@@ -246,8 +222,7 @@ func (a *Reconciler) stepTimeout() time.Duration {
 	return cmp.Or(a.StepTimeout, remediations.DefaultTimeouts.Step)
 }
 
-// list reads every request in scope live, and says at which resourceVersion: the
-// first one's, when each namespace is listed on its own.
+// list reads every request in scope live, at the (first list's) resourceVersion.
 func (a *Reconciler) list(ctx context.Context) ([]v1alpha1.RemediationRequest, string, error) {
 	if len(a.Namespaces) == 0 {
 		return requests.ListAt(ctx, a.Reader)
@@ -264,8 +239,8 @@ func (a *Reconciler) list(ctx context.Context) ([]v1alpha1.RemediationRequest, s
 	return out, at, nil
 }
 
-// giveBackExpired gives back, in all, the slots whose grant expired, and returns
-// when the next one expires (zero if none).
+// giveBackExpired gives back the expired grants in all, and returns when the next
+// one expires (zero if none).
 func (a *Reconciler) giveBackExpired(ctx context.Context, all []v1alpha1.RemediationRequest, now time.Time) (next time.Time, err error) {
 	for i := range all {
 		at, ok := lifecycle.GrantExpiry(&all[i], a.Playbooks, a.stepTimeout())
@@ -283,11 +258,9 @@ func (a *Reconciler) giveBackExpired(ctx context.Context, all []v1alpha1.Remedia
 	return next, nil
 }
 
-// giveBack takes back the slot of a request that did not start its playbook's first
-// step in time: it goes back to Waiting, to be decided again on fresh facts (it
-// rejoins the line in its place, oldest first, if the policy still allows it). The
-// write is guarded by the resourceVersion the request was listed at: a reconcile of
-// the request that journals the first step's start first makes it fail, and one
+// giveBack sends a request that did not start its first step in time back to
+// Waiting, to be decided again. The write is guarded by the listed resourceVersion:
+// a reconcile that journals the first step's start first makes it fail, and one
 // that comes after finds the request waiting and starts nothing.
 func (a *Reconciler) giveBack(ctx context.Context, rr *v1alpha1.RemediationRequest, now time.Time) error {
 	base := rr.DeepCopy()
@@ -306,19 +279,21 @@ func (a *Reconciler) giveBack(ctx context.Context, rr *v1alpha1.RemediationReque
 	return nil
 }
 
-// grant writes the slot to the request, guarded by the resourceVersion it was listed
-// at. The message names the resourceVersion of the line it was chosen from, so that
-// an audit can tell a request that joined the line after that reading from one that
-// was passed over (make chaos and make bench check the order this way).
+// grant writes the slot to the request, guarded by the listed resourceVersion. The
+// message names the line's resourceVersion, so that an audit (make chaos, make
+// bench) can tell a request that joined later from one passed over.
 func (a *Reconciler) grant(ctx context.Context, g Grant, listedAt string, now time.Time) error {
 	rr := g.Request
 	base := rr.DeepCopy()
-	expiry := ""
+	expiry, others := "", ""
+	if len(g.Holders) > 0 {
+		others = "; the other slots are held by " + strings.Join(g.Holders, ", ")
+	}
 	if a.MaxConcurrent > 0 {
 		expiry = fmt.Sprintf("; the slot is given back unless its first step starts by %s (--step-timeout)", now.Add(a.stepTimeout()).UTC().Format(time.RFC3339))
 	}
 	msg := fmt.Sprintf("Granted a slot of the cluster-wide cap of %s (--max-concurrent-remediations), oldest request first%s; the request is decided again on fresh facts before playbook %s starts%s. (The line as read at resourceVersion %s.)",
-		lifecycle.CapString(a.MaxConcurrent), holding(g.Holders), lifecycle.DecidedPlaybook(&rr), expiry, listedAt)
+		lifecycle.CapString(a.MaxConcurrent), others, lifecycle.DecidedPlaybook(&rr), expiry, listedAt)
 	lifecycle.Grant(&rr, metav1.NewTime(now), msg)
 	if err := a.Client.Status().Patch(ctx, &rr, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
 		return fmt.Errorf("granting a slot to %s/%s: %w", rr.Namespace, rr.Name, err)
@@ -332,21 +307,18 @@ func (a *Reconciler) grant(ctx context.Context, g Grant, listedAt string, now ti
 type Grant struct {
 	Request v1alpha1.RemediationRequest
 	Holders []string
-	// reserved: another pass of admission wrote the grant into the slots Lease and
-	// not yet to the request; line is the resourceVersion of the line it was chosen
-	// from.
+	// reserved: another pass wrote the grant into the slots Lease, not yet to the
+	// request; line is the resourceVersion of the line it was chosen from.
 	reserved bool
 	line     string
 }
 
-// Admit is admission's choice, pure: of all the requests, which in line are granted a
-// slot now, which hold the slots then, and how many wait in line. The requests
-// reserved (by UID, with the line they were chosen from) were granted a slot by
-// another pass of admission that has not written it to them yet: they hold their
-// slots, and are granted them first. Then the oldest in line, up to the cap; a
-// request whose Lease or node a slot holder (or a request granted before it) works
-// on is passed over: it would only wait on that remediation (one per Lease and
-// node), and must not hold up the line behind it.
+// Admit is admission's choice, pure: which requests in line are granted a slot now,
+// which hold the slots then, and how many wait. The reserved (by UID, with their
+// line) were granted by another pass not yet written to them: they are granted
+// first. Then the oldest in line, up to the cap, passing over a request whose Lease
+// or node a holder works on: it would only wait on that one, and must not hold up
+// the line behind it.
 func Admit(all []v1alpha1.RemediationRequest, reserved map[types.UID]string, maxConcurrent int, playbooks remediations.Playbooks) (grants []Grant, holders []v1alpha1.RemediationRequest, waiting int) {
 	var line []v1alpha1.RemediationRequest
 	for _, rr := range all {
@@ -400,12 +372,4 @@ func WouldAdmit(rr *v1alpha1.RemediationRequest, others []v1alpha1.RemediationRe
 	all := slices.DeleteFunc(slices.Clone(others), func(o v1alpha1.RemediationRequest) bool { return o.UID == self.UID })
 	grants, _, _ := Admit(append(all, self), nil, maxConcurrent, playbooks)
 	return slices.ContainsFunc(grants, func(g Grant) bool { return g.Request.UID == self.UID })
-}
-
-// holding names the slot holders, for a message.
-func holding(holders []string) string {
-	if len(holders) == 0 {
-		return ""
-	}
-	return "; the other slots are held by " + strings.Join(holders, ", ")
 }

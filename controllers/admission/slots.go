@@ -19,25 +19,21 @@ import (
 )
 
 // slotLedger is the slots Lease as admission read it. Why one object is enough for
-// two admitters: a pass reads the Lease, then lists the requests, then writes the
-// Lease (guarded by the resourceVersion it read) with every slot holder it listed,
-// the grants still pending in the Lease and its own new grants, at most the cap of
-// them; only then does it write each new grant to its request, guarded by the
-// resourceVersion the request was listed at. Writes of the Lease form one chain.
-// A grant still pending when a later pass lists the requests has its request
-// unchanged since it was chosen (its own write is guarded by that), so the later
-// pass finds it by its resourceVersion and counts it; a grant written by then shows
-// in the request's status. So every write of the Lease names every slot held or
-// about to be, and no pass grants beyond the cap. An entry whose request changed
-// since it was chosen, and that holds no slot by its status, is dead: its grant can
-// no longer be written.
+// two admitters: a pass reads the Lease, lists the requests, writes the Lease
+// (guarded by the resourceVersion it read) with every holder, pending grant and new
+// grant, at most the cap; only then does it write each new grant to its request,
+// guarded by the listed resourceVersion. Writes of the Lease form one chain. A grant
+// still pending when a later pass lists has its request unchanged (its write is
+// guarded by that), so the later pass counts it by resourceVersion; a grant written
+// by then shows in the request's status. So no pass grants beyond the cap. An entry
+// whose request changed and that holds no slot by its status is dead.
 type slotLedger struct {
 	lease   *coordinationv1.Lease // nil: not created yet
 	entries []slotEntry
 }
 
-// slotEntry is one slot in the Lease: the request, the resourceVersion its grant
-// is written against, and the resourceVersion of the line it was chosen from.
+// slotEntry is one slot in the Lease: the request, the resourceVersion its grant is
+// written against, and the line's it was chosen from.
 type slotEntry struct {
 	UID             types.UID `json:"uid"`
 	Request         string    `json:"request"`
@@ -72,9 +68,8 @@ func (a *Reconciler) readLedger(ctx context.Context) (*slotLedger, error) {
 	return l, nil
 }
 
-// pending are the grants in the ledger not yet written to their requests, by UID,
-// with the line each was chosen from: the request is listed at the resourceVersion
-// its grant is written against. nil when there is no ledger (no cap).
+// pending are the ledger's grants not yet written (the request is listed at the
+// entry's resourceVersion), by UID, with their line; nil without a ledger (no cap).
 func (l *slotLedger) pending(all []v1alpha1.RemediationRequest) map[types.UID]string {
 	if l == nil {
 		return nil
@@ -92,9 +87,8 @@ func (l *slotLedger) pending(all []v1alpha1.RemediationRequest) map[types.UID]st
 	return out
 }
 
-// writeLedger writes the slot holders into the Lease, guarded by the resourceVersion
-// it was read at (created, if it was not there). A grant keeps the line it was
-// chosen from: listedAt for this pass's own.
+// writeLedger writes the holders into the Lease, guarded by the resourceVersion it
+// was read at (or creates it). A grant keeps its line: listedAt for this pass's own.
 func (a *Reconciler) writeLedger(ctx context.Context, l *slotLedger, holders []v1alpha1.RemediationRequest, grants []Grant, listedAt string) error {
 	line := map[types.UID]string{}
 	for _, g := range grants {
@@ -110,19 +104,13 @@ func (a *Reconciler) writeLedger(ctx context.Context, l *slotLedger, holders []v
 		return fmt.Errorf("encoding the slots: %w", err)
 	}
 	key := a.slotsKey()
-	lease := l.lease
-	if lease == nil {
-		lease = &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}
-	} else {
-		lease = lease.DeepCopy()
-	}
-	if lease.Annotations == nil {
-		lease.Annotations = map[string]string{}
-	}
-	lease.Annotations[SlotsAnnotation] = string(raw)
 	if l.lease == nil {
+		lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name,
+			Annotations: map[string]string{SlotsAnnotation: string(raw)}}}
 		err = a.Client.Create(ctx, lease)
 	} else {
+		lease := l.lease.DeepCopy()
+		metav1.SetMetaDataAnnotation(&lease.ObjectMeta, SlotsAnnotation, string(raw))
 		err = a.Client.Update(ctx, lease)
 	}
 	if err != nil {

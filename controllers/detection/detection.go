@@ -25,23 +25,20 @@ import (
 // DefaultInterval is how often the controller looks for the two incidents.
 const DefaultInterval = 30 * time.Second
 
-// Detector runs `remediator scan` continuously, from the controller's informers, and
-// exports what it finds: the stuck Leases (with their holder's state and age), the
-// nodes whose CSINode lacks the driver, and their symptoms. It only reads; acting on
-// a finding stays a request reviewed in Git, which `remediator scan -o yaml` prints.
+// Detector runs `remediator scan` continuously and exports what it finds: the stuck
+// Leases (with their holder's state and age), the nodes whose CSINode lacks the
+// driver, and their symptoms.
 //
-// It runs on the leader only, so that one replica exports the findings and an alert's
-// max by (...) never sees two opinions. Between scans the metrics show the last one:
-// a scrape never waits for the API server.
+// It runs on the leader only, so that an alert's max by (...) never sees two
+// opinions. Between scans the metrics show the last one: a scrape never waits for the
+// API server.
 type Detector struct {
-	// Gatherer reads through the cache (Leases, Nodes, node Leases, PVs, CSINodes and
-	// FailedMount events) and live for pods, as the controller's decisions do.
+	// Gatherer reads as the controller's decisions do: the cache, and live for pods.
 	Gatherer *facts.Gatherer
 	// Interval between two scans; the first runs once the cache has synced.
 	Interval time.Duration
-	// LeaseAge is the age from which a Healthy holder's Lease without LeaseRetained
-	// events counts as stuck: the safety floor's HealthyStuckLeaseAge, so that what
-	// the detector reports is what a request could act on.
+	// LeaseAge is the safety floor's HealthyStuckLeaseAge, so that what the detector
+	// reports is what a request could act on.
 	LeaseAge time.Duration
 	// Now is the clock of the last-success metric; nil means time.Now.
 	Now func() time.Time
@@ -49,9 +46,8 @@ type Detector struct {
 	mu sync.Mutex
 	// findings of the last successful scan, keyed for the log's "detected"/"cleared".
 	findings map[string]facts.Finding
-	// lastSuccess is when the last scan succeeded; zero until one has, and then no
-	// series is exported, so that RemediatorDetectionFailing's absent() sees a
-	// detector that never succeeds (or never runs) the same way.
+	// lastSuccess is zero until a scan succeeds, and then no series is exported, so
+	// that RemediatorDetectionFailing's absent() sees it as a detector never running.
 	lastSuccess time.Time
 	running     bool
 }
@@ -61,8 +57,7 @@ var _ manager.LeaderElectionRunnable = &Detector{}
 // NeedLeaderElection is true: only the leader scans and exports.
 func (d *Detector) NeedLeaderElection() bool { return true }
 
-// The detection metrics. The findings are collected from the last scan at scrape time
-// (no series for what the scan no longer finds); failures are a counter.
+// The detection metrics, collected from the last scan at scrape time.
 var (
 	detectedIncidentDesc = prometheus.NewDesc("remediator_detected_incident",
 		"1 for each incident the last scan found (kind StuckLease, DeregisteredDriver or OverlappingPluginPods), by the node (a stuck Lease's holder), its state (Healthy, Unknown, Unreachable, Shutdown, NotFound) and, for a stuck Lease, its namespace and name (the PV's). Exported by the leader, from its informers, every --detect-interval.",
@@ -82,9 +77,8 @@ var (
 	})
 )
 
-// SetupWithManager registers the metrics and runs the detector with the manager.
-// One detector per process exports the findings: a second one is an error, not a
-// detector whose findings go nowhere.
+// SetupWithManager registers the metrics and runs the detector with the manager; a
+// second detector per process is an error, not one whose findings go nowhere.
 func (d *Detector) SetupWithManager(mgr ctrl.Manager) error {
 	if err := metrics.Registry.Register(detectionFailures); err != nil && !errors.As(err, &prometheus.AlreadyRegisteredError{}) {
 		return fmt.Errorf("registering the detection metrics: %w", err)
@@ -105,9 +99,8 @@ func (d *Detector) now() time.Time {
 	return d.Now()
 }
 
-// Start scans every Interval until ctx ends. Once it returns (leadership lost, the
-// manager stopping), the detector exports nothing: a finding it no longer checks
-// must not stay on a dashboard.
+// Start scans every Interval until ctx ends; then the detector exports nothing: a
+// finding it no longer checks must not stay on a dashboard.
 func (d *Detector) Start(ctx context.Context) error {
 	if d.Interval <= 0 {
 		return fmt.Errorf("detection interval must be positive, got %s", d.Interval)
@@ -124,17 +117,12 @@ func (d *Detector) Start(ctx context.Context) error {
 	return nil
 }
 
-// scanTimeout bounds one scan, so that a live read that hangs does not stop
-// detection: the next scan starts on time and RemediatorDetectionFailing sees the
-// failures.
-func (d *Detector) scanTimeout() time.Duration { return max(d.Interval, 30*time.Second) }
-
-// Scan runs one scan and records it; a failed scan keeps the previous findings and
-// counts a failure. The log says when an incident is first seen and when it clears,
-// not at every scan.
+// Scan runs one scan and records it; a failed one keeps the previous findings and
+// counts a failure. The log says when an incident is first seen and when it clears.
 func (d *Detector) Scan(ctx context.Context) {
 	log := ctrl.LoggerFrom(ctx).WithName("detector")
-	scanCtx, cancel := context.WithTimeout(ctx, d.scanTimeout())
+	// Bounded, so that a hung read does not stop detection.
+	scanCtx, cancel := context.WithTimeout(ctx, max(d.Interval, 30*time.Second))
 	defer cancel()
 	found, err := d.Gatherer.Scan(scanCtx, facts.ScanOptions{LeaseAge: d.LeaseAge,
 		Warn: func(msg string) { log.Info("Scanning for incidents: " + msg) }})

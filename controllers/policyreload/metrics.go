@@ -23,9 +23,8 @@ var (
 	}, []string{"reason"})
 )
 
-// RegisterMetrics registers the policy's metrics and sets them for engine: the policy
-// in use, and every reload-failure reason at 0, so that an alert on an increase sees
-// the first one.
+// RegisterMetrics registers the policy's metrics and sets them for engine, every
+// reload-failure reason at 0 so that an alert on an increase sees the first one.
 func RegisterMetrics(engine *policies.Engine) error {
 	for _, c := range []prometheus.Collector{policyLoadErrors, policyInfo, policyReloadFailing} {
 		if err := metrics.Registry.Register(c); err != nil {
@@ -33,10 +32,14 @@ func RegisterMetrics(engine *policies.Engine) error {
 		}
 	}
 	setPolicyInfo(engine)
+	clearReloadFailing()
+	return nil
+}
+
+func clearReloadFailing() {
 	for _, r := range policies.LoadReasons {
 		policyReloadFailing.WithLabelValues(r).Set(0)
 	}
-	return nil
 }
 
 func setPolicyInfo(e *policies.Engine) {

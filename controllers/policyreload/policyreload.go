@@ -23,20 +23,15 @@ const (
 	EventReloadFailed = "PolicyReloadFailed"
 )
 
-// Reloader re-reads --policies-dir periodically: a ConfigMap mounted there is
-// updated in place by the kubelet, and the controller should decide with the policy
-// that was reviewed and merged without a restart.
+// Reloader re-reads --policies-dir periodically, so that the controller decides with
+// the policy reviewed and merged without a restart (the kubelet updates a mounted
+// ConfigMap in place).
 //
-// A policy that cannot be used is never half-used: the engine keeps deciding with the
-// last good policy (or, started on files that do not load, decides nothing until they
-// do: policies.LoadOrWait), and the reloader says so in all three places an operator looks:
-// the log (naming the digest kept and why the new files were refused), the metrics
-// (remediator_policy_load_errors_total per attempt, remediator_policy_reload_failing
-// by reason, remediator_policy_info still showing the digest in use) and a Warning
-// Event. The Event needs an object, and a reload belongs to no request: it is recorded
-// on the controller's own Pod (Pod, from the downward API), where `kubectl describe
-// pod` shows it; without a Pod (run outside a cluster) there is no Event and the log
-// and metrics say it alone. Each replica reloads, and reports, for itself.
+// A policy that cannot be used is never half-used: the engine keeps the last good
+// one (or, started on files that do not load, decides nothing: policies.LoadOrWait),
+// and the reloader says so where an operator looks: the log, the metrics and a
+// Warning Event on the controller's own Pod (from the downward API; none outside a
+// cluster), since a reload belongs to no request. Each replica reports for itself.
 type Reloader struct {
 	Engine   *policies.Engine
 	Interval time.Duration
@@ -44,8 +39,7 @@ type Reloader struct {
 	Recorder record.EventRecorder
 	Pod      *corev1.ObjectReference
 
-	// lastErr is the last failure reported, so that a directory that stays broken is
-	// logged and evented once, not every Interval.
+	// lastErr is the last failure reported: a broken directory is reported once.
 	lastErr string
 }
 
@@ -55,9 +49,8 @@ func (p *Reloader) Start(ctx context.Context) error {
 	if p.Recorder == nil || p.Pod == nil {
 		log.Info("Policy reload failures are reported in the log and metrics only: the controller's Pod is not known (POD_NAME, POD_NAMESPACE)")
 	}
-	// The first reload is at once: a controller started without a policy says so now
-	// (the log, the Event, the gauge the PolicyReloadFailing alert reads), not one
-	// Interval later; with a good policy it changes nothing.
+	// The first reload is at once: a controller started without a policy says so now,
+	// not one Interval later; with a good policy it changes nothing.
 	wait.UntilWithContext(ctx, func(context.Context) { p.reload(log) }, p.Interval)
 	return nil
 }
@@ -72,9 +65,7 @@ func (p *Reloader) reload(log logr.Logger) {
 			reason = le.Reason
 		}
 		policyLoadErrors.Inc()
-		for _, r := range policies.LoadReasons {
-			policyReloadFailing.WithLabelValues(r).Set(0)
-		}
+		clearReloadFailing()
 		policyReloadFailing.WithLabelValues(reason).Set(1)
 		if err.Error() == p.lastErr {
 			log.V(1).Info("The policies are still refused; the last good policy stays in use", "reason", reason, "source", source, "digestKept", digest)
@@ -94,9 +85,7 @@ func (p *Reloader) reload(log logr.Logger) {
 		return
 	}
 	if p.lastErr != "" || changed {
-		for _, r := range policies.LoadReasons {
-			policyReloadFailing.WithLabelValues(r).Set(0)
-		}
+		clearReloadFailing()
 	}
 	wasFailing := p.lastErr != ""
 	p.lastErr = ""
@@ -117,6 +106,5 @@ func (p *Reloader) event(eventType, reason, format string, args ...any) {
 	p.Recorder.Eventf(p.Pod, eventType, reason, format, args...)
 }
 
-// NeedLeaderElection is false: every replica must decide with the current policy
-// once it becomes the leader.
+// NeedLeaderElection is false: every replica must have the current policy once it leads.
 func (p *Reloader) NeedLeaderElection() bool { return false }

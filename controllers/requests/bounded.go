@@ -1,13 +1,12 @@
 package requests
 
-// Bounds on every string the controller writes about a request. Part of what it
-// writes comes from outside: the break-glass annotation, an API server's error, a
-// Lease's holderIdentity, an Event's message, a policy's decision. One value over a
-// limit the API server enforces makes the whole status write fail with 422, every
-// time: the journal would never advance, and a running playbook would hold its slot
-// for good. So each runnable's status write bounds the status it writes (BoundStatus),
-// and its Event recorder bounds the Events (BoundEvents), in one place each; no call
-// site has to remember to.
+// Bounds on every string the controller writes about a request. Part of it comes
+// from outside (an annotation, an API server's error, a holderIdentity, a policy's
+// message), and one value over an API server limit makes the whole status write fail
+// with 422, every time: the journal would never advance, and a running playbook
+// would hold its slot for good. So each runnable bounds its status write
+// (BoundStatus) and its Event recorder (BoundEvents) in one place; no call site has
+// to remember to.
 
 import (
 	"fmt"
@@ -22,27 +21,22 @@ import (
 )
 
 const (
-	// MaxConditionMessage is metav1.Condition's limit on a message (the CRD's
-	// maxLength, enforced by the API server).
+	// MaxConditionMessage is metav1.Condition's limit on a message (the CRD's maxLength).
 	MaxConditionMessage = 32768
 	// MaxStatusString bounds every string in a request's status: a policy's longest
-	// message with what the controller adds to it (a prefix, a recheck time) is kept
-	// whole, and a condition message stays well under MaxConditionMessage. A status
-	// of a few dozen such strings stays far from etcd's object size limit.
+	// message with what the controller adds is kept whole, a condition message stays
+	// well under MaxConditionMessage, and a status stays far from etcd's limit.
 	MaxStatusString = policies.MaxMessageLength + 4096
 	// MaxEventMessage bounds an Event's message: events.k8s.io/v1 refuses a note over
-	// 1024 bytes, and client-go's recorder prefixes eventAggregatedPrefix to the
-	// message when it folds similar Events into one.
+	// 1024 bytes, and client-go prefixes eventAggregatedPrefix when it folds Events.
 	MaxEventMessage = 1024 - len(eventAggregatedPrefix)
 )
 
-// eventAggregatedPrefix is what client-go's EventAggregator puts before the message
-// of an Event that stands for several similar ones (tools/record, events_cache.go).
+// eventAggregatedPrefix is client-go's EventAggregator's (tools/record, events_cache.go).
 const eventAggregatedPrefix = "(combined from similar events): "
 
-// Bound returns s if it is at most limit bytes, else s cut at a character boundary
-// with a marker saying how much was cut, the whole at most limit bytes (for a limit
-// longer than the marker, as all of the controller's are).
+// Bound returns s cut at a character boundary to at most limit bytes (for a limit
+// longer than the marker), with a marker saying how much was cut.
 func Bound(s string, limit int) string {
 	if len(s) <= limit {
 		return s
@@ -58,11 +52,9 @@ func Bound(s string, limit int) string {
 
 func cutMarker(n int) string { return fmt.Sprintf("… (%d bytes cut)", n) }
 
-// BoundStatus bounds every string of st (conditions, decision, journal, facts) to
-// MaxStatusString. It walks the whole status rather than a list of fields, so that a
-// field added later is bounded too; the names and identifiers in it are far shorter
-// and never cut. Bounding what was already bounded changes nothing, so a status read
-// back compares equal to the one computed again.
+// BoundStatus bounds every string of st to MaxStatusString. It walks the whole
+// status, so that a field added later is bounded too. Bounding again changes
+// nothing, so a status read back compares equal to the one computed again.
 func BoundStatus(st *v1alpha1.RemediationRequestStatus) {
 	boundStrings(reflect.ValueOf(st).Elem(), MaxStatusString)
 }
@@ -105,8 +97,7 @@ type boundedRecorder struct {
 	record.EventRecorder
 }
 
-// BoundEvents returns rec recording bounded messages; nil stays nil, and a recorder
-// already bounded is returned as it is.
+// BoundEvents returns rec recording bounded messages; nil and a bounded rec are kept.
 func BoundEvents(rec record.EventRecorder) record.EventRecorder {
 	if _, ok := rec.(boundedRecorder); ok || rec == nil {
 		return rec

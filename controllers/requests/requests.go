@@ -1,7 +1,5 @@
-// Package requests reads RemediationRequests as the controller's runnables do:
-// unstructured, each decoded on its own, in the order they came; backs off a request
-// whose reconcile failed the same way in each of them; and bounds what each of them
-// writes about a request (bounded.go).
+// Package requests reads RemediationRequests as the controller's runnables do, backs
+// off a failing reconcile the same way in each, and bounds what they write (bounded.go).
 package requests
 
 import (
@@ -21,11 +19,9 @@ import (
 	"github.com/remediator/remediator/api/v1alpha1"
 )
 
-// The controller reads RemediationRequests as unstructured objects and decodes each
-// one on its own. A typed informer or list decodes all of them in one go, so a single
-// request the Go type cannot hold (a window duration that overflows, a CRD installed
-// without its schema) would stop every other request from being decided. Read this
-// way, the bad one is reported by name and the others go on.
+// Requests are read unstructured and decoded one by one: a typed informer decodes all
+// at once, so one request the Go type cannot hold (an overflowing duration, a CRD
+// without its schema) would stop every other from being decided.
 
 // GVK is the RemediationRequest kind.
 var GVK = v1alpha1.GroupVersion.WithKind("RemediationRequest")
@@ -33,8 +29,7 @@ var GVK = v1alpha1.GroupVersion.WithKind("RemediationRequest")
 // EventUndecodable is the Warning reason on a request the controller cannot decode.
 const EventUndecodable = "Undecodable"
 
-// NewUnstructured returns an empty unstructured RemediationRequest, to Get or
-// watch into.
+// NewUnstructured returns an empty unstructured RemediationRequest.
 func NewUnstructured() *unstructured.Unstructured {
 	u := &unstructured.Unstructured{}
 	u.SetGroupVersionKind(GVK)
@@ -50,9 +45,8 @@ func Decode(u *unstructured.Unstructured) (*v1alpha1.RemediationRequest, error) 
 	return rr, nil
 }
 
-// GuardView decodes what the guards read of a request, its metadata and status, so
-// that a request whose spec cannot be decoded still counts as running. When even the
-// status cannot be decoded, only its phase is kept.
+// GuardView decodes a request's metadata and status, so that one whose spec cannot
+// be decoded still counts as running; failing that, only its phase is kept.
 func GuardView(u *unstructured.Unstructured) v1alpha1.RemediationRequest {
 	if rr, err := Decode(u); err == nil {
 		return *rr
@@ -68,9 +62,7 @@ func GuardView(u *unstructured.Unstructured) v1alpha1.RemediationRequest {
 	return rr
 }
 
-// List lists the requests reader sees, in the guards' view (see GuardView),
-// sorted by creation time and then name so that waiting requests are served in the
-// order they came.
+// List lists the requests in the guards' view (GuardView), sorted by OlderFirst.
 func List(ctx context.Context, reader client.Reader, opts ...client.ListOption) ([]v1alpha1.RemediationRequest, error) {
 	out, _, err := ListAt(ctx, reader, opts...)
 	return out, err
@@ -91,8 +83,8 @@ func ListAt(ctx context.Context, reader client.Reader, opts ...client.ListOption
 	return out, list.GetResourceVersion(), nil
 }
 
-// OlderFirst orders requests by creation time, then namespace/name: the order
-// waiting requests are served in.
+// OlderFirst orders requests by creation time, then namespace/name: waiting
+// requests are served in this order.
 func OlderFirst(a, b v1alpha1.RemediationRequest) int {
 	if c := a.CreationTimestamp.Compare(b.CreationTimestamp.Time); c != 0 {
 		return c
@@ -110,16 +102,14 @@ func PhaseOf(o client.Object) v1alpha1.Phase {
 	return v1alpha1.Phase(p)
 }
 
-// MaxRetryDelay caps the backoff of a request whose reconcile failed. The work
-// queue's default grows to 1,000 s, so that a request that failed ten times in a
-// row under a flaky API server (make chaos, R2) waited many minutes after the API
-// server recovered, with a stuck Lease blocking a volume all that time.
+// MaxRetryDelay caps the backoff of a failing reconcile. The work queue's default
+// grows to 1,000 s: after a flaky API server recovered (make chaos, R2) a request
+// waited minutes, with a stuck Lease blocking a volume all that time.
 const MaxRetryDelay = 30 * time.Second
 
 // RateLimiter is controller-runtime's default with the per-request backoff capped
-// at MaxRetryDelay: 5 ms doubling per failure, and 10 retries per second overall
-// with a burst of 100, so that a storm of failing requests cannot hammer the API
-// server either.
+// at MaxRetryDelay; 10 retries per second overall (burst 100) keep a storm of failing
+// requests from hammering the API server.
 func RateLimiter() workqueue.TypedRateLimiter[reconcile.Request] {
 	return workqueue.NewTypedMaxOfRateLimiter(
 		workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](5*time.Millisecond, MaxRetryDelay),

@@ -24,25 +24,23 @@ import (
 	"github.com/remediator/remediator/remediations"
 )
 
-// DefaultInterval is how often the sweeper looks for leftover cordons. A
-// leftover is rare (a restore that gave up, a stripped finalizer) and a node that
-// stays cordoned a minute longer harms nothing.
+// DefaultInterval is how often the sweeper looks for leftover cordons: they are rare,
+// and a node cordoned a minute longer harms nothing.
 const DefaultInterval = time.Minute
 
 // EventCordonReleased is the Event on a node whose leftover cordon the sweeper undid.
 const EventCordonReleased = "CordonReleased"
 
-// Sweeper uncordons the nodes carrying the cordoned-by mark of a request that is
-// gone or finished (Succeeded, Failed, Rejected), when that request's cordon is
-// still the one in place (remediations.CordonOwnedByUs). A node that was cordoned
-// before the playbook never gets the mark, so it is never touched; a cordon someone
-// else asserted during the run keeps its cordon and loses only the mark, as does a
-// node someone already uncordoned. It runs on the leader only.
+// Sweeper uncordons the nodes carrying the cordoned-by mark of a request that is gone
+// or finished, when that request's cordon is still the one in place
+// (remediations.CordonOwnedByUs). A node cordoned before the playbook never gets the
+// mark; a cordon someone else asserted during the run, or a node already uncordoned,
+// loses only the mark. It runs on the leader only.
 type Sweeper struct {
 	// Client lists nodes from the cache and writes them.
 	Client client.Client
-	// Reader reads live: the node (with its managedFields, which the cache strips)
-	// and the request, right before acting.
+	// Reader reads the node (with its managedFields, which the cache strips) and the
+	// request live, right before acting.
 	Reader   client.Reader
 	Recorder record.EventRecorder
 	// Interval between sweeps; zero means DefaultInterval.
@@ -52,8 +50,7 @@ type Sweeper struct {
 // NeedLeaderElection is true: two replicas must not sweep the same node at once.
 func (s *Sweeper) NeedLeaderElection() bool { return true }
 
-// Start sweeps at once and then every Interval until ctx ends. A failed sweep is
-// logged and tried again at the next tick.
+// Start sweeps at once and then every Interval until ctx ends; a failure is logged.
 func (s *Sweeper) Start(ctx context.Context) error {
 	log := ctrl.LoggerFrom(ctx).WithName("sweeper")
 	wait.UntilWithContext(ctrl.LoggerInto(ctx, log), func(ctx context.Context) {
@@ -82,8 +79,7 @@ func (s *Sweeper) Sweep(ctx context.Context) error {
 	return kerrors.NewAggregate(errs)
 }
 
-// sweepNode judges one marked node on live reads, and releases what its finished or
-// gone request left.
+// sweepNode judges one marked node on live reads, and releases what its request left.
 func (s *Sweeper) sweepNode(ctx context.Context, name string) error {
 	n := &corev1.Node{}
 	if err := s.Reader.Get(ctx, types.NamespacedName{Name: name}, n); err != nil {
@@ -112,8 +108,7 @@ func (s *Sweeper) sweepNode(ctx context.Context, name string) error {
 	}
 	// The optimistic lock: a node that changed since the read (cordoned again,
 	// marked by a new run) is judged again at the next sweep, never overwritten.
-	err = s.Client.Patch(ctx, n, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{}), client.FieldOwner(remediations.FieldManager))
-	if err != nil {
+	if err := s.Client.Patch(ctx, n, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{}), client.FieldOwner(remediations.FieldManager)); err != nil {
 		return client.IgnoreNotFound(fmt.Errorf("releasing the leftover cordon of node %s: %w", name, err))
 	}
 	ctrl.LoggerFrom(ctx).Info(msg, "node", name, "request", owner)

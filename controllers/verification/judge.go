@@ -16,14 +16,14 @@ import (
 type verdict struct {
 	status          metav1.ConditionStatus
 	reason, message string
-	// until is when the verdict becomes final if nothing comes back: the window's
-	// end, or later while a Lease re-taken within it is not yet proven stuck.
+	// until is when the verdict becomes final: the window's end, or later while a
+	// Lease re-taken within it is not yet proven stuck.
 	until time.Time
 }
 
-// verifyTarget is the request whose facts the verification gathers: the released
-// Lease by its name (a pod or claim target may be gone after the playbook moved
-// it), or the target node; nil when the decision recorded neither.
+// verifyTarget is the request whose facts are gathered: the released Lease by name
+// (a pod or claim may be gone after the playbook moved it), or the target node; nil
+// when the decision recorded neither.
 func verifyTarget(rr *v1alpha1.RemediationRequest) *v1alpha1.RemediationRequest {
 	o := rr.DeepCopy()
 	switch rr.Spec.Remediation {
@@ -41,8 +41,7 @@ func verifyTarget(rr *v1alpha1.RemediationRequest) *v1alpha1.RemediationRequest 
 	return nil
 }
 
-// releasedLeaseUID is the UID of the Lease the playbook deleted: the deleteLease
-// step's, else the decision's.
+// releasedLeaseUID is the deleted Lease's UID: the deleteLease step's, else the decision's.
 func releasedLeaseUID(rr *v1alpha1.RemediationRequest) string {
 	for _, st := range rr.Status.Steps {
 		if st.Name == v1alpha1.StepDeleteLease && st.ObjectUID != "" {
@@ -55,9 +54,8 @@ func releasedLeaseUID(rr *v1alpha1.RemediationRequest) string {
 	return ""
 }
 
-// judgeFix is the verdict on facts f gathered at now, for a window [start, end).
-// stuck is the safety floor's healthy stuck age: the age from which a Lease without
-// a LeaseRetained event counts as stuck (remediations' provenStuck).
+// judgeFix is the verdict on facts f gathered at now, for a window [start, end);
+// stuck is the safety floor's healthy stuck age.
 func judgeFix(rr *v1alpha1.RemediationRequest, f *v1alpha1.Facts, start, end, now time.Time, stuck time.Duration) verdict {
 	until := end
 	switch {
@@ -80,8 +78,7 @@ func judgeFix(rr *v1alpha1.RemediationRequest, f *v1alpha1.Facts, start, end, no
 		message: fmt.Sprintf("Watching for %s from %s until %s", incidentOf(rr), stamp(start), stamp(until))}
 }
 
-// incidentOf names what the verification watches for, from the decision's facts
-// (verifyTarget made sure they name the Lease).
+// incidentOf names what is watched for (verifyTarget made sure the facts name the Lease).
 func incidentOf(rr *v1alpha1.RemediationRequest) string {
 	f := rr.Status.Facts
 	if rr.Spec.Remediation == v1alpha1.RemediationReregisterCSIDriver {
@@ -94,25 +91,19 @@ func incidentOf(rr *v1alpha1.RemediationRequest) string {
 	return fmt.Sprintf("Lease %s/%s retained again by node %s", f.Lease.Namespace, f.Lease.Name, f.Lease.HolderIdentity)
 }
 
-// leaseAgain: the Lease of the released name is held again, as a new Lease, by the
-// holder it was released from, since before the window ended, and is retained: a
-// LeaseRetained Warning names its UID (the gatherer counts only those since its hold
-// began), or it is stuck-old. A re-taken Lease not yet proven stuck extends *until
-// to the time it would be, so that a re-take late in the window is judged too. A
-// Lease taken by another node is that node's operation, not this incident.
+// leaseAgain: the released name is held again, as a new Lease, by the same holder,
+// since before the window ended, and is retained: a LeaseRetained Warning names its
+// UID, or it is stuck-old. One not yet proven stuck extends *until to when it would
+// be, so that a late re-take is judged too. A Lease taken by another node is that
+// node's operation, not this incident.
 func leaseAgain(rr *v1alpha1.RemediationRequest, f *v1alpha1.Facts, end time.Time, stuck time.Duration, until *time.Time) (verdict, bool) {
 	was := rr.Status.Facts.Lease
 	l := f.Lease
-	if l == nil || !l.Exists || l.UID == releasedLeaseUID(rr) || l.HolderIdentity == "" || l.HolderIdentity != was.HolderIdentity {
-		return verdict{}, false
-	}
-	if l.HeldSince == nil {
+	if l == nil || !l.Exists || l.UID == releasedLeaseUID(rr) || l.HolderIdentity == "" || l.HolderIdentity != was.HolderIdentity ||
+		l.HeldSince == nil || !l.HeldSince.Time.Before(end) {
 		return verdict{}, false
 	}
 	held := l.HeldSince.Time
-	if !held.Before(end) {
-		return verdict{}, false
-	}
 	age := time.Duration(l.AgeSeconds) * time.Second
 	var evidence string
 	switch {
@@ -132,9 +123,8 @@ func leaseAgain(rr *v1alpha1.RemediationRequest, f *v1alpha1.Facts, end time.Tim
 		l.Namespace, l.Name, l.HolderIdentity, l.UID, stamp(held), evidence, l.HolderIdentity)}, true
 }
 
-// driverAgain: the node's CSINode lacks the driver again while a Ready, not
-// terminating node-plugin pod runs there, remediator scan's DeregisteredDriver. A
-// plugin pod being replaced (none Ready) is a rollout, which registers again.
+// driverAgain: the CSINode lacks the driver again while a Ready, not terminating
+// node-plugin pod runs there (scan's DeregisteredDriver); none Ready is a rollout.
 func driverAgain(f *v1alpha1.Facts) (verdict, bool) {
 	cf := f.CSI
 	if f.Node == nil || !f.Node.Exists || cf == nil || cf.DriverRegistered {

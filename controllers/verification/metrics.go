@@ -16,9 +16,8 @@ var fixNotHeld = prometheus.NewCounterVec(prometheus.CounterOpts{
 	Help: "Succeeded requests whose incident came back within --verify-fix-for (FixHeld=False: the Lease retained again by the same holder, or the driver deregistered again), by remediation.",
 }, []string{"remediation"})
 
-// RegisterMetrics registers fixNotHeld on controller-runtime's registry, with a series
-// per remediation from the start, so that an alert on its increase sees the first
-// one. `remediator controller` calls it once, whether verification is on or not.
+// RegisterMetrics registers fixNotHeld with a series per remediation from the start,
+// so that an alert on its increase sees the first one.
 func RegisterMetrics() error {
 	if err := metrics.Registry.Register(fixNotHeld); err != nil {
 		return err
@@ -29,9 +28,8 @@ func RegisterMetrics() error {
 	return nil
 }
 
-// announceFixHeld emits the Warning Event and counts the metric when the status
-// write from before to after turned FixHeld False: called only after the write
-// succeeded, so that a retried or stale reconcile does not announce twice.
+// announceFixHeld emits the Event and counts the metric when before -> after turned
+// FixHeld False; called only after the write succeeded, so nothing announces twice.
 func (r *Reconciler) announceFixHeld(before, after *v1alpha1.RemediationRequest) {
 	c := meta.FindStatusCondition(after.Status.Conditions, v1alpha1.ConditionFixHeld)
 	if c == nil || c.Status != metav1.ConditionFalse {

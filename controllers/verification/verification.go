@@ -1,19 +1,14 @@
 // Package verification says whether a fix held: for --verify-fix-for after a request
-// Succeeded, it re-reads the same Lease or node and sets ConditionFixHeld on whether
-// the incident came back. It only reads (through the decision's gatherer) and only
-// writes the request's status and an Event: a fix that did not hold calls for an
-// operator to find the cause, never for the playbook to run again. It is a runnable
-// of its own, beside the request reconciler, so that a read that fails here can
-// never fail or slow the reconcile that records the success.
+// Succeeded, it re-reads the same Lease or node and sets ConditionFixHeld. It only
+// reads and writes the request's status and an Event: a fix that did not hold calls
+// for an operator to find the cause, never for the playbook to run again. It is its
+// own runnable so that a failed read here never fails or slows the reconcile that
+// records the success.
 //
-// The window is counted from status.outcome.finishedAt (else the Succeeded
-// condition's lastTransitionTime), both in status, so that a restarted controller
-// goes on with the window the previous one began. The request is reconciled while
-// the window lasts: requeued at most verifyPoll apart and at the window's end, and at
-// once when a watched Lease, LeaseRetained event or CSINode of its target changes
-// (IndexVerifying). Ready is left alone: it says the playbook succeeded, which stays
-// true; FixHeld=False, the Warning Event, the metric and the RemediationFixDidNotHold
-// alert say that the incident is back.
+// The window counts from status.outcome.finishedAt (else the Succeeded condition's
+// lastTransitionTime), so a restarted controller goes on with it. While it lasts the
+// request is requeued at most verifyPoll apart, and at once when a watched object of
+// its target changes (IndexVerifying). Ready is left alone: the playbook did succeed.
 package verification
 
 import (
@@ -50,7 +45,7 @@ import (
 	"github.com/remediator/remediator/remediations"
 )
 
-// What verification reads and writes; the request reconciler's markers cover it too.
+// What verification reads and writes (the request reconciler's markers cover it too).
 // +kubebuilder:rbac:groups=remediator.io,resources=remediationrequests,verbs=get;list;watch
 // +kubebuilder:rbac:groups=remediator.io,resources=remediationrequests/status,verbs=patch
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch;list;watch
@@ -60,37 +55,33 @@ import (
 // DefaultVerifyFixFor is --verify-fix-for's default.
 const DefaultVerifyFixFor = 15 * time.Minute
 
-// verifyPoll bounds the time between two checks: a node-plugin pod turning Ready (a
-// part of the CSI verdict) is not watched, and a Lease reaches the stuck age without
-// any event.
+// verifyPoll bounds the time between two checks: a node-plugin pod turning Ready is
+// not watched, and a Lease reaches the stuck age without any event.
 const verifyPoll = time.Minute
 
-// IndexVerifying is the field index of the requests in their verification window,
-// on the manager's cache of unstructured requests: "lease/<namespace>/<name>"
-// (release-luks-lease) or "node/<name>" (reregister-csi-driver), so that a change of
-// that Lease, its LeaseRetained events or that CSINode reconciles exactly those.
+// IndexVerifying indexes the requests in their verification window by
+// "lease/<namespace>/<name>" or "node/<name>", so that a change of that Lease, its
+// LeaseRetained events or that CSINode reconciles exactly those.
 const IndexVerifying = "remediator.io/verifying"
 
 // Reconciler verifies the fixes of Succeeded requests.
 type Reconciler struct {
-	// Client reads requests from the manager's cache (unstructured, with
-	// IndexVerifying) and writes their status.
+	// Client reads requests from the cache (unstructured, with IndexVerifying) and
+	// writes their status.
 	Client client.Client
 	// Gatherer gathers the facts of the request's Lease or node: the decision's.
 	Gatherer *facts.Gatherer
-	// StuckLeaseAge is the safety floor's healthy stuck age (--floor-healthy-lease-age):
-	// the age from which a re-taken Lease without LeaseRetained events counts as
-	// retained; zero means remediations.DefaultFloor's.
+	// StuckLeaseAge is the safety floor's healthy stuck age, from which a re-taken
+	// Lease without LeaseRetained events counts as retained; zero:
+	// remediations.DefaultFloor's.
 	StuckLeaseAge time.Duration
-	// Window is how long after a request Succeeded its fix is verified
-	// (--verify-fix-for); zero turns verification off.
+	// Window is how long after a request Succeeded its fix is verified; zero: off.
 	Window time.Duration
 	// Namespaces are the namespaces whose requests are this controller's; empty
 	// means all. The cache is restricted too, but a reconcile's Get is not.
 	Namespaces []string
 	Recorder   record.EventRecorder
-	// Clock is the request reconciler's: the windows start on the time it records in
-	// status.outcome. nil means the real clock.
+	// Clock is the request reconciler's, which stamps status.outcome; nil: real.
 	Clock clock.PassiveClock
 	// Workers is how many requests are verified at once; zero means one.
 	Workers int
@@ -104,11 +95,8 @@ type scope struct {
 }
 
 // SetupWithManager registers the index and the controller, when verification is on.
-// Requests are reconciled when they become Succeeded (and at start, for those a
-// previous controller was verifying), and on an edit, as the request reconciler
-// does; the objects a fix is verified on come from the cache the facts are read from
-// (the Trident namespace's Leases and LeaseRetained events, all CSINodes), without
-// the node Leases' renewals every few seconds.
+// The watched objects come from the facts' cache, without the node Leases' renewals
+// every few seconds.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.Window <= 0 {
 		return nil
@@ -128,9 +116,8 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Complete(r)
 }
 
-// toVerify passes a request whose FixHeld is still open (pending) when it shows up
-// (the informer's first list included), becomes Succeeded, or is edited. Its own
-// status writes do not bring it back: the window's requeues do.
+// toVerify passes a request whose FixHeld is still open when it shows up (the first
+// list included), becomes Succeeded, or is edited; not its own status writes.
 var toVerify = predicate.Funcs{
 	CreateFunc: func(e event.CreateEvent) bool { return pending(e.Object) },
 	UpdateFunc: func(e event.UpdateEvent) bool {
@@ -149,8 +136,15 @@ func pending(o client.Object) bool {
 		return false
 	}
 	rr := requests.GuardView(u)
+	_, open := fixHeld(&rr)
+	return open
+}
+
+// fixHeld is rr's FixHeld (nil: none yet), and whether it is still open: rr
+// Succeeded and FixHeld is absent or Unknown.
+func fixHeld(rr *v1alpha1.RemediationRequest) (*metav1.Condition, bool) {
 	c := meta.FindStatusCondition(rr.Status.Conditions, v1alpha1.ConditionFixHeld)
-	return c == nil || c.Status == metav1.ConditionUnknown
+	return c, rr.Status.Phase == v1alpha1.PhaseSucceeded && (c == nil || c.Status == metav1.ConditionUnknown)
 }
 
 // Reconcile is fetch -> verify -> one deferred status patch.
@@ -166,8 +160,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 	ctx = ctrl.LoggerInto(ctx, log)
 	rr, err := requests.Decode(u)
 	if err != nil {
-		// The request reconciler reports it (EventUndecodable); the edit that fixes
-		// it brings the request back here.
+		// The request reconciler reports it; the edit that fixes it brings it back.
 		log.V(1).Info("Cannot decode the request; its fix is not verified", "error", err.Error())
 		return ctrl.Result{}, nil
 	}
@@ -193,15 +186,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 // once and then kept.
 func (r *Reconciler) verify(ctx context.Context, s *scope) (ctrl.Result, error) {
 	rr := s.rr
-	if rr.Status.Phase != v1alpha1.PhaseSucceeded {
-		return ctrl.Result{}, nil
-	}
-	c := meta.FindStatusCondition(rr.Status.Conditions, v1alpha1.ConditionFixHeld)
-	if c != nil && c.Status != metav1.ConditionUnknown {
-		return ctrl.Result{}, nil
-	}
+	c, open := fixHeld(rr)
 	target := verifyTarget(rr)
-	if target == nil {
+	if !open || target == nil {
 		return ctrl.Result{}, nil
 	}
 	start := verifyStart(rr)
@@ -234,9 +221,8 @@ func (r *Reconciler) verify(ctx context.Context, s *scope) (ctrl.Result, error) 
 	return ctrl.Result{RequeueAfter: max(min(v.until.Sub(s.now), verifyPoll), time.Second)}, nil
 }
 
-// patchStatus writes the status once, bounded, as a merge patch guarded by the
-// resourceVersion it was computed from, and skips the call when nothing changed. The
-// lock keeps a reconcile on a stale read from announcing a verdict twice.
+// patchStatus writes the bounded status, if changed, as a merge patch guarded by the
+// resourceVersion it was computed from, so a stale read never announces twice.
 func (r *Reconciler) patchStatus(ctx context.Context, s *scope) error {
 	requests.BoundStatus(&s.rr.Status)
 	if apiequality.Semantic.DeepEqual(s.base.Status, s.rr.Status) {
@@ -253,18 +239,7 @@ func (r *Reconciler) patchStatus(ctx context.Context, s *scope) error {
 	return nil
 }
 
-// verifying reports whether rr is in its verification window: Succeeded, with
-// FixHeld Unknown.
-func verifying(rr *v1alpha1.RemediationRequest) bool {
-	if rr.Status.Phase != v1alpha1.PhaseSucceeded {
-		return false
-	}
-	c := meta.FindStatusCondition(rr.Status.Conditions, v1alpha1.ConditionFixHeld)
-	return c != nil && c.Status == metav1.ConditionUnknown
-}
-
-// verifyStart is when the window of a Succeeded request began: its outcome's
-// finishedAt, else the Succeeded condition's last transition; zero when neither.
+// verifyStart is when the window of a Succeeded request began; zero if unknown.
 func verifyStart(rr *v1alpha1.RemediationRequest) time.Time {
 	if o := rr.Status.Outcome; o != nil && o.Result == v1alpha1.PhaseSucceeded {
 		return o.FinishedAt.Time
@@ -278,21 +253,17 @@ func verifyStart(rr *v1alpha1.RemediationRequest) time.Time {
 func leaseKey(ns, name string) string { return "lease/" + ns + "/" + name }
 func nodeKey(name string) string      { return "node/" + name }
 
-// indexKeys are the IndexVerifying keys of a request: its Lease, or its node, while
-// it is in its verification window.
+// indexKeys are the IndexVerifying keys of a request in its verification window.
 func indexKeys(o client.Object) []string {
 	u, ok := o.(*unstructured.Unstructured)
 	if !ok {
 		return nil
 	}
 	rr := requests.GuardView(u)
-	return verifyKeys(&rr)
-}
-
-// verifyKeys are the IndexVerifying keys of rr.
-func verifyKeys(rr *v1alpha1.RemediationRequest) []string {
+	// In the window: FixHeld Unknown.
+	c, open := fixHeld(&rr)
 	f := rr.Status.Facts
-	if !verifying(rr) || f == nil {
+	if !open || c == nil || f == nil {
 		return nil
 	}
 	switch {
@@ -304,8 +275,8 @@ func verifyKeys(rr *v1alpha1.RemediationRequest) []string {
 	return nil
 }
 
-// verifyingOn maps a watched object to the requests in scope verifying a fix on it:
-// a Trident Lease, a LeaseRetained event (by the Lease it is about), a CSINode.
+// verifyingOn maps a Lease, a Lease's Event or a CSINode to the requests in scope
+// verifying a fix on it.
 func (r *Reconciler) verifyingOn(ctx context.Context, o client.Object) []reconcile.Request {
 	var key string
 	switch o := o.(type) {
