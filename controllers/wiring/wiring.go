@@ -115,29 +115,46 @@ func stripEvent(obj any) (any, error) {
 	return obj, err
 }
 
-// stripLease strips managedFields from the node Leases and keeps them on Trident's:
-// a Trident Lease's hold counts from the API server's time of its holder's last write,
-// which only its managedFields record (facts.LeaseFacts.HeldSince). Trident's Leases
-// are few (one per LUKS operation in flight, or stuck), with an entry or two each.
+// stripLease keeps managedFields on Trident's Leases: a Trident Lease's hold counts
+// from the API server's time of its holder's last write, which only its managedFields
+// record (facts.LeaseFacts.HeldSince). Trident's Leases are few (one per LUKS
+// operation in flight, or stuck), with an entry or two each. Of the node Leases' it
+// keeps only when each write was made (writeTimes).
 func stripLease(tridentNamespace string) toolscache.TransformFunc {
-	strip := cache.TransformStripManagedFields()
 	return func(obj any) (any, error) {
-		if l, ok := obj.(*coordinationv1.Lease); ok && l.Namespace == tridentNamespace {
-			return obj, nil
+		if l, ok := obj.(*coordinationv1.Lease); ok && l.Namespace != tridentNamespace {
+			l.ManagedFields = writeTimes(l.ManagedFields, func(metav1.ManagedFieldsEntry) bool { return true })
 		}
-		return strip(obj)
+		return obj, nil
 	}
 }
 
+// writeTimes keeps of the entries counted only who wrote, to what, and when: a
+// kubelet's heartbeat counts from the later of its own stamp and the API server's
+// time of its write (facts.ClassifyNode), and a decision made from the cache must
+// see the same heartbeat as the fresh facts read live before the destructive step,
+// or it would take a kubelet for silent that the floor then finds within its grace.
+func writeTimes(entries []metav1.ManagedFieldsEntry, counts func(metav1.ManagedFieldsEntry) bool) []metav1.ManagedFieldsEntry {
+	var out []metav1.ManagedFieldsEntry
+	for _, e := range entries {
+		if counts(e) {
+			out = append(out, metav1.ManagedFieldsEntry{Manager: e.Manager, Operation: e.Operation, Subresource: e.Subresource, Time: e.Time})
+		}
+	}
+	return out
+}
+
 // stripNode keeps of a Node what the facts and steps read (metadata, spec, the
-// conditions) and drops the rest of its status: the image list alone can be the
-// larger part of a Node.
+// conditions, when the kubelet last wrote its status: writeTimes) and drops the rest
+// of its status: the image list alone can be the larger part of a Node.
 func stripNode(obj any) (any, error) {
-	obj, err := cache.TransformStripManagedFields()(obj)
 	if n, ok := obj.(*corev1.Node); ok {
 		n.Status = corev1.NodeStatus{Conditions: n.Status.Conditions}
+		n.ManagedFields = writeTimes(n.ManagedFields, func(e metav1.ManagedFieldsEntry) bool {
+			return e.Manager == "kubelet" && e.Subresource == "status"
+		})
 	}
-	return obj, err
+	return obj, nil
 }
 
 // PrepareCache registers the indexes the gatherer's cached reads select by, and
