@@ -30,6 +30,7 @@ import (
 	"github.com/remediator/remediator/controllers/facts"
 	"github.com/remediator/remediator/controllers/wiring"
 	"github.com/remediator/remediator/remediations"
+	"github.com/remediator/remediator/test/testenv"
 )
 
 // startAdmitter runs admission alone in a manager of its own, without leader
@@ -245,7 +246,7 @@ func runGrant(t *testing.T, key client.ObjectKey) {
 // requests and of the slots Lease when the test ends.
 func admissionNamespace(t *testing.T, ns string) {
 	t.Helper()
-	ensureNamespaces(t, ns)
+	env.EnsureNamespaces(t, ns)
 	t.Cleanup(func() {
 		ctx := context.Background()
 		list := &v1alpha1.RemediationRequestList{}
@@ -343,7 +344,7 @@ func TestUnusedGrantIsGivenBack(t *testing.T) {
 	assert.Contains(t, p.Message, "did not start its first step within the step timeout (3s, --step-timeout)")
 	waitFor(t, next, 5*time.Second, "b-in-line granted the slot", hasReason(v1alpha1.ReasonAdmitted))
 
-	eventually(t, "a SlotExpired Warning on a-stuck", func() (bool, string) {
+	testenv.Eventually(t, "a SlotExpired Warning on a-stuck", func() (bool, string) {
 		events := &corev1.EventList{}
 		if err := env.Client.List(ctx, events, client.InNamespace(ns)); err != nil {
 			return false, err.Error()

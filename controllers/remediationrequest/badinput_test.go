@@ -57,7 +57,7 @@ func shutdownNode(t *testing.T, name string) {
 // if they were not there.
 func TestMalformedRequests(t *testing.T) {
 	ctx := context.Background()
-	ensureNamespaces(t, "remediator", "trident", "app", corev1.NamespaceNodeLease)
+	env.EnsureNamespaces(t, "remediator", "trident", "app", corev1.NamespaceNodeLease)
 	startManager(t)
 
 	const down = "envtest-bad-down"

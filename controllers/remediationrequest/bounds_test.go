@@ -96,7 +96,7 @@ func (noWatch) Watch(context.Context, client.ObjectList, ...client.ListOption) (
 // for that slot (cap 1) starts. Seen failing before: the refused cordon was retried
 // for ever, the first request stayed Running and the second never started.
 func TestRefusedCordonFailsAndFreesTheSlot(t *testing.T) {
-	ensureNamespaces(t, "remediator", "trident", "app", corev1.NamespaceNodeLease)
+	env.EnsureNamespaces(t, "remediator", "trident", "app", corev1.NamespaceNodeLease)
 	msg := freezeCordons(t)
 	g := newGate()
 	defer func() {
@@ -181,7 +181,7 @@ func failUncordons(node string, refuseEvictions bool) interceptor.Funcs {
 // deleted request, whose finalizer was never released.
 func TestRestoreThatKeepsFailingEndsFailed(t *testing.T) {
 	ctx := context.Background()
-	ensureNamespaces(t, "remediator", "trident", "app", corev1.NamespaceNodeLease)
+	env.EnsureNamespaces(t, "remediator", "trident", "app", corev1.NamespaceNodeLease)
 	t.Run("after a failure", func(t *testing.T) {
 		node := "envtest-restore-fails"
 		startManager(t, withTimeouts(3*time.Second), withClient(failUncordons(node, true)))
@@ -247,7 +247,7 @@ func openWindow() (*clocktesting.FakePassiveClock, *v1alpha1.MaintenanceWindow, 
 // before: the finalizer stayed on the Waiting request.
 func TestWindowClosingBeforeEvictionReleasesTheFinalizer(t *testing.T) {
 	ctx := context.Background()
-	ensureNamespaces(t, "remediator", "trident", "app", corev1.NamespaceNodeLease)
+	env.EnsureNamespaces(t, "remediator", "trident", "app", corev1.NamespaceNodeLease)
 	clock, window, opened := openWindow()
 	node := "envtest-window-early"
 	startManager(t, withClock(clock), withClient(interceptor.Funcs{
@@ -283,7 +283,7 @@ func TestWindowClosingBeforeEvictionReleasesTheFinalizer(t *testing.T) {
 // write for ever while holding its slot. Seen failing before: the request stayed
 // Running and the finalizer write was retried without end.
 func TestRefusedFinalizerAbortsThePlaybook(t *testing.T) {
-	ensureNamespaces(t, "remediator", "trident", "app", corev1.NamespaceNodeLease)
+	env.EnsureNamespaces(t, "remediator", "trident", "app", corev1.NamespaceNodeLease)
 	const msg = "finalizers may only be written by the Git writers"
 	startManager(t, withClient(interceptor.Funcs{Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, p client.Patch, opts ...client.PatchOption) error {
 		if rr, ok := obj.(*v1alpha1.RemediationRequest); ok && controllerutil.ContainsFinalizer(rr, v1alpha1.Finalizer) {

@@ -23,7 +23,7 @@ import (
 // decided and its journal never advanced. Now the reason is cut, with a marker, and
 // the request is carried out; the Event is within the API's limit on a note.
 func TestOversizedBreakGlassReasonDoesNotWedge(t *testing.T) {
-	ensureNamespaces(t, "remediator", "trident", corev1.NamespaceNodeLease)
+	env.EnsureNamespaces(t, "remediator", "trident", corev1.NamespaceNodeLease)
 	startManager(t)
 
 	const down = "envtest-wedge-down"

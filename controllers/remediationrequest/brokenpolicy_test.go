@@ -97,7 +97,7 @@ import "list"
 }
 `},
 	}
-	ensureNamespaces(t, "remediator", "trident")
+	env.EnsureNamespaces(t, "remediator", "trident")
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()

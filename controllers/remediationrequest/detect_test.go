@@ -24,6 +24,7 @@ import (
 	"github.com/remediator/remediator/controllers/detection"
 	"github.com/remediator/remediator/controllers/facts"
 	"github.com/remediator/remediator/controllers/wiring"
+	"github.com/remediator/remediator/test/testenv"
 )
 
 // TestDetectorExportsIncidentsWithSymptoms wires the detector as `remediator
@@ -35,7 +36,7 @@ import (
 // before any request exists; a Healthy holder's young Lease is not exported.
 func TestDetectorExportsIncidentsWithSymptoms(t *testing.T) {
 	ctx := context.Background()
-	ensureNamespaces(t, "trident", "detect-app", corev1.NamespaceNodeLease)
+	env.EnsureNamespaces(t, "trident", "detect-app", corev1.NamespaceNodeLease)
 	create := func(obj client.Object) {
 		t.Helper()
 		require.NoError(t, env.Client.Create(ctx, obj), "creating %T %s", obj, obj.GetName())
@@ -137,7 +138,7 @@ func TestDetectorExportsIncidentsWithSymptoms(t *testing.T) {
 		}
 		return out
 	}
-	eventually(t, "the stuck Lease exported with both symptoms", func() (bool, string) {
+	testenv.Eventually(t, "the stuck Lease exported with both symptoms", func() (bool, string) {
 		s := series("remediator_detected_symptoms")
 		ok := s["kind=StuckLease,lease=pvc-detect-down,lease_namespace=trident,node=detect-down,symptom=FailedMount"] == 5 &&
 			s["kind=StuckLease,lease=pvc-detect-down,lease_namespace=trident,node=detect-down,symptom=ContainerCreating"] == 1

@@ -143,7 +143,7 @@ func terminal(rr *v1alpha1.RemediationRequest) bool {
 // holder nobody fenced. The floor refuses both, names the invariant, and leaves the
 // Lease and the node as they were. Before the floor, both Leases were deleted.
 func TestPermissivePolicyIsHeldByTheFloor(t *testing.T) {
-	ensureNamespaces(t, "remediator", "trident", "app", corev1.NamespaceNodeLease)
+	env.EnsureNamespaces(t, "remediator", "trident", "app", corev1.NamespaceNodeLease)
 	clock := clocktesting.NewFakePassiveClock(time.Now().Add(time.Hour).Truncate(time.Second))
 	startManager(t, withClock(clock), withPolicyDir(t, allowEverything))
 
@@ -176,7 +176,7 @@ func TestPermissivePolicyIsHeldByTheFloor(t *testing.T) {
 // non-ASCII used to become an invalid condition reason, so every status patch of
 // the request failed and it was never decided visibly.
 func TestCustomRuleNameBecomesAValidReason(t *testing.T) {
-	ensureNamespaces(t, "remediator", "trident")
+	env.EnsureNamespaces(t, "remediator", "trident")
 	startManager(t, withPolicyDir(t, `package policies
 
 #Policy: {
@@ -204,7 +204,7 @@ func TestCustomRuleNameBecomesAValidReason(t *testing.T) {
 // misspelling, or a Node deleted while its machine runs) used to count as shut down
 // and the Lease was deleted at once.
 func TestMissingHolderNodeIsNotAShutdown(t *testing.T) {
-	ensureNamespaces(t, "remediator", "trident")
+	env.EnsureNamespaces(t, "remediator", "trident")
 	startManager(t)
 	leaseHeldBy(t, "pvc-envtest-gone", "envtest-gone.example.internal")
 	key := requestFor(t, "gone-holder", v1alpha1.Target{PersistentVolume: "pvc-envtest-gone"}, nil)
@@ -219,7 +219,7 @@ func TestMissingHolderNodeIsNotAShutdown(t *testing.T) {
 // TestFencingCoversOnlyTheNodeItNames: a confirmation written about one holder used
 // to be honoured for whichever node held the Lease.
 func TestFencingCoversOnlyTheNodeItNames(t *testing.T) {
-	ensureNamespaces(t, "remediator", "trident", corev1.NamespaceNodeLease)
+	env.EnsureNamespaces(t, "remediator", "trident", corev1.NamespaceNodeLease)
 	// Ten minutes after the Leases were created: past the five-minute gate.
 	clock := clocktesting.NewFakePassiveClock(time.Now().Add(10 * time.Minute).Truncate(time.Second))
 	startManager(t, withClock(clock))
@@ -287,7 +287,7 @@ func label(t *testing.T, obj client.Object, labels map[string]string) {
 // to be ignored while observedGeneration moved on as if it had been honoured.
 func TestDryRunMidRunAborts(t *testing.T) {
 	ctx := context.Background()
-	ensureNamespaces(t, "remediator", "trident", "app", corev1.NamespaceNodeLease)
+	env.EnsureNamespaces(t, "remediator", "trident", "app", corev1.NamespaceNodeLease)
 	clock := clocktesting.NewFakePassiveClock(time.Now().Truncate(time.Second))
 	startManager(t, withClock(clock))
 	name := "envtest-abort"
@@ -330,7 +330,7 @@ func TestDryRunMidRunAborts(t *testing.T) {
 // volume.
 func TestStatusCannotChooseWhichPodsAreEvicted(t *testing.T) {
 	ctx := context.Background()
-	ensureNamespaces(t, "remediator", "trident", "app", "bystander", corev1.NamespaceNodeLease)
+	env.EnsureNamespaces(t, "remediator", "trident", "app", "bystander", corev1.NamespaceNodeLease)
 	clock := clocktesting.NewFakePassiveClock(time.Now().Truncate(time.Second))
 	startManager(t, withClock(clock))
 	name := "envtest-forged"
@@ -459,7 +459,7 @@ func dropDurationRule(t *testing.T, c client.Client) {
 // cap, a tenant's request in any namespace.
 func TestRequestsOutsideTheNamespacesAreIgnored(t *testing.T) {
 	ctx := context.Background()
-	ensureNamespaces(t, "remediator", "tenant-a", "trident")
+	env.EnsureNamespaces(t, "remediator", "tenant-a", "trident")
 	startManager(t, func(r *remediationrequest.Reconciler) { r.Namespaces = []string{"remediator"} })
 	tenant := &v1alpha1.RemediationRequest{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "tenant-a", Name: "cordon-everything"},

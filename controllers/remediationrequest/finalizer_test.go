@@ -19,6 +19,7 @@ import (
 	"github.com/remediator/remediator/api/v1alpha1"
 	"github.com/remediator/remediator/controllers/admission"
 	"github.com/remediator/remediator/controllers/remediationrequest"
+	"github.com/remediator/remediator/test/testenv"
 )
 
 // TestFinishedPlaybookReleasesFinalizer: the restore finalizer guards a playbook
@@ -28,7 +29,7 @@ import (
 // it, so deleting it waited for a controller, forever after an uninstall). Seen
 // failing before the fix: the finalizer was still there after Succeeded.
 func TestFinishedPlaybookReleasesFinalizer(t *testing.T) {
-	ensureNamespaces(t, "remediator", "trident", "app", corev1.NamespaceNodeLease)
+	env.EnsureNamespaces(t, "remediator", "trident", "app", corev1.NamespaceNodeLease)
 	clock := clocktesting.NewFakePassiveClock(time.Now().Truncate(time.Second))
 	startManager(t, withClock(clock))
 
@@ -56,7 +57,7 @@ func TestFinishedPlaybookReleasesFinalizer(t *testing.T) {
 // kstatus waited for ever.
 func TestEditAfterTheEndIsSeenNotActedOn(t *testing.T) {
 	ctx := context.Background()
-	ensureNamespaces(t, "remediator", "trident", "app", corev1.NamespaceNodeLease)
+	env.EnsureNamespaces(t, "remediator", "trident", "app", corev1.NamespaceNodeLease)
 	startManager(t)
 	shutdownHolder(t, "envtest-edited", time.Now())
 	key := newRequest(t, "edited", "pvc-envtest-edited", nil)
@@ -112,7 +113,7 @@ func TestDeletedMidRunWithoutRestoreEnds(t *testing.T) {
 	assert.Equal(t, []v1alpha1.StepState{v1alpha1.StepSucceeded, v1alpha1.StepSkipped, v1alpha1.StepSkipped},
 		[]v1alpha1.StepState{got.Status.Steps[0].State, got.Status.Steps[1].State, got.Status.Steps[2].State})
 	assert.Equal(t, []string{"example.com/keep"}, got.Finalizers, "another owner's finalizer is theirs")
-	eventually(t, "b-in-line granted the slot", func() (bool, string) {
+	testenv.Eventually(t, "b-in-line granted the slot", func() (bool, string) {
 		events := &corev1.EventList{}
 		if err := env.Client.List(ctx, events, client.InNamespace(ns)); err != nil {
 			return false, err.Error()

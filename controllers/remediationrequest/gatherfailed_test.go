@@ -38,7 +38,7 @@ const controllerIdentity = "system:serviceaccount:remediator-system:remediator-c
 func asChartController(t *testing.T) *rest.Config {
 	t.Helper()
 	ctx := context.Background()
-	ensureNamespaces(t, "remediator-system", "trident", corev1.NamespaceNodeLease)
+	env.EnsureNamespaces(t, "remediator-system", "trident", corev1.NamespaceNodeLease)
 	data, err := os.ReadFile(filepath.Join(testenv.Root(), "charts", "remediator", "files", "rbac", "role.yaml"))
 	require.NoError(t, err)
 	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
@@ -83,7 +83,7 @@ func asChartController(t *testing.T) *rest.Config {
 func TestUnreadableFactsAreNotSilent(t *testing.T) {
 	ctx := context.Background()
 	const other = "envtest-trident-other"
-	ensureNamespaces(t, "remediator", other)
+	env.EnsureNamespaces(t, "remediator", other)
 	startManagerOn(t, asChartController(t), func(r *remediationrequest.Reconciler) {
 		// The settings list the namespace: the request may name it; the controller's
 		// RBAC, as the chart renders it by default, does not cover it.

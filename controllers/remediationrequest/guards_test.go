@@ -199,7 +199,7 @@ func finishTermination(t *testing.T, pod *corev1.Pod) {
 // (no thundering herd); it starts when the second finishes. A Lease release for a
 // shut-down holder is not capped: it runs at once while the slot is taken.
 func TestConcurrencyCapHoldsRequestsUntilASlotFrees(t *testing.T) {
-	ensureNamespaces(t, "remediator", "trident", "app", corev1.NamespaceNodeLease)
+	env.EnsureNamespaces(t, "remediator", "trident", "app", corev1.NamespaceNodeLease)
 	clock := clocktesting.NewFakePassiveClock(time.Now().Truncate(time.Second))
 	startManager(t, withClock(clock), func(r *remediationrequest.Reconciler) { r.MaxConcurrent = 1 })
 
@@ -273,7 +273,7 @@ func TestConcurrencyCapHoldsRequestsUntilASlotFrees(t *testing.T) {
 // leader) with requests waiting grants no extra slot and keeps the order: oldest
 // first. Before admission, the slots a process had granted lived in its memory.
 func TestAdmissionSurvivesARestart(t *testing.T) {
-	ensureNamespaces(t, "remediator", "trident", "app", corev1.NamespaceNodeLease)
+	env.EnsureNamespaces(t, "remediator", "trident", "app", corev1.NamespaceNodeLease)
 	clock := clocktesting.NewFakePassiveClock(time.Now().Truncate(time.Second))
 	capOne := func(r *remediationrequest.Reconciler) { r.MaxConcurrent = 1 }
 	stop := startStoppableManager(t, withClock(clock), capOne)
@@ -328,7 +328,7 @@ func TestAdmissionSurvivesARestart(t *testing.T) {
 // test moves it.
 func TestMaintenanceWindowClosingAfterEvictionFinishes(t *testing.T) {
 	ctx := context.Background()
-	ensureNamespaces(t, "remediator", "trident", "app", corev1.NamespaceNodeLease)
+	env.EnsureNamespaces(t, "remediator", "trident", "app", corev1.NamespaceNodeLease)
 	clock, window, opened := openWindow()
 	startManager(t, withClock(clock))
 

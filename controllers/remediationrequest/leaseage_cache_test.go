@@ -34,7 +34,7 @@ import (
 // be ruled out, and no Lease would ever grow old enough to be released.
 func TestCachedTridentLeaseAgesOnTheAPIServersTimes(t *testing.T) {
 	ctx := context.Background()
-	ensureNamespaces(t, "trident")
+	env.EnsureNamespaces(t, "trident")
 	leases := map[string]*coordinationv1.Lease{}
 	for _, pv := range []string{"pvc-cached-created", "pvc-cached-reacquired"} {
 		require.NoError(t, env.Client.Create(ctx, &corev1.PersistentVolume{

@@ -23,6 +23,7 @@ import (
 	"github.com/remediator/remediator/api/v1alpha1"
 	"github.com/remediator/remediator/controllers/facts"
 	"github.com/remediator/remediator/controllers/remediationrequest"
+	"github.com/remediator/remediator/test/testenv"
 )
 
 // capturedLog keeps every line a logger wrote, verbose ones included, decoded from
@@ -99,7 +100,7 @@ func fixHeldIs(st metav1.ConditionStatus, reason string) func(*v1alpha1.Remediat
 func waitRequest(t *testing.T, key client.ObjectKey, what string, cond func(*v1alpha1.RemediationRequest) bool) *v1alpha1.RemediationRequest {
 	t.Helper()
 	got := &v1alpha1.RemediationRequest{}
-	eventually(t, what, func() (bool, string) {
+	testenv.Eventually(t, what, func() (bool, string) {
 		if err := env.Client.Get(context.Background(), key, got); err != nil {
 			return false, err.Error()
 		}
@@ -115,7 +116,7 @@ func waitRequest(t *testing.T, key client.ObjectKey, what string, cond func(*v1a
 func TestOutcomeRecordedOnce(t *testing.T) {
 	ctx := context.Background()
 	c := env.Client
-	ensureNamespaces(t, "remediator", "trident", corev1.NamespaceNodeLease)
+	env.EnsureNamespaces(t, "remediator", "trident", corev1.NamespaceNodeLease)
 	logs := &capturedLog{}
 	// Verification writes the ended request's status again (FixHeld Unknown, then
 	// True): those writes must not log the outcome again.
@@ -171,7 +172,7 @@ func TestOutcomeRecordedOnce(t *testing.T) {
 		require.NoError(t, c.Patch(ctx, rr, patch))
 	}
 	for name, n := range before {
-		eventually(t, "a reconcile of "+name+" after the annotation", func() (bool, string) {
+		testenv.Eventually(t, "a reconcile of "+name+" after the annotation", func() (bool, string) {
 			return reconciled(name) > n, fmt.Sprint(reconciled(name))
 		})
 	}
@@ -181,7 +182,7 @@ func TestOutcomeRecordedOnce(t *testing.T) {
 	}
 	startManagerLogging(t, env.Config, logs.logger(), 3*time.Second)
 	for name, n := range before {
-		eventually(t, "the restarted controller reconciling "+name, func() (bool, string) {
+		testenv.Eventually(t, "the restarted controller reconciling "+name, func() (bool, string) {
 			return reconciled(name) > n, fmt.Sprint(reconciled(name))
 		})
 	}

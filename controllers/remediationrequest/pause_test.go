@@ -54,7 +54,7 @@ func progressingReason(rr *v1alpha1.RemediationRequest) string {
 // waits with reason Paused and touches nothing. Resumed, both finish.
 func TestPauseHoldsAtTheNextStepAndResumeFinishes(t *testing.T) {
 	ctx := context.Background()
-	ensureNamespaces(t, "remediator", "trident", "app", corev1.NamespaceNodeLease, pause.DefaultConfigMap.Namespace)
+	env.EnsureNamespaces(t, "remediator", "trident", "app", corev1.NamespaceNodeLease, pause.DefaultConfigMap.Namespace)
 	t.Cleanup(func() {
 		_ = env.Client.Delete(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: pause.DefaultConfigMap.Namespace, Name: pause.DefaultConfigMap.Name}})
 	})
@@ -116,7 +116,7 @@ func TestPauseHoldsAtTheNextStepAndResumeFinishes(t *testing.T) {
 // request for it is rejected by the floor, saying so, and nothing is touched.
 func TestExcludedNodeIsRejected(t *testing.T) {
 	ctx := context.Background()
-	ensureNamespaces(t, "remediator", "trident", "app", corev1.NamespaceNodeLease)
+	env.EnsureNamespaces(t, "remediator", "trident", "app", corev1.NamespaceNodeLease)
 	startManager(t)
 	node := "envtest-excluded"
 	shutdownHolder(t, node, time.Now())
@@ -162,7 +162,7 @@ func heartbeat(t *testing.T, node string, at time.Time) {
 // left, and times out only once that is spent, saying how long it was paused.
 func TestPauseFreezesAHeldEvictionsTimeout(t *testing.T) {
 	ctx := context.Background()
-	ensureNamespaces(t, "remediator", "trident", "app", corev1.NamespaceNodeLease, pause.DefaultConfigMap.Namespace)
+	env.EnsureNamespaces(t, "remediator", "trident", "app", corev1.NamespaceNodeLease, pause.DefaultConfigMap.Namespace)
 	t.Cleanup(func() {
 		_ = env.Client.Delete(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: pause.DefaultConfigMap.Namespace, Name: pause.DefaultConfigMap.Name}})
 	})

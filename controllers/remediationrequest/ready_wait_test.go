@@ -36,7 +36,7 @@ func waitMet(rr *v1alpha1.RemediationRequest, typ string, status metav1.Conditio
 // the spec is fixed `--for=condition=Ready` returns once the new generation
 // succeeded, not on the rejection's Ready of the older one.
 func TestKubectlWaitTellsSuccessFromRejection(t *testing.T) {
-	ensureNamespaces(t, "remediator", "trident", corev1.NamespaceNodeLease)
+	env.EnsureNamespaces(t, "remediator", "trident", corev1.NamespaceNodeLease)
 	// Ten minutes after the Leases were created: past the five-minute gate.
 	clock := clocktesting.NewFakePassiveClock(time.Now().Add(10 * time.Minute).Truncate(time.Second))
 	startManager(t, withClock(clock))

@@ -87,7 +87,7 @@ func startManagerLogging(t *testing.T, cfg *rest.Config, log logr.Logger, verify
 	mgr, err := ctrl.NewManager(cfg, mgrOpts)
 	require.NoError(t, err)
 	// The controller's namespace, where admission keeps the slots Lease.
-	ensureNamespaces(t, pause.DefaultConfigMap.Namespace)
+	env.EnsureNamespaces(t, pause.DefaultConfigMap.Namespace)
 	require.NoError(t, wiring.PrepareCache(context.Background(), mgr))
 	decide, fresh, freshRelease := wiring.Gatherers(mgr, facts.DefaultConfig())
 	managerCache = mgr.GetClient()
@@ -124,29 +124,10 @@ func startManagerLogging(t *testing.T, cfg *rest.Config, log logr.Logger, verify
 	return stop
 }
 
-func ensureNamespaces(t *testing.T, names ...string) {
-	t.Helper()
-	for _, ns := range names {
-		err := env.Client.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
-		if !apierrors.IsAlreadyExists(err) {
-			require.NoError(t, err, "creating namespace %s", ns)
-		}
-	}
-}
-
-// eventually polls cond until it holds or the deadline passes.
-func eventually(t *testing.T, what string, cond func() (bool, string)) {
-	t.Helper()
-	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		ok, state := cond()
-		assert.True(c, ok, "last state: %s", state)
-	}, 20*time.Second, 100*time.Millisecond, "timed out waiting for %s", what)
-}
-
 func TestReconcileRecordsFacts(t *testing.T) {
 	ctx := context.Background()
 	c := env.Client
-	ensureNamespaces(t, "remediator", "trident")
+	env.EnsureNamespaces(t, "remediator", "trident")
 	// A request may name a Trident namespace of its own only when the settings allow it.
 	startManager(t, func(r *remediationrequest.Reconciler) {
 		for _, g := range []*facts.Gatherer{r.Gatherer, r.Fresh, r.FreshRelease} {
@@ -165,7 +146,7 @@ func TestReconcileRecordsFacts(t *testing.T) {
 	require.NoError(t, c.Create(ctx, rr))
 	key := types.NamespacedName{Namespace: rr.Namespace, Name: rr.Name}
 	got := &v1alpha1.RemediationRequest{}
-	eventually(t, "facts in status", func() (bool, string) {
+	testenv.Eventually(t, "facts in status", func() (bool, string) {
 		if err := c.Get(ctx, key, got); err != nil {
 			return false, err.Error()
 		}
@@ -199,7 +180,7 @@ func TestReconcileRecordsFacts(t *testing.T) {
 	got.Spec.Mode = v1alpha1.ModeDryRun
 	got.Spec.TridentNamespace = "trident-alt"
 	require.NoError(t, c.Update(ctx, got))
-	eventually(t, "facts for the new generation", func() (bool, string) {
+	testenv.Eventually(t, "facts for the new generation", func() (bool, string) {
 		if err := c.Get(ctx, key, got); err != nil {
 			return false, err.Error()
 		}
@@ -211,7 +192,7 @@ func TestReconcileRecordsFacts(t *testing.T) {
 
 	// Deleting the request releases the finalizer, so the object goes away.
 	require.NoError(t, c.Delete(ctx, got))
-	eventually(t, "request deleted", func() (bool, string) {
+	testenv.Eventually(t, "request deleted", func() (bool, string) {
 		err := c.Get(ctx, key, got)
 		return apierrors.IsNotFound(err), "still there"
 	})
@@ -222,7 +203,7 @@ func TestReconcileRecordsFacts(t *testing.T) {
 func TestShutdownHolderReleasesLease(t *testing.T) {
 	ctx := context.Background()
 	c := env.Client
-	ensureNamespaces(t, "remediator", "trident", corev1.NamespaceNodeLease)
+	env.EnsureNamespaces(t, "remediator", "trident", corev1.NamespaceNodeLease)
 	startManager(t)
 
 	node := &corev1.Node{
@@ -257,7 +238,7 @@ func TestShutdownHolderReleasesLease(t *testing.T) {
 	}
 	require.NoError(t, c.Create(ctx, rr))
 	got := &v1alpha1.RemediationRequest{}
-	eventually(t, "request Succeeded", func() (bool, string) {
+	testenv.Eventually(t, "request Succeeded", func() (bool, string) {
 		if err := c.Get(ctx, client.ObjectKeyFromObject(rr), got); err != nil {
 			return false, err.Error()
 		}
@@ -288,7 +269,7 @@ func TestShutdownHolderReleasesLease(t *testing.T) {
 func TestMaintenanceWindowGatesThePlaybook(t *testing.T) {
 	ctx := context.Background()
 	c := env.Client
-	ensureNamespaces(t, "remediator", "trident")
+	env.EnsureNamespaces(t, "remediator", "trident")
 	startManager(t)
 	node := &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{Name: "envtest-window"},
@@ -330,7 +311,7 @@ func TestMaintenanceWindowGatesThePlaybook(t *testing.T) {
 	bad := mk("window-bad", "pvc-window-bad", "0 2 30 2 *")
 
 	got := &v1alpha1.RemediationRequest{}
-	eventually(t, "request waiting for its window", func() (bool, string) {
+	testenv.Eventually(t, "request waiting for its window", func() (bool, string) {
 		if err := c.Get(ctx, later, got); err != nil {
 			return false, err.Error()
 		}
@@ -346,7 +327,7 @@ func TestMaintenanceWindowGatesThePlaybook(t *testing.T) {
 	}
 	assert.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: "trident", Name: "pvc-window-later"}, &coordinationv1.Lease{}),
 		"the Lease must wait for the window")
-	eventually(t, "invalid window rejected", func() (bool, string) {
+	testenv.Eventually(t, "invalid window rejected", func() (bool, string) {
 		if err := c.Get(ctx, bad, got); err != nil {
 			return false, err.Error()
 		}

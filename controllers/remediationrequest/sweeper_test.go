@@ -56,7 +56,7 @@ func nodeState(t *testing.T, name string) (cordoned bool, mark string) {
 // was no sweeper (the test did not build), and such nodes stayed cordoned for good.
 func TestSweeperReleasesLeftoverCordons(t *testing.T) {
 	ctx := context.Background()
-	ensureNamespaces(t, "remediator")
+	env.EnsureNamespaces(t, "remediator")
 	failed := requestIn(t, "sweep-failed", v1alpha1.PhaseFailed)
 	rejected := requestIn(t, "sweep-rejected", v1alpha1.PhaseRejected)
 	succeeded := requestIn(t, "sweep-succeeded", v1alpha1.PhaseSucceeded)

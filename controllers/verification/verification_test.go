@@ -12,7 +12,6 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -65,7 +64,7 @@ func startStoppableManager(t *testing.T, window verifyFor) (stop func()) {
 	})
 	require.NoError(t, err)
 	// The controller's namespace, where admission keeps the slots Lease.
-	ensureNamespaces(t, pause.DefaultConfigMap.Namespace)
+	env.EnsureNamespaces(t, pause.DefaultConfigMap.Namespace)
 	require.NoError(t, wiring.PrepareCache(context.Background(), mgr))
 	decide, fresh, freshRelease := wiring.Gatherers(mgr, facts.DefaultConfig())
 	policy, err := policies.Embedded()
@@ -98,30 +97,11 @@ func startStoppableManager(t *testing.T, window verifyFor) (stop func()) {
 	return stop
 }
 
-func ensureNamespaces(t *testing.T, names ...string) {
-	t.Helper()
-	for _, ns := range names {
-		err := env.Client.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
-		if !apierrors.IsAlreadyExists(err) {
-			require.NoError(t, err, "creating namespace %s", ns)
-		}
-	}
-}
-
-// eventually polls cond until it holds or the deadline passes.
-func eventually(t *testing.T, what string, cond func() (bool, string)) {
-	t.Helper()
-	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		ok, state := cond()
-		assert.True(c, ok, "last state: %s", state)
-	}, 20*time.Second, 100*time.Millisecond, "timed out waiting for %s", what)
-}
-
 // waitRequest waits until the request satisfies cond and returns it.
 func waitRequest(t *testing.T, key client.ObjectKey, what string, cond func(*v1alpha1.RemediationRequest) bool) *v1alpha1.RemediationRequest {
 	t.Helper()
 	got := &v1alpha1.RemediationRequest{}
-	eventually(t, what, func() (bool, string) {
+	testenv.Eventually(t, what, func() (bool, string) {
 		if err := env.Client.Get(context.Background(), key, got); err != nil {
 			return false, err.Error()
 		}
@@ -236,7 +216,7 @@ func fixNotHeldEvents(t *testing.T, key client.ObjectKey) []corev1.Event {
 // status.
 func TestFixNotHeldWhenSameHolderRetainsAgain(t *testing.T) {
 	ctx := context.Background()
-	ensureNamespaces(t, "remediator", "trident", corev1.NamespaceNodeLease)
+	env.EnsureNamespaces(t, "remediator", "trident", corev1.NamespaceNodeLease)
 	stop := startStoppableManager(t, verifyFor(time.Hour))
 	const node, pv, pvDown = "envtest-fix-again", "pvc-envtest-fix-again", "pvc-envtest-fix-again-down"
 	shutdownLease(t, node, pv)
@@ -257,7 +237,7 @@ func TestFixNotHeldWhenSameHolderRetainsAgain(t *testing.T) {
 	assert.Equal(t, metav1.ConditionTrue, ready.Status, "Ready keeps saying the playbook succeeded: %+v", ready)
 	assert.Equal(t, v1alpha1.PhaseSucceeded, rr.Status.Phase)
 
-	eventually(t, "the FixNotHeld Warning Event", func() (bool, string) {
+	testenv.Eventually(t, "the FixNotHeld Warning Event", func() (bool, string) {
 		return len(fixNotHeldEvents(t, key)) > 0, ""
 	})
 	// More reconciles (an annotation change starts one) announce nothing more.
@@ -280,7 +260,7 @@ func TestFixNotHeldWhenSameHolderRetainsAgain(t *testing.T) {
 	retakeLease(t, pvDown, node+"-down", true)
 	startManager(t, verifyFor(time.Hour))
 	waitRequest(t, down, "FixHeld False after the restart", fixHeldIs(metav1.ConditionFalse, v1alpha1.ReasonLeaseRetainedAgain))
-	eventually(t, "the FixNotHeld Warning Event after the restart", func() (bool, string) {
+	testenv.Eventually(t, "the FixNotHeld Warning Event after the restart", func() (bool, string) {
 		return len(fixNotHeldEvents(t, down)) == 1, ""
 	})
 }
@@ -289,7 +269,7 @@ func TestFixNotHeldWhenSameHolderRetainsAgain(t *testing.T) {
 // another node takes the Lease (its own operation, retained or not), both end with
 // FixHeld=True, NoRecurrence, and no Warning.
 func TestFixHeldWhenQuietOrAnotherHolder(t *testing.T) {
-	ensureNamespaces(t, "remediator", "trident", corev1.NamespaceNodeLease)
+	env.EnsureNamespaces(t, "remediator", "trident", corev1.NamespaceNodeLease)
 	const window = 6 * time.Second
 	startManager(t, verifyFor(window))
 	shutdownLease(t, "envtest-fix-quiet", "pvc-envtest-fix-quiet")
@@ -320,7 +300,7 @@ func TestFixHeldWhenQuietOrAnotherHolder(t *testing.T) {
 func TestFixNotHeldWhenDriverDeregistersAgain(t *testing.T) {
 	ctx := context.Background()
 	c := env.Client
-	ensureNamespaces(t, "remediator", "trident", corev1.NamespaceNodeLease)
+	env.EnsureNamespaces(t, "remediator", "trident", corev1.NamespaceNodeLease)
 	const node = "envtest-csi-again"
 	require.NoError(t, c.Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}))
 	csiNode := &storagev1.CSINode{
@@ -375,7 +355,7 @@ func TestFixNotHeldWhenDriverDeregistersAgain(t *testing.T) {
 	ready := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionReady)
 	require.NotNil(t, ready)
 	assert.Equal(t, metav1.ConditionTrue, ready.Status)
-	eventually(t, "one FixNotHeld Warning Event", func() (bool, string) {
+	testenv.Eventually(t, "one FixNotHeld Warning Event", func() (bool, string) {
 		return len(fixNotHeldEvents(t, key)) == 1, ""
 	})
 	assert.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(pod), &corev1.Pod{}), "verification must not touch the plugin pod")
