@@ -42,7 +42,8 @@ var negativeDuration = regexp.MustCompile(`(for|renewed) -[0-9]`)
 // --node-lease-grace-period.
 func FuzzClassifyNode(f *testing.F) {
 	// The rows of TestClassifyNode, and a few edges: the clock skewed ahead, a renewal
-	// exactly at the grace period, times at the ends of the range.
+	// exactly at the grace period, times at the ends of the range, a renewal ahead of
+	// the clock under a negative grace.
 	f.Add("n", false, "", int64(0), []byte{}, false, false, false, int64(0), int64(40))
 	f.Add("n", true, "False", int64(90), []byte{0}, false, true, true, int64(3600), int64(40))
 	f.Add("n", true, "Unknown", int64(90), []byte{1, 2}, false, true, true, int64(3600), int64(40))
@@ -59,10 +60,13 @@ func FuzzClassifyNode(f *testing.F) {
 	f.Add("kwok-node-0", true, "True", int64(90), []byte{}, false, true, false, int64(0), int64(40))
 	f.Add("kwok-node-0", true, "NotAStatus", int64(1<<40), []byte{6, 0, 0}, false, true, true, int64(-1<<40), int64(0))
 	f.Add("kwok-node-0", true, "True", int64(-1<<62), []byte{}, false, true, true, int64(1<<62), int64(-5))
+	f.Add("0", true, "True", int64(122), []byte{}, false, true, true, int64(-19), int64(-1<<40))
 
 	f.Fuzz(func(t *testing.T, name string, exists bool, readyStatus string, readyOffset int64, taints []byte,
 		unschedulable, hasLease, renewed bool, renewOffset, graceSeconds int64) {
-		grace := time.Duration(clampSeconds(graceSeconds)) * time.Second
+		// The grace in effect is never below the node Lease's duration, which these
+		// Leases leave at zero: a negative grace (the flag refuses one) is none.
+		grace := max(0, time.Duration(clampSeconds(graceSeconds))*time.Second)
 		var node *corev1.Node
 		if exists {
 			node = &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: corev1.NodeSpec{Unschedulable: unschedulable}}
