@@ -12,7 +12,7 @@ package lifecycle
 //	Waiting{Slot} ──Grant──> Waiting{Start} ──Decide (admitted)──> Running
 //	Waiting{Start} ──GiveBack──> Waiting{Redecision}
 //	Running ──Hold──> Running{Pause} ──Resume──> Running
-//	Running ──Finish──> Succeeded;  ──Fail / Abort / RestoreGaveUp / Deleted──> Failed
+//	Running ──Finish──> Succeeded (FixHeld Unknown while verified);  ──Fail / Abort / RestoreGaveUp / Deleted──> Failed
 //	Running ──WindowClosed──> Waiting{MaintenanceWindow}
 //	any not ended ──GatherFailed──> (same phase, Pending if none){Facts}
 //	Rejected ──Decide at decision.recheckAt──> any
@@ -160,12 +160,14 @@ func GatherFailed(rr *v1alpha1.RemediationRequest, msg string) (changed bool) {
 	return changed
 }
 
-// Finish ends a running playbook Succeeded.
-func Finish(rr *v1alpha1.RemediationRequest) Event {
+// Finish ends a running playbook Succeeded at now, and opens its fix window of
+// fixWindow (zero: fixes are not verified).
+func Finish(rr *v1alpha1.RemediationRequest, now time.Time, fixWindow time.Duration) Event {
 	rr.Status.Phase = v1alpha1.PhaseSucceeded
 	msg := fmt.Sprintf("Playbook %s completed", DecidedPlaybook(rr))
 	setCondition(rr, v1alpha1.ConditionSucceeded, metav1.ConditionTrue, v1alpha1.ReasonPlaybookCompleted, msg)
 	progress(rr, "", metav1.ConditionFalse, v1alpha1.ReasonPlaybookCompleted, msg)
+	openFixWindow(rr, now, fixWindow)
 	return Event{corev1.EventTypeNormal, v1alpha1.EventDone, msg}
 }
 

@@ -64,7 +64,7 @@ func TestTransitions(t *testing.T) {
 		hold     = do(func(rr *v1alpha1.RemediationRequest) { lifecycle.Hold(rr, "paused") })
 		resume   = do(lifecycle.Resume)
 		gather   = do(func(rr *v1alpha1.RemediationRequest) { lifecycle.GatherFailed(rr, "forbidden") })
-		finish   = do(func(rr *v1alpha1.RemediationRequest) { lifecycle.Finish(rr) })
+		finish   = do(func(rr *v1alpha1.RemediationRequest) { lifecycle.Finish(rr, now, 0) })
 		fail     = do(func(rr *v1alpha1.RemediationRequest) {
 			lifecycle.Fail(rr, v1alpha1.ReasonStepFailed, v1alpha1.ReasonFailed, "cordon failed")
 		})

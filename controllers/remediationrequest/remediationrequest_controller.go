@@ -95,6 +95,10 @@ type Reconciler struct {
 	// timeouts, and the ages its gatherers measure (it overrides theirs); nil means
 	// the real clock.
 	Clock clock.PassiveClock
+	// FixWindow is how long fix verification (package verification) watches a
+	// request after it Succeeded; the write that records the success opens the
+	// window. Zero: fixes are not verified. setup.Runnables sets it.
+	FixWindow time.Duration
 
 	written writeLog
 }
@@ -356,7 +360,7 @@ func (r *Reconciler) runPlaybook(ctx context.Context, s *scope) (ctrl.Result, er
 		if p.Transition != "" {
 			r.Recorder.Event(rr, corev1.EventTypeNormal, v1alpha1.EventStepSucceeded, p.Transition)
 		}
-		r.record(rr, lifecycle.Finish(rr))
+		r.record(rr, lifecycle.Finish(rr, s.now, r.FixWindow))
 		return ctrl.Result{}, nil
 	}
 	if p.Transition != "" {

@@ -18,8 +18,12 @@ import (
 
 // Runnables sets up the request reconciler r, admission (with r's cap, namespaces,
 // pause, clock and step timeout), the pause watcher, the cordon sweeper and fix
-// verification v (nil: none) on mgr. All but v share r's recorder, which r bounds.
+// verification v (nil: none) on mgr, whose window r opens. All but v share r's
+// recorder, which r bounds.
 func Runnables(mgr ctrl.Manager, r *remediationrequest.Reconciler, v *verification.Reconciler) error {
+	if v != nil {
+		r.FixWindow = v.Window
+	}
 	if err := r.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the RemediationRequest controller: %w", err)
 	}

@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/remediator/remediator/api/v1alpha1"
+	"github.com/remediator/remediator/controllers/lifecycle"
 )
 
 // verdict is ConditionFixHeld at one check, and when to check again.
@@ -72,23 +73,10 @@ func judgeFix(rr *v1alpha1.RemediationRequest, f *v1alpha1.Facts, start, end, no
 	}
 	if !now.Before(until) {
 		return verdict{status: metav1.ConditionTrue, reason: v1alpha1.ReasonNoRecurrence, until: until,
-			message: fmt.Sprintf("No %s from %s to %s", incidentOf(rr), stamp(start), stamp(until))}
+			message: fmt.Sprintf("No %s from %s to %s", lifecycle.Watched(rr), lifecycle.Stamp(start), lifecycle.Stamp(until))}
 	}
 	return verdict{status: metav1.ConditionUnknown, reason: v1alpha1.ReasonVerifying, until: until,
-		message: fmt.Sprintf("Watching for %s from %s until %s", incidentOf(rr), stamp(start), stamp(until))}
-}
-
-// incidentOf names what is watched for (verifyTarget made sure the facts name the Lease).
-func incidentOf(rr *v1alpha1.RemediationRequest) string {
-	f := rr.Status.Facts
-	if rr.Spec.Remediation == v1alpha1.RemediationReregisterCSIDriver {
-		driver := ""
-		if f != nil {
-			driver = f.DriverName
-		}
-		return fmt.Sprintf("deregistration of %s from CSINode %s", driver, rr.Spec.Target.Node)
-	}
-	return fmt.Sprintf("Lease %s/%s retained again by node %s", f.Lease.Namespace, f.Lease.Name, f.Lease.HolderIdentity)
+		message: lifecycle.WatchingMessage(rr, start, until)}
 }
 
 // leaseAgain: the released name is held again, as a new Lease, by the same holder,
@@ -120,7 +108,7 @@ func leaseAgain(rr *v1alpha1.RemediationRequest, f *v1alpha1.Facts, end time.Tim
 	return verdict{status: metav1.ConditionFalse, reason: v1alpha1.ReasonLeaseRetainedAgain, message: fmt.Sprintf(
 		"Lease %s/%s was taken again by node %s (UID %s, held since %s) and is retained: %s. Releasing it did not fix the cause: "+
 			"investigate the root cause on node %s (the cryptsetup error in the Lease's events, the trident-main logs) instead of repeating the playbook",
-		l.Namespace, l.Name, l.HolderIdentity, l.UID, stamp(held), evidence, l.HolderIdentity)}, true
+		l.Namespace, l.Name, l.HolderIdentity, l.UID, lifecycle.Stamp(held), evidence, l.HolderIdentity)}, true
 }
 
 // driverAgain: the CSINode lacks the driver again while a Ready, not terminating
@@ -144,6 +132,3 @@ func driverAgain(f *v1alpha1.Facts) (verdict, bool) {
 			"investigate why the registration is dropped (overlapping node-plugin pods, the trident-operator recreating its DaemonSet, the driver-registrar's logs) instead of repeating the playbook",
 		f.Node.Name, f.DriverName, strings.Join(ready, ", "))}, true
 }
-
-// stamp renders a time as the messages show it.
-func stamp(t time.Time) string { return t.UTC().Format(time.RFC3339) }

@@ -28,6 +28,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	kerrors "k8s.io/apimachinery/pkg/util/errors"
 	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -108,7 +109,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	notNodeLease := predicate.NewPredicateFuncs(func(o client.Object) bool { return o.GetNamespace() != corev1.NamespaceNodeLease })
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("verification").
-		For(requests.NewUnstructured(), builder.WithPredicates(toVerify)).
+		Watches(requests.NewUnstructured(), r.enqueue(), builder.WithPredicates(toVerify)).
 		Watches(&coordinationv1.Lease{}, handler.EnqueueRequestsFromMapFunc(r.verifyingOn), builder.WithPredicates(notNodeLease)).
 		Watches(&corev1.Event{}, handler.EnqueueRequestsFromMapFunc(r.verifyingOn)).
 		Watches(&storagev1.CSINode{}, handler.EnqueueRequestsFromMapFunc(r.verifyingOn)).
@@ -127,6 +128,48 @@ var toVerify = predicate.Funcs{
 	},
 	DeleteFunc:  func(event.DeleteEvent) bool { return false },
 	GenericFunc: func(event.GenericEvent) bool { return false },
+}
+
+// enqueue enqueues the requests toVerify passes at once, but one that just Succeeded
+// with its window already open (lifecycle.Finish opens it in the write that records
+// the success) one poll later, or at the window's end if sooner: as every later check,
+// so that a success costs no read of its own. A change of its target comes first
+// through the watches of the Leases, events and CSINodes.
+func (r *Reconciler) enqueue() handler.EventHandler {
+	add := func(o client.Object, q workqueue.TypedRateLimitingInterface[reconcile.Request], after time.Duration) {
+		req := reconcile.Request{NamespacedName: client.ObjectKeyFromObject(o)}
+		if after > 0 {
+			q.AddAfter(req, after)
+			return
+		}
+		q.Add(req)
+	}
+	return handler.Funcs{
+		CreateFunc: func(_ context.Context, e event.CreateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			add(e.Object, q, 0)
+		},
+		UpdateFunc: func(_ context.Context, e event.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			add(e.ObjectNew, q, r.firstCheckIn(e.ObjectOld, e.ObjectNew))
+		},
+	}
+}
+
+// firstCheckIn is how long after this update the first check of a request that the
+// update made Succeeded with its window open is due; zero for any other update.
+func (r *Reconciler) firstCheckIn(old, updated client.Object) time.Duration {
+	u, ok := updated.(*unstructured.Unstructured)
+	if !ok || requests.PhaseOf(old) == v1alpha1.PhaseSucceeded {
+		return 0
+	}
+	rr := requests.GuardView(u)
+	if c, open := fixHeld(&rr); c == nil || !open {
+		return 0
+	}
+	start := verifyStart(&rr)
+	if start.IsZero() {
+		return 0
+	}
+	return min(verifyPoll, start.Add(r.Window).Sub(r.clock().Now()))
 }
 
 // pending: a Succeeded request without a final FixHeld (none yet, or Unknown).

@@ -360,3 +360,41 @@ func TestFixNotHeldWhenDriverDeregistersAgain(t *testing.T) {
 	})
 	assert.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(pod), &corev1.Pod{}), "verification must not touch the plugin pod")
 }
+
+// TestSuccessOpensItsWindowInTheSameWrite: the status write that makes a request
+// Succeeded already carries FixHeld Unknown (Verifying), so that verification adds no
+// write of its own: no version of the request is Succeeded without it.
+func TestSuccessOpensItsWindowInTheSameWrite(t *testing.T) {
+	ctx := context.Background()
+	env.EnsureNamespaces(t, "remediator", "trident", corev1.NamespaceNodeLease)
+	startManager(t, verifyFor(time.Hour))
+	const node, pv, name = "envtest-fix-one-write", "pvc-envtest-fix-one-write", "fix-one-write"
+	wc, err := client.NewWithWatch(env.Config, client.Options{Scheme: scheme.Scheme})
+	require.NoError(t, err)
+	w, err := wc.Watch(ctx, &v1alpha1.RemediationRequestList{}, client.InNamespace("remediator"),
+		client.MatchingFields{"metadata.name": name})
+	require.NoError(t, err)
+	defer w.Stop()
+	shutdownLease(t, node, pv)
+	releaseRequest(t, name, pv)
+	timeout := time.After(time.Minute)
+	for {
+		select {
+		case ev, ok := <-w.ResultChan():
+			require.True(t, ok, "the watch ended")
+			rr, isRequest := ev.Object.(*v1alpha1.RemediationRequest)
+			require.True(t, isRequest, "watch event %s: %T", ev.Type, ev.Object)
+			if rr.Status.Phase != v1alpha1.PhaseSucceeded {
+				continue
+			}
+			c := fixHeld(rr)
+			require.NotNil(t, c, "the first Succeeded version has no FixHeld: %+v", rr.Status.Conditions)
+			assert.Equal(t, metav1.ConditionUnknown, c.Status)
+			assert.Equal(t, v1alpha1.ReasonVerifying, c.Reason)
+			assert.Contains(t, c.Message, "Watching for Lease trident/"+pv+" retained again by node "+node)
+			return
+		case <-timeout:
+			require.FailNow(t, "the request did not succeed within a minute")
+		}
+	}
+}
