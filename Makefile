@@ -309,7 +309,7 @@ R3_TESTS := TestMalformedRequests|TestAdmissionRefusesBadInput|TestBrokenPolicie
 
 .PHONY: chaos
 chaos: bins build-failpoints ## Run the four campaigns: crash, API faults, bad input, churn; exit non-zero on any violation (CHAOS=full|smoke)
-	$(GOTEST) $(TEST_FLAGS) -v -run '^($(R3_TESTS))$$' ./controllers/ ./controllers/policyreload/ ./api/v1alpha1/ ./policies/ ./internal/cmd/controller/ | grep -E '^(=== RUN|--- |ok|FAIL|PASS)|malformed requests:' | grep -v '^=== RUN'
+	$(GOTEST) $(TEST_FLAGS) -v -run '^($(R3_TESTS))$$' ./controllers/remediationrequest/ ./controllers/policyreload/ ./api/v1alpha1/ ./policies/ ./internal/cmd/controller/ | grep -E '^(=== RUN|--- |ok|FAIL|PASS)|malformed requests:' | grep -v '^=== RUN'
 	cd $(HARNESS_MOD) && $(GO) run ./chaos -preset $(CHAOS) $(if $(filter full,$(CHAOS)),-out docs/reliability)
 
 .PHONY: chaos-smoke
