@@ -3,6 +3,7 @@ package remediations
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -171,7 +172,7 @@ func resumeStep(st *v1alpha1.StepStatus, now time.Time) {
 // until the step's timeout.
 func stepError(steps []v1alpha1.StepStatus, i int, step Step, r *Execution, err error) (Progress, error) {
 	st := &steps[i]
-	if f, ok := IsFailure(err); ok {
+	if f, ok := errors.AsType[*Failure](err); ok {
 		return failStep(steps, i, r.Now, f), nil
 	}
 	if t := step.Timeout(r); timedOut(st, t, r.Now) {
@@ -269,7 +270,7 @@ func restoreFailed(r *Execution, st *v1alpha1.StepStatus, node, why string, err 
 		st.StartedAt = &now
 	}
 	bound := r.Timeouts.step()
-	_, refused := IsFailure(err)
+	_, refused := errors.AsType[*Failure](err)
 	if !refused && st != nil && !timedOut(st, bound, r.Now) {
 		until := r.Now.Add(bound - RanFor(st, r.Now))
 		st.Message = fmt.Sprintf("Restore after %s failed, retried until %s: %v", why, until.UTC().Format(time.RFC3339), err)

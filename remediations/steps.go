@@ -162,20 +162,6 @@ var destructive = map[string]bool{
 // Destructive reports whether the named step may only start inside a maintenance window.
 func Destructive(step string) bool { return destructive[step] }
 
-// NextPending returns the step Advance would start next, if no step is running.
-func NextPending(steps []v1alpha1.StepStatus) (string, bool) {
-	for _, st := range steps {
-		switch st.State {
-		case v1alpha1.StepSucceeded, v1alpha1.StepSkipped:
-			continue
-		case v1alpha1.StepPending, "":
-			return st.Name, true
-		}
-		return "", false
-	}
-	return "", false
-}
-
 // podState reads one recorded pod: gone (deleted, or replaced: another UID) or not.
 func podState(ctx context.Context, r *Execution, p v1alpha1.PodFacts) (*corev1.Pod, bool, error) {
 	pod := &corev1.Pod{}
@@ -306,11 +292,4 @@ func podsGone(ctx context.Context, r *Execution) (StepResult, error) {
 		return StepResult{Message: "Waiting for pods to terminate: " + PodList(f.AffectedPods), RequeueAfter: 2 * time.Second}, nil
 	}
 	return StepResult{Done: true, Message: "No pod that uses the volume is left on the holder node"}, nil
-}
-
-// IsFailure reports whether err ends the playbook.
-func IsFailure(err error) (*Failure, bool) {
-	var f *Failure
-	ok := errors.As(err, &f)
-	return f, ok
 }
