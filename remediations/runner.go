@@ -47,7 +47,7 @@ func Advance(ctx context.Context, r *Execution) (Progress, error) {
 		case v1alpha1.StepFailed:
 			return Progress{Failure: &Failure{Reason: v1alpha1.ReasonStepFailed, Message: st.Message}}, nil
 		case v1alpha1.StepPending, "":
-			halt, note := r.gate(st.Name, true)
+			halt, note := Gate(r, st.Name, true)
 			if halt != nil {
 				return Progress{Halt: halt}, nil
 			}
@@ -84,7 +84,7 @@ func Advance(ctx context.Context, r *Execution) (Progress, error) {
 				return failStep(steps, i, r.Now, &Failure{Reason: v1alpha1.ReasonTimeout, Message: msg}), nil
 			}
 			if destructive[st.Name] {
-				switch halt, _ := r.gate(st.Name, false); {
+				switch halt, _ := Gate(r, st.Name, false); {
 				case halt == nil:
 				case halt.Action == ActionFail:
 					return failStep(steps, i, r.Now, &Failure{Reason: halt.Violation.Invariant.Reason(), Message: halt.Message}), nil

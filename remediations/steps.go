@@ -68,15 +68,6 @@ func (r *Execution) readFresh(ctx context.Context) (*v1alpha1.Facts, []string, e
 	return f, conflicts, nil
 }
 
-// gate asks Gate about step, on this Advance's fresh facts when it acts.
-func (r *Execution) gate(step string, starting bool) (*Halt, string) {
-	in := GateInput{RR: r.RR, Step: step, Starting: starting, Playbooks: r.Playbooks, Floor: r.Floor, Now: r.Now, Paused: r.Paused}
-	if !starting {
-		in.Fresh, in.Conflicts = r.freshFacts, r.freshConflicts
-	}
-	return Gate(in)
-}
-
 // Timeouts bound every step from its StartedAt, and the restore from its first
 // attempt. A zero field means its default, never "no bound": a step that retries for
 // ever keeps its request Running and its disruptive slot for ever.
