@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -70,8 +69,6 @@ func patchNode(ctx context.Context, r *Execution, n *corev1.Node, what string, c
 // cordoned is left as it is, and stays cordoned.
 type cordon struct{}
 
-func (cordon) Timeout(r *Execution) time.Duration { return r.Timeouts.step() }
-
 // cordoned reports whether n is already cordoned, and by whom.
 func cordoned(r *Execution, n *corev1.Node) (StepResult, bool) {
 	switch {
@@ -118,8 +115,6 @@ func (cordon) Run(ctx context.Context, r *Execution) (StepResult, error) {
 // uncordon undoes cordon, only when this request cordoned the node and nobody else
 // asserted the cordon since (CordonAssertedBy); else only the mark is removed.
 type uncordon struct{}
-
-func (uncordon) Timeout(r *Execution) time.Duration { return r.Timeouts.step() }
 
 // leftAlone reports whether there is nothing for uncordon to undo on the node.
 func leftAlone(r *Execution, name string, n *corev1.Node) (StepResult, bool) {

@@ -124,24 +124,28 @@ func fail(format string, args ...any) error {
 }
 
 // Step is one entry of the step library.
-type Step interface {
+type Step struct {
 	// Done reads live state and reports whether the step's effect is in place.
-	Done(ctx context.Context, r *Execution) (StepResult, error)
-	// Run acts, idempotently; an already-done effect is a success.
-	Run(ctx context.Context, r *Execution) (StepResult, error)
-	// Timeout bounds the step from its StartedAt, errors included; it is never zero.
-	Timeout(r *Execution) time.Duration
+	Done func(ctx context.Context, r *Execution) (StepResult, error)
+	// Run acts, idempotently; an already-done effect is a success. A wait only
+	// watches: its Run checks again.
+	Run func(ctx context.Context, r *Execution) (StepResult, error)
+	// timeout is the Timeouts bound in force for the step.
+	timeout func(Timeouts) time.Duration
 }
 
+// Timeout bounds the step from its StartedAt, errors included; it is never zero.
+func (s Step) Timeout(r *Execution) time.Duration { return s.timeout(r.Timeouts) }
+
 var library = map[string]Step{
-	v1alpha1.StepCordon:               cordon{},
-	v1alpha1.StepDeleteAffectedPods:   deleteAffectedPods{},
-	v1alpha1.StepWaitPodsGone:         wait{podsGone, Timeouts.podTermination},
-	v1alpha1.StepDeleteLease:          deleteLease{},
-	v1alpha1.StepUncordon:             uncordon{},
-	v1alpha1.StepDeletePluginPod:      deletePluginPod{},
-	v1alpha1.StepWaitPluginPodReady:   wait{pluginPodReady, Timeouts.pluginRestart},
-	v1alpha1.StepWaitDriverRegistered: wait{driverRegistered, Timeouts.pluginRestart},
+	v1alpha1.StepCordon:               {cordon{}.Done, cordon{}.Run, Timeouts.step},
+	v1alpha1.StepDeleteAffectedPods:   {deleteAffectedPods{}.Done, deleteAffectedPods{}.Run, Timeouts.eviction},
+	v1alpha1.StepWaitPodsGone:         {podsGone, podsGone, Timeouts.podTermination},
+	v1alpha1.StepDeleteLease:          {deleteLease{}.Done, deleteLease{}.Run, Timeouts.step},
+	v1alpha1.StepUncordon:             {uncordon{}.Done, uncordon{}.Run, Timeouts.step},
+	v1alpha1.StepDeletePluginPod:      {deletePluginPod{}.Done, deletePluginPod{}.Run, Timeouts.eviction},
+	v1alpha1.StepWaitPluginPodReady:   {pluginPodReady, pluginPodReady, Timeouts.pluginRestart},
+	v1alpha1.StepWaitDriverRegistered: {driverRegistered, driverRegistered, Timeouts.pluginRestart},
 }
 
 // destructive steps may only start inside the maintenance window and act only on
@@ -171,8 +175,6 @@ func podState(ctx context.Context, r *Execution, p v1alpha1.PodFacts) (*corev1.P
 
 // deleteAffectedPods evicts the affected pods through the Eviction API (evict).
 type deleteAffectedPods struct{}
-
-func (deleteAffectedPods) Timeout(r *Execution) time.Duration { return r.Timeouts.eviction() }
 
 func (deleteAffectedPods) Done(ctx context.Context, r *Execution) (StepResult, error) {
 	f, _, err := r.readFresh(ctx)
@@ -260,18 +262,6 @@ func evict(ctx context.Context, r *Execution, pod *corev1.Pod) (refused string, 
 
 // evictionCallTimeout bounds one eviction call, client-go's own retries included.
 const evictionCallTimeout = 5 * time.Second
-
-// wait is a step that only watches: Run checks again.
-type wait struct {
-	done    func(context.Context, *Execution) (StepResult, error)
-	timeout func(Timeouts) time.Duration
-}
-
-func (w wait) Timeout(r *Execution) time.Duration { return w.timeout(r.Timeouts) }
-
-func (w wait) Done(ctx context.Context, r *Execution) (StepResult, error) { return w.done(ctx, r) }
-
-func (w wait) Run(ctx context.Context, r *Execution) (StepResult, error) { return w.done(ctx, r) }
 
 // podsGone waits until every pod of the fresh facts, not only those decided on, is gone.
 func podsGone(ctx context.Context, r *Execution) (StepResult, error) {
