@@ -223,10 +223,7 @@ func (s deleteAffectedPods) Run(ctx context.Context, r *Execution) (StepResult, 
 	}
 	if len(blocked) > 0 {
 		slices.Sort(blocked)
-		return StepResult{
-			Message:      "Eviction refused, retrying: " + strings.Join(blocked, "; "),
-			RequeueAfter: 5 * time.Second,
-		}, nil
+		return StepResult{Message: "Eviction refused, retrying: " + strings.Join(blocked, "; "), RequeueAfter: 5 * time.Second}, nil
 	}
 	out, err := s.Done(ctx, r)
 	if err == nil && !out.Done {
