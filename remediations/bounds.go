@@ -67,7 +67,5 @@ func (f *RestoreFailure) Error() string { return f.Message }
 
 // IsRestoreFailure reports whether err is a restore given up.
 func IsRestoreFailure(err error) (*RestoreFailure, bool) {
-	var f *RestoreFailure
-	ok := errors.As(err, &f)
-	return f, ok
+	return errors.AsType[*RestoreFailure](err)
 }

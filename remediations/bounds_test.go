@@ -172,7 +172,7 @@ func TestStepErrorsAreBounded(t *testing.T) {
 		failingWrites(t, r, func() error { return tc.err })
 		_, err := (cordon{}).Run(ctx, r)
 		require.Error(t, err)
-		f, refused := IsFailure(err)
+		f, refused := errors.AsType[*Failure](err)
 		assert.Equal(t, tc.refused, refused, "cordon answered %v", tc.err)
 		if refused {
 			assert.Equal(t, ReasonWriteRefused, f.Reason)

@@ -28,8 +28,6 @@ func pluginPod(r *Execution) (v1alpha1.PodFacts, error) {
 // DaemonSet starts a fresh one whose registrar registers the driver again.
 type deletePluginPod struct{}
 
-func (deletePluginPod) Timeout(r *Execution) time.Duration { return r.Timeouts.eviction() }
-
 func (deletePluginPod) Done(ctx context.Context, r *Execution) (StepResult, error) {
 	p, err := pluginPod(r)
 	if err != nil {

@@ -35,15 +35,9 @@ var DefaultFloor = Floor{UnreachableMinLeaseAge: 5 * time.Minute, HealthyStuckLe
 
 // Effective fills zero fields with the runbook's values.
 func (g Floor) Effective() Floor {
-	if g.UnreachableMinLeaseAge <= 0 {
-		g.UnreachableMinLeaseAge = DefaultFloor.UnreachableMinLeaseAge
-	}
-	if g.HealthyStuckLeaseAge <= 0 {
-		g.HealthyStuckLeaseAge = DefaultFloor.HealthyStuckLeaseAge
-	}
-	if g.HeartbeatGrace <= 0 {
-		g.HeartbeatGrace = DefaultFloor.HeartbeatGrace
-	}
+	g.UnreachableMinLeaseAge = cmp.Or(max(g.UnreachableMinLeaseAge, 0), DefaultFloor.UnreachableMinLeaseAge)
+	g.HealthyStuckLeaseAge = cmp.Or(max(g.HealthyStuckLeaseAge, 0), DefaultFloor.HealthyStuckLeaseAge)
+	g.HeartbeatGrace = cmp.Or(max(g.HeartbeatGrace, 0), DefaultFloor.HeartbeatGrace)
 	return g
 }
 

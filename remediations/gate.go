@@ -43,53 +43,37 @@ type Halt struct {
 	Opens time.Time
 }
 
-// GateInput is what the gate weighs.
-type GateInput struct {
-	// RR is the request: its current spec, decision, decided facts and journal.
-	RR   *v1alpha1.RemediationRequest
-	Step string
-	// Starting: the step is about to start; otherwise it is about to act, and Fresh
-	// and Conflicts are the fresh facts.
-	Starting  bool
-	Fresh     *v1alpha1.Facts
-	Conflicts []string
-	Playbooks Playbooks
-	Floor     Floor
-	Now       time.Time
-	// Paused is the pause's message while Remediator is paused; empty otherwise.
-	Paused string
-}
-
 // Gate returns nil when the step may go on, else what to do instead. The pause holds
 // every step; the rest applies to destructive steps, which ask again right before
 // they act. A step that starts after the window closed, because the workload was
-// already evicted, goes on with a note saying so.
-func Gate(in GateInput) (halt *Halt, note string) {
-	if halt := pauseHold(in.Paused); halt != nil {
+// already evicted, goes on with a note saying so. Starting: the step is about to
+// start; otherwise it is about to act, on this Advance's fresh facts (readFresh).
+func Gate(r *Execution, step string, starting bool) (halt *Halt, note string) {
+	if halt := pauseHold(r.Paused); halt != nil {
 		return halt, ""
 	}
-	if !destructive[in.Step] {
+	if !destructive[step] {
 		return nil, ""
 	}
-	rr := in.RR
+	rr := r.RR
 	if d := rr.Status.Decision; d != nil && d.Generation != rr.Generation {
-		if why := withdrawn(rr, in.Now); why != "" {
+		if why := withdrawn(rr, r.Now); why != "" {
 			return &Halt{Action: ActionAbort, Message: why}, ""
 		}
 	}
-	if in.Starting {
-		inside, opens, _ := MaintenanceWindow(rr.Spec.MaintenanceWindow, in.Now)
+	if starting {
+		inside, opens, _ := MaintenanceWindow(rr.Spec.MaintenanceWindow, r.Now)
 		switch {
 		case inside:
 		case WorkloadEvicted(rr.Status.Steps):
-			note = fmt.Sprintf("The maintenance window closed after the affected pods were evicted; step %s starts all the same, so that the workload is not left down until the next window: the playbook finishes the Lease deletion and the uncordon", in.Step)
+			note = fmt.Sprintf("The maintenance window closed after the affected pods were evicted; step %s starts all the same, so that the workload is not left down until the next window: the playbook finishes the Lease deletion and the uncordon", step)
 		default:
 			return &Halt{Action: ActionWait, Opens: opens,
-				Message: fmt.Sprintf("The maintenance window closed before step %s, so the playbook stopped without starting it", in.Step)}, ""
+				Message: fmt.Sprintf("The maintenance window closed before step %s, so the playbook stopped without starting it", step)}, ""
 		}
 		return nil, note
 	}
-	if v := journalFloor(in); v != nil {
+	if v := journalFloor(r, step); v != nil {
 		return &Halt{Action: ActionFail, Violation: v, Message: v.Error() + "; nothing was done"}, ""
 	}
 	return nil, ""
@@ -107,22 +91,22 @@ func pauseHold(paused string) *Halt {
 // journalFloor checks the safety floor for the step on the fresh facts, against the
 // decided playbook's steps as the controller ships them. The journal in status must
 // list exactly those: status cannot pick a shorter playbook that skips the checks.
-func journalFloor(in GateInput) *Violation {
-	rr := in.RR
+func journalFloor(r *Execution, step string) *Violation {
+	rr := r.RR
 	names := make([]string, 0, len(rr.Status.Steps))
 	for _, st := range rr.Status.Steps {
 		names = append(names, st.Name)
 	}
 	d := rr.Status.Decision
-	if d == nil || in.Playbooks == nil {
+	if d == nil || r.Playbooks == nil {
 		return violation(InvariantPlaybookMismatch, "the request records no decided playbook")
 	}
-	pb, ok := in.Playbooks[d.Playbook]
+	pb, ok := r.Playbooks[d.Playbook]
 	if !ok || !slices.Equal(pb.Steps, names) {
 		return violation(InvariantPlaybookMismatch, "the journal lists steps %s, not those of playbook %q", strings.Join(names, " -> "), d.Playbook)
 	}
-	return CheckFloor(FloorInput{Spec: rr.Spec, Steps: pb.Steps, Step: in.Step, Decided: rr.Status.Facts,
-		Fresh: in.Fresh, Conflicts: in.Conflicts, Floor: in.Floor, Created: rr.CreationTimestamp.Time})
+	return CheckFloor(FloorInput{Spec: rr.Spec, Steps: pb.Steps, Step: step, Decided: rr.Status.Facts,
+		Fresh: r.freshFacts, Conflicts: r.freshConflicts, Floor: r.Floor, Created: rr.CreationTimestamp.Time})
 }
 
 // withdrawn says why the current spec, edited since the decision, no longer allows

@@ -91,8 +91,8 @@ func TestGate(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			stop, note := Gate(GateInput{RR: tc.rr, Step: tc.step, Starting: tc.starting, Fresh: tc.fresh, Conflicts: tc.conflict,
-				Playbooks: playbooks, Now: factsAt, Paused: tc.paused})
+			r := &Execution{RR: tc.rr, Playbooks: playbooks, Now: factsAt, Paused: tc.paused, freshFacts: tc.fresh, freshConflicts: tc.conflict}
+			stop, note := Gate(r, tc.step, tc.starting)
 			if tc.want == "" {
 				require.Nil(t, stop, "%+v", stop)
 				if tc.says != "" {

@@ -3,7 +3,6 @@ package remediations
 import (
 	"context"
 	"fmt"
-	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -18,8 +17,6 @@ import (
 // resourceVersion as preconditions; a Lease that changed is left alone and the
 // request fails.
 type deleteLease struct{}
-
-func (deleteLease) Timeout(r *Execution) time.Duration { return r.Timeouts.step() }
 
 // decidedLease is the Lease recorded at decision time.
 func decidedLease(r *Execution) (*v1alpha1.LeaseFacts, error) {

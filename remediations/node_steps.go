@@ -4,10 +4,10 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
@@ -70,17 +70,15 @@ func patchNode(ctx context.Context, r *Execution, n *corev1.Node, what string, c
 // cordoned is left as it is, and stays cordoned.
 type cordon struct{}
 
-func (cordon) Timeout(r *Execution) time.Duration { return r.Timeouts.step() }
-
-// cordoned reports whether n is already cordoned, and by whom.
-func cordoned(r *Execution, n *corev1.Node) (StepResult, bool) {
+// cordoned is the outcome, done, when n is already cordoned, saying by whom.
+func cordoned(r *Execution, n *corev1.Node) StepResult {
 	switch {
 	case n.Spec.Unschedulable && n.Annotations[CordonedByAnnotation] == r.owner():
-		return nodeOutcome(n, fmt.Sprintf("Cordoned node %s", n.Name)), true
+		return nodeOutcome(n, fmt.Sprintf("Cordoned node %s", n.Name))
 	case n.Spec.Unschedulable:
-		return nodeOutcome(n, fmt.Sprintf("Node %s was already cordoned; it stays cordoned afterwards", n.Name)), true
+		return nodeOutcome(n, fmt.Sprintf("Node %s was already cordoned; it stays cordoned afterwards", n.Name))
 	}
-	return StepResult{}, false
+	return StepResult{}
 }
 
 func (cordon) Done(ctx context.Context, r *Execution) (StepResult, error) {
@@ -88,8 +86,7 @@ func (cordon) Done(ctx context.Context, r *Execution) (StepResult, error) {
 	if err != nil || n == nil {
 		return StepResult{}, err
 	}
-	out, _ := cordoned(r, n)
-	return out, nil
+	return cordoned(r, n), nil
 }
 
 func (cordon) Run(ctx context.Context, r *Execution) (StepResult, error) {
@@ -100,15 +97,12 @@ func (cordon) Run(ctx context.Context, r *Execution) (StepResult, error) {
 	if n == nil {
 		return StepResult{}, fail("node %s no longer exists; the playbook for a healthy holder cannot continue", name)
 	}
-	if out, ok := cordoned(r, n); ok {
+	if out := cordoned(r, n); out.Done {
 		return out, nil
 	}
 	if err := patchNode(ctx, r, n, "cordoning", func(n *corev1.Node) {
 		n.Spec.Unschedulable = true
-		if n.Annotations == nil {
-			n.Annotations = map[string]string{}
-		}
-		n.Annotations[CordonedByAnnotation] = r.owner()
+		metav1.SetMetaDataAnnotation(&n.ObjectMeta, CordonedByAnnotation, r.owner())
 	}); err != nil {
 		return StepResult{}, err
 	}
@@ -119,17 +113,15 @@ func (cordon) Run(ctx context.Context, r *Execution) (StepResult, error) {
 // asserted the cordon since (CordonAssertedBy); else only the mark is removed.
 type uncordon struct{}
 
-func (uncordon) Timeout(r *Execution) time.Duration { return r.Timeouts.step() }
-
-// leftAlone reports whether there is nothing for uncordon to undo on the node.
-func leftAlone(r *Execution, name string, n *corev1.Node) (StepResult, bool) {
+// leftAlone is the outcome, done, when there is nothing for uncordon to undo on the node.
+func leftAlone(r *Execution, name string, n *corev1.Node) StepResult {
 	switch {
 	case n == nil:
-		return StepResult{Done: true, Message: fmt.Sprintf("Node %s no longer exists", name)}, true
+		return StepResult{Done: true, Message: fmt.Sprintf("Node %s no longer exists", name)}
 	case n.Annotations[CordonedByAnnotation] != r.owner():
-		return nodeOutcome(n, fmt.Sprintf("Node %s left as found (not cordoned by this request)", name)), true
+		return nodeOutcome(n, fmt.Sprintf("Node %s left as found (not cordoned by this request)", name))
 	}
-	return StepResult{}, false
+	return StepResult{}
 }
 
 func (uncordon) Done(ctx context.Context, r *Execution) (StepResult, error) {
@@ -137,8 +129,7 @@ func (uncordon) Done(ctx context.Context, r *Execution) (StepResult, error) {
 	if err != nil {
 		return StepResult{}, err
 	}
-	out, _ := leftAlone(r, name, n)
-	return out, nil
+	return leftAlone(r, name, n), nil
 }
 
 func (uncordon) Run(ctx context.Context, r *Execution) (StepResult, error) {
@@ -146,7 +137,7 @@ func (uncordon) Run(ctx context.Context, r *Execution) (StepResult, error) {
 	if err != nil {
 		return StepResult{}, err
 	}
-	if out, ok := leftAlone(r, name, n); ok {
+	if out := leftAlone(r, name, n); out.Done {
 		return out, nil
 	}
 	if others := CordonAssertedBy(n); n.Spec.Unschedulable && len(others) > 0 {

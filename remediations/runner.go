@@ -3,6 +3,7 @@ package remediations
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -46,7 +47,7 @@ func Advance(ctx context.Context, r *Execution) (Progress, error) {
 		case v1alpha1.StepFailed:
 			return Progress{Failure: &Failure{Reason: v1alpha1.ReasonStepFailed, Message: st.Message}}, nil
 		case v1alpha1.StepPending, "":
-			halt, note := r.gate(st.Name, true)
+			halt, note := Gate(r, st.Name, true)
 			if halt != nil {
 				return Progress{Halt: halt}, nil
 			}
@@ -83,7 +84,7 @@ func Advance(ctx context.Context, r *Execution) (Progress, error) {
 				return failStep(steps, i, r.Now, &Failure{Reason: v1alpha1.ReasonTimeout, Message: msg}), nil
 			}
 			if destructive[st.Name] {
-				switch halt, _ := r.gate(st.Name, false); {
+				switch halt, _ := Gate(r, st.Name, false); {
 				case halt == nil:
 				case halt.Action == ActionFail:
 					return failStep(steps, i, r.Now, &Failure{Reason: halt.Violation.Invariant.Reason(), Message: halt.Message}), nil
@@ -171,7 +172,7 @@ func resumeStep(st *v1alpha1.StepStatus, now time.Time) {
 // until the step's timeout.
 func stepError(steps []v1alpha1.StepStatus, i int, step Step, r *Execution, err error) (Progress, error) {
 	st := &steps[i]
-	if f, ok := IsFailure(err); ok {
+	if f, ok := errors.AsType[*Failure](err); ok {
 		return failStep(steps, i, r.Now, f), nil
 	}
 	if t := step.Timeout(r); timedOut(st, t, r.Now) {
@@ -269,7 +270,7 @@ func restoreFailed(r *Execution, st *v1alpha1.StepStatus, node, why string, err 
 		st.StartedAt = &now
 	}
 	bound := r.Timeouts.step()
-	_, refused := IsFailure(err)
+	_, refused := errors.AsType[*Failure](err)
 	if !refused && st != nil && !timedOut(st, bound, r.Now) {
 		until := r.Now.Add(bound - RanFor(st, r.Now))
 		st.Message = fmt.Sprintf("Restore after %s failed, retried until %s: %v", why, until.UTC().Format(time.RFC3339), err)

@@ -68,15 +68,6 @@ func (r *Execution) readFresh(ctx context.Context) (*v1alpha1.Facts, []string, e
 	return f, conflicts, nil
 }
 
-// gate asks Gate about step, on this Advance's fresh facts when it acts.
-func (r *Execution) gate(step string, starting bool) (*Halt, string) {
-	in := GateInput{RR: r.RR, Step: step, Starting: starting, Playbooks: r.Playbooks, Floor: r.Floor, Now: r.Now, Paused: r.Paused}
-	if !starting {
-		in.Fresh, in.Conflicts = r.freshFacts, r.freshConflicts
-	}
-	return Gate(in)
-}
-
 // Timeouts bound every step from its StartedAt, and the restore from its first
 // attempt. A zero field means its default, never "no bound": a step that retries for
 // ever keeps its request Running and its disruptive slot for ever.
@@ -133,24 +124,28 @@ func fail(format string, args ...any) error {
 }
 
 // Step is one entry of the step library.
-type Step interface {
+type Step struct {
 	// Done reads live state and reports whether the step's effect is in place.
-	Done(ctx context.Context, r *Execution) (StepResult, error)
-	// Run acts, idempotently; an already-done effect is a success.
-	Run(ctx context.Context, r *Execution) (StepResult, error)
-	// Timeout bounds the step from its StartedAt, errors included; it is never zero.
-	Timeout(r *Execution) time.Duration
+	Done func(ctx context.Context, r *Execution) (StepResult, error)
+	// Run acts, idempotently; an already-done effect is a success. A wait only
+	// watches: its Run checks again.
+	Run func(ctx context.Context, r *Execution) (StepResult, error)
+	// timeout is the Timeouts bound in force for the step.
+	timeout func(Timeouts) time.Duration
 }
 
+// Timeout bounds the step from its StartedAt, errors included; it is never zero.
+func (s Step) Timeout(r *Execution) time.Duration { return s.timeout(r.Timeouts) }
+
 var library = map[string]Step{
-	v1alpha1.StepCordon:               cordon{},
-	v1alpha1.StepDeleteAffectedPods:   deleteAffectedPods{},
-	v1alpha1.StepWaitPodsGone:         wait{podsGone, Timeouts.podTermination},
-	v1alpha1.StepDeleteLease:          deleteLease{},
-	v1alpha1.StepUncordon:             uncordon{},
-	v1alpha1.StepDeletePluginPod:      deletePluginPod{},
-	v1alpha1.StepWaitPluginPodReady:   wait{pluginPodReady, Timeouts.pluginRestart},
-	v1alpha1.StepWaitDriverRegistered: wait{driverRegistered, Timeouts.pluginRestart},
+	v1alpha1.StepCordon:               {cordon{}.Done, cordon{}.Run, Timeouts.step},
+	v1alpha1.StepDeleteAffectedPods:   {deleteAffectedPods{}.Done, deleteAffectedPods{}.Run, Timeouts.eviction},
+	v1alpha1.StepWaitPodsGone:         {podsGone, podsGone, Timeouts.podTermination},
+	v1alpha1.StepDeleteLease:          {deleteLease{}.Done, deleteLease{}.Run, Timeouts.step},
+	v1alpha1.StepUncordon:             {uncordon{}.Done, uncordon{}.Run, Timeouts.step},
+	v1alpha1.StepDeletePluginPod:      {deletePluginPod{}.Done, deletePluginPod{}.Run, Timeouts.eviction},
+	v1alpha1.StepWaitPluginPodReady:   {pluginPodReady, pluginPodReady, Timeouts.pluginRestart},
+	v1alpha1.StepWaitDriverRegistered: {driverRegistered, driverRegistered, Timeouts.pluginRestart},
 }
 
 // destructive steps may only start inside the maintenance window and act only on
@@ -161,20 +156,6 @@ var destructive = map[string]bool{
 
 // Destructive reports whether the named step may only start inside a maintenance window.
 func Destructive(step string) bool { return destructive[step] }
-
-// NextPending returns the step Advance would start next, if no step is running.
-func NextPending(steps []v1alpha1.StepStatus) (string, bool) {
-	for _, st := range steps {
-		switch st.State {
-		case v1alpha1.StepSucceeded, v1alpha1.StepSkipped:
-			continue
-		case v1alpha1.StepPending, "":
-			return st.Name, true
-		}
-		return "", false
-	}
-	return "", false
-}
 
 // podState reads one recorded pod: gone (deleted, or replaced: another UID) or not.
 func podState(ctx context.Context, r *Execution, p v1alpha1.PodFacts) (*corev1.Pod, bool, error) {
@@ -194,8 +175,6 @@ func podState(ctx context.Context, r *Execution, p v1alpha1.PodFacts) (*corev1.P
 
 // deleteAffectedPods evicts the affected pods through the Eviction API (evict).
 type deleteAffectedPods struct{}
-
-func (deleteAffectedPods) Timeout(r *Execution) time.Duration { return r.Timeouts.eviction() }
 
 func (deleteAffectedPods) Done(ctx context.Context, r *Execution) (StepResult, error) {
 	f, _, err := r.readFresh(ctx)
@@ -244,10 +223,7 @@ func (s deleteAffectedPods) Run(ctx context.Context, r *Execution) (StepResult, 
 	}
 	if len(blocked) > 0 {
 		slices.Sort(blocked)
-		return StepResult{
-			Message:      "Eviction refused, retrying: " + strings.Join(blocked, "; "),
-			RequeueAfter: 5 * time.Second,
-		}, nil
+		return StepResult{Message: "Eviction refused, retrying: " + strings.Join(blocked, "; "), RequeueAfter: 5 * time.Second}, nil
 	}
 	out, err := s.Done(ctx, r)
 	if err == nil && !out.Done {
@@ -284,18 +260,6 @@ func evict(ctx context.Context, r *Execution, pod *corev1.Pod) (refused string, 
 // evictionCallTimeout bounds one eviction call, client-go's own retries included.
 const evictionCallTimeout = 5 * time.Second
 
-// wait is a step that only watches: Run checks again.
-type wait struct {
-	done    func(context.Context, *Execution) (StepResult, error)
-	timeout func(Timeouts) time.Duration
-}
-
-func (w wait) Timeout(r *Execution) time.Duration { return w.timeout(r.Timeouts) }
-
-func (w wait) Done(ctx context.Context, r *Execution) (StepResult, error) { return w.done(ctx, r) }
-
-func (w wait) Run(ctx context.Context, r *Execution) (StepResult, error) { return w.done(ctx, r) }
-
 // podsGone waits until every pod of the fresh facts, not only those decided on, is gone.
 func podsGone(ctx context.Context, r *Execution) (StepResult, error) {
 	f, _, err := r.readFresh(ctx)
@@ -306,11 +270,4 @@ func podsGone(ctx context.Context, r *Execution) (StepResult, error) {
 		return StepResult{Message: "Waiting for pods to terminate: " + PodList(f.AffectedPods), RequeueAfter: 2 * time.Second}, nil
 	}
 	return StepResult{Done: true, Message: "No pod that uses the volume is left on the holder node"}, nil
-}
-
-// IsFailure reports whether err ends the playbook.
-func IsFailure(err error) (*Failure, bool) {
-	var f *Failure
-	ok := errors.As(err, &f)
-	return f, ok
 }
