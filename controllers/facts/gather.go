@@ -272,23 +272,19 @@ func (g *Gatherer) nodeFacts(ctx context.Context, name string, now time.Time) (*
 	// it waits for the slower of the two rather than for both in turn. The Lease
 	// counts even without a Node: a kubelet that renews it runs.
 	node, l := &corev1.Node{}, &coordinationv1.Lease{}
-	var (
-		leaseFound bool
-		leaseErr   error
-		wg         sync.WaitGroup
-	)
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
+	var leaseFound bool
+	var leaseErr error
+	var wg sync.WaitGroup
+	wg.Go(func() {
 		leaseFound, leaseErr = g.get(ctx, types.NamespacedName{Namespace: nodeLeaseNamespace, Name: name}, l)
-	}()
+	})
 	found, err := g.get(ctx, types.NamespacedName{Name: name}, node)
 	wg.Wait()
+	if err == nil {
+		err = leaseErr
+	}
 	if err != nil {
 		return nil, err
-	}
-	if leaseErr != nil {
-		return nil, leaseErr
 	}
 	if !found {
 		node = nil

@@ -42,12 +42,6 @@ const (
 // FailedMountReason is the reason of kubelet's Warning for a volume it cannot mount.
 const FailedMountReason = "FailedMount"
 
-// The reasons kubelet gives a container that waits for its pod's volumes.
-const (
-	waitingContainerCreating = "ContainerCreating"
-	waitingPodInitializing   = "PodInitializing"
-)
-
 // DriverSymptomWindow is how recent a FailedMount saying the driver is not registered
 // must be to count: kubelet retries a mount at most every 2m2s, and the hour an event
 // lives must not keep a node that recovered looking sick.
@@ -289,18 +283,15 @@ func namesVolume(message string, volumes []string) bool {
 	return slices.ContainsFunc(strings.Fields(list), func(v string) bool { return slices.Contains(volumes, v) })
 }
 
-// waitsForVolumes: the pod is Pending and a container waits to be created, where
-// kubelet holds a pod whose volume it cannot stage.
+// waitsForVolumes: the pod is Pending and a container waits to be created
+// (kubelet's reasons ContainerCreating, PodInitializing), where kubelet holds a pod
+// whose volume it cannot stage.
 func waitsForVolumes(p *corev1.Pod) bool {
-	if p.Status.Phase != corev1.PodPending {
-		return false
-	}
-	for _, cs := range slices.Concat(p.Status.InitContainerStatuses, p.Status.ContainerStatuses) {
-		if w := cs.State.Waiting; w != nil && (w.Reason == waitingContainerCreating || w.Reason == waitingPodInitializing) {
-			return true
-		}
-	}
-	return false
+	return p.Status.Phase == corev1.PodPending &&
+		slices.ContainsFunc(slices.Concat(p.Status.InitContainerStatuses, p.Status.ContainerStatuses), func(cs corev1.ContainerStatus) bool {
+			w := cs.State.Waiting
+			return w != nil && (w.Reason == "ContainerCreating" || w.Reason == "PodInitializing")
+		})
 }
 
 // driverSymptoms are kubelet's recent FailedMount events on node that say the driver
