@@ -217,8 +217,7 @@ func (s *gathering) lease(ctx context.Context, t v1alpha1.Target) error {
 	}
 	lf.Exists, lf.UID, lf.ResourceVersion = true, string(lease.UID), lease.ResourceVersion
 	lf.HolderIdentity = ptr.Deref(lease.Spec.HolderIdentity, "")
-	recordLeaseAge(lf, lease, s.now)
-	if err := s.g.retainedEvents(ctx, lease, lf); err != nil {
+	if err := s.g.retainedEvents(ctx, lease, lf, s.now); err != nil {
 		return err
 	}
 	if lf.HolderIdentity == "" {
@@ -260,9 +259,7 @@ func (s *gathering) node(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
-	if s.prev != nil {
-		Unsettled(nf, s.prev)
-	}
+	Unsettled(nf, s.prev)
 	s.f.Node = nf
 	return nil
 }

@@ -95,10 +95,12 @@ func ownsHolderFields(raw []byte) bool {
 // stamp renders a time in UTC with its fractional digits (acquireTime is a MicroTime).
 func stamp(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
 
-// retainedEvents counts the LeaseRetained Warnings on this Lease's UID last seen since
-// its hold began (HeldSince): only those are evidence that the current holder's
-// operation failed. The others are counted apart, so status shows what was set aside.
-func (g *Gatherer) retainedEvents(ctx context.Context, lease *coordinationv1.Lease, lf *v1alpha1.LeaseFacts) error {
+// retainedEvents records lease's age at now (recordLeaseAge), then counts the
+// LeaseRetained Warnings on this Lease's UID last seen since its hold began
+// (HeldSince): only those are evidence that the current holder's operation failed.
+// The others are counted apart, so status shows what was set aside.
+func (g *Gatherer) retainedEvents(ctx context.Context, lease *coordinationv1.Lease, lf *v1alpha1.LeaseFacts, now time.Time) error {
+	recordLeaseAge(lf, lease, now)
 	events := &corev1.EventList{}
 	if err := g.Reader.List(ctx, events, client.InNamespace(lease.Namespace), client.MatchingFields{
 		"involvedObject.kind": "Lease",
@@ -109,9 +111,6 @@ func (g *Gatherer) retainedEvents(ctx context.Context, lease *coordinationv1.Lea
 		return fmt.Errorf("listing %s events of Lease %s/%s: %w", g.Config.RetainedEventReason, lease.Namespace, lease.Name, err)
 	}
 	// Event timestamps have whole seconds: one of the second the hold began counts.
-	if lf.HeldSince == nil {
-		return fmt.Errorf("counting the LeaseRetained events of Lease %s/%s: when its hold began is not recorded", lease.Namespace, lease.Name)
-	}
 	began := lf.HeldSince.Truncate(time.Second)
 	var last time.Time
 	for i := range events.Items {

@@ -157,8 +157,7 @@ func (g *Gatherer) stuckLeases(ctx context.Context, opts ScanOptions, now time.T
 			continue
 		}
 		lf := &v1alpha1.LeaseFacts{}
-		recordLeaseAge(lf, l, now)
-		if err := g.retainedEvents(ctx, l, lf); err != nil {
+		if err := g.retainedEvents(ctx, l, lf, now); err != nil {
 			return nil, err
 		}
 		// A Lease held by a node shut down, cut off or gone is stuck however young
