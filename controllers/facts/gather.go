@@ -31,8 +31,6 @@ const (
 	DefaultNodePluginSelector   = "app=node.csi.trident.netapp.io"
 	DefaultRetainedEventReason  = "LeaseRetained"
 	DefaultNodeLeaseGracePeriod = 50 * time.Second
-
-	nodeLeaseNamespace = corev1.NamespaceNodeLease
 )
 
 // Config holds the controller-wide defaults; a request may override the Trident
@@ -273,7 +271,7 @@ func (g *Gatherer) nodeFacts(ctx context.Context, name string, now time.Time) (*
 	var leaseErr error
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		leaseFound, leaseErr = g.get(ctx, types.NamespacedName{Namespace: nodeLeaseNamespace, Name: name}, l)
+		leaseFound, leaseErr = g.get(ctx, types.NamespacedName{Namespace: corev1.NamespaceNodeLease, Name: name}, l)
 	})
 	found, err := g.get(ctx, types.NamespacedName{Name: name}, node)
 	wg.Wait()
