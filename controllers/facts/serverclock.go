@@ -10,7 +10,6 @@ import (
 	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
-	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 )
 
@@ -51,8 +50,6 @@ type monotonic struct{ origin time.Time }
 func (m monotonic) Now() time.Time { return time.Now() }
 
 func (m monotonic) Elapsed() time.Duration { return time.Since(m.origin) }
-
-var _ clock.PassiveClock = (*ServerClock)(nil)
 
 // NewServerClock measures the API server's clock through cfg once, so that the first
 // decision already reads it.
