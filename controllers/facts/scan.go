@@ -115,17 +115,15 @@ func (g *Gatherer) Scan(ctx context.Context, opts ScanOptions) ([]Finding, error
 		}
 		return nf, err
 	}
-	var out []Finding
 	leases, err := g.stuckLeases(ctx, opts, now, mounts, nodeOf)
 	if err != nil {
 		return nil, err
 	}
-	out = append(out, leases...)
 	csi, err := g.pluginFindings(ctx, now, mounts, nodeOf)
 	if err != nil {
 		return nil, err
 	}
-	out = append(out, csi...)
+	out := slices.Concat(leases, csi)
 	slices.SortFunc(out, func(a, b Finding) int {
 		return strings.Compare(a.Kind+"\x00"+a.Node+"\x00"+a.Lease, b.Kind+"\x00"+b.Node+"\x00"+b.Lease)
 	})

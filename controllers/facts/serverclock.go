@@ -47,8 +47,7 @@ type localClock interface {
 // monotonic is the real local clock (time.Since measures monotonically).
 type monotonic struct{ origin time.Time }
 
-func (m monotonic) Now() time.Time { return time.Now() }
-
+func (m monotonic) Now() time.Time         { return time.Now() }
 func (m monotonic) Elapsed() time.Duration { return time.Since(m.origin) }
 
 // NewServerClock measures the API server's clock through cfg once, so that the first
@@ -58,9 +57,8 @@ func NewServerClock(ctx context.Context, cfg *rest.Config) (*ServerClock, error)
 	if err != nil {
 		return nil, fmt.Errorf("the API server's clock: %w", err)
 	}
-	url := cfg.Host + "/version"
 	c := &ServerClock{local: monotonic{origin: time.Now()}}
-	c.probe = func(ctx context.Context) (time.Time, error) { return serverDate(ctx, hc, url) }
+	c.probe = func(ctx context.Context) (time.Time, error) { return serverDate(ctx, hc, cfg.Host+"/version") }
 	if err := c.Measure(ctx); err != nil {
 		return nil, err
 	}
