@@ -275,10 +275,7 @@ func (g *Gatherer) nodeFacts(ctx context.Context, name string, now time.Time) (*
 	})
 	found, err := g.get(ctx, types.NamespacedName{Name: name}, node)
 	wg.Wait()
-	if err == nil {
-		err = leaseErr
-	}
-	if err != nil {
+	if err = cmp.Or(err, leaseErr); err != nil { // the Node's first
 		return nil, err
 	}
 	if !found {
