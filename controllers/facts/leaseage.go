@@ -9,6 +9,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/remediator/remediator/api/v1alpha1"
@@ -37,10 +38,7 @@ func recordLeaseAge(lf *v1alpha1.LeaseFacts, l *coordinationv1.Lease, now time.T
 // hold counts from now.
 func holdBegan(l *coordinationv1.Lease, now time.Time) (time.Time, string) {
 	created := l.CreationTimestamp.Time
-	var acquired time.Time
-	if l.Spec.AcquireTime != nil {
-		acquired = l.Spec.AcquireTime.Time
-	}
+	acquired := ptr.Deref(l.Spec.AcquireTime, metav1.MicroTime{}).Time
 	if created.IsZero() { // hand-made input: the API server always sets it
 		return now, "now: the Lease has no creationTimestamp, and the holder's acquireTime does not count"
 	}
