@@ -31,8 +31,6 @@ const (
 	DefaultNodePluginSelector   = "app=node.csi.trident.netapp.io"
 	DefaultRetainedEventReason  = "LeaseRetained"
 	DefaultNodeLeaseGracePeriod = 50 * time.Second
-
-	nodeLeaseNamespace = corev1.NamespaceNodeLease
 )
 
 // Config holds the controller-wide defaults; a request may override the Trident
@@ -217,8 +215,7 @@ func (s *gathering) lease(ctx context.Context, t v1alpha1.Target) error {
 	}
 	lf.Exists, lf.UID, lf.ResourceVersion = true, string(lease.UID), lease.ResourceVersion
 	lf.HolderIdentity = ptr.Deref(lease.Spec.HolderIdentity, "")
-	recordLeaseAge(lf, lease, s.now)
-	if err := s.g.retainedEvents(ctx, lease, lf); err != nil {
+	if err := s.g.retainedEvents(ctx, lease, lf, s.now); err != nil {
 		return err
 	}
 	if lf.HolderIdentity == "" {
@@ -260,9 +257,7 @@ func (s *gathering) node(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
-	if s.prev != nil {
-		Unsettled(nf, s.prev)
-	}
+	Unsettled(nf, s.prev)
 	s.f.Node = nf
 	return nil
 }
@@ -272,23 +267,16 @@ func (g *Gatherer) nodeFacts(ctx context.Context, name string, now time.Time) (*
 	// it waits for the slower of the two rather than for both in turn. The Lease
 	// counts even without a Node: a kubelet that renews it runs.
 	node, l := &corev1.Node{}, &coordinationv1.Lease{}
-	var (
-		leaseFound bool
-		leaseErr   error
-		wg         sync.WaitGroup
-	)
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		leaseFound, leaseErr = g.get(ctx, types.NamespacedName{Namespace: nodeLeaseNamespace, Name: name}, l)
-	}()
+	var leaseFound bool
+	var leaseErr error
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		leaseFound, leaseErr = g.get(ctx, types.NamespacedName{Namespace: corev1.NamespaceNodeLease, Name: name}, l)
+	})
 	found, err := g.get(ctx, types.NamespacedName{Name: name}, node)
 	wg.Wait()
-	if err != nil {
+	if err = cmp.Or(err, leaseErr); err != nil { // the Node's first
 		return nil, err
-	}
-	if leaseErr != nil {
-		return nil, leaseErr
 	}
 	if !found {
 		node = nil

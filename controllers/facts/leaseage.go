@@ -9,6 +9,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/remediator/remediator/api/v1alpha1"
@@ -37,10 +38,7 @@ func recordLeaseAge(lf *v1alpha1.LeaseFacts, l *coordinationv1.Lease, now time.T
 // hold counts from now.
 func holdBegan(l *coordinationv1.Lease, now time.Time) (time.Time, string) {
 	created := l.CreationTimestamp.Time
-	var acquired time.Time
-	if l.Spec.AcquireTime != nil {
-		acquired = l.Spec.AcquireTime.Time
-	}
+	acquired := ptr.Deref(l.Spec.AcquireTime, metav1.MicroTime{}).Time
 	if created.IsZero() { // hand-made input: the API server always sets it
 		return now, "now: the Lease has no creationTimestamp, and the holder's acquireTime does not count"
 	}
@@ -95,10 +93,12 @@ func ownsHolderFields(raw []byte) bool {
 // stamp renders a time in UTC with its fractional digits (acquireTime is a MicroTime).
 func stamp(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
 
-// retainedEvents counts the LeaseRetained Warnings on this Lease's UID last seen since
-// its hold began (HeldSince): only those are evidence that the current holder's
-// operation failed. The others are counted apart, so status shows what was set aside.
-func (g *Gatherer) retainedEvents(ctx context.Context, lease *coordinationv1.Lease, lf *v1alpha1.LeaseFacts) error {
+// retainedEvents records lease's age at now (recordLeaseAge), then counts the
+// LeaseRetained Warnings on this Lease's UID last seen since its hold began
+// (HeldSince): only those are evidence that the current holder's operation failed.
+// The others are counted apart, so status shows what was set aside.
+func (g *Gatherer) retainedEvents(ctx context.Context, lease *coordinationv1.Lease, lf *v1alpha1.LeaseFacts, now time.Time) error {
+	recordLeaseAge(lf, lease, now)
 	events := &corev1.EventList{}
 	if err := g.Reader.List(ctx, events, client.InNamespace(lease.Namespace), client.MatchingFields{
 		"involvedObject.kind": "Lease",
@@ -109,9 +109,6 @@ func (g *Gatherer) retainedEvents(ctx context.Context, lease *coordinationv1.Lea
 		return fmt.Errorf("listing %s events of Lease %s/%s: %w", g.Config.RetainedEventReason, lease.Namespace, lease.Name, err)
 	}
 	// Event timestamps have whole seconds: one of the second the hold began counts.
-	if lf.HeldSince == nil {
-		return fmt.Errorf("counting the LeaseRetained events of Lease %s/%s: when its hold began is not recorded", lease.Namespace, lease.Name)
-	}
 	began := lf.HeldSince.Truncate(time.Second)
 	var last time.Time
 	for i := range events.Items {

@@ -30,8 +30,6 @@ type SplitReader struct {
 	TrustCacheMisses bool
 }
 
-var _ client.Reader = SplitReader{}
-
 // Get implements client.Reader. A NotFound from the cache is confirmed live: the
 // informer can lag behind an object created with the request, and a request rejected
 // as target-unresolved would stay rejected.
@@ -69,8 +67,6 @@ type RetryReader struct {
 
 // DefaultReadBackoff is four attempts over about a third of a second.
 var DefaultReadBackoff = wait.Backoff{Steps: 4, Duration: 40 * time.Millisecond, Factor: 2.5, Jitter: 0.2}
-
-var _ client.Reader = RetryReader{}
 
 // Get implements client.Reader.
 func (r RetryReader) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
@@ -115,9 +111,8 @@ func Transient(ctx context.Context, err error) bool {
 	}
 	switch {
 	case apierrors.IsInternalError(err), apierrors.IsServiceUnavailable(err), apierrors.IsServerTimeout(err),
-		apierrors.IsTimeout(err), apierrors.IsTooManyRequests(err), apierrors.IsUnexpectedServerError(err):
-		return true
-	case utilnet.IsConnectionReset(err), utilnet.IsConnectionRefused(err), utilnet.IsProbableEOF(err), errors.Is(err, io.ErrUnexpectedEOF):
+		apierrors.IsTimeout(err), apierrors.IsTooManyRequests(err), apierrors.IsUnexpectedServerError(err),
+		utilnet.IsConnectionReset(err), utilnet.IsConnectionRefused(err), utilnet.IsProbableEOF(err), errors.Is(err, io.ErrUnexpectedEOF):
 		return true
 	}
 	var se apierrors.APIStatus

@@ -42,12 +42,6 @@ const (
 // FailedMountReason is the reason of kubelet's Warning for a volume it cannot mount.
 const FailedMountReason = "FailedMount"
 
-// The reasons kubelet gives a container that waits for its pod's volumes.
-const (
-	waitingContainerCreating = "ContainerCreating"
-	waitingPodInitializing   = "PodInitializing"
-)
-
 // DriverSymptomWindow is how recent a FailedMount saying the driver is not registered
 // must be to count: kubelet retries a mount at most every 2m2s, and the hour an event
 // lives must not keep a node that recovered looking sick.
@@ -121,17 +115,15 @@ func (g *Gatherer) Scan(ctx context.Context, opts ScanOptions) ([]Finding, error
 		}
 		return nf, err
 	}
-	var out []Finding
 	leases, err := g.stuckLeases(ctx, opts, now, mounts, nodeOf)
 	if err != nil {
 		return nil, err
 	}
-	out = append(out, leases...)
 	csi, err := g.pluginFindings(ctx, now, mounts, nodeOf)
 	if err != nil {
 		return nil, err
 	}
-	out = append(out, csi...)
+	out := slices.Concat(leases, csi)
 	slices.SortFunc(out, func(a, b Finding) int {
 		return strings.Compare(a.Kind+"\x00"+a.Node+"\x00"+a.Lease, b.Kind+"\x00"+b.Node+"\x00"+b.Lease)
 	})
@@ -163,8 +155,7 @@ func (g *Gatherer) stuckLeases(ctx context.Context, opts ScanOptions, now time.T
 			continue
 		}
 		lf := &v1alpha1.LeaseFacts{}
-		recordLeaseAge(lf, l, now)
-		if err := g.retainedEvents(ctx, l, lf); err != nil {
+		if err := g.retainedEvents(ctx, l, lf, now); err != nil {
 			return nil, err
 		}
 		// A Lease held by a node shut down, cut off or gone is stuck however young
@@ -289,18 +280,15 @@ func namesVolume(message string, volumes []string) bool {
 	return slices.ContainsFunc(strings.Fields(list), func(v string) bool { return slices.Contains(volumes, v) })
 }
 
-// waitsForVolumes: the pod is Pending and a container waits to be created, where
-// kubelet holds a pod whose volume it cannot stage.
+// waitsForVolumes: the pod is Pending and a container waits to be created
+// (kubelet's reasons ContainerCreating, PodInitializing), where kubelet holds a pod
+// whose volume it cannot stage.
 func waitsForVolumes(p *corev1.Pod) bool {
-	if p.Status.Phase != corev1.PodPending {
-		return false
-	}
-	for _, cs := range slices.Concat(p.Status.InitContainerStatuses, p.Status.ContainerStatuses) {
-		if w := cs.State.Waiting; w != nil && (w.Reason == waitingContainerCreating || w.Reason == waitingPodInitializing) {
-			return true
-		}
-	}
-	return false
+	return p.Status.Phase == corev1.PodPending &&
+		slices.ContainsFunc(slices.Concat(p.Status.InitContainerStatuses, p.Status.ContainerStatuses), func(cs corev1.ContainerStatus) bool {
+			w := cs.State.Waiting
+			return w != nil && (w.Reason == "ContainerCreating" || w.Reason == "PodInitializing")
+		})
 }
 
 // driverSymptoms are kubelet's recent FailedMount events on node that say the driver

@@ -10,7 +10,6 @@ import (
 	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
-	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 )
 
@@ -26,7 +25,7 @@ import (
 type ServerClock struct {
 	// probe asks the API server for its time (the Date of an answer).
 	probe func(ctx context.Context) (time.Time, error)
-	// local is this machine's clock; nil means the real one.
+	// local is this machine's clock.
 	local   localClock
 	reading atomic.Pointer[serverReading]
 }
@@ -48,11 +47,8 @@ type localClock interface {
 // monotonic is the real local clock (time.Since measures monotonically).
 type monotonic struct{ origin time.Time }
 
-func (m monotonic) Now() time.Time { return time.Now() }
-
+func (m monotonic) Now() time.Time         { return time.Now() }
 func (m monotonic) Elapsed() time.Duration { return time.Since(m.origin) }
-
-var _ clock.PassiveClock = (*ServerClock)(nil)
 
 // NewServerClock measures the API server's clock through cfg once, so that the first
 // decision already reads it.
@@ -61,8 +57,8 @@ func NewServerClock(ctx context.Context, cfg *rest.Config) (*ServerClock, error)
 	if err != nil {
 		return nil, fmt.Errorf("the API server's clock: %w", err)
 	}
-	url := cfg.Host + "/version"
-	c := &ServerClock{probe: func(ctx context.Context) (time.Time, error) { return serverDate(ctx, hc, url) }}
+	c := &ServerClock{local: monotonic{origin: time.Now()}}
+	c.probe = func(ctx context.Context) (time.Time, error) { return serverDate(ctx, hc, cfg.Host+"/version") }
 	if err := c.Measure(ctx); err != nil {
 		return nil, err
 	}
@@ -87,38 +83,29 @@ func serverDate(ctx context.Context, hc *http.Client, url string) (time.Time, er
 	return date, nil
 }
 
-var realLocal = monotonic{origin: time.Now()}
-
-func (c *ServerClock) localClock() localClock {
-	if c.local == nil {
-		return realLocal
-	}
-	return c.local
-}
-
 // Measure reads the API server's clock as the reading "now" counts from.
 func (c *ServerClock) Measure(ctx context.Context) error {
 	date, err := c.probe(ctx)
 	if err != nil {
 		return err
 	}
-	c.reading.Store(&serverReading{server: date.Round(0), elapsed: c.localClock().Elapsed()})
+	c.reading.Store(&serverReading{server: date.Round(0), elapsed: c.local.Elapsed()})
 	return nil
 }
 
 // Offset is how far the API server's clock is ahead of this machine's wall clock
 // (remediator_server_clock_offset_seconds); no age is measured with it.
 func (c *ServerClock) Offset() time.Duration {
-	return c.Now().Sub(c.localClock().Now().Round(0))
+	return c.Now().Sub(c.local.Now().Round(0))
 }
 
 // Now implements clock.PassiveClock.
 func (c *ServerClock) Now() time.Time {
 	r := c.reading.Load()
 	if r == nil {
-		return c.localClock().Now().Round(0) // never measured
+		return c.local.Now().Round(0) // never measured
 	}
-	return r.server.Add(c.localClock().Elapsed() - r.elapsed)
+	return r.server.Add(c.local.Elapsed() - r.elapsed)
 }
 
 // Since implements clock.PassiveClock.

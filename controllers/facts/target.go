@@ -148,20 +148,12 @@ func VolumesUsing(pod *corev1.Pod, claim *corev1.PersistentVolumeClaim) []string
 	var out []string
 	for i := range pod.Spec.Volumes {
 		v := &pod.Spec.Volumes[i]
-		if pod.Namespace == claim.Namespace && claimOf(pod, v) == claim.Name && volumeUses(pod, v, claim) == nil {
+		if pod.Namespace == claim.Namespace && claimOf(pod, v) == claim.Name &&
+			(v.Ephemeral == nil || ephemeral.VolumeIsForPod(pod, claim) == nil) {
 			out = append(out, v.Name)
 		}
 	}
 	return out
-}
-
-// volumeUses says why ephemeral volume v of pod does not use claim, its name's
-// claim: the pod does not control it. nil otherwise.
-func volumeUses(pod *corev1.Pod, v *corev1.Volume, claim *corev1.PersistentVolumeClaim) error {
-	if v.Ephemeral == nil || claimOf(pod, v) != claim.Name {
-		return nil
-	}
-	return ephemeral.VolumeIsForPod(pod, claim)
 }
 
 // notThePods says why claim, named by one of pod's volumes, is not the pod's, or "".
@@ -172,7 +164,7 @@ func notThePods(pod *corev1.Pod, claim *corev1.PersistentVolumeClaim) string {
 	for i := range pod.Spec.Volumes {
 		if v := &pod.Spec.Volumes[i]; v.Ephemeral != nil && claimOf(pod, v) == claim.Name {
 			return fmt.Sprintf("PersistentVolumeClaim %s/%s is named like the claim of Pod %s/%s's ephemeral volume %s, but that pod does not control it (%v): it is not the pod's volume",
-				claim.Namespace, claim.Name, pod.Namespace, pod.Name, v.Name, volumeUses(pod, v, claim))
+				claim.Namespace, claim.Name, pod.Namespace, pod.Name, v.Name, ephemeral.VolumeIsForPod(pod, claim))
 		}
 	}
 	return fmt.Sprintf("no volume of Pod %s/%s uses PersistentVolumeClaim %s/%s", pod.Namespace, pod.Name, claim.Namespace, claim.Name)
