@@ -168,7 +168,7 @@ func DecideWith(d policies.Decision, playbooks remediations.Playbooks, in Decisi
 func (o *Transition) recheck(at time.Time) {
 	t := metav1.NewTime(at)
 	o.Decision.RecheckAt = &t
-	o.Decision.Message += " Re-evaluated at " + t.UTC().Format(time.RFC3339) + "."
+	o.Decision.Message += " Re-evaluated at " + Stamp(at) + "."
 	o.RequeueAfter = at.Sub(o.Decision.DecidedAt.Time)
 }
 
@@ -189,9 +189,15 @@ func (o Transition) wait(now time.Time) Transition {
 		o.recheck(now.Add(guardRecheck))
 	}
 	o.Accepted = Condition{metav1.ConditionUnknown, policies.ConditionReason(o.Decision.Rule), o.Decision.Message}
-	o.WaitingFor = v1alpha1.WaitingForPolicy
-	o.Progressing = Condition{metav1.ConditionTrue, v1alpha1.ReasonWaiting, o.Decision.Message}
-	o.EventType, o.EventReason, o.EventMessage = corev1.EventTypeNormal, v1alpha1.EventWaiting, o.Decision.Message
+	return o.waitingFor(v1alpha1.WaitingForPolicy, v1alpha1.ReasonWaiting, o.Decision.Message)
+}
+
+// waitingFor puts o in phase Waiting for w: Progressing True with reason and msg,
+// and a Normal Waiting Event saying msg.
+func (o Transition) waitingFor(w v1alpha1.WaitingFor, reason, msg string) Transition {
+	o.Phase, o.WaitingFor = v1alpha1.PhaseWaiting, w
+	o.Progressing = Condition{metav1.ConditionTrue, reason, msg}
+	o.EventType, o.EventReason, o.EventMessage = corev1.EventTypeNormal, v1alpha1.EventWaiting, msg
 	return o
 }
 
@@ -252,35 +258,25 @@ func (o Transition) start(playbooks remediations.Playbooks, in DecisionInput, na
 		// Decide again when the window opens, on facts gathered then.
 		at := metav1.NewTime(next)
 		o.Decision.RecheckAt, o.RequeueAfter = &at, next.Sub(now)
-		o.Phase = v1alpha1.PhaseWaiting
 		msg := fmt.Sprintf("Playbook %s is allowed but waits for the maintenance window (%s for %s), which opens at %s; the decision is re-evaluated then.",
-			playbook, rr.Spec.MaintenanceWindow.Schedule, rr.Spec.MaintenanceWindow.Duration.Duration, at.UTC().Format(time.RFC3339))
-		o.WaitingFor = v1alpha1.WaitingForWindow
-		o.Progressing = Condition{metav1.ConditionTrue, v1alpha1.ReasonWaitingForWindow, msg}
-		o.EventType, o.EventReason, o.EventMessage = corev1.EventTypeNormal, v1alpha1.EventWaiting, msg
-		return o
+			playbook, rr.Spec.MaintenanceWindow.Schedule, rr.Spec.MaintenanceWindow.Duration.Duration, Stamp(next))
+		return o.waitingFor(v1alpha1.WaitingForWindow, v1alpha1.ReasonWaitingForWindow, msg)
 	}
 	if in.Paused != "" {
 		// The stop button: nothing starts, disruptive or not. A resume decides the
 		// request again, on fresh facts.
-		o.Phase, o.Steps = v1alpha1.PhaseWaiting, nil
+		o.Steps = nil
 		msg := fmt.Sprintf("Playbook %s is allowed but does not start: %s", playbook, in.Paused)
-		o.WaitingFor = v1alpha1.WaitingForPause
-		o.Progressing = Condition{metav1.ConditionTrue, v1alpha1.ReasonPaused, msg}
-		o.EventType, o.EventReason, o.EventMessage = corev1.EventTypeNormal, v1alpha1.EventWaiting, msg
-		return o
+		return o.waitingFor(v1alpha1.WaitingForPause, v1alpha1.ReasonPaused, msg)
 	}
 	if playbooks.Disruptive(playbook) && !in.Admitted {
 		// Admission grants the slot (package admission); the request is decided again
 		// then, on fresh facts, and starts in it.
 		holders, ahead := LineAhead(rr, in.Others, playbooks)
-		o.Phase, o.Running = v1alpha1.PhaseWaiting, holders
+		o.Running = holders
 		msg := fmt.Sprintf("Playbook %s is allowed and waits in line for a slot of the cluster-wide cap of %s (--max-concurrent-remediations), granted oldest request first;%s%s it is decided again on fresh facts when granted one.",
 			playbook, CapString(in.MaxConcurrent), describeHolders(holders), describeAhead(ahead))
-		o.WaitingFor = v1alpha1.WaitingForSlot
-		o.Progressing = Condition{metav1.ConditionTrue, v1alpha1.ReasonWaitingForSlot, msg}
-		o.EventType, o.EventReason, o.EventMessage = corev1.EventTypeNormal, v1alpha1.EventWaiting, msg
-		return o
+		return o.waitingFor(v1alpha1.WaitingForSlot, v1alpha1.ReasonWaitingForSlot, msg)
 	}
 	o.Phase = v1alpha1.PhaseRunning
 	o.Progressing = Condition{metav1.ConditionTrue, v1alpha1.ReasonPlaybookRunning, fmt.Sprintf("Running playbook %s: %s", playbook, strings.Join(names, " -> "))}

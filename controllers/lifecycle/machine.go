@@ -215,7 +215,7 @@ func WindowClosed(rr *v1alpha1.RemediationRequest, opens time.Time, stopped, wha
 	rr.Status.Decision.RecheckAt = &at
 	rr.Status.Phase = v1alpha1.PhaseWaiting
 	msg := fmt.Sprintf("%s; %s. The request is decided again when the next window opens at %s.",
-		stopped, what, at.UTC().Format(time.RFC3339))
+		stopped, what, Stamp(opens))
 	progress(rr, v1alpha1.WaitingForWindow, metav1.ConditionTrue, v1alpha1.ReasonWindowClosed, msg)
 	return Event{corev1.EventTypeWarning, v1alpha1.ReasonWindowClosed, msg}
 }
