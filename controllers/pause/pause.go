@@ -69,11 +69,10 @@ func Read(ctx context.Context, c client.Reader, key types.NamespacedName) State 
 	case err != nil:
 		return State{Paused: true, By: "the controller", Reason: fmt.Sprintf("the pause ConfigMap %s cannot be read (%v)", key, err), At: time.Now()}
 	}
-	p := State{Paused: cm.Data[v1alpha1.PauseKeyPaused] == "true", Reason: cm.Data[v1alpha1.PauseKeyReason], By: cm.Data[v1alpha1.PauseKeyBy]}
+	p := State{Paused: cm.Data[v1alpha1.PauseKeyPaused] == "true", Reason: cm.Data[v1alpha1.PauseKeyReason], By: cm.Data[v1alpha1.PauseKeyBy],
+		At: cm.CreationTimestamp.Time}
 	if t, err := time.Parse(time.RFC3339, cm.Data[v1alpha1.PauseKeyAt]); err == nil {
 		p.At = t
-	} else {
-		p.At = cm.CreationTimestamp.Time
 	}
 	return p
 }
