@@ -137,12 +137,10 @@ func Evaluate(policy *policies.Engine, in DecisionInput) policies.Decision {
 // window and the line for a slot. It is pure.
 func DecideWith(d policies.Decision, playbooks remediations.Playbooks, in DecisionInput) Transition {
 	rr, now := in.Request, in.Now
-	conflicts := ConflictsIn(in.Others, rr.UID, in.Facts)
-	o := Transition{Conflicts: conflicts}
-	o.Decision = v1alpha1.Decision{DecidedAt: metav1.NewTime(now), Generation: rr.Generation, PolicyDigest: d.Digest, Floor: in.Floor.Settings()}
-
-	o.Decision.Allowed, o.Decision.Playbook, o.Decision.Rule = d.Verdict == policies.VerdictAllow, d.Playbook, d.Rule
-	o.Decision.Reasons, o.Decision.Message, o.Decision.PolicyDigest = d.Reasons, d.Message, d.Digest
+	o := Transition{Conflicts: ConflictsIn(in.Others, rr.UID, in.Facts), Decision: v1alpha1.Decision{
+		Allowed: d.Verdict == policies.VerdictAllow, Playbook: d.Playbook, Rule: d.Rule, Reasons: d.Reasons, Message: d.Message,
+		PolicyDigest: d.Digest, Generation: rr.Generation, DecidedAt: metav1.NewTime(now), Floor: in.Floor.Settings(),
+	}}
 	if d.RecheckAfterSeconds > 0 {
 		after := maxRecheck
 		if d.RecheckAfterSeconds < int64(maxRecheck/time.Second) {
