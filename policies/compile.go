@@ -59,13 +59,24 @@ type sourceFile struct {
 	data []byte
 }
 
-// compile compiles the non-test .cue files of fsys with the binary's own schema.
+// compile compiles the non-test .cue files of fsys with the binary's own schema,
+// keeping the copy for the first evaluation.
 func compile(fsys fs.FS) (*compiledPolicy, error) {
 	files, err := withSchema(fsys)
 	if err != nil {
 		return nil, err
 	}
-	return compileFiles(files)
+	inst, err := compileInstance(files)
+	if err != nil {
+		return nil, err
+	}
+	h := sha256.New()
+	for _, f := range files {
+		fmt.Fprintf(h, "%s\x00%d\x00", f.name, len(f.data))
+		h.Write(f.data)
+	}
+	digest := "sha256:" + hex.EncodeToString(h.Sum(nil))
+	return &compiledPolicy{files: files, digest: digest, idle: []*instance{inst}}, nil
 }
 
 // schemaFile is the contract between the binary and its policies (#Input, which Go
@@ -180,21 +191,6 @@ func withSchema(fsys fs.FS) ([]sourceFile, error) {
 // policyRoot is where the policy files sit in the in-memory filesystem they are
 // loaded from (a variable for a test).
 var policyRoot = "/remediator/policies"
-
-// compileFiles compiles policy files, keeping the copy for the first evaluation.
-func compileFiles(files []sourceFile) (*compiledPolicy, error) {
-	inst, err := compileInstance(files)
-	if err != nil {
-		return nil, err
-	}
-	h := sha256.New()
-	for _, f := range files {
-		fmt.Fprintf(h, "%s\x00%d\x00", f.name, len(f.data))
-		h.Write(f.data)
-	}
-	digest := "sha256:" + hex.EncodeToString(h.Sum(nil))
-	return &compiledPolicy{files: files, digest: digest, idle: []*instance{inst}}, nil
-}
 
 // compileInstance compiles policy files into a new CUE context, sharing nothing with
 // other copies.
