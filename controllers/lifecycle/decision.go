@@ -209,10 +209,7 @@ func (o Transition) allowed(playbooks remediations.Playbooks, in DecisionInput) 
 		o.Decision.Message = fmt.Sprintf("Policy rule %s chose playbook %q, which this controller does not have (%v); nothing is changed. Fix the policy.", rule, playbook, err)
 		return o.reject("Rejected: unknown playbook")
 	}
-	names := make([]string, 0, len(plan))
-	for _, st := range plan {
-		names = append(names, st.Name)
-	}
+	names := playbooks[playbook].Steps // the plan's step names, in order (read only)
 	if v := remediations.CheckFloor(remediations.FloorInput{Spec: rr.Spec, Steps: names, Fresh: in.Facts, Conflicts: o.Conflicts,
 		Floor: in.Floor, Created: created(rr, now)}); v != nil {
 		o.Decision.Rule, o.Decision.RecheckAt, o.RequeueAfter = string(v.Invariant), nil, 0

@@ -97,12 +97,8 @@ func NeedsDecision(rr *v1alpha1.RemediationRequest, now time.Time) bool {
 // Apply writes decision o, made on facts f, into rr's status: the transition out of
 // every state that is decided (see NeedsDecision).
 func (o Transition) Apply(rr *v1alpha1.RemediationRequest, f *v1alpha1.Facts) Event {
-	st := &rr.Status
-	st.Facts = f
-	dec := o.Decision
-	st.Decision = &dec
-	st.Steps = o.Steps
-	st.Phase = o.Phase
+	st, dec := &rr.Status, o.Decision
+	st.Facts, st.Decision, st.Steps, st.Phase = f, &dec, o.Steps, o.Phase
 	setCondition(rr, v1alpha1.ConditionAccepted, o.Accepted.Status, o.Accepted.Reason, o.Accepted.Message)
 	progress(rr, o.WaitingFor, o.Progressing.Status, o.Progressing.Reason, o.Progressing.Message)
 	if o.Steps != nil {
