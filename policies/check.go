@@ -157,9 +157,6 @@ func truncate(s string, n int) string {
 // checkPlaybooks finds the playbook literals in the parsed files: the compiled value
 // holds the rules inside comprehensions, which only an input evaluates.
 func checkPlaybooks(files []sourceFile, known []string) error {
-	if known == nil {
-		return nil
-	}
 	var unknown []string
 	for _, f := range files {
 		file, err := parser.ParseFile(f.name, f.data)

@@ -59,13 +59,24 @@ type sourceFile struct {
 	data []byte
 }
 
-// compile compiles the non-test .cue files of fsys with the binary's own schema.
+// compile compiles the non-test .cue files of fsys with the binary's own schema,
+// keeping the copy for the first evaluation.
 func compile(fsys fs.FS) (*compiledPolicy, error) {
 	files, err := withSchema(fsys)
 	if err != nil {
 		return nil, err
 	}
-	return compileFiles(files)
+	inst, err := compileInstance(files)
+	if err != nil {
+		return nil, err
+	}
+	h := sha256.New()
+	for _, f := range files {
+		fmt.Fprintf(h, "%s\x00%d\x00", f.name, len(f.data))
+		h.Write(f.data)
+	}
+	digest := "sha256:" + hex.EncodeToString(h.Sum(nil))
+	return &compiledPolicy{files: files, digest: digest, idle: []*instance{inst}}, nil
 }
 
 // schemaFile is the contract between the binary and its policies (#Input, which Go
@@ -76,11 +87,11 @@ const schemaFile = "schema.cue"
 // contract is what a decision evaluates: #Policy held to #Input and #Decision.
 const contract = "#Contract"
 
-// schemaSource is the embedded schema, parsed once: its top-level labels, which a
+// schemaSource is the embedded schema, parsed once: its top-level fields, which a
 // rule file may not define, and #Playbook's names, sorted.
 type schemaSource struct {
 	file      sourceFile
-	labels    []string
+	fields    map[string]*ast.Field
 	playbooks []string
 }
 
@@ -93,14 +104,10 @@ var parsedSchema = sync.OnceValue(func() schemaSource {
 	if err != nil {
 		panic(fmt.Sprintf("parsing the embedded %s: %v", schemaFile, err))
 	}
-	s := schemaSource{file: sourceFile{name: schemaFile, data: data}, labels: topLevelLabels(f)}
-	for _, d := range f.Decls {
-		if field, ok := d.(*ast.Field); ok {
-			if name, _, err := ast.LabelName(field.Label); err == nil && name == "#Playbook" {
-				for _, lit := range stringLiterals(field.Value) {
-					s.playbooks = append(s.playbooks, lit.value)
-				}
-			}
+	s := schemaSource{file: sourceFile{name: schemaFile, data: data}, fields: topLevel(f)}
+	if pb := s.fields["#Playbook"]; pb != nil {
+		for _, lit := range stringLiterals(pb.Value) {
+			s.playbooks = append(s.playbooks, lit.value)
 		}
 	}
 	if len(s.playbooks) == 0 {
@@ -110,18 +117,17 @@ var parsedSchema = sync.OnceValue(func() schemaSource {
 	return s
 })
 
-// topLevelLabels are the names a CUE file declares at its top level, sorted.
-func topLevelLabels(f *ast.File) []string {
-	var labels []string
+// topLevel are the fields a CUE file declares at its top level, by name.
+func topLevel(f *ast.File) map[string]*ast.Field {
+	fields := map[string]*ast.Field{}
 	for _, d := range f.Decls {
 		if field, ok := d.(*ast.Field); ok {
 			if name, _, err := ast.LabelName(field.Label); err == nil {
-				labels = append(labels, name)
+				fields[name] = field
 			}
 		}
 	}
-	slices.Sort(labels)
-	return labels
+	return fields
 }
 
 // withSchema returns the rules of fsys (its non-test .cue files) with the binary's
@@ -152,11 +158,16 @@ func withSchema(fsys fs.FS) ([]sourceFile, error) {
 		if err != nil {
 			return nil, loadError(LoadReasonSyntax, "parsing policy %s: %w", n, positioned{err})
 		}
-		labels := topLevelLabels(f)
-		if _, found := slices.BinarySearch(labels, "#Policy"); found {
-			hasPolicy = true
+		fields := topLevel(f)
+		hasPolicy = hasPolicy || fields["#Policy"] != nil
+		var clash []string
+		for name := range fields {
+			if _, found := sch.fields[name]; found {
+				clash = append(clash, name)
+			}
 		}
-		if clash := intersect(labels, sch.labels); len(clash) > 0 {
+		slices.Sort(clash)
+		if len(clash) > 0 {
 			return nil, loadError(LoadReasonSchema, "%s defines %s, which the controller's schema owns: a policy directory holds rules only; rename or remove %s",
 				n, strings.Join(clash, ", "), strings.Join(clash, ", "))
 		}
@@ -170,43 +181,16 @@ func withSchema(fsys fs.FS) ([]sourceFile, error) {
 	}
 	// A rule's playbook outside #Playbook is refused at load with its file and line,
 	// not when the rule first matches an incident.
-	rules := slices.DeleteFunc(slices.Clone(files), func(f sourceFile) bool { return f.name == schemaFile })
-	if err := checkPlaybooks(rules, parsedSchema().playbooks); err != nil {
+	if err := checkPlaybooks(files[1:], sch.playbooks); err != nil { // all but the schema
 		return nil, err
 	}
 	slices.SortFunc(files, func(a, b sourceFile) int { return strings.Compare(a.name, b.name) })
 	return files, nil
 }
 
-// intersect are the elements of sorted a that are in sorted b.
-func intersect(a, b []string) []string {
-	var out []string
-	for _, x := range a {
-		if _, found := slices.BinarySearch(b, x); found {
-			out = append(out, x)
-		}
-	}
-	return out
-}
-
 // policyRoot is where the policy files sit in the in-memory filesystem they are
 // loaded from (a variable for a test).
 var policyRoot = "/remediator/policies"
-
-// compileFiles compiles policy files, keeping the copy for the first evaluation.
-func compileFiles(files []sourceFile) (*compiledPolicy, error) {
-	inst, err := compileInstance(files)
-	if err != nil {
-		return nil, err
-	}
-	h := sha256.New()
-	for _, f := range files {
-		fmt.Fprintf(h, "%s\x00%d\x00", f.name, len(f.data))
-		h.Write(f.data)
-	}
-	digest := "sha256:" + hex.EncodeToString(h.Sum(nil))
-	return &compiledPolicy{files: files, digest: digest, idle: []*instance{inst}}, nil
-}
 
 // compileInstance compiles policy files into a new CUE context, sharing nothing with
 // other copies.

@@ -55,28 +55,25 @@ type Decision struct {
 	Digest string `json:"digest,omitempty"`
 }
 
-// decoded is a decision as #Decision spells it, two booleans (validateDecision).
+// decoded is a decision as #Decision spells it, two booleans (validateDecision),
+// which decision turns into a Verdict.
 type decoded struct {
-	Allowed             bool     `json:"allowed"`
-	Wait                bool     `json:"wait"`
-	Playbook            string   `json:"playbook,omitempty"`
-	Rule                string   `json:"rule"`
-	Reasons             []string `json:"reasons"`
-	Message             string   `json:"message"`
-	RecheckAfterSeconds int64    `json:"recheckAfterSeconds,omitempty"`
+	Allowed bool `json:"allowed"`
+	Wait    bool `json:"wait"`
+	Decision
 }
 
 // decision is d as a Decision of policy digest.
 func (d decoded) decision(digest string) Decision {
-	v := VerdictReject
+	out := d.Decision
+	out.Verdict, out.Digest = VerdictReject, digest
 	switch {
 	case d.Allowed:
-		v = VerdictAllow
+		out.Verdict = VerdictAllow
 	case d.Wait:
-		v = VerdictWait
+		out.Verdict = VerdictWait
 	}
-	return Decision{Verdict: v, Playbook: d.Playbook, Rule: d.Rule, Reasons: d.Reasons, Message: d.Message,
-		RecheckAfterSeconds: d.RecheckAfterSeconds, Digest: digest}
+	return out
 }
 
 // RulePolicyTimeout is the rule of the decision when the policy did not decide

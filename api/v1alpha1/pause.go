@@ -1,8 +1,7 @@
 package v1alpha1
 
-// The stop button, the one write that needs no pull request (stopping is always
-// safe): `kubectl remediator pause` writes the pause ConfigMap, which the chart's
-// admission policy lets only the on-call groups write, with their own name in it.
+// The stop button's names: `kubectl remediator pause` writes the pause ConfigMap,
+// which the controller reads (package pause).
 const (
 	// LabelExclude on a Node, set to "true", keeps every playbook off the node.
 	LabelExclude = "remediator.io/exclude"

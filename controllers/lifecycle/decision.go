@@ -137,12 +137,10 @@ func Evaluate(policy *policies.Engine, in DecisionInput) policies.Decision {
 // window and the line for a slot. It is pure.
 func DecideWith(d policies.Decision, playbooks remediations.Playbooks, in DecisionInput) Transition {
 	rr, now := in.Request, in.Now
-	conflicts := ConflictsIn(in.Others, rr.UID, in.Facts)
-	o := Transition{Conflicts: conflicts}
-	o.Decision = v1alpha1.Decision{DecidedAt: metav1.NewTime(now), Generation: rr.Generation, PolicyDigest: d.Digest, Floor: in.Floor.Settings()}
-
-	o.Decision.Allowed, o.Decision.Playbook, o.Decision.Rule = d.Verdict == policies.VerdictAllow, d.Playbook, d.Rule
-	o.Decision.Reasons, o.Decision.Message, o.Decision.PolicyDigest = d.Reasons, d.Message, d.Digest
+	o := Transition{Conflicts: ConflictsIn(in.Others, rr.UID, in.Facts), Decision: v1alpha1.Decision{
+		Allowed: d.Verdict == policies.VerdictAllow, Playbook: d.Playbook, Rule: d.Rule, Reasons: d.Reasons, Message: d.Message,
+		PolicyDigest: d.Digest, Generation: rr.Generation, DecidedAt: metav1.NewTime(now), Floor: in.Floor.Settings(),
+	}}
 	if d.RecheckAfterSeconds > 0 {
 		after := maxRecheck
 		if d.RecheckAfterSeconds < int64(maxRecheck/time.Second) {
@@ -168,7 +166,7 @@ func DecideWith(d policies.Decision, playbooks remediations.Playbooks, in Decisi
 func (o *Transition) recheck(at time.Time) {
 	t := metav1.NewTime(at)
 	o.Decision.RecheckAt = &t
-	o.Decision.Message += " Re-evaluated at " + t.UTC().Format(time.RFC3339) + "."
+	o.Decision.Message += " Re-evaluated at " + Stamp(at) + "."
 	o.RequeueAfter = at.Sub(o.Decision.DecidedAt.Time)
 }
 
@@ -189,9 +187,15 @@ func (o Transition) wait(now time.Time) Transition {
 		o.recheck(now.Add(guardRecheck))
 	}
 	o.Accepted = Condition{metav1.ConditionUnknown, policies.ConditionReason(o.Decision.Rule), o.Decision.Message}
-	o.WaitingFor = v1alpha1.WaitingForPolicy
-	o.Progressing = Condition{metav1.ConditionTrue, v1alpha1.ReasonWaiting, o.Decision.Message}
-	o.EventType, o.EventReason, o.EventMessage = corev1.EventTypeNormal, v1alpha1.EventWaiting, o.Decision.Message
+	return o.waitingFor(v1alpha1.WaitingForPolicy, v1alpha1.ReasonWaiting, o.Decision.Message)
+}
+
+// waitingFor puts o in phase Waiting for w: Progressing True with reason and msg,
+// and a Normal Waiting Event saying msg.
+func (o Transition) waitingFor(w v1alpha1.WaitingFor, reason, msg string) Transition {
+	o.Phase, o.WaitingFor = v1alpha1.PhaseWaiting, w
+	o.Progressing = Condition{metav1.ConditionTrue, reason, msg}
+	o.EventType, o.EventReason, o.EventMessage = corev1.EventTypeNormal, v1alpha1.EventWaiting, msg
 	return o
 }
 
@@ -205,10 +209,7 @@ func (o Transition) allowed(playbooks remediations.Playbooks, in DecisionInput) 
 		o.Decision.Message = fmt.Sprintf("Policy rule %s chose playbook %q, which this controller does not have (%v); nothing is changed. Fix the policy.", rule, playbook, err)
 		return o.reject("Rejected: unknown playbook")
 	}
-	names := make([]string, 0, len(plan))
-	for _, st := range plan {
-		names = append(names, st.Name)
-	}
+	names := playbooks[playbook].Steps // the plan's step names, in order (read only)
 	if v := remediations.CheckFloor(remediations.FloorInput{Spec: rr.Spec, Steps: names, Fresh: in.Facts, Conflicts: o.Conflicts,
 		Floor: in.Floor, Created: created(rr, now)}); v != nil {
 		o.Decision.Rule, o.Decision.RecheckAt, o.RequeueAfter = string(v.Invariant), nil, 0
@@ -252,35 +253,25 @@ func (o Transition) start(playbooks remediations.Playbooks, in DecisionInput, na
 		// Decide again when the window opens, on facts gathered then.
 		at := metav1.NewTime(next)
 		o.Decision.RecheckAt, o.RequeueAfter = &at, next.Sub(now)
-		o.Phase = v1alpha1.PhaseWaiting
 		msg := fmt.Sprintf("Playbook %s is allowed but waits for the maintenance window (%s for %s), which opens at %s; the decision is re-evaluated then.",
-			playbook, rr.Spec.MaintenanceWindow.Schedule, rr.Spec.MaintenanceWindow.Duration.Duration, at.UTC().Format(time.RFC3339))
-		o.WaitingFor = v1alpha1.WaitingForWindow
-		o.Progressing = Condition{metav1.ConditionTrue, v1alpha1.ReasonWaitingForWindow, msg}
-		o.EventType, o.EventReason, o.EventMessage = corev1.EventTypeNormal, v1alpha1.EventWaiting, msg
-		return o
+			playbook, rr.Spec.MaintenanceWindow.Schedule, rr.Spec.MaintenanceWindow.Duration.Duration, Stamp(next))
+		return o.waitingFor(v1alpha1.WaitingForWindow, v1alpha1.ReasonWaitingForWindow, msg)
 	}
 	if in.Paused != "" {
 		// The stop button: nothing starts, disruptive or not. A resume decides the
 		// request again, on fresh facts.
-		o.Phase, o.Steps = v1alpha1.PhaseWaiting, nil
+		o.Steps = nil
 		msg := fmt.Sprintf("Playbook %s is allowed but does not start: %s", playbook, in.Paused)
-		o.WaitingFor = v1alpha1.WaitingForPause
-		o.Progressing = Condition{metav1.ConditionTrue, v1alpha1.ReasonPaused, msg}
-		o.EventType, o.EventReason, o.EventMessage = corev1.EventTypeNormal, v1alpha1.EventWaiting, msg
-		return o
+		return o.waitingFor(v1alpha1.WaitingForPause, v1alpha1.ReasonPaused, msg)
 	}
 	if playbooks.Disruptive(playbook) && !in.Admitted {
 		// Admission grants the slot (package admission); the request is decided again
 		// then, on fresh facts, and starts in it.
 		holders, ahead := LineAhead(rr, in.Others, playbooks)
-		o.Phase, o.Running = v1alpha1.PhaseWaiting, holders
+		o.Running = holders
 		msg := fmt.Sprintf("Playbook %s is allowed and waits in line for a slot of the cluster-wide cap of %s (--max-concurrent-remediations), granted oldest request first;%s%s it is decided again on fresh facts when granted one.",
 			playbook, CapString(in.MaxConcurrent), describeHolders(holders), describeAhead(ahead))
-		o.WaitingFor = v1alpha1.WaitingForSlot
-		o.Progressing = Condition{metav1.ConditionTrue, v1alpha1.ReasonWaitingForSlot, msg}
-		o.EventType, o.EventReason, o.EventMessage = corev1.EventTypeNormal, v1alpha1.EventWaiting, msg
-		return o
+		return o.waitingFor(v1alpha1.WaitingForSlot, v1alpha1.ReasonWaitingForSlot, msg)
 	}
 	o.Phase = v1alpha1.PhaseRunning
 	o.Progressing = Condition{metav1.ConditionTrue, v1alpha1.ReasonPlaybookRunning, fmt.Sprintf("Running playbook %s: %s", playbook, strings.Join(names, " -> "))}

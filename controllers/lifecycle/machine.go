@@ -97,12 +97,8 @@ func NeedsDecision(rr *v1alpha1.RemediationRequest, now time.Time) bool {
 // Apply writes decision o, made on facts f, into rr's status: the transition out of
 // every state that is decided (see NeedsDecision).
 func (o Transition) Apply(rr *v1alpha1.RemediationRequest, f *v1alpha1.Facts) Event {
-	st := &rr.Status
-	st.Facts = f
-	dec := o.Decision
-	st.Decision = &dec
-	st.Steps = o.Steps
-	st.Phase = o.Phase
+	st, dec := &rr.Status, o.Decision
+	st.Facts, st.Decision, st.Steps, st.Phase = f, &dec, o.Steps, o.Phase
 	setCondition(rr, v1alpha1.ConditionAccepted, o.Accepted.Status, o.Accepted.Reason, o.Accepted.Message)
 	progress(rr, o.WaitingFor, o.Progressing.Status, o.Progressing.Reason, o.Progressing.Message)
 	if o.Steps != nil {
@@ -215,7 +211,7 @@ func WindowClosed(rr *v1alpha1.RemediationRequest, opens time.Time, stopped, wha
 	rr.Status.Decision.RecheckAt = &at
 	rr.Status.Phase = v1alpha1.PhaseWaiting
 	msg := fmt.Sprintf("%s; %s. The request is decided again when the next window opens at %s.",
-		stopped, what, at.UTC().Format(time.RFC3339))
+		stopped, what, Stamp(opens))
 	progress(rr, v1alpha1.WaitingForWindow, metav1.ConditionTrue, v1alpha1.ReasonWindowClosed, msg)
 	return Event{corev1.EventTypeWarning, v1alpha1.ReasonWindowClosed, msg}
 }

@@ -93,12 +93,6 @@ func readiness(st v1alpha1.RemediationRequestStatus) metav1.Condition {
 	return ready
 }
 
-// stalled reports whether kstatus should count a request in phase p as failed: only
-// a spec change (or a rejection's recheck) moves it on.
-func stalled(p v1alpha1.Phase) bool {
-	return p == v1alpha1.PhaseRejected || p == v1alpha1.PhaseFailed
-}
-
 // SetReadiness sets Ready on rr from its status, and Stalled while the request is
 // Rejected or Failed (removed otherwise: kstatus' conditions are abnormal-true).
 // The status write calls it once, before it compares the status with what was read, so
@@ -106,7 +100,9 @@ func stalled(p v1alpha1.Phase) bool {
 func SetReadiness(rr *v1alpha1.RemediationRequest) {
 	ready := readiness(rr.Status)
 	meta.SetStatusCondition(&rr.Status.Conditions, ready)
-	if !stalled(rr.Status.Phase) {
+	// kstatus counts a Rejected or Failed request as failed: only a spec change (or a
+	// rejection's recheck) moves it on.
+	if p := rr.Status.Phase; p != v1alpha1.PhaseRejected && p != v1alpha1.PhaseFailed {
 		meta.RemoveStatusCondition(&rr.Status.Conditions, v1alpha1.ConditionStalled)
 		return
 	}

@@ -41,17 +41,12 @@ func StateOf(rr *v1alpha1.RemediationRequest, playbooks remediations.Playbooks) 
 		// A grant not yet used goes with the deletion: nothing decides a request that
 		// is being deleted, whatever finalizers keep it.
 		return HoldsSlot
-	case queued(rr) && rr.Status.ObservedGeneration == rr.Generation && !deleting:
-		// A request whose spec changed since it joined (or one being deleted) keeps no
-		// place: it is decided again first.
+	case Waits(rr, v1alpha1.WaitingForSlot) && rr.Status.ObservedGeneration == rr.Generation && !deleting:
+		// In line: allowed a disruptive playbook. A request whose spec changed since it
+		// joined (or one being deleted) keeps no place: it is decided again first.
 		return InLine
 	}
 	return NotInLine
-}
-
-// queued: the policy allowed a disruptive playbook and the request waits in line.
-func queued(rr *v1alpha1.RemediationRequest) bool {
-	return Waits(rr, v1alpha1.WaitingForSlot)
 }
 
 // Granted reports that admission granted the request a slot; its own reconcile decides it again.

@@ -1,16 +1,14 @@
 // Package pause is the stop button as the controller reads it: the pause ConfigMap
-// and what it says (State). Package pausewatcher reports it.
-//
-// The stop button. Stopping is always safe, so it is the one write that needs no pull
-// request: `kubectl remediator pause --reason ...` writes the pause ConfigMap (the
-// chart's admission policy lets only the on-call groups write it, and only with their
-// own user name in it). While it says paused, no playbook starts (a decision that
-// would start one waits with reason Paused, and admission grants no slot) and a
-// running playbook holds where it is (remediations.Gate, ActionHold): no step starts,
-// and a running one neither checks, acts nor times out, its paused time journaled
-// so that on the resume it goes on with the time it had left. It keeps what it
-// changed: a cordoned node stays cordoned until the resume. Resuming wakes every
-// held request.
+// and what it says (State); package pausewatcher reports it. Stopping is always
+// safe, so it is the one write that needs no pull request: `kubectl remediator pause
+// --reason ...` writes the ConfigMap (the chart's admission policy lets only the
+// on-call groups write it, and only with their own user name in it). While it says
+// paused, no playbook starts (a decision that would start one waits with reason
+// Paused, and admission grants no slot) and a running playbook holds where it is
+// (remediations.Gate, ActionHold): no step starts, and a running one neither checks,
+// acts nor times out, its paused time journaled so that on the resume it goes on
+// with the time it had left. It keeps what it changed: a cordoned node stays
+// cordoned until the resume. Resuming wakes every held request.
 package pause
 
 import (
@@ -69,11 +67,10 @@ func Read(ctx context.Context, c client.Reader, key types.NamespacedName) State 
 	case err != nil:
 		return State{Paused: true, By: "the controller", Reason: fmt.Sprintf("the pause ConfigMap %s cannot be read (%v)", key, err), At: time.Now()}
 	}
-	p := State{Paused: cm.Data[v1alpha1.PauseKeyPaused] == "true", Reason: cm.Data[v1alpha1.PauseKeyReason], By: cm.Data[v1alpha1.PauseKeyBy]}
+	p := State{Paused: cm.Data[v1alpha1.PauseKeyPaused] == "true", Reason: cm.Data[v1alpha1.PauseKeyReason], By: cm.Data[v1alpha1.PauseKeyBy],
+		At: cm.CreationTimestamp.Time}
 	if t, err := time.Parse(time.RFC3339, cm.Data[v1alpha1.PauseKeyAt]); err == nil {
 		p.At = t
-	} else {
-		p.At = cm.CreationTimestamp.Time
 	}
 	return p
 }

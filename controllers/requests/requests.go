@@ -56,8 +56,7 @@ func GuardView(u *unstructured.Unstructured) v1alpha1.RemediationRequest {
 	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(partial, &rr); err != nil {
 		rr = v1alpha1.RemediationRequest{}
 		_ = runtime.DefaultUnstructuredConverter.FromUnstructured(map[string]any{"metadata": u.Object["metadata"]}, &rr)
-		phase, _, _ := unstructured.NestedString(u.Object, "status", "phase")
-		rr.Status.Phase = v1alpha1.Phase(phase)
+		rr.Status.Phase = PhaseOf(u)
 	}
 	return rr
 }

@@ -1,9 +1,5 @@
 package wiring
 
-// How the controller reads: which objects the manager caches and how, and which
-// facts are read live. `remediator controller` and the envtests wire the manager
-// through these, so that the tests run what production runs.
-
 import (
 	"context"
 	"fmt"

@@ -8,6 +8,7 @@ package kustomized
 import (
 	"bytes"
 	"fmt"
+	"maps"
 	"path"
 	"reflect"
 	"slices"
@@ -120,10 +121,7 @@ func Check(fsys filesys.FileSystem, dir, want string) (*ConfigMap, error) {
 		slices.Sort(problems)
 		return nil, fmt.Errorf("the ConfigMap %s generates is not the policies plan evaluates: %s", name, strings.Join(problems, "; "))
 	}
-	for key := range data {
-		cm.Files = append(cm.Files, key)
-	}
-	slices.Sort(cm.Files)
+	cm.Files = slices.Sorted(maps.Keys(data))
 	return cm, nil
 }
 
