@@ -1,6 +1,7 @@
 package badinput
 
 import (
+	"slices"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -79,8 +80,21 @@ func name(n string) func(map[string]any) {
 
 // Admission returns the cases, fresh on every call. Each is a different problem.
 func Admission() []Case {
+	return slices.Concat(
+		missingCases(),
+		wrongTypeCases(),
+		unknownValueCases(),
+		targetCases(),
+		targetNameCases(),
+		windowCases(),
+		fencingCases(),
+		overrideCases(),
+	)
+}
+
+// missingCases are the missing and empty fields.
+func missingCases() []Case {
 	return []Case{
-		// Missing and empty fields.
 		{Name: "no spec", Edit: func(obj map[string]any) { delete(obj, "spec") }, Field: "spec", Want: []string{"Required value"}},
 		{Name: "missing reason", Edit: drop("reason"), Field: "spec.reason", Want: []string{"Required value"}},
 		{Name: "too-short reason", Edit: set("reason", "fix it"), Field: "spec.reason", Want: []string{"at least 10"}},
@@ -91,16 +105,24 @@ func Admission() []Case {
 		{Name: "no target", Edit: drop("target"), Field: "spec.target", Want: []string{"Required value"}},
 		{Name: "empty target", Edit: set("target", map[string]any{}), Field: "spec.target", Want: []string{"exactly one of"}},
 		{Name: "empty-string target", Edit: set("target", map[string]any{"persistentVolume": ""}), Field: "spec.target.persistentVolume"},
+	}
+}
 
-		// Wrong types.
+// wrongTypeCases are the wrong types.
+func wrongTypeCases() []Case {
+	return []Case{
 		{Name: "spec of the wrong type", Edit: func(obj map[string]any) { obj["spec"] = "release the lease" }, Field: "spec", Want: []string{"must be of type object"}},
 		{Name: "reason of the wrong type", Edit: set("reason", 42), Field: "spec.reason", Want: []string{"must be of type string"}},
 		{Name: "remediation of the wrong type", Edit: set("remediation", []any{"release-luks-lease"}), Field: "spec.remediation", Want: []string{"must be of type string"}},
 		{Name: "target of the wrong type", Edit: set("target", "pvc-1"), Field: "spec.target", Want: []string{"must be of type object"}},
 		{Name: "fencing.confirmed of the wrong type", Edit: set("fencing", map[string]any{"confirmed": "yes", "method": "NodeShutdown", "node": "n"}),
 			Field: "spec.fencing.confirmed", Want: []string{"must be of type boolean"}},
+	}
+}
 
-		// Unknown values and typos.
+// unknownValueCases are the unknown values and typos.
+func unknownValueCases() []Case {
+	return []Case{
 		{Name: "unknown remediation", Edit: set("remediation", "delete-everything"), Field: "spec.remediation", Want: []string{"Unsupported value"}},
 		{Name: "unknown mode", Edit: set("mode", "Force"), Field: "spec.mode", Want: []string{"Unsupported value"}},
 		{Name: "dry-run typo", Edit: set("mode", "dryrun"), Field: "spec.mode", Want: []string{"Unsupported value", `"DryRun"`}},
@@ -111,8 +133,12 @@ func Admission() []Case {
 			Field: `unknown field "spec.target.volume"`, Strict: true},
 		{Name: "unknown field in the fencing", Edit: set("fencing", map[string]any{"confirmed": false, "approvedBy": "oncall"}),
 			Field: `unknown field "spec.fencing.approvedBy"`, Strict: true},
+	}
+}
 
-		// Bad target combinations.
+// targetCases are the bad target combinations.
+func targetCases() []Case {
+	return []Case{
 		{Name: "two targets", Edit: set("target", map[string]any{"persistentVolume": "pv-1", "pod": map[string]any{"namespace": "app", "name": "web-0"}}),
 			Field: "spec.target", Want: []string{"exactly one of"}},
 		{Name: "three targets", Edit: set("target", map[string]any{"persistentVolume": "pv-1", "node": "kwok-node-0",
@@ -129,9 +155,13 @@ func Admission() []Case {
 			spec(obj)["remediation"] = "reregister-csi-driver"
 			spec(obj)["target"] = map[string]any{"node": strings.Repeat("n", 254)}
 		}, Field: "spec.target.node", Want: []string{"Too long"}},
+	}
+}
 
-		// Target names the API server would refuse for the object they name: the
-		// controller's reads of them fail, so admission refuses them first.
+// targetNameCases are target names the API server would refuse for the object
+// they name: the controller's reads of them fail, so admission refuses them first.
+func targetNameCases() []Case {
+	return []Case{
 		{Name: "persistentVolume with a slash", Edit: set("target", map[string]any{"persistentVolume": "a/b"}),
 			Field: "spec.target.persistentVolume", Want: []string{"should match"}},
 		{Name: "persistentVolume in capitals", Edit: set("target", map[string]any{"persistentVolume": "PVC-75A6FD7F"}),
@@ -150,8 +180,12 @@ func Admission() []Case {
 			spec(obj)["remediation"] = "reregister-csi-driver"
 			spec(obj)["target"] = map[string]any{"node": "kwok_node_0"}
 		}, Field: "spec.target.node", Want: []string{"should match"}},
+	}
+}
 
-		// The maintenance window.
+// windowCases are the bad maintenance windows.
+func windowCases() []Case {
+	return []Case{
 		{Name: "malformed window duration", Edit: window("0 2 * * *", "two hours"), Field: "spec.maintenanceWindow.duration"},
 		{Name: "negative window duration", Edit: window("0 2 * * *", "-1h"), Field: "spec.maintenanceWindow.duration", Want: []string{"should match"}},
 		{Name: "window duration without a unit", Edit: window("0 2 * * *", "120"), Field: "spec.maintenanceWindow.duration", Want: []string{"should match"}},
@@ -166,8 +200,12 @@ func Admission() []Case {
 		{Name: "empty schedule", Edit: window("", "2h"), Field: "spec.maintenanceWindow.schedule"},
 		{Name: "six-field cron (seconds)", Edit: window("0 0 2 * * *", "2h"), Field: "spec.maintenanceWindow.schedule", Want: []string{"should match"}},
 		{Name: "schedule too long", Edit: window("0 2 * * "+strings.Repeat("1,", 130)+"2", "2h"), Field: "spec.maintenanceWindow.schedule", Want: []string{"Too long"}},
+	}
+}
 
-		// The fencing statement.
+// fencingCases are the bad fencing statements.
+func fencingCases() []Case {
+	return []Case{
 		{Name: "fencing confirmed without method", Edit: set("fencing", map[string]any{"confirmed": true}), Field: "spec.fencing", Want: []string{"spec.fencing.method is required"}},
 		{Name: "fencing confirmed without node", Edit: set("fencing", map[string]any{"confirmed": true, "method": "NodeShutdown"}),
 			Field: "spec.fencing", Want: []string{"spec.fencing.node is required"}},
@@ -175,8 +213,12 @@ func Admission() []Case {
 			Field: "spec.fencing.node", Want: []string{"at least 1 chars long"}},
 		{Name: "fencing without confirmed", Edit: set("fencing", map[string]any{"method": "NodeShutdown", "node": "kwok-node-2"}),
 			Field: "spec.fencing.confirmed", Want: []string{"Required value"}},
+	}
+}
 
-		// Overrides and names.
+// overrideCases are the overrides and names.
+func overrideCases() []Case {
+	return []Case{
 		{Name: "bad trident namespace", Edit: set("tridentNamespace", "Trident_NS"), Field: "spec.tridentNamespace", Want: []string{"should match"}},
 		{Name: "trident namespace too long", Edit: set("tridentNamespace", strings.Repeat("t", 64)), Field: "spec.tridentNamespace", Want: []string{"Too long"}},
 		{Name: "bad driver name", Edit: set("driverName", "csi trident"), Field: "spec.driverName", Want: []string{"should match"}},

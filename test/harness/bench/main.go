@@ -70,38 +70,8 @@ func main() {
 }
 
 func run() error {
-	root, err := cluster.Root()
+	cfg, p, runID, err := configure()
 	if err != nil {
-		return err
-	}
-	presetName := flag.String("preset", "small", "full (the issue's sizes) or small (make test's smoke run)")
-	out := flag.String("out", "", "directory for results.json and the plots, relative to the repository root; empty writes them only into the work directory")
-	scen := flag.String("scenarios", "latency,memory,storm,disruptive", "scenarios to run, comma-separated")
-	controller := flag.String("controller", filepath.Join(root, "bin", "remediator"), "the remediator binary to measure, relative to the repository root")
-	extraArgs := flag.String("controller-args", "", "extra flags for the controller, space-separated (the default is its default flags)")
-	profile := flag.Bool("profile", false, "save a CPU profile of the controller during the storm (pprof) into the work directory")
-	flag.Parse()
-	p, ok := presets[*presetName]
-	if !ok {
-		return fmt.Errorf("unknown preset %q (full or small)", *presetName)
-	}
-	// The harness runs from its own module's directory (test/harness): -out and
-	// -controller name paths of the repository, such as docs/benchmarks.
-	if *out != "" && !filepath.IsAbs(*out) {
-		*out = filepath.Join(root, *out)
-	}
-	if !filepath.IsAbs(*controller) {
-		*controller = filepath.Join(root, *controller)
-	}
-	cfg := config{root: root, kubeconfig: cluster.Kubeconfig(root), controller: *controller,
-		out: *out, profile: *profile, scenarios: map[string]bool{}}
-	cfg.extraArgs = strings.Fields(*extraArgs)
-	for _, s := range strings.Split(*scen, ",") {
-		cfg.scenarios[strings.TrimSpace(s)] = true
-	}
-	runID := strconv.FormatInt(time.Now().Unix()%1_000_000, 36)
-	cfg.workDir = filepath.Join(root, "bin", "bench", runID)
-	if err := os.MkdirAll(cfg.workDir, 0o755); err != nil {
 		return err
 	}
 
@@ -120,29 +90,14 @@ func run() error {
 			}
 		}()
 	}
-	utilruntime.Must(v1alpha1.AddToScheme(scheme.Scheme))
-	rc, err := clientcmd.BuildConfigFromFlags("", cfg.kubeconfig)
+	b, err := newBench(ctx, cfg, p, runID)
 	if err != nil {
-		return fmt.Errorf("reading %s (start the cluster with make cluster): %w", cfg.kubeconfig, err)
-	}
-	// Staging must not be what limits the run.
-	rc.QPS, rc.Burst = 500, 1000
-	cs, err := kubernetes.NewForConfig(rc)
-	if err != nil {
-		return err
-	}
-	k8s, err := client.NewWithWatch(rc, client.Options{Scheme: scheme.Scheme})
-	if err != nil {
-		return err
-	}
-	b := &bench{cfg: cfg, p: p, s: &stage.Stager{CS: cs, RunID: runID, Apps: appNamespace, Requests: requestNamespace}, k8s: k8s, rc: rc, track: newTracker()}
-	if err := b.s.Namespaces(ctx); err != nil {
 		return err
 	}
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
-	go b.track.watchRequests(watchCtx, k8s, runID)
-	go b.track.watchLeases(watchCtx, cs, runID)
+	go b.track.watchRequests(watchCtx, b.k8s, runID)
+	go b.track.watchLeases(watchCtx, b.s.CS, runID)
 	defer func() {
 		cctx, ccancel := context.WithTimeout(context.Background(), 10*time.Minute)
 		defer ccancel()
@@ -151,9 +106,95 @@ func run() error {
 		}
 	}()
 
-	res := &Result{Preset: p.name, StartedAt: time.Now().UTC(), Commit: gitDescribe(root), Machine: machine(),
+	res := &Result{Preset: p.name, StartedAt: time.Now().UTC(), Commit: gitDescribe(cfg.root), Machine: machine(),
 		Command: "make bench BENCH=" + p.name}
 	logf("Run %s, preset %s, work directory %s", runID, p.name, cfg.workDir)
+	if err := b.scenarios(ctx, res); err != nil {
+		return err
+	}
+
+	summary := summarise(res)
+	fmt.Println(summary)
+	for _, dir := range []string{cfg.workDir, cfg.out} {
+		if dir == "" {
+			continue
+		}
+		if err := write(res, summary, dir); err != nil {
+			return err
+		}
+		logf("Wrote %s", dir)
+	}
+	return verdict(res, p)
+}
+
+// configure reads the flags into a config and a preset, and makes the run's
+// work directory; it returns the run's ID too.
+func configure() (config, preset, string, error) {
+	root, err := cluster.Root()
+	if err != nil {
+		return config{}, preset{}, "", err
+	}
+	presetName := flag.String("preset", "small", "full (the issue's sizes) or small (make test's smoke run)")
+	out := flag.String("out", "", "directory for results.json and the plots, relative to the repository root; empty writes them only into the work directory")
+	scen := flag.String("scenarios", "latency,memory,storm,disruptive", "scenarios to run, comma-separated")
+	controller := flag.String("controller", filepath.Join(root, "bin", "remediator"), "the remediator binary to measure, relative to the repository root")
+	extraArgs := flag.String("controller-args", "", "extra flags for the controller, space-separated (the default is its default flags)")
+	profile := flag.Bool("profile", false, "save a CPU profile of the controller during the storm (pprof) into the work directory")
+	flag.Parse()
+	p, ok := presets[*presetName]
+	if !ok {
+		return config{}, p, "", fmt.Errorf("unknown preset %q (full or small)", *presetName)
+	}
+	// The harness runs from its own module's directory (test/harness): -out and
+	// -controller name paths of the repository, such as docs/benchmarks.
+	if *out != "" && !filepath.IsAbs(*out) {
+		*out = filepath.Join(root, *out)
+	}
+	if !filepath.IsAbs(*controller) {
+		*controller = filepath.Join(root, *controller)
+	}
+	cfg := config{root: root, kubeconfig: cluster.Kubeconfig(root), controller: *controller,
+		out: *out, profile: *profile, scenarios: map[string]bool{}}
+	cfg.extraArgs = strings.Fields(*extraArgs)
+	for _, s := range strings.Split(*scen, ",") {
+		cfg.scenarios[strings.TrimSpace(s)] = true
+	}
+	runID := strconv.FormatInt(time.Now().Unix()%1_000_000, 36)
+	cfg.workDir = filepath.Join(root, "bin", "bench", runID)
+	if err := os.MkdirAll(cfg.workDir, 0o755); err != nil {
+		return cfg, p, "", err
+	}
+	return cfg, p, runID, nil
+}
+
+// newBench makes the run's clients of the cluster and its namespaces.
+func newBench(ctx context.Context, cfg config, p preset, runID string) (*bench, error) {
+	utilruntime.Must(v1alpha1.AddToScheme(scheme.Scheme))
+	rc, err := clientcmd.BuildConfigFromFlags("", cfg.kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("reading %s (start the cluster with make cluster): %w", cfg.kubeconfig, err)
+	}
+	// Staging must not be what limits the run.
+	rc.QPS, rc.Burst = 500, 1000
+	cs, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return nil, err
+	}
+	k8s, err := client.NewWithWatch(rc, client.Options{Scheme: scheme.Scheme})
+	if err != nil {
+		return nil, err
+	}
+	b := &bench{cfg: cfg, p: p, s: &stage.Stager{CS: cs, RunID: runID, Apps: appNamespace, Requests: requestNamespace}, k8s: k8s, rc: rc, track: newTracker()}
+	if err := b.s.Namespaces(ctx); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// scenarios runs the scenarios the flags chose, into res.
+func (b *bench) scenarios(ctx context.Context, res *Result) error {
+	cfg, p := b.cfg, b.p
+	var err error
 	if cfg.scenarios["latency"] {
 		if res.Latency, err = b.latency(ctx); err != nil {
 			return fmt.Errorf("latency: %w", err)
@@ -182,19 +223,7 @@ func run() error {
 			return fmt.Errorf("storm: %w", err)
 		}
 	}
-
-	summary := summarise(res)
-	fmt.Println(summary)
-	for _, dir := range []string{cfg.workDir, cfg.out} {
-		if dir == "" {
-			continue
-		}
-		if err := write(res, summary, dir); err != nil {
-			return err
-		}
-		logf("Wrote %s", dir)
-	}
-	return verdict(res, p)
+	return nil
 }
 
 // write saves results.json, summary.txt and the plots into dir.

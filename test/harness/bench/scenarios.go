@@ -381,12 +381,29 @@ func (b *bench) disruptive(ctx context.Context) (*Disruptive, error) {
 		res.OutOfOrder = append(res.OutOfOrder, "the watch could not follow every change: "+report.Err.Error())
 	}
 
-	type span struct {
-		name       string
-		start, end time.Time
+	spans := b.spans(names, res)
+	res.FIFO = len(res.OutOfOrder) == 0 && len(spans) == n
+	res.MaxConcurrent = maxConcurrent(spans)
+	handovers := handoverSeconds(spans, capacity)
+	if len(handovers) > 0 {
+		res.MaxHandoverSeconds = slices.Max(handovers)
+		res.P50HandoverSeconds = percentile(handovers, 50)
 	}
+	return res, nil
+}
+
+// runSpan is when one request of the disruptive storm ran: from Running to
+// terminal (zero if it never got there).
+type runSpan struct {
+	name       string
+	start, end time.Time
+}
+
+// spans are the runs of the requests named that reached Running, in the order
+// they started; it counts those that Succeeded into res.
+func (b *bench) spans(names []string, res *Disruptive) []runSpan {
 	b.track.mu.Lock()
-	var spans []span
+	var spans []runSpan
 	for _, nm := range names {
 		e := b.track.requests[nm]
 		if e == nil || e.running.IsZero() {
@@ -395,12 +412,16 @@ func (b *bench) disruptive(ctx context.Context) (*Disruptive, error) {
 		if e.phase == v1alpha1.PhaseSucceeded {
 			res.Succeeded++
 		}
-		spans = append(spans, span{name: nm, start: e.running, end: e.terminal})
+		spans = append(spans, runSpan{name: nm, start: e.running, end: e.terminal})
 	}
 	b.track.mu.Unlock()
 	sort.SliceStable(spans, func(i, j int) bool { return spans[i].start.Before(spans[j].start) })
-	res.FIFO = len(res.OutOfOrder) == 0 && len(spans) == n
-	// Concurrency: the most spans overlapping at any start.
+	return spans
+}
+
+// maxConcurrent is the concurrency: the most spans overlapping at any start.
+func maxConcurrent(spans []runSpan) int {
+	most := 0
 	for _, s := range spans {
 		running := 0
 		for _, o := range spans {
@@ -408,8 +429,14 @@ func (b *bench) disruptive(ctx context.Context) (*Disruptive, error) {
 				running++
 			}
 		}
-		res.MaxConcurrent = max(res.MaxConcurrent, running)
+		most = max(most, running)
 	}
+	return most
+}
+
+// handoverSeconds are the seconds each slot stood free between requests, for spans
+// in the order they started.
+func handoverSeconds(spans []runSpan, capacity int) []float64 {
 	// Handover: the k-th start after the first cap ones takes the slot the
 	// (k-cap)-th terminal request freed.
 	var ends []time.Time
@@ -425,11 +452,7 @@ func (b *bench) disruptive(ctx context.Context) (*Disruptive, error) {
 			handovers = append(handovers, max(0, spans[k].start.Sub(ends[k-capacity]).Seconds()))
 		}
 	}
-	if len(handovers) > 0 {
-		res.MaxHandoverSeconds = slices.Max(handovers)
-		res.P50HandoverSeconds = percentile(handovers, 50)
-	}
-	return res, nil
+	return handovers
 }
 
 func logf(format string, args ...any) {

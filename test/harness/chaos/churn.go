@@ -45,9 +45,7 @@ func (h *harness) churn(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	t := fmt.Sprint(churnStepTimeout)
-	extra := []string{"--leader-elect", "--leader-election-namespace", requestNamespace, "--max-concurrent-remediations", fmt.Sprint(churnCap),
-		"--eviction-timeout", t, "--pod-termination-timeout", t, "--plugin-restart-timeout", t}
+	c := newChurnRun(ctx, h, res)
 	// The cap and the order of admission, from the API server's order of changes,
 	// across every restart and leader change.
 	playbooks, err := remediations.DefaultPlaybooks()
@@ -59,166 +57,24 @@ func (h *harness) churn(ctx context.Context) error {
 		return err
 	}
 	defer watcher.Stop()
-	var mu sync.Mutex
-	replicas := map[string]*proc{}
-	seq := 0
-	startReplica := func() error {
-		seq++
-		name := fmt.Sprintf("replica-%d", seq)
-		p, err := h.start(procOpts{name: name, kubeconfig: h.cfg.kubeconfig, extra: extra})
-		if err != nil {
-			return err
-		}
-		mu.Lock()
-		replicas[name] = p
-		mu.Unlock()
-		return nil
-	}
-	defer func() {
-		for _, p := range replicas {
-			p.Stop()
-		}
-	}()
+	defer c.stopReplicas()
 	for range 2 {
-		if err := startReplica(); err != nil {
+		if err := c.startReplica(); err != nil {
 			return err
 		}
-	}
-	var twoMu sync.Mutex
-	leader := func() string {
-		mu.Lock()
-		defer mu.Unlock()
-		var leading []string
-		for _, name := range sortedKeys(replicas) {
-			if v, err := replicas[name].labelled(ctx, "leader_election_master_status"); err == nil && v == 1 {
-				leading = append(leading, name)
-			}
-		}
-		if len(leading) > 1 {
-			twoMu.Lock()
-			res.TwoLeaders = append(res.TwoLeaders, time.Now().Format("15:04:05.000")+": "+strings.Join(leading, ", "))
-			twoMu.Unlock()
-		}
-		if len(leading) == 0 {
-			return ""
-		}
-		return leading[0]
 	}
 
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
-	stuck := map[string]string{}
-	var leaders []string // the leaders seen, in order
-	var leadersMu sync.Mutex
-	var leaderSince time.Time
-	observeLeader := func(l string) {
-		leadersMu.Lock()
-		defer leadersMu.Unlock()
-		if l != "" && (len(leaders) == 0 || leaders[len(leaders)-1] != l) {
-			leaders = append(leaders, l)
-			leaderSince = time.Now()
-		}
-	}
 	var watchWG sync.WaitGroup
 	watchWG.Add(1)
 	go func() {
 		defer watchWG.Done()
-		for watchCtx.Err() == nil {
-			observeLeader(leader())
-			for name, why := range h.stuckRunning(watchCtx, churnStepTimeout+churnSlack) {
-				if _, seen := stuck[name]; !seen {
-					stuck[name] = why
-				}
-			}
-			select {
-			case <-watchCtx.Done():
-			case <-time.After(time.Second):
-			}
-		}
+		c.watch(watchCtx)
 	}()
 
-	// Waves of 50 requests every 3 s; one in five is deleted 0-10 s after it was
-	// created, often mid-run.
-	var delWG sync.WaitGroup
-	created := 0
-	restartsAt := map[int]bool{}
-	for i := 1; i <= h.p.churnRestarts; i++ {
-		restartsAt[i*len(subs)/(h.p.churnRestarts+1)/50*50] = true
-	}
-	var delErr error
-	var delMu sync.Mutex
-	restart := func() error {
-		// After a SIGKILL the next leader takes over only once the old one's
-		// lease expires (15 s): wait for it, as the kill is of the leader.
-		l := leader()
-		for deadline := time.Now().Add(90 * time.Second); l == "" && time.Now().Before(deadline); l = leader() {
-			time.Sleep(500 * time.Millisecond)
-		}
-		observeLeader(l)
-		// A leader serves at least minLeadership before it is killed: a real
-		// failover is rare, and a leader killed within seconds of taking over has
-		// no time to work, which would make every request look stuck.
-		leadersMu.Lock()
-		wait := minLeadership - time.Since(leaderSince)
-		leadersMu.Unlock()
-		time.Sleep(wait)
-		mu.Lock()
-		p := replicas[l]
-		mu.Unlock()
-		if p == nil {
-			return fmt.Errorf("no leader among %v", sortedKeys(replicas))
-		}
-		if res.Restarts%2 == 0 {
-			p.Kill()
-		} else {
-			p.Stop()
-		}
-		mu.Lock()
-		delete(replicas, l)
-		mu.Unlock()
-		res.Restarts++
-		logf("R4 restart %d: %s (the leader) %s", res.Restarts, l, map[bool]string{true: "killed", false: "stopped"}[res.Restarts%2 == 1])
-		return startReplica()
-	}
-	for created < len(subs) {
-		if restartsAt[created] {
-			if err := restart(); err != nil {
-				return err
-			}
-		}
-		wave := subs[created:min(created+50, len(subs))]
-		for _, s := range wave {
-			if err := h.k8s.Create(ctx, s.RR); err != nil {
-				return err
-			}
-			if rng.IntN(5) == 0 {
-				s.Deleted = true
-				res.DeletedMidRun++
-				delWG.Add(1)
-				go func(s *subject, after time.Duration) {
-					defer delWG.Done()
-					time.Sleep(after)
-					if err := h.k8s.Delete(ctx, s.RR); client.IgnoreNotFound(err) != nil {
-						delMu.Lock()
-						delErr = err
-						delMu.Unlock()
-					}
-				}(s, time.Duration(rng.IntN(10_000))*time.Millisecond)
-			}
-		}
-		created += len(wave)
-		res.Created = created
-		time.Sleep(3 * time.Second)
-	}
-	for res.Restarts < h.p.churnRestarts {
-		time.Sleep(5 * time.Second)
-		if err := restart(); err != nil {
-			return err
-		}
-	}
-	delWG.Wait()
-	if delErr != nil {
-		return delErr
+	if err := c.createAll(rng, subs); err != nil {
+		return err
 	}
 	logf("R4 %d created, %d deleted mid-run, %d restarts; waiting for the rest", res.Created, res.DeletedMidRun, res.Restarts)
 	if err := h.waitTerminal(ctx, subs, 10*time.Minute); err != nil {
@@ -231,21 +87,221 @@ func (h *harness) churn(ctx context.Context) error {
 	}
 	stopWatch()
 	watchWG.Wait()
-	// The leader after the last restart.
-	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(500 * time.Millisecond) {
-		if l := leader(); l != "" {
-			observeLeader(l)
-			break
-		}
-	}
-	res.LeaderChanges = max(0, len(leaders)-1)
-	res.Leaders = leaders
-	for _, name := range sortedKeys(stuck) {
-		res.Stuck = append(res.Stuck, name+": "+stuck[name])
-	}
+	c.record()
 	settle()
 	res.Verdict, err = h.judge(ctx, subs, offset)
 	return err
+}
+
+// churnRun is the state R4 shares between its main loop, the restarts, the
+// watching goroutine and the mid-run deletions.
+type churnRun struct {
+	h     *harness
+	ctx   context.Context
+	res   *Churn
+	extra []string // the replicas' flags
+
+	mu       sync.Mutex // guards replicas
+	replicas map[string]*proc
+	seq      int
+
+	twoMu sync.Mutex // guards res.TwoLeaders
+
+	leaders     []string // the leaders seen, in order
+	leadersMu   sync.Mutex
+	leaderSince time.Time
+
+	stuck map[string]string // written by watch, read once it has ended
+
+	delWG  sync.WaitGroup
+	delErr error
+	delMu  sync.Mutex
+}
+
+func newChurnRun(ctx context.Context, h *harness, res *Churn) *churnRun {
+	t := fmt.Sprint(churnStepTimeout)
+	extra := []string{"--leader-elect", "--leader-election-namespace", requestNamespace, "--max-concurrent-remediations", fmt.Sprint(churnCap),
+		"--eviction-timeout", t, "--pod-termination-timeout", t, "--plugin-restart-timeout", t}
+	return &churnRun{h: h, ctx: ctx, res: res, extra: extra, replicas: map[string]*proc{}, stuck: map[string]string{}}
+}
+
+func (c *churnRun) startReplica() error {
+	c.seq++
+	name := fmt.Sprintf("replica-%d", c.seq)
+	p, err := c.h.start(procOpts{name: name, kubeconfig: c.h.cfg.kubeconfig, extra: c.extra})
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	c.replicas[name] = p
+	c.mu.Unlock()
+	return nil
+}
+
+func (c *churnRun) stopReplicas() {
+	for _, p := range c.replicas {
+		p.Stop()
+	}
+}
+
+// leader is the replica leading now, or "" if none is; two at once are recorded.
+func (c *churnRun) leader() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var leading []string
+	for _, name := range sortedKeys(c.replicas) {
+		if v, err := c.replicas[name].labelled(c.ctx, "leader_election_master_status"); err == nil && v == 1 {
+			leading = append(leading, name)
+		}
+	}
+	if len(leading) > 1 {
+		c.twoMu.Lock()
+		c.res.TwoLeaders = append(c.res.TwoLeaders, time.Now().Format("15:04:05.000")+": "+strings.Join(leading, ", "))
+		c.twoMu.Unlock()
+	}
+	if len(leading) == 0 {
+		return ""
+	}
+	return leading[0]
+}
+
+func (c *churnRun) observeLeader(l string) {
+	c.leadersMu.Lock()
+	defer c.leadersMu.Unlock()
+	if l != "" && (len(c.leaders) == 0 || c.leaders[len(c.leaders)-1] != l) {
+		c.leaders = append(c.leaders, l)
+		c.leaderSince = time.Now()
+	}
+}
+
+// watch follows the leader and the requests stuck in Running, once a second,
+// until ctx ends.
+func (c *churnRun) watch(ctx context.Context) {
+	for ctx.Err() == nil {
+		c.observeLeader(c.leader())
+		for name, why := range c.h.stuckRunning(ctx, churnStepTimeout+churnSlack) {
+			if _, seen := c.stuck[name]; !seen {
+				c.stuck[name] = why
+			}
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// createAll creates subs, restarting the leader at the planned points and then
+// until every restart is done, and waits for the mid-run deletions.
+func (c *churnRun) createAll(rng *rand.Rand, subs []*subject) error {
+	// Waves of 50 requests every 3 s; one in five is deleted 0-10 s after it was
+	// created, often mid-run.
+	res := c.res
+	created := 0
+	restartsAt := map[int]bool{}
+	for i := 1; i <= c.h.p.churnRestarts; i++ {
+		restartsAt[i*len(subs)/(c.h.p.churnRestarts+1)/50*50] = true
+	}
+	for created < len(subs) {
+		if restartsAt[created] {
+			if err := c.restart(); err != nil {
+				return err
+			}
+		}
+		wave := subs[created:min(created+50, len(subs))]
+		if err := c.createWave(rng, wave); err != nil {
+			return err
+		}
+		created += len(wave)
+		res.Created = created
+		time.Sleep(3 * time.Second)
+	}
+	for res.Restarts < c.h.p.churnRestarts {
+		time.Sleep(5 * time.Second)
+		if err := c.restart(); err != nil {
+			return err
+		}
+	}
+	c.delWG.Wait()
+	return c.delErr
+}
+
+// createWave creates one wave and schedules the deletions of some of it.
+func (c *churnRun) createWave(rng *rand.Rand, wave []*subject) error {
+	for _, s := range wave {
+		if err := c.h.k8s.Create(c.ctx, s.RR); err != nil {
+			return err
+		}
+		if rng.IntN(5) == 0 {
+			s.Deleted = true
+			c.res.DeletedMidRun++
+			c.delWG.Add(1)
+			go func(s *subject, after time.Duration) {
+				defer c.delWG.Done()
+				time.Sleep(after)
+				if err := c.h.k8s.Delete(c.ctx, s.RR); client.IgnoreNotFound(err) != nil {
+					c.delMu.Lock()
+					c.delErr = err
+					c.delMu.Unlock()
+				}
+			}(s, time.Duration(rng.IntN(10_000))*time.Millisecond)
+		}
+	}
+	return nil
+}
+
+// restart kills (SIGKILL or SIGTERM, alternately) the leader and starts a
+// replica in its place.
+func (c *churnRun) restart() error {
+	res := c.res
+	// After a SIGKILL the next leader takes over only once the old one's
+	// lease expires (15 s): wait for it, as the kill is of the leader.
+	l := c.leader()
+	for deadline := time.Now().Add(90 * time.Second); l == "" && time.Now().Before(deadline); l = c.leader() {
+		time.Sleep(500 * time.Millisecond)
+	}
+	c.observeLeader(l)
+	// A leader serves at least minLeadership before it is killed: a real
+	// failover is rare, and a leader killed within seconds of taking over has
+	// no time to work, which would make every request look stuck.
+	c.leadersMu.Lock()
+	wait := minLeadership - time.Since(c.leaderSince)
+	c.leadersMu.Unlock()
+	time.Sleep(wait)
+	c.mu.Lock()
+	p := c.replicas[l]
+	c.mu.Unlock()
+	if p == nil {
+		return fmt.Errorf("no leader among %v", sortedKeys(c.replicas))
+	}
+	if res.Restarts%2 == 0 {
+		p.Kill()
+	} else {
+		p.Stop()
+	}
+	c.mu.Lock()
+	delete(c.replicas, l)
+	c.mu.Unlock()
+	res.Restarts++
+	logf("R4 restart %d: %s (the leader) %s", res.Restarts, l, map[bool]string{true: "killed", false: "stopped"}[res.Restarts%2 == 1])
+	return c.startReplica()
+}
+
+// record notes the leader after the last restart, and puts the leaders and
+// the stuck requests in the result; watch must have ended.
+func (c *churnRun) record() {
+	// The leader after the last restart.
+	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(500 * time.Millisecond) {
+		if l := c.leader(); l != "" {
+			c.observeLeader(l)
+			break
+		}
+	}
+	c.res.LeaderChanges = max(0, len(c.leaders)-1)
+	c.res.Leaders = c.leaders
+	for _, name := range sortedKeys(c.stuck) {
+		c.res.Stuck = append(c.res.Stuck, name+": "+c.stuck[name])
+	}
 }
 
 // stuckRunning lists the run's requests Running with a step started longer than

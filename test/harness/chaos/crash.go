@@ -38,44 +38,79 @@ func (h *harness) crash(ctx context.Context) error {
 		res.MinKills = 50
 	}
 	h.result.Crash = res
-	plugin := 0
-	nextPluginNode := func() string { n := pluginNodes[plugin%len(pluginNodes)]; plugin++; return n }
+	c := &crashRun{h: h, res: res}
 	for _, b := range playbookBranches {
-		var points []string
-		if h.p.everyBoundary {
-			for _, st := range b.Steps {
-				for _, bd := range failpoint.Boundaries {
-					points = append(points, failpoint.Name(st, bd))
-				}
-			}
-		} else {
-			points = []string{smokePoints[b]}
-		}
-		for _, fp := range points {
-			pn := ""
-			if b == brPlugin {
-				pn = nextPluginNode()
-			}
-			killed, v, err := h.crashCycle(ctx, b, fp, pn, cycleOpts{})
-			if err != nil {
-				return fmt.Errorf("%s at %s: %w", b.Name, fp, err)
-			}
-			res.Verdict.add(v)
-			if killed {
-				res.FailpointKills++
-				res.ByPoint[b.Playbook+" "+fp]++
-			} else if mustReach(fp) {
-				// A destructive step always calls the API server once (its Done is
-				// false until it acted), and every step's start is journaled: a
-				// point of theirs not reached means the crash was never tested
-				// (a build without the failpoints tag, a moved call).
-				res.Unreached = append(res.Unreached, b.Playbook+" "+fp)
-			} else {
-				res.NotReached = append(res.NotReached, b.Playbook+" "+fp)
-			}
-			logf("R1 %s %s: killed %v, %d/%d correct, %d violations", b.Playbook, fp, killed, v.Correct, v.Requests, v.Violations())
+		if err := c.boundaryKills(ctx, b); err != nil {
+			return err
 		}
 	}
+	if err := c.holderBackKills(ctx); err != nil {
+		return err
+	}
+	if h.p.everyBoundary {
+		if err := c.restoreKills(ctx); err != nil {
+			return err
+		}
+	}
+	return c.timed(ctx)
+}
+
+// crashRun is the state the parts of R1 share.
+type crashRun struct {
+	h      *harness
+	res    *Crash
+	plugin int // the plugin nodes handed out so far
+}
+
+func (c *crashRun) nextPluginNode() string {
+	n := pluginNodes[c.plugin%len(pluginNodes)]
+	c.plugin++
+	return n
+}
+
+// boundaryKills kills the controller at each of b's crash points: every boundary
+// of every step in the full preset, its smoke point otherwise.
+func (c *crashRun) boundaryKills(ctx context.Context, b *branch) error {
+	h, res := c.h, c.res
+	var points []string
+	if h.p.everyBoundary {
+		for _, st := range b.Steps {
+			for _, bd := range failpoint.Boundaries {
+				points = append(points, failpoint.Name(st, bd))
+			}
+		}
+	} else {
+		points = []string{smokePoints[b]}
+	}
+	for _, fp := range points {
+		pn := ""
+		if b == brPlugin {
+			pn = c.nextPluginNode()
+		}
+		killed, v, err := h.crashCycle(ctx, b, fp, pn, cycleOpts{})
+		if err != nil {
+			return fmt.Errorf("%s at %s: %w", b.Name, fp, err)
+		}
+		res.Verdict.add(v)
+		if killed {
+			res.FailpointKills++
+			res.ByPoint[b.Playbook+" "+fp]++
+		} else if mustReach(fp) {
+			// A destructive step always calls the API server once (its Done is
+			// false until it acted), and every step's start is journaled: a
+			// point of theirs not reached means the crash was never tested
+			// (a build without the failpoints tag, a moved call).
+			res.Unreached = append(res.Unreached, b.Playbook+" "+fp)
+		} else {
+			res.NotReached = append(res.NotReached, b.Playbook+" "+fp)
+		}
+		logf("R1 %s %s: killed %v, %d/%d correct, %d violations", b.Playbook, fp, killed, v.Correct, v.Requests, v.Violations())
+	}
+	return nil
+}
+
+func (c *crashRun) holderBackKills(ctx context.Context) error {
+	h, res := c.h, c.res
 	// The holder comes back while the controller is down, after the release was
 	// journaled or right before its delete: the restarted controller's re-check
 	// must refuse. A shut-down holder's out-of-service taint is removed; a fenced
@@ -95,31 +130,43 @@ func (h *harness) crash(ctx context.Context) error {
 		}
 		logf("R1 %s while down, %s: killed %v, %d/%d correct, %d violations", back.label, back.fp, killed, v.Correct, v.Requests, v.Violations())
 	}
-	if h.p.everyBoundary {
-		for _, b := range []*branch{brMove, brPlugin} {
-			for _, fp := range restorePoints {
-				pn := ""
-				if b == brPlugin {
-					pn = nextPluginNode()
-				}
-				killed, v, err := h.restoreCycle(ctx, b, fp, pn)
-				if err != nil {
-					return fmt.Errorf("%s deleted mid-run, at %s: %w", b.Name, fp, err)
-				}
-				res.Verdict.add(v)
-				if killed {
-					res.FailpointKills++
-					res.ByPoint[b.Playbook+" (deleted) "+fp]++
-				} else {
-					res.Unreached = append(res.Unreached, b.Playbook+" (deleted) "+fp)
-				}
-				logf("R1 %s deleted mid-run, %s: killed %v, %d/%d correct, %d violations", b.Playbook, fp, killed, v.Correct, v.Requests, v.Violations())
+	return nil
+}
+
+// restoreKills kills the controller at each point of the restore of a request
+// deleted mid-run.
+func (c *crashRun) restoreKills(ctx context.Context) error {
+	h, res := c.h, c.res
+	for _, b := range []*branch{brMove, brPlugin} {
+		for _, fp := range restorePoints {
+			pn := ""
+			if b == brPlugin {
+				pn = c.nextPluginNode()
 			}
+			killed, v, err := h.restoreCycle(ctx, b, fp, pn)
+			if err != nil {
+				return fmt.Errorf("%s deleted mid-run, at %s: %w", b.Name, fp, err)
+			}
+			res.Verdict.add(v)
+			if killed {
+				res.FailpointKills++
+				res.ByPoint[b.Playbook+" (deleted) "+fp]++
+			} else {
+				res.Unreached = append(res.Unreached, b.Playbook+" (deleted) "+fp)
+			}
+			logf("R1 %s deleted mid-run, %s: killed %v, %d/%d correct, %d violations", b.Playbook, fp, killed, v.Correct, v.Requests, v.Violations())
 		}
 	}
+	return nil
+}
+
+// timed kills the controller at random moments until the preset's number of
+// timed kills is reached.
+func (c *crashRun) timed(ctx context.Context) error {
+	h, res := c.h, c.res
 	rng := rand.New(rand.NewPCG(uint64(h.cfg.seed), 1))
 	for res.TimedKills < h.p.timedKills {
-		n, v, err := h.timedKills(ctx, rng, nextPluginNode())
+		n, v, err := h.timedKills(ctx, rng, c.nextPluginNode())
 		if err != nil {
 			return fmt.Errorf("timed kills: %w", err)
 		}

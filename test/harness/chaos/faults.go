@@ -84,29 +84,17 @@ func (h *harness) faults(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	up := rest.CopyConfig(h.rest)
-	up.UserAgent = "" // the proxy passes the controller's own User-Agent on
-	up.QPS, up.Burst = 0, 0
 	// While the controller starts, only its watches draw faults: a start-up that
 	// fails is a restart, which R1 covers, and R2 is about a controller at work.
 	// Its watches are opened during start-up and live for minutes, so they must
 	// draw their cuts then.
 	var starting atomic.Bool
 	starting.Store(true)
-	fc := faultproxy.DefaultConfig(uint64(h.cfg.seed))
-	fc.Exclude = func(r *http.Request) bool {
-		w := r.URL.Query().Get("watch")
-		return starting.Load() && w != "true" && w != "1"
-	}
-	fp, err := faultproxy.New(up, fc)
+	fp, kubeconfig, err := h.faultProxy(&starting)
 	if err != nil {
 		return err
 	}
 	defer func() { _ = fp.Close() }()
-	kubeconfig := filepath.Join(h.workDir, "faultproxy.kubeconfig")
-	if err := fp.WriteKubeconfig(kubeconfig); err != nil {
-		return err
-	}
 	back, err := h.holderBackUnderFaults(ctx, kubeconfig, &starting)
 	if err != nil {
 		return err
@@ -138,17 +126,68 @@ func (h *harness) faults(ctx context.Context) error {
 	logf("R2 all terminal in %s", time.Since(start).Round(time.Second))
 	fp.Pause()
 	st := fp.Stats()
+	recordFaults(res, st, fp.DroppedReplies())
+	if err := backAtBaseline(ctx, res, p); err != nil {
+		return err
+	}
+	// Judged after the settling: a call made after a request ended counts too.
+	if res.Verdict, err = h.judge(ctx, append(subs, back...), offset); err != nil {
+		return err
+	}
+	if h.p.faultRequests >= 200 {
+		for _, k := range faultproxy.Kinds {
+			if st.Injected[k] == 0 {
+				res.Missing = append(res.Missing, string(k))
+			}
+		}
+	}
+	return nil
+}
+
+// faultProxy starts the fault proxy in front of the API server, drawing no
+// faults but on watches while starting is set, and writes a kubeconfig that
+// reaches the server through it. The caller closes the proxy.
+func (h *harness) faultProxy(starting *atomic.Bool) (*faultproxy.Proxy, string, error) {
+	up := rest.CopyConfig(h.rest)
+	up.UserAgent = "" // the proxy passes the controller's own User-Agent on
+	up.QPS, up.Burst = 0, 0
+	fc := faultproxy.DefaultConfig(uint64(h.cfg.seed))
+	fc.Exclude = func(r *http.Request) bool {
+		w := r.URL.Query().Get("watch")
+		return starting.Load() && w != "true" && w != "1"
+	}
+	fp, err := faultproxy.New(up, fc)
+	if err != nil {
+		return nil, "", err
+	}
+	kubeconfig := filepath.Join(h.workDir, "faultproxy.kubeconfig")
+	if err := fp.WriteKubeconfig(kubeconfig); err != nil {
+		_ = fp.Close()
+		return nil, "", err
+	}
+	return fp, kubeconfig, nil
+}
+
+// recordFaults puts the faults injected, the calls forwarded and the destructive
+// calls whose replies were dropped in res.
+func recordFaults(res *Faults, st faultproxy.Stats, dropped []faultproxy.DroppedReply) {
 	for k, v := range st.Injected {
 		res.Injected[string(k)] = int64(v)
 	}
 	res.Forwarded = int64(st.Clean + st.Skipped)
 	var destructiveDropped []string
-	for _, d := range fp.DroppedReplies() {
+	for _, d := range dropped {
 		if d.Method == "DELETE" || strings.Contains(d.RequestURI, "/eviction") || (d.Method == "PATCH" && d.Resource == "nodes") {
 			destructiveDropped = append(destructiveDropped, d.Method+" "+d.RequestURI)
 		}
 	}
 	res.DestructiveRepliesDropped = len(destructiveDropped)
+}
+
+// backAtBaseline measures the controller p once the faults are off and says in
+// res whether its goroutines and memory are back at their baseline.
+func backAtBaseline(ctx context.Context, res *Faults, p *proc) error {
+	var err error
 	// Back at baseline: the faults are off and nothing is left to do; give
 	// client-go's backoffs and the cut watches' re-lists time to end.
 	time.Sleep(30 * time.Second)
@@ -172,17 +211,6 @@ func (h *harness) faults(ctx context.Context) error {
 		res.Baseline = fmt.Sprintf("back at baseline (goroutines within before x1.1 + 10 = %.0f, RSS within before x1.5 + 32 MiB = %.0f MiB)", gLimit, mLimit)
 	}
 	logf("R2 %s", res.Baseline)
-	// Judged after the settling: a call made after a request ended counts too.
-	if res.Verdict, err = h.judge(ctx, append(subs, back...), offset); err != nil {
-		return err
-	}
-	if h.p.faultRequests >= 200 {
-		for _, k := range faultproxy.Kinds {
-			if st.Injected[k] == 0 {
-				res.Missing = append(res.Missing, string(k))
-			}
-		}
-	}
 	return nil
 }
 

@@ -75,87 +75,17 @@ func (h *harness) judge(ctx context.Context, subjects []*subject, offset int64) 
 		byKey[owner][c.key()] = append(byKey[owner][c.key()], c)
 	}
 	for _, s := range subjects {
-		ok := true
-		fail := func(list *[]string, format string, args ...any) {
-			*list = append(*list, s.RR.Name+" ("+s.Branch.Name+"): "+fmt.Sprintf(format, args...))
-			ok = false
+		sc := &subjectCheck{v: &v, s: s, ok: true, want: s.expected(), got: byKey[s]}
+		if err := h.checkCalls(ctx, sc, podGone); err != nil {
+			return v, err
 		}
-		want := s.expected()
-		got := byKey[s]
-		for _, k := range sortedKeys(got) {
-			cs := got[k]
-			if n := certain(cs); n > 1 {
-				fail(&v.Repeated, "%s ran %d times", k, n)
-			}
-			if !slices.Contains(want, k) {
-				fail(&v.Unsafe, "%s: a call branch %s never makes", k, s.Branch.Name)
-				continue
-			}
-			if cs[0].Kind == callDeleteLease {
-				if why := h.unsafeDelete(s, cs[0], podGone); why != "" {
-					fail(&v.Unsafe, "%s: %s", k, why)
-				}
-			}
+		if err := h.checkState(ctx, sc); err != nil {
+			return v, err
 		}
-		if why := outOfOrder(s, got); why != "" {
-			fail(&v.Unsafe, "%s", why)
+		if err := h.checkNode(ctx, sc); err != nil {
+			return v, err
 		}
-		// Not only the audit log: a branch that never deletes the Lease (a holder
-		// that came back mid-playbook among them) must end with the very Lease that
-		// was staged still in place, whoever would have removed it. A delete the
-		// audit log shows is already counted above, once.
-		if s.Lease != "" && !slices.Contains(s.Branch.Calls, callDeleteLease) && len(got[callDeleteLease+" "+s.Lease]) == 0 {
-			why, err := h.leaseKept(ctx, s)
-			if err != nil {
-				return v, err
-			}
-			if why != "" {
-				fail(&v.Unsafe, "%s", why)
-			}
-		}
-		rr, err := h.settled(ctx, s)
-		switch {
-		case s.Deleted && apierrors.IsNotFound(err):
-		case s.Deleted && err == nil:
-			fail(&v.Leaks, "deleted, still there with finalizers %v (phase %s)", rr.Finalizers, rr.Status.Phase)
-		case err != nil:
-			return v, fmt.Errorf("reading %s: %w", s.RR.Name, err)
-		default:
-			if len(rr.Finalizers) > 0 {
-				fail(&v.Leaks, "terminal with finalizers %v", rr.Finalizers)
-			}
-			d := rr.Status.Decision
-			rule, playbook := "", ""
-			if d != nil {
-				rule, playbook = d.Rule, d.Playbook
-			}
-			if rr.Status.Phase != s.Branch.Phase || rule != s.Branch.Rule || playbook != s.Branch.Playbook {
-				fail(&v.Wrong, "phase %s rule %q playbook %q, want %s %q %q (%s)", rr.Status.Phase, rule, playbook,
-					s.Branch.Phase, s.Branch.Rule, s.Branch.Playbook, condMessage(rr))
-			} else if c := meta.FindStatusCondition(rr.Status.Conditions, v1alpha1.ConditionSucceeded); len(s.Branch.FailReasons) > 0 && (c == nil || !slices.Contains(s.Branch.FailReasons, c.Reason)) {
-				fail(&v.Wrong, "failed, but not with %s (%s)", strings.Join(s.Branch.FailReasons, " or "), condMessage(rr))
-			} else if s.Branch.Recheck && (d.RecheckAt == nil || d.RecheckAt.Time.Sub(s.LeaseCreated.Add(youngGate)).Abs() > 5*time.Second) {
-				fail(&v.Wrong, "rejected without the recheck when the Lease is %s old, within 5 s (recheckAt %v, Lease created %s)", youngGate, d.RecheckAt, s.LeaseCreated.Format(time.TimeOnly))
-			} else if s.Branch.Phase == v1alpha1.PhaseSucceeded {
-				for _, k := range want {
-					if len(got[k]) == 0 {
-						fail(&v.Wrong, "Succeeded without %s in the audit log", k)
-					}
-				}
-			}
-		}
-		if s.Node != "" {
-			n, err := h.node(ctx, s.Node)
-			switch {
-			case apierrors.IsNotFound(err):
-			case err != nil:
-				return v, err
-			case n.Spec.Unschedulable || n.Annotations[remediations.CordonedByAnnotation] != "":
-				fail(&v.Leaks, "node %s left cordoned (unschedulable %v, %s=%q)", s.Node, n.Spec.Unschedulable,
-					remediations.CordonedByAnnotation, n.Annotations[remediations.CordonedByAnnotation])
-			}
-		}
-		if ok {
+		if sc.ok {
 			v.Correct++
 		}
 	}
@@ -163,6 +93,115 @@ func (h *harness) judge(ctx context.Context, subjects []*subject, offset int64) 
 		sort.Strings(l)
 	}
 	return v, nil
+}
+
+// subjectCheck is the judging of one subject: its violations go to v, and ok
+// says whether it had none.
+type subjectCheck struct {
+	v    *Verdict
+	s    *subject
+	ok   bool
+	want []string          // the calls the subject's branch makes
+	got  map[string][]call // the subject's calls in the audit log, by key
+}
+
+func (sc *subjectCheck) fail(list *[]string, format string, args ...any) {
+	*list = append(*list, sc.s.RR.Name+" ("+sc.s.Branch.Name+"): "+fmt.Sprintf(format, args...))
+	sc.ok = false
+}
+
+// checkCalls checks the subject's destructive calls: none repeated, none its
+// branch never makes, none unsafe or out of order, and its Lease kept where the
+// branch keeps it.
+func (h *harness) checkCalls(ctx context.Context, sc *subjectCheck, podGone map[string]time.Time) error {
+	s, v, got := sc.s, sc.v, sc.got
+	for _, k := range sortedKeys(got) {
+		cs := got[k]
+		if n := certain(cs); n > 1 {
+			sc.fail(&v.Repeated, "%s ran %d times", k, n)
+		}
+		if !slices.Contains(sc.want, k) {
+			sc.fail(&v.Unsafe, "%s: a call branch %s never makes", k, s.Branch.Name)
+			continue
+		}
+		if cs[0].Kind == callDeleteLease {
+			if why := h.unsafeDelete(s, cs[0], podGone); why != "" {
+				sc.fail(&v.Unsafe, "%s: %s", k, why)
+			}
+		}
+	}
+	if why := outOfOrder(s, got); why != "" {
+		sc.fail(&v.Unsafe, "%s", why)
+	}
+	// Not only the audit log: a branch that never deletes the Lease (a holder
+	// that came back mid-playbook among them) must end with the very Lease that
+	// was staged still in place, whoever would have removed it. A delete the
+	// audit log shows is already counted above, once.
+	if s.Lease != "" && !slices.Contains(s.Branch.Calls, callDeleteLease) && len(got[callDeleteLease+" "+s.Lease]) == 0 {
+		why, err := h.leaseKept(ctx, s)
+		if err != nil {
+			return err
+		}
+		if why != "" {
+			sc.fail(&v.Unsafe, "%s", why)
+		}
+	}
+	return nil
+}
+
+// checkState checks the subject's request: gone if it was deleted, else
+// terminal without finalizers, in the runbook's phase, for the runbook's reason.
+func (h *harness) checkState(ctx context.Context, sc *subjectCheck) error {
+	s, v := sc.s, sc.v
+	rr, err := h.settled(ctx, s)
+	switch {
+	case s.Deleted && apierrors.IsNotFound(err):
+	case s.Deleted && err == nil:
+		sc.fail(&v.Leaks, "deleted, still there with finalizers %v (phase %s)", rr.Finalizers, rr.Status.Phase)
+	case err != nil:
+		return fmt.Errorf("reading %s: %w", s.RR.Name, err)
+	default:
+		if len(rr.Finalizers) > 0 {
+			sc.fail(&v.Leaks, "terminal with finalizers %v", rr.Finalizers)
+		}
+		d := rr.Status.Decision
+		rule, playbook := "", ""
+		if d != nil {
+			rule, playbook = d.Rule, d.Playbook
+		}
+		if rr.Status.Phase != s.Branch.Phase || rule != s.Branch.Rule || playbook != s.Branch.Playbook {
+			sc.fail(&v.Wrong, "phase %s rule %q playbook %q, want %s %q %q (%s)", rr.Status.Phase, rule, playbook,
+				s.Branch.Phase, s.Branch.Rule, s.Branch.Playbook, condMessage(rr))
+		} else if c := meta.FindStatusCondition(rr.Status.Conditions, v1alpha1.ConditionSucceeded); len(s.Branch.FailReasons) > 0 && (c == nil || !slices.Contains(s.Branch.FailReasons, c.Reason)) {
+			sc.fail(&v.Wrong, "failed, but not with %s (%s)", strings.Join(s.Branch.FailReasons, " or "), condMessage(rr))
+		} else if s.Branch.Recheck && (d.RecheckAt == nil || d.RecheckAt.Time.Sub(s.LeaseCreated.Add(youngGate)).Abs() > 5*time.Second) {
+			sc.fail(&v.Wrong, "rejected without the recheck when the Lease is %s old, within 5 s (recheckAt %v, Lease created %s)", youngGate, d.RecheckAt, s.LeaseCreated.Format(time.TimeOnly))
+		} else if s.Branch.Phase == v1alpha1.PhaseSucceeded {
+			for _, k := range sc.want {
+				if len(sc.got[k]) == 0 {
+					sc.fail(&v.Wrong, "Succeeded without %s in the audit log", k)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// checkNode checks that the subject's node, if it has one, is not left cordoned.
+func (h *harness) checkNode(ctx context.Context, sc *subjectCheck) error {
+	s := sc.s
+	if s.Node != "" {
+		n, err := h.node(ctx, s.Node)
+		switch {
+		case apierrors.IsNotFound(err):
+		case err != nil:
+			return err
+		case n.Spec.Unschedulable || n.Annotations[remediations.CordonedByAnnotation] != "":
+			sc.fail(&sc.v.Leaks, "node %s left cordoned (unschedulable %v, %s=%q)", s.Node, n.Spec.Unschedulable,
+				remediations.CordonedByAnnotation, n.Annotations[remediations.CordonedByAnnotation])
+		}
+	}
+	return nil
 }
 
 // youngGate is the age from which the campaign's policies treat a healthy

@@ -85,37 +85,9 @@ func main() {
 }
 
 func run() error {
-	var cfg config
-	flag.StringVar(&cfg.preset, "preset", "full", "full (the figures of docs/reliability.md) or smoke (make test)")
-	flag.StringVar(&cfg.out, "out", "", "directory for results.json and summary.md, relative to the repository root (empty: only the work directory)")
-	flag.StringVar(&cfg.kubeconfig, "kubeconfig", "", "kubeconfig of the local cluster, relative to the repository root (default: bin/cluster/kubeconfig, started if not running)")
-	flag.StringVar(&cfg.controller, "controller", "", "controller binary built with -tags failpoints, relative to the repository root (default: bin/remediator-failpoints)")
-	flag.StringVar(&cfg.campaigns, "campaigns", "crash,faults,churn", "campaigns to run")
-	flag.Int64Var(&cfg.seed, "seed", 0, "seed of the random kills and faults (0: from the clock; the results record it)")
-	flag.Parse()
-	p, ok := presets[cfg.preset]
-	if !ok {
-		return fmt.Errorf("unknown -preset %q (full or smoke)", cfg.preset)
-	}
-	if cfg.seed == 0 {
-		cfg.seed = time.Now().UnixNano() % 1_000_000
-	}
-	root, err := cluster.Root()
+	cfg, p, root, err := parseFlags()
 	if err != nil {
 		return err
-	}
-	if cfg.controller == "" {
-		cfg.controller = filepath.Join(root, "bin", "remediator-failpoints")
-	}
-	// The harness runs from its own module's directory (test/harness): -out,
-	// -kubeconfig and -controller name paths of the repository, such as docs/reliability.
-	for _, p := range []*string{&cfg.out, &cfg.kubeconfig, &cfg.controller} {
-		if *p != "" && !filepath.IsAbs(*p) {
-			*p = filepath.Join(root, *p)
-		}
-	}
-	if _, err := os.Stat(cfg.controller); err != nil {
-		return fmt.Errorf("%w (build it with make build-failpoints)", err)
 	}
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
@@ -140,19 +112,7 @@ func run() error {
 	campaigns := strings.Split(cfg.campaigns, ",")
 	for _, c := range campaigns {
 		start := time.Now()
-		switch c {
-		case "crash":
-			err = h.crash(ctx)
-		case "faults":
-			err = h.faults(ctx)
-		case "churn":
-			if p.churnRequests > 0 {
-				err = h.churn(ctx)
-			}
-		default:
-			err = fmt.Errorf("unknown campaign %q", c)
-		}
-		if err != nil {
+		if err := h.campaign(ctx, c); err != nil {
 			h.result.Aborted = fmt.Sprintf("campaign %s: %v", c, err)
 			if werr := h.write(); werr != nil {
 				logf("Writing the partial results: %v", werr)
@@ -169,6 +129,61 @@ func run() error {
 	}
 	logf("No violations")
 	return nil
+}
+
+// parseFlags reads the flags into a config with its paths made absolute, and
+// returns it with its preset and the repository root.
+func parseFlags() (config, preset, string, error) {
+	var cfg config
+	flag.StringVar(&cfg.preset, "preset", "full", "full (the figures of docs/reliability.md) or smoke (make test)")
+	flag.StringVar(&cfg.out, "out", "", "directory for results.json and summary.md, relative to the repository root (empty: only the work directory)")
+	flag.StringVar(&cfg.kubeconfig, "kubeconfig", "", "kubeconfig of the local cluster, relative to the repository root (default: bin/cluster/kubeconfig, started if not running)")
+	flag.StringVar(&cfg.controller, "controller", "", "controller binary built with -tags failpoints, relative to the repository root (default: bin/remediator-failpoints)")
+	flag.StringVar(&cfg.campaigns, "campaigns", "crash,faults,churn", "campaigns to run")
+	flag.Int64Var(&cfg.seed, "seed", 0, "seed of the random kills and faults (0: from the clock; the results record it)")
+	flag.Parse()
+	p, ok := presets[cfg.preset]
+	if !ok {
+		return cfg, p, "", fmt.Errorf("unknown -preset %q (full or smoke)", cfg.preset)
+	}
+	if cfg.seed == 0 {
+		cfg.seed = time.Now().UnixNano() % 1_000_000
+	}
+	root, err := cluster.Root()
+	if err != nil {
+		return cfg, p, "", err
+	}
+	if cfg.controller == "" {
+		cfg.controller = filepath.Join(root, "bin", "remediator-failpoints")
+	}
+	// The harness runs from its own module's directory (test/harness): -out,
+	// -kubeconfig and -controller name paths of the repository, such as docs/reliability.
+	for _, p := range []*string{&cfg.out, &cfg.kubeconfig, &cfg.controller} {
+		if *p != "" && !filepath.IsAbs(*p) {
+			*p = filepath.Join(root, *p)
+		}
+	}
+	if _, err := os.Stat(cfg.controller); err != nil {
+		return cfg, p, "", fmt.Errorf("%w (build it with make build-failpoints)", err)
+	}
+	return cfg, p, root, nil
+}
+
+// campaign runs the campaign named c; churn only in a preset with churn requests.
+func (h *harness) campaign(ctx context.Context, c string) error {
+	switch c {
+	case "crash":
+		return h.crash(ctx)
+	case "faults":
+		return h.faults(ctx)
+	case "churn":
+		if h.p.churnRequests > 0 {
+			return h.churn(ctx)
+		}
+		return nil
+	default:
+		return fmt.Errorf("unknown campaign %q", c)
+	}
 }
 
 func newHarness(ctx context.Context, cfg config, p preset, root string) (*harness, error) {

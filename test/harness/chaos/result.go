@@ -108,12 +108,21 @@ func (r *Result) violations() int {
 func (r *Result) summary() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# make chaos: preset %s, seed %d, commit %s, %s\n\n", r.Preset, r.Seed, r.Commit, r.Finished.Sub(r.Started).Round(time.Second))
+	r.writeTable(&b)
+	b.WriteString("\n")
+	r.writeNotes(&b)
+	r.writeViolations(&b)
+	return b.String()
+}
+
+// writeTable writes the table of the campaigns, a row each.
+func (r *Result) writeTable(b *strings.Builder) {
 	row := func(name, injected string, v Verdict) {
-		fmt.Fprintf(&b, "| %s | %s | %d | %d/%d | %d | %d | %d | %d |\n", name, injected, v.Requests, v.Correct, v.Requests,
+		fmt.Fprintf(b, "| %s | %s | %d | %d/%d | %d | %d | %d | %d |\n", name, injected, v.Requests, v.Correct, v.Requests,
 			len(v.Unsafe), len(v.Repeated), len(v.Leaks), len(v.Wrong)+len(v.Stray))
 	}
-	fmt.Fprintf(&b, "| campaign | injected | requests | correct terminal state | unsafe deletes | repeated destructive calls | leaks (cordon, finalizer) | other violations |\n")
-	fmt.Fprintf(&b, "|---|---|---|---|---|---|---|---|\n")
+	fmt.Fprintf(b, "| campaign | injected | requests | correct terminal state | unsafe deletes | repeated destructive calls | leaks (cordon, finalizer) | other violations |\n")
+	fmt.Fprintf(b, "|---|---|---|---|---|---|---|---|\n")
 	if c := r.Crash; c != nil {
 		row("R1 crash", fmt.Sprintf("%d kills (%d at failpoints, %d timed)", c.FailpointKills+c.TimedKills, c.FailpointKills, c.TimedKills), c.Verdict)
 	}
@@ -129,49 +138,57 @@ func (r *Result) summary() string {
 	if c := r.Churn; c != nil {
 		row("R4 churn", fmt.Sprintf("%d restarts, %d leader changes, %d deleted mid-run", c.Restarts, c.LeaderChanges, c.DeletedMidRun), c.Verdict)
 	}
-	b.WriteString("\n")
+}
+
+// writeNotes writes what each campaign found besides its verdict, and the
+// abort if there was one.
+func (r *Result) writeNotes(b *strings.Builder) {
 	if c := r.Crash; c != nil {
-		fmt.Fprintf(&b, "R1 kills by failpoint: %s\n", pointList(c.ByPoint))
+		fmt.Fprintf(b, "R1 kills by failpoint: %s\n", pointList(c.ByPoint))
 		if len(c.NotReached) > 0 {
-			fmt.Fprintf(&b, "R1 failpoints not reached (the step was already done when checked, so no call was made): %s\n", strings.Join(c.NotReached, ", "))
+			fmt.Fprintf(b, "R1 failpoints not reached (the step was already done when checked, so no call was made): %s\n", strings.Join(c.NotReached, ", "))
 		}
 	}
 	if f := r.Faults; f != nil {
-		fmt.Fprintf(&b, "R2 controller: goroutines %.0f before, %.0f after; RSS %.0f MiB before, %.0f MiB after: %s\n",
+		fmt.Fprintf(b, "R2 controller: goroutines %.0f before, %.0f after; RSS %.0f MiB before, %.0f MiB after: %s\n",
 			f.GoroutinesBefore, f.GoroutinesAfter, f.RSSBefore, f.RSSAfter, f.Baseline)
 	}
 	if c := r.Crash; c != nil && len(c.Unreached) > 0 {
-		fmt.Fprintf(&b, "R1 VIOLATION, failpoints that had to be reached and were not: %s\n", strings.Join(c.Unreached, ", "))
+		fmt.Fprintf(b, "R1 VIOLATION, failpoints that had to be reached and were not: %s\n", strings.Join(c.Unreached, ", "))
 	}
 	if c := r.Crash; c != nil {
-		fmt.Fprintf(&b, "R1 kills: %d (floor %d); timed kills with a step running: %d of %d\n", c.FailpointKills+c.TimedKills, c.MinKills, c.MidStepKills, c.TimedKills)
+		fmt.Fprintf(b, "R1 kills: %d (floor %d); timed kills with a step running: %d of %d\n", c.FailpointKills+c.TimedKills, c.MinKills, c.MidStepKills, c.TimedKills)
 	}
 	if f := r.Faults; f != nil && len(f.HolderBack) > 0 {
-		fmt.Fprintf(&b, "R2 holder back mid-playbook, controller killed at: %s\n", strings.Join(f.HolderBack, ", "))
+		fmt.Fprintf(b, "R2 holder back mid-playbook, controller killed at: %s\n", strings.Join(f.HolderBack, ", "))
 	}
 	if f := r.Faults; f != nil && len(f.HolderBackMissed) > 0 {
-		fmt.Fprintf(&b, "R2 VIOLATION, holder-back failpoints not reached: %s\n", strings.Join(f.HolderBackMissed, ", "))
+		fmt.Fprintf(b, "R2 VIOLATION, holder-back failpoints not reached: %s\n", strings.Join(f.HolderBackMissed, ", "))
 	}
 	if f := r.Faults; f != nil && len(f.Missing) > 0 {
-		fmt.Fprintf(&b, "R2 VIOLATION, fault kinds never injected: %s\n", strings.Join(f.Missing, ", "))
+		fmt.Fprintf(b, "R2 VIOLATION, fault kinds never injected: %s\n", strings.Join(f.Missing, ", "))
 	}
 	if c := r.Churn; c != nil {
-		fmt.Fprintf(&b, "R4 leaders in order: %s\n", strings.Join(c.Leaders, " -> "))
-		fmt.Fprintf(&b, "R4 admission, from a watch of the requests: %d slots granted, at most %d held at once (cap %d), %d out of order or over the cap\n",
+		fmt.Fprintf(b, "R4 leaders in order: %s\n", strings.Join(c.Leaders, " -> "))
+		fmt.Fprintf(b, "R4 admission, from a watch of the requests: %d slots granted, at most %d held at once (cap %d), %d out of order or over the cap\n",
 			c.Grants, c.MaxHeld, churnCap, len(c.Admission))
 		if len(c.Admission) > 0 {
-			fmt.Fprintf(&b, "R4 VIOLATION, admission: %s\n", strings.Join(c.Admission, "; "))
+			fmt.Fprintf(b, "R4 VIOLATION, admission: %s\n", strings.Join(c.Admission, "; "))
 		}
 		if len(c.TwoLeaders) > 0 {
-			fmt.Fprintf(&b, "R4 VIOLATION, two leaders at once: %s\n", strings.Join(c.TwoLeaders, "; "))
+			fmt.Fprintf(b, "R4 VIOLATION, two leaders at once: %s\n", strings.Join(c.TwoLeaders, "; "))
 		}
 	}
 	if r.Aborted != "" {
-		fmt.Fprintf(&b, "ABORTED: %s\n", r.Aborted)
+		fmt.Fprintf(b, "ABORTED: %s\n", r.Aborted)
 	}
 	if c := r.Churn; c != nil && len(c.Stuck) > 0 {
-		fmt.Fprintf(&b, "R4 stuck in Running: %s\n", strings.Join(c.Stuck, "; "))
+		fmt.Fprintf(b, "R4 stuck in Running: %s\n", strings.Join(c.Stuck, "; "))
 	}
+}
+
+// writeViolations lists every violation of every campaign's verdict.
+func (r *Result) writeViolations(b *strings.Builder) {
 	for _, v := range []struct {
 		name string
 		v    *Verdict
@@ -181,11 +198,10 @@ func (r *Result) summary() string {
 		}
 		for _, l := range [][]string{v.v.Wrong, v.v.Unsafe, v.v.Repeated, v.v.Leaks, v.v.Stray} {
 			for _, s := range l {
-				fmt.Fprintf(&b, "- %s violation: %s\n", v.name, s)
+				fmt.Fprintf(b, "- %s violation: %s\n", v.name, s)
 			}
 		}
 	}
-	return b.String()
 }
 
 func verdictOf(c *Crash) *Verdict {

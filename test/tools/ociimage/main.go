@@ -82,6 +82,29 @@ func run(args []string) error {
 		return fmt.Errorf("-t %s: %w", tag, err)
 	}
 
+	entries, err := imageEntries(files, symlinks)
+	if err != nil {
+		return err
+	}
+	img, err := layerImage(entries)
+	if err != nil {
+		return err
+	}
+	if img, err = configure(img, v1.Config{User: user, WorkingDir: workdir, Env: envs}, entrypoint, cmd); err != nil {
+		return err
+	}
+
+	tmp := out + ".tmp"
+	if err := tarball.WriteToFile(tmp, ref, img); err != nil {
+		_ = os.Remove(tmp)
+		return fmt.Errorf("write %s: %w", out, err)
+	}
+	return os.Rename(tmp, out)
+}
+
+// imageEntries are the image's files and symlinks from the -file and -symlink
+// flags, with the directories above them.
+func imageEntries(files, symlinks list) (map[string]entry, error) {
 	entries := map[string]entry{}
 	addParents := func(p string) {
 		for d := path.Dir(p); d != "/" && d != "."; d = path.Dir(d) {
@@ -93,19 +116,19 @@ func run(args []string) error {
 	for _, f := range files {
 		parts := strings.Split(f, ":")
 		if len(parts) < 2 || len(parts) > 3 || parts[0] == "" || !path.IsAbs(parts[1]) {
-			return fmt.Errorf("-file %q: want HOSTPATH:IMAGEPATH[:MODE] with an absolute IMAGEPATH", f)
+			return nil, fmt.Errorf("-file %q: want HOSTPATH:IMAGEPATH[:MODE] with an absolute IMAGEPATH", f)
 		}
 		st, err := os.Stat(parts[0])
 		if err != nil {
-			return fmt.Errorf("-file %q: %w", f, err)
+			return nil, fmt.Errorf("-file %q: %w", f, err)
 		}
 		if !st.Mode().IsRegular() {
-			return fmt.Errorf("-file %q: %s is not a regular file", f, parts[0])
+			return nil, fmt.Errorf("-file %q: %s is not a regular file", f, parts[0])
 		}
 		mode := int64(st.Mode().Perm())
 		if len(parts) == 3 {
 			if mode, err = strconv.ParseInt(parts[2], 8, 32); err != nil {
-				return fmt.Errorf("-file %q: mode: %w", f, err)
+				return nil, fmt.Errorf("-file %q: mode: %w", f, err)
 			}
 		}
 		p := path.Clean(parts[1])
@@ -115,59 +138,62 @@ func run(args []string) error {
 	for _, s := range symlinks {
 		imagePath, target, ok := strings.Cut(s, ":")
 		if !ok || !path.IsAbs(imagePath) || target == "" {
-			return fmt.Errorf("-symlink %q: want IMAGEPATH:TARGET with an absolute IMAGEPATH", s)
+			return nil, fmt.Errorf("-symlink %q: want IMAGEPATH:TARGET with an absolute IMAGEPATH", s)
 		}
 		p := path.Clean(imagePath)
 		entries[p] = entry{target: target, mode: 0o777, typ: tar.TypeSymlink}
 		addParents(p)
 	}
+	return entries, nil
+}
 
+// layerImage is an image of one layer holding the entries.
+func layerImage(entries map[string]entry) (v1.Image, error) {
 	layerTar, err := buildLayer(entries)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) {
 		return io.NopCloser(bytes.NewReader(layerTar)), nil
 	}, tarball.WithCompressionLevel(gzip.BestSpeed))
 	if err != nil {
-		return fmt.Errorf("layer: %w", err)
+		return nil, fmt.Errorf("layer: %w", err)
 	}
 	img, err := mutate.AppendLayers(empty.Image, layer)
 	if err != nil {
-		return fmt.Errorf("append layer: %w", err)
+		return nil, fmt.Errorf("append layer: %w", err)
 	}
+	return img, nil
+}
 
-	cfg := v1.Config{User: user, WorkingDir: workdir, Env: envs}
+// configure sets img's config to cfg with the entrypoint and cmd (JSON arrays,
+// if set), for linux/amd64 and dated at the Unix epoch.
+func configure(img v1.Image, cfg v1.Config, entrypoint, cmd string) (v1.Image, error) {
 	if entrypoint != "" {
 		if err := json.Unmarshal([]byte(entrypoint), &cfg.Entrypoint); err != nil {
-			return fmt.Errorf("-entrypoint %s: want a JSON array of strings: %w", entrypoint, err)
+			return nil, fmt.Errorf("-entrypoint %s: want a JSON array of strings: %w", entrypoint, err)
 		}
 	}
 	if cmd != "" {
 		if err := json.Unmarshal([]byte(cmd), &cfg.Cmd); err != nil {
-			return fmt.Errorf("-cmd %s: want a JSON array of strings: %w", cmd, err)
+			return nil, fmt.Errorf("-cmd %s: want a JSON array of strings: %w", cmd, err)
 		}
 	}
-	if img, err = mutate.Config(img, cfg); err != nil {
-		return fmt.Errorf("config: %w", err)
+	img, err := mutate.Config(img, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
 	}
 	cf, err := img.ConfigFile()
 	if err != nil {
-		return fmt.Errorf("config file: %w", err)
+		return nil, fmt.Errorf("config file: %w", err)
 	}
 	cf = cf.DeepCopy()
 	cf.Architecture, cf.OS = "amd64", "linux"
 	cf.Created = v1.Time{Time: time.Unix(0, 0).UTC()}
 	if img, err = mutate.ConfigFile(img, cf); err != nil {
-		return fmt.Errorf("config file: %w", err)
+		return nil, fmt.Errorf("config file: %w", err)
 	}
-
-	tmp := out + ".tmp"
-	if err := tarball.WriteToFile(tmp, ref, img); err != nil {
-		_ = os.Remove(tmp)
-		return fmt.Errorf("write %s: %w", out, err)
-	}
-	return os.Rename(tmp, out)
+	return img, nil
 }
 
 // buildLayer writes the entries, sorted by path (so parents come first), as an uncompressed tar.
