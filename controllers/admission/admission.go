@@ -181,18 +181,14 @@ func (a *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 			next = earliest(next, now.Add(a.stepTimeout()))
 		}
 	}
-	var res ctrl.Result
 	if waiting > len(grants) {
-		res.RequeueAfter = admissionRecheck
+		next = earliest(next, now.Add(admissionRecheck))
 	}
-	if !next.IsZero() {
-		// The next grant to expire, should nothing else bring admission back first.
-		after := max(next.Sub(now), time.Second)
-		if res.RequeueAfter == 0 || after < res.RequeueAfter {
-			res.RequeueAfter = after
-		}
+	if next.IsZero() {
+		return ctrl.Result{}, nil
 	}
-	return res, nil
+	// The next grant to expire or recheck, should nothing else bring admission back first.
+	return ctrl.Result{RequeueAfter: max(next.Sub(now), time.Second)}, nil
 }
 
 // requeueOnConflict looks at the line again when a request changed or went since it

@@ -88,13 +88,6 @@ type Reconciler struct {
 	Workers int
 }
 
-// scope carries one reconcile's request and the copy its status patch is computed from.
-type scope struct {
-	rr   *v1alpha1.RemediationRequest
-	base *v1alpha1.RemediationRequest
-	now  time.Time
-}
-
 // SetupWithManager registers the index and the controller, when verification is on.
 // The watched objects come from the facts' cache, without the node Leases' renewals
 // every few seconds.
@@ -136,20 +129,17 @@ var toVerify = predicate.Funcs{
 // so that a success costs no read of its own. A change of its target comes first
 // through the watches of the Leases, events and CSINodes.
 func (r *Reconciler) enqueue() handler.EventHandler {
-	add := func(o client.Object, q workqueue.TypedRateLimitingInterface[reconcile.Request], after time.Duration) {
-		req := reconcile.Request{NamespacedName: client.ObjectKeyFromObject(o)}
-		if after > 0 {
-			q.AddAfter(req, after)
-			return
-		}
-		q.Add(req)
-	}
 	return handler.Funcs{
 		CreateFunc: func(_ context.Context, e event.CreateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-			add(e.Object, q, 0)
+			q.Add(reconcile.Request{NamespacedName: client.ObjectKeyFromObject(e.Object)})
 		},
 		UpdateFunc: func(_ context.Context, e event.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-			add(e.ObjectNew, q, r.firstCheckIn(e.ObjectOld, e.ObjectNew))
+			req := reconcile.Request{NamespacedName: client.ObjectKeyFromObject(e.ObjectNew)}
+			if after := r.firstCheckIn(e.ObjectOld, e.ObjectNew); after > 0 {
+				q.AddAfter(req, after)
+				return
+			}
+			q.Add(req)
 		},
 	}
 }
@@ -210,9 +200,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 	if !rr.DeletionTimestamp.IsZero() {
 		return ctrl.Result{}, nil
 	}
-	s := &scope{rr: rr, base: rr.DeepCopy(), now: r.clock().Now()}
+	base := rr.DeepCopy()
 	defer func() {
-		err := r.patchStatus(ctx, s)
+		err := r.patchStatus(ctx, base, rr)
 		switch {
 		case apierrors.IsConflict(err) && retErr == nil:
 			// Written since this reconcile read it (by the request reconciler, or by
@@ -222,13 +212,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 			retErr = kerrors.NewAggregate([]error{retErr, err})
 		}
 	}()
-	return r.verify(ctx, s)
+	return r.verify(ctx, rr, r.clock().Now())
 }
 
 // verify judges a Succeeded request's fix, once its window opened; the verdict is set
 // once and then kept.
-func (r *Reconciler) verify(ctx context.Context, s *scope) (ctrl.Result, error) {
-	rr := s.rr
+func (r *Reconciler) verify(ctx context.Context, rr *v1alpha1.RemediationRequest, now time.Time) (ctrl.Result, error) {
 	c, open := fixHeld(rr)
 	target := verifyTarget(rr)
 	if !open || target == nil {
@@ -236,14 +225,14 @@ func (r *Reconciler) verify(ctx context.Context, s *scope) (ctrl.Result, error) 
 	}
 	start := verifyStart(rr)
 	end := start.Add(r.Window)
-	if start.IsZero() || (c == nil && !s.now.Before(end)) {
+	if start.IsZero() || (c == nil && !now.Before(end)) {
 		// Succeeded before this controller verified fixes, and its window is over:
 		// nothing was watched, so nothing is claimed.
 		return ctrl.Result{}, nil
 	}
 	if c == nil {
 		// The window opens: Verifying is written even if the read below fails.
-		v := judgeFix(rr, nil, start, end, s.now, 0)
+		v := judgeFix(rr, nil, start, end, now, 0)
 		setCondition(rr, v.status, v.reason, v.message)
 	}
 	g := *r.Gatherer
@@ -255,30 +244,30 @@ func (r *Reconciler) verify(ctx context.Context, s *scope) (ctrl.Result, error) 
 		return ctrl.Result{}, fmt.Errorf("gathering facts to verify the fix: %w", err)
 	}
 	stuck := remediations.Floor{HealthyStuckLeaseAge: r.StuckLeaseAge}.Effective().HealthyStuckLeaseAge
-	v := judgeFix(rr, f, start, end, s.now, stuck)
+	v := judgeFix(rr, f, start, end, now, stuck)
 	setCondition(rr, v.status, v.reason, v.message)
 	if v.status != metav1.ConditionUnknown {
 		ctrl.LoggerFrom(ctx).Info("Fix verified", "fixHeld", v.status, "reason", v.reason)
 		return ctrl.Result{}, nil
 	}
-	return ctrl.Result{RequeueAfter: max(min(v.until.Sub(s.now), verifyPoll), time.Second)}, nil
+	return ctrl.Result{RequeueAfter: max(min(v.until.Sub(now), verifyPoll), time.Second)}, nil
 }
 
-// patchStatus writes the bounded status, if changed, as a merge patch guarded by the
-// resourceVersion it was computed from, so a stale read never announces twice.
-func (r *Reconciler) patchStatus(ctx context.Context, s *scope) error {
-	requests.BoundStatus(&s.rr.Status)
-	if apiequality.Semantic.DeepEqual(s.base.Status, s.rr.Status) {
+// patchStatus writes rr's bounded status, if changed from base, as a merge patch
+// guarded by base's resourceVersion, so a stale read never announces twice.
+func (r *Reconciler) patchStatus(ctx context.Context, base, rr *v1alpha1.RemediationRequest) error {
+	requests.BoundStatus(&rr.Status)
+	if apiequality.Semantic.DeepEqual(base.Status, rr.Status) {
 		return nil
 	}
-	err := r.Client.Status().Patch(ctx, s.rr, client.MergeFromWithOptions(s.base, client.MergeFromWithOptimisticLock{}))
+	err := r.Client.Status().Patch(ctx, rr, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}))
 	if apierrors.IsNotFound(err) {
 		return nil
 	}
 	if err != nil {
 		return fmt.Errorf("patching status: %w", err)
 	}
-	r.announceFixHeld(s.base, s.rr)
+	r.announceFixHeld(base, rr)
 	return nil
 }
 
