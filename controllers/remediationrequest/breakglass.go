@@ -42,7 +42,8 @@ func (r *Reconciler) breakGlass(ctx context.Context, s *scope) (ctrl.Result, err
 	if c := meta.FindStatusCondition(rr.Status.Conditions, v1alpha1.ConditionBreakGlass); c != nil && c.Status == metav1.ConditionTrue && c.Message == msg {
 		return ctrl.Result{}, nil
 	}
-	r.setCondition(rr, v1alpha1.ConditionBreakGlass, metav1.ConditionTrue, v1alpha1.ReasonBreakGlass, msg)
+	meta.SetStatusCondition(&rr.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionBreakGlass, Status: metav1.ConditionTrue,
+		Reason: v1alpha1.ReasonBreakGlass, Message: msg, ObservedGeneration: rr.Generation})
 	r.Recorder.Event(rr, corev1.EventTypeWarning, v1alpha1.ReasonBreakGlass, msg)
 	ctrl.LoggerFrom(ctx).Info("Request carries the break-glass annotation", "reason", reason)
 	return ctrl.Result{}, nil

@@ -100,7 +100,7 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, s *scope) (ctrl.Result
 		if rr.Status.Phase != v1alpha1.PhaseRunning {
 			return ctrl.Result{}, nil
 		}
-		r.abortDeleted(rr, v1alpha1.ReasonAborted, "nothing needed restoring")
+		r.record(rr, lifecycle.Deleted(rr, v1alpha1.ReasonAborted, "nothing needed restoring"))
 		return ctrl.Result{}, r.patchStatus(ctx, s)
 	}
 	if rr.Status.Phase == v1alpha1.PhaseRunning {
@@ -113,7 +113,9 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, s *scope) (ctrl.Result
 			// Journal the attempt: the bound counts from the first one.
 			return ctrl.Result{}, kerrors.NewAggregate([]error{err, r.patchStatus(ctx, s)})
 		}
-		r.abortDeleted(rr, reason, cmp.Or(msg, "nothing needed restoring"))
+		// The steps not done are skipped; Succeeded is False with reason and what the
+		// restore did.
+		r.record(rr, lifecycle.Deleted(rr, reason, cmp.Or(msg, "nothing needed restoring")))
 		if err := r.patchStatus(ctx, s); err != nil {
 			return ctrl.Result{}, err
 		}
@@ -126,11 +128,4 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, s *scope) (ctrl.Result
 	}
 	ctrl.LoggerFrom(ctx).V(1).Info("Released finalizer")
 	return ctrl.Result{}, nil
-}
-
-// abortDeleted ends a request deleted mid-run: the steps not done are skipped, and
-// Succeeded is False with reason (Aborted, or the restore's failure) and what the
-// restore did.
-func (r *Reconciler) abortDeleted(rr *v1alpha1.RemediationRequest, reason, restored string) {
-	r.record(rr, lifecycle.Deleted(rr, reason, restored))
 }

@@ -53,17 +53,21 @@ const (
 func leaseKey(ns, name string) string { return "lease/" + ns + "/" + name }
 func nodeKey(name string) string      { return "node/" + name }
 
+// targetKeys are the keys of the Lease and the node in facts f.
+func targetKeys(f *v1alpha1.Facts) []string {
+	var keys []string
+	if f != nil && f.Lease != nil && f.Lease.Name != "" {
+		keys = append(keys, leaseKey(f.Lease.Namespace, f.Lease.Name))
+	}
+	if f != nil && f.Node != nil && f.Node.Name != "" {
+		keys = append(keys, nodeKey(f.Node.Name))
+	}
+	return keys
+}
+
 // guardKeys are the index keys of one request in the guards' view.
 func guardKeys(rr *v1alpha1.RemediationRequest, playbooks remediations.Playbooks) []string {
-	var targets []string
-	if f := rr.Status.Facts; f != nil {
-		if f.Lease != nil && f.Lease.Name != "" {
-			targets = append(targets, leaseKey(f.Lease.Namespace, f.Lease.Name))
-		}
-		if f.Node != nil && f.Node.Name != "" {
-			targets = append(targets, nodeKey(f.Node.Name))
-		}
-	}
+	targets := targetKeys(rr.Status.Facts)
 	var keys []string
 	switch lifecycle.StateOf(rr, playbooks) {
 	case lifecycle.HoldsSlot:
@@ -111,29 +115,17 @@ func (r *Reconciler) listGuard(ctx context.Context, key string) ([]v1alpha1.Reme
 // with facts f back: those running on the same Lease or node, those holding a slot
 // and those in line for one, from the cache, sorted oldest first.
 func (r *Reconciler) guardOthers(ctx context.Context, f *v1alpha1.Facts) ([]v1alpha1.RemediationRequest, error) {
-	keys := []string{keySlot, keyWaitingSlot}
-	if f != nil && f.Lease != nil && f.Lease.Name != "" {
-		keys = append(keys, leaseKey(f.Lease.Namespace, f.Lease.Name))
-	}
-	if f != nil && f.Node != nil && f.Node.Name != "" {
-		keys = append(keys, nodeKey(f.Node.Name))
-	}
-	seen := map[types.UID]bool{}
 	var out []v1alpha1.RemediationRequest
-	for _, k := range keys {
+	for _, k := range append([]string{keySlot, keyWaitingSlot}, targetKeys(f)...) {
 		list, err := r.listGuard(ctx, k)
 		if err != nil {
 			return nil, err
 		}
-		for _, o := range list {
-			if !seen[o.UID] {
-				seen[o.UID] = true
-				out = append(out, o)
-			}
-		}
+		out = append(out, list...)
 	}
+	// A request listed under two keys sorts next to itself.
 	slices.SortFunc(out, requests.OlderFirst)
-	return out, nil
+	return slices.CompactFunc(out, func(a, b v1alpha1.RemediationRequest) bool { return a.UID == b.UID }), nil
 }
 
 // wake maps a request that stopped running to the requests waiting for another
@@ -143,16 +135,9 @@ func (r *Reconciler) wake(ctx context.Context, o client.Object) []reconcile.Requ
 	if !ok {
 		return nil
 	}
-	f := requests.GuardView(u).Status.Facts
-	if f == nil {
-		return nil
-	}
 	var keys []string
-	if f.Lease != nil && f.Lease.Name != "" {
-		keys = append(keys, "waiting/"+leaseKey(f.Lease.Namespace, f.Lease.Name))
-	}
-	if f.Node != nil && f.Node.Name != "" {
-		keys = append(keys, "waiting/"+nodeKey(f.Node.Name))
+	for _, t := range targetKeys(requests.GuardView(u).Status.Facts) {
+		keys = append(keys, "waiting/"+t)
 	}
 	// The periodic recheck of waiting requests, and the next stop, still wake them
 	// should a list fail.

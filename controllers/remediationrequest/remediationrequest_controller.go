@@ -8,8 +8,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	kerrors "k8s.io/apimachinery/pkg/util/errors"
 	"k8s.io/client-go/tools/record"
@@ -113,10 +111,6 @@ type scope struct {
 	pause *pause.State
 }
 
-// phase is one small step of a reconcile. A phase that returns a non-zero result or
-// an error ends the reconcile.
-type phase func(ctx context.Context, s *scope) (ctrl.Result, error)
-
 // SetupWithManager registers the reconciler and the guards' index. Admission, the
 // pause watcher and fix verification are runnables of their own, wired beside it
 // (internal/cmd/controller).
@@ -169,7 +163,6 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 		// cache catches up with this controller's own write, where a fixed delay would
 		// either wait too long or spin.
 		return ctrl.Result{Requeue: true}, nil //nolint:staticcheck // see above: the rate-limited requeue is the point
-
 	}
 	log := ctrl.LoggerFrom(ctx).WithValues("remediationRequest", klog.KObj(u))
 	ctx = ctrl.LoggerInto(ctx, log)
@@ -217,7 +210,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	if finalizerRefused != nil {
 		return r.abort(ctx, s, fmt.Sprintf("the API server refused the restore finalizer a playbook that cordons needs (%v)", finalizerRefused))
 	}
-	for _, p := range []phase{r.breakGlass, r.decide, r.runPlaybook} {
+	// The phases: one that returns a non-zero result or an error ends the reconcile.
+	for _, p := range []func(context.Context, *scope) (ctrl.Result, error){r.breakGlass, r.decide, r.runPlaybook} {
 		res, err := p(ctx, s)
 		if err != nil || !res.IsZero() {
 			return res, err
@@ -384,10 +378,4 @@ func (r *Reconciler) inScope(ns string) bool {
 // record records e about rr.
 func (r *Reconciler) record(rr *v1alpha1.RemediationRequest, e lifecycle.Event) {
 	r.Recorder.Event(rr, e.Type, e.Reason, e.Message)
-}
-
-func (r *Reconciler) setCondition(rr *v1alpha1.RemediationRequest, t string, st metav1.ConditionStatus, reason, msg string) {
-	meta.SetStatusCondition(&rr.Status.Conditions, metav1.Condition{
-		Type: t, Status: st, Reason: reason, Message: msg, ObservedGeneration: rr.Generation,
-	})
 }
