@@ -1,20 +1,15 @@
 package remediationrequest
 
 // The guards' view of the other requests, read from the informer cache through field
-// indexes: what a decision weighs and explains.
+// indexes: only those that can stop a decision (running on the same Lease or node,
+// holding a slot, in line for one), so that a storm of N requests does not cost
+// O(N^2) reads.
 //
-// A decision needs only the requests that can stop it: the ones running on the same
-// Lease or node (one remediation per Lease and node), the ones holding a slot of the
-// cap and the ones in line for one. Listing every request for each decision made a
-// storm of N requests cost O(N^2) reads; the indexes make each decision read only
-// those few.
-//
-// The cache lags behind writes by a watch event, so nothing here grants a slot: the
-// cap and the line are admission's (package admission), from a live List. What the cache
-// serves is the policy's conflict rule and the floor's re-check before every
-// destructive call; a conflict the cache has not seen yet between two Lease releases
-// costs nothing, since both deletions carry the Lease's UID and resourceVersion as
-// preconditions and the second finds it gone.
+// The cache lags behind writes by a watch event, so nothing here grants a slot: that
+// is admission's, from a live List. The cache serves the policy's conflict rule and
+// the floor's re-check before every destructive call; a conflict it has not seen yet
+// between two Lease releases costs nothing, since both deletions carry the Lease's
+// UID and resourceVersion as preconditions and the second finds it gone.
 
 import (
 	"context"

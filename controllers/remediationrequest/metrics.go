@@ -186,7 +186,9 @@ func waitingSince(rr *v1alpha1.RemediationRequest) (string, time.Time) {
 // by --step-timeout from its first attempt); nil when none has started.
 func runningStep(steps []v1alpha1.StepStatus) *v1alpha1.StepStatus {
 	started := func(state v1alpha1.StepState) func(v1alpha1.StepStatus) bool {
-		return func(st v1alpha1.StepStatus) bool { return st.State == state && st.StartedAt != nil && !st.StartedAt.IsZero() }
+		return func(st v1alpha1.StepStatus) bool {
+			return st.State == state && st.StartedAt != nil && !st.StartedAt.IsZero()
+		}
 	}
 	i := slices.IndexFunc(steps, started(v1alpha1.StepRunning))
 	if i < 0 {

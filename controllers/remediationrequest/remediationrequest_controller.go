@@ -59,29 +59,26 @@ type Reconciler struct {
 	Reader client.Reader
 	// Gatherer gathers the facts a decision is made on.
 	Gatherer *facts.Gatherer
-	// Fresh gathers the fresh facts: the facts again right before a destructive step
-	// of a disruptive playbook; it must read everything the floor weighs live.
-	// FreshRelease does it for a playbook that only deletes the Lease; it must read
-	// the holder node's state live. nil means Fresh, and Gatherer for both. See
-	// wiring.Gatherers.
+	// Fresh re-gathers the facts right before a destructive step of a disruptive
+	// playbook, reading live all the floor weighs; FreshRelease, before one that only
+	// deletes the Lease, reading the holder node live. nil: Fresh, and Gatherer for
+	// both (wiring.Gatherers).
 	Fresh        *facts.Gatherer
 	FreshRelease *facts.Gatherer
 	Policy       *policies.Engine
 	Playbooks    remediations.Playbooks
 	Timeouts     remediations.Timeouts
 	Recorder     record.EventRecorder
-	// Namespaces restricts the requests reconciled and counted by the guards to these
-	// namespaces; empty means all. The cache is restricted too, but the live reads
-	// (the reconciled request, the guards' lists) are not, so the check is here.
+	// Namespaces restricts the requests reconciled and counted by the guards; empty
+	// means all. The live reads are not restricted like the cache, so the check is here.
 	Namespaces []string
 	// MaxConcurrent caps the disruptive playbooks running at once across the cluster,
 	// so that a burst of merged requests cannot cordon half the nodes; zero means no
 	// cap. Playbooks that only release the Lease of a holder proven down are not
 	// capped (playbooks.yaml).
 	MaxConcurrent int
-	// Workers is how many requests are reconciled at once; zero means one. A request
-	// is never reconciled by two workers at once (the work queue guarantees it); the
-	// slots of the cap are granted by admission alone.
+	// Workers is how many requests are reconciled at once; zero means one. The work
+	// queue never gives one request to two workers; slots are admission's alone.
 	Workers int
 	// Floor is the safety floor's minimums (--floor-* flags); zero fields mean the
 	// runbook's values. The heartbeat grace and the driver are the gatherer's.
@@ -89,13 +86,11 @@ type Reconciler struct {
 	// Pause is the pause ConfigMap (--pause-configmap); empty means
 	// pause.DefaultConfigMap. It is read from the manager's cache (CacheOptions).
 	Pause types.NamespacedName
-	// Clock is the one clock of the reconciler: the scope's time, the windows, the
-	// timeouts, and the ages its gatherers measure (it overrides theirs); nil means
-	// the real clock.
+	// Clock is the reconciler's one clock, its gatherers' too (it overrides theirs);
+	// nil means the real clock.
 	Clock clock.PassiveClock
-	// FixWindow is how long fix verification (package verification) watches a
-	// request after it Succeeded; the write that records the success opens the
-	// window. Zero: fixes are not verified. setup.Runnables sets it.
+	// FixWindow is how long package verification watches a Succeeded request; the
+	// write that records the success opens it. Zero: fixes are not verified.
 	FixWindow time.Duration
 
 	written writeLog
@@ -111,22 +106,15 @@ type scope struct {
 	pause *pause.State
 }
 
-// SetupWithManager registers the reconciler and the guards' index. Admission, the
-// pause watcher and fix verification are runnables of their own, wired beside it
-// (internal/cmd/controller).
+// SetupWithManager registers the reconciler and the guards' index.
+//
 // Status writes do not bump the generation, so filtering on generation (and
 // annotations, used to ask for a refresh) keeps the controller from re-triggering
-// itself with most of its own patches. Two status writes do start a reconcile:
-// journalAdvanced (a running playbook goes on with its next step from the watch event
-// of the status write that journaled the last one, so that the next reconcile reads
-// the journal it wrote from the cache, without waiting for a timer) and slotGranted
-// (admission's grant, after which the request is decided again and starts); so does
-// slotGivenBack (admission took back a grant not used in time). The
-// second watch wakes the requests a playbook that stopped was holding back (see
-// wake).
-//
-// Requests are watched as unstructured objects (see package requests): one request the
-// Go type cannot decode must not keep the informer from syncing.
+// itself with most of its own patches; the status writes that must start a reconcile
+// pass watches.go's predicates. A running playbook goes on with its next step from
+// the watch event of the write that journaled the last one, so the next reconcile
+// reads that journal from the cache. Requests are watched unstructured (package
+// requests): one the Go type cannot decode must not keep the informer from syncing.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	// Every Event is bounded; the runnables wired beside it share the recorder.
 	r.Recorder = requests.BoundEvents(r.Recorder)
@@ -277,9 +265,16 @@ func (r *Reconciler) decide(ctx context.Context, s *scope) (ctrl.Result, error) 
 		}
 		return ctrl.Result{}, nil
 	}
+	// On the cache's facts (the reconciler's clock) and the guards' view of the
+	// others; a request holds a slot when admission granted it one.
+	d := &decider.Decider{Policy: r.Policy, Playbooks: r.Playbooks, Floor: r.floor(), MaxConcurrent: r.MaxConcurrent,
+		Gather: r.gatherer(r.Gatherer).Gather, Others: r.guardOthers,
+		Admitted: func(rr *v1alpha1.RemediationRequest, _ []v1alpha1.RemediationRequest) bool {
+			return lifecycle.Granted(rr)
+		}}
 	// Real time, not the injected clock: this measures the controller, not the facts.
 	started := time.Now()
-	o, err := r.decider().Decide(ctx, rr, s.now, r.pausedMessage(ctx, s))
+	o, err := d.Decide(ctx, rr, s.now, r.pausedMessage(ctx, s))
 	if err != nil {
 		return r.gatherFailed(s, err)
 	}
@@ -287,16 +282,6 @@ func (r *Reconciler) decide(ctx context.Context, s *scope) (ctrl.Result, error) 
 	r.record(rr, o.Apply(rr, o.Facts))
 	ctrl.LoggerFrom(ctx).Info("Decided", "phase", o.Phase, "rule", o.Decision.Rule, "playbook", o.Decision.Playbook)
 	return ctrl.Result{RequeueAfter: o.RequeueAfter}, nil
-}
-
-// decider decides on the cache's facts (the reconciler's clock) and the guards'
-// view of the others; a request holds a slot when admission granted it one.
-func (r *Reconciler) decider() *decider.Decider {
-	return &decider.Decider{Policy: r.Policy, Playbooks: r.Playbooks, Floor: r.floor(), MaxConcurrent: r.MaxConcurrent,
-		Gather: r.gatherer(r.Gatherer).Gather, Others: r.guardOthers,
-		Admitted: func(rr *v1alpha1.RemediationRequest, _ []v1alpha1.RemediationRequest) bool {
-			return lifecycle.Granted(rr)
-		}}
 }
 
 // runPlaybook advances a running playbook by one step. A request in any other
