@@ -16,7 +16,6 @@ import (
 	"slices"
 	"sync"
 
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -88,11 +87,7 @@ func guardKeys(rr *v1alpha1.RemediationRequest, playbooks remediations.Playbooks
 // IndexRequests registers IndexGuard on the manager's cache of unstructured requests.
 func IndexRequests(ctx context.Context, indexer client.FieldIndexer, playbooks remediations.Playbooks) error {
 	return indexer.IndexField(ctx, requests.NewUnstructured(), IndexGuard, func(o client.Object) []string {
-		u, ok := o.(*unstructured.Unstructured)
-		if !ok {
-			return nil
-		}
-		rr := requests.GuardView(u)
+		rr := requests.ViewOf(o)
 		return guardKeys(&rr, playbooks)
 	})
 }
@@ -126,12 +121,8 @@ func (r *Reconciler) guardOthers(ctx context.Context, f *v1alpha1.Facts) ([]v1al
 // wake maps a request that stopped running to the requests waiting for another
 // remediation on its Lease or node: they may go now. Slots are admission's.
 func (r *Reconciler) wake(ctx context.Context, o client.Object) []reconcile.Request {
-	u, ok := o.(*unstructured.Unstructured)
-	if !ok {
-		return nil
-	}
 	var keys []string
-	for _, t := range targetKeys(requests.GuardView(u).Status.Facts) {
+	for _, t := range targetKeys(requests.ViewOf(o).Status.Facts) {
 		keys = append(keys, "waiting/"+t)
 	}
 	// The periodic recheck of waiting requests, and the next stop, still wake them

@@ -9,6 +9,7 @@ package remediationrequest
 // the write and the log loses the line (at most once); status and Events keep the rest.
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"time"
@@ -34,10 +35,7 @@ func logOutcome(ctx context.Context, before, after *v1alpha1.RemediationRequest)
 	if o == nil || (before.Status.Outcome != nil && *before.Status.Outcome == *o) {
 		return
 	}
-	commit := o.Commit
-	if commit == "" {
-		commit = commitUnknown
-	}
+	commit := cmp.Or(o.Commit, commitUnknown)
 	rule, playbook := "", ""
 	if d := after.Status.Decision; d != nil {
 		rule, playbook = d.Rule, d.Playbook

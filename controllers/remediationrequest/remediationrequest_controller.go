@@ -228,10 +228,7 @@ func (r *Reconciler) reconcileEnded(ctx context.Context, s *scope) error {
 }
 
 func (r *Reconciler) clock() clock.PassiveClock {
-	if r.Clock == nil {
-		return clock.RealClock{}
-	}
-	return r.Clock
+	return cmp.Or[clock.PassiveClock](r.Clock, clock.RealClock{})
 }
 
 // floor is the floor's minimums, with the heartbeat grace, the driver and the

@@ -46,14 +46,7 @@ func onUpdate(pass func(e event.UpdateEvent) bool) predicate.Funcs {
 
 // became passes an update that made is true of a request (in the guards' view).
 func became(is func(*v1alpha1.RemediationRequest) bool) predicate.Funcs {
-	holds := func(o client.Object) bool {
-		u, ok := o.(*unstructured.Unstructured)
-		if !ok {
-			return false
-		}
-		rr := requests.GuardView(u)
-		return is(&rr)
-	}
+	holds := func(o client.Object) bool { rr := requests.ViewOf(o); return is(&rr) }
 	return onUpdate(func(e event.UpdateEvent) bool { return holds(e.ObjectNew) && !holds(e.ObjectOld) })
 }
 

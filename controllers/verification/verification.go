@@ -12,6 +12,7 @@
 package verification
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -24,7 +25,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	kerrors "k8s.io/apimachinery/pkg/util/errors"
 	"k8s.io/client-go/tools/record"
@@ -147,11 +147,10 @@ func (r *Reconciler) enqueue() handler.EventHandler {
 // firstCheckIn is how long after this update the first check of a request that the
 // update made Succeeded with its window open is due; zero for any other update.
 func (r *Reconciler) firstCheckIn(old, updated client.Object) time.Duration {
-	u, ok := updated.(*unstructured.Unstructured)
-	if !ok || requests.PhaseOf(old) == v1alpha1.PhaseSucceeded {
+	if requests.PhaseOf(old) == v1alpha1.PhaseSucceeded {
 		return 0
 	}
-	rr := requests.GuardView(u)
+	rr := requests.ViewOf(updated)
 	if c, open := fixHeld(&rr); c == nil || !open {
 		return 0
 	}
@@ -164,11 +163,10 @@ func (r *Reconciler) firstCheckIn(old, updated client.Object) time.Duration {
 
 // pending: a Succeeded request without a final FixHeld (none yet, or Unknown).
 func pending(o client.Object) bool {
-	u, ok := o.(*unstructured.Unstructured)
-	if !ok || requests.PhaseOf(u) != v1alpha1.PhaseSucceeded {
+	if requests.PhaseOf(o) != v1alpha1.PhaseSucceeded {
 		return false
 	}
-	rr := requests.GuardView(u)
+	rr := requests.ViewOf(o)
 	_, open := fixHeld(&rr)
 	return open
 }
@@ -287,11 +285,7 @@ func nodeKey(name string) string      { return "node/" + name }
 
 // indexKeys are the IndexVerifying keys of a request in its verification window.
 func indexKeys(o client.Object) []string {
-	u, ok := o.(*unstructured.Unstructured)
-	if !ok {
-		return nil
-	}
-	rr := requests.GuardView(u)
+	rr := requests.ViewOf(o)
 	// In the window: FixHeld Unknown.
 	c, open := fixHeld(&rr)
 	f := rr.Status.Facts
@@ -345,10 +339,7 @@ func (r *Reconciler) inScope(ns string) bool {
 }
 
 func (r *Reconciler) clock() clock.PassiveClock {
-	if r.Clock == nil {
-		return clock.RealClock{}
-	}
-	return r.Clock
+	return cmp.Or[clock.PassiveClock](r.Clock, clock.RealClock{})
 }
 
 func setCondition(rr *v1alpha1.RemediationRequest, st metav1.ConditionStatus, reason, msg string) {
