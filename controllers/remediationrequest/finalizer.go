@@ -80,17 +80,15 @@ func (r *Reconciler) releaseIdle(ctx context.Context, s *scope) error {
 }
 
 // reconcileDelete restores what a running playbook changed, journals it, and only
-// then releases the finalizer. A restore that fails is retried within the step
-// timeout, its first attempt journaled; one that gives up ends the request Failed
-// with the node named, and the finalizer is released all the same: nothing that a
-// controller can do is left, and a finalizer kept for ever would only block the
-// deletion (the sweeper uncordons the node once the API server allows it).
+// then releases the finalizer. A failed restore is retried within the step timeout
+// from its journaled first attempt; one that gives up ends the request Failed naming
+// the node, and the finalizer goes all the same: a controller can do nothing more,
+// and keeping it would only block the deletion (the sweeper uncordons the node later).
 //
-// A running request without the finalizer has nothing to restore (no cordon in its
-// playbook, or its first step not journaled yet), and since a request being deleted
-// is never advanced, nothing of it runs again; but another finalizer can keep it
-// for as long as its owner likes, and a Running request holds a slot of the cap. It
-// is ended (Failed, Aborted) so that the slot goes to the next request in line.
+// A running request without the finalizer has nothing to restore (no cordon, or its
+// first step not journaled yet) and, being deleted, is never advanced; but another
+// finalizer may keep it indefinitely while it holds a slot of the cap, so it is ended
+// (Failed, Aborted) and the slot goes to the next request in line.
 func (r *Reconciler) reconcileDelete(ctx context.Context, s *scope) (ctrl.Result, error) {
 	rr := s.rr
 	if !controllerutil.ContainsFinalizer(rr, v1alpha1.Finalizer) {

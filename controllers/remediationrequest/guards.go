@@ -98,7 +98,7 @@ func (r *Reconciler) listGuard(ctx context.Context, key string) ([]v1alpha1.Reme
 	if err != nil {
 		return nil, err
 	}
-	return slices.DeleteFunc(list, func(o v1alpha1.RemediationRequest) bool { return !r.inScope(o.Namespace) }), nil
+	return slices.DeleteFunc(list, func(o v1alpha1.RemediationRequest) bool { return !requests.InScope(r.Namespaces, o.Namespace) }), nil
 }
 
 // guardOthers is the guards' view of the other requests that can hold a request

@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"fmt"
-	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -139,7 +138,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	// status patch was computed from goes back to the queue until the cache has caught
 	// up (the write's own watch event usually brings it back first). A write by
 	// anyone else is caught by the optimistic lock on the status patch.
-	if !r.inScope(req.Namespace) {
+	if !requests.InScope(r.Namespaces, req.Namespace) {
 		return ctrl.Result{}, nil
 	}
 	u := requests.NewUnstructured()
@@ -350,11 +349,6 @@ func (r *Reconciler) runPlaybook(ctx context.Context, s *scope) (ctrl.Result, er
 		return ctrl.Result{}, nil
 	}
 	return ctrl.Result{RequeueAfter: p.RequeueAfter}, nil
-}
-
-// inScope reports whether requests in namespace ns are this controller's.
-func (r *Reconciler) inScope(ns string) bool {
-	return len(r.Namespaces) == 0 || slices.Contains(r.Namespaces, ns)
 }
 
 // record records e about rr.

@@ -71,6 +71,11 @@ func ViewOf(o client.Object) v1alpha1.RemediationRequest {
 	return v1alpha1.RemediationRequest{}
 }
 
+// InScope reports whether namespace ns is one of namespaces; none means all.
+func InScope(namespaces []string, ns string) bool {
+	return len(namespaces) == 0 || slices.Contains(namespaces, ns)
+}
+
 // List lists the requests in the guards' view (GuardView), sorted by OlderFirst.
 func List(ctx context.Context, reader client.Reader, opts ...client.ListOption) ([]v1alpha1.RemediationRequest, error) {
 	out, _, err := ListAt(ctx, reader, opts...)

@@ -15,7 +15,6 @@ import (
 	"cmp"
 	"context"
 	"fmt"
-	"slices"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -180,7 +179,7 @@ func fixHeld(rr *v1alpha1.RemediationRequest) (*metav1.Condition, bool) {
 
 // Reconcile is fetch -> verify -> one deferred status patch.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.Result, retErr error) {
-	if !r.inScope(req.Namespace) {
+	if !requests.InScope(r.Namespaces, req.Namespace) {
 		return ctrl.Result{}, nil
 	}
 	u := requests.NewUnstructured()
@@ -326,16 +325,11 @@ func (r *Reconciler) verifyingOn(ctx context.Context, o client.Object) []reconci
 	}
 	var out []reconcile.Request
 	for _, rr := range list {
-		if r.inScope(rr.Namespace) {
+		if requests.InScope(r.Namespaces, rr.Namespace) {
 			out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: rr.Namespace, Name: rr.Name}})
 		}
 	}
 	return out
-}
-
-// inScope reports whether requests in namespace ns are this controller's.
-func (r *Reconciler) inScope(ns string) bool {
-	return len(r.Namespaces) == 0 || slices.Contains(r.Namespaces, ns)
 }
 
 func (r *Reconciler) clock() clock.PassiveClock {
