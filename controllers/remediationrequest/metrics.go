@@ -249,33 +249,24 @@ func observeTransitions(before, after *v1alpha1.RemediationRequest) {
 	}
 }
 
-// failedClosedReason is the remediator_decisions_failed_closed_total reason of a
-// rejected request, or "" when the policy itself rejected it.
-func failedClosedReason(rr *v1alpha1.RemediationRequest) string {
+// observeFailedClosed counts and logs a persisted rejection that failed closed (not
+// one the policy itself decided). The decision path records the Warning Event
+// (v1alpha1.EventRejected, naming the rule and why); the log line here is the one an
+// operator greps for, with the policy digest that failed.
+func observeFailedClosed(rr *v1alpha1.RemediationRequest) {
 	d := rr.Status.Decision
 	if rr.Status.Phase != v1alpha1.PhaseRejected || d == nil {
-		return ""
-	}
-	if slices.Contains(failClosedRules, d.Rule) {
-		return d.Rule
-	}
-	if c := meta.FindStatusCondition(rr.Status.Conditions, v1alpha1.ConditionProgressing); c != nil && strings.HasPrefix(c.Message, safetyFloorProgressing) {
-		return failClosedSafetyFloor
-	}
-	return ""
-}
-
-// observeFailedClosed counts and logs a persisted decision that failed closed. The
-// decision path records the Warning Event (v1alpha1.EventRejected, naming the rule and why);
-// the log line here is the one an operator greps for, with the policy digest that
-// failed.
-func observeFailedClosed(rr *v1alpha1.RemediationRequest) {
-	reason := failedClosedReason(rr)
-	if reason == "" {
 		return
 	}
+	reason := d.Rule
+	if !slices.Contains(failClosedRules, d.Rule) {
+		c := meta.FindStatusCondition(rr.Status.Conditions, v1alpha1.ConditionProgressing)
+		if c == nil || !strings.HasPrefix(c.Message, safetyFloorProgressing) {
+			return
+		}
+		reason = failClosedSafetyFloor
+	}
 	decisionsFailedClosed.WithLabelValues(reason).Inc()
-	d := rr.Status.Decision
 	ctrl.Log.WithName("decision").Info("Failed closed: the request is rejected and nothing is changed",
 		"remediationRequest", klog.KObj(rr), "reason", reason, "rule", d.Rule, "policyDigest", d.PolicyDigest, "message", d.Message)
 }
@@ -283,8 +274,7 @@ func observeFailedClosed(rr *v1alpha1.RemediationRequest) {
 // remediationDuration is how long a finished playbook took from its decision to its
 // last step's end; ok is false for a request that did not finish a playbook.
 func remediationDuration(rr *v1alpha1.RemediationRequest) (time.Duration, bool) {
-	if !rr.Status.Phase.PlaybookEnded() || rr.Status.Decision == nil ||
-		rr.Status.Decision.DecidedAt.IsZero() {
+	if !rr.Status.Phase.PlaybookEnded() || rr.Status.Decision == nil || rr.Status.Decision.DecidedAt.IsZero() {
 		return 0, false
 	}
 	var end time.Time
