@@ -37,7 +37,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
@@ -121,11 +120,7 @@ func (a *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 // every request in either listed at start, so that a new leader looks once.
 func (a *Reconciler) lineChanged() predicate.Funcs {
 	state := func(o client.Object) lifecycle.SlotState {
-		u, ok := o.(*unstructured.Unstructured)
-		if !ok {
-			return lifecycle.NotInLine
-		}
-		rr := requests.GuardView(u)
+		rr := requests.ViewOf(o)
 		return lifecycle.StateOf(&rr, a.Playbooks)
 	}
 	return predicate.Funcs{
@@ -181,18 +176,14 @@ func (a *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 			next = earliest(next, now.Add(a.stepTimeout()))
 		}
 	}
-	var res ctrl.Result
 	if waiting > len(grants) {
-		res.RequeueAfter = admissionRecheck
+		next = earliest(next, now.Add(admissionRecheck))
 	}
-	if !next.IsZero() {
-		// The next grant to expire, should nothing else bring admission back first.
-		after := max(next.Sub(now), time.Second)
-		if res.RequeueAfter == 0 || after < res.RequeueAfter {
-			res.RequeueAfter = after
-		}
+	if next.IsZero() {
+		return ctrl.Result{}, nil
 	}
-	return res, nil
+	// The next grant to expire or recheck, should nothing else bring admission back first.
+	return ctrl.Result{RequeueAfter: max(next.Sub(now), time.Second)}, nil
 }
 
 // requeueOnConflict looks at the line again when a request changed or went since it
@@ -212,10 +203,7 @@ func earliest(a, b time.Time) time.Time {
 }
 
 func (a *Reconciler) now() time.Time {
-	if a.Clock == nil {
-		return time.Now()
-	}
-	return a.Clock.Now()
+	return cmp.Or[clock.PassiveClock](a.Clock, clock.RealClock{}).Now()
 }
 
 func (a *Reconciler) stepTimeout() time.Duration {

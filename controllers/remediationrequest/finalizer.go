@@ -19,52 +19,49 @@ import (
 	"github.com/remediator/remediator/remediations/failpoint"
 )
 
-// ensureFinalizer adds the restore finalizer to a running playbook that will change
-// something it must restore (a cordon), before its first step acts: the reconcile
-// that decides only journals the first step's start, and the finalizer is added at
-// the start of the next one, before the step runs. A request deleted mid-run then
-// always gets the chance to undo what it changed. Requests whose playbook restores
-// nothing (a Lease release, a rejection) carry no finalizer: their deletion never
-// waits for the controller.
-func (r *Reconciler) ensureFinalizer(ctx context.Context, rr *v1alpha1.RemediationRequest) error {
-	if controllerutil.ContainsFinalizer(rr, v1alpha1.Finalizer) {
+// patchFinalizer adds or removes the restore finalizer, guarded by the
+// resourceVersion rr was read at, unless there is nothing to do.
+func (r *Reconciler) patchFinalizer(ctx context.Context, rr *v1alpha1.RemediationRequest, add bool) error {
+	before := rr.DeepCopy()
+	change := controllerutil.RemoveFinalizer
+	if add {
+		change = controllerutil.AddFinalizer
+	}
+	if !change(rr, v1alpha1.Finalizer) {
 		return nil
 	}
-	before := rr.DeepCopy()
-	controllerutil.AddFinalizer(rr, v1alpha1.Finalizer)
-	if err := r.Client.Patch(ctx, rr, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
+	return r.Client.Patch(ctx, rr, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{}))
+}
+
+// ensureFinalizer adds the restore finalizer to a running playbook that will change
+// something it must restore (a cordon) before its first step acts: the deciding
+// reconcile only journals the first step's start, and the next one adds the
+// finalizer before the step runs, so a request deleted mid-run can always undo what
+// it changed. Playbooks that restore nothing carry none: their deletion never waits.
+func (r *Reconciler) ensureFinalizer(ctx context.Context, rr *v1alpha1.RemediationRequest) error {
+	if err := r.patchFinalizer(ctx, rr, true); err != nil {
 		return fmt.Errorf("adding finalizer %s: %w", v1alpha1.Finalizer, err)
 	}
 	return nil
 }
 
-// releaseFinalizer removes the restore finalizer from a request whose playbook
-// ended: it restored what it changed (uncordon is its own last step, and a failure
-// restores before the Failed write), so its deletion need not wait for a
-// controller. Kept, it would block the deletion of every finished request for as
-// long as no controller runs (an uninstall, a namespace deletion), with nothing to
-// restore. It is called only after the terminal status write returned, so a crash
-// in between leaves the finalizer, which the next reconcile releases.
+// releaseFinalizer removes the restore finalizer once the playbook ended, having
+// restored what it changed (uncordon is its last step; a failure restores before the
+// Failed write). Kept, it would block every finished request's deletion while no
+// controller runs (an uninstall). It is called only after the terminal status write
+// returned: a crash in between leaves it for the next reconcile to release.
 func (r *Reconciler) releaseFinalizer(ctx context.Context, rr *v1alpha1.RemediationRequest) error {
-	if !controllerutil.ContainsFinalizer(rr, v1alpha1.Finalizer) {
-		return nil
-	}
-	before := rr.DeepCopy()
-	controllerutil.RemoveFinalizer(rr, v1alpha1.Finalizer)
-	if err := r.Client.Patch(ctx, rr, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
+	if err := r.patchFinalizer(ctx, rr, false); err != nil {
 		return client.IgnoreNotFound(fmt.Errorf("removing finalizer %s from a finished request: %w", v1alpha1.Finalizer, err))
 	}
 	return nil
 }
 
-// releaseIdle releases the restore finalizer of a request that is neither Running
-// nor finished (Waiting, Rejected): it has nothing to restore, since every way out
-// of Running restores first, and a request that runs again gets the finalizer again
-// before its first step acts (ensureFinalizer). A finished request's finalizer is
-// released by Reconcile after its terminal status write. The status is written
-// first, so that the finalizer never goes before the restore's journal; this
-// reconcile has honoured the generation by then (decided, or found nothing to
-// decide), as the deferred write would record.
+// releaseIdle releases the restore finalizer of a request neither Running nor
+// finished (Waiting, Rejected): every way out of Running restores first, and one that
+// runs again gets it back before its first step acts. The status is written first,
+// so the finalizer never goes before the restore's journal; this reconcile has
+// honoured the generation by then, as the deferred write would record.
 func (r *Reconciler) releaseIdle(ctx context.Context, s *scope) error {
 	rr := s.rr
 	if rr.Status.Phase == v1alpha1.PhaseRunning || rr.Status.Phase.PlaybookEnded() || !controllerutil.ContainsFinalizer(rr, v1alpha1.Finalizer) {
@@ -83,24 +80,22 @@ func (r *Reconciler) releaseIdle(ctx context.Context, s *scope) error {
 }
 
 // reconcileDelete restores what a running playbook changed, journals it, and only
-// then releases the finalizer. A restore that fails is retried within the step
-// timeout, its first attempt journaled; one that gives up ends the request Failed
-// with the node named, and the finalizer is released all the same: nothing that a
-// controller can do is left, and a finalizer kept for ever would only block the
-// deletion (the sweeper uncordons the node once the API server allows it).
+// then releases the finalizer. A failed restore is retried within the step timeout
+// from its journaled first attempt; one that gives up ends the request Failed naming
+// the node, and the finalizer goes all the same: a controller can do nothing more,
+// and keeping it would only block the deletion (the sweeper uncordons the node later).
 //
-// A running request without the finalizer has nothing to restore (no cordon in its
-// playbook, or its first step not journaled yet), and since a request being deleted
-// is never advanced, nothing of it runs again; but another finalizer can keep it
-// for as long as its owner likes, and a Running request holds a slot of the cap. It
-// is ended (Failed, Aborted) so that the slot goes to the next request in line.
+// A running request without the finalizer has nothing to restore (no cordon, or its
+// first step not journaled yet) and, being deleted, is never advanced; but another
+// finalizer may keep it indefinitely while it holds a slot of the cap, so it is ended
+// (Failed, Aborted) and the slot goes to the next request in line.
 func (r *Reconciler) reconcileDelete(ctx context.Context, s *scope) (ctrl.Result, error) {
 	rr := s.rr
 	if !controllerutil.ContainsFinalizer(rr, v1alpha1.Finalizer) {
 		if rr.Status.Phase != v1alpha1.PhaseRunning {
 			return ctrl.Result{}, nil
 		}
-		r.abortDeleted(rr, v1alpha1.ReasonAborted, "nothing needed restoring")
+		r.record(rr, lifecycle.Deleted(rr, v1alpha1.ReasonAborted, "nothing needed restoring"))
 		return ctrl.Result{}, r.patchStatus(ctx, s)
 	}
 	if rr.Status.Phase == v1alpha1.PhaseRunning {
@@ -113,24 +108,17 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, s *scope) (ctrl.Result
 			// Journal the attempt: the bound counts from the first one.
 			return ctrl.Result{}, kerrors.NewAggregate([]error{err, r.patchStatus(ctx, s)})
 		}
-		r.abortDeleted(rr, reason, cmp.Or(msg, "nothing needed restoring"))
+		// The steps not done are skipped; Succeeded is False with reason and what the
+		// restore did.
+		r.record(rr, lifecycle.Deleted(rr, reason, cmp.Or(msg, "nothing needed restoring")))
 		if err := r.patchStatus(ctx, s); err != nil {
 			return ctrl.Result{}, err
 		}
 	}
 	failpoint.Inject(failpoint.Name(failpoint.Restore, failpoint.BeforeFinalizerRelease))
-	before := rr.DeepCopy()
-	controllerutil.RemoveFinalizer(rr, v1alpha1.Finalizer)
-	if err := r.Client.Patch(ctx, rr, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
+	if err := r.patchFinalizer(ctx, rr, false); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(fmt.Errorf("removing finalizer %s: %w", v1alpha1.Finalizer, err))
 	}
 	ctrl.LoggerFrom(ctx).V(1).Info("Released finalizer")
 	return ctrl.Result{}, nil
-}
-
-// abortDeleted ends a request deleted mid-run: the steps not done are skipped, and
-// Succeeded is False with reason (Aborted, or the restore's failure) and what the
-// restore did.
-func (r *Reconciler) abortDeleted(rr *v1alpha1.RemediationRequest, reason, restored string) {
-	r.record(rr, lifecycle.Deleted(rr, reason, restored))
 }

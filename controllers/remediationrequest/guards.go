@@ -1,27 +1,21 @@
 package remediationrequest
 
 // The guards' view of the other requests, read from the informer cache through field
-// indexes: what a decision weighs and explains.
+// indexes: only those that can stop a decision (running on the same Lease or node,
+// holding a slot, in line for one), so that a storm of N requests does not cost
+// O(N^2) reads.
 //
-// A decision needs only the requests that can stop it: the ones running on the same
-// Lease or node (one remediation per Lease and node), the ones holding a slot of the
-// cap and the ones in line for one. Listing every request for each decision made a
-// storm of N requests cost O(N^2) reads; the indexes make each decision read only
-// those few.
-//
-// The cache lags behind writes by a watch event, so nothing here grants a slot: the
-// cap and the line are admission's (package admission), from a live List. What the cache
-// serves is the policy's conflict rule and the floor's re-check before every
-// destructive call; a conflict the cache has not seen yet between two Lease releases
-// costs nothing, since both deletions carry the Lease's UID and resourceVersion as
-// preconditions and the second finds it gone.
+// The cache lags behind writes by a watch event, so nothing here grants a slot: that
+// is admission's, from a live List. The cache serves the policy's conflict rule and
+// the floor's re-check before every destructive call; a conflict it has not seen yet
+// between two Lease releases costs nothing, since both deletions carry the Lease's
+// UID and resourceVersion as preconditions and the second finds it gone.
 
 import (
 	"context"
 	"slices"
 	"sync"
 
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -53,17 +47,21 @@ const (
 func leaseKey(ns, name string) string { return "lease/" + ns + "/" + name }
 func nodeKey(name string) string      { return "node/" + name }
 
+// targetKeys are the keys of the Lease and the node in facts f.
+func targetKeys(f *v1alpha1.Facts) []string {
+	var keys []string
+	if f != nil && f.Lease != nil && f.Lease.Name != "" {
+		keys = append(keys, leaseKey(f.Lease.Namespace, f.Lease.Name))
+	}
+	if f != nil && f.Node != nil && f.Node.Name != "" {
+		keys = append(keys, nodeKey(f.Node.Name))
+	}
+	return keys
+}
+
 // guardKeys are the index keys of one request in the guards' view.
 func guardKeys(rr *v1alpha1.RemediationRequest, playbooks remediations.Playbooks) []string {
-	var targets []string
-	if f := rr.Status.Facts; f != nil {
-		if f.Lease != nil && f.Lease.Name != "" {
-			targets = append(targets, leaseKey(f.Lease.Namespace, f.Lease.Name))
-		}
-		if f.Node != nil && f.Node.Name != "" {
-			targets = append(targets, nodeKey(f.Node.Name))
-		}
-	}
+	targets := targetKeys(rr.Status.Facts)
 	var keys []string
 	switch lifecycle.StateOf(rr, playbooks) {
 	case lifecycle.HoldsSlot:
@@ -89,11 +87,7 @@ func guardKeys(rr *v1alpha1.RemediationRequest, playbooks remediations.Playbooks
 // IndexRequests registers IndexGuard on the manager's cache of unstructured requests.
 func IndexRequests(ctx context.Context, indexer client.FieldIndexer, playbooks remediations.Playbooks) error {
 	return indexer.IndexField(ctx, requests.NewUnstructured(), IndexGuard, func(o client.Object) []string {
-		u, ok := o.(*unstructured.Unstructured)
-		if !ok {
-			return nil
-		}
-		rr := requests.GuardView(u)
+		rr := requests.ViewOf(o)
 		return guardKeys(&rr, playbooks)
 	})
 }
@@ -104,55 +98,32 @@ func (r *Reconciler) listGuard(ctx context.Context, key string) ([]v1alpha1.Reme
 	if err != nil {
 		return nil, err
 	}
-	return slices.DeleteFunc(list, func(o v1alpha1.RemediationRequest) bool { return !r.inScope(o.Namespace) }), nil
+	return slices.DeleteFunc(list, func(o v1alpha1.RemediationRequest) bool { return !requests.InScope(r.Namespaces, o.Namespace) }), nil
 }
 
 // guardOthers is the guards' view of the other requests that can hold a request
 // with facts f back: those running on the same Lease or node, those holding a slot
 // and those in line for one, from the cache, sorted oldest first.
 func (r *Reconciler) guardOthers(ctx context.Context, f *v1alpha1.Facts) ([]v1alpha1.RemediationRequest, error) {
-	keys := []string{keySlot, keyWaitingSlot}
-	if f != nil && f.Lease != nil && f.Lease.Name != "" {
-		keys = append(keys, leaseKey(f.Lease.Namespace, f.Lease.Name))
-	}
-	if f != nil && f.Node != nil && f.Node.Name != "" {
-		keys = append(keys, nodeKey(f.Node.Name))
-	}
-	seen := map[types.UID]bool{}
 	var out []v1alpha1.RemediationRequest
-	for _, k := range keys {
+	for _, k := range append([]string{keySlot, keyWaitingSlot}, targetKeys(f)...) {
 		list, err := r.listGuard(ctx, k)
 		if err != nil {
 			return nil, err
 		}
-		for _, o := range list {
-			if !seen[o.UID] {
-				seen[o.UID] = true
-				out = append(out, o)
-			}
-		}
+		out = append(out, list...)
 	}
+	// A request listed under two keys sorts next to itself.
 	slices.SortFunc(out, requests.OlderFirst)
-	return out, nil
+	return slices.CompactFunc(out, func(a, b v1alpha1.RemediationRequest) bool { return a.UID == b.UID }), nil
 }
 
 // wake maps a request that stopped running to the requests waiting for another
 // remediation on its Lease or node: they may go now. Slots are admission's.
 func (r *Reconciler) wake(ctx context.Context, o client.Object) []reconcile.Request {
-	u, ok := o.(*unstructured.Unstructured)
-	if !ok {
-		return nil
-	}
-	f := requests.GuardView(u).Status.Facts
-	if f == nil {
-		return nil
-	}
 	var keys []string
-	if f.Lease != nil && f.Lease.Name != "" {
-		keys = append(keys, "waiting/"+leaseKey(f.Lease.Namespace, f.Lease.Name))
-	}
-	if f.Node != nil && f.Node.Name != "" {
-		keys = append(keys, "waiting/"+nodeKey(f.Node.Name))
+	for _, t := range targetKeys(requests.ViewOf(o).Status.Facts) {
+		keys = append(keys, "waiting/"+t)
 	}
 	// The periodic recheck of waiting requests, and the next stop, still wake them
 	// should a list fail.

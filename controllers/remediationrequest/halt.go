@@ -43,7 +43,12 @@ func (r *Reconciler) windowClosed(ctx context.Context, s *scope, run *remediatio
 	rr, opens := s.rr, stop.Opens
 	restored, err := remediations.Restore(ctx, run, "the maintenance window closed")
 	if rf, ok := remediations.IsRestoreFailure(err); ok {
-		return r.restoreGaveUp(ctx, s, stop.Message, rf)
+		// Failed, the remaining steps skipped; the condition and a Warning Event name
+		// the node left cordoned. The status write then releases the slot and the
+		// finalizer.
+		r.record(rr, lifecycle.RestoreGaveUp(rr, remediations.ReasonRestoreFailed, stop.Message, rf.Message))
+		ctrl.LoggerFrom(ctx).Info("The restore gave up; the node stays cordoned", "node", rf.Node)
+		return ctrl.Result{}, nil
 	}
 	if err != nil {
 		return ctrl.Result{}, err
@@ -58,16 +63,6 @@ func (r *Reconciler) windowClosed(ctx context.Context, s *scope, run *remediatio
 		return ctrl.Result{}, err
 	}
 	return ctrl.Result{RequeueAfter: opens.Sub(s.now)}, nil
-}
-
-// restoreGaveUp ends a running request Failed because its restore gave up: the
-// remaining steps are skipped, and the condition and a Warning Event name the node
-// left cordoned. The caller's status write then releases the slot and the
-// finalizer.
-func (r *Reconciler) restoreGaveUp(ctx context.Context, s *scope, what string, rf *remediations.RestoreFailure) (ctrl.Result, error) {
-	r.record(s.rr, lifecycle.RestoreGaveUp(s.rr, remediations.ReasonRestoreFailed, what, rf.Message))
-	ctrl.LoggerFrom(ctx).Info("The restore gave up; the node stays cordoned", "node", rf.Node)
-	return ctrl.Result{}, nil
 }
 
 // EventWindowClosedAfterEviction is the Event of a destructive step that starts after

@@ -3,6 +3,7 @@ package remediationrequest
 import (
 	"context"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 
@@ -117,67 +118,51 @@ func (c requestsCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.NewInvalidMetric(waitingDesc, err)
 		return
 	}
-	zero := func() map[string]float64 {
-		return map[string]float64{string(v1alpha1.RemediationReleaseLUKSLease): 0, string(v1alpha1.RemediationReregisterCSIDriver): 0}
-	}
-	running, waiting := zero(), zero()
-	for i := range list {
-		switch rr := &list[i]; rr.Status.Phase {
-		case v1alpha1.PhaseRunning:
-			running[string(rr.Spec.Remediation)]++
-		case v1alpha1.PhaseWaiting:
-			waiting[string(rr.Spec.Remediation)]++
-		}
-	}
-	for remediation, n := range running {
-		ch <- prometheus.MustNewConstMetric(activeDesc, prometheus.GaugeValue, n, remediation)
-	}
-	for remediation, n := range waiting {
-		ch <- prometheus.MustNewConstMetric(waitingDesc, prometheus.GaugeValue, n, remediation)
-	}
 	now := time.Now()
 	if c.now != nil {
 		now = c.now()
 	}
-	collectAges(ch, list, now)
-}
-
-// ageKey labels one age series: remediation, and the waiting reason or the step.
-type ageKey struct{ remediation, what string }
-
-// collectAges sends remediator_oldest_waiting_request_age_seconds and
-// remediator_running_step_age_seconds: the oldest of each, at now.
-func collectAges(ch chan<- prometheus.Metric, list []v1alpha1.RemediationRequest, now time.Time) {
-	waiting, running := map[ageKey]time.Time{}, map[ageKey]time.Time{}
-	oldest := func(m map[ageKey]time.Time, k ageKey, since time.Time) {
-		if since.IsZero() {
-			return
-		}
-		if t, ok := m[k]; !ok || since.Before(t) {
-			m[k] = since
+	// The counts have a series per remediation, zero included; the ages, the oldest
+	// of each, only while one waits or runs.
+	count, since := map[series]float64{}, map[series]time.Time{}
+	for _, r := range []v1alpha1.Remediation{v1alpha1.RemediationReleaseLUKSLease, v1alpha1.RemediationReregisterCSIDriver} {
+		count[series{activeDesc, string(r), ""}], count[series{waitingDesc, string(r), ""}] = 0, 0
+	}
+	oldest := func(k series, t time.Time) {
+		if old, ok := since[k]; !t.IsZero() && (!ok || t.Before(old)) {
+			since[k] = t
 		}
 	}
 	for i := range list {
 		rr := &list[i]
 		remediation := string(rr.Spec.Remediation)
 		switch rr.Status.Phase {
-		case v1alpha1.PhaseWaiting:
-			reason, since := waitingSince(rr)
-			oldest(waiting, ageKey{remediation, reason}, since)
 		case v1alpha1.PhaseRunning:
+			count[series{activeDesc, remediation, ""}]++
 			if st := runningStep(rr.Status.Steps); st != nil {
 				// The time a pause held the step is not its age: its timeout does not
 				// count it either (remediations.RanFor).
-				oldest(running, ageKey{remediation, st.Name}, now.Add(-remediations.RanFor(st, now)))
+				oldest(series{runningStepAgeDesc, remediation, st.Name}, now.Add(-remediations.RanFor(st, now)))
 			}
+		case v1alpha1.PhaseWaiting:
+			count[series{waitingDesc, remediation, ""}]++
+			reason, t := waitingSince(rr)
+			oldest(series{oldestWaitingDesc, remediation, reason}, t)
 		}
 	}
-	for k, since := range waiting {
-		ch <- prometheus.MustNewConstMetric(oldestWaitingDesc, prometheus.GaugeValue, max(now.Sub(since).Seconds(), 0), k.remediation, k.what)
+	for k, n := range count {
+		ch <- prometheus.MustNewConstMetric(k.desc, prometheus.GaugeValue, n, k.remediation)
 	}
-	for k, since := range running {
-		ch <- prometheus.MustNewConstMetric(runningStepAgeDesc, prometheus.GaugeValue, max(now.Sub(since).Seconds(), 0), k.remediation, k.what)
+	for k, t := range since {
+		ch <- prometheus.MustNewConstMetric(k.desc, prometheus.GaugeValue, max(now.Sub(t).Seconds(), 0), k.remediation, k.what)
 	}
+}
+
+// series is one gauge series: its remediation, and for an age the waiting reason or
+// the step.
+type series struct {
+	desc              *prometheus.Desc
+	remediation, what string
 }
 
 // waitingSince is the Progressing reason a waiting request waits with and when it
@@ -200,22 +185,19 @@ func waitingSince(rr *v1alpha1.RemediationRequest) (string, time.Time) {
 // step whose restore attempt started (the restore is recorded on uncordon and bounded
 // by --step-timeout from its first attempt); nil when none has started.
 func runningStep(steps []v1alpha1.StepStatus) *v1alpha1.StepStatus {
-	var restoring *v1alpha1.StepStatus
-	for i := range steps {
-		st := &steps[i]
-		if st.StartedAt == nil || st.StartedAt.IsZero() {
-			continue
-		}
-		switch st.State {
-		case v1alpha1.StepRunning:
-			return st
-		case v1alpha1.StepPending:
-			if restoring == nil {
-				restoring = st
-			}
+	started := func(state v1alpha1.StepState) func(v1alpha1.StepStatus) bool {
+		return func(st v1alpha1.StepStatus) bool {
+			return st.State == state && st.StartedAt != nil && !st.StartedAt.IsZero()
 		}
 	}
-	return restoring
+	i := slices.IndexFunc(steps, started(v1alpha1.StepRunning))
+	if i < 0 {
+		i = slices.IndexFunc(steps, started(v1alpha1.StepPending))
+	}
+	if i < 0 {
+		return nil
+	}
+	return &steps[i]
 }
 
 // RegisterMetrics registers the metrics on controller-runtime's registry; reader
@@ -267,37 +249,24 @@ func observeTransitions(before, after *v1alpha1.RemediationRequest) {
 	}
 }
 
-// failedClosedReason is the remediator_decisions_failed_closed_total reason of a
-// rejected request, or "" when the policy itself rejected it.
-func failedClosedReason(rr *v1alpha1.RemediationRequest) string {
+// observeFailedClosed counts and logs a persisted rejection that failed closed (not
+// one the policy itself decided). The decision path records the Warning Event
+// (v1alpha1.EventRejected, naming the rule and why); the log line here is the one an
+// operator greps for, with the policy digest that failed.
+func observeFailedClosed(rr *v1alpha1.RemediationRequest) {
 	d := rr.Status.Decision
 	if rr.Status.Phase != v1alpha1.PhaseRejected || d == nil {
-		return ""
-	}
-	for _, r := range failClosedRules {
-		if d.Rule == r {
-			return r
-		}
-	}
-	for _, c := range rr.Status.Conditions {
-		if c.Type == v1alpha1.ConditionProgressing && strings.HasPrefix(c.Message, safetyFloorProgressing) {
-			return failClosedSafetyFloor
-		}
-	}
-	return ""
-}
-
-// observeFailedClosed counts and logs a persisted decision that failed closed. The
-// decision path records the Warning Event (v1alpha1.EventRejected, naming the rule and why);
-// the log line here is the one an operator greps for, with the policy digest that
-// failed.
-func observeFailedClosed(rr *v1alpha1.RemediationRequest) {
-	reason := failedClosedReason(rr)
-	if reason == "" {
 		return
 	}
+	reason := d.Rule
+	if !slices.Contains(failClosedRules, d.Rule) {
+		c := meta.FindStatusCondition(rr.Status.Conditions, v1alpha1.ConditionProgressing)
+		if c == nil || !strings.HasPrefix(c.Message, safetyFloorProgressing) {
+			return
+		}
+		reason = failClosedSafetyFloor
+	}
 	decisionsFailedClosed.WithLabelValues(reason).Inc()
-	d := rr.Status.Decision
 	ctrl.Log.WithName("decision").Info("Failed closed: the request is rejected and nothing is changed",
 		"remediationRequest", klog.KObj(rr), "reason", reason, "rule", d.Rule, "policyDigest", d.PolicyDigest, "message", d.Message)
 }
@@ -305,8 +274,7 @@ func observeFailedClosed(rr *v1alpha1.RemediationRequest) {
 // remediationDuration is how long a finished playbook took from its decision to its
 // last step's end; ok is false for a request that did not finish a playbook.
 func remediationDuration(rr *v1alpha1.RemediationRequest) (time.Duration, bool) {
-	if !rr.Status.Phase.PlaybookEnded() || rr.Status.Decision == nil ||
-		rr.Status.Decision.DecidedAt.IsZero() {
+	if !rr.Status.Phase.PlaybookEnded() || rr.Status.Decision == nil || rr.Status.Decision.DecidedAt.IsZero() {
 		return 0, false
 	}
 	var end time.Time

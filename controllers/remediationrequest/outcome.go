@@ -2,15 +2,14 @@ package remediationrequest
 
 // The durable record of each terminal outcome: status.outcome, and one log line.
 //
-// The record is computed with the status (lifecycle.Derive), so that it goes out in the very status
-// write that makes the phase terminal, and the line is logged only after that write
-// succeeded and only when it wrote a new record. A restart, a re-read from a stale
-// cache or a later reconcile of the ended request finds the record already there and
-// logs nothing: the status is the guard, not the process's memory. The price is that
-// a crash between the write and the log loses the line (at most once); the record in
-// status, the Git log and the Events keep the rest.
+// The record goes out in the very status write that makes the phase terminal
+// (lifecycle.Derive); the line is logged only after that write succeeded with a new
+// record. A restart, a stale cache or a later reconcile finds the record there and
+// logs nothing: the status is the guard, not the process's memory. A crash between
+// the write and the log loses the line (at most once); status and Events keep the rest.
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"time"
@@ -36,10 +35,7 @@ func logOutcome(ctx context.Context, before, after *v1alpha1.RemediationRequest)
 	if o == nil || (before.Status.Outcome != nil && *before.Status.Outcome == *o) {
 		return
 	}
-	commit := o.Commit
-	if commit == "" {
-		commit = commitUnknown
-	}
+	commit := cmp.Or(o.Commit, commitUnknown)
 	rule, playbook := "", ""
 	if d := after.Status.Decision; d != nil {
 		rule, playbook = d.Rule, d.Playbook

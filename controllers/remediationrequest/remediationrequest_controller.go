@@ -4,12 +4,9 @@ import (
 	"cmp"
 	"context"
 	"fmt"
-	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	kerrors "k8s.io/apimachinery/pkg/util/errors"
 	"k8s.io/client-go/tools/record"
@@ -61,29 +58,26 @@ type Reconciler struct {
 	Reader client.Reader
 	// Gatherer gathers the facts a decision is made on.
 	Gatherer *facts.Gatherer
-	// Fresh gathers the fresh facts: the facts again right before a destructive step
-	// of a disruptive playbook; it must read everything the floor weighs live.
-	// FreshRelease does it for a playbook that only deletes the Lease; it must read
-	// the holder node's state live. nil means Fresh, and Gatherer for both. See
-	// wiring.Gatherers.
+	// Fresh re-gathers the facts right before a destructive step of a disruptive
+	// playbook, reading live all the floor weighs; FreshRelease, before one that only
+	// deletes the Lease, reading the holder node live. nil: Fresh, and Gatherer for
+	// both (wiring.Gatherers).
 	Fresh        *facts.Gatherer
 	FreshRelease *facts.Gatherer
 	Policy       *policies.Engine
 	Playbooks    remediations.Playbooks
 	Timeouts     remediations.Timeouts
 	Recorder     record.EventRecorder
-	// Namespaces restricts the requests reconciled and counted by the guards to these
-	// namespaces; empty means all. The cache is restricted too, but the live reads
-	// (the reconciled request, the guards' lists) are not, so the check is here.
+	// Namespaces restricts the requests reconciled and counted by the guards; empty
+	// means all. The live reads are not restricted like the cache, so the check is here.
 	Namespaces []string
 	// MaxConcurrent caps the disruptive playbooks running at once across the cluster,
 	// so that a burst of merged requests cannot cordon half the nodes; zero means no
 	// cap. Playbooks that only release the Lease of a holder proven down are not
 	// capped (playbooks.yaml).
 	MaxConcurrent int
-	// Workers is how many requests are reconciled at once; zero means one. A request
-	// is never reconciled by two workers at once (the work queue guarantees it); the
-	// slots of the cap are granted by admission alone.
+	// Workers is how many requests are reconciled at once; zero means one. The work
+	// queue never gives one request to two workers; slots are admission's alone.
 	Workers int
 	// Floor is the safety floor's minimums (--floor-* flags); zero fields mean the
 	// runbook's values. The heartbeat grace and the driver are the gatherer's.
@@ -91,13 +85,11 @@ type Reconciler struct {
 	// Pause is the pause ConfigMap (--pause-configmap); empty means
 	// pause.DefaultConfigMap. It is read from the manager's cache (CacheOptions).
 	Pause types.NamespacedName
-	// Clock is the one clock of the reconciler: the scope's time, the windows, the
-	// timeouts, and the ages its gatherers measure (it overrides theirs); nil means
-	// the real clock.
+	// Clock is the reconciler's one clock, its gatherers' too (it overrides theirs);
+	// nil means the real clock.
 	Clock clock.PassiveClock
-	// FixWindow is how long fix verification (package verification) watches a
-	// request after it Succeeded; the write that records the success opens the
-	// window. Zero: fixes are not verified. setup.Runnables sets it.
+	// FixWindow is how long package verification watches a Succeeded request; the
+	// write that records the success opens it. Zero: fixes are not verified.
 	FixWindow time.Duration
 
 	written writeLog
@@ -113,26 +105,15 @@ type scope struct {
 	pause *pause.State
 }
 
-// phase is one small step of a reconcile. A phase that returns a non-zero result or
-// an error ends the reconcile.
-type phase func(ctx context.Context, s *scope) (ctrl.Result, error)
-
-// SetupWithManager registers the reconciler and the guards' index. Admission, the
-// pause watcher and fix verification are runnables of their own, wired beside it
-// (internal/cmd/controller).
+// SetupWithManager registers the reconciler and the guards' index.
+//
 // Status writes do not bump the generation, so filtering on generation (and
 // annotations, used to ask for a refresh) keeps the controller from re-triggering
-// itself with most of its own patches. Two status writes do start a reconcile:
-// journalAdvanced (a running playbook goes on with its next step from the watch event
-// of the status write that journaled the last one, so that the next reconcile reads
-// the journal it wrote from the cache, without waiting for a timer) and slotGranted
-// (admission's grant, after which the request is decided again and starts); so does
-// slotGivenBack (admission took back a grant not used in time). The
-// second watch wakes the requests a playbook that stopped was holding back (see
-// wake).
-//
-// Requests are watched as unstructured objects (see package requests): one request the
-// Go type cannot decode must not keep the informer from syncing.
+// itself with most of its own patches; the status writes that must start a reconcile
+// pass watches.go's predicates. A running playbook goes on with its next step from
+// the watch event of the write that journaled the last one, so the next reconcile
+// reads that journal from the cache. Requests are watched unstructured (package
+// requests): one the Go type cannot decode must not keep the informer from syncing.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	// Every Event is bounded; the runnables wired beside it share the recorder.
 	r.Recorder = requests.BoundEvents(r.Recorder)
@@ -157,7 +138,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	// status patch was computed from goes back to the queue until the cache has caught
 	// up (the write's own watch event usually brings it back first). A write by
 	// anyone else is caught by the optimistic lock on the status patch.
-	if !r.inScope(req.Namespace) {
+	if !requests.InScope(r.Namespaces, req.Namespace) {
 		return ctrl.Result{}, nil
 	}
 	u := requests.NewUnstructured()
@@ -169,7 +150,6 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 		// cache catches up with this controller's own write, where a fixed delay would
 		// either wait too long or spin.
 		return ctrl.Result{Requeue: true}, nil //nolint:staticcheck // see above: the rate-limited requeue is the point
-
 	}
 	log := ctrl.LoggerFrom(ctx).WithValues("remediationRequest", klog.KObj(u))
 	ctx = ctrl.LoggerInto(ctx, log)
@@ -217,7 +197,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	if finalizerRefused != nil {
 		return r.abort(ctx, s, fmt.Sprintf("the API server refused the restore finalizer a playbook that cordons needs (%v)", finalizerRefused))
 	}
-	for _, p := range []phase{r.breakGlass, r.decide, r.runPlaybook} {
+	// The phases: one that returns a non-zero result or an error ends the reconcile.
+	for _, p := range []func(context.Context, *scope) (ctrl.Result, error){r.breakGlass, r.decide, r.runPlaybook} {
 		res, err := p(ctx, s)
 		if err != nil || !res.IsZero() {
 			return res, err
@@ -246,10 +227,7 @@ func (r *Reconciler) reconcileEnded(ctx context.Context, s *scope) error {
 }
 
 func (r *Reconciler) clock() clock.PassiveClock {
-	if r.Clock == nil {
-		return clock.RealClock{}
-	}
-	return r.Clock
+	return cmp.Or[clock.PassiveClock](r.Clock, clock.RealClock{})
 }
 
 // floor is the floor's minimums, with the heartbeat grace, the driver and the
@@ -283,9 +261,16 @@ func (r *Reconciler) decide(ctx context.Context, s *scope) (ctrl.Result, error) 
 		}
 		return ctrl.Result{}, nil
 	}
+	// On the cache's facts (the reconciler's clock) and the guards' view of the
+	// others; a request holds a slot when admission granted it one.
+	d := &decider.Decider{Policy: r.Policy, Playbooks: r.Playbooks, Floor: r.floor(), MaxConcurrent: r.MaxConcurrent,
+		Gather: r.gatherer(r.Gatherer).Gather, Others: r.guardOthers,
+		Admitted: func(rr *v1alpha1.RemediationRequest, _ []v1alpha1.RemediationRequest) bool {
+			return lifecycle.Granted(rr)
+		}}
 	// Real time, not the injected clock: this measures the controller, not the facts.
 	started := time.Now()
-	o, err := r.decider().Decide(ctx, rr, s.now, r.pausedMessage(ctx, s))
+	o, err := d.Decide(ctx, rr, s.now, r.pausedMessage(ctx, s))
 	if err != nil {
 		return r.gatherFailed(s, err)
 	}
@@ -293,16 +278,6 @@ func (r *Reconciler) decide(ctx context.Context, s *scope) (ctrl.Result, error) 
 	r.record(rr, o.Apply(rr, o.Facts))
 	ctrl.LoggerFrom(ctx).Info("Decided", "phase", o.Phase, "rule", o.Decision.Rule, "playbook", o.Decision.Playbook)
 	return ctrl.Result{RequeueAfter: o.RequeueAfter}, nil
-}
-
-// decider decides on the cache's facts (the reconciler's clock) and the guards'
-// view of the others; a request holds a slot when admission granted it one.
-func (r *Reconciler) decider() *decider.Decider {
-	return &decider.Decider{Policy: r.Policy, Playbooks: r.Playbooks, Floor: r.floor(), MaxConcurrent: r.MaxConcurrent,
-		Gather: r.gatherer(r.Gatherer).Gather, Others: r.guardOthers,
-		Admitted: func(rr *v1alpha1.RemediationRequest, _ []v1alpha1.RemediationRequest) bool {
-			return lifecycle.Granted(rr)
-		}}
 }
 
 // runPlaybook advances a running playbook by one step. A request in any other
@@ -376,18 +351,7 @@ func (r *Reconciler) runPlaybook(ctx context.Context, s *scope) (ctrl.Result, er
 	return ctrl.Result{RequeueAfter: p.RequeueAfter}, nil
 }
 
-// inScope reports whether requests in namespace ns are this controller's.
-func (r *Reconciler) inScope(ns string) bool {
-	return len(r.Namespaces) == 0 || slices.Contains(r.Namespaces, ns)
-}
-
 // record records e about rr.
 func (r *Reconciler) record(rr *v1alpha1.RemediationRequest, e lifecycle.Event) {
 	r.Recorder.Event(rr, e.Type, e.Reason, e.Message)
-}
-
-func (r *Reconciler) setCondition(rr *v1alpha1.RemediationRequest, t string, st metav1.ConditionStatus, reason, msg string) {
-	meta.SetStatusCondition(&rr.Status.Conditions, metav1.Condition{
-		Type: t, Status: st, Reason: reason, Message: msg, ObservedGeneration: rr.Generation,
-	})
 }

@@ -28,36 +28,28 @@ func (r *Reconciler) patchStatus(ctx context.Context, s *scope) error {
 	}
 	from := s.base.ResourceVersion
 	err := r.Client.Status().Patch(ctx, s.rr, client.MergeFromWithOptions(s.base, client.MergeFromWithOptimisticLock{}))
-	// Only a write the API server applied moves the resourceVersion: a patch of
-	// sub-second times that the stored form rounds away changes nothing, and waiting
-	// for the cache to move past from would then wait forever.
-	if err == nil && s.rr.ResourceVersion != from && !s.rr.Status.Phase.Terminal() {
-		r.written.wrote(s.rr.UID, from)
-	}
-	if err != nil && !apierrors.IsNotFound(err) {
+	switch {
+	case apierrors.IsNotFound(err):
+	case err != nil:
 		return fmt.Errorf("patching status: %w", err)
-	}
-	if err == nil {
-		for _, effect := range afterWrite {
-			effect(ctx, s.base, s.rr)
+	default:
+		// Only a write the API server applied moves the resourceVersion: a patch of
+		// sub-second times that the stored form rounds away changes nothing, and
+		// waiting for the cache to move past from would then wait forever.
+		if s.rr.ResourceVersion != from && !s.rr.Status.Phase.Terminal() {
+			r.written.wrote(s.rr.UID, from)
 		}
+		// The effects of the write, carried out only once the API server applied it,
+		// so that a reconcile retried after a failed write does not repeat them:
+		// the metrics of phase changes and ended steps, the crash points of make chaos
+		// after a step's start is journaled, and the outcome's one log line.
+		observeTransitions(s.base, s.rr)
+		journaledStarts(s.base, s.rr)
+		logOutcome(ctx, s.base, s.rr)
 	}
 	// A second patch in the same reconcile (deletion) diffs from what was written.
 	s.base = s.rr.DeepCopy()
 	return nil
-}
-
-// afterWrite are the effects of a status write from before to after, carried out
-// only once the API server applied it, so that a reconcile retried after a failed
-// write does not repeat them. Deriving the status (lifecycle.Derive) writes nothing
-// and records nothing.
-var afterWrite = []func(ctx context.Context, before, after *v1alpha1.RemediationRequest){
-	// The metrics of phase changes and of the steps that ended.
-	func(_ context.Context, before, after *v1alpha1.RemediationRequest) { observeTransitions(before, after) },
-	// The crash points of make chaos right after a step's start is journaled.
-	func(_ context.Context, before, after *v1alpha1.RemediationRequest) { journaledStarts(before, after) },
-	// The outcome's one log line.
-	logOutcome,
 }
 
 // journaledStarts passes the after-journal failpoint of each step whose start the

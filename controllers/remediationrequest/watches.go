@@ -33,58 +33,40 @@ func stepStates(o client.Object) []string {
 	return out
 }
 
+// onUpdate passes only the updates that pass; creations, deletions and generic
+// events never do.
+func onUpdate(pass func(e event.UpdateEvent) bool) predicate.Funcs {
+	return predicate.Funcs{
+		CreateFunc:  func(event.CreateEvent) bool { return false },
+		DeleteFunc:  func(event.DeleteEvent) bool { return false },
+		GenericFunc: func(event.GenericEvent) bool { return false },
+		UpdateFunc:  pass,
+	}
+}
+
+// became passes an update that made is true of a request (in the guards' view).
+func became(is func(*v1alpha1.RemediationRequest) bool) predicate.Funcs {
+	holds := func(o client.Object) bool { rr := requests.ViewOf(o); return is(&rr) }
+	return onUpdate(func(e event.UpdateEvent) bool { return holds(e.ObjectNew) && !holds(e.ObjectOld) })
+}
+
 // journalAdvanced passes a status write that left a request Running with its journal
 // moved on: it started running, or a step changed state. A write that only updates
 // a waiting step's message does not pass; that step's own requeue checks it again.
-var journalAdvanced = predicate.Funcs{
-	CreateFunc:  func(event.CreateEvent) bool { return false },
-	DeleteFunc:  func(event.DeleteEvent) bool { return false },
-	GenericFunc: func(event.GenericEvent) bool { return false },
-	UpdateFunc: func(e event.UpdateEvent) bool {
-		if requests.PhaseOf(e.ObjectNew) != v1alpha1.PhaseRunning {
-			return false
-		}
-		return requests.PhaseOf(e.ObjectOld) != v1alpha1.PhaseRunning || !slices.Equal(stepStates(e.ObjectOld), stepStates(e.ObjectNew))
-	},
-}
+var journalAdvanced = onUpdate(func(e event.UpdateEvent) bool {
+	if requests.PhaseOf(e.ObjectNew) != v1alpha1.PhaseRunning {
+		return false
+	}
+	return requests.PhaseOf(e.ObjectOld) != v1alpha1.PhaseRunning || !slices.Equal(stepStates(e.ObjectOld), stepStates(e.ObjectNew))
+})
 
 // slotGranted passes admission's grant of a slot: the request is decided again and
 // starts in it.
-var slotGranted = predicate.Funcs{
-	CreateFunc:  func(event.CreateEvent) bool { return false },
-	DeleteFunc:  func(event.DeleteEvent) bool { return false },
-	GenericFunc: func(event.GenericEvent) bool { return false },
-	UpdateFunc: func(e event.UpdateEvent) bool {
-		isGranted := func(o client.Object) bool {
-			u, ok := o.(*unstructured.Unstructured)
-			if !ok {
-				return false
-			}
-			rr := requests.GuardView(u)
-			return lifecycle.Granted(&rr)
-		}
-		return isGranted(e.ObjectNew) && !isGranted(e.ObjectOld)
-	},
-}
+var slotGranted = became(lifecycle.Granted)
 
 // slotGivenBack passes admission's give-back of a slot not used in time: the request
 // is decided again, and rejoins the line if the policy still allows it.
-var slotGivenBack = predicate.Funcs{
-	CreateFunc:  func(event.CreateEvent) bool { return false },
-	DeleteFunc:  func(event.DeleteEvent) bool { return false },
-	GenericFunc: func(event.GenericEvent) bool { return false },
-	UpdateFunc: func(e event.UpdateEvent) bool {
-		expired := func(o client.Object) bool {
-			u, ok := o.(*unstructured.Unstructured)
-			if !ok {
-				return false
-			}
-			rr := requests.GuardView(u)
-			return lifecycle.SlotExpired(&rr)
-		}
-		return expired(e.ObjectNew) && !expired(e.ObjectOld)
-	},
-}
+var slotGivenBack = became(lifecycle.SlotExpired)
 
 // stoppedRunning passes a request whose playbook just stopped (finished, failed,
 // or went back to waiting) or a deleted one that was running. It also passes one the

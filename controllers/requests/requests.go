@@ -61,6 +61,20 @@ func GuardView(u *unstructured.Unstructured) v1alpha1.RemediationRequest {
 	return rr
 }
 
+// ViewOf is GuardView of o, an unstructured request as watches and indexes see it;
+// any other object is the zero request, which no guard, line or window counts.
+func ViewOf(o client.Object) v1alpha1.RemediationRequest {
+	if u, ok := o.(*unstructured.Unstructured); ok {
+		return GuardView(u)
+	}
+	return v1alpha1.RemediationRequest{}
+}
+
+// InScope reports whether namespace ns is one of namespaces; none means all.
+func InScope(namespaces []string, ns string) bool {
+	return len(namespaces) == 0 || slices.Contains(namespaces, ns)
+}
+
 // List lists the requests in the guards' view (GuardView), sorted by OlderFirst.
 func List(ctx context.Context, reader client.Reader, opts ...client.ListOption) ([]v1alpha1.RemediationRequest, error) {
 	out, _, err := ListAt(ctx, reader, opts...)

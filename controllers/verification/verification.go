@@ -12,9 +12,9 @@
 package verification
 
 import (
+	"cmp"
 	"context"
 	"fmt"
-	"slices"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -24,7 +24,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	kerrors "k8s.io/apimachinery/pkg/util/errors"
 	"k8s.io/client-go/tools/record"
@@ -88,13 +87,6 @@ type Reconciler struct {
 	Workers int
 }
 
-// scope carries one reconcile's request and the copy its status patch is computed from.
-type scope struct {
-	rr   *v1alpha1.RemediationRequest
-	base *v1alpha1.RemediationRequest
-	now  time.Time
-}
-
 // SetupWithManager registers the index and the controller, when verification is on.
 // The watched objects come from the facts' cache, without the node Leases' renewals
 // every few seconds.
@@ -136,20 +128,17 @@ var toVerify = predicate.Funcs{
 // so that a success costs no read of its own. A change of its target comes first
 // through the watches of the Leases, events and CSINodes.
 func (r *Reconciler) enqueue() handler.EventHandler {
-	add := func(o client.Object, q workqueue.TypedRateLimitingInterface[reconcile.Request], after time.Duration) {
-		req := reconcile.Request{NamespacedName: client.ObjectKeyFromObject(o)}
-		if after > 0 {
-			q.AddAfter(req, after)
-			return
-		}
-		q.Add(req)
-	}
 	return handler.Funcs{
 		CreateFunc: func(_ context.Context, e event.CreateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-			add(e.Object, q, 0)
+			q.Add(reconcile.Request{NamespacedName: client.ObjectKeyFromObject(e.Object)})
 		},
 		UpdateFunc: func(_ context.Context, e event.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-			add(e.ObjectNew, q, r.firstCheckIn(e.ObjectOld, e.ObjectNew))
+			req := reconcile.Request{NamespacedName: client.ObjectKeyFromObject(e.ObjectNew)}
+			if after := r.firstCheckIn(e.ObjectOld, e.ObjectNew); after > 0 {
+				q.AddAfter(req, after)
+				return
+			}
+			q.Add(req)
 		},
 	}
 }
@@ -157,11 +146,10 @@ func (r *Reconciler) enqueue() handler.EventHandler {
 // firstCheckIn is how long after this update the first check of a request that the
 // update made Succeeded with its window open is due; zero for any other update.
 func (r *Reconciler) firstCheckIn(old, updated client.Object) time.Duration {
-	u, ok := updated.(*unstructured.Unstructured)
-	if !ok || requests.PhaseOf(old) == v1alpha1.PhaseSucceeded {
+	if requests.PhaseOf(old) == v1alpha1.PhaseSucceeded {
 		return 0
 	}
-	rr := requests.GuardView(u)
+	rr := requests.ViewOf(updated)
 	if c, open := fixHeld(&rr); c == nil || !open {
 		return 0
 	}
@@ -174,11 +162,10 @@ func (r *Reconciler) firstCheckIn(old, updated client.Object) time.Duration {
 
 // pending: a Succeeded request without a final FixHeld (none yet, or Unknown).
 func pending(o client.Object) bool {
-	u, ok := o.(*unstructured.Unstructured)
-	if !ok || requests.PhaseOf(u) != v1alpha1.PhaseSucceeded {
+	if requests.PhaseOf(o) != v1alpha1.PhaseSucceeded {
 		return false
 	}
-	rr := requests.GuardView(u)
+	rr := requests.ViewOf(o)
 	_, open := fixHeld(&rr)
 	return open
 }
@@ -192,7 +179,7 @@ func fixHeld(rr *v1alpha1.RemediationRequest) (*metav1.Condition, bool) {
 
 // Reconcile is fetch -> verify -> one deferred status patch.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.Result, retErr error) {
-	if !r.inScope(req.Namespace) {
+	if !requests.InScope(r.Namespaces, req.Namespace) {
 		return ctrl.Result{}, nil
 	}
 	u := requests.NewUnstructured()
@@ -210,9 +197,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 	if !rr.DeletionTimestamp.IsZero() {
 		return ctrl.Result{}, nil
 	}
-	s := &scope{rr: rr, base: rr.DeepCopy(), now: r.clock().Now()}
+	base := rr.DeepCopy()
 	defer func() {
-		err := r.patchStatus(ctx, s)
+		err := r.patchStatus(ctx, base, rr)
 		switch {
 		case apierrors.IsConflict(err) && retErr == nil:
 			// Written since this reconcile read it (by the request reconciler, or by
@@ -222,13 +209,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 			retErr = kerrors.NewAggregate([]error{retErr, err})
 		}
 	}()
-	return r.verify(ctx, s)
+	return r.verify(ctx, rr, r.clock().Now())
 }
 
 // verify judges a Succeeded request's fix, once its window opened; the verdict is set
 // once and then kept.
-func (r *Reconciler) verify(ctx context.Context, s *scope) (ctrl.Result, error) {
-	rr := s.rr
+func (r *Reconciler) verify(ctx context.Context, rr *v1alpha1.RemediationRequest, now time.Time) (ctrl.Result, error) {
 	c, open := fixHeld(rr)
 	target := verifyTarget(rr)
 	if !open || target == nil {
@@ -236,14 +222,14 @@ func (r *Reconciler) verify(ctx context.Context, s *scope) (ctrl.Result, error) 
 	}
 	start := verifyStart(rr)
 	end := start.Add(r.Window)
-	if start.IsZero() || (c == nil && !s.now.Before(end)) {
+	if start.IsZero() || (c == nil && !now.Before(end)) {
 		// Succeeded before this controller verified fixes, and its window is over:
 		// nothing was watched, so nothing is claimed.
 		return ctrl.Result{}, nil
 	}
 	if c == nil {
 		// The window opens: Verifying is written even if the read below fails.
-		v := judgeFix(rr, nil, start, end, s.now, 0)
+		v := judgeFix(rr, nil, start, end, now, 0)
 		setCondition(rr, v.status, v.reason, v.message)
 	}
 	g := *r.Gatherer
@@ -255,30 +241,30 @@ func (r *Reconciler) verify(ctx context.Context, s *scope) (ctrl.Result, error) 
 		return ctrl.Result{}, fmt.Errorf("gathering facts to verify the fix: %w", err)
 	}
 	stuck := remediations.Floor{HealthyStuckLeaseAge: r.StuckLeaseAge}.Effective().HealthyStuckLeaseAge
-	v := judgeFix(rr, f, start, end, s.now, stuck)
+	v := judgeFix(rr, f, start, end, now, stuck)
 	setCondition(rr, v.status, v.reason, v.message)
 	if v.status != metav1.ConditionUnknown {
 		ctrl.LoggerFrom(ctx).Info("Fix verified", "fixHeld", v.status, "reason", v.reason)
 		return ctrl.Result{}, nil
 	}
-	return ctrl.Result{RequeueAfter: max(min(v.until.Sub(s.now), verifyPoll), time.Second)}, nil
+	return ctrl.Result{RequeueAfter: max(min(v.until.Sub(now), verifyPoll), time.Second)}, nil
 }
 
-// patchStatus writes the bounded status, if changed, as a merge patch guarded by the
-// resourceVersion it was computed from, so a stale read never announces twice.
-func (r *Reconciler) patchStatus(ctx context.Context, s *scope) error {
-	requests.BoundStatus(&s.rr.Status)
-	if apiequality.Semantic.DeepEqual(s.base.Status, s.rr.Status) {
+// patchStatus writes rr's bounded status, if changed from base, as a merge patch
+// guarded by base's resourceVersion, so a stale read never announces twice.
+func (r *Reconciler) patchStatus(ctx context.Context, base, rr *v1alpha1.RemediationRequest) error {
+	requests.BoundStatus(&rr.Status)
+	if apiequality.Semantic.DeepEqual(base.Status, rr.Status) {
 		return nil
 	}
-	err := r.Client.Status().Patch(ctx, s.rr, client.MergeFromWithOptions(s.base, client.MergeFromWithOptimisticLock{}))
+	err := r.Client.Status().Patch(ctx, rr, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}))
 	if apierrors.IsNotFound(err) {
 		return nil
 	}
 	if err != nil {
 		return fmt.Errorf("patching status: %w", err)
 	}
-	r.announceFixHeld(s.base, s.rr)
+	r.announceFixHeld(base, rr)
 	return nil
 }
 
@@ -298,11 +284,7 @@ func nodeKey(name string) string      { return "node/" + name }
 
 // indexKeys are the IndexVerifying keys of a request in its verification window.
 func indexKeys(o client.Object) []string {
-	u, ok := o.(*unstructured.Unstructured)
-	if !ok {
-		return nil
-	}
-	rr := requests.GuardView(u)
+	rr := requests.ViewOf(o)
 	// In the window: FixHeld Unknown.
 	c, open := fixHeld(&rr)
 	f := rr.Status.Facts
@@ -343,23 +325,15 @@ func (r *Reconciler) verifyingOn(ctx context.Context, o client.Object) []reconci
 	}
 	var out []reconcile.Request
 	for _, rr := range list {
-		if r.inScope(rr.Namespace) {
+		if requests.InScope(r.Namespaces, rr.Namespace) {
 			out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: rr.Namespace, Name: rr.Name}})
 		}
 	}
 	return out
 }
 
-// inScope reports whether requests in namespace ns are this controller's.
-func (r *Reconciler) inScope(ns string) bool {
-	return len(r.Namespaces) == 0 || slices.Contains(r.Namespaces, ns)
-}
-
 func (r *Reconciler) clock() clock.PassiveClock {
-	if r.Clock == nil {
-		return clock.RealClock{}
-	}
-	return r.Clock
+	return cmp.Or[clock.PassiveClock](r.Clock, clock.RealClock{})
 }
 
 func setCondition(rr *v1alpha1.RemediationRequest, st metav1.ConditionStatus, reason, msg string) {
