@@ -39,7 +39,7 @@ func (r *Reconciler) breakGlass(ctx context.Context, s *scope) (ctrl.Result, err
 	}
 	meta.SetStatusCondition(&rr.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionBreakGlass, Status: metav1.ConditionTrue,
 		Reason: v1alpha1.ReasonBreakGlass, Message: msg, ObservedGeneration: rr.Generation})
-	r.Recorder.Event(rr, corev1.EventTypeWarning, v1alpha1.ReasonBreakGlass, msg)
+	s.record(corev1.EventTypeWarning, v1alpha1.ReasonBreakGlass, msg)
 	ctrl.LoggerFrom(ctx).Info("Request carries the break-glass annotation", "reason", reason)
 	return ctrl.Result{}, nil
 }

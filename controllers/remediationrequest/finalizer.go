@@ -95,7 +95,7 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, s *scope) (ctrl.Result
 		if rr.Status.Phase != v1alpha1.PhaseRunning {
 			return ctrl.Result{}, nil
 		}
-		r.record(rr, lifecycle.Deleted(rr, v1alpha1.ReasonAborted, "nothing needed restoring"))
+		s.recordTransition(lifecycle.Deleted(rr, v1alpha1.ReasonAborted, "nothing needed restoring"))
 		return ctrl.Result{}, r.patchStatus(ctx, s)
 	}
 	if rr.Status.Phase == v1alpha1.PhaseRunning {
@@ -110,7 +110,7 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, s *scope) (ctrl.Result
 		}
 		// The steps not done are skipped; Succeeded is False with reason and what the
 		// restore did.
-		r.record(rr, lifecycle.Deleted(rr, reason, cmp.Or(msg, "nothing needed restoring")))
+		s.recordTransition(lifecycle.Deleted(rr, reason, cmp.Or(msg, "nothing needed restoring")))
 		if err := r.patchStatus(ctx, s); err != nil {
 			return ctrl.Result{}, err
 		}

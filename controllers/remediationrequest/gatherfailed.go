@@ -25,7 +25,7 @@ func (r *Reconciler) gatherFailed(s *scope, err error) (ctrl.Result, error) {
 	// decided yet.
 	if lifecycle.GatherFailed(s.rr, msg) {
 		// Once per different answer: the retries repeat it every few seconds.
-		r.Recorder.Event(s.rr, corev1.EventTypeWarning, v1alpha1.ReasonGatherFailed, msg)
+		s.record(corev1.EventTypeWarning, v1alpha1.ReasonGatherFailed, msg)
 	}
 	return ctrl.Result{}, err
 }

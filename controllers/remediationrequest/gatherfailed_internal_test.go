@@ -52,7 +52,9 @@ func TestGatherFailedMessage(t *testing.T) {
 func TestGatherFailedIsDecidedAgain(t *testing.T) {
 	r := &Reconciler{Recorder: record.NewFakeRecorder(10)}
 	rr := &v1alpha1.RemediationRequest{ObjectMeta: metav1.ObjectMeta{Generation: 2}}
-	_, err := r.gatherFailed(&scope{rr: rr}, errors.New("boom"))
+	s := &scope{rr: rr}
+	_, err := r.gatherFailed(s, errors.New("boom"))
+	r.recordEvents(s) // as the status write does once applied
 	require.EqualError(t, err, "boom", "returned, for the rate limiter's backoff")
 	assert.Equal(t, v1alpha1.PhasePending, rr.Status.Phase)
 	assert.Equal(t, int64(2), rr.Status.ObservedGeneration)
@@ -62,7 +64,9 @@ func TestGatherFailedIsDecidedAgain(t *testing.T) {
 	assert.True(t, lifecycle.NeedsDecision(rr, metav1.Now().Time))
 
 	// Once per answer: the same answer again records no second Event.
-	_, _ = r.gatherFailed(&scope{rr: rr}, errors.New("boom"))
+	s = &scope{rr: rr}
+	_, _ = r.gatherFailed(s, errors.New("boom"))
+	r.recordEvents(s)
 	assert.Len(t, r.Recorder.(*record.FakeRecorder).Events, 1)
 
 	// A request waiting on a decision whose recheck failed keeps its phase.

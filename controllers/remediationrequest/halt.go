@@ -28,7 +28,7 @@ func (r *Reconciler) abort(ctx context.Context, s *scope, why string) (ctrl.Resu
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	r.record(rr, lifecycle.Abort(rr, reason, why, restored))
+	s.recordTransition(lifecycle.Abort(rr, reason, why, restored))
 	ctrl.LoggerFrom(ctx).Info("Aborted the playbook", "why", why)
 	return ctrl.Result{}, nil
 }
@@ -46,7 +46,7 @@ func (r *Reconciler) windowClosed(ctx context.Context, s *scope, run *remediatio
 		// Failed, the remaining steps skipped; the condition and a Warning Event name
 		// the node left cordoned. The status write then releases the slot and the
 		// finalizer.
-		r.record(rr, lifecycle.RestoreGaveUp(rr, remediations.ReasonRestoreFailed, stop.Message, rf.Message))
+		s.recordTransition(lifecycle.RestoreGaveUp(rr, remediations.ReasonRestoreFailed, stop.Message, rf.Message))
 		ctrl.LoggerFrom(ctx).Info("The restore gave up; the node stays cordoned", "node", rf.Node)
 		return ctrl.Result{}, nil
 	}
@@ -57,7 +57,7 @@ func (r *Reconciler) windowClosed(ctx context.Context, s *scope, run *remediatio
 	if restored != "" {
 		what = "restored: " + restored
 	}
-	r.record(rr, lifecycle.WindowClosed(rr, opens, stop.Message, what))
+	s.recordTransition(lifecycle.WindowClosed(rr, opens, stop.Message, what))
 	ctrl.LoggerFrom(ctx).Info("Maintenance window closed mid-playbook", "opens", opens)
 	if err := r.releaseIdle(ctx, s); err != nil {
 		return ctrl.Result{}, err

@@ -45,7 +45,7 @@ const pauseRecheck = time.Minute
 // restored (a cordoned node stays cordoned), and the request says why.
 func (r *Reconciler) hold(ctx context.Context, s *scope, msg string) (ctrl.Result, error) {
 	if lifecycle.Hold(s.rr, msg) {
-		r.Recorder.Event(s.rr, corev1.EventTypeWarning, v1alpha1.ReasonPaused, msg)
+		s.record(corev1.EventTypeWarning, v1alpha1.ReasonPaused, msg)
 		ctrl.LoggerFrom(ctx).Info("Holding the playbook: paused")
 	}
 	return ctrl.Result{RequeueAfter: pauseRecheck}, nil

@@ -103,6 +103,9 @@ type scope struct {
 	// pause is the pause as this reconcile read it (pausedMessage), once: the
 	// decision and the step it may start see the same state.
 	pause *pause.State
+	// events are the Events about the changes of state this reconcile made, recorded
+	// once the status write that carries them is applied (patchStatus).
+	events []lifecycle.Event
 }
 
 // SetupWithManager registers the reconciler and the guards' index.
@@ -216,8 +219,8 @@ func (r *Reconciler) reconcileEnded(ctx context.Context, s *scope) error {
 	// never acted on. A crash (or an older version) may also have come between the
 	// terminal status write and the finalizer's release below.
 	if rr.Status.ObservedGeneration != rr.Generation {
-		r.Recorder.Eventf(rr, corev1.EventTypeNormal, EventSpecIgnored,
-			"The playbook already ended (%s), so the edit of generation %d is not acted on: to try again, create a new request.", rr.Status.Phase, rr.Generation)
+		s.record(corev1.EventTypeNormal, EventSpecIgnored, fmt.Sprintf(
+			"The playbook already ended (%s), so the edit of generation %d is not acted on: to try again, create a new request.", rr.Status.Phase, rr.Generation))
 		rr.Status.ObservedGeneration = rr.Generation
 	}
 	if err := r.patchStatus(ctx, s); err != nil {
@@ -275,7 +278,7 @@ func (r *Reconciler) decide(ctx context.Context, s *scope) (ctrl.Result, error) 
 		return r.gatherFailed(s, err)
 	}
 	decisionSeconds.WithLabelValues(string(rr.Spec.Remediation)).Observe(time.Since(started).Seconds())
-	r.record(rr, o.Apply(rr, o.Facts))
+	s.recordTransition(o.Apply(rr, o.Facts))
 	ctrl.LoggerFrom(ctx).Info("Decided", "phase", o.Phase, "rule", o.Decision.Rule, "playbook", o.Decision.Playbook)
 	return ctrl.Result{RequeueAfter: o.RequeueAfter}, nil
 }
@@ -309,7 +312,7 @@ func (r *Reconciler) runPlaybook(ctx context.Context, s *scope) (ctrl.Result, er
 		log.Info(p.Transition)
 	}
 	if p.Note != "" {
-		r.Recorder.Event(rr, corev1.EventTypeWarning, EventWindowClosedAfterEviction, p.Note)
+		s.record(corev1.EventTypeWarning, EventWindowClosedAfterEviction, p.Note)
 		log.Info("Maintenance window closed after the eviction; the playbook finishes")
 	}
 	switch {
@@ -329,13 +332,13 @@ func (r *Reconciler) runPlaybook(ctx context.Context, s *scope) (ctrl.Result, er
 		case restored != "":
 			msg += "; restored: " + restored
 		}
-		r.record(rr, lifecycle.Fail(rr, reason, v1alpha1.ReasonFailed, msg))
+		s.recordTransition(lifecycle.Fail(rr, reason, v1alpha1.ReasonFailed, msg))
 		return ctrl.Result{}, nil
 	case p.Finished:
 		if p.Transition != "" {
-			r.Recorder.Event(rr, corev1.EventTypeNormal, v1alpha1.EventStepSucceeded, p.Transition)
+			s.record(corev1.EventTypeNormal, v1alpha1.EventStepSucceeded, p.Transition)
 		}
-		r.record(rr, lifecycle.Finish(rr, s.now, r.FixWindow))
+		s.recordTransition(lifecycle.Finish(rr, s.now, r.FixWindow))
 		return ctrl.Result{}, nil
 	}
 	if p.Transition != "" {
@@ -343,7 +346,7 @@ func (r *Reconciler) runPlaybook(ctx context.Context, s *scope) (ctrl.Result, er
 		if p.Started {
 			reason = v1alpha1.EventStepStarted
 		}
-		r.Recorder.Event(rr, corev1.EventTypeNormal, reason, p.Transition)
+		s.record(corev1.EventTypeNormal, reason, p.Transition)
 		// One step per reconcile: the journal is written before the next one starts,
 		// and the watch event of that write (journalAdvanced) starts it.
 		return ctrl.Result{}, nil
@@ -351,7 +354,12 @@ func (r *Reconciler) runPlaybook(ctx context.Context, s *scope) (ctrl.Result, er
 	return ctrl.Result{RequeueAfter: p.RequeueAfter}, nil
 }
 
-// record records e about rr.
-func (r *Reconciler) record(rr *v1alpha1.RemediationRequest, e lifecycle.Event) {
-	r.Recorder.Event(rr, e.Type, e.Reason, e.Message)
+// record queues an Event about the request, recorded once the status write that
+// carries the change it reports is applied: a write that fails records nothing, and
+// the retried reconcile records it again.
+func (s *scope) record(eventType, reason, msg string) {
+	s.events = append(s.events, lifecycle.Event{Type: eventType, Reason: reason, Message: msg})
 }
+
+// recordTransition queues the Event of a transition of the state machine.
+func (s *scope) recordTransition(e lifecycle.Event) { s.record(e.Type, e.Reason, e.Message) }

@@ -24,12 +24,16 @@ func (r *Reconciler) patchStatus(ctx context.Context, s *scope) error {
 	lifecycle.Derive(s.base, s.rr, s.now)
 	requests.BoundStatus(&s.rr.Status)
 	if apiequality.Semantic.DeepEqual(s.base.Status, s.rr.Status) {
+		// Nothing to write: what the Events report is stored already.
+		r.recordEvents(s)
 		return nil
 	}
 	from := s.base.ResourceVersion
 	err := r.Client.Status().Patch(ctx, s.rr, client.MergeFromWithOptions(s.base, client.MergeFromWithOptimisticLock{}))
 	switch {
 	case apierrors.IsNotFound(err):
+		// Gone: nothing to report on.
+		s.events = nil
 	case err != nil:
 		return fmt.Errorf("patching status: %w", err)
 	default:
@@ -41,8 +45,10 @@ func (r *Reconciler) patchStatus(ctx context.Context, s *scope) error {
 		}
 		// The effects of the write, carried out only once the API server applied it,
 		// so that a reconcile retried after a failed write does not repeat them:
-		// the metrics of phase changes and ended steps, the crash points of make chaos
-		// after a step's start is journaled, and the outcome's one log line.
+		// the Events of the changes it carries, the metrics of phase changes and
+		// ended steps, the crash points of make chaos after a step's start is
+		// journaled, and the outcome's one log line.
+		r.recordEvents(s)
 		observeTransitions(s.base, s.rr)
 		journaledStarts(s.base, s.rr)
 		logOutcome(ctx, s.base, s.rr)
@@ -50,6 +56,14 @@ func (r *Reconciler) patchStatus(ctx context.Context, s *scope) error {
 	// A second patch in the same reconcile (deletion) diffs from what was written.
 	s.base = s.rr.DeepCopy()
 	return nil
+}
+
+// recordEvents records the Events s queued, once.
+func (r *Reconciler) recordEvents(s *scope) {
+	for _, e := range s.events {
+		r.Recorder.Event(s.rr, e.Type, e.Reason, e.Message)
+	}
+	s.events = nil
 }
 
 // journaledStarts passes the after-journal failpoint of each step whose start the
