@@ -401,12 +401,8 @@ func TestRunbookURLsResolveToREADMEHeadings(t *testing.T) {
 }
 
 var (
-	// func (cordon) Timeout(r *Execution) time.Duration { return r.Timeouts.step() }
-	stepTimeoutMethod = regexp.MustCompile(`func \((\w+)\) Timeout\(\w+ \*Execution\) time\.Duration \{\s*return \w+\.Timeouts\.(\w+)\(\)\s*\}`)
-	// v1alpha1.StepCordon: cordon{},
-	stepLibraryEntry = regexp.MustCompile(`v1alpha1\.(Step\w+):\s*(\w+)\{\}`)
-	// A wait step: the library entry names its timeout itself.
-	waitLibraryEntry = regexp.MustCompile(`v1alpha1\.(Step\w+):\s*wait\{\w+, Timeouts\.(\w+)\}`)
+	// v1alpha1.StepCordon: {cordon{}.Done, cordon{}.Run, Timeouts.step},
+	stepLibraryEntry = regexp.MustCompile(`v1alpha1\.(Step\w+):\s*\{[^{}]*(?:\{\}[^{}]*)*,\s*Timeouts\.(\w+)\}`)
 	// StepCordon = "cordon"
 	stepNameConst  = regexp.MustCompile(`\b(Step\w+)\s*=\s*"(\w+)"`)
 	stuckThreshold = regexp.MustCompile(`remediator_running_step_age_seconds\{step(=~|!~)"([^"]*)"\}\) > ([0-9.e+]+)`)
@@ -431,10 +427,6 @@ func TestRemediationStuckKnowsEveryStepTimeout(t *testing.T) {
 		return b.String()
 	}
 	steps, api := read(filepath.Join("..", "..", "remediations", "*.go")), read(filepath.Join("..", "..", "api", "v1alpha1", "*.go"))
-	kindOf := map[string]string{}
-	for _, m := range stepTimeoutMethod.FindAllStringSubmatch(steps, -1) {
-		kindOf[m[1]] = m[2]
-	}
 	names := map[string]string{}
 	for _, m := range stepNameConst.FindAllStringSubmatch(api, -1) {
 		names[m[1]] = m[2]
@@ -445,15 +437,9 @@ func TestRemediationStuckKnowsEveryStepTimeout(t *testing.T) {
 	seconds := map[string]string{"step": "60", "eviction": "150", "podTermination": "3600", "pluginRestart": "240"}
 	want := map[string]string{}
 	for _, m := range stepLibraryEntry.FindAllStringSubmatch(steps, -1) {
-		name, kind := names[m[1]], kindOf[m[2]]
-		require.NotEmpty(t, name, "no constant v1alpha1.%s", m[1])
-		require.NotEmpty(t, seconds[kind], "step %s (%s): its Timeout method returns r.Timeouts.%q, which this test does not know", name, m[2], kind)
-		want[name] = seconds[kind]
-	}
-	for _, m := range waitLibraryEntry.FindAllStringSubmatch(steps, -1) {
 		name := names[m[1]]
 		require.NotEmpty(t, name, "no constant v1alpha1.%s", m[1])
-		require.NotEmpty(t, seconds[m[2]], "wait step %s: its timeout is Timeouts.%s, which this test does not know", name, m[2])
+		require.NotEmpty(t, seconds[m[2]], "step %s: its timeout is Timeouts.%s, which this test does not know", name, m[2])
 		want[name] = seconds[m[2]]
 	}
 	playbooks, err := remediations.DefaultPlaybooks()
