@@ -20,8 +20,8 @@ HARNESS_MOD := test/harness
 
 # Kubernetes binaries built offline from the Go module proxy by the test tools module.
 TOOLS_MOD   := test/tools
-# kubelet runs the real nodes of `make cluster REAL_NODES=N`; ociimage builds their images.
-KUBE_BINS   := kube-apiserver kube-controller-manager kube-scheduler kubectl etcd kubelet ociimage
+# kubelet runs the real nodes of `make cluster REAL_NODES=N`.
+KUBE_BINS   := kube-apiserver kube-controller-manager kube-scheduler kubectl etcd kubelet
 # Only these binaries' own sources: a change to another tool (pause, tridentnode) must not touch
 # the control plane's binaries, whose mtimes make test/cluster/up.sh recreate the cluster.
 TOOLS_SRC   := $(TOOLS_MOD)/go.mod $(TOOLS_MOD)/go.sum $(foreach b,$(KUBE_BINS),$(wildcard $(TOOLS_MOD)/$(b)/*.go))
@@ -34,7 +34,7 @@ KUBE_LDFLAGS := -s -w \
 	-X k8s.io/client-go/pkg/version.gitMinor=34
 
 .PHONY: bins
-bins: $(addprefix $(BIN)/,$(KUBE_BINS)) $(BIN)/kwok $(BIN)/kwokctl ## Build the Kubernetes (kubelet included), etcd and kwok binaries and ociimage into bin/
+bins: $(addprefix $(BIN)/,$(KUBE_BINS)) $(BIN)/kwok $(BIN)/kwokctl $(BIN)/ociimage ## Build the Kubernetes (kubelet included), etcd and kwok binaries and ociimage into bin/
 
 # One `go build` for all of them: the binaries share most packages, and a single
 # invocation compiles each package once instead of once per concurrent build.
@@ -106,16 +106,27 @@ manifests: ## Generate the CRD into charts/remediator/crds and the controller's 
 # ---------------------------------------------------------------------------
 # Build.
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+# The controller's build flags (`make build`):
+# static (CGO off, the build line sets CGO_ENABLED=0), no local paths, no symbol table or
+# DWARF, the version stamped.
+GO_BUILD_FLAGS = -trimpath -ldflags "-s -w -X main.version=$(VERSION)"
 
 .PHONY: build
 # The same build line as the Dockerfile's (cmd/remediator/dockerfile_test.go checks that
 # one), so the local binary is the image's binary and the two builds share the Go cache.
 build: ## Build bin/remediator (static, as in the image)
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w -X main.version=$(VERSION)" -o $(BIN)/remediator ./cmd/remediator
+	CGO_ENABLED=0 $(GO) build $(GO_BUILD_FLAGS) -o $(BIN)/remediator ./cmd/remediator
 
-# The controller image, built without docker or a registry: bin/remediator (the same
-# static binary as the Dockerfile's) as /remediator, user 65532, entrypoint /remediator,
-# written by bin/ociimage (test/tools/ociimage) as a docker-archive tarball that
+# The release's tools (release/go.mod): ociimage writes images with go-containerregistry,
+# without Kubernetes.
+RELEASE_MOD := release
+$(BIN)/ociimage: $(BIN)/%: $(RELEASE_MOD)/go.mod $(RELEASE_MOD)/go.sum $(wildcard $(RELEASE_MOD)/*/*.go)
+	@mkdir -p $(BIN)
+	cd $(RELEASE_MOD) && $(GO) build -trimpath -o $(BIN)/$* ./$*
+
+# The controller image, built without docker, a registry or Kubernetes: bin/remediator
+# (the same static binary as the Dockerfile's) as /remediator, user 65532, entrypoint
+# /remediator, written by bin/ociimage (release/ociimage) as a docker-archive tarball that
 # `docker load` and `ctr images import` read. The real nodes of `make cluster REAL_NODES=N`
 # run it. `make image-docker` builds the Dockerfile with docker or podman instead.
 IMAGE ?= remediator.local/remediator:latest
@@ -150,14 +161,17 @@ test: lint bins build policy-test test-unit test-e2e test-realnode-host bench-sm
 # module, so the harness module is linted from inside it, with the same configuration.
 LINT_NOFAILPOINTS := $(filter-out %/on.go %_test.go,$(wildcard remediations/failpoint/*.go))
 .PHONY: lint
-lint: $(BIN)/golangci-lint ## Run golangci-lint (.golangci.yml) on the controller's and the harness module (gofmt, goimports, govet, staticcheck, errcheck, revive, importas); check that both go.mod files are tidy
+lint: $(BIN)/golangci-lint ## Run golangci-lint (.golangci.yml) on the controller's, the harness and the release module (gofmt, goimports, govet, staticcheck, errcheck, revive, importas); check that their go.mod files are tidy
 	$(BIN)/golangci-lint run ./...
 	$(BIN)/golangci-lint run $(LINT_NOFAILPOINTS)
 	cd $(HARNESS_MOD) && $(BIN)/golangci-lint run --config $(ROOT)/.golangci.yml ./...
-	@# Both go.mod files stay tidy: the controller's holds only what it and its unit tests
-	@# import, and the harness module's follows the controller's (its replace of ../..).
+	cd $(RELEASE_MOD) && $(BIN)/golangci-lint run --config $(ROOT)/.golangci.yml ./...
+	@# The go.mod files stay tidy: the controller's holds only what it and its unit tests
+	@# import, the harness module's follows the controller's (its replace of ../..), and
+	@# the release module's only its tools' dependencies.
 	$(GO) mod tidy -diff
 	cd $(HARNESS_MOD) && $(GO) mod tidy -diff
+	cd $(RELEASE_MOD) && $(GO) mod tidy -diff
 
 # cue ignores *_test.cue files given as paths, so each case file goes in on stdin,
 # unified with the policy package.

@@ -1,0 +1,18 @@
+// Module release holds the release's tools: ociimage, which writes container images with
+// go-containerregistry (`make image` and the real nodes' images). It is a module of its
+// own so that Kubernetes' dependencies (test/tools) stay out of the image builder's.
+module github.com/remediator/remediator/release
+
+go 1.26.0
+
+require github.com/google/go-containerregistry v0.22.1
+
+require (
+	github.com/docker/docker-credential-helpers v0.9.5 // indirect
+	github.com/klauspost/compress v1.20.3 // indirect
+	github.com/opencontainers/go-digest v1.0.0 // indirect
+	github.com/opencontainers/image-spec v1.1.1 // indirect
+	github.com/sirupsen/logrus v1.10.2 // indirect
+	golang.org/x/sync v0.24.0 // indirect
+	golang.org/x/sys v0.49.0 // indirect
+)
