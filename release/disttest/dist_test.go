@@ -5,6 +5,7 @@ import (
 	"bufio"
 	"bytes"
 	"compress/gzip"
+	"context"
 	"crypto/sha256"
 	"debug/buildinfo"
 	"encoding/hex"
@@ -19,9 +20,15 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/containerd/containerd/v2/core/content"
+	"github.com/containerd/containerd/v2/core/images"
+	"github.com/containerd/containerd/v2/core/images/archive"
+	"github.com/containerd/containerd/v2/plugins/content/local"
+	"github.com/containerd/platforms"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/validate"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"sigs.k8s.io/yaml"
 )
 
@@ -235,6 +242,64 @@ func TestImage(t *testing.T) {
 		}
 	}
 	checkLayout(t, r, tarDir)
+	checkContainerdImport(t, r, idx)
+}
+
+// checkContainerdImport imports the image tarball with containerd's importer, the one
+// `ctr images import` runs, into a content store, and checks that containerd names the
+// image RELEASE_IMAGE:version and picks from it each platform's image of want (the
+// layout's index).
+func checkContainerdImport(t *testing.T, r release, want v1.ImageIndex) {
+	t.Helper()
+	ctx := context.Background()
+	store, err := local.NewStore(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(filepath.Join(r.dist, "remediator-image_"+r.version+".tar"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = f.Close() }()
+	desc, err := archive.ImportIndex(ctx, store, f)
+	if err != nil {
+		t.Fatalf("containerd's import: %v", err)
+	}
+	b, err := content.ReadBlob(ctx, store, desc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var idx ocispec.Index
+	if err := json.Unmarshal(b, &idx); err != nil || len(idx.Manifests) != 1 {
+		t.Fatalf("containerd's import: %d images (%v), want 1", len(idx.Manifests), err)
+	}
+	img := idx.Manifests[0]
+	if got := img.Annotations[images.AnnotationImageName]; got != r.image+":"+r.version {
+		t.Errorf("containerd's import names the image %q, want %s:%s", got, r.image, r.version)
+	}
+	wm, err := want.IndexManifest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range wm.Manifests {
+		p := d.Platform.OS + "/" + d.Platform.Architecture
+		wantImg, err := want.Image(d.Digest)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantConfig, err := wantImg.ConfigName()
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := images.Manifest(ctx, store, img, platforms.Only(platforms.MustParse(p)))
+		if err != nil {
+			t.Errorf("containerd's import, %s: %v", p, err)
+			continue
+		}
+		if m.Config.Digest.String() != wantConfig.String() || len(m.Layers) != 1 {
+			t.Errorf("containerd's import, %s: config %s with %d layers, want %s with one", p, m.Config.Digest, len(m.Layers), wantConfig)
+		}
+	}
 }
 
 // checkLayout returns the one image index of the OCI layout dir, checked for its name
