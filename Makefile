@@ -20,8 +20,8 @@ HARNESS_MOD := test/harness
 
 # Kubernetes binaries built offline from the Go module proxy by the test tools module.
 TOOLS_MOD   := test/tools
-# kubelet runs the real nodes of `make cluster REAL_NODES=N`; ociimage builds their images.
-KUBE_BINS   := kube-apiserver kube-controller-manager kube-scheduler kubectl etcd kubelet ociimage
+# kubelet runs the real nodes of `make cluster REAL_NODES=N`.
+KUBE_BINS   := kube-apiserver kube-controller-manager kube-scheduler kubectl etcd kubelet
 # Only these binaries' own sources: a change to another tool (pause, tridentnode) must not touch
 # the control plane's binaries, whose mtimes make test/cluster/up.sh recreate the cluster.
 TOOLS_SRC   := $(TOOLS_MOD)/go.mod $(TOOLS_MOD)/go.sum $(foreach b,$(KUBE_BINS),$(wildcard $(TOOLS_MOD)/$(b)/*.go))
@@ -34,7 +34,7 @@ KUBE_LDFLAGS := -s -w \
 	-X k8s.io/client-go/pkg/version.gitMinor=34
 
 .PHONY: bins
-bins: $(addprefix $(BIN)/,$(KUBE_BINS)) $(BIN)/kwok $(BIN)/kwokctl ## Build the Kubernetes (kubelet included), etcd and kwok binaries and ociimage into bin/
+bins: $(addprefix $(BIN)/,$(KUBE_BINS)) $(BIN)/kwok $(BIN)/kwokctl $(BIN)/ociimage ## Build the Kubernetes (kubelet included), etcd and kwok binaries and ociimage into bin/
 
 # One `go build` for all of them: the binaries share most packages, and a single
 # invocation compiles each package once instead of once per concurrent build.
@@ -106,18 +106,30 @@ manifests: ## Generate the CRD into charts/remediator/crds and the controller's 
 # ---------------------------------------------------------------------------
 # Build.
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+# The controller's build flags, for `make build` and each platform of `make release`:
+# static (CGO off, the build line sets CGO_ENABLED=0), no local paths, no symbol table or
+# DWARF, the version stamped.
+GO_BUILD_FLAGS = -trimpath -ldflags "-s -w -X main.version=$(VERSION)"
 
 .PHONY: build
 # The same build line as the Dockerfile's (cmd/remediator/dockerfile_test.go checks that
 # one), so the local binary is the image's binary and the two builds share the Go cache.
 build: ## Build bin/remediator (static, as in the image)
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w -X main.version=$(VERSION)" -o $(BIN)/remediator ./cmd/remediator
+	CGO_ENABLED=0 $(GO) build $(GO_BUILD_FLAGS) -o $(BIN)/remediator ./cmd/remediator
 
-# The controller image, built without docker or a registry: bin/remediator (the same
-# static binary as the Dockerfile's) as /remediator, user 65532, entrypoint /remediator,
-# written by bin/ociimage (test/tools/ociimage) as a docker-archive tarball that
+# The release's tools (release/go.mod): ociimage writes images with go-containerregistry,
+# pack writes the archives, the krew manifest and the checksums. Neither needs Kubernetes.
+RELEASE_MOD := release
+$(BIN)/ociimage $(BIN)/pack: $(BIN)/%: $(RELEASE_MOD)/go.mod $(RELEASE_MOD)/go.sum $(wildcard $(RELEASE_MOD)/*/*.go)
+	@mkdir -p $(BIN)
+	cd $(RELEASE_MOD) && $(GO) build -trimpath -o $(BIN)/$* ./$*
+
+# The controller image, built without docker, a registry or Kubernetes: bin/remediator
+# (the same static binary as the Dockerfile's) as /remediator, user 65532, entrypoint
+# /remediator, written by bin/ociimage (release/ociimage) as a docker-archive tarball that
 # `docker load` and `ctr images import` read. The real nodes of `make cluster REAL_NODES=N`
-# run it. `make image-docker` builds the Dockerfile with docker or podman instead.
+# run it. `make image-docker` builds the Dockerfile with docker or podman instead;
+# `make release` the multi-platform image.
 IMAGE ?= remediator.local/remediator:latest
 
 .PHONY: image
@@ -137,12 +149,78 @@ image-docker: ## Build the Dockerfile's image remediator:<VERSION> with docker o
 	$(CONTAINER_ENGINE) build --build-arg VERSION=$(VERSION) -t $(DOCKER_IMAGE) .
 
 # ---------------------------------------------------------------------------
+# Release (docs/release.md): `make release VERSION=vX.Y.Z` writes DIST (dist/):
+#   remediator_<version>_<os>_<arch>.tar.gz  the binary and LICENSE, per RELEASE_PLATFORMS
+#   remediator-image/                        the image: an OCI layout, an index of the linux platforms
+#   remediator-image_<version>.tar           that layout as a tarball (`ctr images import`)
+#   remediator-<chart version>.tgz           the chart (`helm package`), appVersion = the version
+#   remediator.yaml                          the krew plugin manifest (kubectl remediator)
+#   completions/remediator.{bash,zsh,fish}   shell completions
+#   sbom.cdx.json                            CycloneDX SBOM of the binary's modules
+#   checksums.txt                            SHA-256 of every file above (sha256sum -c)
+# then checks it (release/disttest). Helm and cyclonedx-gomod run as `go tool`s of the
+# release module; krew's own validate-krew-manifest checks the manifest.
+RELEASE_PLATFORMS ?= linux/amd64 linux/arm64 darwin/amd64 darwin/arm64
+DIST              ?= $(ROOT)/dist
+RELEASE_STAGE     ?= $(BIN)/release
+RELEASE_IMAGE     ?= ghcr.io/remediator/remediator
+RELEASE_URL       ?= https://github.com/remediator/remediator/releases/download/$(VERSION)
+# The image's CA bundle, for the sync agent's HTTPS fetches (distroless ships one too).
+RELEASE_CA_CERTS  ?= /etc/ssl/certs/ca-certificates.crt
+KREW_VERSION      := v0.4.3
+GOHOSTPLATFORM     = $(shell $(GO) env GOHOSTOS)/$(shell $(GO) env GOHOSTARCH)
+RELEASE_LINUX      = $(filter linux/%,$(RELEASE_PLATFORMS))
+RELEASE_SBOM_PLATFORM = $(firstword $(RELEASE_PLATFORMS))
+RELEASE_CHECK_ENV  = RELEASE_DIST=$(DIST) RELEASE_VERSION=$(VERSION) RELEASE_PLATFORMS="$(RELEASE_PLATFORMS)" RELEASE_IMAGE=$(RELEASE_IMAGE)
+
+.PHONY: release
+release: $(BIN)/ociimage $(BIN)/pack ## Write dist/ for VERSION=vX.Y.Z: binaries, multi-platform image, chart, krew manifest, completions, SBOM, checksums; then check it
+	@[[ "$(VERSION)" =~ ^v[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z.-]+)?$$ ]] || { echo "make release: VERSION=$(VERSION): want vX.Y.Z, e.g. make release VERSION=v0.3.0" >&2; exit 2; }
+	@[[ -n "$(RELEASE_LINUX)" ]] || { echo "make release: RELEASE_PLATFORMS=$(RELEASE_PLATFORMS) has no linux platform for the image" >&2; exit 2; }
+	@[[ -f "$(RELEASE_CA_CERTS)" ]] || { echo "make release: no CA bundle at RELEASE_CA_CERTS=$(RELEASE_CA_CERTS) (Debian: ca-certificates)" >&2; exit 2; }
+	rm -rf $(DIST) $(RELEASE_STAGE) && mkdir -p $(DIST)/completions $(RELEASE_STAGE)
+	@# Every platform's binary, and the host's for the completions.
+	for p in $(sort $(RELEASE_PLATFORMS) $(GOHOSTPLATFORM)); do \
+		CGO_ENABLED=0 GOOS=$${p%/*} GOARCH=$${p#*/} $(GO) build $(GO_BUILD_FLAGS) -o $(RELEASE_STAGE)/$${p/\//_}/remediator ./cmd/remediator; \
+	done
+	for p in $(RELEASE_PLATFORMS); do \
+		$(BIN)/pack archive -o $(DIST)/remediator_$(VERSION)_$${p/\//_}.tar.gz $(RELEASE_STAGE)/$${p/\//_}/remediator LICENSE; \
+	done
+	printf 'root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin\n' >$(RELEASE_STAGE)/passwd
+	printf 'root:x:0:\nnonroot:x:65532:\n' >$(RELEASE_STAGE)/group
+	$(BIN)/ociimage -oci-layout $(DIST)/remediator-image -oci-tar $(DIST)/remediator-image_$(VERSION).tar \
+		-t $(RELEASE_IMAGE):$(VERSION) $(addprefix -platform ,$(RELEASE_LINUX)) \
+		-file '$(RELEASE_STAGE)/{os}_{arch}/remediator:/remediator:0755' -file $(RELEASE_STAGE)/passwd:/etc/passwd:0644 \
+		-file $(RELEASE_STAGE)/group:/etc/group:0644 -file $(RELEASE_CA_CERTS):/etc/ssl/certs/ca-certificates.crt:0644 \
+		-user 65532:65532 -entrypoint '["/remediator"]' -cmd '["controller"]'
+	$(GO) -C $(RELEASE_MOD) tool helm package $(ROOT)/charts/remediator --app-version $(VERSION) -d $(DIST)
+	$(BIN)/pack krew -o $(DIST)/remediator.yaml -version $(VERSION) -url $(RELEASE_URL) \
+		$(foreach p,$(RELEASE_PLATFORMS),$(DIST)/remediator_$(VERSION)_$(subst /,_,$(p)).tar.gz)
+	$(GO) run sigs.k8s.io/krew/cmd/validate-krew-manifest@$(KREW_VERSION) -manifest $(DIST)/remediator.yaml -skip-install
+	for sh in bash zsh fish; do \
+		$(RELEASE_STAGE)/$(subst /,_,$(GOHOSTPLATFORM))/remediator completion $$sh >$(DIST)/completions/remediator.$$sh; \
+	done
+	$(GO) -C $(RELEASE_MOD) tool cyclonedx-gomod bin -json -version $(VERSION) -output $(DIST)/sbom.cdx.json \
+		$(RELEASE_STAGE)/$(subst /,_,$(RELEASE_SBOM_PLATFORM))/remediator
+	$(BIN)/pack checksums -o $(DIST)/checksums.txt $(DIST)
+	cd $(RELEASE_MOD) && $(RELEASE_CHECK_ENV) $(GO) test -count=1 ./disttest/
+
+# make test's run of the release: the host's platform only (and linux on the host's
+# architecture for the image), version v0.0.0-smoke, into bin/release-smoke/. The full
+# matrix is `make release`: cross-compiling the other three platforms costs minutes.
+RELEASE_SMOKE := $(BIN)/release-smoke
+.PHONY: release-smoke
+release-smoke: ## make release for the host's platform only, into bin/release-smoke/dist, and check it
+	$(MAKE) release VERSION=v0.0.0-smoke RELEASE_PLATFORMS="$(sort $(GOHOSTPLATFORM) linux/$(shell $(GO) env GOHOSTARCH))" \
+		DIST=$(RELEASE_SMOKE)/dist RELEASE_STAGE=$(RELEASE_SMOKE)/stage
+
+# ---------------------------------------------------------------------------
 # Tests. `make test` is the one command CI runs (.ci/run).
 GOTEST ?= $(GO) test
 TEST_FLAGS ?= -count=1
 
 .PHONY: test
-test: lint bins build policy-test test-unit test-e2e test-realnode-host bench-smoke chaos-smoke fuzz-smoke ## Lint, build what the tests need, then run policy, unit, envtest and e2e tests, and the smoke runs of the benchmark, the chaos campaigns and the fuzz targets
+test: lint bins build policy-test test-unit release-smoke test-e2e test-realnode-host bench-smoke chaos-smoke fuzz-smoke ## Lint, build what the tests need, then run policy, unit, envtest and e2e tests, the host's release, and the smoke runs of the benchmark, the chaos campaigns and the fuzz targets
 
 # .golangci.yml's run.build-tags (e2e, failpoints) takes in the tagged files, which
 # leaves out the release build's !failpoints files; go ignores build tags for files
@@ -150,14 +228,17 @@ test: lint bins build policy-test test-unit test-e2e test-realnode-host bench-sm
 # module, so the harness module is linted from inside it, with the same configuration.
 LINT_NOFAILPOINTS := $(filter-out %/on.go %_test.go,$(wildcard remediations/failpoint/*.go))
 .PHONY: lint
-lint: $(BIN)/golangci-lint ## Run golangci-lint (.golangci.yml) on the controller's and the harness module (gofmt, goimports, govet, staticcheck, errcheck, revive, importas); check that both go.mod files are tidy
+lint: $(BIN)/golangci-lint ## Run golangci-lint (.golangci.yml) on the controller's, the harness and the release module (gofmt, goimports, govet, staticcheck, errcheck, revive, importas); check that their go.mod files are tidy
 	$(BIN)/golangci-lint run ./...
 	$(BIN)/golangci-lint run $(LINT_NOFAILPOINTS)
 	cd $(HARNESS_MOD) && $(BIN)/golangci-lint run --config $(ROOT)/.golangci.yml ./...
-	@# Both go.mod files stay tidy: the controller's holds only what it and its unit tests
-	@# import, and the harness module's follows the controller's (its replace of ../..).
+	cd $(RELEASE_MOD) && $(BIN)/golangci-lint run --config $(ROOT)/.golangci.yml ./...
+	@# The go.mod files stay tidy: the controller's holds only what it and its unit tests
+	@# import, the harness module's follows the controller's (its replace of ../..), and
+	@# the release module's holds its tools.
 	$(GO) mod tidy -diff
 	cd $(HARNESS_MOD) && $(GO) mod tidy -diff
+	cd $(RELEASE_MOD) && $(GO) mod tidy -diff
 
 # cue ignores *_test.cue files given as paths, so each case file goes in on stdin,
 # unified with the policy package.

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build the real nodes' container images as docker-archive tarballs in $BIN/images/, with
-# $BIN/ociimage (test/tools/ociimage): no docker, no registry. test/realnode/node.sh imports
+# $BIN/ociimage (release/ociimage): no docker, no registry. test/realnode/node.sh imports
 # them into each real node's containerd (ctr -n k8s.io images import).
 #
 #   pause.tar         registry.k8s.io/pause:3.10           the sandbox image (test/tools/pause)

@@ -7,7 +7,6 @@ go 1.26.0
 
 require (
 	github.com/container-storage-interface/spec v1.9.0
-	github.com/google/go-containerregistry v0.22.1
 	go.etcd.io/etcd/server/v3 v3.6.16
 	golang.org/x/sys v0.49.0
 	google.golang.org/grpc v1.83.2
@@ -49,6 +48,7 @@ require (
 	github.com/cyphar/filepath-securejoin v0.4.1 // indirect
 	github.com/davecgh/go-spew v1.1.1 // indirect
 	github.com/distribution/reference v0.6.0 // indirect
+	github.com/docker/go-connections v0.7.0 // indirect
 	github.com/docker/go-units v0.5.0 // indirect
 	github.com/dustin/go-humanize v1.0.1 // indirect
 	github.com/emicklei/go-restful/v3 v3.12.2 // indirect

@@ -124,8 +124,8 @@ func TestChartMetadata(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "v2", c.Metadata.APIVersion, "Chart.yaml apiVersion")
 	assert.Equal(t, "remediator", c.Metadata.Name, "Chart.yaml name")
-	assert.Equal(t, "0.2.0", c.Metadata.Version, "Chart.yaml version")
-	assert.NotEmpty(t, c.Metadata.AppVersion, "Chart.yaml appVersion")
+	assert.Regexp(t, `^\d+\.\d+\.\d+$`, c.Metadata.Version, "Chart.yaml version")
+	assert.Regexp(t, `^v\d+\.\d+\.\d+`, c.Metadata.AppVersion, "Chart.yaml appVersion: the controller's release, vX.Y.Z, the image's tag")
 	roles := false
 	for _, f := range c.Files {
 		assert.False(t, strings.HasSuffix(f.Name, ".go") || strings.Contains(f.Name, "testdata/"), "%s is packaged into the chart", f.Name)
@@ -517,7 +517,7 @@ func TestDeploymentSpec(t *testing.T) {
 	pod := d.Spec.Template.Spec
 	require.Len(t, pod.Containers, 1, "want one container")
 	c := pod.Containers[0]
-	assert.Equal(t, "remediator:0.1.0", c.Image, "image: want the repository with the chart's appVersion")
+	assert.Equal(t, "ghcr.io/remediator/remediator:"+chartMetadata(t).AppVersion, c.Image, "image: want the released repository with the chart's appVersion")
 	assert.Equal(t, release, pod.ServiceAccountName, "serviceAccountName")
 	assert.Equal(t, ptr.To(true), pod.AutomountServiceAccountToken, "the pod's automountServiceAccountToken")
 	sa := typed[corev1.ServiceAccount](t, find(objs, "ServiceAccount", namespace, release))
@@ -605,9 +605,9 @@ func TestLabels(t *testing.T) {
 		for k, v := range map[string]string{
 			"app.kubernetes.io/name":       "remediator",
 			"app.kubernetes.io/instance":   release,
-			"app.kubernetes.io/version":    "0.1.0",
+			"app.kubernetes.io/version":    chartMetadata(t).AppVersion,
 			"app.kubernetes.io/managed-by": "Helm",
-			"helm.sh/chart":                "remediator-0.2.0",
+			"helm.sh/chart":                "remediator-" + chartMetadata(t).Version,
 		} {
 			assert.Equal(t, v, l[k], "%s: label %s", ref(o), k)
 		}
