@@ -374,5 +374,5 @@ if ((${#failures[@]} > 0)); then
 fi
 printf '\n\033[1;32mDemo passed in %s: every outcome matches the runbook.\033[0m\n' "$(elapsed)"
 printf '(With the Lease-age gates shortened to %s s and %s s for the demo; production keeps the runbook'"'"'s 5 and 10 minutes.)\n' "$UNREACHABLE_GATE" "$HEALTHY_GATE"
-echo "The demo's nodes are kwok's. The same incidents on real kubelets (root; README, 'Real nodes'):"
+echo "The demo's nodes are kwok's. The same incidents on real kubelets (root; docs/development.md, 'Real nodes'):"
 echo "  make cluster REAL_NODES=2 && REAL_NODES=2 E2E_REAL_NODES=2 go -C test/harness test -tags e2e -v -run 'TestReal|TestChartOnRealNodes' ./e2e/"

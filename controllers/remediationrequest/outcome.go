@@ -21,7 +21,7 @@ import (
 )
 
 // OutcomeLogMessage is the message of the outcome's log line, the string to search
-// the controller's logs for (README, "History").
+// the controller's logs for (docs/api.md, "History").
 const OutcomeLogMessage = "Remediation outcome recorded"
 
 // commitUnknown is the log's commit when the request carries no

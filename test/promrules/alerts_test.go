@@ -422,7 +422,7 @@ func TestAlerts(t *testing.T) {
 				}
 				for _, a := range got {
 					url := a.Annotations.Get("runbook_url")
-					if want := "https://github.com/remediator/remediator/blob/main/README.md#" + strings.ToLower(alert); url != want {
+					if want := "https://github.com/remediator/remediator/blob/main/docs/oncall.md#" + strings.ToLower(alert); url != want {
 						t.Errorf("runbook_url %q, want %q", url, want)
 					}
 					a.Annotations.Range(func(l labels.Label) {

@@ -43,7 +43,7 @@ var (
 const (
 	degradedTrigger  = "on-remediation-degraded"
 	suspendedTrigger = "on-remediation-suspended"
-	runbookURL       = "https://github.com/remediator/remediator/blob/main/README.md"
+	runbookURL       = "https://github.com/remediator/remediator/blob/main/docs/oncall.md"
 )
 
 func readFile(t *testing.T, path string) []byte {
@@ -218,7 +218,7 @@ func TestNotificationsOnRequestHealth(t *testing.T) {
 		{"waiting for its window", true, []*unstructured.Unstructured{window, done},
 			want{suspended: true, oncePer: "remediator/release-lease-window",
 				says: []string{"Request remediator/release-lease-window: ", runbookURL + "#stop-button-pause-resume-and-keeping-a-node-out",
-					runbookURL + "#guards-and-maintenance-windows"},
+					runbookURL + "#why-a-request-waits"},
 				not: []string{"release-lease-done"}}},
 		// The Application is Progressing: only the request's own health shows the pause.
 		{"paused beside a running one", true, []*unstructured.Unstructured{paused, running},
@@ -234,7 +234,7 @@ func TestNotificationsOnRequestHealth(t *testing.T) {
 				not: []string{"Request remediator/"}}},
 		{"waiting for its window, health not persisted", false, []*unstructured.Unstructured{window},
 			want{suspended: true, says: []string{"kubectl get rr -n remediator -o wide"}}},
-		// What the README says: without persisted resource health a Suspended request
+		// What the template says: without persisted resource health a Suspended request
 		// behind a Progressing one does not notify.
 		{"paused beside a running one, health not persisted", false, []*unstructured.Unstructured{paused, running}, want{}},
 		{"healthy, health not persisted", false, []*unstructured.Unstructured{done}, want{}},
@@ -300,13 +300,13 @@ func TestNotificationsSubscription(t *testing.T) {
 }
 
 // TestNotificationsRunbookLinksExist: every runbook anchor the templates link is a
-// heading of the README.
+// heading of the on-call page, docs/oncall.md.
 func TestNotificationsRunbookLinksExist(t *testing.T) {
 	cm := readFile(t, filepath.Join(templateArgoCD, "notifications-cm.yaml"))
 	links := regexp.MustCompile(`\{\{\.context\.runbookURL\}\}#([a-z0-9-]+)`).FindAllStringSubmatch(string(cm), -1)
 	require.NotEmpty(t, links, "no runbook link in notifications-cm.yaml")
 	var anchors []string
-	for _, line := range strings.Split(string(readFile(t, filepath.Join(root, "README.md"))), "\n") {
+	for _, line := range strings.Split(string(readFile(t, filepath.Join(root, "docs", "oncall.md"))), "\n") {
 		if heading, ok := strings.CutPrefix(strings.TrimLeft(line, "#"), " "); ok && strings.HasPrefix(line, "#") {
 			// GitHub's anchors: lower case, punctuation dropped, spaces as hyphens.
 			a := regexp.MustCompile(`[^a-z0-9 _-]`).ReplaceAllString(strings.ToLower(heading), "")
@@ -314,6 +314,6 @@ func TestNotificationsRunbookLinksExist(t *testing.T) {
 		}
 	}
 	for _, l := range links {
-		assert.True(t, slices.Contains(anchors, l[1]), "README.md has no heading for #%s", l[1])
+		assert.True(t, slices.Contains(anchors, l[1]), "docs/oncall.md has no heading for #%s", l[1])
 	}
 }

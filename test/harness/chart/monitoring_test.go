@@ -8,7 +8,6 @@ package chart_test
 import (
 	"bytes"
 	"encoding/json"
-	"fmt"
 	"maps"
 	"os"
 	"path/filepath"
@@ -25,11 +24,12 @@ import (
 	"github.com/remediator/remediator/api/v1alpha1"
 	"github.com/remediator/remediator/remediations"
 	"github.com/remediator/remediator/test/harness/helmchart"
+	"github.com/remediator/remediator/test/harness/markdown"
 )
 
 // defaultRunbookBase is metrics.prometheusRule.runbookBaseURL's default: the
-// project's README on GitHub.
-const defaultRunbookBase = "https://github.com/remediator/remediator/blob/main/README.md"
+// on-call page, docs/oncall.md, on GitHub.
+const defaultRunbookBase = "https://github.com/remediator/remediator/blob/main/docs/oncall.md"
 
 // prometheusRule is the part of prometheus-operator's monitoring.coreos.com/v1
 // PrometheusRule the chart uses, with the upstream JSON names so that strict
@@ -205,11 +205,11 @@ func TestPrometheusRule(t *testing.T) {
 		assert.Contains(t, exprs["RemediatorPausedTooLong"], "(remediator_pause_started_timestamp_seconds) > 3600 and ")
 	})
 	t.Run("runbook base URL", func(t *testing.T) {
-		rules := renderPrometheusRule(t, prometheusRuleOn(map[string]any{"runbookBaseURL": "https://git.example.com/mirror/remediator/README.md"})).Spec.Groups[0].Rules
+		rules := renderPrometheusRule(t, prometheusRuleOn(map[string]any{"runbookBaseURL": "https://git.example.com/mirror/remediator/docs/oncall.md"})).Spec.Groups[0].Rules
 		for _, r := range rules {
-			assert.Equal(t, "https://git.example.com/mirror/remediator/README.md#"+strings.ToLower(r.Alert), r.Annotations["runbook_url"])
+			assert.Equal(t, "https://git.example.com/mirror/remediator/docs/oncall.md#"+strings.ToLower(r.Alert), r.Annotations["runbook_url"])
 		}
-		_, err := helmchart.Render(release, namespace, prometheusRuleOn(map[string]any{"runbookBaseURL": "https://x.example.com/README.md#alerts"}))
+		_, err := helmchart.Render(release, namespace, prometheusRuleOn(map[string]any{"runbookBaseURL": "https://x.example.com/docs/oncall.md#alerts"}))
 		assert.ErrorContains(t, err, "runbookBaseURL", "a base URL with a fragment")
 	})
 	t.Run("needs metrics", func(t *testing.T) {
@@ -318,62 +318,11 @@ func allAlertsValues() map[string]any {
 	return values
 }
 
-var (
-	markdownHeading = regexp.MustCompile(`^(#{1,6})[ \t]+(.*?)[ \t#]*$`)
-	markdownLink    = regexp.MustCompile(`\[([^\]]*)\]\([^)]*\)`)
-	// What GitHub drops from a heading's text to make its anchor: anything but
-	// letters, marks, numbers, connector punctuation (_), hyphens and spaces.
-	anchorPunctuation = regexp.MustCompile(`[^\p{L}\p{M}\p{N}\p{Pc}\- ]`)
-)
-
-// githubAnchor is the anchor GitHub gives a heading: its text in lower case,
-// punctuation dropped, spaces turned into hyphens.
-func githubAnchor(heading string) string {
-	text := markdownLink.ReplaceAllString(heading, "$1")
-	return strings.ReplaceAll(anchorPunctuation.ReplaceAllString(strings.ToLower(text), ""), " ", "-")
-}
-
-// markdownAnchors are the anchors of a Markdown file's headings (outside fenced
-// code), a repeated one numbered -1, -2, ... as GitHub does.
-func markdownAnchors(t *testing.T, file string) map[string]bool {
-	t.Helper()
-	src, err := os.ReadFile(file)
-	require.NoError(t, err)
-	anchors, seen := map[string]bool{}, map[string]int{}
-	fence := ""
-	for _, line := range strings.Split(string(src), "\n") {
-		trimmed := strings.TrimSpace(line)
-		if fence != "" {
-			if strings.HasPrefix(trimmed, fence) {
-				fence = ""
-			}
-			continue
-		}
-		if strings.HasPrefix(trimmed, "```") || strings.HasPrefix(trimmed, "~~~") {
-			fence = trimmed[:3]
-			continue
-		}
-		m := markdownHeading.FindStringSubmatch(line)
-		if m == nil {
-			continue
-		}
-		a := githubAnchor(m[2])
-		if n := seen[a]; n > 0 {
-			seen[a] = n + 1
-			a = fmt.Sprintf("%s-%d", a, n)
-		} else {
-			seen[a] = 1
-		}
-		anchors[a] = true
-	}
-	return anchors
-}
-
-// TestRunbookURLsResolveToREADMEHeadings: every alert's runbook_url is the README on
-// GitHub and an anchor of one of its headings.
-func TestRunbookURLsResolveToREADMEHeadings(t *testing.T) {
+// TestRunbookURLsResolveToOnCallHeadings: every alert's runbook_url is the on-call
+// page on GitHub and the anchor of one of its headings.
+func TestRunbookURLsResolveToOnCallHeadings(t *testing.T) {
 	t.Run("GitHub's anchors", func(t *testing.T) {
-		// As the README's own contents list links them.
+		// As the docs' own links spell them.
 		for heading, anchor := range map[string]string{
 			"Metrics and alerts":                                   "metrics-and-alerts",
 			"Finding incidents: `remediator scan`":                 "finding-incidents-remediator-scan",
@@ -382,11 +331,12 @@ func TestRunbookURLsResolveToREADMEHeadings(t *testing.T) {
 			"RemediationWaitingTooLong":                            "remediationwaitingtoolong",
 			"The [chart](charts/remediator/README.md)'s values":    "the-charts-values",
 		} {
-			assert.Equal(t, anchor, githubAnchor(heading), heading)
+			assert.Equal(t, anchor, markdown.Anchor(heading), heading)
 		}
 	})
-	anchors := markdownAnchors(t, filepath.Join("..", "..", "README.md"))
-	require.True(t, anchors["metrics-and-alerts"], "README.md's headings: %v", anchors)
+	anchors, err := markdown.FileAnchors(filepath.Join("..", "..", "docs", "oncall.md"))
+	require.NoError(t, err)
+	require.True(t, anchors["alerts"], "docs/oncall.md's headings: %v", anchors)
 	rules := renderPrometheusRule(t, allAlertsValues()).Spec.Groups[0].Rules
 	require.NotEmpty(t, rules)
 	for _, r := range rules {
@@ -396,7 +346,7 @@ func TestRunbookURLsResolveToREADMEHeadings(t *testing.T) {
 			continue
 		}
 		assert.Equal(t, defaultRunbookBase, base, "%s: runbook_url", r.Alert)
-		assert.True(t, anchors[anchor], "%s: runbook_url %q: README.md has no heading with the anchor %q", r.Alert, url, anchor)
+		assert.True(t, anchors[anchor], "%s: runbook_url %q: docs/oncall.md has no heading with the anchor %q", r.Alert, url, anchor)
 	}
 }
 
