@@ -99,9 +99,10 @@ one an alert names. With --kubeconfig, the controller's settings (Trident namesp
 driver, selector, grace period, floor ages) come from the chart's settings ConfigMap
 wherever no flag gives them, as in plan.
 -o yaml and -o json print the same thing for tools, as they do in plan: the suggested
-RemediationRequests, one per target, ready to commit or to pipe into kubectl apply -f -
-(YAML documents, or one JSON v1 List); -o name, jsonpath=... and go-template=... print
-them as kubectl does. The table lists the findings (-o wide with more detail).
+RemediationRequests, one per target, ready to commit to the remediation repository
+(YAML documents, or one JSON v1 List; the admission policy refuses a kubectl apply);
+-o name, jsonpath=... and go-template=... print them as kubectl does. The table lists the
+findings (-o wide with more detail).
 It only reads. Exit code: 0 whatever it found, 1 when the scan itself failed; with
 --exit-code, 3 when findings were printed (as git diff --exit-code), so a CI job can
 gate on it.`,
@@ -367,7 +368,7 @@ func objectName(name string) string {
 }
 
 // WriteRequests writes reqs as YAML documents, the manifests scan -o yaml prints
-// (ready to commit, or to pipe into kubectl apply -f -).
+// (ready to commit to the remediation repository).
 func WriteRequests(w io.Writer, reqs []map[string]any) error {
 	if len(reqs) == 0 {
 		_, err := fmt.Fprintln(w, "# remediator scan: nothing to remediate")
