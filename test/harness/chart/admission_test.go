@@ -30,6 +30,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"helm.sh/helm/v3/pkg/chartutil"
+	"helm.sh/helm/v3/pkg/engine"
 
 	"github.com/remediator/remediator/test/harness/helmchart"
 	"github.com/remediator/remediator/test/testenv"
@@ -271,20 +272,56 @@ func TestAdmissionNamesMatchTheCode(t *testing.T) {
 	}
 }
 
-// TestKubeVersion: the chart needs ValidatingAdmissionPolicy v1 (Kubernetes 1.30).
-// Helm's own check (helm install, helm template --kube-version: action's
-// renderResources) compares Chart.yaml's kubeVersion with chartutil.IsCompatibleRange,
-// as here: the local cluster's v1.34.2 and a vendor's 1.30 pass, 1.29 is refused.
-// The render the tests use (test/harness/helmchart) does not check it.
+// TestKubeVersion: the chart installs from Kubernetes 1.29; its admission policies need
+// ValidatingAdmissionPolicy v1 (1.30), so on a 1.29 cluster it renders only with them off,
+// and with them on it refuses with what to do. Rendered as `helm template --kube-version V`
+// and `helm install` do (Helm's action.renderResources): Chart.yaml's kubeVersion checked
+// with chartutil.IsCompatibleRange, then the templates with that version and the cluster's
+// API versions (Helm's defaults client-side, discovery on a cluster) in .Capabilities.
 func TestKubeVersion(t *testing.T) {
 	c, err := helmchart.Load()
 	require.NoError(t, err)
-	assert.Equal(t, ">=1.30.0-0", c.Metadata.KubeVersion, "Chart.yaml kubeVersion")
-	for version, ok := range map[string]bool{"v1.34.2": true, "v1.30.0": true, "v1.30.0-eks-1234": true, "v1.29.9": false} {
+	template := func(version string, apiVersions chartutil.VersionSet, values map[string]any) error {
 		kv, err := chartutil.ParseKubeVersion(version)
 		require.NoError(t, err)
-		assert.Equal(t, ok, chartutil.IsCompatibleRange(c.Metadata.KubeVersion, kv.String()), "Kubernetes %s", version)
+		if !chartutil.IsCompatibleRange(c.Metadata.KubeVersion, kv.String()) {
+			return fmt.Errorf("chart requires kubeVersion: %s which is incompatible with Kubernetes %s", c.Metadata.KubeVersion, kv)
+		}
+		caps := *chartutil.DefaultCapabilities
+		caps.KubeVersion, caps.APIVersions = *kv, apiVersions
+		vals, err := chartutil.ToRenderValues(c, values, chartutil.ReleaseOptions{Name: release, Namespace: namespace, Revision: 1, IsInstall: true}, &caps)
+		require.NoError(t, err)
+		_, err = engine.Engine{Strict: true}.Render(c, vals)
+		return err
 	}
+	// A cluster's discovery, as helm install and Argo CD pass it: group/versions and each
+	// kind; a 1.29 API server serves admissionregistration.k8s.io/v1 without the policies.
+	discovery := func(policies bool) chartutil.VersionSet {
+		vs := append(slices.Clone(chartutil.DefaultVersionSet), "v1/Pod", "v1/ConfigMap", "apps/v1/Deployment",
+			"admissionregistration.k8s.io/v1/ValidatingWebhookConfiguration")
+		if policies {
+			vs = append(vs, "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy",
+				"admissionregistration.k8s.io/v1/ValidatingAdmissionPolicyBinding")
+		}
+		return vs
+	}
+	v129, v130 := discovery(false), discovery(true)
+	off := map[string]any{"admissionPolicy": map[string]any{"enabled": false}}
+	for _, version := range []string{"1.29.0", "v1.29.9-eks-1234"} {
+		assert.NoError(t, template(version, v129, off), "a Kubernetes %s cluster, admissionPolicy.enabled=false", version)
+		assert.NoError(t, template(version, chartutil.DefaultVersionSet, off), "helm template --kube-version %s --set admissionPolicy.enabled=false", version)
+		err := template(version, v129, nil)
+		require.Error(t, err, "a Kubernetes %s cluster with the admission policies on", version)
+		assert.Contains(t, err.Error(), "admissionPolicy.enabled needs ValidatingAdmissionPolicy v1 (Kubernetes 1.30 or later)")
+		assert.Contains(t, err.Error(), "set admissionPolicy.enabled=false")
+	}
+	for _, version := range []string{"1.30.0", "v1.30.0-eks-1234", "v1.34.2"} {
+		assert.NoError(t, template(version, v130, nil), "a Kubernetes %s cluster, the defaults", version)
+		assert.NoError(t, template(version, chartutil.DefaultVersionSet, nil), "helm template --kube-version %s", version)
+	}
+	err = template("1.28.9", chartutil.DefaultVersionSet, off)
+	require.Error(t, err, "Kubernetes 1.28")
+	assert.Contains(t, err.Error(), "chart requires kubeVersion")
 }
 
 // writer is one identity the envtest cases write as.
