@@ -389,6 +389,23 @@ var alertTests = map[string][]alertCase{
 	},
 }
 
+// severities are the alerts' severity labels with the chart's defaults
+// (metrics.prometheusRule.severities): critical when pods cannot mount or an
+// incident is left unfixed, warning for the controller's own health.
+var severities = map[string]string{
+	"RemediationFailed":            "critical",
+	"RemediationWaitingTooLong":    "warning",
+	"RemediationStuck":             "critical",
+	"PolicyReloadFailing":          "warning",
+	"DecisionsFailedClosed":        "warning",
+	"RemediationFixDidNotHold":     "critical",
+	"RemediatorPausedTooLong":      "warning",
+	"RemediatorSyncStale":          "warning",
+	"TridentLeaseStuck":            "critical",
+	"TridentCSIDriverDeregistered": "critical",
+	"RemediatorDetectionFailing":   "warning",
+}
+
 func syncOn() map[string]any {
 	return map[string]any{
 		"sync":    map[string]any{"enabled": true, "repo": "https://git.example.com/platform/remediation.git"},
@@ -408,7 +425,7 @@ func TestAlerts(t *testing.T) {
 				want := make([]string, 0, len(tc.fire))
 				for _, l := range tc.fire {
 					l = maps.Clone(l)
-					l["alertname"], l["severity"] = alert, "warning"
+					l["alertname"], l["severity"] = alert, severities[alert]
 					want = append(want, labels.FromMap(l).String())
 				}
 				sort.Strings(want)

@@ -305,3 +305,17 @@ seconds, for a PromQL comparison (prometheusrule.yaml) and the floor's check (co
 {{- end }}
 {{- if eq $total (floor $total) }}{{ int64 $total }}{{ else }}{{ $total }}{{ end }}
 {{- end }}
+
+{{/*
+remediator.alerts.severity: the severity label of an alert, (list $ "AlertName"):
+metrics.prometheusRule.severities' entry for it, which values.yaml defaults and
+values.schema.json limits to critical, warning and info.
+*/}}
+{{- define "remediator.alerts.severity" -}}
+{{- $alert := index . 1 }}
+{{- $severity := dig $alert "" ((index . 0).Values.metrics.prometheusRule.severities | default dict) }}
+{{- if not (has $severity (list "critical" "warning" "info")) }}
+{{- fail (printf "metrics.prometheusRule.severities.%s: %q, want critical, warning or info" $alert $severity) }}
+{{- end }}
+{{- $severity }}
+{{- end }}

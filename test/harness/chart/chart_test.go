@@ -412,7 +412,7 @@ func TestDeploymentArgs(t *testing.T) {
 			"--metrics-bind-address=:8080", "--health-probe-bind-address=:8081",
 			"--trident-namespace=trident", "--driver-name=csi.trident.netapp.io",
 			"--node-plugin-selector=app=node.csi.trident.netapp.io",
-			"--max-concurrent-remediations=2", "--node-lease-grace-period=50s", "--v=0",
+			"--max-concurrent-remediations=2", "--node-lease-grace-period=50s", "--v=0", "--logging-format=text",
 			// Only the namespace the remediation repository syncs to, not every one.
 			"--request-namespaces=remediator",
 		},
@@ -428,6 +428,7 @@ func TestDeploymentArgs(t *testing.T) {
 			"maxConcurrentRemediations": 5,
 			"nodeLeaseGracePeriod":      "1m",
 			"logLevel":                  4,
+			"logFormat":                 "json",
 			"metrics":                   map[string]any{"port": 9090},
 		},
 		want: []string{
@@ -435,7 +436,7 @@ func TestDeploymentArgs(t *testing.T) {
 			"--trident-namespace=netapp-trident", "--driver-name=csi.example.com",
 			"--node-plugin-selector=app in (trident-node, trident-node-linux)",
 			"--request-namespaces=team-a,team-b", "--max-concurrent-remediations=5",
-			"--node-lease-grace-period=1m", "--v=4",
+			"--node-lease-grace-period=1m", "--v=4", "--logging-format=json",
 		},
 	}, {
 		// Widening is explicit, and then the list no longer applies.

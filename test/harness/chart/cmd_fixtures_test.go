@@ -35,6 +35,7 @@ var cmdFixtures = []struct {
 		"requestNamespaces":         []any{"team-a", "team-b"},
 		"maxConcurrentRemediations": 5,
 		"logLevel":                  4,
+		"logFormat":                 "json",
 		"nodeLeaseGracePeriod":      "50s",
 		"policies":                  map[string]any{"schema.cue": "package policies\n"},
 		"trident":                   map[string]any{"nodePluginSelector": "app in (a, b)"},

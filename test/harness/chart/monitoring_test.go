@@ -204,6 +204,51 @@ func TestPrometheusRule(t *testing.T) {
 		assert.True(t, strings.HasSuffix(exprs["RemediationWaitingTooLong"], "> 7200"), exprs["RemediationWaitingTooLong"])
 		assert.Contains(t, exprs["RemediatorPausedTooLong"], "(remediator_pause_started_timestamp_seconds) > 3600 and ")
 	})
+	t.Run("severities", func(t *testing.T) {
+		// By the alert's impact on the workloads: critical when pods cannot mount
+		// their volumes, or an incident is left unfixed (and perhaps a node
+		// cordoned); warning for the controller's own health.
+		want := map[string]string{
+			"RemediationFailed":            "critical",
+			"RemediationWaitingTooLong":    "warning",
+			"RemediationStuck":             "critical",
+			"PolicyReloadFailing":          "warning",
+			"DecisionsFailedClosed":        "warning",
+			"RemediationFixDidNotHold":     "critical",
+			"RemediatorPausedTooLong":      "warning",
+			"RemediatorSyncStale":          "warning",
+			"TridentLeaseStuck":            "critical",
+			"TridentCSIDriverDeregistered": "critical",
+			"RemediatorDetectionFailing":   "warning",
+		}
+		values := prometheusRuleOn(nil)
+		values["sync"] = map[string]any{"enabled": true, "repo": "https://git.example.com/r.git"}
+		got := map[string]string{}
+		for _, r := range renderPrometheusRule(t, values).Spec.Groups[0].Rules {
+			got[r.Alert] = r.Labels["severity"]
+		}
+		assert.Equal(t, want, got, "every alert's severity")
+
+		// metrics.prometheusRule.severities overrides one alert's, the others keep theirs.
+		values = prometheusRuleOn(map[string]any{"severities": map[string]any{"TridentLeaseStuck": "warning", "RemediatorPausedTooLong": "info"}})
+		for _, r := range renderPrometheusRule(t, values).Spec.Groups[0].Rules {
+			switch r.Alert {
+			case "TridentLeaseStuck":
+				assert.Equal(t, "warning", r.Labels["severity"], r.Alert)
+			case "RemediatorPausedTooLong":
+				assert.Equal(t, "info", r.Labels["severity"], r.Alert)
+			default:
+				assert.Equal(t, want[r.Alert], r.Labels["severity"], r.Alert)
+			}
+		}
+		for name, severities := range map[string]map[string]any{
+			"a severity Alertmanager routes nowhere": {"TridentLeaseStuck": "page"},
+			"a misspelt alert":                       {"TridentLeaseStruck": "critical"},
+		} {
+			_, err := helmchart.Render(release, namespace, prometheusRuleOn(map[string]any{"severities": severities}))
+			assert.ErrorContains(t, err, "severities", name)
+		}
+	})
 	t.Run("runbook base URL", func(t *testing.T) {
 		rules := renderPrometheusRule(t, prometheusRuleOn(map[string]any{"runbookBaseURL": "https://git.example.com/mirror/remediator/docs/oncall.md"})).Spec.Groups[0].Rules
 		for _, r := range rules {

@@ -61,7 +61,7 @@ func TestSyncRunsAsItsOwnLeastPrivilegeServiceAccount(t *testing.T) {
 	require.Len(t, pod.Containers, 1)
 	assert.Equal(t, []string{"sync", "--repo=https://git.example.com/platform/remediation.git", "--revision=HEAD", "--path=requests",
 		"--namespaces=remediator,remediator-staging", "--prune=true", "--interval=30s", "--timeout=5m", "--work-dir=/work",
-		"--metrics-bind-address=:8080", "--health-probe-bind-address=:8081", "--v=0"},
+		"--metrics-bind-address=:8080", "--health-probe-bind-address=:8081", "--v=0", "--logging-format=text"},
 		pod.Containers[0].Args)
 	assert.Equal(t, deployment(t, objs).Spec.Template.Spec.Containers[0].SecurityContext, pod.Containers[0].SecurityContext,
 		"the controller's hardening")

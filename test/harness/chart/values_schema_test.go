@@ -50,6 +50,9 @@ func TestSchemaRefusesWrongValues(t *testing.T) {
 		{"runAsUser a string", map[string]any{"podSecurityContext": map[string]any{"runAsUser": "root"}}, "runAsUser"},
 		{"requestNamespaces a string", map[string]any{"requestNamespaces": "remediator"}, "requestNamespaces"},
 		{"a policy that is no string", map[string]any{"policies": map[string]any{"a.cue": 1}}, "a.cue"},
+		{"a log format the binary does not know", map[string]any{"logFormat": "logfmt"}, "logFormat"},
+		{"an alert severity not critical, warning or info", map[string]any{"metrics": map[string]any{"prometheusRule": map[string]any{"severities": map[string]any{"TridentLeaseStuck": "page"}}}}, "TridentLeaseStuck"},
+		{"a severity of an alert the chart has not", map[string]any{"metrics": map[string]any{"prometheusRule": map[string]any{"severities": map[string]any{"TridentLeaseStruck": "critical"}}}}, "TridentLeaseStruck"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			// helm template
@@ -89,9 +92,10 @@ func TestSchemaAcceptsGoodValues(t *testing.T) {
 			"policies":                map[string]any{"luks.cue": "package policies\n"},
 			"requestNamespace":        map[string]any{"create": false},
 			"rbac":                    map[string]any{"aggregateToEdit": false},
+			"logFormat":               "json",
 			"metrics": map[string]any{
 				"serviceMonitor": map[string]any{"enabled": true, "interval": "1m", "labels": map[string]any{"release": "prom"}},
-				"prometheusRule": map[string]any{"enabled": true, "syncStale": map[string]any{"thresholdSeconds": 1200}},
+				"prometheusRule": map[string]any{"enabled": true, "syncStale": map[string]any{"thresholdSeconds": 1200}, "severities": map[string]any{"RemediationWaitingTooLong": "info"}},
 				"dashboard":      map[string]any{"enabled": true, "namespace": "monitoring"},
 			},
 			"podSecurityContext": map[string]any{"fsGroup": 2000},
