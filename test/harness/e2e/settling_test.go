@@ -27,12 +27,17 @@ func TestRealShutdownRequestedAtOnceSettles(t *testing.T) {
 	a, _ := realNodePair(t)
 	ctx := context.Background()
 	ns := namespace(t, "e2e-real-settle")
-	startController(t, "--policies-dir", shortGatePolicies(t), "--request-namespaces", ns)
 	pv, _ := csiVolume(t, ns, true)
 
 	strandLease(t, pv, a, 0, 0)
 	require.NoError(t, cluster.NodeOff(ctx, a))
 	taintOutOfService(t, a)
+	// The controller starts only now, well within the kubelet's grace, so that its first
+	// decision reads a Node cache listed after the taint. Started before, its Node watch
+	// could deliver the taint a moment after that decision (seen once on a loaded
+	// machine): the holder then read Healthy and the request was refused until the
+	// Lease's age gate, by when the heartbeat had gone stale and nothing was unsettled.
+	startController(t, "--policies-dir", shortGatePolicies(t), "--request-namespaces", ns)
 	key := request(t, ns, v1alpha1.RemediationRequestSpec{
 		Remediation: v1alpha1.RemediationReleaseLUKSLease,
 		Target:      v1alpha1.Target{PersistentVolume: pv},
