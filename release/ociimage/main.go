@@ -47,6 +47,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
+
+	"github.com/remediator/remediator/release/internal/reprotar"
 )
 
 type list []string
@@ -179,27 +181,15 @@ func tarDir(dir, out string) error {
 		return err
 	}
 	sort.Strings(paths)
-	tmp := out + ".tmp"
-	w, err := os.Create(tmp)
-	if err != nil {
-		return err
-	}
-	defer func() { _ = os.Remove(tmp) }()
-	tw := tar.NewWriter(w)
-	for _, p := range paths {
-		if err := tarFile(tw, dir, p); err != nil {
-			_ = w.Close()
-			return err
+	return reprotar.WriteFile(out, func(w io.Writer) error {
+		tw := tar.NewWriter(w)
+		for _, p := range paths {
+			if err := tarFile(tw, dir, p); err != nil {
+				return err
+			}
 		}
-	}
-	if err := tw.Close(); err != nil {
-		_ = w.Close()
-		return err
-	}
-	if err := w.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp, out)
+		return tw.Close()
+	})
 }
 
 func tarFile(tw *tar.Writer, dir, p string) error {
@@ -211,22 +201,11 @@ func tarFile(tw *tar.Writer, dir, p string) error {
 	if err != nil {
 		return err
 	}
-	hdr := &tar.Header{Name: filepath.ToSlash(rel), Mode: 0o644, ModTime: time.Unix(0, 0).UTC(), Format: tar.FormatPAX}
+	name := filepath.ToSlash(rel)
 	if st.IsDir() {
-		hdr.Typeflag, hdr.Name, hdr.Mode = tar.TypeDir, hdr.Name+"/", 0o755
-		return tw.WriteHeader(hdr)
+		return tw.WriteHeader(reprotar.Header(name+"/", tar.TypeDir, 0o755, 0))
 	}
-	hdr.Typeflag, hdr.Size = tar.TypeReg, st.Size()
-	if err := tw.WriteHeader(hdr); err != nil {
-		return err
-	}
-	r, err := os.Open(p)
-	if err != nil {
-		return err
-	}
-	defer func() { _ = r.Close() }()
-	_, err = io.Copy(tw, r)
-	return err
+	return reprotar.AddFile(tw, name, p, 0o644)
 }
 
 // platformImage is the image of the flags for platform p, of OCI media types if oci.

@@ -28,7 +28,8 @@ import (
 	"sort"
 	"strings"
 	"text/template"
-	"time"
+
+	"github.com/remediator/remediator/release/internal/reprotar"
 )
 
 func main() {
@@ -56,24 +57,6 @@ func fail(err error) {
 	os.Exit(1)
 }
 
-// writeFile writes out through a temporary file, renamed into place once complete.
-func writeFile(out string, write func(io.Writer) error) error {
-	tmp := out + ".tmp"
-	f, err := os.Create(tmp)
-	if err != nil {
-		return err
-	}
-	defer func() { _ = os.Remove(tmp) }()
-	if err := write(f); err != nil {
-		_ = f.Close()
-		return fmt.Errorf("%s: %w", out, err)
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp, out)
-}
-
 func archiveCmd(args []string) error {
 	flags := flag.NewFlagSet("archive", flag.ContinueOnError)
 	out := flags.String("o", "", "output .tar.gz")
@@ -83,7 +66,7 @@ func archiveCmd(args []string) error {
 	if *out == "" || flags.NArg() == 0 {
 		return errors.New("usage: pack archive -o OUT.tar.gz FILE [FILE]")
 	}
-	return writeFile(*out, func(w io.Writer) error {
+	return reprotar.WriteFile(*out, func(w io.Writer) error {
 		zw, err := gzip.NewWriterLevel(w, gzip.BestCompression)
 		if err != nil {
 			return err
@@ -107,24 +90,11 @@ func addFile(tw *tar.Writer, file string) error {
 	if err != nil {
 		return err
 	}
-	if !st.Mode().IsRegular() {
-		return fmt.Errorf("%s is not a regular file", file)
-	}
 	mode := int64(0o644)
 	if st.Mode().Perm()&0o111 != 0 {
 		mode = 0o755
 	}
-	hdr := &tar.Header{Name: filepath.Base(file), Typeflag: tar.TypeReg, Mode: mode, Size: st.Size(), ModTime: time.Unix(0, 0).UTC(), Format: tar.FormatPAX}
-	if err := tw.WriteHeader(hdr); err != nil {
-		return err
-	}
-	r, err := os.Open(file)
-	if err != nil {
-		return err
-	}
-	defer func() { _ = r.Close() }()
-	_, err = io.Copy(tw, r)
-	return err
+	return reprotar.AddFile(tw, filepath.Base(file), file, mode)
 }
 
 func sha256File(file string) (string, error) {
@@ -199,7 +169,7 @@ func krewCmd(args []string) error {
 		}
 		platforms = append(platforms, krewPlatform{OS: m[2], Arch: m[3], URI: strings.TrimSuffix(*url, "/") + "/" + filepath.Base(a), SHA256: sum})
 	}
-	return writeFile(*out, func(w io.Writer) error {
+	return reprotar.WriteFile(*out, func(w io.Writer) error {
 		return krewManifest.Execute(w, struct {
 			Version   string
 			Platforms []krewPlatform
@@ -237,7 +207,7 @@ func checksumsCmd(args []string) error {
 		return err
 	}
 	sort.Strings(files)
-	return writeFile(*out, func(w io.Writer) error {
+	return reprotar.WriteFile(*out, func(w io.Writer) error {
 		for _, f := range files {
 			sum, err := sha256File(filepath.Join(dir, f))
 			if err != nil {
