@@ -90,7 +90,7 @@ $(BIN)/golangci-lint:
 
 # ---------------------------------------------------------------------------
 # Code generation (controller-gen runs as a `go tool`, pinned in go.mod).
-CRD_DIR    ?= charts/remediator/crds
+CRD_DIR    ?= charts/remediator/files/crds
 RBAC_DIR   ?= charts/remediator/files/rbac
 OBJECT_OUT ?=
 
@@ -99,7 +99,7 @@ generate: ## Generate deepcopy code for the API types
 	$(GO) tool controller-gen object paths=./api/... $(if $(OBJECT_OUT),output:object:dir=$(OBJECT_OUT))
 
 .PHONY: manifests
-manifests: ## Generate the CRD into charts/remediator/crds and the controller's ClusterRole
+manifests: ## Generate the CRD into charts/remediator/files/crds and the controller's ClusterRole
 	$(GO) tool controller-gen crd paths=./api/... output:crd:artifacts:config=$(CRD_DIR)
 	$(GO) tool controller-gen rbac:roleName=remediator-controller paths=./controllers/... output:rbac:artifacts:config=$(RBAC_DIR)
 
@@ -123,6 +123,11 @@ RELEASE_MOD := release
 $(BIN)/ociimage $(BIN)/pack: $(BIN)/%: $(RELEASE_MOD)/go.mod $(RELEASE_MOD)/go.sum $(wildcard $(RELEASE_MOD)/*/*.go)
 	@mkdir -p $(BIN)
 	cd $(RELEASE_MOD) && $(GO) build -trimpath -o $(BIN)/$* ./$*
+# Helm, the release module's tool: `make release` packages the chart with it, and the
+# end-to-end tests install, upgrade and uninstall that package with it, as a user would.
+$(BIN)/helm: $(RELEASE_MOD)/go.mod $(RELEASE_MOD)/go.sum
+	@mkdir -p $(BIN)
+	cd $(RELEASE_MOD) && $(GO) build -trimpath -o $(BIN)/helm helm.sh/helm/v4/cmd/helm
 
 # The controller image, built without docker, a registry or Kubernetes: bin/remediator
 # (the same static binary as the Dockerfile's) as /remediator, user 65532, entrypoint
@@ -174,7 +179,7 @@ RELEASE_SBOM_PLATFORM = $(firstword $(RELEASE_PLATFORMS))
 RELEASE_CHECK_ENV  = RELEASE_DIST=$(DIST) RELEASE_VERSION=$(VERSION) RELEASE_PLATFORMS="$(RELEASE_PLATFORMS)" RELEASE_IMAGE=$(RELEASE_IMAGE)
 
 .PHONY: release
-release: $(BIN)/ociimage $(BIN)/pack ## Write dist/ for VERSION=vX.Y.Z: binaries, multi-platform image, chart, krew manifest, completions, SBOM, checksums; then check it
+release: $(BIN)/ociimage $(BIN)/pack $(BIN)/helm ## Write dist/ for VERSION=vX.Y.Z: binaries, multi-platform image, chart, krew manifest, completions, SBOM, checksums; then check it
 	@[[ "$(VERSION)" =~ ^v[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z.-]+)?$$ ]] || { echo "make release: VERSION=$(VERSION): want vX.Y.Z, e.g. make release VERSION=v0.3.0" >&2; exit 2; }
 	@[[ -n "$(RELEASE_LINUX)" ]] || { echo "make release: RELEASE_PLATFORMS=$(RELEASE_PLATFORMS) has no linux platform for the image" >&2; exit 2; }
 	@[[ -f "$(RELEASE_CA_CERTS)" ]] || { echo "make release: no CA bundle at RELEASE_CA_CERTS=$(RELEASE_CA_CERTS) (Debian: ca-certificates)" >&2; exit 2; }
@@ -193,7 +198,7 @@ release: $(BIN)/ociimage $(BIN)/pack ## Write dist/ for VERSION=vX.Y.Z: binaries
 		-file '$(RELEASE_STAGE)/{os}_{arch}/remediator:/remediator:0755' -file $(RELEASE_STAGE)/passwd:/etc/passwd:0644 \
 		-file $(RELEASE_STAGE)/group:/etc/group:0644 -file $(RELEASE_CA_CERTS):/etc/ssl/certs/ca-certificates.crt:0644 \
 		-user 65532:65532 -entrypoint '["/remediator"]' -cmd '["controller"]'
-	$(GO) -C $(RELEASE_MOD) tool helm package $(ROOT)/charts/remediator --app-version $(VERSION) -d $(DIST)
+	$(BIN)/helm package $(ROOT)/charts/remediator --app-version $(VERSION) -d $(DIST)
 	$(BIN)/pack krew -o $(DIST)/remediator.yaml -version $(VERSION) -url $(RELEASE_URL) \
 		$(foreach p,$(RELEASE_PLATFORMS),$(DIST)/remediator_$(VERSION)_$(subst /,_,$(p)).tar.gz)
 	$(GO) run sigs.k8s.io/krew/cmd/validate-krew-manifest@$(KREW_VERSION) -manifest $(DIST)/remediator.yaml -skip-install
@@ -207,8 +212,9 @@ release: $(BIN)/ociimage $(BIN)/pack ## Write dist/ for VERSION=vX.Y.Z: binaries
 
 # The release for the host's platform only (and linux on the host's architecture for the
 # image), version v0.0.0-smoke, into bin/release-smoke/. The full matrix is `make release`:
-# cross-compiling the other three platforms costs minutes. Not yet part of `make test`: on a
-# cold machine Helm's and cyclonedx-gomod's first build would push it past its budget.
+# cross-compiling the other three platforms costs minutes. `make test-e2e` installs,
+# upgrades and uninstalls its chart and image on the real nodes, and runs the template's CI
+# workflow against its archive and checksums.
 RELEASE_SMOKE := $(BIN)/release-smoke
 .PHONY: release-smoke
 release-smoke: ## make release for the host's platform only, into bin/release-smoke/dist, and check it
@@ -220,8 +226,17 @@ release-smoke: ## make release for the host's platform only, into bin/release-sm
 GOTEST ?= $(GO) test
 TEST_FLAGS ?= -count=1
 
+# The binaries the tests need, built two at a time before any test starts: on a new
+# machine much of a build's wall time is module downloads and single-threaded links, which
+# the other build overlaps. The Debian packages (realnode-deps, argocd-deps) are installed
+# later, one at a time: apt holds one lock.
+TEST_BINS := $(BIN)/golangci-lint bins build build-failpoints $(BIN)/argocd $(BIN)/kustomize $(BIN)/helm $(BIN)/pack
+.PHONY: test-bins
+test-bins:
+	$(MAKE) -j2 --output-sync=target $(TEST_BINS)
+
 .PHONY: test
-test: lint bins build policy-test test-unit test-e2e test-realnode-host bench-smoke chaos-smoke fuzz-smoke ## Lint, build what the tests need, then run policy, unit, envtest and e2e tests, and the smoke runs of the benchmark, the chaos campaigns and the fuzz targets
+test: test-bins lint bins build policy-test test-unit test-e2e test-realnode-host bench-smoke chaos-smoke fuzz-smoke ## Lint, build what the tests need, then run policy, unit, envtest and e2e tests, and the smoke runs of the benchmark, the chaos campaigns and the fuzz targets
 
 # .golangci.yml's run.build-tags (e2e, failpoints) takes in the tagged files, which
 # leaves out the release build's !failpoints files; go ignores build tags for files
@@ -268,11 +283,11 @@ E2E_REAL_NODES ?= 2
 # was before, after the real-node scenarios too (hoststate.sh; the same check as
 # test-realnode-host, around the whole suite).
 E2E_HOSTSTATE := $(BIN)/cluster-hoststate-before-e2e
-test-e2e: bins build realnode-deps argocd ## End-to-end tests on the local cluster with E2E_REAL_NODES (2) real nodes (started and stopped if not already up)
+test-e2e: bins build realnode-deps argocd release-smoke $(BIN)/helm ## End-to-end tests on the local cluster with E2E_REAL_NODES (2) real nodes (started and stopped if not already up)
 	@rm -f $(E2E_HOSTSTATE); \
 	if ! $(BIN)/kubectl --kubeconfig $(BIN)/cluster/kubeconfig get --raw /readyz --request-timeout=5s >/dev/null 2>&1 \
 		&& [ ! -e /var/lib/remediator-nodes ]; then test/realnode/hoststate.sh snapshot $(E2E_HOSTSTATE); fi
-	cd $(HARNESS_MOD) && REAL_NODES=$(E2E_REAL_NODES) E2E_REAL_NODES=$(E2E_REAL_NODES) $(GOTEST) $(TEST_FLAGS) -tags e2e -timeout 30m -v ./e2e/...
+	cd $(HARNESS_MOD) && REAL_NODES=$(E2E_REAL_NODES) E2E_REAL_NODES=$(E2E_REAL_NODES) RELEASE_DIST=$(RELEASE_SMOKE)/dist HELM=$(BIN)/helm $(GOTEST) $(TEST_FLAGS) -tags e2e -timeout 30m -v ./e2e/...
 	@if [ -f $(E2E_HOSTSTATE) ]; then \
 		echo "test/realnode/hoststate.sh compare: the host after the e2e suite and its cluster-down"; \
 		test/realnode/hoststate.sh compare $(E2E_HOSTSTATE) && rm -f $(E2E_HOSTSTATE); \

@@ -15,7 +15,7 @@ import (
 )
 
 // crdFile is the generated CRD (TestGeneratedFilesAreCurrent holds it to the types).
-const crdFile = "../charts/remediator/crds/remediator.io_remediationrequests.yaml"
+const crdFile = "../charts/remediator/files/crds/remediator.io_remediationrequests.yaml"
 
 // TestCRDDescribesEveryField: `kubectl explain remediationrequest.<path>` describes
 // every field of the CRD, and a field with a fixed set of values (an enum: the

@@ -23,7 +23,7 @@ func TestGeneratedFilesAreCurrent(t *testing.T) {
 	require.NoError(t, err, "running controller-gen:\n%s", out)
 	pairs := map[string]string{
 		"object/zz_generated.deepcopy.go":             "api/v1alpha1/zz_generated.deepcopy.go",
-		"crds/remediator.io_remediationrequests.yaml": "charts/remediator/crds/remediator.io_remediationrequests.yaml",
+		"crds/remediator.io_remediationrequests.yaml": "charts/remediator/files/crds/remediator.io_remediationrequests.yaml",
 		"rbac/role.yaml":                              "charts/remediator/files/rbac/role.yaml",
 	}
 	for fresh, committed := range pairs {

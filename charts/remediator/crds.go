@@ -2,9 +2,9 @@ package chart
 
 import _ "embed" // for the go:embed directive below
 
-// RemediationRequestCRD is crds/remediator.io_remediationrequests.yaml: the
+// RemediationRequestCRD is files/crds/remediator.io_remediationrequests.yaml: the
 // CustomResourceDefinition that controller-gen generates from api/v1alpha1 and that
-// Helm installs before the chart's templates.
+// the chart's templates/crds.yaml installs and upgrades (crds.enabled).
 //
-//go:embed crds/remediator.io_remediationrequests.yaml
+//go:embed files/crds/remediator.io_remediationrequests.yaml
 var RemediationRequestCRD []byte

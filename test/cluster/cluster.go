@@ -182,10 +182,17 @@ func NodePartition(ctx context.Context, name string) error {
 // has reported the node Ready.
 func NodeOn(ctx context.Context, name string) error { return realNode(ctx, "on", name) }
 
-func realNode(ctx context.Context, verb, name string) error {
+// ImportImage imports the image archive tar (docker's `save` format or an OCI layout
+// tarball, such as the release's) into real node name's containerd, as a registry pull
+// would have put it there.
+func ImportImage(ctx context.Context, name, tar string) error {
+	return realNode(ctx, "import", name, tar)
+}
+
+func realNode(ctx context.Context, verb, name string, args ...string) error {
 	root, err := Root()
 	if err != nil {
 		return err
 	}
-	return run(ctx, root, filepath.Join(root, "test", "realnode", "node.sh"), verb, name)
+	return run(ctx, root, filepath.Join(root, "test", "realnode", "node.sh"), append([]string{verb, name}, args...)...)
 }

@@ -7,7 +7,7 @@
 # Usage: test/cluster/up.sh            (no arguments; configured through the environment)
 #   ROOT         repo root                      (default: two directories above this script)
 #   BIN          directory holding the binaries (default: $ROOT/bin; build them with `make bins`)
-#   CRD_DIR      CRDs to apply, relative to ROOT or absolute (default: charts/remediator/crds;
+#   CRD_DIR      CRDs to apply, relative to ROOT or absolute (default: charts/remediator/files/crds;
 #                skipped if missing or empty)
 #   UP_TIMEOUT   seconds to wait for nodes, DaemonSet and CRDs (default: 180)
 #   REAL_NODES   number of real kubelet nodes real-1..real-N to run beside the kwok ones
@@ -34,7 +34,7 @@ set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 ROOT="$(cd "${ROOT:-$HERE/../..}" && pwd)"
 BIN="${BIN:-$ROOT/bin}"
-CRD_DIR="${CRD_DIR:-charts/remediator/crds}"
+CRD_DIR="${CRD_DIR:-charts/remediator/files/crds}"
 UP_TIMEOUT="${UP_TIMEOUT:-180}"
 REAL_NODES="${REAL_NODES:-0}"
 [[ "$REAL_NODES" =~ ^[0-9]+$ ]] || { echo "[cluster up] ERROR: REAL_NODES=$REAL_NODES is not a number" >&2; exit 1; }

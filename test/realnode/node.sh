@@ -16,6 +16,7 @@
 #   down             remove every real node and restore the host (see down_all)
 #   list             the real nodes configured on this host
 #   ready NODE       exit 0 if NODE is Ready
+#   import NODE TAR  import the image archive TAR (docker or OCI) into NODE's containerd
 #
 # Environment: ROOT, BIN as for test/cluster/up.sh; REALNODE_DOWN_SKIP=bridges|mounts makes
 # `down` skip that cleanup step, only to prove that hoststate.sh notices; REALNODE_ROOT (default
@@ -531,5 +532,6 @@ case "$cmd" in
   down) down_all ;;
   list) nodes_on_host ;;
   ready) ready "${2:?ready NODE}" ;;
+  import) ctr_ "${2:?import NODE TAR}" images import "${3:?import NODE TAR}" >/dev/null ;;
   *) die "usage: $0 up N | on NODE | partition NODE | off NODE | down | list | ready NODE" ;;
 esac

@@ -41,7 +41,7 @@ func init() {
 }
 
 // Start starts kube-apiserver and etcd from bin/ with the CRDs from
-// charts/remediator/crds installed. Use it from TestMain and Stop it afterwards.
+// charts/remediator/files/crds installed. Use it from TestMain and Stop it afterwards.
 func Start() (*Env, error) {
 	ctrl.SetLogger(klog.NewKlogr())
 	root := Root()
@@ -53,7 +53,7 @@ func Start() (*Env, error) {
 	}
 	e := &envtest.Environment{
 		BinaryAssetsDirectory: bin,
-		CRDDirectoryPaths:     []string{filepath.Join(root, "charts", "remediator", "crds")},
+		CRDDirectoryPaths:     []string{filepath.Join(root, "charts", "remediator", "files", "crds")},
 		ErrorIfCRDPathMissing: true,
 	}
 	cfg, err := e.Start()

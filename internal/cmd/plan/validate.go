@@ -57,7 +57,7 @@ type requestValidator struct {
 var embeddedRequestValidator = sync.OnceValues(func() (*requestValidator, error) {
 	v, err := newRequestValidator(chart.RemediationRequestCRD)
 	if err != nil {
-		return nil, fmt.Errorf("the chart's RemediationRequest CRD (charts/remediator/crds): %w", err)
+		return nil, fmt.Errorf("the chart's RemediationRequest CRD (charts/remediator/files/crds): %w", err)
 	}
 	return v, nil
 })

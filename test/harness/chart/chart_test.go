@@ -137,11 +137,11 @@ func TestChartMetadata(t *testing.T) {
 func TestDefaultRenderObjects(t *testing.T) {
 	got := refs(render(t, nil))
 	want := []string{
-		"CustomResourceDefinition remediationrequests.remediator.io",
 		"Namespace remediator",
 		"PodDisruptionBudget remediator-system/remediator",
 		"ServiceAccount remediator-system/remediator",
 		"ConfigMap remediator-system/remediator-settings",
+		"CustomResourceDefinition remediationrequests.remediator.io",
 		"ClusterRole remediator",
 		"ClusterRole remediator-edit",
 		"ClusterRole remediator-metrics-reader",
@@ -599,9 +599,6 @@ func TestDeploymentSpec(t *testing.T) {
 
 func TestLabels(t *testing.T) {
 	for _, o := range render(t, map[string]any{"metrics": map[string]any{"serviceMonitor": map[string]any{"enabled": true}}}) {
-		if o.GetKind() == "CustomResourceDefinition" {
-			continue // crds/ is applied by Helm as it is
-		}
 		l := o.GetLabels()
 		for k, v := range map[string]string{
 			"app.kubernetes.io/name":       "remediator",

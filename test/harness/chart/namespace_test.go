@@ -31,7 +31,7 @@ func TestRequestNamespace(t *testing.T) {
 		ns := typed[corev1.Namespace](t, find(objs, "Namespace", "", "remediator"))
 		assert.Equal(t, "keep", ns.Annotations["helm.sh/resource-policy"], "uninstall must not delete the requests")
 		assert.Equal(t, "requests", ns.Labels["app.kubernetes.io/component"])
-		assert.Equal(t, "Namespace", objs[1].GetKind(), "Helm installs Namespaces first (after the CRDs)")
+		assert.Equal(t, "Namespace", objs[0].GetKind(), "Helm installs Namespaces first")
 	})
 	t.Run("disabled", func(t *testing.T) {
 		assert.Empty(t, namespaces(render(t, map[string]any{"requestNamespace": map[string]any{"create": false}})))
