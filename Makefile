@@ -103,6 +103,14 @@ manifests: ## Generate the CRD into charts/remediator/files/crds and the control
 	$(GO) tool controller-gen crd paths=./api/... output:crd:artifacts:config=$(CRD_DIR)
 	$(GO) tool controller-gen rbac:roleName=remediator-controller paths=./controllers/... output:rbac:artifacts:config=$(RBAC_DIR)
 
+# helm-docs is a `go tool` of test/harness; test/harness/chart checks docs/values.md
+# against it with the same flags (values_docs_test.go's helmDocsArgs).
+.PHONY: values-docs
+values-docs: ## Generate docs/values.md, the chart's values reference, from the `# --` comments in charts/remediator/values.yaml (helm-docs)
+	cd $(HARNESS_MOD) && $(GO) tool helm-docs --chart-search-root=$(CURDIR)/charts/remediator \
+		--template-files=$(CURDIR)/docs/values.md.gotmpl --output-file=../../docs/values.md \
+		--sort-values-order=file --log-level=warning
+
 # ---------------------------------------------------------------------------
 # Build.
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)

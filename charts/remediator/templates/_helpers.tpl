@@ -192,12 +192,72 @@ remediator.io/break-glass
 {{- end }}
 
 {{/*
+remediator.serviceAccountUsers: the user names (system:serviceaccount:NAMESPACE:NAME)
+of a list of ServiceAccounts given as {namespace, name}, as a JSON array, for
+(list "the value's path" the list). One without a namespace or a name fails, naming
+the value, rather than admitting or binding nobody in silence.
+*/}}
+{{- define "remediator.serviceAccountUsers" -}}
+{{- $path := index . 0 }}
+{{- $users := list }}
+{{- range (index . 1 | default list) }}
+{{- $ns := get . "namespace" | default "" | toString }}
+{{- $name := get . "name" | default "" | toString }}
+{{- if or (not (regexMatch "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$" $ns)) (gt (len $ns) 63) (not (regexMatch "^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$" $name)) (gt (len $name) 253) }}
+{{- fail (printf "%s: %v is not a ServiceAccount: give its namespace and name, e.g. {namespace: flux-system, name: kustomize-controller}" $path .) }}
+{{- end }}
+{{- $users = append $users (printf "system:serviceaccount:%s:%s" $ns $name) }}
+{{- end }}
+{{- $users | toJson }}
+{{- end }}
+
+{{/*
+remediator.identities: who a value names, for (list "the value's path" the value) where
+the value holds users, groups and serviceAccounts ([{namespace, name}]), as JSON
+{"users": [...], "groups": [...]}: the users and the ServiceAccounts' user names, and
+the groups. RBAC subjects and the admission policies' CEL are both rendered from it.
+*/}}
+{{- define "remediator.identities" -}}
+{{- $path := index . 0 }}
+{{- $v := index . 1 | default dict }}
+{{- $sa := include "remediator.serviceAccountUsers" (list (printf "%s.serviceAccounts" $path) (get $v "serviceAccounts")) | fromJsonArray }}
+{{- $users := concat (get $v "users" | default list) $sa | uniq }}
+{{- $groups := get $v "groups" | default list | uniq }}
+{{- dict "users" $users "groups" $groups | toJson }}
+{{- end }}
+
+{{/*
+remediator.identities.describe: the identities of a remediator.identities result in
+words, for a refusal's message: "groups a, b and users c" ("nobody" for none).
+*/}}
+{{- define "remediator.identities.describe" -}}
+{{- $parts := list }}
+{{- if .groups }}{{ $parts = append $parts (printf "%s %s" (ternary "group" "groups" (eq (len .groups) 1)) (join ", " .groups)) }}{{ end }}
+{{- if .users }}{{ $parts = append $parts (printf "%s %s" (ternary "user" "users" (eq (len .users) 1)) (join ", " .users)) }}{{ end }}
+{{- if $parts }}{{ join " and " $parts }}{{ else }}nobody{{ end }}
+{{- end }}
+
+{{/*
+The break-glass identities, as remediator.identities renders them: the users, groups
+and serviceAccounts of admissionPolicy.breakGlass, and its single group of chart 0.3
+and before (breakGlass.group, still honoured).
+*/}}
+{{- define "remediator.breakGlass" -}}
+{{- $bg := .Values.admissionPolicy.breakGlass | default dict }}
+{{- $ids := include "remediator.identities" (list "admissionPolicy.breakGlass" $bg) | fromJson }}
+{{- $groups := $ids.groups }}
+{{- if get $bg "group" }}{{ $groups = append $groups (get $bg "group") | uniq }}{{ end }}
+{{- dict "users" $ids.users "groups" $groups | toJson }}
+{{- end }}
+
+{{/*
 The variables a Git-writers policy decides on, for a dict of users and groups (the
-Git writers) and breakGlass (the break-glass group, "" for none):
+Git writers) and breakGlass (a dict of the break-glass users and groups, both empty
+for none):
 - gitWriter: the request comes from one of the users or groups;
-- breakGlass: a member of the break-glass group writes an object that carries the
-  annotation remediator.io/break-glass with a non-empty reason (for a delete, the
-  object as it is must carry it);
+- breakGlass: one of the break-glass users, or a member of one of their groups, writes
+  an object that carries the annotation remediator.io/break-glass with a non-empty
+  reason (for a delete, the object as it is must carry it);
 - namespaceTerminating: a delete in a namespace that is being deleted.
 The names are JSON strings, which CEL reads as its own string literals.
 */}}
@@ -207,9 +267,10 @@ The names are JSON strings, which CEL reads as its own string literals.
     request.userInfo.username in {{ .users | toRawJson }} ||
     request.userInfo.?groups.orValue([]).exists(g, g in {{ .groups | toRawJson }})
 - name: breakGlass
-  {{- if .breakGlass }}
+  {{- if or .breakGlass.users .breakGlass.groups }}
   expression: >-
-    {{ .breakGlass | toRawJson }} in request.userInfo.?groups.orValue([]) &&
+    (request.userInfo.username in {{ .breakGlass.users | toRawJson }} ||
+    request.userInfo.?groups.orValue([]).exists(g, g in {{ .breakGlass.groups | toRawJson }})) &&
     (request.operation == "DELETE" ? oldObject : object).metadata.?annotations[?{{ include "remediator.admission.breakGlass" . | toRawJson }}].orValue("").trim() != ""
   {{- else }}
   expression: "false"
@@ -267,7 +328,7 @@ guards guarding something else. Every flag named leader-elect* is refused too.
 {{- $identity := printf "the chart's RBAC and admission policies are written for the controller's ServiceAccount %s, which must be who the controller talks to this cluster's API server as: set serviceAccount.name (and extraEnv's KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT for another address of the API server) instead" (include "remediator.serviceAccountName" .) }}
 {{- $metrics := printf "the metrics Service, ServiceMonitor and ClusterRole %s-metrics-reader are rendered from it: set metrics.enabled, metrics.port and metrics.secure instead" $fullname }}
 leader-elect: {{ printf "the chart always elects a leader, whose Lease %s the Role %s-leader-election lets the controller hold in the release namespace %s: set replicaCount instead" (include "remediator.leaderElectionID" .) $fullname .Release.Namespace | quote }}
-pause-configmap: {{ printf "the pause ConfigMap is %s/%s, which the Role and admission policy %s-pause guard and the settings ConfigMap %s-settings publishes to kubectl remediator pause: set pause.groups for who may write it" .Release.Namespace (include "remediator.pauseConfigMap" .) $fullname $fullname | quote }}
+pause-configmap: {{ printf "the pause ConfigMap is %s/%s, which the Role and admission policy %s-pause guard and the settings ConfigMap %s-settings publishes to kubectl remediator pause: set pause.users, pause.groups or pause.serviceAccounts for who may write it" .Release.Namespace (include "remediator.pauseConfigMap" .) $fullname $fullname | quote }}
 policies-dir: {{ printf "the policies are mounted from the ConfigMap the chart guards (admission policy %s-policies-writers): set policies, policiesConfigMap or sync.policies.enabled instead" $fullname | quote }}
 request-namespaces: {{ $namespaces | quote }}
 watch-all-namespaces: {{ $namespaces | quote }}

@@ -37,9 +37,12 @@ import (
 )
 
 const (
-	argoCD         = "system:serviceaccount:argocd:argocd-application-controller"
-	controllerUser = "system:serviceaccount:" + namespace + ":" + release
-	syncUser       = "system:serviceaccount:" + namespace + ":" + release + "-sync"
+	argoCD = "system:serviceaccount:argocd:argocd-application-controller"
+	// OpenShift GitOps' default Argo CD instance and Flux's kustomize-controller.
+	openShiftGitOps = "system:serviceaccount:openshift-gitops:openshift-gitops-argocd-application-controller"
+	fluxKustomize   = "system:serviceaccount:flux-system:kustomize-controller"
+	controllerUser  = "system:serviceaccount:" + namespace + ":" + release
+	syncUser        = "system:serviceaccount:" + namespace + ":" + release + "-sync"
 )
 
 func policy(t *testing.T, objs []*unstructured.Unstructured, name string) *admissionregistrationv1.ValidatingAdmissionPolicy {
@@ -86,7 +89,9 @@ func TestAdmissionPolicyRenders(t *testing.T) {
 		writers    []string // user names in gitWriter
 		notWriters []string
 		groups     []string
-		breakGlass string // "" for none
+		// break glass: its groups and users (none for no break glass)
+		breakGlass      []string
+		breakGlassUsers []string
 		// the policies ConfigMap guarded, "" for none
 		policiesConfigMap string
 	}{{
@@ -94,39 +99,39 @@ func TestAdmissionPolicyRenders(t *testing.T) {
 		namespaces: []string{"remediator"},
 		writers:    []string{argoCD},
 		notWriters: []string{syncUser, controllerUser},
-		breakGlass: "remediator:break-glass",
+		breakGlass: []string{"remediator:break-glass"},
 	}, {
 		name:       "several request namespaces",
 		values:     map[string]any{"requestNamespaces": []any{"team-a", "team-b"}},
 		namespaces: []string{"team-a", "team-b"},
 		writers:    []string{argoCD},
-		breakGlass: "remediator:break-glass",
+		breakGlass: []string{"remediator:break-glass"},
 	}, {
 		name:       "every namespace",
 		values:     map[string]any{"watchAllNamespaces": true},
 		namespaces: nil,
 		writers:    []string{argoCD},
-		breakGlass: "remediator:break-glass",
+		breakGlass: []string{"remediator:break-glass"},
 	}, {
 		name:       "the sync agent",
 		values:     map[string]any{"sync": map[string]any{"enabled": true, "repo": "https://git.example.com/r.git"}},
 		namespaces: []string{"remediator"},
 		writers:    []string{argoCD, syncUser},
-		breakGlass: "remediator:break-glass",
+		breakGlass: []string{"remediator:break-glass"},
 	}, {
 		name: "the sync agent with policies",
 		values: map[string]any{"sync": map[string]any{"enabled": true, "repo": "https://git.example.com/r.git",
 			"policies": map[string]any{"enabled": true}}},
 		namespaces:        []string{"remediator"},
 		writers:           []string{argoCD, syncUser},
-		breakGlass:        "remediator:break-glass",
+		breakGlass:        []string{"remediator:break-glass"},
 		policiesConfigMap: release + "-policies",
 	}, {
 		name:              "policies from Argo CD",
 		values:            map[string]any{"policiesConfigMap": "remediation-policies"},
 		namespaces:        []string{"remediator"},
 		writers:           []string{argoCD},
-		breakGlass:        "remediator:break-glass",
+		breakGlass:        []string{"remediator:break-glass"},
 		policiesConfigMap: "remediation-policies",
 	}, {
 		// Helm writes the ConfigMap of the `policies` value: the Git rule would refuse
@@ -135,7 +140,7 @@ func TestAdmissionPolicyRenders(t *testing.T) {
 		values:     map[string]any{"policies": map[string]any{"luks.cue": "package policies\n"}},
 		namespaces: []string{"remediator"},
 		writers:    []string{argoCD},
-		breakGlass: "remediator:break-glass",
+		breakGlass: []string{"remediator:break-glass"},
 	}, {
 		name: "own writers, no break glass",
 		values: map[string]any{"admissionPolicy": map[string]any{
@@ -146,6 +151,59 @@ func TestAdmissionPolicyRenders(t *testing.T) {
 		writers:    []string{"gitops-bot", `odd"name`},
 		notWriters: []string{argoCD},
 		groups:     []string{"gitops"},
+	}, {
+		// The GitOps setups docs/gitops.md gives values for.
+		name: "Argo CD in another namespace",
+		values: map[string]any{"admissionPolicy": map[string]any{"gitWriters": map[string]any{
+			"users": []any{"system:serviceaccount:gitops:argocd-application-controller"}}}},
+		namespaces: []string{"remediator"},
+		writers:    []string{"system:serviceaccount:gitops:argocd-application-controller"},
+		notWriters: []string{argoCD},
+		breakGlass: []string{"remediator:break-glass"},
+	}, {
+		name: "OpenShift GitOps",
+		values: map[string]any{"admissionPolicy": map[string]any{"gitWriters": map[string]any{
+			"users": []any{openShiftGitOps}}}},
+		namespaces: []string{"remediator"},
+		writers:    []string{openShiftGitOps},
+		notWriters: []string{argoCD},
+		breakGlass: []string{"remediator:break-glass"},
+	}, {
+		name: "Flux, by its ServiceAccount",
+		values: map[string]any{"admissionPolicy": map[string]any{"gitWriters": map[string]any{
+			"users":           []any{},
+			"serviceAccounts": []any{map[string]any{"namespace": "flux-system", "name": "kustomize-controller"}}}}},
+		namespaces: []string{"remediator"},
+		writers:    []string{fluxKustomize},
+		notWriters: []string{argoCD},
+		breakGlass: []string{"remediator:break-glass"},
+	}, {
+		name: "ServiceAccounts besides the users",
+		values: map[string]any{"admissionPolicy": map[string]any{"gitWriters": map[string]any{
+			"serviceAccounts": []any{map[string]any{"namespace": "flux-system", "name": "kustomize-controller"},
+				map[string]any{"namespace": "ci", "name": "remediator-sync"}}}}},
+		namespaces: []string{"remediator"},
+		writers:    []string{argoCD, fluxKustomize, "system:serviceaccount:ci:remediator-sync"},
+		breakGlass: []string{"remediator:break-glass"},
+	}, {
+		name: "break glass by users, groups and ServiceAccounts",
+		values: map[string]any{"admissionPolicy": map[string]any{"breakGlass": map[string]any{
+			"group":           "",
+			"groups":          []any{"sre"},
+			"users":           []any{"alice@example.com"},
+			"serviceAccounts": []any{map[string]any{"namespace": "ops", "name": "incident-bot"}}}}},
+		namespaces:      []string{"remediator"},
+		writers:         []string{argoCD},
+		breakGlass:      []string{"sre"},
+		breakGlassUsers: []string{"alice@example.com", "system:serviceaccount:ops:incident-bot"},
+	}, {
+		// breakGlass.group, the single group of chart 0.3, still counts.
+		name: "the break-glass group and further groups",
+		values: map[string]any{"admissionPolicy": map[string]any{"breakGlass": map[string]any{
+			"groups": []any{"sre", "remediator:break-glass"}}}},
+		namespaces: []string{"remediator"},
+		writers:    []string{argoCD},
+		breakGlass: []string{"sre", "remediator:break-glass"},
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
 			objs := render(t, tc.values)
@@ -166,16 +224,14 @@ func TestAdmissionPolicyRenders(t *testing.T) {
 			for _, u := range tc.notWriters {
 				assert.NotContains(t, gitWriter, jsonString(u), "gitWriter lists %s", u)
 			}
-			groups := "[]"
-			if tc.groups != nil {
-				groups = "[" + strings.Join(mapSlice(tc.groups, jsonString), ",") + "]"
-			}
-			assert.Contains(t, gitWriter, "exists(g, g in "+groups+")", "gitWriter's groups")
-			if tc.breakGlass == "" {
+			assert.Contains(t, gitWriter, "exists(g, g in "+jsonList(tc.groups)+")", "gitWriter's groups")
+			if tc.breakGlass == nil && tc.breakGlassUsers == nil {
 				assert.Equal(t, "false", variable(requests, "breakGlass"), "no break glass")
 			} else {
-				assert.Contains(t, variable(requests, "breakGlass"), jsonString(tc.breakGlass)+" in request.userInfo")
-				assert.Contains(t, variable(requests, "breakGlass"), `"remediator.io/break-glass"`)
+				breakGlass := variable(requests, "breakGlass")
+				assert.Contains(t, breakGlass, "request.userInfo.username in "+jsonList(tc.breakGlassUsers), "break glass's users")
+				assert.Contains(t, breakGlass, "exists(g, g in "+jsonList(tc.breakGlass)+")", "break glass's groups")
+				assert.Contains(t, breakGlass, `"remediator.io/break-glass"`)
 			}
 			assert.Equal(t, "request.userInfo.username == "+jsonString(controllerUser), variable(requests, "controller"))
 			assert.Contains(t, variable(requests, "onlyItsFinalizer"), `f != "remediator.io/restore"`)
@@ -229,6 +285,11 @@ func TestAdmissionPolicyRenders(t *testing.T) {
 
 func jsonString(s string) string {
 	return `"` + strings.ReplaceAll(strings.ReplaceAll(s, `\`, `\\`), `"`, `\"`) + `"`
+}
+
+// jsonList is the rendered CEL list of the strings: "[]" for none.
+func jsonList(in []string) string {
+	return "[" + strings.Join(mapSlice(in, jsonString), ",") + "]"
 }
 
 func mapSlice(in []string, f func(string) string) []string {
@@ -390,6 +451,11 @@ func TestAdmissionPolicyDecides(t *testing.T) {
 		"requestNamespace":  map[string]any{"create": false},
 		"sync": map[string]any{"enabled": true, "repo": "https://git.example.com/r.git",
 			"policies": map[string]any{"enabled": true}},
+		// Flux besides Argo CD, and break glass by a ServiceAccount besides the group.
+		"admissionPolicy": map[string]any{
+			"gitWriters": map[string]any{"serviceAccounts": []any{map[string]any{"namespace": "flux-system", "name": "kustomize-controller"}}},
+			"breakGlass": map[string]any{"serviceAccounts": []any{map[string]any{"namespace": "ops", "name": "incident-bot"}}},
+		},
 	})
 	for _, o := range objs {
 		if o.GetKind() == "CustomResourceDefinition" || o.GetKind() == "Deployment" {
@@ -420,11 +486,15 @@ func TestAdmissionPolicyDecides(t *testing.T) {
 		owner  = writer{user: "owner@example.com", groups: []string{"team-owners"}}
 		oncall = writer{user: "oncall@example.com", groups: []string{"remediator:break-glass"}}
 		root   = writer{user: "admin@example.com", groups: []string{"system:masters"}}
+		flux   = serviceAccount("flux-system", "kustomize-controller")
+		// helm-controller, in Flux's namespace too, is no Git writer here.
+		fluxHelm = serviceAccount("flux-system", "helm-controller")
+		bot      = serviceAccount("ops", "incident-bot")
 	)
 	// RBAC allows all of them (envtest runs no controller-manager, so no aggregation:
 	// the chart's edit role is bound directly); the policy must tell them apart.
 	for _, ns := range []string{requestNS, terminatingNS} {
-		for _, w := range []writer{argo, alice, oncall} {
+		for _, w := range []writer{argo, alice, oncall, flux, fluxHelm, bot} {
 			require.NoError(t, admin.Create(ctx, &rbacv1.RoleBinding{
 				ObjectMeta: metav1.ObjectMeta{Namespace: ns, GenerateName: "requests-"},
 				RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: release + "-edit"},
@@ -514,6 +584,21 @@ func TestAdmissionPolicyDecides(t *testing.T) {
 		want  string // "" allowed, else the refusal
 	}{
 		{"Argo CD creates", argo, func(c client.Client) error { return c.Create(ctx, requestObject(requestNS, "argo-new", nil)) }, ""},
+		{"Flux creates", flux, func(c client.Client) error { return c.Create(ctx, requestObject(requestNS, "flux-new", nil)) }, ""},
+		{"Flux patches", flux, func(c client.Client) error { return patchJSON(ctx, c, rr("flux-new"), fencing) }, ""},
+		{"another ServiceAccount of Flux patches", fluxHelm, func(c client.Client) error { return patchJSON(ctx, c, rr("flux-new"), fencing) },
+			fluxHelm.user + " may not update RemediationRequest remediator/flux-new"},
+		{"another ServiceAccount of Flux creates", fluxHelm, func(c client.Client) error {
+			return c.Create(ctx, requestObject(requestNS, "helm-new", nil))
+		}, fluxHelm.user + " may not create RemediationRequest remediator/helm-new. Git is the only writer"},
+		{"Flux deletes", flux, func(c client.Client) error { return c.Delete(ctx, rr("flux-new")) }, ""},
+		{"the incident bot creates without a reason", bot, func(c client.Client) error {
+			return c.Create(ctx, requestObject(requestNS, "bot-new", nil))
+		}, "In an emergency, a member of group remediator:break-glass or user " + bot.user + " may write it with the annotation remediator.io/break-glass: <reason>."},
+		{"the incident bot breaks glass", bot, func(c client.Client) error {
+			return c.Create(ctx, requestObject(requestNS, "bot-new", map[string]string{"remediator.io/break-glass": "INC-6: Git is down"}))
+		}, ""},
+		{"the incident bot deletes what it created", bot, func(c client.Client) error { return c.Delete(ctx, rr("bot-new")) }, ""},
 		{"the sync agent creates", syncAgent, func(c client.Client) error { return c.Create(ctx, requestObject(requestNS, "sync-new", nil)) }, ""},
 		{"the sync agent patches", syncAgent, func(c client.Client) error { return patchJSON(ctx, c, rr("sync-new"), fencing) }, ""},
 		{"the sync agent deletes", syncAgent, func(c client.Client) error { return c.Delete(ctx, rr("sync-new")) }, ""},

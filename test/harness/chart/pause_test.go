@@ -1,7 +1,8 @@
 package chart_test
 
 // The stop button's guard (templates/pause.yaml), against a real kube-apiserver: the
-// on-call group may pause and resume, each write naming its author, never for good
+// on-call (a group, a user, a ServiceAccount: pause.groups, pause.users,
+// pause.serviceAccounts) may pause and resume, each write naming its author, never for good
 // (immutable); nobody else may, whatever RBAC they hold; and the group reaches no
 // other ConfigMap, neither through RBAC (update) nor its create (admission).
 
@@ -22,6 +23,33 @@ import (
 	"github.com/remediator/remediator/test/testenv"
 )
 
+// TestPauseBindsTheOnCall: the RoleBinding <release>-pause binds each kind of
+// identity pause names, and nothing is bound (no Role) when it names none.
+func TestPauseBindsTheOnCall(t *testing.T) {
+	objs := render(t, map[string]any{"pause": map[string]any{
+		"groups":          []any{"storage-oncall"},
+		"users":           []any{"dave@example.com"},
+		"serviceAccounts": []any{map[string]any{"namespace": "ops", "name": "incident-bot"}},
+	}})
+	rb := typed[rbacv1.RoleBinding](t, find(objs, "RoleBinding", namespace, release+"-pause"))
+	assert.Equal(t, []rbacv1.Subject{
+		{APIGroup: rbacv1.GroupName, Kind: rbacv1.GroupKind, Name: "storage-oncall"},
+		{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: "dave@example.com"},
+		{Kind: rbacv1.ServiceAccountKind, Namespace: "ops", Name: "incident-bot"},
+	}, rb.Subjects)
+	assert.Equal(t, release+"-pause", rb.RoleRef.Name)
+
+	// A user alone is enough for the Role.
+	objs = render(t, map[string]any{"pause": map[string]any{"groups": []any{}, "users": []any{"dave@example.com"}}})
+	assert.NotNil(t, find(objs, "Role", namespace, release+"-pause"), "the Role with pause.users only")
+
+	objs = render(t, map[string]any{"pause": map[string]any{"groups": []any{}}})
+	assert.Nil(t, find(objs, "Role", namespace, release+"-pause"), "a Role without anyone on call")
+	assert.Nil(t, find(objs, "RoleBinding", namespace, release+"-pause"), "a RoleBinding without anyone on call")
+	p := policy(t, objs, release+"-pause")
+	assert.Contains(t, variable(p, "onCall"), `exists(g, g in ["system:masters"])`, "only system:masters may pause")
+}
+
 func TestPauseIsTheOnCallGroupsAndSigned(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts kube-apiserver and etcd")
@@ -31,7 +59,11 @@ func TestPauseIsTheOnCallGroupsAndSigned(t *testing.T) {
 	defer cancel()
 	admin := env.Client
 	require.NoError(t, admin.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}))
-	for _, o := range render(t, map[string]any{"pause": map[string]any{"groups": []any{"storage-oncall"}}}) {
+	for _, o := range render(t, map[string]any{"pause": map[string]any{
+		"groups":          []any{"storage-oncall"},
+		"users":           []any{"dave@example.com"},
+		"serviceAccounts": []any{map[string]any{"namespace": "ops", "name": "incident-bot"}},
+	}}) {
 		if ns := o.GetNamespace(); ns != "" && ns != namespace {
 			continue
 		}
@@ -44,6 +76,13 @@ func TestPauseIsTheOnCallGroupsAndSigned(t *testing.T) {
 		bob   = writer{user: "bob@example.com", groups: []string{"storage-oncall"}}
 		alice = writer{user: "alice@example.com", groups: []string{"storage-team"}}
 		root  = writer{user: "root@example.com", groups: []string{"system:masters"}}
+		// dave and the incident bot are on call by name, not by group: the chart's
+		// RoleBinding (subjects User and ServiceAccount) and the policy both say so.
+		dave = writer{user: "dave@example.com", groups: []string{"storage-team"}}
+		bot  = serviceAccount("ops", "incident-bot")
+		// Another ServiceAccount of the same namespace, with every ConfigMap verb.
+		otherBot = serviceAccount("ops", "other-bot")
+		onCall   = "the on-call group storage-oncall and users dave@example.com, " + bot.user
 	)
 	// alice holds every ConfigMap verb in the namespace: only the policy stops her.
 	require.NoError(t, admin.Create(ctx, &rbacv1.Role{
@@ -53,7 +92,8 @@ func TestPauseIsTheOnCallGroupsAndSigned(t *testing.T) {
 	require.NoError(t, admin.Create(ctx, &rbacv1.RoleBinding{
 		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "all-configmaps"},
 		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "all-configmaps"},
-		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: alice.user}},
+		Subjects: []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: alice.user},
+			{Kind: rbacv1.ServiceAccountKind, Namespace: "ops", Name: "other-bot"}},
 	}))
 	pause := func(by, paused, reason string) *corev1.ConfigMap {
 		return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "remediator-pause"},
@@ -104,7 +144,7 @@ func TestPauseIsTheOnCallGroupsAndSigned(t *testing.T) {
 		// RBAC's create reaches every ConfigMap of the namespace; the policy does not.
 		{"bob creates another ConfigMap", bob, func(c client.Client) error {
 			return c.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "remediator-pause-notes"}, Data: map[string]string{"a": "b"}})
-		}, bob.user + " may not create ConfigMap " + namespace + "/remediator-pause-notes: the on-call groups storage-oncall (chart value pause.groups) may write only the pause ConfigMap " + namespace + "/remediator-pause here"},
+		}, bob.user + " may not create ConfigMap " + namespace + "/remediator-pause-notes: " + onCall + " (chart values pause.users, pause.groups, pause.serviceAccounts) may write only the pause ConfigMap " + namespace + "/remediator-pause here"},
 		{"bob creates a ConfigMap the controller would take for its policies", bob, func(c client.Client) error {
 			return c.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: release + "-policies"}})
 		}, bob.user + " may not create ConfigMap " + namespace + "/" + release + "-policies"},
@@ -118,6 +158,17 @@ func TestPauseIsTheOnCallGroupsAndSigned(t *testing.T) {
 		{"alice deletes the pause", alice, func(c client.Client) error { return c.Delete(ctx, pause("", "", "")) }, alice.user + " may not pause or resume Remediator"},
 		{"bob resumes with a typo", bob, func(c client.Client) error { return update(c, pause(bob.user, "no", "")) }, `data.paused must be "true" or "false"`},
 		{"bob resumes", bob, func(c client.Client) error { return update(c, pause(bob.user, "false", "firmware done")) }, ""},
+		{"dave, on call by name, pauses", dave, func(c client.Client) error { return update(c, pause(dave.user, "true", "INC-5: array firmware")) }, ""},
+		{"another ServiceAccount resumes", otherBot, func(c client.Client) error { return update(c, pause(otherBot.user, "false", "")) },
+			otherBot.user + " may not pause or resume Remediator: only the on-call groups storage-oncall, system:masters and users dave@example.com, " + bot.user +
+				" may write ConfigMap " + namespace + "/remediator-pause (chart values pause.users, pause.groups, pause.serviceAccounts)."},
+		{"the incident bot resumes", bot, func(c client.Client) error { return update(c, pause(bot.user, "false", "INC-5 over")) }, ""},
+		{"the incident bot creates another ConfigMap", bot, func(c client.Client) error {
+			return c.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "bot-notes"}})
+		}, bot.user + " may not create ConfigMap " + namespace + "/bot-notes: " + onCall},
+		{"dave creates another ConfigMap", dave, func(c client.Client) error {
+			return c.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "dave-notes"}})
+		}, dave.user + " may not create ConfigMap " + namespace + "/dave-notes: " + onCall},
 		{"an admin pauses", root, func(c client.Client) error { return update(c, pause(root.user, "true", "INC-2")) }, ""},
 		{"bob writes another ConfigMap", bob, func(c client.Client) error {
 			return update(c, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: release + "-settings"}, Data: map[string]string{"max-concurrent-remediations": "50"}})

@@ -52,6 +52,12 @@ func TestSchemaRefusesWrongValues(t *testing.T) {
 		{"a policy that is no string", map[string]any{"policies": map[string]any{"a.cue": 1}}, "a.cue"},
 		{"a log format the binary does not know", map[string]any{"logFormat": "logfmt"}, "logFormat"},
 		{"an alert severity not critical, warning or info", map[string]any{"metrics": map[string]any{"prometheusRule": map[string]any{"severities": map[string]any{"TridentLeaseStuck": "page"}}}}, "TridentLeaseStuck"},
+		{"a Git writer's ServiceAccount without a namespace", map[string]any{"admissionPolicy": map[string]any{"gitWriters": map[string]any{
+			"serviceAccounts": []any{map[string]any{"name": "kustomize-controller"}}}}}, "namespace"},
+		{"an on-call ServiceAccount as a user name", map[string]any{"pause": map[string]any{
+			"serviceAccounts": []any{"system:serviceaccount:ops:incident-bot"}}}, "serviceAccounts"},
+		{"a break-glass ServiceAccount with a misspelt key", map[string]any{"admissionPolicy": map[string]any{"breakGlass": map[string]any{
+			"serviceAccounts": []any{map[string]any{"namespace": "ops", "nmae": "incident-bot"}}}}}, "nmae"},
 		{"a severity of an alert the chart has not", map[string]any{"metrics": map[string]any{"prometheusRule": map[string]any{"severities": map[string]any{"TridentLeaseStruck": "critical"}}}}, "TridentLeaseStruck"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -80,6 +86,15 @@ func TestSchemaAcceptsGoodValues(t *testing.T) {
 		"OpenShift": {
 			"podSecurityContext": map[string]any{"runAsUser": nil, "runAsGroup": nil},
 			"securityContext":    map[string]any{"runAsUser": nil, "runAsGroup": nil},
+		},
+		"every kind of identity": {
+			"pause": map[string]any{"groups": []any{"oncall"}, "users": []any{"dave@example.com"},
+				"serviceAccounts": []any{map[string]any{"namespace": "ops", "name": "incident-bot"}}},
+			"admissionPolicy": map[string]any{
+				"gitWriters": map[string]any{"users": []any{}, "serviceAccounts": []any{map[string]any{"namespace": "flux-system", "name": "kustomize-controller"}}},
+				"breakGlass": map[string]any{"group": "", "groups": []any{"sre"}, "users": []any{"erin@example.com"},
+					"serviceAccounts": []any{map[string]any{"namespace": "ops", "name": "incident-bot"}}},
+			},
 		},
 		"everything on": {
 			"replicaCount":            1,
