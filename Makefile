@@ -98,6 +98,10 @@ OBJECT_OUT ?=
 generate: ## Generate deepcopy code for the API types
 	$(GO) tool controller-gen object paths=./api/... $(if $(OBJECT_OUT),output:object:dir=$(OBJECT_OUT))
 
+.PHONY: cli-reference
+cli-reference: ## Generate docs/cli-reference.md from the commands' help and flags
+	$(GO) generate ./cmd/remediator
+
 .PHONY: manifests
 manifests: ## Generate the CRD into charts/remediator/files/crds and the controller's ClusterRole
 	$(GO) tool controller-gen crd paths=./api/... output:crd:artifacts:config=$(CRD_DIR)

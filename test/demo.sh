@@ -272,7 +272,7 @@ fenced="$REQ/release-lease-fenced-unreachable-kwok-node-2.yaml"
 awk '/^  fencing:/ {skip = 1; next} skip && /^    / {next} {skip = 0; print}' "$fenced" >"$W/requests/$(basename "$fenced")"
 grep -v '^#' "$W/requests/$(basename "$fenced")" | grep -qE '^  fencing:|^    (confirmed|method|node):' \
   && die "removing spec.fencing from $fenced failed"
-pull_request pr-4 "Release the Lease of kwok-node-2 (unreachable)" "$fenced" 1 unreachable-not-fenced
+pull_request pr-4 "Release the Lease of kwok-node-2 (unreachable)" "$fenced" 3 unreachable-not-fenced
 cp "$fenced" "$W/requests/"
 pull_request pr-4 "kwok-node-2 was powered off from the BMC (CHG-2231)" "$fenced" 0 unreachable-fenced
 

@@ -5,3 +5,7 @@
 // it wires (controllers/..., internal/gitsync, policies, remediations), so that plan
 // and the controller cannot disagree on a decision.
 package main
+
+// docs/cli-reference.md is generated from the command tree; TestCLIReference fails
+// when it is stale.
+//go:generate go test -run ^TestCLIReference$ -count=1 . -args -update

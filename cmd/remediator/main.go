@@ -2,12 +2,14 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
 
 	"github.com/spf13/cobra"
 
+	"github.com/remediator/remediator/internal/cmd/cmdutil"
 	"github.com/remediator/remediator/internal/cmd/controller"
 	"github.com/remediator/remediator/internal/cmd/pause"
 	"github.com/remediator/remediator/internal/cmd/plan"
@@ -22,26 +24,36 @@ func newRootCommand(argv0 string) *cobra.Command {
 		Use:          "remediator",
 		Short:        "Declarative, policy-checked remediation of NetApp Trident storage incidents",
 		SilenceUsage: true,
-		// main prints errors itself: scan's findings are an exit code, not an error.
+		// main prints errors itself: a plan's refusal and scan's findings are an exit
+		// code, already explained by the output, not an error to print again.
 		SilenceErrors: true,
 	}
 	if strings.TrimSuffix(filepath.Base(argv0), ".exe") == "kubectl-remediator" {
 		root.Annotations = map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl remediator"}
 	}
 	root.AddCommand(controller.NewCommand(version), scan.NewCommand(), sync.NewCommand(), plan.NewCommand(version), pause.NewCommand(), pause.NewResumeCommand(), newVersionCommand())
+	// The completion command now, not when the root executes, so that its usage
+	// errors exit 2 too.
+	root.InitDefaultCompletionCmd()
+	cmdutil.MarkUsageErrors(root)
 	return root
 }
 
 func main() {
-	root := newRootCommand(os.Args[0])
-	if err := root.Execute(); err != nil {
-		if code, ok := scan.ExitCode(err); ok { // the findings are the output
-			os.Exit(code)
+	os.Exit(run(newRootCommand(os.Args[0]), os.Args[1:], os.Stderr))
+}
+
+// run executes root with args and returns the exit code (cmdutil.Exit*), having
+// printed the error to stderr unless the command's output already says why.
+func run(root *cobra.Command, args []string, stderr io.Writer) int {
+	root.SetArgs(args)
+	cmd, err := cmdutil.Execute(root)
+	code, print := cmdutil.ExitCode(err)
+	if print {
+		fmt.Fprintln(stderr, "Error:", err)
+		if code == cmdutil.ExitUsage {
+			fmt.Fprintf(stderr, "Run '%s --help' for usage.\n", cmd.CommandPath())
 		}
-		if code, ok := plan.ExitCode(err); ok { // plan's report already says why
-			os.Exit(code)
-		}
-		fmt.Fprintln(os.Stderr, "Error:", err)
-		os.Exit(1)
 	}
+	return code
 }

@@ -90,7 +90,7 @@ func NewCommand(version string) *cobra.Command {
 				return err
 			}
 			if err := o.Validate(); err != nil {
-				return err
+				return cmdutil.Usage(err) // the flags alone are wrong: nothing was done
 			}
 			return o.Run(ctx)
 		},

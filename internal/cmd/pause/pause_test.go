@@ -3,6 +3,7 @@ package pause
 import (
 	"bytes"
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -39,6 +40,7 @@ func TestFindPauseConfigMap(t *testing.T) {
 		name    string
 		objs    []runtime.Object
 		flag    string
+		ns      string // -n
 		want    types.NamespacedName
 		wantErr []string // each in the error
 	}{{
@@ -57,18 +59,28 @@ func TestFindPauseConfigMap(t *testing.T) {
 	}, {
 		name:    "no release",
 		objs:    []runtime.Object{unlabelled},
-		wantErr: []string{"no release of the chart found: no ConfigMap labelled remediator.io/settings=true in any namespace names the pause ConfigMap", "give --pause-configmap NAMESPACE/NAME"},
+		wantErr: []string{"no release of the chart found: no ConfigMap labelled remediator.io/settings=true in any namespace names the pause ConfigMap", "give -n RELEASE_NAMESPACE, or --pause-configmap NAMESPACE/NAME"},
 	}, {
 		name: "a release of an older chart",
 		objs: []runtime.Object{withoutKey},
 		wantErr: []string{"no release of the chart found", `old-system/remediator-settings (key pause-configmap: "") do not`,
-			"give --pause-configmap NAMESPACE/NAME"},
+			"give -n RELEASE_NAMESPACE, or --pause-configmap NAMESPACE/NAME"},
+	}, {
+		name: "-n picks the release of its namespace among several",
+		objs: []runtime.Object{settingsOf("team-b", "remediator"), settingsOf("team-a", "remediator")},
+		ns:   "team-b",
+		want: types.NamespacedName{Namespace: "team-b", Name: "remediator-pause"},
+	}, {
+		name:    "-n naming a namespace without a release",
+		objs:    []runtime.Object{settingsOf("storage-system", "remediator")},
+		ns:      "remediator-system",
+		wantErr: []string{"no ConfigMap labelled remediator.io/settings=true in namespace remediator-system names the pause ConfigMap", "check -n"},
 	}, {
 		name: "several releases",
 		objs: []runtime.Object{settingsOf("team-b", "remediator"), settingsOf("team-a", "remediator"), withoutKey},
 		wantErr: []string{"2 releases of the chart found, each with its own pause ConfigMap: " +
 			"team-a/remediator-pause (published by team-a/remediator-settings); team-b/remediator-pause (published by team-b/remediator-settings); " +
-			"choose one with --pause-configmap NAMESPACE/NAME"},
+			"choose one with -n RELEASE_NAMESPACE or --pause-configmap NAMESPACE/NAME"},
 	}, {
 		name:    "a malformed flag",
 		flag:    "remediator-pause",
@@ -76,7 +88,7 @@ func TestFindPauseConfigMap(t *testing.T) {
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
 			var out bytes.Buffer
-			got, err := findPauseConfigMap(context.Background(), &out, fake.NewClientset(tc.objs...), tc.flag)
+			got, _, err := findPauseConfigMap(context.Background(), &out, fake.NewClientset(tc.objs...), tc.flag, tc.ns)
 			if tc.wantErr != nil {
 				require.Error(t, err)
 				for _, w := range tc.wantErr {
@@ -100,10 +112,10 @@ func TestFindPauseConfigMapForbidden(t *testing.T) {
 	cs.PrependReactor("list", "configmaps", func(k8stesting.Action) (bool, runtime.Object, error) {
 		return true, nil, apierrors.NewForbidden(schema.GroupResource{Resource: "configmaps"}, "", nil)
 	})
-	_, err := findPauseConfigMap(context.Background(), &bytes.Buffer{}, cs, "")
+	_, _, err := findPauseConfigMap(context.Background(), &bytes.Buffer{}, cs, "", "")
 	require.Error(t, err)
-	assert.ErrorContains(t, err, "you may not list ConfigMaps in all namespaces, where the chart's settings ConfigMap (label remediator.io/settings) says which it is")
-	assert.ErrorContains(t, err, "give --pause-configmap NAMESPACE/NAME")
+	assert.ErrorContains(t, err, "you may not list ConfigMaps in any namespace, where the chart's settings ConfigMap (label remediator.io/settings) says which it is")
+	assert.ErrorContains(t, err, "give -n RELEASE_NAMESPACE, or --pause-configmap NAMESPACE/NAME")
 }
 
 // TestPauseWritesTheReleasesConfigMap: pause and resume, without the flag, write the
@@ -132,4 +144,111 @@ func TestPauseWritesTheReleasesConfigMap(t *testing.T) {
 	cm, err = cs.CoreV1().ConfigMaps("storage-system").Get(ctx, "remediator-pause", metav1.GetOptions{})
 	require.NoError(t, err)
 	assert.Equal(t, "false", cm.Data["paused"])
+}
+
+// TestPauseNamespaceFlag: pause and resume take kubectl's -n/--namespace, as plan and
+// scan do, as the release namespace; it must agree with --pause-configmap.
+func TestPauseNamespaceFlag(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		args    []string
+		want    string
+		wantErr string
+	}{
+		{name: "short", args: []string{"-n", "storage-system"}, want: "storage-system"},
+		{name: "long", args: []string{"--namespace=storage-system"}, want: "storage-system"},
+		{name: "none: every namespace", args: nil, want: ""},
+		{name: "agrees with --pause-configmap", args: []string{"-n", "storage-system", "--pause-configmap", "storage-system/remediator-pause"}, want: "storage-system"},
+		{name: "disagrees with --pause-configmap", args: []string{"-n", "storage-system", "--pause-configmap", "remediator-system/remediator-pause"},
+			wantErr: `--namespace "storage-system" and --pause-configmap "remediator-system/remediator-pause" disagree`},
+	} {
+		for _, c := range []struct {
+			name  string
+			pause bool
+		}{{"pause", true}, {"resume", false}} {
+			t.Run(c.name+"/"+tc.name, func(t *testing.T) {
+				o := NewOptions(c.pause)
+				cmd := newCommand(o, c.name, "", "")
+				require.NoError(t, cmd.Flags().Parse(tc.args))
+				require.Equal(t, "n", cmd.Flags().Lookup("namespace").Shorthand)
+				o.reason = "INC-1: array firmware"
+				o.Complete()
+				err := o.Validate()
+				if tc.wantErr != "" {
+					assert.ErrorContains(t, err, tc.wantErr)
+					return
+				}
+				require.NoError(t, err)
+				assert.Equal(t, tc.want, o.namespace)
+			})
+		}
+	}
+}
+
+// TestPauseForbidden: a pause or resume the API server refuses says which chart
+// values allow whom, and the helm and kubectl commands that grant the right, with the
+// release, its namespace and the caller filled in: a cluster-admin through a
+// ClusterRoleBinding has the RBAC but not the admission policy's leave.
+func TestPauseForbidden(t *testing.T) {
+	admission := `configmaps "remediator-pause" is forbidden: ValidatingAdmissionPolicy 'storage-remediator-pause' with binding 'storage-remediator-pause' denied request: only the on-call may write it`
+	for _, tc := range []struct {
+		name  string
+		who   string
+		pause bool
+		// exists: the pause ConfigMap is there (an update), else a create.
+		exists  bool
+		refusal error
+		want    []string
+	}{{
+		name: "a cluster-admin refused by the admission policy", who: "alice@example.com", pause: true,
+		refusal: apierrors.NewForbidden(schema.GroupResource{Resource: "configmaps"}, "remediator-pause", errors.New(admission)),
+		want: []string{
+			"alice@example.com may not pause Remediator: the chart's admission policy refused writing the pause ConfigMap storage-system/remediator-pause: ",
+			"ValidatingAdmissionPolicy 'storage-remediator-pause'",
+			"pause.groups, pause.users and pause.serviceAccounts",
+			"cluster-admin through a ClusterRoleBinding is not enough",
+			"helm upgrade storage <chart> -n storage-system --reuse-values --set 'pause.users={alice@example.com}'",
+			"--set 'pause.groups={remediator:on-call,GROUP}'",
+			"kubectl create rolebinding storage-remediator-pause-alice-example.com -n storage-system --role=storage-remediator-pause --user=alice@example.com",
+		},
+	}, {
+		name: "a user without RBAC resumes", who: "bob", exists: true,
+		refusal: apierrors.NewForbidden(schema.GroupResource{Resource: "configmaps"}, "remediator-pause", errors.New(`User "bob" cannot update resource "configmaps"`)),
+		want: []string{
+			"bob may not resume Remediator: RBAC refused writing the pause ConfigMap storage-system/remediator-pause: ",
+			"helm upgrade storage <chart> -n storage-system --reuse-values --set 'pause.users={bob}'",
+			"kubectl create rolebinding storage-remediator-pause-bob -n storage-system --role=storage-remediator-pause --user=bob",
+		},
+	}, {
+		name: "a ServiceAccount", who: "system:serviceaccount:ops:incident-bot", pause: true,
+		refusal: apierrors.NewForbidden(schema.GroupResource{Resource: "configmaps"}, "remediator-pause", errors.New(admission)),
+		want: []string{
+			"system:serviceaccount:ops:incident-bot may not pause Remediator",
+			"--set 'pause.serviceAccounts[0].namespace=ops,pause.serviceAccounts[0].name=incident-bot'",
+		},
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			settings := settingsOf("storage-system", "storage-remediator")
+			settings.Labels["app.kubernetes.io/instance"] = "storage"
+			objs := []runtime.Object{settings}
+			if tc.exists {
+				objs = append(objs, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "storage-system", Name: "remediator-pause"}})
+			}
+			cs := fake.NewClientset(objs...)
+			cs.PrependReactor("create", "selfsubjectreviews", func(k8stesting.Action) (bool, runtime.Object, error) {
+				return true, &authenticationv1.SelfSubjectReview{Status: authenticationv1.SelfSubjectReviewStatus{
+					UserInfo: authenticationv1.UserInfo{Username: tc.who}}}, nil
+			})
+			for _, verb := range []string{"create", "update"} {
+				cs.PrependReactor(verb, "configmaps", func(k8stesting.Action) (bool, runtime.Object, error) { return true, nil, tc.refusal })
+			}
+			err := writePause(context.Background(), &bytes.Buffer{}, cs, Options{reason: "INC-1: array firmware", now: time.Now}, tc.pause)
+			require.Error(t, err)
+			t.Logf("%v", err)
+			assert.True(t, apierrors.IsForbidden(err), "the API server's error is wrapped: %v", err)
+			for _, w := range tc.want {
+				assert.ErrorContains(t, err, w)
+			}
+		})
+	}
 }

@@ -14,6 +14,8 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/remediator/remediator/internal/cmd/cmdutil"
 )
 
 // remediationRepo is the template operators copy (examples/remediation-repo).
@@ -77,11 +79,13 @@ func TestPlanHelperProcess(t *testing.T) {
 	}}
 	root.AddCommand(NewCommand("dev"), version)
 	root.SetArgs(args)
+	cmdutil.MarkUsageErrors(root)
 	err := root.Execute()
-	if _, ok := ExitCode(err); err != nil && !ok {
+	code, print := cmdutil.ExitCode(err)
+	if print {
 		fmt.Fprintln(os.Stderr, "Error:", err)
 	}
-	if code := planExitOf(err); code != 0 {
+	if code != cmdutil.ExitOK {
 		os.Exit(code)
 	}
 }
@@ -180,7 +184,7 @@ func TestPullRequestCheck(t *testing.T) {
 	// is refused, as that controller would refuse it.
 	t.Run("plan takes the controller's settings", func(t *testing.T) {
 		out, code := check(t, []string{"--floor-unreachable-lease-age=1h", "--max-concurrent-remediations=2"})
-		assert.Equal(t, 1, code, "exit code")
+		assert.Equal(t, 3, code, "exit code: a refusal, as plan's")
 		expect(t, out, "--floor-unreachable-lease-age=1h", "REJECTED by rule lease-too-young", "FAILED: requests/release-lease-fenced-unreachable-kwok-node-2.yaml (rejected)")
 	})
 
@@ -194,7 +198,7 @@ func TestPullRequestCheck(t *testing.T) {
 	git("branch", "-f", "base", "HEAD~1")
 	t.Run("a rejected request fails the job", func(t *testing.T) {
 		out, code := check(t, nil)
-		assert.Equal(t, 1, code, "exit code")
+		assert.Equal(t, 3, code, "exit code: a refusal, as plan's")
 		expect(t, out, "1 request file(s) added, changed or renamed since base", "REJECTED by rule unreachable-not-fenced",
 			"FAILED: requests/release-lease-fenced-unreachable-kwok-node-2.yaml (rejected)")
 	})

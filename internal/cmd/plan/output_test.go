@@ -15,7 +15,8 @@ import (
 	"github.com/remediator/remediator/api/v1alpha1"
 )
 
-// TestPlanErrors: plan itself fails (exit 1) with a message naming the file or flag.
+// TestPlanErrors: plan itself fails (exit 1), or its flags alone are wrong (exit 2),
+// with a message naming the file or flag.
 func TestPlanErrors(t *testing.T) {
 	emptyDir := t.TempDir()
 	cases := []struct {
@@ -66,10 +67,17 @@ func TestPlanErrors(t *testing.T) {
 		{"API unreachable", []string{"-f", planTestdata + "shutdown.yaml", "--kubeconfig", filepath.Join(emptyDir, "kubeconfig")},
 			"", "loading kubeconfig"},
 	}
+	// The flags alone are wrong: a usage error, refused before anything is read.
+	usage := map[string]bool{"bad --at": true, "unknown output": true, "jsonpath without a template": true,
+		"jsonpath that does not parse": true, "no -f": true, "--facts and --kubeconfig": true}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			out, code, err := runPlanCommand(t, "", tc.args...)
-			require.Equal(t, 1, code, "exit code (err %v); output:\n%s", err, out)
+			want := 1
+			if usage[tc.name] {
+				want = 2
+			}
+			require.Equal(t, want, code, "exit code (err %v); output:\n%s", err, out)
 			if tc.inOutput != "" {
 				assert.Contains(t, out, tc.inOutput)
 			}
@@ -110,7 +118,7 @@ func TestPlanJSON(t *testing.T) {
 
 	assert.Equal(t, "release-lease-kwok-node-2", unreach.Request.Name, "unreachable result %+v", unreach)
 	assert.Equal(t, 2, unreach.Request.Document, "unreachable result %+v", unreach)
-	assert.Equal(t, 2, unreach.ExitCode, "unreachable result %+v", unreach)
+	assert.Equal(t, 3, unreach.ExitCode, "unreachable result %+v", unreach)
 	require.NotNil(t, unreach.Decision, "unreachable result %+v", unreach)
 	assert.Equal(t, "rejected", unreach.Decision.Outcome, "unreachable decision %+v", unreach.Decision)
 	assert.Equal(t, "unreachable-not-fenced", unreach.Decision.Rule, "unreachable decision %+v", unreach.Decision)
@@ -198,7 +206,7 @@ func TestPlanPrinterFlags(t *testing.T) {
 	plan := func(t *testing.T, extra ...string) string {
 		t.Helper()
 		out, code, err := runPlanCommand(t, "", append(slices.Clone(args), extra...)...)
-		require.Equal(t, ExitPlanRejected, code, "exit code (err %v); output:\n%s", err, out)
+		require.Equal(t, 3, code, "exit code (err %v); output:\n%s", err, out)
 		return out
 	}
 	people := plan(t)
@@ -226,8 +234,8 @@ func TestPlanPrinterFlags(t *testing.T) {
 	assert.Equal(t, "unreachable-not-fenced holder-shutdown", plan(t, "-o", "jsonpath={.requests[*].decision.rule}"))
 	assert.Equal(t, "release-lease-kwok-node-2=rejected\nrelease-lease-shutdown-kwok-node-3=allowed\n",
 		plan(t, "-o", `jsonpath={range .requests[*]}{.request.name}={.decision.outcome}{"\n"}{end}`))
-	assert.JSONEq(t, `[2]`, plan(t, "-o", "jsonpath-as-json={.exitCode}"))
-	assert.Equal(t, "exit 2: 1 rejected", plan(t, "-o", "go-template=exit {{.exitCode}}: {{.summary.rejected}} rejected"))
+	assert.JSONEq(t, `[3]`, plan(t, "-o", "jsonpath-as-json={.exitCode}"))
+	assert.Equal(t, "exit 3: 1 rejected", plan(t, "-o", "go-template=exit {{.exitCode}}: {{.summary.rejected}} rejected"))
 	file := filepath.Join(t.TempDir(), "rules.jsonpath")
 	require.NoError(t, os.WriteFile(file, []byte("{.requests[0].decision.rule}"), 0o600))
 	assert.Equal(t, "unreachable-not-fenced", plan(t, "-o", "jsonpath-file="+file))

@@ -35,16 +35,15 @@ import (
 	"github.com/remediator/remediator/remediations"
 )
 
-// plan's exit codes besides 0 (every request would be allowed) and 1 (plan itself
-// failed: bad input, an unreadable file, the API unreachable, a policy that does not
-// compile). With several requests the worst wins: 1, then 2, then 4.
-const (
-	// ExitPlanRejected: at least one request would be rejected by policy.
-	ExitPlanRejected = 2
-	// ExitPlanWaiting: none would be rejected, but at least one would wait (another
-	// remediation on the same node or Lease, or a closed maintenance window).
-	ExitPlanWaiting = 4
-)
+// plan's exit codes are cmdutil's: 0 every request would be allowed or would wait,
+// cmdutil.ExitFinding at least one would be rejected, 1 plan itself failed (bad
+// input, an unreadable file, the API unreachable, a policy that does not compile).
+// With several requests the worst wins: 1, then 3.
+//
+// A request that would wait exits 0: it is valid, and the controller starts it by
+// itself once the conflict ends, the window opens or a slot frees, so a CI gate must
+// not hold its merge back (plan pull-request only warns of it). The report says it
+// would wait, and -o json counts it in summary.wouldWait for a script that cares.
 
 // Outcomes of one planned request.
 const (
@@ -53,38 +52,22 @@ const (
 	planWouldWait = "would-wait"
 )
 
-// planExitError makes main exit with a plan's exit code after the report was written.
-type planExitError struct {
-	code    int
-	summary planSummary
+// planExitError makes main exit with a plan's exit code after the report was
+// written: the report says why, so main prints nothing more.
+func planExitError(r planReport) error {
+	return &cmdutil.ReportedError{Code: r.ExitCode, Summary: fmt.Sprintf("plan: %d allowed, %d rejected, %d would wait, %d failed",
+		r.Summary.Allowed, r.Summary.Rejected, r.Summary.WouldWait, r.Summary.Failed)}
 }
 
-func (e planExitError) Error() string {
-	return fmt.Sprintf("plan: %d allowed, %d rejected, %d would wait, %d failed",
-		e.summary.Allowed, e.summary.Rejected, e.summary.WouldWait, e.summary.Failed)
-}
-
-// ExitCode reports the exit code of a plan that ran and wrote its report. main
-// exits with it without printing the error again: the report already explains it.
-func ExitCode(err error) (int, bool) {
-	var p planExitError
-	if errors.As(err, &p) {
-		return p.code, true
-	}
-	return 0, false
-}
-
-// planCodeRank orders exit codes from best to worst: 0 < 4 < 2 < 1.
+// planCodeRank orders exit codes from best to worst: 0 < 3 < 1.
 func planCodeRank(code int) int {
 	switch code {
-	case 0:
+	case cmdutil.ExitOK:
 		return 0
-	case ExitPlanWaiting:
+	case cmdutil.ExitFinding:
 		return 1
-	case ExitPlanRejected:
-		return 2
 	}
-	return 3
+	return 2
 }
 
 // Options are plan's flags, and what Complete and Validate derive from them.
@@ -110,6 +93,10 @@ type Options struct {
 	// now is when the requests would be applied: --at, else the time Complete ran.
 	// Set by Validate, which parses --at.
 	now time.Time
+
+	// summary is the last report's, set by Run: plan pull-request tells a request
+	// that would wait from an allowed one by it, as both exit 0.
+	summary planSummary
 }
 
 // NewOptions returns plan's options with its defaults.
@@ -120,14 +107,13 @@ func NewOptions() *Options {
 // NewCommand returns `remediator plan` with its subcommand pull-request; version is
 // the binary's, which the pull-request check names.
 func NewCommand(version string) *cobra.Command {
-	cmd := newPlanRequestsCommand()
+	cmd := newPlanRequestsCommand(NewOptions())
 	cmd.AddCommand(newPlanPullRequestCommand(version))
 	return cmd
 }
 
-// newPlanRequestsCommand is plan without its subcommands.
-func newPlanRequestsCommand() *cobra.Command {
-	o := NewOptions()
+// newPlanRequestsCommand is plan, with the options o, without its subcommands.
+func newPlanRequestsCommand(o *Options) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "plan -f REQUEST.yaml [-f ...] [--facts FACTS.yaml | --kubeconfig FILE]",
 		Short: "Show what the policies would decide for RemediationRequests, without applying them (a PR check)",
@@ -167,21 +153,22 @@ the settings ConfigMap (the chart's remediator-plan ClusterRole).
 
 plan pull-request is the whole pull-request check of a remediation repository.
 
-Exit codes (with several requests the worst wins: 1, then 2, then 4, then 0):
-  0  every request would be allowed (a DryRun request counts as allowed)
-  2  at least one request would be rejected by policy
-  4  none would be rejected, but at least one would wait: another remediation is
-     running on the same node or Lease, its maintenance window is closed at --at,
-     or --max-concurrent-remediations playbooks are running (live facts)
+Exit codes (with several requests the worst wins: 1, then 3, then 0):
+  0  every request would be allowed (a DryRun request counts as allowed) or would
+     wait: another remediation is running on the same node or Lease, its
+     maintenance window is closed at --at, or --max-concurrent-remediations
+     playbooks are running (live facts); it starts by itself later
+  3  at least one request would be rejected by the policy or the safety floor
   1  plan itself failed: unreadable or invalid input, no saved facts for a request,
-     the API unreachable, policies that do not compile`,
+     the API unreachable, policies that do not compile
+  2  a wrong command line: an unknown flag, a bad flag value, conflicting flags`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := o.Complete(cmd); err != nil {
 				return err
 			}
 			if err := o.Validate(); err != nil {
-				return err
+				return cmdutil.Usage(err) // the flags alone are wrong: nothing was done
 			}
 			return o.Run(cmd.Context(), cmd.OutOrStdout())
 		},
@@ -281,8 +268,9 @@ func (o *Options) Run(ctx context.Context, w io.Writer) error {
 	if err := writePlanReport(w, report, o.output); err != nil {
 		return fmt.Errorf("writing the plan: %w", err)
 	}
-	if report.ExitCode != 0 {
-		return planExitError{code: report.ExitCode, summary: report.Summary}
+	o.summary = report.Summary
+	if report.ExitCode != cmdutil.ExitOK {
+		return planExitError(report)
 	}
 	return nil
 }
@@ -408,7 +396,7 @@ func (p *planner) plan(ctx context.Context, in planInput) planResult {
 	res := planResult{Request: planRequest{Source: in.source, Document: in.doc}, Conflicts: []string{}, Steps: []string{}, Notes: []string{}}
 	fail := func(errs ...string) planResult {
 		res.Errors = append(res.Errors, errs...)
-		res.ExitCode = 1
+		res.ExitCode = cmdutil.ExitError
 		return res
 	}
 	if in.rr == nil {
@@ -533,11 +521,9 @@ func (p *planner) record(res *planResult, rr *v1alpha1.RemediationRequest, o lif
 		res.Steps = append(res.Steps, st.Name)
 	}
 	dec.Outcome, res.Notes = p.outcome(rr, o, dec, res.Notes)
-	switch dec.Outcome {
-	case planRejected:
-		res.ExitCode = ExitPlanRejected
-	case planWouldWait:
-		res.ExitCode = ExitPlanWaiting
+	// A request that would wait exits 0: it is valid and starts by itself later.
+	if dec.Outcome == planRejected {
+		res.ExitCode = cmdutil.ExitFinding
 	}
 }
 

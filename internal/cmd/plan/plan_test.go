@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/remediator/remediator/internal/cmd/cmdutil"
 	"github.com/remediator/remediator/policies"
 )
 
@@ -27,8 +28,10 @@ func runPlanCommand(t *testing.T, stdin string, args ...string) (string, int, er
 	cmd.SetIn(strings.NewReader(stdin))
 	cmd.SetArgs(args)
 	cmd.SilenceUsage, cmd.SilenceErrors = true, true
+	cmdutil.MarkUsageErrors(cmd) // as main does
 	err := cmd.ExecuteContext(context.Background())
-	return out.String(), planExitOf(err), err
+	code, _ := cmdutil.ExitCode(err)
+	return out.String(), code, err
 }
 
 func embeddedDigest(t *testing.T) string {
@@ -67,25 +70,25 @@ func TestPlanSavedFacts(t *testing.T) {
 	}, {
 		name: "unreachable holder without fencing is rejected and told what to do",
 		args: []string{"-f", planTestdata + "unreachable-not-fenced.yaml", "--facts", planTestdata + "facts/unreachable.json"},
-		code: ExitPlanRejected,
+		code: 3,
 		want: []string{
 			"decision:  REJECTED by rule unreachable-not-fenced (phase Rejected)",
 			"- spec.fencing.confirmed is not true",
 			"Shut the node down (preferred;",
 			"set spec.fencing.confirmed: true, spec.fencing.method and spec.fencing.node: kwok-node-2",
 			"steps:     none",
-			"exit code: 2",
+			"exit code: 3",
 		},
 	}, {
 		name: "fenced holder outside its maintenance window would wait",
 		args: []string{"-f", planTestdata + "fenced-window.yaml", "--facts", planTestdata + "facts/unreachable.json", "--at", "2026-11-19T12:00:00Z"},
-		code: ExitPlanWaiting,
+		code: 0, // valid: it starts by itself once the window opens
 		want: []string{
 			"decision:  WOULD WAIT by rule unreachable-fenced: playbook fenced-unreachable (phase Waiting)",
 			"- fencing of kwok-node-2 confirmed (NodeShutdown)",
 			"steps:     1. deleteLease",
 			"which is closed at 2026-11-19T12:00:00Z and opens at 2026-11-20T02:00:00Z",
-			"Summary: 0 allowed, 0 rejected, 1 would wait, 0 failed; exit code 4 (a request would wait)",
+			"Summary: 0 allowed, 0 rejected, 1 would wait, 0 failed; exit code 0 (nothing would be rejected; a request would wait and starts by itself later)",
 		},
 	}, {
 		name: "fenced holder inside its maintenance window is allowed",
@@ -109,17 +112,17 @@ func TestPlanSavedFacts(t *testing.T) {
 	}, {
 		name: "several requests: worst exit code wins, output sorted by name",
 		args: append([]string{"-f", planTestdata + "multi.yaml"}, facts...),
-		code: ExitPlanRejected,
+		code: 3,
 		want: []string{
 			"remediator/release-lease-kwok-node-2 from testdata/plan/multi.yaml (document 2)",
 			"remediator/release-lease-shutdown-kwok-node-3 from testdata/plan/multi.yaml (document 3)",
-			"Summary: 1 allowed, 1 rejected, 0 would wait, 0 failed; exit code 2",
+			"Summary: 1 allowed, 1 rejected, 0 would wait, 0 failed; exit code 3 (a request would be rejected)",
 		},
 	}, {
-		name: "a rejection and a wait: 2 beats 4",
+		name: "a rejection and a wait: the rejection's 3 wins",
 		args: append([]string{"-f", planTestdata + "fenced-window.yaml", "-f", planTestdata + "unreachable-not-fenced.yaml", "--at", "2026-11-19T12:00:00Z"}, facts...),
-		code: ExitPlanRejected,
-		want: []string{"Summary: 0 allowed, 1 rejected, 1 would wait, 0 failed; exit code 2"},
+		code: 3,
+		want: []string{"Summary: 0 allowed, 1 rejected, 1 would wait, 0 failed; exit code 3"},
 	}, {
 		name: "an invalid request beats a rejection; the others are still planned",
 		args: append([]string{"-f", planTestdata + "unreachable-not-fenced.yaml", "-f", planTestdata + "malformed.yaml", "-f", planTestdata + "shutdown.yaml"}, facts...),
@@ -140,7 +143,7 @@ func TestPlanSavedFacts(t *testing.T) {
 		name:  "facts from stdin",
 		args:  []string{"-f", planTestdata + "unreachable-not-fenced.yaml", "--facts", "-"},
 		stdin: mustRead(t, planTestdata+"facts/unreachable.json"),
-		code:  ExitPlanRejected,
+		code:  3,
 		want:  []string{"facts:     - (document 1), gathered at 2026-11-19T06:30:00Z", "REJECTED by rule unreachable-not-fenced"},
 	}}
 	for _, tc := range cases {
@@ -183,7 +186,7 @@ func TestPlanPoliciesDir(t *testing.T) {
 	require.Equal(t, 0, embCode, "embedded policies: exit code; output:\n%s", embOut)
 	require.Contains(t, embOut, "ALLOWED by rule unreachable-fenced", "embedded policies")
 	out, code, _ := runPlanCommand(t, "", append(args, "--policies-dir", dir)...)
-	assert.Equal(t, ExitPlanRejected, code, "override: exit code")
+	assert.Equal(t, 3, code, "override: exit code")
 	for _, w := range []string{
 		"REJECTED by rule unreachable-lease-too-young",
 		"the request becomes eligible in 1200s",

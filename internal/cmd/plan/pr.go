@@ -25,6 +25,8 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+
+	"github.com/remediator/remediator/internal/cmd/cmdutil"
 )
 
 // prDeepen are the successive --deepen steps on a shallow checkout whose merge base
@@ -76,9 +78,11 @@ template is examples/remediation-repo). Run it in the repository's checkout, in 
 A request that would wait only warns. A request already in the cluster that the
 controller will not decide again (it already ran) is reported and passes.
 
-Exit codes: 0 every checked request would be allowed, would wait or already ran;
-1 a request is invalid, would be rejected or has no facts, a policy case fails, or
-the check cannot run (no base, git failing, an unusable kubeconfig).`,
+Exit codes (the worst wins: 1, then 3, then 0): 0 every checked request would be
+allowed, would wait or already ran; 3 a request would be rejected (the code plan and
+scan --exit-code give a refusal or a finding); 1 a request is invalid or has no
+facts, a policy case fails, or the check cannot run (no base, git failing, an
+unusable kubeconfig); 2 a wrong command line.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := o.Complete(cmd); err != nil {
@@ -96,7 +100,7 @@ func (o *prOptions) AddFlags(cmd *cobra.Command) {
 	f := cmd.Flags()
 	f.StringVar(&o.base, "base", "", "The pull request's base: a ref or commit (default: origin/$GITHUB_BASE_REF, else origin/$CI_MERGE_REQUEST_TARGET_BRANCH_NAME, else origin/main)")
 	f.StringVarP(&o.dir, "repo-dir", "C", ".", "The remediation repository's directory (requests/, facts/, policies/) in the checkout")
-	newPlanRequestsCommand().Flags().VisitAll(func(fl *pflag.Flag) {
+	newPlanRequestsCommand(NewOptions()).Flags().VisitAll(func(fl *pflag.Flag) {
 		if prForwarded(fl.Name) {
 			f.AddFlag(fl)
 		}
@@ -236,29 +240,21 @@ func isManifest(name string) bool {
 }
 
 // runPlanArgs runs plan with args in-process, its report on out, and returns plan's
-// exit code; an error plan did not report itself goes to errOut, as main prints it.
-func runPlanArgs(ctx context.Context, out, errOut io.Writer, args []string) int {
-	cmd := newPlanRequestsCommand()
+// exit code and its report's summary (which tells a request that would wait from an
+// allowed one); an error plan did not report itself goes to errOut, as main prints it.
+func runPlanArgs(ctx context.Context, out, errOut io.Writer, args []string) (int, planSummary) {
+	o := NewOptions()
+	cmd := newPlanRequestsCommand(o)
 	cmd.SetArgs(args)
 	cmd.SetOut(out)
 	cmd.SetErr(errOut)
 	cmd.SilenceUsage, cmd.SilenceErrors = true, true
 	err := cmd.ExecuteContext(ctx)
-	if _, ok := ExitCode(err); err != nil && !ok {
+	code, print := cmdutil.ExitCode(err)
+	if print {
 		fmt.Fprintln(errOut, "Error:", err)
 	}
-	return planExitOf(err)
-}
-
-// planExitOf is main's mapping of plan's error to an exit code.
-func planExitOf(err error) int {
-	if err == nil {
-		return 0
-	}
-	if code, ok := ExitCode(err); ok {
-		return code
-	}
-	return 1
+	return code, o.summary
 }
 
 // forwardedArgs are the plan flags given to this command, to pass on to each plan.
@@ -303,5 +299,7 @@ func (o *prOptions) kubeconfig() (string, error) {
 	return kc, nil
 }
 
-// errPRFailed makes main exit 1 without printing an error: the report says why.
-var errPRFailed = planExitError{code: 1}
+// prFailed makes main exit with code without printing an error: the report says why.
+func prFailed(code int, r *prReport) error {
+	return &cmdutil.ReportedError{Code: code, Summary: fmt.Sprintf("plan pull-request: %d rejected, %d failed", len(r.rejected), len(r.failed))}
+}

@@ -235,7 +235,7 @@ func TestPullRequestCheckInCI(t *testing.T) {
 		})
 		t.Run("a pull request adding a request the controller would reject fails", func(t *testing.T) {
 			out, code := github(t, 2, "add-unfenced")
-			assert.Equal(t, 1, code, "exit code")
+			assert.Equal(t, 3, code, "exit code: a refusal, as plan's")
 			for _, want := range []string{
 				"==> Base: origin/main (GITHUB_BASE_REF), merge base",
 				"1 request file(s) added, changed or renamed since origin/main\n",
@@ -309,7 +309,7 @@ func TestPullRequestCheckInCI(t *testing.T) {
 		})
 		t.Run("a merge request adding a request the controller would reject fails", func(t *testing.T) {
 			out, code := gitlab(t, 2, "add-unfenced")
-			assert.Equal(t, 1, code, "exit code")
+			assert.Equal(t, 3, code, "exit code: a refusal, as plan's")
 			for _, want := range []string{
 				"fetching the base: git fetch --no-tags origin +refs/heads/main:refs/remotes/origin/main\n",
 				"==> Base: origin/main (CI_MERGE_REQUEST_TARGET_BRANCH_NAME), merge base",

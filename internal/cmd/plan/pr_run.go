@@ -10,11 +10,12 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/remediator/remediator/internal/cmd/cmdutil"
 	"github.com/remediator/remediator/policies"
 )
 
-// Run runs the check in --repo-dir and writes its report; its error is errPRFailed
-// when the report says why the check failed.
+// Run runs the check in --repo-dir and writes its report; its error is a
+// cmdutil.ReportedError (prFailed) when the report says why the check failed.
 func (o *prOptions) Run(ctx context.Context) error {
 	dir, err := filepath.Abs(o.dir)
 	if err != nil {
@@ -70,9 +71,9 @@ type prReport struct {
 	// requests were added, changed or renamed; prunes deleted; factsChanged are the
 	// files under facts/ the pull request changes.
 	requests, prunes, factsChanged []string
-	// failed, waiting and forged (planned on saved facts the pull request changes)
-	// are the requests so planned.
-	failed, waiting, forged []string
+	// rejected, failed (could not be planned), waiting and forged (planned on saved
+	// facts the pull request changes) are the requests so planned.
+	rejected, failed, waiting, forged []string
 }
 
 // changes lists the request files added, changed or renamed since the merge base with
@@ -143,12 +144,13 @@ func (c *prCheck) planRequest(ctx context.Context, f string, policyArgs, forward
 	args = append(args, forward...)
 	c.say("remediator plan %s", strings.Join(args, " "))
 	fmt.Fprintf(c.out, "(planned on %s)\n", from)
-	switch code := c.plan(ctx, args); code {
-	case 0:
-	case ExitPlanWaiting:
-		r.waiting = append(r.waiting, f)
-	case ExitPlanRejected:
-		r.failed = append(r.failed, f+" (rejected)")
+	switch code, summary := c.plan(ctx, args); code {
+	case cmdutil.ExitOK:
+		if summary.WouldWait > 0 {
+			r.waiting = append(r.waiting, f)
+		}
+	case cmdutil.ExitFinding:
+		r.rejected = append(r.rejected, f+" (rejected)")
 	default:
 		r.failed = append(r.failed, fmt.Sprintf("%s (plan failed, exit code %d)", f, code))
 	}
@@ -184,18 +186,23 @@ func (c *prCheck) report(r *prReport) error {
 	for _, f := range r.waiting {
 		fmt.Fprintf(out, "warning: %s would wait (a remediation on the same node or Lease, its maintenance window, or its turn for a slot of the cap); it starts by itself later\n", f)
 	}
-	for _, f := range r.failed {
+	for _, f := range append(slices.Clone(r.rejected), r.failed...) {
 		fmt.Fprintf(out, "FAILED: %s\n", f)
 	}
+	// A request that could not be planned is worse news than a refused one: the
+	// check does not know what the controller would do with it.
 	if len(r.failed) > 0 {
-		return errPRFailed
+		return prFailed(cmdutil.ExitError, r)
+	}
+	if len(r.rejected) > 0 {
+		return prFailed(cmdutil.ExitFinding, r)
 	}
 	fmt.Fprintf(out, "OK: %d request(s) checked, %d prune(s)\n", len(r.requests), len(r.prunes))
 	return nil
 }
 
 // plan runs plan with args.
-func (c *prCheck) plan(ctx context.Context, args []string) int {
+func (c *prCheck) plan(ctx context.Context, args []string) (int, planSummary) {
 	return runPlanArgs(ctx, c.out, c.errOut, args)
 }
 
@@ -249,7 +256,7 @@ func (c *prCheck) checkPolicies(ctx context.Context, forward []string) ([]string
 			args = append(args, a)
 		}
 	}
-	if code := c.plan(ctx, args); code != 0 {
+	if code, _ := c.plan(ctx, args); code != cmdutil.ExitOK {
 		return nil, fmt.Errorf("the policies in policies/ cannot be used (plan exit code %d)", code)
 	}
 	return []string{"--policies-dir", policiesDir}, nil

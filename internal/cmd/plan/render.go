@@ -157,7 +157,7 @@ func writePlanReport(w io.Writer, r planReport, out *cmdutil.OutputFlags) error 
 		already = fmt.Sprintf(", %d already decided", r.Summary.AlreadyDecided)
 	}
 	fmt.Fprintf(&b, "\nSummary: %d allowed, %d rejected, %d would wait, %d failed%s; exit code %d (%s)\n",
-		r.Summary.Allowed, r.Summary.Rejected, r.Summary.WouldWait, r.Summary.Failed, already, r.ExitCode, planCodeMeaning(r.ExitCode))
+		r.Summary.Allowed, r.Summary.Rejected, r.Summary.WouldWait, r.Summary.Failed, already, r.ExitCode, planCodeMeaning(r))
 	_, err := io.WriteString(w, b.String())
 	return err
 }
@@ -172,14 +172,15 @@ func writePoliciesOnly(b *strings.Builder, policy planPolicy) {
 	fmt.Fprintf(b, "policy: %s (the digest decisions made with them record)\n", policy.Digest)
 }
 
-func planCodeMeaning(code int) string {
-	switch code {
-	case 0:
+func planCodeMeaning(r planReport) string {
+	switch r.ExitCode {
+	case cmdutil.ExitOK:
+		if r.Summary.WouldWait > 0 {
+			return "nothing would be rejected; a request would wait and starts by itself later"
+		}
 		return "every request would be allowed"
-	case ExitPlanRejected:
+	case cmdutil.ExitFinding:
 		return "a request would be rejected"
-	case ExitPlanWaiting:
-		return "a request would wait"
 	}
 	return "a request could not be planned"
 }

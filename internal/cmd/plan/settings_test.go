@@ -78,7 +78,7 @@ func TestPlanFollowsTheChartSettings(t *testing.T) {
 	require.NoError(t, env.Client.Create(ctx, cm.DeepCopy()))
 	t.Run("plan follows the ConfigMap", func(t *testing.T) {
 		out, code, _ := plan(t)
-		assert.Equal(t, ExitPlanRejected, code, "exit code")
+		assert.Equal(t, 3, code, "exit code")
 		for _, want := range []string{
 			"settings:  trident-namespace=netapp-trident " + from + "\n",
 			"           node-lease-grace-period=40s " + from + "\n",
@@ -119,7 +119,7 @@ func TestPlanFollowsTheChartSettings(t *testing.T) {
 	})
 	t.Run("--settings-configmap= reads none", func(t *testing.T) {
 		out, code, _ := plan(t, "--settings-configmap=", "--trident-namespace=netapp-trident")
-		assert.Equal(t, ExitPlanRejected, code, "exit code")
+		assert.Equal(t, 3, code, "exit code")
 		assert.Contains(t, out, "settings:  trident-namespace=netapp-trident (--trident-namespace)\n")
 		assert.Contains(t, out, "           node-lease-grace-period=50s (plan's default)\n")
 	})

@@ -47,12 +47,12 @@ spec:
 
 	out, code, err := runPlanCommand(t, request("tenant"), "-f", "-", "--kubeconfig", kubeconfig)
 	t.Logf("exit code %d (err %v), output:\n%s", code, err, out)
-	assert.Equal(t, ExitPlanRejected, code, "exit code")
+	assert.Equal(t, 3, code, "exit code")
 	assert.Contains(t, out, "           allowed-trident-namespaces=[netapp-trident] "+from+"\n")
 	assert.Contains(t, out, `spec.tridentNamespace "tenant" is not a Trident namespace of this controller, which acts only in "netapp-trident", "trident"`)
 
 	out, code, err = runPlanCommand(t, request("netapp-trident"), "-f", "-", "--kubeconfig", kubeconfig)
 	t.Logf("exit code %d (err %v), output:\n%s", code, err, out)
-	assert.Equal(t, ExitPlanRejected, code, "exit code")
+	assert.Equal(t, 3, code, "exit code")
 	assert.Contains(t, out, "netapp-trident/pvc-6a0c2f4e-1b7d-4c9a-8e3f-2d5b7a9c1e40 does not exist", "the Lease is looked up in the allowed namespace")
 }

@@ -3,7 +3,6 @@ package scan
 import (
 	"bytes"
 	"context"
-	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/remediator/remediator/internal/cmd/cmdtest"
+	"github.com/remediator/remediator/internal/cmd/cmdutil"
 	"github.com/remediator/remediator/test/testenv"
 )
 
@@ -28,15 +28,9 @@ func runScanCommand(t *testing.T, args ...string) (string, int, error) {
 	cmd.SetErr(&errOut)
 	cmd.SetArgs(args)
 	cmd.SilenceUsage, cmd.SilenceErrors = true, true
+	cmdutil.MarkUsageErrors(cmd) // as main does
 	err := cmd.ExecuteContext(context.Background())
-	code := 0
-	var f findingsError
-	switch {
-	case errors.As(err, &f):
-		code = ExitFindings
-	case err != nil:
-		code = 1
-	}
+	code, _ := cmdutil.ExitCode(err)
 	t.Logf("scan %s: exit code %d (err %v):\n%s", strings.Join(args, " "), code, err, out.String())
 	return out.String(), code, err
 }
@@ -67,8 +61,8 @@ func TestScanExitCode(t *testing.T) {
 	assert.Contains(t, out, "trident/"+pv)
 
 	out, code = scan(t, "--exit-code")
-	assert.Equal(t, ExitFindings, code, "findings with --exit-code")
-	assert.Equal(t, 3, ExitFindings)
+	assert.Equal(t, cmdutil.ExitFinding, code, "findings with --exit-code")
+	assert.Equal(t, 3, code, "the documented code of a finding")
 	assert.Contains(t, out, "StuckLease", "the findings are printed before the exit code")
 
 	out, code = scan(t, "-o", "yaml")
@@ -105,7 +99,7 @@ func TestScanExitCode(t *testing.T) {
 	require.NoError(t, env.Client.Delete(context.Background(), &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: "trident", Name: other}}))
 
 	out, code = scan(t, "-o", "xml")
-	assert.Equal(t, 1, code, "an unknown output is an error")
+	assert.Equal(t, 2, code, "an unknown output is a usage error")
 	assert.Empty(t, out, "refused before scanning")
 
 	// Nothing left to find: 0 with or without --exit-code.

@@ -7,7 +7,6 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -26,27 +25,6 @@ import (
 	"github.com/remediator/remediator/internal/cmd/cmdutil"
 )
 
-// ExitFindings is scan's exit code with --exit-code when it found something to
-// remediate, so that a CI job can gate on it (as git diff --exit-code does). Without
-// --exit-code scan exits 0 whatever it found, so that `set -o pipefail` pipelines into
-// kubectl apply work; 1 means scan itself failed.
-const ExitFindings = 3
-
-// findingsError makes main exit with ExitFindings after the output was written.
-type findingsError struct{ n int }
-
-func (e findingsError) Error() string { return fmt.Sprintf("%d finding(s)", e.n) }
-
-// ExitCode reports ExitFindings for the error a scan with --exit-code returns when
-// it printed findings; main exits with it without printing the error.
-func ExitCode(err error) (int, bool) {
-	var f findingsError
-	if errors.As(err, &f) {
-		return ExitFindings, true
-	}
-	return 0, false
-}
-
 // Options are scan's flags.
 type Options struct {
 	cluster *cmdutil.ClusterFlags
@@ -61,7 +39,9 @@ type Options struct {
 	// output is -o: kubectl's printer flags around scan's own outputs.
 	output           *cmdutil.OutputFlags
 	requestNamespace string
-	// exitCode makes findings exit with ExitFindings.
+	// exitCode makes findings exit with cmdutil.ExitFinding, so that a CI job can gate
+	// on them (as git diff --exit-code does). Without it scan exits 0 whatever it
+	// found, so that `set -o pipefail` pipelines into kubectl apply work.
 	exitCode bool
 }
 
@@ -103,16 +83,16 @@ RemediationRequests, one per target, ready to commit to the remediation reposito
 (YAML documents, or one JSON v1 List; the admission policy refuses a kubectl apply);
 -o name, jsonpath=... and go-template=... print them as kubectl does. The table lists the
 findings (-o wide with more detail).
-It only reads. Exit code: 0 whatever it found, 1 when the scan itself failed; with
---exit-code, 3 when findings were printed (as git diff --exit-code), so a CI job can
-gate on it.`,
+It only reads. Exit codes: 0 whatever it found; 1 the scan itself failed; 2 a wrong
+command line; with --exit-code, 3 when findings were printed (as git diff
+--exit-code), so a CI job can gate on it: the code plan gives a refused request.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := o.Complete(cmd); err != nil {
 				return err
 			}
 			if err := o.Validate(); err != nil {
-				return err
+				return cmdutil.Usage(err) // the flags alone are wrong: nothing was done
 			}
 			return o.Run(cmd.Context(), cmd.OutOrStdout())
 		},
@@ -125,7 +105,7 @@ gate on it.`,
 	f.StringVar(&o.node, "node", "", "Only the findings whose request targets this node (deregistered driver, overlapping node-plugin pods), as TridentCSIDriverDeregistered names it")
 	o.output.AddFlags(cmd, scanOutputUsage)
 	f.StringVar(&o.requestNamespace, "request-namespace", "remediator", "Namespace of the suggested RemediationRequests")
-	f.BoolVar(&o.exitCode, "exit-code", false, fmt.Sprintf("Exit with %d when something was found (as git diff --exit-code); without it scan exits 0 whatever it found", ExitFindings))
+	f.BoolVar(&o.exitCode, "exit-code", false, fmt.Sprintf("Exit with %d when something was found (as git diff --exit-code); without it scan exits 0 whatever it found", cmdutil.ExitFinding))
 	return cmd
 }
 
@@ -188,7 +168,7 @@ func (o *Options) Run(ctx context.Context, w io.Writer) error {
 		return err
 	}
 	if len(findings) > 0 && o.exitCode {
-		return findingsError{n: len(findings)}
+		return cmdutil.Finding("%d finding(s)", len(findings))
 	}
 	return nil
 }

@@ -78,7 +78,7 @@ cluster cache started) and /healthz (a sync began within twice --interval plus
 			// Validate first: the flags' bounds are refused before the logging flags
 			// apply, as they always were.
 			if err := o.Validate(); err != nil {
-				return err
+				return cmdutil.Usage(err) // the flags alone are wrong: nothing was done
 			}
 			if err := o.Complete(); err != nil {
 				return err

@@ -131,11 +131,14 @@ func TestOnlyTheOnCallGroupMayPause(t *testing.T) {
 	}
 
 	// alice, outside the group, no RBAC: the command says who she is, what she may not
-	// do and what RBAC is missing.
+	// do, what RBAC is missing, and the chart values and commands that grant it.
 	alice := []string{"--as", "alice", "--as-group", "devs", "--pause-configmap", pauseCM}
 	out, err := remediatorCLIResult(append([]string{"pause", "--reason", "x"}, alice...)...)
 	require.Error(t, err, "alice paused:\n%s", out)
-	assert.Contains(t, out, "alice may not pause Remediator: only the on-call groups", out)
+	assert.Contains(t, out, "alice may not pause Remediator: RBAC refused writing the pause ConfigMap "+pauseCM, out)
+	assert.Contains(t, out, "pause.groups, pause.users and pause.serviceAccounts", out)
+	assert.Contains(t, out, "--set 'pause.users={alice}'", out)
+	assert.Contains(t, out, "kubectl create rolebinding RELEASE_FULLNAME-pause-alice -n "+system, out)
 	assert.Contains(t, out, `configmaps "remediator-pause" is forbidden: User "alice" cannot get resource "configmaps" in API group "" in the namespace "`+system+`"`, out)
 	unchanged("after alice's pause", nil)
 
@@ -164,6 +167,9 @@ func TestOnlyTheOnCallGroupMayPause(t *testing.T) {
 	require.Error(t, err, "carol resumed:\n%s", out)
 	assert.Contains(t, out, "ValidatingAdmissionPolicy", out)
 	assert.Contains(t, out, "carol may not pause or resume Remediator: only the on-call groups remediator:on-call, system:masters may write ConfigMap "+pauseCM, out)
+	assert.Contains(t, out, "carol may not resume Remediator: the chart's admission policy refused writing the pause ConfigMap "+pauseCM, out)
+	assert.Contains(t, out, "cluster-admin through a ClusterRoleBinding is not enough", out)
+	assert.Contains(t, out, "--set 'pause.users={carol}'", out)
 	unchanged("after carol's resume", paused)
 
 	// ... nor kubectl writing it directly, with her own name as the author.
