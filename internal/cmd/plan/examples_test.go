@@ -196,7 +196,7 @@ func TestPullRequestCheck(t *testing.T) {
 
 	// The base branch has everything but the requests; the pull request adds them.
 	git("init", "-q", "-b", "main")
-	git("add", "README.md", ".github", ".gitlab-ci.yml", "argocd", "examples", "policies", "facts", "requests/README.md")
+	git("add", "README.md", ".github", ".gitlab-ci.yml", "argocd", "flux", "examples", "policies", "facts", "requests/README.md")
 	git("commit", "-q", "-m", "template")
 	git("branch", "base")
 	git("add", "requests")
