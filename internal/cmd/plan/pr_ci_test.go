@@ -178,7 +178,7 @@ func TestPullRequestCheckInCI(t *testing.T) {
 			runnerTemp := t.TempDir()
 			// remediator is on PATH: the install step must leave it at that.
 			defer func() {
-				assert.NoDirExists(t, filepath.Join(runnerTemp, "remediator-src"), "remediator was installed again")
+				assert.NoDirExists(t, filepath.Join(runnerTemp, "remediator"), "remediator was installed again")
 			}()
 			for _, st := range wf.Jobs[job].Steps {
 				switch {
@@ -189,8 +189,6 @@ func TestPullRequestCheckInCI(t *testing.T) {
 					git("fetch", "-q", "--no-tags", "--prune", "--depth=1", "origin", "+"+ref+":refs/remotes/pull/"+string(rune('0'+n))+"/merge")
 					git("checkout", "-q", "--detach", "refs/remotes/pull/"+string(rune('0'+n))+"/merge")
 					require.Equal(t, "true", run(t, checkout, "git", "rev-parse", "--is-shallow-repository"))
-				case strings.HasPrefix(st.Uses, "actions/setup-go@"):
-					// go is on PATH already.
 				case st.Uses != "":
 					t.Fatalf("the workflow uses %s, which this test does not emulate", st.Uses)
 				case st.Run != "":
