@@ -210,10 +210,10 @@ git clone --quiet "$REPO/origin.git" "$REPO/work" 2>/dev/null
 W="$REPO/work"
 g() { git -C "$W" -c user.name="SRE on call" -c user.email=sre@example.com "$@"; }
 g checkout --quiet -B main
-# The template without its example requests and saved facts: the requests arrive
-# through pull requests below, and CI plans them on live facts.
-(cd "$TEMPLATE" && tar --exclude='./requests/*' --exclude='./facts' -cf - .) | tar -C "$W" -xf -
-mkdir -p "$W/requests" && touch "$W/requests/.gitkeep"
+# The template as a user copies it: requests/ and facts/ hold only their READMEs. The
+# example requests (examples/requests) arrive through pull requests below, and CI plans
+# them on live facts, so their saved facts (examples/facts) are not copied.
+(cd "$TEMPLATE" && tar -cf - .) | tar -C "$W" -xf -
 g add -A && g commit --quiet -m "Remediation repository from the Remediator template"
 # The demo's policy override: the policies the controller runs on, with their cases, so
 # that CI plans with the same policies (plan pull-request tests the cases, as cue vet -c does, first).
@@ -261,7 +261,7 @@ pull_request() {
 }
 
 say "Pull requests, each checked by CI (remediator plan on live facts) before it is merged"
-REQ="$TEMPLATE/requests"
+REQ="$TEMPLATE/examples/requests"
 pull_request pr-1 "Release the Lease of kwok-node-3 (powered off)" "$REQ/release-lease-shutdown-kwok-node-3.yaml"
 pull_request pr-2 "Re-register csi.trident.netapp.io on kwok-node-0" "$REQ/reregister-csi-driver-kwok-node-0.yaml"
 pull_request pr-3 "Release the Lease of app/data held by kwok-node-1" "$REQ/release-lease-healthy-kwok-node-1-app-data.yaml"

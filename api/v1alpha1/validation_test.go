@@ -174,7 +174,7 @@ func TestAdmissionAcceptsWindowsAndFencing(t *testing.T) {
 func TestExamplesAreAccepted(t *testing.T) {
 	// The sample requests and the remediation repository template's requests.
 	var files []string
-	for _, dir := range []string{"requests", filepath.Join("remediation-repo", "requests")} {
+	for _, dir := range []string{"requests", filepath.Join("remediation-repo", "examples", "requests")} {
 		found, err := filepath.Glob(filepath.Join(testenv.Root(), "examples", dir, "*.yaml"))
 		require.NoError(t, err)
 		require.NotEmpty(t, found, "no examples found in examples/%s", dir)

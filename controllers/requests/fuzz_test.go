@@ -38,7 +38,7 @@ var fuzzTimes = []time.Time{
 // name and its status.phase, so that a Running request still holds its node.
 func FuzzDecodeRequest(f *testing.F) {
 	var seeds []string
-	for _, glob := range []string{"../../examples/requests/*.yaml", "../../examples/remediation-repo/requests/*.yaml", "../../internal/cmd/plan/testdata/plan/*.yaml"} {
+	for _, glob := range []string{"../../examples/requests/*.yaml", "../../examples/remediation-repo/examples/requests/*.yaml", "../../internal/cmd/plan/testdata/plan/*.yaml"} {
 		files, err := filepath.Glob(glob)
 		require.NoError(f, err)
 		require.NotEmpty(f, files, glob)

@@ -34,7 +34,7 @@ var fuzzNamespaces = []string{"remediator", "team-a"}
 // each of them a request in an allowed namespace, so that nothing in the files was
 // skipped instead of refused.
 func FuzzAdmit(f *testing.F) {
-	for _, glob := range []string{"../../examples/remediation-repo/requests/*.yaml", "../../examples/requests/*.yaml", "../../internal/cmd/plan/testdata/plan/*.yaml"} {
+	for _, glob := range []string{"../../examples/remediation-repo/examples/requests/*.yaml", "../../examples/requests/*.yaml", "../../internal/cmd/plan/testdata/plan/*.yaml"} {
 		files, err := filepath.Glob(glob)
 		require.NoError(f, err)
 		require.NotEmpty(f, files, glob)

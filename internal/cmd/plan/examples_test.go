@@ -18,8 +18,14 @@ import (
 	"github.com/remediator/remediator/internal/cmd/cmdutil"
 )
 
-// remediationRepo is the template operators copy (examples/remediation-repo).
-const remediationRepo = "../../../examples/remediation-repo"
+// remediationRepo is the template operators copy (examples/remediation-repo). Its
+// requests/ and facts/ ship empty; the example requests for the demo's kwok nodes and
+// their saved facts are in exampleRequests and exampleFacts, which a user copies in.
+const (
+	remediationRepo = "../../../examples/remediation-repo"
+	exampleRequests = remediationRepo + "/examples/requests"
+	exampleFacts    = remediationRepo + "/examples/facts"
+)
 
 // examplePlaybooks is what the policy must choose for each template request on its
 // saved facts; the files' comment headers say the same in words.
@@ -31,9 +37,9 @@ var examplePlaybooks = map[string]struct{ rule, playbook string }{
 }
 
 func TestExampleRequestsChooseTheirPlaybooks(t *testing.T) {
-	files, err := filepath.Glob(filepath.Join(remediationRepo, "requests", "*.yaml"))
+	files, err := filepath.Glob(filepath.Join(exampleRequests, "*.yaml"))
 	require.NoError(t, err)
-	require.NotEmpty(t, files, "no template requests found")
+	require.NotEmpty(t, files, "no example requests found")
 	var names []string
 	for _, f := range files {
 		name := strings.TrimSuffix(filepath.Base(f), ".yaml")
@@ -41,7 +47,7 @@ func TestExampleRequestsChooseTheirPlaybooks(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			want, ok := examplePlaybooks[name]
 			require.True(t, ok, "%s has no expected playbook in examplePlaybooks", f)
-			out, code, err := runPlanCommand(t, "", "-o", "json", "-f", f, "--facts", filepath.Join(remediationRepo, "facts", name+".yaml"))
+			out, code, err := runPlanCommand(t, "", "-o", "json", "-f", f, "--facts", filepath.Join(exampleFacts, name+".yaml"))
 			require.Equal(t, 0, code, "exit code (%v), want 0:\n%s", err, out)
 			var r planReport
 			require.NoError(t, json.Unmarshal([]byte(out), &r))
@@ -56,7 +62,38 @@ func TestExampleRequestsChooseTheirPlaybooks(t *testing.T) {
 		})
 	}
 	for name := range examplePlaybooks {
-		assert.Contains(t, names, name, "examplePlaybooks names %s, which has no requests/%s.yaml", name, name)
+		assert.Contains(t, names, name, "examplePlaybooks names %s, which has no examples/requests/%s.yaml", name, name)
+	}
+}
+
+// TestTemplateShipsNoRequests: whatever is in the template's requests/ is applied as soon
+// as Argo CD, Flux or remediator sync watches a copy of it, so it holds only its README,
+// and facts/ only its own.
+func TestTemplateShipsNoRequests(t *testing.T) {
+	for _, dir := range []string{"requests", "facts"} {
+		entries, err := os.ReadDir(filepath.Join(remediationRepo, dir))
+		require.NoError(t, err)
+		var names []string
+		for _, e := range entries {
+			names = append(names, e.Name())
+		}
+		assert.Equal(t, []string{"README.md"}, names, "the template's %s/", dir)
+	}
+}
+
+// copyExamples copies the example requests and their saved facts into the remediation
+// repository at repo, as examples/README.md tells a user on the demo cluster to.
+func copyExamples(t *testing.T, repo string) {
+	t.Helper()
+	for from, to := range map[string]string{exampleRequests: "requests", exampleFacts: "facts"} {
+		files, err := filepath.Glob(filepath.Join(from, "*.yaml"))
+		require.NoError(t, err)
+		require.Len(t, files, len(examplePlaybooks), "%s", from)
+		for _, f := range files {
+			data, err := os.ReadFile(f)
+			require.NoError(t, err)
+			writeFile(t, filepath.Join(repo, to, filepath.Base(f)), string(data), 0o644)
+		}
 	}
 }
 
@@ -138,6 +175,7 @@ func TestPullRequestCheck(t *testing.T) {
 
 	repo := filepath.Join(tmp, "repo")
 	copyTree(t, remediationRepo, repo)
+	copyExamples(t, repo)
 	git := func(args ...string) {
 		t.Helper()
 		cmd := exec.Command("git", args...)
@@ -162,7 +200,7 @@ func TestPullRequestCheck(t *testing.T) {
 
 	// The base branch has everything but the requests; the pull request adds them.
 	git("init", "-q", "-b", "main")
-	git("add", "README.md", ".github", ".gitlab-ci.yml", "argocd", "policies", "facts")
+	git("add", "README.md", ".github", ".gitlab-ci.yml", "argocd", "flux", "examples", "policies", "facts", "requests/README.md")
 	git("commit", "-q", "-m", "template")
 	git("branch", "base")
 	git("add", "requests")

@@ -34,7 +34,7 @@ import (
 func planRequestSeeds(t testing.TB) [][]byte {
 	t.Helper()
 	var seeds [][]byte
-	for _, glob := range []string{"../../../examples/requests/*.yaml", "../../../examples/remediation-repo/requests/*.yaml", planTestdata + "*.yaml"} {
+	for _, glob := range []string{"../../../examples/requests/*.yaml", "../../../examples/remediation-repo/examples/requests/*.yaml", planTestdata + "*.yaml"} {
 		files, err := filepath.Glob(glob)
 		require.NoError(t, err)
 		require.NotEmpty(t, files, glob)
@@ -312,7 +312,7 @@ func checkAcceptedRequest(t *testing.T, rr *v1alpha1.RemediationRequest, doc []b
 // request never panics and gives facts only when they are for that request's target
 // or are the only facts and name no target.
 func FuzzPlanFactsFile(f *testing.F) {
-	for _, glob := range []string{"../../../examples/remediation-repo/facts/*.yaml", planTestdata + "facts/*", "../../../policies/testdata/*.yaml"} {
+	for _, glob := range []string{"../../../examples/remediation-repo/examples/facts/*.yaml", planTestdata + "facts/*", "../../../policies/testdata/*.yaml"} {
 		files, err := filepath.Glob(glob)
 		require.NoError(f, err)
 		require.NotEmpty(f, files, glob)

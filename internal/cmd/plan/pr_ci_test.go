@@ -77,7 +77,7 @@ func TestPullRequestCheckInCI(t *testing.T) {
 	w.Volume("pvc-75a6fd7f-7aee-45e8-a5fa-d4500272528e", "app", "data", "kwok-node-1", 0)
 	require.NoError(t, env.Client.Delete(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: "trident", Name: "pvc-75a6fd7f-7aee-45e8-a5fa-d4500272528e"}}))
 	old := &v1alpha1.RemediationRequest{}
-	src, err := os.ReadFile(filepath.Join(remediationRepo, "requests", healthy+".yaml"))
+	src, err := os.ReadFile(filepath.Join(exampleRequests, healthy+".yaml"))
 	require.NoError(t, err)
 	require.NoError(t, yaml.UnmarshalStrict(src, old))
 	require.NoError(t, env.Client.Create(ctx, old))
@@ -118,9 +118,9 @@ func TestPullRequestCheckInCI(t *testing.T) {
 		git("add", ".")
 		git("commit", "-q", "-m", "facts notes")
 	}
-	fencedSrc, err := os.ReadFile(filepath.Join(remediationRepo, "requests", fenced+".yaml"))
+	fencedSrc, err := os.ReadFile(filepath.Join(exampleRequests, fenced+".yaml"))
 	require.NoError(t, err)
-	shutdownSrc, err := os.ReadFile(filepath.Join(remediationRepo, "requests", shutdown+".yaml"))
+	shutdownSrc, err := os.ReadFile(filepath.Join(exampleRequests, shutdown+".yaml"))
 	require.NoError(t, err)
 	branch := func(name, file, content string) {
 		git("checkout", "-q", "-b", name, "main")
@@ -178,7 +178,7 @@ func TestPullRequestCheckInCI(t *testing.T) {
 			runnerTemp := t.TempDir()
 			// remediator is on PATH: the install step must leave it at that.
 			defer func() {
-				assert.NoDirExists(t, filepath.Join(runnerTemp, "remediator-src"), "remediator was installed again")
+				assert.NoDirExists(t, filepath.Join(runnerTemp, "remediator"), "remediator was installed again")
 			}()
 			for _, st := range wf.Jobs[job].Steps {
 				switch {
@@ -189,8 +189,6 @@ func TestPullRequestCheckInCI(t *testing.T) {
 					git("fetch", "-q", "--no-tags", "--prune", "--depth=1", "origin", "+"+ref+":refs/remotes/pull/"+string(rune('0'+n))+"/merge")
 					git("checkout", "-q", "--detach", "refs/remotes/pull/"+string(rune('0'+n))+"/merge")
 					require.Equal(t, "true", run(t, checkout, "git", "rev-parse", "--is-shallow-repository"))
-				case strings.HasPrefix(st.Uses, "actions/setup-go@"):
-					// go is on PATH already.
 				case st.Uses != "":
 					t.Fatalf("the workflow uses %s, which this test does not emulate", st.Uses)
 				case st.Run != "":

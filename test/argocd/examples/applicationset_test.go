@@ -26,7 +26,7 @@ import (
 // the ones that must not become clusters: a subdirectory of a cluster's requests, a
 // requests directory one level too deep, and the single-cluster requests/.
 var repoDirectories = []string{
-	".github", ".github/workflows", "argocd", "facts", "policies", "requests",
+	".github", ".github/workflows", "argocd", "flux", "facts", "policies", "requests", "examples", "examples/requests", "examples/facts",
 	"clusters", "clusters/east", "clusters/east/requests", "clusters/east/requests/sub", "clusters/east/facts",
 	"clusters/west", "clusters/west/requests",
 	"clusters/north/old/requests", "clusters/requests",

@@ -23,8 +23,8 @@ import (
 	"github.com/remediator/remediator/test/gitrepo"
 )
 
-// The template repository's Argo CD manifests name these; the test points them at its own
-// Git server and namespaces, the only edits a user makes to them.
+// The template repository's Argo CD settings (argocd/settings.yaml) name these; the test
+// points them at its own Git server and namespaces, the only edits a user makes.
 const (
 	templateRepoURL       = "https://git.example.com/platform/remediation.git"
 	templateRequestNS     = "remediator"
@@ -39,7 +39,8 @@ const (
 
 // TestArgoCDSyncsTheTemplate runs the template repository's Argo CD path on the real Argo
 // CD (application-controller and repo-server v3.2.6, startArgoCD): the AppProjects and
-// Applications of examples/remediation-repo/argocd/ applied as a user applies them, the
+// Applications of examples/remediation-repo/argocd/ built from its kustomization and
+// applied as a user applies them (kubectl apply -k, settings.yaml edited), the
 // health check installed in argocd-cm as the README says, the repository served over
 // smart HTTP with credentials in an Argo CD repository Secret. Every health below is
 // Argo CD's own, read from the Application's status:
@@ -81,7 +82,7 @@ func TestArgoCDSyncsTheTemplate(t *testing.T) {
 		require.NoError(t, err)
 		repo.Write("policies/"+filepath.Base(f), string(data))
 	}
-	repo.Write("policies/kustomization.yaml", templateManifest(t, "policies-kustomization.yaml", "", system, ns))
+	repo.Write("policies/kustomization.yaml", templateManifest(t, "policies-kustomization.yaml", system))
 	url := repo.ServeSmartHTTP(t, argoRepoUser, argoRepoPassword)
 	rev := repo.Commit("Remediation repository from the template, with policies")
 
@@ -100,9 +101,9 @@ stringData:
   username: %s
   password: %s
 `, argoNamespace, url, argoRepoUser, argoRepoPassword), "apply", "-f", "-")
-	for _, f := range []string{"appproject.yaml", "application.yaml", "policies.yaml"} {
-		kubectl(t, templateManifest(t, f, url, system, ns), "apply", "-f", "-")
-	}
+	// kubectl apply -k argocd/, with policies.yaml listed: the AppProjects and the
+	// Applications of the requests and of the policies.
+	kubectl(t, templateArgoCD(t, url, system, ns), "apply", "-f", "-")
 
 	// The policies reach the cluster through the repo-server's kustomize build, with the
 	// digest plan prints for the commit.
@@ -210,27 +211,55 @@ stringData:
 	assert.True(t, leaseExists(t, pv2), "the Lease of a request waiting for its window is left alone")
 }
 
-// templateManifest returns the template's argocd/<name> with the repository URL and the
-// request and controller namespaces replaced, failing if one it names is not there (a
-// renamed field must not leave the test applying the template's own values).
-func templateManifest(t *testing.T, name, url, system, ns string) string {
+// templateManifest returns the template's argocd/<name> with the controller namespace
+// replaced, failing if the one it names is not there (a renamed field must not leave
+// the test applying the template's own values).
+func templateManifest(t *testing.T, name, system string) string {
 	t.Helper()
 	data, err := os.ReadFile(filepath.Join(root, "examples", "remediation-repo", "argocd", name))
 	require.NoError(t, err)
 	s := string(data)
-	replace := func(re *regexp.Regexp, with string) {
-		require.True(t, re.MatchString(s), "argocd/%s has no %s", name, re)
-		s = re.ReplaceAllLiteralString(s, with)
+	re := regexp.MustCompile(`(?m)^namespace: ` + templateControllerNS + `$`)
+	require.True(t, re.MatchString(s), "argocd/%s has no %s", name, re)
+	return re.ReplaceAllLiteralString(s, "namespace: "+system)
+}
+
+// templateArgoCD builds the template's argocd/ as `kubectl apply -k argocd/` does, after
+// the edits a user makes: the repository URL and the request and controller namespaces
+// in settings.yaml, Argo CD's namespace and policies.yaml listed in kustomization.yaml.
+// Each value the template ships must be there to be replaced.
+func templateArgoCD(t *testing.T, url, system, ns string) string {
+	t.Helper()
+	src := filepath.Join(root, "examples", "remediation-repo", "argocd")
+	dir := t.TempDir()
+	entries, err := os.ReadDir(src)
+	require.NoError(t, err)
+	for _, e := range entries {
+		data, err := os.ReadFile(filepath.Join(src, e.Name()))
+		require.NoError(t, err)
+		s := string(data)
+		edit := func(from, to string) {
+			require.Contains(t, s, from, "argocd/%s no longer holds what a user edits", e.Name())
+			s = strings.Replace(s, from, to, 1)
+		}
+		switch e.Name() {
+		case "settings.yaml":
+			edit("repoURL: "+templateRepoURL+"\n", "repoURL: "+url+"\n")
+			edit("requestNamespace: "+templateRequestNS+"\n", "requestNamespace: "+ns+"\n")
+			edit("controllerNamespace: "+templateControllerNS+"\n", "controllerNamespace: "+system+"\n")
+		case "kustomization.yaml":
+			edit("\nnamespace: argocd\n", "\nnamespace: "+argoNamespace+"\n")
+			edit("  # - policies.yaml\n", "  - policies.yaml\n")
+		}
+		require.NoError(t, os.WriteFile(filepath.Join(dir, e.Name()), []byte(s), 0o644))
 	}
-	switch name {
-	case "policies-kustomization.yaml":
-		replace(regexp.MustCompile(`(?m)^namespace: `+templateControllerNS+`$`), "namespace: "+system)
-	case "policies.yaml":
-		replace(regexp.MustCompile(regexp.QuoteMeta(templateRepoURL)), url)
-		replace(regexp.MustCompile(`(?m)namespace: `+templateControllerNS+`$`), "namespace: "+system)
-	default:
-		replace(regexp.MustCompile(regexp.QuoteMeta(templateRepoURL)), url)
-		replace(regexp.MustCompile(`(?m)namespace: `+templateRequestNS+`$`), "namespace: "+ns)
+	var stderr strings.Builder
+	cmd := exec.Command(filepath.Join(root, "bin", "kustomize"), "build", dir)
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	require.NoError(t, err, "kustomize build argocd/: %s", stderr.String())
+	for _, want := range []string{"name: remediation\n", "name: remediation-requests\n", "name: remediation-policies\n", "repoURL: " + url + "\n"} {
+		require.Contains(t, string(out), want, "kustomize build argocd/")
 	}
-	return s
+	return string(out)
 }
