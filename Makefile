@@ -247,8 +247,15 @@ TEST_BINS := $(BIN)/golangci-lint bins build build-failpoints $(BIN)/argocd $(BI
 test-bins:
 	$(MAKE) -j2 --output-sync=target $(TEST_BINS)
 
+# The template's pull-request check (its GitHub Actions steps and its GitLab script) run
+# against the host's release, served locally: the archive verified by checksum, installed,
+# and `plan pull-request` run from it on a pull request's checkout.
+.PHONY: test-template-ci
+test-template-ci: release-smoke
+	RELEASE_DIST=$(RELEASE_SMOKE)/dist RELEASE_VERSION=v0.0.0-smoke $(GOTEST) $(TEST_FLAGS) -run '^TestCIInstallsTheRelease$$' ./internal/cmd/plan/
+
 .PHONY: test
-test: test-bins lint bins build policy-test test-unit test-e2e test-realnode-host bench-smoke chaos-smoke fuzz-smoke ## Lint, build what the tests need, then run policy, unit, envtest and e2e tests, and the smoke runs of the benchmark, the chaos campaigns and the fuzz targets
+test: test-bins lint bins build policy-test test-unit test-template-ci test-e2e test-realnode-host bench-smoke chaos-smoke fuzz-smoke ## Lint, build what the tests need, then run policy, unit, envtest and e2e tests, and the smoke runs of the benchmark, the chaos campaigns and the fuzz targets
 
 # .golangci.yml's run.build-tags (e2e, failpoints) takes in the tagged files, which
 # leaves out the release build's !failpoints files; go ignores build tags for files
