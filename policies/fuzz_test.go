@@ -102,7 +102,7 @@ func checkDecision(t *testing.T, e *Engine, in Input) {
 	checkSafetyFloor(t, in, d)
 }
 
-// checkSafetyFloor is the runbook's floor under an allowed decision (domain.md), stated
+// checkSafetyFloor is the runbook's floor under an allowed decision (docs/safety.md), stated
 // on the facts rather than on the rules: no playbook while another remediation is
 // active on the same node or Lease; a Trident Lease is released only when it exists,
 // has a holder and the target resolved, and its holder is shut down, fenced (named by

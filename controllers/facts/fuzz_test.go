@@ -26,7 +26,7 @@ var fuzzTaints = []string{v1alpha1.TaintOutOfService, v1alpha1.TaintCloudShutdow
 var negativeDuration = regexp.MustCompile(`(for|renewed) -[0-9]`)
 
 // FuzzClassifyNode classifies Nodes and node Leases built from fuzz arguments and
-// checks domain.md's node states against the evidence, independently of how
+// checks the runbook's node states (docs/safety.md) against the evidence, independently of how
 // ClassifyNode reaches them: Shutdown only with a shutdown taint on a node that does
 // not report Ready=True; Healthy only for Ready=True with a node Lease renewed within
 // the grace period and no state taint; Unreachable only without a shutdown taint and
@@ -148,7 +148,7 @@ func FuzzClassifyNode(f *testing.F) {
 				"Unreachable without evidence of a lost control plane: %+v", nf)
 		case v1alpha1.NodeUnknown:
 		default:
-			require.Failf(t, "unknown node state", "state %q is none of domain.md's: %+v", nf.State, nf)
+			require.Failf(t, "unknown node state", "state %q is none of the runbook's: %+v", nf.State, nf)
 		}
 		// Conflicting evidence is never resolved in favour of acting.
 		if shutdownTaint && readyTrue {

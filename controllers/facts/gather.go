@@ -24,7 +24,7 @@ import (
 	"github.com/remediator/remediator/api/v1alpha1"
 )
 
-// Defaults follow Trident's own names (domain.md).
+// Defaults follow Trident's own names (docs/safety.md, the incidents).
 const (
 	DefaultTridentNamespace     = "trident"
 	DefaultDriverName           = "csi.trident.netapp.io"

@@ -18,7 +18,7 @@ import (
 var stateTaints = []string{v1alpha1.TaintCloudShutdown, v1alpha1.TaintOutOfService, v1alpha1.TaintUnreachable}
 
 // ClassifyNode turns a Node (nil: none exists) and its kube-node-lease Lease (nil:
-// none) into NodeFacts, in domain.md's node states. It is pure, to be table-tested.
+// none) into NodeFacts, in the runbook's node states (docs/safety.md). It is pure, to be table-tested.
 func ClassifyNode(name string, node *corev1.Node, nodeLease *coordinationv1.Lease, now time.Time, grace time.Duration) v1alpha1.NodeFacts {
 	nf := v1alpha1.NodeFacts{Name: name, LeaseRenewAgeSeconds: -1, HeartbeatAgeSeconds: -1}
 	nf.NodeLeaseDurationSeconds = kubeletLeaseDuration(name, nodeLease)

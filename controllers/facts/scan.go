@@ -30,12 +30,12 @@ const (
 // explains it.
 const (
 	// SymptomFailedMount is kubelet's FailedMount Warning on a pod that uses a stuck
-	// Lease's volume, or on a node whose CSINode lacks the driver (seeds/000).
+	// Lease's volume, or on a node whose CSINode lacks the driver (docs/safety.md, the CSI node-plugin incident).
 	SymptomFailedMount = "FailedMount"
 	// SymptomContainerCreating is a pod of a stuck Lease's volume that waits in
-	// ContainerCreating (seeds/003).
+	// ContainerCreating (docs/safety.md, the stuck-Lease incident).
 	SymptomContainerCreating = "ContainerCreating"
-	// SymptomTerminating is a pod of a stuck Lease's volume stuck Terminating (seeds/003).
+	// SymptomTerminating is a pod of a stuck Lease's volume stuck Terminating (docs/safety.md, the stuck-Lease incident).
 	SymptomTerminating = "Terminating"
 )
 

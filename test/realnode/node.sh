@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Real kubelet nodes for the local cluster (issue 23), after the verified recipe in
-# ../shared/realnode.md: each node real-N is a kubelet v1.34.2 ($BIN/kubelet) on its own
-# containerd (Debian's, with runc), with its own root dir, sockets, ports, CNI bridge rnbrN
-# (10.88.N.0/24) and cgroup root /realnodeN, registered with the running control plane as
-# node real-N, labelled node.remediator.io/real=true. Every node uses the host's IP; the ports
+# Real kubelet nodes for the local cluster (docs/development.md, "Real nodes"): each node
+# real-N is a kubelet v1.34.2 ($BIN/kubelet) on its own containerd (Debian's, with runc),
+# with its own root dir, sockets, ports, CNI bridge rnbrN (10.88.N.0/24) and cgroup root
+# /realnodeN, registered with the running control plane as node real-N, labelled
+# node.remediator.io/real=true. Every node uses the host's IP; the ports
 # differ. Needs root. The control plane must be up (test/cluster/up.sh calls `up`).
 #
 # Usage: test/realnode/node.sh COMMAND [ARG]

@@ -261,7 +261,7 @@ func (s *Stager) StageIncident(ctx context.Context, in Incident, retained bool) 
 		return nil
 	}
 	// The event Trident's node plugin emits when cryptsetup failed and it kept the
-	// Lease (seeds/003): reason LeaseRetained, type Warning, on the Lease.
+	// Lease (as Trident records it): reason LeaseRetained, type Warning, on the Lease.
 	ev := &corev1.Event{
 		ObjectMeta: metav1.ObjectMeta{Name: in.Name + ".retained", Namespace: TridentNamespace, Labels: map[string]string{Label: s.RunID}},
 		InvolvedObject: corev1.ObjectReference{Kind: "Lease", APIVersion: "coordination.k8s.io/v1",

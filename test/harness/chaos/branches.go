@@ -1,7 +1,7 @@
 package main
 
 // The branches of both incidents that the campaigns drive, each with the terminal
-// state the runbook (shared/domain.md) gives it and the destructive calls it may
+// state the runbook (docs/safety.md) gives it and the destructive calls it may
 // make. A subject is one staged incident and its request.
 
 import (
