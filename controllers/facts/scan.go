@@ -91,6 +91,37 @@ type ScanOptions struct {
 	LeaseAge time.Duration
 	// Warn receives what the scan could not read but did without; nil drops it.
 	Warn func(string)
+	// HeldBy names a node whose PV-named Leases ScanWithHeld lists whether they are
+	// stuck or not: the runbook's shutdown branch starts from the Leases the node
+	// holds, and one that scan does not find stuck must be seen to be ruled out, not
+	// silently dropped. Matched exactly against the Lease's holderIdentity.
+	HeldBy string
+}
+
+// HeldLease is a PV-named Trident Lease that ScanOptions.HeldBy holds, stuck by
+// Scan's test or not, and why.
+type HeldLease struct {
+	// Lease is namespace/name; the PV has the Lease's name.
+	Lease          string             `json:"lease"`
+	Node           string             `json:"node"`
+	NodeState      v1alpha1.NodeState `json:"nodeState"`
+	AgeSeconds     int64              `json:"ageSeconds"`
+	RetainedEvents int32              `json:"retainedEvents"`
+	// Stuck is Scan's test: the Lease is a StuckLease finding.
+	Stuck bool `json:"stuck"`
+	// Why says which part of the test made it stuck, or why none did.
+	Why string `json:"why"`
+	// Symptoms are the volume's pods' signs, as a finding's, also for a Lease that is
+	// not stuck: pods waiting behind a young Lease are worth a look at the holder.
+	Symptoms []Symptom `json:"symptoms,omitempty"`
+}
+
+// ScanResult is what ScanWithHeld found.
+type ScanResult struct {
+	// Findings are Scan's.
+	Findings []Finding
+	// Held are the Leases ScanOptions.HeldBy holds, sorted by Lease; nil without HeldBy.
+	Held []HeldLease
 }
 
 // Scan looks for the two incidents across the cluster: stuck PV-named Leases in the
@@ -98,10 +129,17 @@ type ScanOptions struct {
 // pod runs there, and overlapping node-plugin pods, each with the workload's
 // symptoms. Findings are sorted by kind, then node, then Lease.
 func (g *Gatherer) Scan(ctx context.Context, opts ScanOptions) ([]Finding, error) {
+	r, err := g.ScanWithHeld(ctx, opts)
+	return r.Findings, err
+}
+
+// ScanWithHeld is Scan, and with opts.HeldBy the PV-named Leases that node holds,
+// judged in the same pass, so that the listing and the findings agree.
+func (g *Gatherer) ScanWithHeld(ctx context.Context, opts ScanOptions) (ScanResult, error) {
 	now := g.now()
 	mounts, err := g.failedMounts(ctx, opts)
 	if err != nil {
-		return nil, err
+		return ScanResult{}, err
 	}
 	// A node is read once per scan, however many Leases it holds.
 	nodes := map[string]*v1alpha1.NodeFacts{}
@@ -115,30 +153,37 @@ func (g *Gatherer) Scan(ctx context.Context, opts ScanOptions) ([]Finding, error
 		}
 		return nf, err
 	}
-	leases, err := g.stuckLeases(ctx, opts, now, mounts, nodeOf)
+	leases, held, err := g.pvLeases(ctx, opts, now, mounts, nodeOf)
 	if err != nil {
-		return nil, err
+		return ScanResult{}, err
 	}
 	csi, err := g.pluginFindings(ctx, now, mounts, nodeOf)
 	if err != nil {
-		return nil, err
+		return ScanResult{}, err
 	}
 	out := slices.Concat(leases, csi)
 	slices.SortFunc(out, func(a, b Finding) int {
 		return strings.Compare(a.Kind+"\x00"+a.Node+"\x00"+a.Lease, b.Kind+"\x00"+b.Node+"\x00"+b.Lease)
 	})
-	return out, nil
+	slices.SortFunc(held, func(a, b HeldLease) int { return strings.Compare(a.Lease, b.Lease) })
+	if opts.HeldBy != "" && held == nil {
+		held = []HeldLease{}
+	}
+	return ScanResult{Findings: out, Held: held}, nil
 }
 
 // nodeReader reads a node's facts.
 type nodeReader func(ctx context.Context, name string) (*v1alpha1.NodeFacts, error)
 
-func (g *Gatherer) stuckLeases(ctx context.Context, opts ScanOptions, now time.Time, mounts []corev1.Event, nodeOf nodeReader) ([]Finding, error) {
+// pvLeases judges the PV-named Leases in the Trident namespace: the stuck ones are
+// findings, and those opts.HeldBy holds are listed too, stuck or not.
+func (g *Gatherer) pvLeases(ctx context.Context, opts ScanOptions, now time.Time, mounts []corev1.Event, nodeOf nodeReader) ([]Finding, []HeldLease, error) {
 	list := &coordinationv1.LeaseList{}
 	if err := g.Reader.List(ctx, list, client.InNamespace(g.Config.TridentNamespace)); err != nil {
-		return nil, fmt.Errorf("listing Leases in %s: %w", g.Config.TridentNamespace, err)
+		return nil, nil, fmt.Errorf("listing Leases in %s: %w", g.Config.TridentNamespace, err)
 	}
 	var out []Finding
+	var held []HeldLease
 	for i := range list.Items {
 		l := &list.Items[i]
 		holder := ptr.Deref(l.Spec.HolderIdentity, "")
@@ -149,41 +194,96 @@ func (g *Gatherer) stuckLeases(ctx context.Context, opts ScanOptions, now time.T
 		pv := &corev1.PersistentVolume{}
 		found, err := g.get(ctx, types.NamespacedName{Name: l.Name}, pv)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		if !found {
 			continue
 		}
 		lf := &v1alpha1.LeaseFacts{}
 		if err := g.retainedEvents(ctx, l, lf, now); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		// A Lease held by a node shut down, cut off or gone is stuck however young
-		// (Leases never expire; the wait is the floor's). A Healthy or Unknown holder's
-		// young Lease without a LeaseRetained Warning may be an operation in flight.
 		nf, err := nodeOf(ctx, holder)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		gone := nf.State == v1alpha1.NodeShutdown || nf.State == v1alpha1.NodeUnreachable || nf.State == v1alpha1.NodeNotFound
-		if !gone && lf.RetainedEvents == 0 && time.Duration(lf.AgeSeconds)*time.Second < opts.LeaseAge {
+		age := time.Duration(lf.AgeSeconds) * time.Second
+		stuck := leaseStuck(nf.State, lf.RetainedEvents, age, opts.LeaseAge)
+		listed := opts.HeldBy != "" && holder == opts.HeldBy
+		if !stuck && !listed {
 			continue
 		}
-		evidence := fmt.Sprintf("Lease %s/%s held by %s for %s", l.Namespace, l.Name, holder, time.Duration(lf.AgeSeconds)*time.Second)
+		symptoms, err := g.volumeSymptoms(ctx, pv, holder, lf.HeldSince.Time, mounts)
+		if err != nil {
+			return nil, nil, err
+		}
+		key := l.Namespace + "/" + l.Name
+		if listed {
+			_, why := judgeLease(nf.State, lf.RetainedEvents, age, opts.LeaseAge, len(symptoms))
+			held = append(held, HeldLease{
+				Lease: key, Node: holder, NodeState: nf.State, AgeSeconds: lf.AgeSeconds, RetainedEvents: lf.RetainedEvents,
+				Stuck: stuck, Why: why, Symptoms: symptoms,
+			})
+		}
+		if !stuck {
+			continue
+		}
+		evidence := fmt.Sprintf("Lease %s held by %s for %s", key, holder, age)
 		if lf.RetainedEvents > 0 {
 			evidence += fmt.Sprintf(", %d LeaseRetained event(s), last: %q", lf.RetainedEvents, lf.LastRetainedMessage)
 		}
 		evidence += fmt.Sprintf("; holder %s is %s (%s)", holder, nf.State, nf.StateReason)
-		symptoms, err := g.volumeSymptoms(ctx, pv, holder, lf.HeldSince.Time, mounts)
-		if err != nil {
-			return nil, err
-		}
 		out = append(out, Finding{
-			Kind: FindingStuckLease, Node: holder, NodeState: nf.State, Lease: l.Namespace + "/" + l.Name,
+			Kind: FindingStuckLease, Node: holder, NodeState: nf.State, Lease: key,
 			AgeSeconds: lf.AgeSeconds, RetainedEvents: lf.RetainedEvents, Evidence: evidence, Symptoms: symptoms,
 		})
 	}
-	return out, nil
+	return out, held, nil
+}
+
+// holderGone: a node shut down, cut off or gone runs no cryptsetup the API can see
+// finish, and Leases never expire, so a Lease it holds is stuck however young (the
+// runbook's wait before deleting is the safety floor's).
+func holderGone(state v1alpha1.NodeState) bool {
+	return state == v1alpha1.NodeShutdown || state == v1alpha1.NodeUnreachable || state == v1alpha1.NodeNotFound
+}
+
+// leaseStuck is Scan's test on a PV-named Lease: its holder is gone, or Trident
+// retained it after a failed operation (LeaseRetained), or it is at least stuckAge
+// old. A Healthy or Unknown holder's young Lease without LeaseRetained may be an
+// operation in flight.
+func leaseStuck(state v1alpha1.NodeState, retained int32, age, stuckAge time.Duration) bool {
+	return holderGone(state) || retained > 0 || age >= stuckAge
+}
+
+// judgeLease is leaseStuck with its reasons in words, for the people who decide on
+// the runbook's next step: every part of the test that holds when the Lease is
+// stuck, else why none does. symptoms counts the volume's pods' signs, which do not
+// decide but tell whether anything waits behind a Lease that is not stuck. It is
+// pure, to be table-tested.
+func judgeLease(state v1alpha1.NodeState, retained int32, age, stuckAge time.Duration, symptoms int) (bool, string) {
+	if !leaseStuck(state, retained, age, stuckAge) {
+		holder := fmt.Sprintf("holder %s: the evidence conflicts, and it may still run cryptsetup", state)
+		if state == v1alpha1.NodeHealthy {
+			holder = "holder Healthy, renewing its node Lease: cryptsetup may still run"
+		}
+		waiting := "no symptom on the volume's pods"
+		if symptoms > 0 {
+			waiting = fmt.Sprintf("%d symptom(s) on the volume's pods: read the holder's trident-main log", symptoms)
+		}
+		return false, fmt.Sprintf("young: held %s, under %s; no LeaseRetained event since the hold began; %s; %s", age, stuckAge, holder, waiting)
+	}
+	var why []string
+	if holderGone(state) {
+		why = append(why, fmt.Sprintf("holder %s: a Lease never expires, so it is stuck at any age", state))
+	}
+	if retained > 0 {
+		why = append(why, fmt.Sprintf("%d LeaseRetained event(s) since the hold began: Trident kept it after a failed operation", retained))
+	}
+	if age >= stuckAge {
+		why = append(why, fmt.Sprintf("held %s, at least the %s after which a live holder's Lease counts as stuck", age, stuckAge))
+	}
+	return true, strings.Join(why, "; ")
 }
 
 // failedMounts lists kubelet's FailedMount events in every namespace; where that is

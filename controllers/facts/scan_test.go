@@ -2,6 +2,7 @@ package facts_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -103,6 +104,30 @@ func TestScan(t *testing.T) {
 	assert.True(t, slices.IsSortedFunc(got, func(a, b facts.Finding) int {
 		return strings.Compare(a.Kind+"\x00"+a.Node+"\x00"+a.Lease, b.Kind+"\x00"+b.Node+"\x00"+b.Lease)
 	}), "findings are not sorted: %+v", got)
+
+	// The runbook's shutdown branch starts from the Leases a node holds: every
+	// PV-named one, stuck or not, with why, sorted; the findings are Scan's.
+	res, err := g.ScanWithHeld(context.Background(), facts.ScanOptions{LeaseAge: 10 * time.Minute, HeldBy: "scan-holder"})
+	require.NoError(t, err)
+	assert.Equal(t, len(got), len(res.Findings), "ScanWithHeld finds what Scan finds: %+v", res.Findings)
+	var held []string
+	for _, h := range res.Held {
+		assert.Equal(t, "scan-holder", h.Node, "%+v", h)
+		assert.Equal(t, v1alpha1.NodeHealthy, h.NodeState, "%+v", h)
+		held = append(held, fmt.Sprintf("%s stuck=%t", h.Lease, h.Stuck))
+	}
+	assert.Equal(t, []string{"trident/pvc-scan-old stuck=true", "trident/pvc-scan-retained stuck=true", "trident/pvc-scan-young stuck=false"}, held,
+		"every PV-named Lease scan-holder holds, sorted, not the leader Lease: %+v", res.Held)
+	if len(res.Held) == 3 {
+		assert.Contains(t, res.Held[0].Why, "at least the 10m0s", "old: %+v", res.Held[0])
+		assert.Contains(t, res.Held[1].Why, "2 LeaseRetained event(s)", "retained: %+v", res.Held[1])
+		assert.Contains(t, res.Held[2].Why, "young: held", "young: %+v", res.Held[2])
+		assert.Contains(t, res.Held[2].Why, "holder Healthy, renewing its node Lease", "young: %+v", res.Held[2])
+	}
+	res, err = g.ScanWithHeld(context.Background(), facts.ScanOptions{LeaseAge: 10 * time.Minute, HeldBy: "scan-fine"})
+	require.NoError(t, err)
+	assert.NotNil(t, res.Held, "a node that holds nothing: an empty list, not none asked for")
+	assert.Empty(t, res.Held)
 }
 
 // TestScanLeaseAgeCountsFromServerTime: scan measures a Lease's age as the decision

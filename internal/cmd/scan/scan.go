@@ -32,7 +32,8 @@ type Options struct {
 	flags             *pflag.FlagSet
 	settingsConfigMap string
 	// lease and node keep only the findings whose suggested request targets that
-	// Lease (its PV) or that node: what an alert names.
+	// Lease (its PV) or that node, or a stuck Lease the node holds: what an alert
+	// names. node also lists every Lease the node holds, stuck or not.
 	lease, node string
 	// stderr receives the warnings; nil means os.Stderr.
 	stderr io.Writer
@@ -48,7 +49,8 @@ type Options struct {
 // scanOutputUsage is scan's -o help.
 const scanOutputUsage = "Output format. Empty (the default; table is the same) lists the findings for people; " +
 	"wide adds the Lease's age, its LeaseRetained events, the node-plugin pods and the suggested request's name; " +
-	"yaml and json print the suggested RemediationRequests for tools (YAML documents, or one JSON v1 List); name lists them " +
+	"yaml and json print the suggested RemediationRequests for tools (YAML documents, or one JSON v1 List; with --node, the Leases " +
+	"the node holds as comments, or the List's heldLeases); name lists them " +
 	"(remediationrequest.remediator.io/NAME); jsonpath=..., jsonpath-as-json=..., jsonpath-file=..., go-template=... and " +
 	"go-template-file=... read the List -o json prints, as in kubectl"
 
@@ -75,17 +77,26 @@ Each finding counts its symptoms: kubelet's FailedMount events (on the volume's 
 or saying the driver is not registered on the node), and the volume's pods waiting in
 ContainerCreating or stuck Terminating. The controller runs the same scan from its
 informers (--detect-interval) and exports it as metrics; --lease and --node keep the
-one an alert names. With --kubeconfig, the controller's settings (Trident namespace,
-driver, selector, grace period, floor ages) come from the chart's settings ConfigMap
-wherever no flag gives them, as in plan.
+one an alert names, and --node the stuck Leases that node holds.
+--node NODE also lists every PV-named Lease in the Trident namespace that NODE holds
+(its holderIdentity), sorted, the runbook's first step on a node: each Stuck, with
+the part of the test above that holds, or NotStuck, with why not (young, no
+LeaseRetained event, a holder that still runs, whether pods wait behind it). Only
+the stuck ones are findings and get a request. With --kubeconfig, the controller's
+settings (Trident namespace, driver, selector, grace period, floor ages) come from
+the chart's settings ConfigMap wherever no flag gives them, as in plan.
 -o yaml and -o json print the same thing for tools, as they do in plan: the suggested
 RemediationRequests, one per target, ready to commit to the remediation repository
 (YAML documents, or one JSON v1 List; the admission policy refuses a kubectl apply);
--o name, jsonpath=... and go-template=... print them as kubectl does. The table lists the
-findings (-o wide with more detail).
+-o name, jsonpath=... and go-template=... print them as kubectl does. With --node,
+-o yaml lists the Leases the node holds in comments before the requests, and -o json
+(jsonpath, go-template) in the List's heldLeases, which kubectl apply ignores. The
+table lists the findings (-o wide with more detail), then with --node the Leases the
+node holds.
 It only reads. Exit codes: 0 whatever it found; 1 the scan itself failed; 2 a wrong
 command line; with --exit-code, 3 when findings were printed (as git diff
---exit-code), so a CI job can gate on it: the code plan gives a refused request.`,
+--exit-code; a Lease --node lists as NotStuck is none), so a CI job can gate on it:
+the code plan gives a refused request.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := o.Complete(cmd); err != nil {
@@ -102,7 +113,8 @@ command line; with --exit-code, 3 when findings were printed (as git diff
 	f.Lookup("namespace").Usage = "Namespace of the suggested RemediationRequests (-o yaml); the same as --request-namespace"
 	cmdutil.AddSettingsFlag(f, &o.settingsConfigMap, "scan")
 	f.StringVar(&o.lease, "lease", "", "Only the stuck Lease of this name in the Trident namespace (its PV's name), as TridentLeaseStuck names it")
-	f.StringVar(&o.node, "node", "", "Only the findings whose request targets this node (deregistered driver, overlapping node-plugin pods), as TridentCSIDriverDeregistered names it")
+	f.StringVar(&o.node, "node", "", "Only the findings whose request targets this node (deregistered driver, overlapping node-plugin pods), "+
+		"as TridentCSIDriverDeregistered names it, and the stuck Leases it holds; also lists every Lease it holds, stuck or not, and why")
 	o.output.AddFlags(cmd, scanOutputUsage)
 	f.StringVar(&o.requestNamespace, "request-namespace", "remediator", "Namespace of the suggested RemediationRequests")
 	f.BoolVar(&o.exitCode, "exit-code", false, fmt.Sprintf("Exit with %d when something was found (as git diff --exit-code); without it scan exits 0 whatever it found", cmdutil.ExitFinding))
@@ -159,42 +171,116 @@ func (o *Options) Run(ctx context.Context, w io.Writer) error {
 	if err != nil {
 		return err
 	}
-	findings, err := g.Scan(ctx, facts.ScanOptions{LeaseAge: gates.HealthyStuckLeaseAge, Warn: warn})
+	res, err := g.ScanWithHeld(ctx, facts.ScanOptions{LeaseAge: gates.HealthyStuckLeaseAge, Warn: warn, HeldBy: o.node})
 	if err != nil {
 		return fmt.Errorf("scanning: %w", err)
 	}
-	findings = o.only(findings)
-	if err := writeFindings(w, findings, *o); err != nil {
+	r := report{findings: o.only(res.Findings), held: res.Held}
+	if err := writeFindings(w, r, *o); err != nil {
 		return err
 	}
-	if len(findings) > 0 && o.exitCode {
-		return cmdutil.Finding("%d finding(s)", len(findings))
+	// A Lease the node holds that is not stuck is no finding: --exit-code gates on
+	// what needs a request, as without --node.
+	if len(r.findings) > 0 && o.exitCode {
+		return cmdutil.Finding("%d finding(s)", len(r.findings))
 	}
 	return nil
 }
 
-func writeFindings(w io.Writer, findings []facts.Finding, o Options) error {
+// report is what scan prints.
+type report struct {
+	findings []facts.Finding
+	// held are the Leases --node holds, stuck or not, sorted; nil without --node.
+	held []facts.HeldLease
+}
+
+// heldLease is a Lease --node holds as -o json prints it: with the name of the request
+// suggested for it when it is stuck.
+type heldLease struct {
+	facts.HeldLease
+	Request string `json:"request,omitempty"`
+}
+
+// heldLeases are r.held for -o json and the printers; nil without --node.
+func (r report) heldLeases(ns string) []heldLease {
+	if r.held == nil {
+		return nil
+	}
+	out := make([]heldLease, 0, len(r.held))
+	for _, h := range r.held {
+		out = append(out, heldLease{HeldLease: h, Request: heldRequest(h, ns)})
+	}
+	return out
+}
+
+// heldRequest is ns/name of the request scan suggests for a held Lease, "" for one
+// that is not stuck: the request is the StuckLease finding's.
+func heldRequest(h facts.HeldLease, ns string) string {
+	if !h.Stuck {
+		return ""
+	}
+	return ns + "/" + suggestedName(facts.Finding{Kind: facts.FindingStuckLease, Lease: h.Lease})
+}
+
+// list is the v1 List -o json prints: the suggested requests as items, and with
+// --node the Leases the node holds in heldLeases, a field kubectl apply ignores (it
+// applies a List's items), so the List stays what it applies.
+func (r report) list(ns string) (map[string]any, error) {
+	items := SuggestedRequests(r.findings, ns)
+	if items == nil {
+		items = []map[string]any{}
+	}
+	l := map[string]any{"apiVersion": "v1", "kind": "List", "items": items}
+	if held := r.heldLeases(ns); held != nil {
+		// Through JSON, so that jsonpath and go-template read the fields -o json prints.
+		data, err := json.Marshal(held)
+		if err != nil {
+			return nil, fmt.Errorf("encoding the held Leases: %w", err)
+		}
+		var v []any
+		if err := json.Unmarshal(data, &v); err != nil {
+			return nil, fmt.Errorf("decoding the held Leases: %w", err)
+		}
+		l["heldLeases"] = v
+	}
+	return l, nil
+}
+
+func writeFindings(w io.Writer, r report, o Options) error {
 	format := o.output.Format()
 	switch format {
 	case "", cmdutil.OutputWide:
 	case cmdutil.OutputJSON:
-		items := SuggestedRequests(findings, o.requestNamespace)
-		if items == nil {
-			items = []map[string]any{}
+		l, err := r.list(o.requestNamespace)
+		if err != nil {
+			return err
 		}
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
-		return enc.Encode(map[string]any{"apiVersion": "v1", "kind": "List", "items": items})
+		return enc.Encode(l)
 	case cmdutil.OutputYAML:
-		return WriteRequests(w, SuggestedRequests(findings, o.requestNamespace))
+		if err := writeHeldComments(w, r, o); err != nil {
+			return err
+		}
+		return WriteRequests(w, SuggestedRequests(r.findings, o.requestNamespace))
 	default:
 		// name, jsonpath, go-template: on the List -o json prints.
 		p, err := o.output.Printer()
 		if err != nil {
 			return err
 		}
-		return p.PrintObj(cmdutil.ListOf(SuggestedRequests(findings, o.requestNamespace)), w)
+		l, err := r.list(o.requestNamespace)
+		if err != nil {
+			return err
+		}
+		items, _ := l["items"].([]map[string]any)
+		ul := cmdutil.ListOf(items)
+		if held, ok := l["heldLeases"]; ok {
+			ul.Object["heldLeases"] = held
+		}
+		return p.PrintObj(ul, w)
 	}
+	findings := r.findings
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	if format == cmdutil.OutputWide {
 		fmt.Fprintln(tw, "KIND\tNODE\tNODE STATE\tLEASE\tAGE\tLEASERETAINED\tPLUGIN PODS\tSYMPTOMS\tREQUEST\tEVIDENCE")
@@ -217,13 +303,102 @@ func writeFindings(w io.Writer, findings []facts.Finding, o Options) error {
 		return err
 	}
 	if len(findings) == 0 {
-		_, err := fmt.Fprintln(w, "No stuck Leases, deregistered drivers or overlapping node-plugin pods found.")
+		if _, err := fmt.Fprintln(w, "No stuck Leases, deregistered drivers or overlapping node-plugin pods found."); err != nil {
+			return err
+		}
+	}
+	return writeHeldTable(w, r, o)
+}
+
+// writeHeldTable lists the Leases --node holds after the findings: every one, so
+// that a Lease not found stuck is seen to be ruled out, and why.
+func writeHeldTable(w io.Writer, r report, o Options) error {
+	if r.held == nil {
+		return nil
+	}
+	if len(r.held) == 0 {
+		_, err := fmt.Fprintf(w, "\nNo Trident Leases held by %s.\n", o.node)
 		return err
+	}
+	fmt.Fprintf(w, "\nTrident Leases held by %s:\n", o.node)
+	wide := o.output.Format() == cmdutil.OutputWide
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	if wide {
+		fmt.Fprintln(tw, "LEASE\tSTUCK\tNODE STATE\tAGE\tLEASERETAINED\tSYMPTOMS\tREQUEST\tWHY")
+	} else {
+		fmt.Fprintln(tw, "LEASE\tSTUCK\tNODE STATE\tAGE\tLEASERETAINED\tSYMPTOMS\tWHY")
+	}
+	for _, h := range r.held {
+		age := (time.Duration(h.AgeSeconds) * time.Second).String()
+		if wide {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", h.Lease, stuckWord(h), h.NodeState, age, h.RetainedEvents,
+				symptomsSummary(h.Symptoms), cmp.Or(heldRequest(h, o.requestNamespace), "-"), h.Why)
+			continue
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", h.Lease, stuckWord(h), h.NodeState, age, h.RetainedEvents,
+			symptomsSummary(h.Symptoms), h.Why)
+	}
+	return tw.Flush()
+}
+
+// stuckWord is a held Lease's STUCK column, one word so that awk and grep read it.
+func stuckWord(h facts.HeldLease) string {
+	if h.Stuck {
+		return "Stuck"
+	}
+	return "NotStuck"
+}
+
+// writeHeldComments lists the Leases --node holds as YAML comments before -o yaml's
+// requests: the output stays the manifests to commit (or kubectl apply), with one
+// request per stuck Lease and none for the others, and the person who commits them
+// sees which Leases the node holds and why the others got none.
+func writeHeldComments(w io.Writer, r report, o Options) error {
+	if r.held == nil {
+		return nil
+	}
+	lines := []string{fmt.Sprintf("remediator scan: Trident Leases held by %s: %d, a request below for each stuck one", o.node, len(r.held))}
+	for _, h := range r.held {
+		line := fmt.Sprintf("  %s: %s (%s); ", h.Lease, stuckWord(h), h.Why)
+		if req := heldRequest(h, o.requestNamespace); req != "" {
+			line += "request " + req
+		} else {
+			line += "no request"
+		}
+		lines = append(lines, line)
+	}
+	for _, l := range lines {
+		if _, err := fmt.Fprintln(w, "# "+commentSafe(l)); err != nil {
+			return err
+		}
 	}
 	return nil
 }
 
-// only keeps the findings --lease and --node select.
+// commentSafe keeps a YAML comment on its line: a line break in it (YAML counts
+// NEL, LS and PS too) would end the comment, and what follows would be applied as
+// part of a manifest. Cluster text reaches the comment through names only, which the
+// API validates, but the comment must not depend on that.
+func commentSafe(s string) string {
+	if !strings.ContainsFunc(s, commentBreaks) {
+		return s
+	}
+	var b strings.Builder
+	for _, r := range s {
+		if commentBreaks(r) {
+			fmt.Fprintf(&b, "\\u%04x", r)
+			continue
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+func commentBreaks(r rune) bool { return unicode.IsControl(r) || r == '\u2028' || r == '\u2029' }
+
+// only keeps the findings --lease and --node select: the Lease --lease names, and
+// --node's own findings and the stuck Leases it holds (the runbook's shutdown branch
+// releases those).
 func (o *Options) only(findings []facts.Finding) []facts.Finding {
 	if o.lease == "" && o.node == "" {
 		return findings
@@ -231,7 +406,7 @@ func (o *Options) only(findings []facts.Finding) []facts.Finding {
 	var out []facts.Finding
 	for _, f := range findings {
 		if f.Kind == facts.FindingStuckLease && o.lease != "" && leasePV(f) == o.lease ||
-			f.Kind != facts.FindingStuckLease && o.node != "" && f.Node == o.node {
+			o.node != "" && f.Node == o.node {
 			out = append(out, f)
 		}
 	}
