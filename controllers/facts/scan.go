@@ -109,7 +109,7 @@ func (g *Gatherer) Scan(ctx context.Context, opts ScanOptions) ([]Finding, error
 		if nf, ok := nodes[name]; ok {
 			return nf, nil
 		}
-		nf, err := g.nodeFacts(ctx, name, now)
+		nf, _, err := g.nodeFacts(ctx, name, now)
 		if err == nil {
 			nodes[name] = nf
 		}

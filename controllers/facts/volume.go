@@ -6,6 +6,7 @@ package facts
 // nor the embedded rules read it yet.
 
 import (
+	"context"
 	"crypto/sha256"
 	"fmt"
 	"slices"
@@ -13,6 +14,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/remediator/remediator/api/v1alpha1"
 )
@@ -102,6 +105,50 @@ func VolumeEvidence(pvName string, pv *corev1.PersistentVolume, node *corev1.Nod
 		CreationTimestamp: &created, DeletionTimestamp: va.DeletionTimestamp,
 	}
 	return vf
+}
+
+// volume records the evidence of the volume pvName on the Lease's holder: s.f.Node
+// and s.holder, which node read. Each read is one GET by name, from the controller's
+// cache where it holds the kind: the PV (again: resolving the target keeps only its
+// name, and a Lease can outlive its PV), the driver's CSIDriver and the
+// VolumeAttachment under AttachmentName, so the evidence costs three reads however
+// large the cluster.
+func (s *gathering) volume(ctx context.Context, pvName string) error {
+	pv := &corev1.PersistentVolume{}
+	found, err := s.g.get(ctx, types.NamespacedName{Name: pvName}, pv)
+	if err != nil {
+		return err
+	}
+	if !found {
+		pv = nil
+	}
+	var driver *storagev1.CSIDriver
+	var va *storagev1.VolumeAttachment
+	if pv != nil && pv.Spec.CSI != nil {
+		src := pv.Spec.CSI
+		driver, err = getIfFound(ctx, s.g, src.Driver, &storagev1.CSIDriver{})
+		if err != nil {
+			return err
+		}
+		va, err = getIfFound(ctx, s.g, AttachmentName(src.VolumeHandle, src.Driver, s.f.Node.Name), &storagev1.VolumeAttachment{})
+		if err != nil {
+			return err
+		}
+	}
+	vf := VolumeEvidence(pvName, pv, s.holder, *s.f.Node, driver, va, s.now)
+	s.f.Volume = &vf
+	return nil
+}
+
+// getIfFound reads the cluster-scoped object name into obj, and returns nil when
+// there is none.
+func getIfFound[T client.Object](ctx context.Context, g *Gatherer, name string, obj T) (T, error) {
+	var none T
+	found, err := g.get(ctx, types.NamespacedName{Name: name}, obj)
+	if err != nil || !found {
+		return none, err
+	}
+	return obj, nil
 }
 
 func joinMessage(a, b string) string {
