@@ -51,6 +51,11 @@ type Facts struct {
 	// CSI describes the driver registration on the target node (reregister-csi-driver only).
 	// +optional
 	CSI *CSIFacts `json:"csi,omitempty"`
+	// Volume is the evidence of whether the Lease's holder still has the Lease's
+	// volume (release-luks-lease only, when the Lease has a holder): what its kubelet
+	// and the attach/detach machinery report, not how long ago anything happened.
+	// +optional
+	Volume *VolumeFacts `json:"volume,omitempty"`
 }
 
 // TargetFacts records the resolution chain pod -> PVC -> PV -> Lease.
@@ -234,6 +239,69 @@ type CSIFacts struct {
 	// +listType=atomic
 	// +optional
 	PluginPods []PodFacts `json:"pluginPods,omitempty"`
+}
+
+// VolumeFacts is the evidence, on the holder node, of the volume the Lease is named
+// after: whether the holder's kubelet still reports it in use, and whether a
+// VolumeAttachment still attaches it there. It is evidence only: no rule of the
+// safety floor reads it.
+type VolumeFacts struct {
+	// Node is the node the evidence is about: the Lease's holder.
+	Node string `json:"node"`
+	// PersistentVolumeExists is false when the PV is gone; the driver, the handle and
+	// everything that needs them are then unknown.
+	PersistentVolumeExists bool `json:"persistentVolumeExists"`
+	// Driver is the PV's spec.csi.driver; empty for a volume that is not CSI.
+	// +optional
+	Driver string `json:"driver,omitempty"`
+	// VolumeHandle is the PV's spec.csi.volumeHandle.
+	// +optional
+	VolumeHandle string `json:"volumeHandle,omitempty"`
+	// UniqueName is the kubelet's name for the volume, as the Node's
+	// status.volumesInUse lists it: kubernetes.io/csi/<driver>^<volumeHandle>.
+	// +optional
+	UniqueName string `json:"uniqueName,omitempty"`
+	// InUseOnNode is true when the holder Node's status.volumesInUse lists UniqueName:
+	// the kubelet reports the volume mounted on the node, or being mounted or unmounted.
+	InUseOnNode bool `json:"inUseOnNode"`
+	// InUseReportedAt is when the kubelet last posted the Node's status, which carries
+	// volumesInUse: the Ready condition's heartbeat (node.readyHeartbeatTime). The node
+	// Lease's renewal says the kubelet runs, not what it mounts.
+	// +optional
+	InUseReportedAt *metav1.Time `json:"inUseReportedAt,omitempty"`
+	// InUseReportAgeSeconds is the age of InUseReportedAt; -1 when the kubelet never
+	// posted a status (or there is no Node).
+	InUseReportAgeSeconds int64 `json:"inUseReportAgeSeconds"`
+	// CSIDriverExists is false when no CSIDriver object is named Driver.
+	CSIDriverExists bool `json:"csiDriverExists"`
+	// AttachRequired is the CSIDriver's spec.attachRequired: true when it is unset or
+	// there is no CSIDriver, as the kubelet reads it; then a VolumeAttachment must
+	// attach the volume before the node can use it.
+	AttachRequired bool `json:"attachRequired"`
+	// VolumeAttachment is the VolumeAttachment of the PV on the holder node.
+	VolumeAttachment VolumeAttachmentFacts `json:"volumeAttachment"`
+	// Message says plainly what could not be read or did not match, when something did.
+	// +optional
+	Message string `json:"message,omitempty"`
+}
+
+// VolumeAttachmentFacts describes the VolumeAttachment of a PV on one node.
+type VolumeAttachmentFacts struct {
+	// Name is the name the attacher gives the VolumeAttachment of the volume on the
+	// node (csi-<sha256 of volumeHandle, driver and node>), whether it exists or not.
+	// +optional
+	Name string `json:"name,omitempty"`
+	// Exists is true when a VolumeAttachment of that name exists for the PV
+	// (spec.source.persistentVolumeName) on the holder (spec.nodeName).
+	Exists bool `json:"exists"`
+	// Attached is its status.attached.
+	Attached bool `json:"attached"`
+	// CreationTimestamp is when it was created: present since then.
+	// +optional
+	CreationTimestamp *metav1.Time `json:"creationTimestamp,omitempty"`
+	// DeletionTimestamp is set while the volume is being detached.
+	// +optional
+	DeletionTimestamp *metav1.Time `json:"deletionTimestamp,omitempty"`
 }
 
 // NewestHeartbeat is the newer of LeaseRenewTime and ReadyHeartbeatTime, or nil.

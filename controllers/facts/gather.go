@@ -182,6 +182,8 @@ type gathering struct {
 	// prev are the facts the last decision recorded (status.facts), nil for a request
 	// never decided: what the node did since is evidence too (Unsettled).
 	prev *v1alpha1.Facts
+	// holder is the Node that node read (nil: none): its volumesInUse is evidence too.
+	holder *corev1.Node
 }
 
 // get reads one object; found is false on NotFound.
@@ -224,6 +226,9 @@ func (s *gathering) lease(ctx context.Context, t v1alpha1.Target) error {
 	if err := s.node(ctx, lf.HolderIdentity); err != nil {
 		return err
 	}
+	if err := s.volume(ctx, pv); err != nil {
+		return err
+	}
 	if claim != nil && !s.g.SkipAffectedPods {
 		return s.affectedPods(ctx, lf.HolderIdentity, claim)
 	}
@@ -253,16 +258,17 @@ func eventLastSeen(ev *corev1.Event) time.Time {
 
 // node records the state of the named node.
 func (s *gathering) node(ctx context.Context, name string) error {
-	nf, err := s.g.nodeFacts(ctx, name, s.now)
+	nf, node, err := s.g.nodeFacts(ctx, name, s.now)
 	if err != nil {
 		return err
 	}
 	Unsettled(nf, s.prev)
-	s.f.Node = nf
+	s.f.Node, s.holder = nf, node
 	return nil
 }
 
-func (g *Gatherer) nodeFacts(ctx context.Context, name string, now time.Time) (*v1alpha1.NodeFacts, error) {
+// nodeFacts classifies the named node, and returns its Node (nil: none) too.
+func (g *Gatherer) nodeFacts(ctx context.Context, name string, now time.Time) (*v1alpha1.NodeFacts, *corev1.Node, error) {
 	// The Node and its node Lease are read at once: live, before a destructive step,
 	// it waits for the slower of the two rather than for both in turn. The Lease
 	// counts even without a Node: a kubelet that renews it runs.
@@ -276,7 +282,7 @@ func (g *Gatherer) nodeFacts(ctx context.Context, name string, now time.Time) (*
 	found, err := g.get(ctx, types.NamespacedName{Name: name}, node)
 	wg.Wait()
 	if err = cmp.Or(err, leaseErr); err != nil { // the Node's first
-		return nil, err
+		return nil, nil, err
 	}
 	if !found {
 		node = nil
@@ -285,7 +291,7 @@ func (g *Gatherer) nodeFacts(ctx context.Context, name string, now time.Time) (*
 		l = nil
 	}
 	nf := ClassifyNode(name, node, l, now, g.Config.NodeLeaseGracePeriod)
-	return &nf, nil
+	return &nf, node, nil
 }
 
 // affectedPods lists the pods on node that use claim (VolumesUsing).

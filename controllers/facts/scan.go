@@ -147,7 +147,7 @@ func (g *Gatherer) ScanWithHeld(ctx context.Context, opts ScanOptions) (ScanResu
 		if nf, ok := nodes[name]; ok {
 			return nf, nil
 		}
-		nf, err := g.nodeFacts(ctx, name, now)
+		nf, _, err := g.nodeFacts(ctx, name, now)
 		if err == nil {
 			nodes[name] = nf
 		}

@@ -88,6 +88,8 @@ type nodeSpec struct {
 	ready      corev1.ConditionStatus
 	taints     []string
 	renewedAgo time.Duration // <0: no node Lease
+	// volumesInUse is status.volumesInUse, as the kubelet posts it.
+	volumesInUse []corev1.UniqueVolumeName
 }
 
 func (w *world) node(name string, s nodeSpec) {
@@ -105,6 +107,7 @@ func (w *world) node(name string, s nodeSpec) {
 		Type: corev1.NodeReady, Status: s.ready, Reason: "KubeletReady",
 		LastHeartbeatTime: metav1.NewTime(heartbeat), LastTransitionTime: metav1.NewTime(w.Now().Add(-10 * time.Minute)),
 	}}
+	n.Status.VolumesInUse = s.volumesInUse
 	w.create(n)
 	if s.renewedAgo >= 0 {
 		w.create(&coordinationv1.Lease{
@@ -295,6 +298,27 @@ func (w *world) csiNode(node string, drivers ...string) {
 		cn.Spec.Drivers = append(cn.Spec.Drivers, storagev1.CSINodeDriver{Name: d, NodeID: node, TopologyKeys: []string{"topology.kubernetes.io/zone"}})
 	}
 	w.create(cn)
+}
+
+// volumeAttachment creates the VolumeAttachment of the Trident PV pv on node, under
+// the attacher's name for it, and sets its status.attached as the external-attacher
+// would.
+func (w *world) volumeAttachment(pv, node string, attached bool) *storagev1.VolumeAttachment {
+	w.t.Helper()
+	va := &storagev1.VolumeAttachment{
+		ObjectMeta: metav1.ObjectMeta{Name: facts.AttachmentName(pv, facts.DefaultDriverName, node)},
+		Spec: storagev1.VolumeAttachmentSpec{Attacher: facts.DefaultDriverName, NodeName: node,
+			Source: storagev1.VolumeAttachmentSource{PersistentVolumeName: ptr.To(pv)}},
+	}
+	w.create(va)
+	va.Status.Attached = attached
+	require.NoError(w.t, w.c.Status().Update(w.ctx, va), "updating status of VolumeAttachment %s", va.Name)
+	return va
+}
+
+// csiDriver creates the CSIDriver name with spec.attachRequired (nil: unset).
+func (w *world) csiDriver(name string, attachRequired *bool) {
+	w.create(&storagev1.CSIDriver{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: storagev1.CSIDriverSpec{AttachRequired: attachRequired}})
 }
 
 // gather reads facts with the world's clock.

@@ -29,12 +29,15 @@ func TestCacheKeepsTheKubeletsWriteTimes(t *testing.T) {
 		Status: corev1.NodeStatus{
 			Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionUnknown, LastHeartbeatTime: stamped}},
 			Images:     []corev1.ContainerImage{{Names: []string{"busybox"}}},
+			// The volume evidence reads what the kubelet reports in use.
+			VolumesInUse: []corev1.UniqueVolumeName{"kubernetes.io/csi/csi.trident.netapp.io^pvc-1"},
 		},
 	}
 	obj, err := stripNode(node.DeepCopy())
 	require.NoError(t, err)
 	cached := obj.(*corev1.Node)
 	assert.Empty(t, cached.Status.Images)
+	assert.Equal(t, node.Status.VolumesInUse, cached.Status.VolumesInUse, "volumesInUse is kept")
 	require.Len(t, cached.ManagedFields, 1, "only the kubelet's status writes")
 	assert.Nil(t, cached.ManagedFields[0].FieldsV1)
 	now := written.Add(21 * time.Second)

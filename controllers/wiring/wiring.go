@@ -34,8 +34,9 @@ var eventFields = map[string]func(*corev1.Event) string{
 //   - what a decision weighs and that stays small as the cluster grows: Nodes (without
 //     their image lists), the node Leases in kube-node-lease, the Trident Leases (with
 //     their managedFields, which every other object is cached without) and
-//     LeaseRetained events in the Trident namespace, PersistentVolumes, claims and
-//     CSINodes;
+//     LeaseRetained events in the Trident namespace, PersistentVolumes, claims,
+//     CSINodes, CSIDrivers and VolumeAttachments (one per volume attached to a node:
+//     they grow with the volumes in use, as PVs do);
 //   - the pause ConfigMap, and no other ConfigMap;
 //   - with detect (the Detector runs), kubelet's FailedMount events in every other
 //     namespace: the symptoms the detector attaches to an incident. They expire with
@@ -141,11 +142,12 @@ func writeTimes(entries []metav1.ManagedFieldsEntry, counts func(metav1.ManagedF
 }
 
 // stripNode keeps of a Node what the facts and steps read (metadata, spec, the
-// conditions, when the kubelet last wrote its status: writeTimes) and drops the rest
-// of its status: the image list alone can be the larger part of a Node.
+// conditions, the volumes the kubelet reports in use, when the kubelet last wrote
+// its status: writeTimes) and drops the rest of its status: the image list alone can
+// be the larger part of a Node.
 func stripNode(obj any) (any, error) {
 	if n, ok := obj.(*corev1.Node); ok {
-		n.Status = corev1.NodeStatus{Conditions: n.Status.Conditions}
+		n.Status = corev1.NodeStatus{Conditions: n.Status.Conditions, VolumesInUse: n.Status.VolumesInUse}
 		n.ManagedFields = writeTimes(n.ManagedFields, func(e metav1.ManagedFieldsEntry) bool {
 			return e.Manager == "kubelet" && e.Subresource == "status"
 		})
@@ -169,7 +171,7 @@ func PrepareCache(ctx context.Context, mgr ctrl.Manager) error {
 		}
 	}
 	for _, obj := range []client.Object{&corev1.Node{}, &coordinationv1.Lease{}, &corev1.PersistentVolume{},
-		&corev1.PersistentVolumeClaim{}, &storagev1.CSINode{}} {
+		&corev1.PersistentVolumeClaim{}, &storagev1.CSINode{}, &storagev1.CSIDriver{}, &storagev1.VolumeAttachment{}} {
 		if _, err := mgr.GetCache().GetInformer(ctx, obj); err != nil {
 			return fmt.Errorf("starting the informer for %T: %w", obj, err)
 		}
@@ -229,7 +231,9 @@ func cachedReads(fc facts.Config, l live) func(runtime.Object, string) bool {
 			return !l.leases
 		case *corev1.EventList:
 			return ns == fc.TridentNamespace || (ns == "" && l.allEvents)
-		case *corev1.PersistentVolume, *corev1.PersistentVolumeClaim:
+		case *corev1.PersistentVolume, *corev1.PersistentVolumeClaim,
+			// The volume evidence, which no floor check weighs: from the cache for all.
+			*storagev1.CSIDriver, *storagev1.VolumeAttachment:
 			return true
 		}
 		return false

@@ -220,6 +220,8 @@ func TestPlanPrinterFlags(t *testing.T) {
 		"uid=0f5a3c2e-9b1d-4e7a-8c6f-2d4b1a9e7c53 resourceVersion=1843 age from -, acquired 2026-11-19T05:50:00Z, created 2026-11-19T05:50:00Z",
 		"exists=true Ready=Unknown for 2100s",
 		"taints=[node.kubernetes.io/out-of-service,node.kubernetes.io/unreachable]",
+		"uniqueName=kubernetes.io/csi/csi.trident.netapp.io^pvc-0b8e5d21-6c3f-4a7e-b1d9-5e2f8c4a6d30 volumeAttachment=csi-",
+		"created 2026-11-19T05:10:00Z, deleting -, csiDriver=true",
 		"decision:  ALLOWED by rule holder-shutdown",
 	} {
 		assert.Contains(t, wide, want, "-o wide")

@@ -148,8 +148,9 @@ node-plugin selector, the node-lease grace, the cap and the floor's minimums) ar
 from the chart's settings ConfigMap (--settings-configmap) wherever no flag gives them.
 
 plan never writes to the cluster. It needs get/list on pods, persistentvolumeclaims,
-persistentvolumes, nodes, events, leases, csinodes and remediationrequests, and get on
-the settings ConfigMap (the chart's remediator-plan ClusterRole).
+persistentvolumes, nodes, events, leases, csinodes and remediationrequests, get on
+csidrivers and volumeattachments, and get on the settings ConfigMap (the chart's
+remediator-plan ClusterRole).
 
 plan pull-request is the whole pull-request check of a remediation repository.
 

@@ -61,6 +61,7 @@ func TestPlanSavedFacts(t *testing.T) {
 			"== RemediationRequest remediator/release-lease-shutdown-kwok-node-3 from testdata/plan/shutdown.yaml (document 1)",
 			"decision:  ALLOWED by rule holder-shutdown: playbook node-shutdown (phase Running)",
 			"- holder node kwok-node-3 is shut down: Ready=Unknown for 35m0s; taints node.kubernetes.io/out-of-service,node.kubernetes.io/unreachable",
+			"volume    on kwok-node-3: inUse=true (kubelet posted 2140s ago), VolumeAttachment attached=true, attachRequired=true\n",
 			"steps:     1. deleteLease\n",
 			"policy:    " + digest + " (embedded)",
 			"exit code: 0",

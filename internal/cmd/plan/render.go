@@ -277,6 +277,7 @@ func (w resultWriter) facts(res planResult, wide bool) {
 				n.Exists, cmp.Or(n.Ready, "-"), n.ReadyAgeSeconds, n.LeaseRenewAgeSeconds, n.HeartbeatAgeSeconds, n.Unschedulable, strings.Join(n.Taints, ","))
 		}
 	}
+	w.volume(f.Volume, wide)
 	for _, p := range f.AffectedPods {
 		if wide {
 			w.more("pod       %s/%s %s on %s ready=%t uid=%s deleting=%s", p.Namespace, p.Name, cmp.Or(p.Phase, "-"), cmp.Or(p.Node, "-"), p.Ready, cmp.Or(p.UID, "-"), timeOrDash(p.DeletionTimestamp))
@@ -289,6 +290,34 @@ func (w resultWriter) facts(res planResult, wide bool) {
 		for _, p := range c.PluginPods {
 			w.more("          plugin pod %s", p)
 		}
+	}
+}
+
+// volume writes the evidence of whether the holder still has the volume, if it was
+// gathered: what the kubelet last reported in use there, and the VolumeAttachment.
+func (w resultWriter) volume(v *v1alpha1.VolumeFacts, wide bool) {
+	if v == nil {
+		return
+	}
+	posted := "never posted"
+	if v.InUseReportedAt != nil {
+		posted = fmt.Sprintf("posted %ds ago", v.InUseReportAgeSeconds)
+	}
+	a := v.VolumeAttachment
+	attachment := "absent"
+	switch {
+	case a.Exists && a.DeletionTimestamp != nil:
+		attachment = fmt.Sprintf("detaching, attached=%t", a.Attached)
+	case a.Exists:
+		attachment = fmt.Sprintf("attached=%t", a.Attached)
+	}
+	w.more("volume    on %s: inUse=%t (kubelet %s), VolumeAttachment %s, attachRequired=%t", cmp.Or(v.Node, "-"), v.InUseOnNode, posted, attachment, v.AttachRequired)
+	if v.Message != "" {
+		w.more("          %s", v.Message)
+	}
+	if wide {
+		w.more("          uniqueName=%s volumeAttachment=%s created %s, deleting %s, csiDriver=%t",
+			cmp.Or(v.UniqueName, "-"), cmp.Or(a.Name, "-"), timeOrDash(a.CreationTimestamp), timeOrDash(a.DeletionTimestamp), v.CSIDriverExists)
 	}
 }
 

@@ -223,8 +223,9 @@ func TestClusterRoleIsLeastPrivilege(t *testing.T) {
 		if slices.Contains(r.Resources, "nodes") {
 			assert.Subset(t, []string{"get", "list", "watch", "patch"}, r.Verbs, "nodes: only get, list, watch and patch (cordon): %+v", r)
 		}
-		// What the cache holds is only read: no write on PVs, claims or CSINodes.
-		for _, res := range []string{"persistentvolumes", "persistentvolumeclaims", "csinodes"} {
+		// What the cache holds is only read: no write on PVs, claims, CSINodes,
+		// CSIDrivers or VolumeAttachments.
+		for _, res := range []string{"persistentvolumes", "persistentvolumeclaims", "csinodes", "csidrivers", "volumeattachments"} {
 			if slices.Contains(r.Resources, res) {
 				assert.Subset(t, []string{"get", "list", "watch"}, r.Verbs, "%s: read only (get, list, watch): %+v", res, r)
 			}
@@ -250,6 +251,10 @@ func TestClusterRoleIsLeastPrivilege(t *testing.T) {
 		{"events.k8s.io", "events", "create"},
 		{"storage.k8s.io", "csinodes", "get"},
 		{"storage.k8s.io", "csinodes", "watch"},
+		{"storage.k8s.io", "csidrivers", "get"},
+		{"storage.k8s.io", "csidrivers", "watch"},
+		{"storage.k8s.io", "volumeattachments", "get"},
+		{"storage.k8s.io", "volumeattachments", "watch"},
 	} {
 		assert.True(t, allows(need.group, need.resource, need.verb), "the ClusterRole does not allow %s %s.%s", need.verb, need.resource, need.group)
 	}

@@ -66,6 +66,9 @@ func TestPlanClusterRole(t *testing.T) {
 		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: read},
 		{APIGroups: []string{"remediator.io"}, Resources: []string{"remediationrequests"}, Verbs: read},
 		{APIGroups: []string{"storage.k8s.io"}, Resources: []string{"csinodes"}, Verbs: read},
+		// The volume evidence reads the PV's CSIDriver and its VolumeAttachment on the
+		// holder by name: get only.
+		{APIGroups: []string{"storage.k8s.io"}, Resources: []string{"csidrivers", "volumeattachments"}, Verbs: []string{"get"}},
 	}, cr.Rules)
 	for k := range cr.Labels {
 		assert.NotContains(t, k, "aggregate-to", "the CI role is bound explicitly, never aggregated")
