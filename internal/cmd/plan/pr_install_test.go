@@ -268,15 +268,7 @@ func TestCIInstallsTheRelease(t *testing.T) {
 						"GITHUB_HEAD_REF=add-shutdown", "GITHUB_REF=refs/pull/1/merge", "GITHUB_WORKSPACE=" + dir,
 						"GITHUB_PATH=" + githubPath, "GITHUB_ENV=" + githubEnv, "RUNNER_TEMP=" + runnerTemp, "RUNNER_OS=Linux",
 						"PATH=" + strings.Join(append(added, path...), string(os.PathListSeparator)), "KUBECONFIG="}
-					for k, v := range wf.Env {
-						switch k {
-						case "REMEDIATOR_VERSION":
-							v = version
-						case "REMEDIATOR_RELEASE_URL":
-							v = url
-						}
-						env = append(env, k+"="+v)
-					}
+					env = append(env, ciVariables(wf.Env, version, url)...)
 					for k, v := range st.env {
 						v = strings.ReplaceAll(v, "${{ secrets.REMEDIATOR_KUBECONFIG }}", "")
 						require.NotContains(t, v, "${{", "env %s: an expression this test does not emulate", k)
@@ -335,15 +327,7 @@ func TestCIInstallsTheRelease(t *testing.T) {
 			env := []string{"CI=true", "GITLAB_CI=true", "CI_PIPELINE_SOURCE=merge_request_event", "CI_MERGE_REQUEST_IID=1",
 				"CI_MERGE_REQUEST_TARGET_BRANCH_NAME=main", "CI_MERGE_REQUEST_SOURCE_BRANCH_NAME=add-shutdown", "CI_PROJECT_DIR=" + dir,
 				"PATH=" + strings.Join(path, string(os.PathListSeparator)), "KUBECONFIG=", "TMPDIR=" + t.TempDir()}
-			for k, v := range job.Variables {
-				switch k {
-				case "REMEDIATOR_VERSION":
-					v = version
-				case "REMEDIATOR_RELEASE_URL":
-					v = url
-				}
-				env = append(env, k+"="+v)
-			}
+			env = append(env, ciVariables(job.Variables, version, url)...)
 			return shell(t, dir, env, strings.Join(job.Script, "\n"))
 		}
 		t.Run("a merge request adding a request installs the release and passes", func(t *testing.T) {
@@ -365,4 +349,20 @@ func TestCIInstallsTheRelease(t *testing.T) {
 type ghStep struct {
 	uses, run string
 	env       map[string]string
+}
+
+// ciVariables are the variables a CI file sets, as KEY=value, with the release's
+// version and URL pointed at the one the test serves.
+func ciVariables(vars map[string]string, version, url string) []string {
+	out := make([]string, 0, len(vars))
+	for k, v := range vars {
+		switch k {
+		case "REMEDIATOR_VERSION":
+			v = version
+		case "REMEDIATOR_RELEASE_URL":
+			v = url
+		}
+		out = append(out, k+"="+v)
+	}
+	return out
 }

@@ -379,20 +379,7 @@ func writeHeldComments(w io.Writer, r report, o Options) error {
 // NEL, LS and PS too) would end the comment, and what follows would be applied as
 // part of a manifest. Cluster text reaches the comment through names only, which the
 // API validates, but the comment must not depend on that.
-func commentSafe(s string) string {
-	if !strings.ContainsFunc(s, commentBreaks) {
-		return s
-	}
-	var b strings.Builder
-	for _, r := range s {
-		if commentBreaks(r) {
-			fmt.Fprintf(&b, "\\u%04x", r)
-			continue
-		}
-		b.WriteRune(r)
-	}
-	return b.String()
-}
+func commentSafe(s string) string { return escapeRunes(s, commentBreaks) }
 
 func commentBreaks(r rune) bool { return unicode.IsControl(r) || r == '\u2028' || r == '\u2029' }
 
@@ -486,13 +473,19 @@ func request(ns, name string, r v1alpha1.Remediation, target map[string]any, rea
 // event message, a holder identity), which YAML cannot carry: one such character
 // would make `scan -o yaml` fail for every finding (found by FuzzScanSuggestions:
 // a DEL in the evidence). Newlines and tabs stay; a reason is free text.
-func printable(s string) string {
-	if !strings.ContainsFunc(s, escaped) {
+func printable(s string) string { return escapeRunes(s, escaped) }
+
+func escaped(r rune) bool { return unicode.IsControl(r) && r != '\n' && r != '\t' }
+
+// escapeRunes writes each rune of s that escape selects as \uXXXX, and s itself when
+// there is none.
+func escapeRunes(s string, escape func(rune) bool) string {
+	if !strings.ContainsFunc(s, escape) {
 		return s
 	}
 	var b strings.Builder
 	for _, r := range s {
-		if escaped(r) {
+		if escape(r) {
 			fmt.Fprintf(&b, "\\u%04x", r)
 			continue
 		}
@@ -500,8 +493,6 @@ func printable(s string) string {
 	}
 	return b.String()
 }
-
-func escaped(r rune) bool { return unicode.IsControl(r) && r != '\n' && r != '\t' }
 
 // truncate cuts s to at most n bytes, at a character boundary: a reason cut inside a
 // character would be committed with a replacement character in it.
