@@ -90,6 +90,31 @@ func Start(ctx context.Context, o Options) (*Process, error) {
 	if o.Binary == "" || o.Kubeconfig == "" || o.Log == "" {
 		return nil, errors.New("controllerproc: Binary, Kubeconfig and Log are required")
 	}
+	// FreeAddr's port is free only until it is closed: any process's outgoing
+	// connection may take it as its source port before the controller binds it (the
+	// e2e suite opens thousands). A process that exits because its address was taken
+	// is started again on other ports.
+	for attempt := 1; ; attempt++ {
+		p, err := start(ctx, o)
+		switch {
+		case err == nil:
+			return p, nil
+		case attempt == startAttempts || !p.lostItsPort():
+			return nil, err
+		}
+	}
+}
+
+// startAttempts bounds the restarts of a process whose port was taken.
+const startAttempts = 3
+
+// lostItsPort reports whether the process exited because a port it was given was
+// bound by another by then.
+func (p *Process) lostItsPort() bool {
+	return p != nil && p.Exited() && strings.Contains(p.Logs(), "address already in use")
+}
+
+func start(ctx context.Context, o Options) (*Process, error) {
 	p := &Process{Log: o.Log, done: make(chan struct{})}
 	var err error
 	if p.Probe, err = FreeAddr(); err != nil {
@@ -129,7 +154,7 @@ func Start(ctx context.Context, o Options) (*Process, error) {
 		return p, nil
 	}
 	if err := p.waitReady(ctx); err != nil {
-		return nil, err
+		return p, err
 	}
 	return p, nil
 }

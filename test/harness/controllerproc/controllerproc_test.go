@@ -22,6 +22,8 @@ import (
 const (
 	fakeEnv  = "CONTROLLERPROC_FAKE"
 	fakeMode = "CONTROLLERPROC_FAKE_MODE"
+	// markerEnv names the file in which the port-taken modes count their starts.
+	markerEnv = "CONTROLLERPROC_MARKER"
 )
 
 func TestMain(m *testing.M) {
@@ -41,6 +43,18 @@ func fakeController(args []string) int {
 	if mode == "exit" {
 		fmt.Println("refusing to start")
 		return 3
+	}
+	// port-taken: the first start (or every one, with port-always-taken) finds its
+	// probe port bound by another process, as controller-runtime reports it; each
+	// start appends a line to the marker file.
+	if mode == "port-taken" || mode == "port-always-taken" {
+		marker := os.Getenv(markerEnv)
+		b, _ := os.ReadFile(marker)
+		_ = os.WriteFile(marker, append(b, "started\n"...), 0o600)
+		if len(b) == 0 || mode == "port-always-taken" {
+			fmt.Println("problem running manager: listen tcp 127.0.0.1:1: bind: address already in use")
+			return 1
+		}
 	}
 	fs := flag.NewFlagSet("controller", flag.ContinueOnError)
 	probe := fs.String("health-probe-bind-address", "", "")
@@ -157,4 +171,33 @@ func TestWaitEndsWithTheContext(t *testing.T) {
 	defer cancel()
 	_, err := Start(ctx, options(t, "never-ready"))
 	require.ErrorIs(t, err, context.DeadlineExceeded)
+}
+
+func TestStartAgainWhenThePortWasTaken(t *testing.T) {
+	for _, tc := range []struct {
+		mode     string
+		starts   int
+		startErr string
+	}{
+		{mode: "port-taken", starts: 2},
+		{mode: "port-always-taken", starts: startAttempts, startErr: "controller exited before it was ready: exit status 1"},
+	} {
+		t.Run(tc.mode, func(t *testing.T) {
+			o := options(t, tc.mode)
+			marker := filepath.Join(t.TempDir(), "starts")
+			o.Env = append(o.Env, markerEnv+"="+marker)
+			p, err := Start(context.Background(), o)
+			if tc.startErr != "" {
+				require.Error(t, err)
+				assert.Contains(t, err.Error(), tc.startErr)
+				assert.Nil(t, p)
+			} else {
+				require.NoError(t, err)
+				p.Stop()
+			}
+			b, err := os.ReadFile(marker)
+			require.NoError(t, err)
+			assert.Equal(t, tc.starts, strings.Count(string(b), "started"), "starts")
+		})
+	}
 }

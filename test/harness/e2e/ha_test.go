@@ -41,6 +41,25 @@ func assertStepEventsOnce(t *testing.T, ns string, key types.NamespacedName, wan
 	assert.Len(t, count, want, "step events")
 }
 
+// waitStepEvents waits until the request's step Events number at least n. Events
+// are sent after the status write, asynchronously: a test that kills the process as
+// soon as status shows a step started may lose that step's Event with it, and
+// assertStepEventsOnce would count one short.
+func waitStepEvents(t *testing.T, ns string, key types.NamespacedName, n int) {
+	t.Helper()
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		events := &corev1.EventList{}
+		require.NoError(c, k8s.List(context.Background(), events, client.InNamespace(ns)))
+		got := 0
+		for _, e := range events.Items {
+			if e.InvolvedObject.Name == key.Name && strings.HasPrefix(e.Reason, "Step") {
+				got++
+			}
+		}
+		assert.GreaterOrEqual(c, got, n, "step Events of %s", key)
+	}, 30*time.Second, poll, "the step Events sent before the kill")
+}
+
 // TestLeaderFailover runs two controller processes with leader election. Only the
 // leader acts; killing it mid-playbook hands the request to the other process, which
 // resumes from the journal without repeating a step.
@@ -61,6 +80,8 @@ func TestLeaderFailover(t *testing.T) {
 		require.NotContains(t, l, acted, "the standby process acted while the first one led")
 	}
 
+	// cordon started and succeeded, deleteAffectedPods started.
+	waitStepEvents(t, ns, key, 3)
 	first.Kill()
 	killed := time.Now()
 	require.NoError(t, k8s.Delete(ctx, pdb))

@@ -597,6 +597,7 @@ func TestRestartResumesWithoutRepeatingSteps(t *testing.T) {
 	h := heldAfterCordon(t, "e2e-restart", "kwok-node-1", "retained Lease on the db volume")
 	ns, key, pv, pdb, cordonBefore := h.ns, h.key, h.pv, h.pdb, h.cordon
 
+	waitStepEvents(t, ns, key, 3) // cordon started and succeeded, deleteAffectedPods started
 	first.Kill()
 	require.NoError(t, k8s.Delete(ctx, pdb))
 	startController(t)
