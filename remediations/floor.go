@@ -279,7 +279,47 @@ func healthyFloor(in FloorInput) *Violation {
 		return violation(InvariantHealthyHolderPodsRunning, "holder node %s is healthy and pods that use the volume still run on it: %s",
 			f.Lease.HolderIdentity, PodList(f.AffectedPods))
 	}
+	// The pods gone is not the volume gone: the kubelet unmounts after the pod ends,
+	// and the LUKS device is closed only then. Its own volumesInUse is the proof.
+	if why := VolumeOnHolder(f); in.Step == v1alpha1.StepDeleteLease && why != "" {
+		return violation(InvariantHealthyHolderVolumeInUse, "holder node %s is healthy and %s", f.Lease.HolderIdentity, why)
+	}
 	return nil
+}
+
+// VolumeOnHolder says why the Lease's holder still has its volume, or "" when the
+// evidence shows it released, or shows nothing (no Node status, a volume that is not
+// CSI). A Healthy holder has it while its kubelet lists the volume in
+// status.volumesInUse: mounted, or being mounted or unmounted (the kubelet lists only
+// volumes of drivers that attach). A Shutdown holder has it while the volume's
+// VolumeAttachment to it is attached, where the driver attaches: the attach-detach
+// controller detaches it once the node carries the out-of-service taint and its pods
+// are gone. The playbooks wait on it, bounded by their steps' timeouts, before the
+// Lease goes.
+func VolumeOnHolder(f *v1alpha1.Facts) string {
+	if f == nil || f.Volume == nil || f.Node == nil {
+		return ""
+	}
+	v := f.Volume
+	switch f.Node.State {
+	case v1alpha1.NodeHealthy:
+		if v.InUseOnNode {
+			return fmt.Sprintf("its kubelet still lists volume %s in the Node's status.volumesInUse (status posted %s)", v.UniqueName, reportedAt(v))
+		}
+	case v1alpha1.NodeShutdown:
+		if va := v.VolumeAttachment; v.AttachRequired && va.Exists && va.Attached {
+			return fmt.Sprintf("VolumeAttachment %s still attaches PersistentVolume %s to it (the attach-detach controller detaches it once node %s carries %s and its pods are gone)",
+				va.Name, f.Target.PersistentVolume, v.Node, v1alpha1.TaintOutOfService)
+		}
+	}
+	return ""
+}
+
+func reportedAt(v *v1alpha1.VolumeFacts) string {
+	if v.InUseReportedAt == nil {
+		return "never"
+	}
+	return v.InUseReportedAt.UTC().Format(time.RFC3339)
 }
 
 // namespaceFloor: the Trident namespace is the controller's, not the request's. The

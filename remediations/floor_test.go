@@ -85,6 +85,47 @@ func with(f *v1alpha1.Facts, change func(*v1alpha1.Facts)) *v1alpha1.Facts {
 	return f
 }
 
+// withVolume adds the volume evidence of pvc-1 on node-a: whether the kubelet lists
+// it in use, and whether its VolumeAttachment to node-a is attached.
+func withVolume(f *v1alpha1.Facts, inUse, attached bool) *v1alpha1.Facts {
+	f.Volume = &v1alpha1.VolumeFacts{Node: "node-a", PersistentVolumeExists: true, Driver: "csi.trident.netapp.io", VolumeHandle: "pvc-1",
+		UniqueName: "kubernetes.io/csi/csi.trident.netapp.io^pvc-1", InUseOnNode: inUse, InUseReportedAt: ago(10 * time.Second), InUseReportAgeSeconds: 10,
+		CSIDriverExists: true, AttachRequired: true,
+		VolumeAttachment: v1alpha1.VolumeAttachmentFacts{Name: "csi-0123", Exists: true, Attached: attached}}
+	return f
+}
+
+func TestVolumeOnHolder(t *testing.T) {
+	cases := []struct {
+		name string
+		f    *v1alpha1.Facts
+		want string // a part of the reason; "" means released
+	}{
+		{"no evidence", leaseFacts(v1alpha1.NodeHealthy), ""},
+		{"healthy, kubelet lists it", withVolume(leaseFacts(v1alpha1.NodeHealthy), true, true),
+			"its kubelet still lists volume kubernetes.io/csi/csi.trident.netapp.io^pvc-1 in the Node's status.volumesInUse (status posted 2026-12-02T02:59:50Z)"},
+		{"healthy, unmounted, still attached", withVolume(leaseFacts(v1alpha1.NodeHealthy), false, true), ""},
+		{"shut down, attached", withVolume(leaseFacts(v1alpha1.NodeShutdown), false, true),
+			"VolumeAttachment csi-0123 still attaches PersistentVolume pvc-1 to it (the attach-detach controller detaches it once node node-a carries node.kubernetes.io/out-of-service"},
+		{"shut down, detached", withVolume(leaseFacts(v1alpha1.NodeShutdown), true, false), ""},
+		{"shut down, driver attaches nothing", with(withVolume(leaseFacts(v1alpha1.NodeShutdown), false, true), func(f *v1alpha1.Facts) { f.Volume.AttachRequired = false }), ""},
+		{"shut down, attachment being deleted but attached", with(withVolume(leaseFacts(v1alpha1.NodeShutdown), false, true), func(f *v1alpha1.Facts) {
+			f.Volume.VolumeAttachment.DeletionTimestamp = ago(time.Second)
+		}), "VolumeAttachment csi-0123 still attaches"},
+		{"fenced unreachable: not awaited", withVolume(leaseFacts(v1alpha1.NodeUnreachable), true, true), ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got := VolumeOnHolder(tc.f)
+			if tc.want == "" {
+				assert.Empty(t, got)
+				return
+			}
+			assert.Contains(t, got, tc.want)
+		})
+	}
+}
+
 func TestCheckFloor(t *testing.T) {
 	release := []string{"deleteLease"}
 	move := []string{"cordon", "deleteAffectedPods", "waitPodsGone", "deleteLease", "uncordon"}
@@ -225,6 +266,15 @@ func TestCheckFloor(t *testing.T) {
 		{"deleteLease, fencing withdrawn since the decision", FloorInput{Steps: release, Step: "deleteLease", Decided: leaseFacts(v1alpha1.NodeUnreachable), Fresh: leaseFacts(v1alpha1.NodeUnreachable)}, InvariantHolderNotFenced},
 		{"deleteLease, healthy holder's pods still there", FloorInput{Steps: move, Step: "deleteLease", Decided: leaseFacts(v1alpha1.NodeHealthy, "web-0"), Fresh: leaseFacts(v1alpha1.NodeHealthy, "web-1")}, InvariantHealthyHolderPodsRunning},
 		{"deleteLease, healthy holder drained", FloorInput{Steps: move, Step: "deleteLease", Decided: leaseFacts(v1alpha1.NodeHealthy, "web-0"), Fresh: leaseFacts(v1alpha1.NodeHealthy)}, ""},
+		// The pods gone is not the volume unmounted: the kubelet's volumesInUse decides.
+		{"deleteLease, healthy holder drained, kubelet still lists the volume", FloorInput{Steps: move, Step: "deleteLease", Decided: leaseFacts(v1alpha1.NodeHealthy, "web-0"),
+			Fresh: withVolume(leaseFacts(v1alpha1.NodeHealthy), true, false)}, InvariantHealthyHolderVolumeInUse},
+		{"deleteLease, healthy holder drained, volume unmounted", FloorInput{Steps: move, Step: "deleteLease", Decided: leaseFacts(v1alpha1.NodeHealthy, "web-0"),
+			Fresh: withVolume(leaseFacts(v1alpha1.NodeHealthy), false, true)}, ""},
+		{"decision, healthy holder still mounts the volume", FloorInput{Steps: move, Fresh: withVolume(leaseFacts(v1alpha1.NodeHealthy, "web-0"), true, true)}, ""},
+		// A shut-down holder's attachment is awaited by the deleteLease step, not refused.
+		{"deleteLease, shut-down holder's volume still attached", FloorInput{Steps: release, Step: "deleteLease", Decided: leaseFacts(v1alpha1.NodeShutdown),
+			Fresh: withVolume(leaseFacts(v1alpha1.NodeShutdown), false, true)}, ""},
 		{"evict, healthy holder's pods are there to evict", FloorInput{Steps: move, Step: "deleteAffectedPods", Decided: leaseFacts(v1alpha1.NodeHealthy, "web-0"), Fresh: leaseFacts(v1alpha1.NodeHealthy, "web-0")}, ""},
 		{"evict, holder lost the control plane", FloorInput{Steps: move, Step: "deleteAffectedPods", Decided: leaseFacts(v1alpha1.NodeHealthy, "web-0"), Fresh: leaseFacts(v1alpha1.NodeUnreachable, "web-0")}, InvariantHolderStateChanged},
 		{"uncordon is a restore, never refused", FloorInput{Steps: move, Step: "uncordon", Decided: leaseFacts(v1alpha1.NodeHealthy), Fresh: leaseFacts(v1alpha1.NodeUnreachable)}, ""},

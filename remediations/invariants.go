@@ -15,6 +15,10 @@ const (
 	// InvariantHealthyHolderPodsRunning means the holder is Healthy and pods that use the
 	// volume still run on it, or are not drained first, or cannot be listed.
 	InvariantHealthyHolderPodsRunning Invariant = "healthy-holder-pods-running"
+	// InvariantHealthyHolderVolumeInUse means the holder is Healthy and, when its Lease
+	// would be deleted, its kubelet still lists the volume in the Node's
+	// status.volumesInUse: the volume is still mounted there, or being unmounted.
+	InvariantHealthyHolderVolumeInUse Invariant = "healthy-holder-volume-in-use"
 	// InvariantHolderNotFenced means the holder is Unreachable or NotFound, and
 	// spec.fencing does not confirm fencing of that very node.
 	InvariantHolderNotFenced Invariant = "holder-not-fenced"
@@ -81,6 +85,7 @@ func (i Invariant) Advice() string { return advice[i] }
 var advice = map[Invariant]string{
 	InvariantHolderNotFenced:          "Fence the holder node (shut it down, or stop its Trident node container), then set spec.fencing.confirmed, spec.fencing.method and spec.fencing.node to that node's name.",
 	InvariantHealthyHolderPodsRunning: "Move the pods that use the volume off the holder node first (playbook healthy-move-workload does it), and make sure the volume's PersistentVolumeClaim resolves.",
+	InvariantHealthyHolderVolumeInUse: "Wait until the holder's kubelet has unmounted the volume (kubectl get node <node> -o jsonpath='{.status.volumesInUse}' no longer lists it); if a pod mounted it again, find out why it was scheduled there, then create a new request.",
 	InvariantHolderStateUnproven:      "Find out whether the holder node is shut down, cut off from the control plane or healthy, fix what can be fixed, and re-submit.",
 	InvariantLeaseNotHeld:             "No held Lease was found, so there is nothing to release.",
 	InvariantLeaseChanged:             "The cluster changed since the decision; create a new request so that it is decided on current facts.",

@@ -269,5 +269,10 @@ func podsGone(ctx context.Context, r *Execution) (StepResult, error) {
 	if len(f.AffectedPods) > 0 {
 		return StepResult{Message: "Waiting for pods to terminate: " + PodList(f.AffectedPods), RequeueAfter: 2 * time.Second}, nil
 	}
-	return StepResult{Done: true, Message: "No pod that uses the volume is left on the holder node"}, nil
+	// The kubelet posts a changed volumesInUse within its status update period (10 s
+	// by default) after it unmounted the volume.
+	if why := VolumeOnHolder(f); why != "" {
+		return StepResult{Message: "No pod that uses the volume is left on the holder node, but " + why, RequeueAfter: 2 * time.Second}, nil
+	}
+	return StepResult{Done: true, Message: "No pod that uses the volume is left on the holder node, and its kubelet no longer lists the volume in use"}, nil
 }

@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
@@ -388,6 +389,84 @@ func TestDeleteLeaseConflictIsJudgedOnTheLiveLease(t *testing.T) {
 			require.Nil(t, p.Failure)
 			assert.Equal(t, v1alpha1.StepSucceeded, r.RR.Status.Steps[0].State)
 			assert.Equal(t, tc.wantGone, leaseGone(t, l))
+		})
+	}
+}
+
+// TestShutdownReleaseAwaitsTheDetach: where the driver attaches, a shut-down
+// holder's Lease goes only once the attach-detach controller has detached the volume
+// from it; until then deleteLease waits and says on what.
+func TestShutdownReleaseAwaitsTheDetach(t *testing.T) {
+	ctx := context.Background()
+	r, l := shutdownHolder(t)
+	node := r.RR.Status.Facts.Node.Name
+	const driver = "csi.trident.netapp.io"
+	mustCreate(t, &corev1.PersistentVolume{
+		ObjectMeta: metav1.ObjectMeta{Name: l.Name},
+		Spec: corev1.PersistentVolumeSpec{
+			Capacity:               corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
+			AccessModes:            []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany},
+			PersistentVolumeSource: corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{Driver: driver, VolumeHandle: l.Name}},
+		},
+	})
+	va := &storagev1.VolumeAttachment{
+		ObjectMeta: metav1.ObjectMeta{Name: facts.AttachmentName(l.Name, driver, node)},
+		Spec: storagev1.VolumeAttachmentSpec{Attacher: driver, NodeName: node,
+			Source: storagev1.VolumeAttachmentSource{PersistentVolumeName: ptr.To(l.Name)}},
+	}
+	mustCreate(t, va)
+	va.Status.Attached = true
+	require.NoError(t, env.Client.Status().Update(ctx, va))
+
+	p := runStep(t, r, "deleteLease")
+	require.Nil(t, p.Failure)
+	require.False(t, p.Finished)
+	assert.Equal(t, v1alpha1.StepRunning, r.RR.Status.Steps[0].State)
+	assert.Contains(t, r.RR.Status.Steps[0].Message, "VolumeAttachment "+va.Name+" still attaches PersistentVolume "+l.Name+" to it")
+	assert.False(t, leaseGone(t, l), "the Lease went while the volume was attached to the shut-down holder")
+
+	require.NoError(t, env.Client.Delete(ctx, va)) // the attach-detach controller detached it
+	r.freshFacts = nil                             // the next reconcile reads afresh
+	p = runStep(t, r, "deleteLease")
+	require.Nil(t, p.Failure)
+	assert.Equal(t, v1alpha1.StepSucceeded, r.RR.Status.Steps[0].State, r.RR.Status.Steps[0].Message)
+	assert.True(t, leaseGone(t, l), "the Lease must be gone once the volume is detached")
+}
+
+// factsReader serves fixed fresh facts.
+type factsReader struct{ f *v1alpha1.Facts }
+
+func (s factsReader) FreshFacts(context.Context) (*v1alpha1.Facts, []string, error) {
+	return s.f, nil, nil
+}
+
+func (factsReader) NodePluginPods(context.Context, string, string) ([]corev1.Pod, error) {
+	return nil, nil
+}
+
+// TestWaitPodsGoneAwaitsTheUnmount: a healthy holder's pods gone is not enough; the
+// wait ends when its kubelet no longer lists the volume in use.
+func TestWaitPodsGoneAwaitsTheUnmount(t *testing.T) {
+	cases := []struct {
+		name     string
+		f        *v1alpha1.Facts
+		done     bool
+		contains string
+	}{
+		{"pods still there", withVolume(leaseFacts(v1alpha1.NodeHealthy, "web-0"), true, true), false, "Waiting for pods to terminate: app/web-0"},
+		{"pods gone, volume still in use", withVolume(leaseFacts(v1alpha1.NodeHealthy), true, true), false, "its kubelet still lists volume kubernetes.io/csi/csi.trident.netapp.io^pvc-1"},
+		{"pods gone, volume unmounted", withVolume(leaseFacts(v1alpha1.NodeHealthy), false, true), true, "its kubelet no longer lists the volume in use"},
+		{"pods gone, no volume evidence", leaseFacts(v1alpha1.NodeHealthy), true, "No pod that uses the volume is left"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			out, err := podsGone(context.Background(), &Execution{Fresh: factsReader{tc.f}})
+			require.NoError(t, err)
+			assert.Equal(t, tc.done, out.Done, out.Message)
+			assert.Contains(t, out.Message, tc.contains)
+			if !tc.done {
+				assert.Positive(t, out.RequeueAfter)
+			}
 		})
 	}
 }

@@ -2,8 +2,8 @@ package facts
 
 // Volume evidence: whether the Lease's holder still has the volume, as the holder's
 // kubelet (the Node's status.volumesInUse) and the attach/detach machinery (the
-// VolumeAttachment) report it. It is recorded, not weighed: neither the safety floor
-// nor the embedded rules read it yet.
+// VolumeAttachment) report it. The playbooks wait on it before the Lease delete and
+// the safety floor re-checks it there (remediations.VolumeOnHolder).
 
 import (
 	"context"

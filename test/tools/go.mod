@@ -7,6 +7,7 @@ go 1.26.0
 
 require (
 	github.com/container-storage-interface/spec v1.9.0
+	github.com/stretchr/testify v1.11.1
 	go.etcd.io/etcd/server/v3 v3.6.16
 	golang.org/x/sys v0.49.0
 	google.golang.org/grpc v1.83.2

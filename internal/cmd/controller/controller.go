@@ -111,9 +111,9 @@ func (o *Options) addFlags(f *pflag.FlagSet) {
 	f.StringSliceVar(&o.requestNamespaces, "request-namespaces", nil, "Namespaces whose RemediationRequests are reconciled; empty means all")
 	f.StringVar(&o.policiesDir, "policies-dir", "", "Directory of CUE policies to use instead of the embedded ones (e.g. a ConfigMap synced from Git)")
 	f.DurationVar(&o.stepTimeout, "step-timeout", remediations.DefaultTimeouts.Step,
-		"How long a step that writes once (cordon, deleteLease, uncordon), and the restore after a failure, may keep failing before the playbook fails; a write the API server refuses for good (admission, RBAC: a 4xx other than 409 and 429) fails it at once")
+		"How long a step that writes once (cordon, deleteLease, uncordon), and the restore after a failure, may keep failing before the playbook fails (deleteLease's wait for a shut-down holder's volume to detach included); a write the API server refuses for good (admission, RBAC: a 4xx other than 409 and 429) fails it at once")
 	f.DurationVar(&o.evictionTimeout, "eviction-timeout", remediations.DefaultTimeouts.Eviction, "How long evictions refused by a PodDisruptionBudget are retried before the playbook fails")
-	f.DurationVar(&o.podTerminationTimeout, "pod-termination-timeout", remediations.DefaultTimeouts.PodTermination, "How long to wait for evicted pods to terminate before the playbook fails")
+	f.DurationVar(&o.podTerminationTimeout, "pod-termination-timeout", remediations.DefaultTimeouts.PodTermination, "How long to wait for evicted pods to terminate, and the holder's kubelet to stop listing the volume in use, before the playbook fails")
 	f.DurationVar(&o.pluginRestartTimeout, "plugin-restart-timeout", remediations.DefaultTimeouts.PluginRestart, "How long to wait for a replacement node-plugin pod, and then for the driver to be registered again")
 	f.DurationVar(&o.verifyFixFor, "verify-fix-for", verification.DefaultVerifyFixFor,
 		"How long after a request Succeeded the controller watches its Lease or node for the incident coming back (condition FixHeld, a Warning Event, remediator_fix_not_held_total); it only reads. 0 turns verification off")

@@ -27,8 +27,10 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -37,6 +39,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/remediator/remediator/api/v1alpha1"
+	"github.com/remediator/remediator/controllers/facts"
 	"github.com/remediator/remediator/test/cluster"
 )
 
@@ -408,15 +411,69 @@ func TestRealHealthyEvictionHonoursGrace(t *testing.T) {
 	assert.Empty(t, volumeFile(pv, "term"), "the pod was told to stop while the PDB forbade it")
 	require.True(t, leaseExists(t, pv), "the Lease went while the PDB held the pod")
 
+	release := watchVolumeRelease(t, a, pv)
 	require.NoError(t, k8s.Delete(context.Background(), pdb))
 	rr := waitPhase(t, key, shortHealthyGate+90*time.Second, v1alpha1.PhaseSucceeded, v1alpha1.PhaseFailed, v1alpha1.PhaseRejected)
 	require.Equal(t, v1alpha1.PhaseSucceeded, rr.Status.Phase, describe(rr))
 	require.Equal(t, "healthy-move-workload", string(decision(t, rr).Playbook), describe(rr))
+	// The real kubelet listed the volume while the pod ran, and the Lease went only
+	// after it had dropped it (the wait step waits on the kubelet, not on the pod).
+	lastListed, leaseGone := release()
+	require.False(t, lastListed.IsZero(), "%s's kubelet never listed the volume in status.volumesInUse", a)
+	require.False(t, leaseGone.IsZero(), "the Lease was never seen gone")
+	assert.True(t, leaseGone.After(lastListed), "the Lease was gone at %s, but %s's kubelet still listed the volume at %s",
+		leaseGone.Format(time.StampMilli), a, lastListed.Format(time.StampMilli))
+	t.Logf("the kubelet last listed the volume at %s, the Lease was seen gone at %s", lastListed.Format(time.StampMilli), leaseGone.Format(time.StampMilli))
+	assert.Contains(t, rr.Status.Steps[2].Message, "its kubelet no longer lists the volume in use", "waitPodsGone: %+v", rr.Status.Steps[2])
 	assert.Equal(t, "term\nflushed", volumeFile(pv, "term"), "the TERM handler ran to its end")
 	assert.Equal(t, map[string]int64{"db-0": 20}, grace(), "grace periods of the deletions")
 	assert.False(t, leaseExists(t, pv), "the Lease still exists")
 	require.NoError(t, k8s.Get(context.Background(), types.NamespacedName{Name: a}, n))
 	assert.False(t, n.Spec.Unschedulable, "%s still cordoned", a)
+}
+
+// watchVolumeRelease polls, until the returned function is called, whether node's
+// kubelet lists the CSI volume pv (handle pv) in the Node's status.volumesInUse and
+// whether pv's Lease exists; the function returns when the volume was last seen listed
+// and when the Lease was first seen gone (zero for never). Each poll reads the Node
+// first: a Lease seen gone after a poll that saw the volume listed was deleted while
+// the kubelet still had the volume (its list only shrinks once the pods are gone).
+func watchVolumeRelease(t *testing.T, node, pv string) func() (lastListed, leaseGone time.Time) {
+	t.Helper()
+	var lastListed, leaseGone time.Time
+	unique := corev1.UniqueVolumeName(facts.UniqueVolumeName("csi.trident.netapp.io", pv))
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			n := &corev1.Node{}
+			if err := k8s.Get(context.Background(), types.NamespacedName{Name: node}, n); err == nil && slices.Contains(n.Status.VolumesInUse, unique) {
+				lastListed = time.Now()
+			}
+			err := k8s.Get(context.Background(), types.NamespacedName{Namespace: tridentNS, Name: pv}, &coordinationv1.Lease{})
+			if apierrors.IsNotFound(err) && leaseGone.IsZero() {
+				leaseGone = time.Now()
+			}
+			select {
+			case <-stop:
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}()
+	var once bool
+	t.Cleanup(func() {
+		if !once {
+			close(stop)
+			<-done
+		}
+	})
+	return func() (time.Time, time.Time) {
+		once = true
+		close(stop)
+		<-done
+		return lastListed, leaseGone
+	}
 }
 
 // TestRealCSIDeregistrationAndFix is incident B exactly as seed 000 reproduces it, on

@@ -12,6 +12,9 @@
 //	                      <registration-dir>/csi.trident.netapp.io-reg.sock; on SIGTERM it
 //	                      removes that socket as the upstream node-driver-registrar does,
 //	                      which is what deregisters the driver in seed 000.
+//	tridentnode attacher  (container csi-attacher) marks the node's VolumeAttachments of
+//	                      csi.trident.netapp.io attached, as external-attacher does, so
+//	                      that the driver attaches as Trident's does (attachRequired).
 //	tridentnode probe     a readiness check for the containers' exec probes.
 //
 // docs/realnodes-csi.md describes the deployment and what was seen on real kubelets.
@@ -39,6 +42,7 @@ func usage() {
 	fmt.Fprintf(os.Stderr, `usage: tridentnode plugin|registrar|probe [flags]
   plugin     CSI Identity+Node server for %[1]s (run with -h for its flags)
   registrar  kubelet plugin registration server for %[1]s
+  attacher   marks this node's VolumeAttachments of %[1]s attached
   probe      check a plugin or registrar socket; exit 0 when it answers
 `, DriverName)
 }
@@ -58,6 +62,8 @@ func main() {
 		err = runPlugin(ctx, log.With("mode", "plugin"), os.Args[2:])
 	case "registrar":
 		err = runRegistrar(ctx, log.With("mode", "registrar"), os.Args[2:])
+	case "attacher":
+		err = runAttacher(ctx, log.With("mode", "attacher"), os.Args[2:])
 	case "probe":
 		err = runProbe(ctx, os.Args[2:])
 	case "-h", "-help", "--help", "help":
