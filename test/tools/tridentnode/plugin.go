@@ -32,7 +32,8 @@ type Driver struct {
 	Mounter    Mounter
 	// Gate takes LUKS volumes' Leases; nil (no API access) makes staging a LUKS volume fail.
 	Gate *LeaseGate
-	// Cryptsetup runs the LUKS step (luksOpen) of staging; see cryptsetupSim.
+	// Cryptsetup runs the LUKS steps (luksOpen of staging, luksClose of unstaging); see
+	// cryptsetupSim.
 	Cryptsetup func(ctx context.Context, op, volumeID string) error
 	Log        *slog.Logger
 
@@ -146,6 +147,11 @@ func (d *Driver) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 		if err := d.luksOpen(ctx, log, id); err != nil {
 			return nil, err
 		}
+		// NodeUnstage has no volume context: record what to close, as Trident's
+		// volume tracking file does.
+		if err := os.WriteFile(d.openPath(id), nil, 0o600); err != nil {
+			return nil, status.Errorf(codes.Internal, "recording the open LUKS device of %s: %v", id, err)
+		}
 	}
 	if err := os.MkdirAll(staging, 0o750); err != nil {
 		return nil, status.Errorf(codes.Internal, "creating staging path %s: %v", staging, err)
@@ -197,7 +203,16 @@ func (d *Driver) luksOpen(ctx context.Context, log *slog.Logger, id string) erro
 	return nil
 }
 
-func (d *Driver) NodeUnstageVolume(_ context.Context, req *csi.NodeUnstageVolumeRequest) (*csi.NodeUnstageVolumeResponse, error) {
+// openPath records, beside the volume's directory, that this node opened the volume's
+// LUKS device.
+func (d *Driver) openPath(id string) string {
+	return filepath.Join(d.VolumesDir, id+".luks-open-"+d.NodeID)
+}
+
+// NodeUnstageVolume unmounts the staging path and, for a LUKS volume this node opened,
+// closes the device. The kubelet lists the volume in the Node's status.volumesInUse
+// until this returns: after the pod is gone, not before.
+func (d *Driver) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstageVolumeRequest) (*csi.NodeUnstageVolumeResponse, error) {
 	id, staging := req.GetVolumeId(), req.GetStagingTargetPath()
 	if id == "" || staging == "" {
 		return nil, status.Error(codes.InvalidArgument, "volume ID and staging target path are required")
@@ -205,6 +220,15 @@ func (d *Driver) NodeUnstageVolume(_ context.Context, req *csi.NodeUnstageVolume
 	defer d.lock(id)()
 	if err := d.unmountAll(staging); err != nil {
 		return nil, err
+	}
+	if _, err := os.Stat(d.openPath(id)); err == nil {
+		d.Log.Info("Running cryptsetup luksClose", "volume", id)
+		if err := d.Cryptsetup(ctx, "luksClose", id); err != nil {
+			return nil, status.Errorf(codes.Internal, "closing the LUKS device of volume %s: %v", id, err)
+		}
+		if err := os.Remove(d.openPath(id)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return nil, status.Errorf(codes.Internal, "recording the closed LUKS device of %s: %v", id, err)
+		}
 	}
 	d.Log.Info("NodeUnstageVolume: unstaged", "volume", id, "stagingPath", staging)
 	return &csi.NodeUnstageVolumeResponse{}, nil
@@ -290,7 +314,9 @@ type cryptsetupSim struct {
 	volumesDir string
 	node       string
 	duration   time.Duration
-	log        *slog.Logger
+	// closeDuration is luksClose's: unstaging also flushes and removes the device.
+	closeDuration time.Duration
+	log           *slog.Logger
 }
 
 func (c *cryptsetupSim) run(ctx context.Context, op, id string) error {
@@ -310,7 +336,11 @@ func (c *cryptsetupSim) run(ctx context.Context, op, id string) error {
 			return fmt.Errorf("cryptsetup %s interrupted: %w", op, ctx.Err())
 		}
 	}
-	if !sleepCtx(ctx, c.duration) {
+	d := c.duration
+	if op == "luksClose" {
+		d = c.closeDuration
+	}
+	if !sleepCtx(ctx, d) {
 		return fmt.Errorf("cryptsetup %s interrupted: %w", op, ctx.Err())
 	}
 	if b, err := os.ReadFile(hookPath(c.volumesDir, id, "fail")); err == nil {

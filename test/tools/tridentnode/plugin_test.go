@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -558,5 +559,42 @@ func TestMountinfo(t *testing.T) {
 		if err != nil || got != want {
 			t.Errorf("mountinfoHas(%q) = %v, %v; want %v", p, got, err, want)
 		}
+	}
+}
+
+// TestUnstageClosesWhatStageOpened: unstaging a LUKS volume this node opened runs
+// luksClose, once (unstaging is idempotent); a plain volume has nothing to close.
+func TestUnstageClosesWhatStageOpened(t *testing.T) {
+	const pv = "pvc-75a6fd7f-7aee-45e8-a5fa-d4500272528e"
+	n := newLUKSNode(t, fake.NewClientset(luksPV(pv)), "real-1")
+	var ops []string
+	n.d.Cryptsetup = func(_ context.Context, op, id string) error {
+		ops = append(ops, op+" "+id)
+		return nil
+	}
+	unstage := func(vol string) {
+		t.Helper()
+		_, err := n.d.NodeUnstageVolume(context.Background(), &csi.NodeUnstageVolumeRequest{VolumeId: vol, StagingTargetPath: n.staging})
+		if err != nil {
+			t.Fatalf("NodeUnstageVolume: %v", err)
+		}
+	}
+	if err := n.stage(pv); err != nil {
+		t.Fatalf("NodeStageVolume: %v", err)
+	}
+	unstage(pv)
+	unstage(pv)
+	if want := []string{"luksOpen " + pv, "luksClose " + pv}; !slices.Equal(ops, want) {
+		t.Errorf("cryptsetup ran %q, want %q", ops, want)
+	}
+
+	ops = nil
+	if _, err := n.d.NodeStageVolume(context.Background(), &csi.NodeStageVolumeRequest{VolumeId: "plain", StagingTargetPath: n.staging,
+		VolumeCapability: mountCap}); err != nil {
+		t.Fatalf("NodeStageVolume: %v", err)
+	}
+	unstage("plain")
+	if len(ops) != 0 {
+		t.Errorf("cryptsetup ran %q for a volume that is not LUKS", ops)
 	}
 }

@@ -38,6 +38,7 @@ func runPlugin(ctx context.Context, log *slog.Logger, args []string) error {
 	name := fs.String("driver-name", DriverName, "the CSI driver name")
 	version := fs.String("version", DefaultVersion, "the vendor version GetPluginInfo reports")
 	duration := fs.Duration("cryptsetup-duration", 500*time.Millisecond, "how long the simulated cryptsetup step of a LUKS volume takes")
+	closeDuration := fs.Duration("luks-close-duration", 3*time.Second, "how long unstaging a LUKS volume takes (luksClose and the device's removal), after the pod has gone")
 	kubeconfig := fs.String("kubeconfig", "", "kubeconfig for the API server; empty: in-cluster config (KUBERNETES_SERVICE_HOST/PORT and the ServiceAccount token)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -54,7 +55,7 @@ func runPlugin(ctx context.Context, log *slog.Logger, args []string) error {
 	}
 
 	d := &Driver{Name: *name, Version: *version, NodeID: *nodeID, VolumesDir: *volumesDir, Mounter: sysMounter{}, Log: log}
-	sim := &cryptsetupSim{volumesDir: *volumesDir, node: *nodeID, duration: *duration, log: log}
+	sim := &cryptsetupSim{volumesDir: *volumesDir, node: *nodeID, duration: *duration, closeDuration: *closeDuration, log: log}
 	d.Cryptsetup = sim.run
 	if cs, err := client(*kubeconfig); err != nil {
 		// Without the API, staging a LUKS volume fails (Unavailable): it cannot take the Lease.
