@@ -66,6 +66,21 @@ func TestExampleRequestsChooseTheirPlaybooks(t *testing.T) {
 	}
 }
 
+// TestExamplesShowTheVolumeEvidence: the reviewer of a Lease release sees, from the
+// saved facts alone, whether the holder still has the volume.
+func TestExamplesShowTheVolumeEvidence(t *testing.T) {
+	for name := range examplePlaybooks {
+		if !strings.HasPrefix(name, "release-lease-") {
+			continue
+		}
+		t.Run(name, func(t *testing.T) {
+			out, code, err := runPlanCommand(t, "", "-f", filepath.Join(exampleRequests, name+".yaml"), "--facts", filepath.Join(exampleFacts, name+".yaml"))
+			require.Equal(t, 0, code, "exit code (%v):\n%s", err, out)
+			assert.Regexp(t, `volume    on kwok-node-\d: inUse=false \(kubelet [^)]+\), VolumeAttachment absent, attachRequired=true`, out)
+		})
+	}
+}
+
 // TestTemplateShipsNoRequests: whatever is in the template's requests/ is applied as soon
 // as Argo CD, Flux or remediator sync watches a copy of it, so it holds only its README,
 // and facts/ only its own.
