@@ -110,9 +110,10 @@ const ConditionStalled = "Stalled"
 const ReasonPending = "Pending"
 
 // ConditionFixHeld says whether the incident stayed fixed for --verify-fix-for after
-// the playbook Succeeded: Unknown while watched, False when it came back, True once
-// the window passed quietly. It never changes Ready: running the playbook again would
-// not fix what makes the incident come back.
+// the playbook Succeeded: Unknown while watched, False when it came back (or, after a
+// release, the volume's pods did not come back), True once the window passed quietly.
+// It never changes Ready: running the playbook again would not fix what makes the
+// incident come back.
 const ConditionFixHeld = "FixHeld"
 
 // Reasons of ConditionFixHeld.
@@ -127,6 +128,12 @@ const (
 	// ReasonDriverDeregisteredAgain: the CSINode lacks the driver again while a Ready
 	// node-plugin pod runs there.
 	ReasonDriverDeregisteredAgain = "DriverDeregisteredAgain"
+	// ReasonFailedMountAfterFix: after a release, kubelet reported a FailedMount
+	// Warning naming the volume or its claim on a pod that uses the claim.
+	ReasonFailedMountAfterFix = "FailedMountAfterFix"
+	// ReasonPodsNotReady: after a release, a pod that uses the volume's claim was not
+	// Running and Ready when the window ended.
+	ReasonPodsNotReady = "PodsNotReady"
 )
 
 // EventFixNotHeld is the Warning Event's reason when ConditionFixHeld turns False.

@@ -244,7 +244,8 @@ func eventCount(ev *corev1.Event) int32 {
 	return n
 }
 
-func eventLastSeen(ev *corev1.Event) time.Time {
+// EventLastSeen is when ev, possibly deduplicated into a series, was last seen.
+func EventLastSeen(ev *corev1.Event) time.Time {
 	switch {
 	case ev.Series != nil && !ev.Series.LastObservedTime.IsZero():
 		return ev.Series.LastObservedTime.Time

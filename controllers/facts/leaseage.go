@@ -113,7 +113,7 @@ func (g *Gatherer) retainedEvents(ctx context.Context, lease *coordinationv1.Lea
 	var last time.Time
 	for i := range events.Items {
 		ev := &events.Items[i]
-		seen := eventLastSeen(ev)
+		seen := EventLastSeen(ev)
 		if ev.InvolvedObject.UID == "" || ev.InvolvedObject.UID != lease.UID || seen.Before(began) {
 			lf.IgnoredRetainedEvents += eventCount(ev)
 			continue

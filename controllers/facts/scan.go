@@ -359,8 +359,8 @@ func (g *Gatherer) volumeSymptoms(ctx context.Context, pv *corev1.PersistentVolu
 		for i := range mounts {
 			ev := &mounts[i]
 			// This pod, about this volume (the PV, or the pod's volume), since the Lease was taken.
-			about := strings.Contains(ev.Message, quoted) || namesVolume(ev.Message, volumes)
-			if !about || ev.InvolvedObject.UID != p.UID || eventLastSeen(ev).Before(heldSince.Truncate(time.Second)) {
+			about := strings.Contains(ev.Message, quoted) || NamesVolume(ev.Message, volumes)
+			if !about || ev.InvolvedObject.UID != p.UID || EventLastSeen(ev).Before(heldSince.Truncate(time.Second)) {
 				continue
 			}
 			out = append(out, Symptom{Kind: SymptomFailedMount, Pod: key, Count: eventCount(ev), Message: ev.Message})
@@ -370,8 +370,9 @@ func (g *Gatherer) volumeSymptoms(ctx context.Context, pv *corev1.PersistentVolu
 	return out, nil
 }
 
-// namesVolume: kubelet's "... unmounted volumes=[data config], ..." names one of volumes.
-func namesVolume(message string, volumes []string) bool {
+// NamesVolume reports whether kubelet's "... unmounted volumes=[data config], ..." names one
+// of volumes.
+func NamesVolume(message string, volumes []string) bool {
 	_, rest, ok := strings.Cut(message, "unmounted volumes=[")
 	if !ok {
 		return false
@@ -400,7 +401,7 @@ func (g *Gatherer) driverSymptoms(node string, now time.Time, mounts []corev1.Ev
 		ev := &mounts[i]
 		// kubelet reports as the node: source.host, or reportingInstance (events.k8s.io).
 		if (ev.Source.Host != node && ev.ReportingInstance != node) || !strings.Contains(ev.Message, notRegistered) ||
-			now.Sub(eventLastSeen(ev)) > DriverSymptomWindow {
+			now.Sub(EventLastSeen(ev)) > DriverSymptomWindow {
 			continue
 		}
 		out = append(out, Symptom{Kind: SymptomFailedMount, Pod: ev.InvolvedObject.Namespace + "/" + ev.InvolvedObject.Name,

@@ -13,7 +13,7 @@ import (
 // fixNotHeld counts the requests whose FixHeld turned False.
 var fixNotHeld = prometheus.NewCounterVec(prometheus.CounterOpts{
 	Name: "remediator_fix_not_held_total",
-	Help: "Succeeded requests whose incident came back within --verify-fix-for (FixHeld=False: the Lease retained again by the same holder, or the driver deregistered again), by remediation.",
+	Help: "Succeeded requests whose incident came back within --verify-fix-for (FixHeld=False: the Lease retained again by the same holder, a FailedMount on the released volume's pods or those pods not Running and Ready at the window's end, or the driver deregistered again), by remediation.",
 }, []string{"remediation"})
 
 // RegisterMetrics registers fixNotHeld with a series per remediation from the start,

@@ -1,5 +1,6 @@
 // Package verification says whether a fix held: for --verify-fix-for after a request
-// Succeeded, it re-reads the same Lease or node and sets ConditionFixHeld. It only
+// Succeeded, it re-reads the same Lease or node (and, after a release, the pods of the
+// volume's claim and their FailedMount events) and sets ConditionFixHeld. It only
 // reads and writes the request's status and an Event: a fix that did not hold calls
 // for an operator to find the cause, never for the playbook to run again. It is its
 // own runnable so that a failed read here never fails or slows the reconcile that
@@ -49,19 +50,23 @@ import (
 // +kubebuilder:rbac:groups=remediator.io,resources=remediationrequests,verbs=get;list;watch
 // +kubebuilder:rbac:groups=remediator.io,resources=remediationrequests/status,verbs=patch
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch;list;watch
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list
+// +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=get;list;watch
 // +kubebuilder:rbac:groups=storage.k8s.io,resources=csinodes,verbs=get;list;watch
 // +kubebuilder:rbac:groups=coordination.k8s.io,namespace=trident,resources=leases,verbs=get;list;watch
 
 // DefaultVerifyFixFor is --verify-fix-for's default.
 const DefaultVerifyFixFor = 15 * time.Minute
 
-// verifyPoll bounds the time between two checks: a node-plugin pod turning Ready is
-// not watched, and a Lease reaches the stuck age without any event.
+// verifyPoll bounds the time between two checks: a node-plugin pod or a pod of a
+// released claim turning Ready is not watched, and a Lease reaches the stuck age
+// without any event.
 const verifyPoll = time.Minute
 
 // IndexVerifying indexes the requests in their verification window by
-// "lease/<namespace>/<name>" or "node/<name>", so that a change of that Lease, its
-// LeaseRetained events or that CSINode reconciles exactly those.
+// "lease/<namespace>/<name>" or "node/<name>", and a release's by "pods/<namespace>"
+// of its claim too, so that a change of that Lease, its LeaseRetained events, that
+// CSINode or a FailedMount event on a pod of that namespace reconciles exactly those.
 const IndexVerifying = "remediator.io/verifying"
 
 // Reconciler verifies the fixes of Succeeded requests.
@@ -229,7 +234,7 @@ func (r *Reconciler) verify(ctx context.Context, rr *v1alpha1.RemediationRequest
 	}
 	if c == nil {
 		// The window opens: Verifying is written even if the read below fails.
-		v := judgeFix(rr, nil, start, end, now, 0)
+		v := judgeFix(rr, nil, nil, start, end, now, 0)
 		setCondition(rr, v.status, v.reason, v.message)
 	}
 	g := *r.Gatherer
@@ -240,8 +245,12 @@ func (r *Reconciler) verify(ctx context.Context, rr *v1alpha1.RemediationRequest
 	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("gathering facts to verify the fix: %w", err)
 	}
+	w, err := readWorkload(ctx, g.Reader, rr)
+	if err != nil {
+		return ctrl.Result{}, fmt.Errorf("reading the released volume's pods to verify the fix: %w", err)
+	}
 	stuck := remediations.Floor{HealthyStuckLeaseAge: r.StuckLeaseAge}.Effective().HealthyStuckLeaseAge
-	v := judgeFix(rr, f, start, end, now, stuck)
+	v := judgeFix(rr, f, w, start, end, now, stuck)
 	setCondition(rr, v.status, v.reason, v.message)
 	if v.status != metav1.ConditionUnknown {
 		ctrl.LoggerFrom(ctx).Info("Fix verified", "fixHeld", v.status, "reason", v.reason)
@@ -281,6 +290,7 @@ func verifyStart(rr *v1alpha1.RemediationRequest) time.Time {
 
 func leaseKey(ns, name string) string { return "lease/" + ns + "/" + name }
 func nodeKey(name string) string      { return "node/" + name }
+func podsKey(ns string) string        { return "pods/" + ns }
 
 // indexKeys are the IndexVerifying keys of a request in its verification window.
 func indexKeys(o client.Object) []string {
@@ -293,7 +303,11 @@ func indexKeys(o client.Object) []string {
 	}
 	switch {
 	case rr.Spec.Remediation == v1alpha1.RemediationReleaseLUKSLease && f.Lease != nil && f.Lease.Name != "":
-		return []string{leaseKey(f.Lease.Namespace, f.Lease.Name)}
+		keys := []string{leaseKey(f.Lease.Namespace, f.Lease.Name)}
+		if claim := releasedClaim(&rr); claim.Name != "" {
+			keys = append(keys, podsKey(claim.Namespace))
+		}
+		return keys
 	case rr.Spec.Remediation == v1alpha1.RemediationReregisterCSIDriver && rr.Spec.Target.Node != "":
 		return []string{nodeKey(rr.Spec.Target.Node)}
 	}
@@ -308,10 +322,15 @@ func (r *Reconciler) verifyingOn(ctx context.Context, o client.Object) []reconci
 	case *coordinationv1.Lease:
 		key = leaseKey(o.Namespace, o.Name)
 	case *corev1.Event:
-		if o.InvolvedObject.Kind != "Lease" {
+		switch {
+		case o.InvolvedObject.Kind == "Lease":
+			key = leaseKey(o.Namespace, o.InvolvedObject.Name)
+		case o.InvolvedObject.Kind == "Pod" && o.Reason == facts.FailedMountReason:
+			// Cached while the detector runs; otherwise the periodic check reads them.
+			key = podsKey(o.Namespace)
+		default:
 			return nil
 		}
-		key = leaseKey(o.Namespace, o.InvolvedObject.Name)
 	case *storagev1.CSINode:
 		key = nodeKey(o.Name)
 	default:

@@ -3,6 +3,8 @@ package verification_test
 import (
 	"context"
 	"fmt"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -396,5 +398,124 @@ func TestSuccessOpensItsWindowInTheSameWrite(t *testing.T) {
 		case <-timeout:
 			require.FailNow(t, "the request did not succeed within a minute")
 		}
+	}
+}
+
+// claimedVolume binds a claim ns/claim to the PersistentVolume pv that shutdownLease
+// created, from both sides, as the PV controller would.
+func claimedVolume(t *testing.T, ns, claim, pv string) {
+	t.Helper()
+	ctx := context.Background()
+	c := env.Client
+	require.NoError(t, c.Create(ctx, &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: claim},
+		Spec: corev1.PersistentVolumeClaimSpec{
+			AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany},
+			Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}},
+			VolumeName:  pv,
+		},
+	}))
+	vol := &corev1.PersistentVolume{}
+	require.NoError(t, c.Get(ctx, client.ObjectKey{Name: pv}, vol))
+	vol.Spec.ClaimRef = &corev1.ObjectReference{Kind: "PersistentVolumeClaim", Namespace: ns, Name: claim}
+	require.NoError(t, c.Update(ctx, vol))
+}
+
+// claimPod creates a pod that mounts ns/claim, on a node other than the holder, with
+// status st, and returns it.
+func claimPod(t *testing.T, ns, name, claim string, st corev1.PodStatus) *corev1.Pod {
+	t.Helper()
+	ctx := context.Background()
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: corev1.PodSpec{NodeName: "envtest-elsewhere", Containers: []corev1.Container{{Name: "app", Image: "busybox"}},
+			Volumes: []corev1.Volume{{Name: "storage", VolumeSource: corev1.VolumeSource{
+				PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim}}}}},
+	}
+	require.NoError(t, env.Client.Create(ctx, pod))
+	pod.Status = st
+	require.NoError(t, env.Client.Status().Update(ctx, pod))
+	return pod
+}
+
+// failedMountEvent is kubelet's FailedMount Warning on pod, last seen at seen.
+func failedMountEvent(t *testing.T, pod *corev1.Pod, msg string, seen time.Time) {
+	t.Helper()
+	at := metav1.NewTime(seen)
+	require.NoError(t, env.Client.Create(context.Background(), &corev1.Event{
+		ObjectMeta:     metav1.ObjectMeta{Namespace: pod.Namespace, GenerateName: pod.Name + "."},
+		InvolvedObject: corev1.ObjectReference{APIVersion: "v1", Kind: "Pod", Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID},
+		Reason:         "FailedMount", Type: corev1.EventTypeWarning, Count: 1, Message: msg,
+		FirstTimestamp: at, LastTimestamp: at,
+		Source: corev1.EventSource{Component: "kubelet", Host: pod.Spec.NodeName},
+	}))
+}
+
+// TestFixHeldWaitsForTheClaimsPods: after a release, FixHeld also needs the pods of
+// the volume's claim back. Pods Running and Ready (an evicted pod left behind and a
+// FailedMount from before the fix aside) end the window True; a pod still
+// ContainerCreating keeps FixHeld Verifying, naming it (a FailedMount from before the
+// fix does not count), and turns it False (PodsNotReady) when the window ends; a
+// FailedMount naming the volume after the fix turns it False (FailedMountAfterFix) at
+// once, through the events' watch.
+func TestFixHeldWaitsForTheClaimsPods(t *testing.T) {
+	const ns, window = "app-fix", 10 * time.Second
+	env.EnsureNamespaces(t, "remediator", "trident", corev1.NamespaceNodeLease, ns)
+	startManager(t, verifyFor(window))
+	running := corev1.PodStatus{Phase: corev1.PodRunning, Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}}
+	creating := corev1.PodStatus{Phase: corev1.PodPending, ContainerStatuses: []corev1.ContainerStatus{{Name: "app", Image: "busybox",
+		State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ContainerCreating"}}}}}
+	mountMsg := func(pv string) string {
+		return `MountVolume.MountDevice failed for volume "` + pv + `" : rpc error: code = Internal desc = cryptsetup luksOpen exited 5`
+	}
+	keys := map[string]client.ObjectKey{}
+	pods := map[string]*corev1.Pod{}
+	for _, name := range []string{"back", "creating", "mount"} {
+		pv := "pvc-envtest-fix-" + name
+		shutdownLease(t, "envtest-fix-"+name, pv)
+		claimedVolume(t, ns, name, pv)
+		st := running
+		if name == "creating" {
+			st = creating
+		}
+		pods[name] = claimPod(t, ns, name+"-0", name, st)
+	}
+	claimPod(t, ns, "back-evicted", "back", corev1.PodStatus{Phase: corev1.PodFailed, Reason: "Evicted"})
+	failedMountEvent(t, pods["back"], mountMsg("pvc-envtest-fix-back"), time.Now().Add(-time.Hour))
+	for _, name := range []string{"back", "creating", "mount"} {
+		keys[name] = releaseRequest(t, "fix-pods-"+name, "pvc-envtest-fix-"+name)
+	}
+
+	// A FailedMount from before the fix, seen late, is no verdict; the check it
+	// brings says what the window waits for.
+	waitRequest(t, keys["creating"], "Succeeded and verifying", fixHeldIs(metav1.ConditionUnknown, v1alpha1.ReasonVerifying))
+	failedMountEvent(t, pods["creating"], mountMsg("pvc-envtest-fix-creating"), time.Now().Add(-time.Hour))
+	rr := waitRequest(t, keys["creating"], "verifying, waiting for the pod", func(rr *v1alpha1.RemediationRequest) bool {
+		c := fixHeld(rr)
+		return c != nil && c.Reason == v1alpha1.ReasonVerifying && strings.Contains(c.Message, "waiting for the pod(s)")
+	})
+	assert.Contains(t, fixHeld(rr).Message, "PersistentVolumeClaim "+ns+"/creating to be Running and Ready: "+ns+"/creating-0 (Pending, ContainerCreating, not ready)")
+
+	rr = waitRequest(t, keys["mount"], "Succeeded and verifying", fixHeldIs(metav1.ConditionUnknown, v1alpha1.ReasonVerifying))
+	require.NotNil(t, rr.Status.Outcome)
+	fixed := rr.Status.Outcome.FinishedAt.Time
+	failedMountEvent(t, pods["mount"], mountMsg("pvc-envtest-fix-mount"), fixed.Add(time.Second))
+	rr = waitRequest(t, keys["mount"], "FixHeld False, FailedMountAfterFix", fixHeldIs(metav1.ConditionFalse, v1alpha1.ReasonFailedMountAfterFix))
+	c := fixHeld(rr)
+	assert.Contains(t, c.Message, "on pod(s) "+ns+"/mount-0; the newest, on "+ns+"/mount-0 at ")
+	assert.Contains(t, c.Message, strconv.Quote(mountMsg("pvc-envtest-fix-mount")))
+	assert.True(t, c.LastTransitionTime.Time.Before(fixed.Add(window)), "FailedMountAfterFix came at the window's end, not through the watch: %s", c.LastTransitionTime)
+
+	rr = waitRequest(t, keys["creating"], "FixHeld False, PodsNotReady", fixHeldIs(metav1.ConditionFalse, v1alpha1.ReasonPodsNotReady))
+	assert.Contains(t, fixHeld(rr).Message, "Pod(s) using PersistentVolumeClaim "+ns+"/creating were not Running and Ready when the window ended at ")
+	assert.Contains(t, fixHeld(rr).Message, ": "+ns+"/creating-0 (Pending, ContainerCreating, not ready). ")
+
+	rr = waitRequest(t, keys["back"], "FixHeld True", fixHeldIs(metav1.ConditionTrue, v1alpha1.ReasonNoRecurrence))
+	assert.Contains(t, fixHeld(rr).Message, "; the pod(s) using PersistentVolumeClaim "+ns+"/back are Running and Ready: "+ns+"/back-0")
+	assert.Empty(t, fixNotHeldEvents(t, keys["back"]))
+	for _, name := range []string{"creating", "mount"} {
+		testenv.Eventually(t, "one FixNotHeld Warning Event on "+name, func() (bool, string) {
+			return len(fixNotHeldEvents(t, keys[name])) == 1, ""
+		})
 	}
 }

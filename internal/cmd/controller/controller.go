@@ -116,7 +116,7 @@ func (o *Options) addFlags(f *pflag.FlagSet) {
 	f.DurationVar(&o.podTerminationTimeout, "pod-termination-timeout", remediations.DefaultTimeouts.PodTermination, "How long to wait for evicted pods to terminate, and the holder's kubelet to stop listing the volume in use, before the playbook fails")
 	f.DurationVar(&o.pluginRestartTimeout, "plugin-restart-timeout", remediations.DefaultTimeouts.PluginRestart, "How long to wait for a replacement node-plugin pod, and then for the driver to be registered again")
 	f.DurationVar(&o.verifyFixFor, "verify-fix-for", verification.DefaultVerifyFixFor,
-		"How long after a request Succeeded the controller watches its Lease or node for the incident coming back (condition FixHeld, a Warning Event, remediator_fix_not_held_total); it only reads. 0 turns verification off")
+		"How long after a request Succeeded the controller watches its Lease or node for the incident coming back, and a released volume's pods for coming back Running and Ready without a FailedMount (condition FixHeld, a Warning Event, remediator_fix_not_held_total); it only reads. 0 turns verification off")
 	f.IntVar(&o.maxConcurrent, "max-concurrent-remediations", 2,
 		"Disruptive playbooks (cordon, evict, node-plugin restart) that may run at once across the cluster; more allowed requests wait (phase Waiting) and start, oldest first, when one finishes. Lease releases for holders proven down are not capped. 0 means no cap")
 	f.IntVar(&o.workers, "max-concurrent-reconciles", 10,
