@@ -231,8 +231,8 @@ func (w *workload) back() string {
 // mountFailed: kubelet reported, after the fix at start, a FailedMount on a pod that
 // uses the claim, naming the volume: the PV or the claim quoted (as kubelet quotes
 // them), the claim as namespace/name ("error processing PVC ..."), or the pod's
-// volume of the claim in "unmounted volumes=[...]". One seen in the same second as
-// the fix, or before, belongs to the incident the fix ended.
+// volume of the claim in "unmounted volumes=[...]". One seen within
+// mountAttemptGrace of the fix, or before, belongs to the incident the fix ended.
 func mountFailed(w *workload, start time.Time) (verdict, bool) {
 	if w == nil {
 		return verdict{}, false
@@ -241,7 +241,7 @@ func mountFailed(w *workload, start time.Time) (verdict, bool) {
 	var newest *failedMount
 	for i := range w.Mounts {
 		m := &w.Mounts[i]
-		if !m.LastSeen.After(start) || !w.about(m) {
+		if !m.LastSeen.After(start.Add(mountAttemptGrace)) || !w.about(m) {
 			continue
 		}
 		if !slices.Contains(pods, m.Pod) {
@@ -261,6 +261,12 @@ func mountFailed(w *workload, start time.Time) (verdict, bool) {
 			"The Lease was released but the volume still does not mount: read the pods' events and the trident-main logs on their node instead of repeating the playbook",
 		w.PV, w.Claim, lifecycle.Stamp(start), strings.Join(pods, ", "), newest.Pod, lifecycle.Stamp(newest.LastSeen), newest.Message)}, true
 }
+
+// mountAttemptGrace: a mount attempt the kubelet started before the fix fails, and
+// reports its FailedMount, after it: the node plugin answers "held by" the old holder
+// until the Lease is gone, and the event's lastTimestamp is the attempt's end, in whole
+// seconds. The kubelet's next attempt, after its backoff, is the one that tells.
+const mountAttemptGrace = 10 * time.Second
 
 // about: m is on a pod that uses the claim and names its volume.
 func (w *workload) about(m *failedMount) bool {

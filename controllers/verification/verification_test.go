@@ -499,7 +499,7 @@ func TestFixHeldWaitsForTheClaimsPods(t *testing.T) {
 	rr = waitRequest(t, keys["mount"], "Succeeded and verifying", fixHeldIs(metav1.ConditionUnknown, v1alpha1.ReasonVerifying))
 	require.NotNil(t, rr.Status.Outcome)
 	fixed := rr.Status.Outcome.FinishedAt.Time
-	failedMountEvent(t, pods["mount"], mountMsg("pvc-envtest-fix-mount"), fixed.Add(time.Second))
+	failedMountEvent(t, pods["mount"], mountMsg("pvc-envtest-fix-mount"), fixed.Add(11*time.Second)) // past the grace of an attempt that ended after the fix
 	rr = waitRequest(t, keys["mount"], "FixHeld False, FailedMountAfterFix", fixHeldIs(metav1.ConditionFalse, v1alpha1.ReasonFailedMountAfterFix))
 	c := fixHeld(rr)
 	assert.Contains(t, c.Message, "on pod(s) "+ns+"/mount-0; the newest, on "+ns+"/mount-0 at ")
