@@ -205,21 +205,79 @@ func runningOnHost(marker string) bool {
 // kube-controller-manager marks it NotReady; the operator taints it out-of-service as
 // the runbook says; the workload's replacement on node b cannot stage the volume
 // while the Lease is held (the plugin's FailedMount); the request releases the Lease
-// and the replacement mounts the volume and runs on b, reading what a wrote.
+// and the replacement mounts the volume and runs on b, reading what a wrote. FixHeld
+// turns True only once the replacement runs, at the end of the verification window.
 func TestRealShutdownReleasesLease(t *testing.T) {
+	s := shutdownReleased(t, "e2e-real-down", nil)
+	// Until the replacement runs, FixHeld is never True: each poll reads FixHeld first.
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		rr, pod := &v1alpha1.RemediationRequest{}, &corev1.Pod{}
+		require.NoError(c, k8s.Get(context.Background(), s.key, rr))
+		fh := condition(rr, v1alpha1.ConditionFixHeld)
+		require.NoError(c, k8s.Get(context.Background(), client.ObjectKeyFromObject(s.replacement), pod))
+		if pod.Status.Phase != corev1.PodRunning && fh != nil && fh.Status == metav1.ConditionTrue {
+			t.Errorf("FixHeld True while the replacement %s is %s: %+v", pod.Name, pod.Status.Phase, fh)
+		}
+		assert.Equal(c, corev1.PodRunning, pod.Status.Phase, "replacement %s", pod.Name)
+	}, 120*time.Second, poll, "the replacement running")
+	require.Eventually(t, func() bool { return volumeFile(s.pv, "nodes") == s.a+"\n"+s.b }, 30*time.Second, poll,
+		"the replacement on %s appended to what %s wrote: %q", s.b, s.a, volumeFile(s.pv, "nodes"))
+
+	rr := waitFixHeld(t, s.key, metav1.ConditionTrue)
+	c := condition(rr, v1alpha1.ConditionFixHeld)
+	assert.Equal(t, v1alpha1.ReasonNoRecurrence, c.Reason, "FixHeld: %+v", c)
+	assert.Contains(t, c.Message, "are Running and Ready: "+s.ns+"/"+s.replacement.Name, "FixHeld's message")
+	pod := &corev1.Pod{}
+	require.NoError(t, k8s.Get(context.Background(), client.ObjectKeyFromObject(s.replacement), pod))
+	ready := slices.IndexFunc(pod.Status.Conditions, func(c corev1.PodCondition) bool { return c.Type == corev1.PodReady })
+	require.GreaterOrEqual(t, ready, 0, "no Ready condition on %s", pod.Name)
+	assert.False(t, c.LastTransitionTime.Before(&pod.Status.Conditions[ready].LastTransitionTime),
+		"FixHeld turned True at %s, before the replacement was Ready at %s", c.LastTransitionTime, pod.Status.Conditions[ready].LastTransitionTime)
+}
+
+// TestRealShutdownFixNotHeldWhileMountFails: the same release, but the replacement's
+// cryptsetup keeps failing on b after it: the Lease went, the workload did not come
+// back, and FixHeld turns False naming the pod and quoting kubelet's FailedMount.
+func TestRealShutdownFixNotHeldWhileMountFails(t *testing.T) {
+	s := shutdownReleased(t, "e2e-real-down-fail", func(pv string) {
+		hook := filepath.Join(volumesDir, pv+".cryptsetup-fail")
+		require.NoError(t, os.WriteFile(hook, []byte("No key available with this passphrase."), 0o644))
+		t.Cleanup(func() { _ = os.Remove(hook) })
+	})
+	rr := waitFixHeld(t, s.key, metav1.ConditionFalse)
+	c := condition(rr, v1alpha1.ConditionFixHeld)
+	assert.Equal(t, v1alpha1.ReasonFailedMountAfterFix, c.Reason, "FixHeld: %+v", c)
+	assert.Contains(t, c.Message, s.ns+"/"+s.replacement.Name, "FixHeld's message names the pod")
+	assert.Contains(t, c.Message, "No key available with this passphrase.", "FixHeld's message quotes the FailedMount")
+}
+
+// released is a shut-down holder's Lease released while the workload's replacement
+// waited for it.
+type released struct {
+	ns, pv, a, b string
+	key          types.NamespacedName
+	replacement  *corev1.Pod
+}
+
+// shutdownReleased runs incident A to the release (see TestRealShutdownReleasesLease),
+// with a 30 s verification window; beforeRequest, if set, runs with the PV's name
+// right before the request is created.
+func shutdownReleased(t *testing.T, nsPrefix string, beforeRequest func(pv string)) released {
 	a, b := realNodePair(t)
 	ctx := context.Background()
-	ns := namespace(t, "e2e-real-down")
+	s := released{ns: namespace(t, nsPrefix), a: a, b: b}
 	metrics := freeAddr(t)
-	startController(t, "--policies-dir", shortGatePolicies(t), "--request-namespaces", ns, "--metrics-bind-address", metrics)
-	pv, pvc := csiVolume(t, ns, true)
+	startController(t, "--policies-dir", shortGatePolicies(t), "--request-namespaces", s.ns, "--metrics-bind-address", metrics,
+		"--verify-fix-for", "30s")
+	pv, pvc := csiVolume(t, s.ns, true)
+	s.pv = pv
 
 	// The workload starts on a: b is cordoned until a is gone.
 	setUnschedulable(t, b, true)
 	t.Cleanup(func() { setUnschedulable(t, b, false) })
 	labels := map[string]string{"app": "db-" + rand.String(4)}
 	dep := &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "db"},
+		ObjectMeta: metav1.ObjectMeta{Namespace: s.ns, Name: "db"},
 		Spec: appsv1.DeploymentSpec{
 			Replicas: ptr.To[int32](1),
 			Selector: &metav1.LabelSelector{MatchLabels: labels},
@@ -232,7 +290,7 @@ func TestRealShutdownReleasesLease(t *testing.T) {
 	dep.Spec.Template.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "NODE", ValueFrom: &corev1.EnvVarSource{
 		FieldRef: &corev1.ObjectFieldSelector{FieldPath: "spec.nodeName"}}}}
 	create(t, dep)
-	first := waitWorkloadPod(t, ns, labels, a)
+	first := waitWorkloadPod(t, s.ns, labels, a)
 	require.Eventually(t, func() bool { return volumeFile(pv, "nodes") == a }, 30*time.Second, poll, "the pod on %s wrote to the volume", a)
 
 	// a dies in the middle of cryptsetup: its Lease stays, and a goes dark.
@@ -243,28 +301,41 @@ func TestRealShutdownReleasesLease(t *testing.T) {
 	taintOutOfService(t, a)
 
 	// The replacement lands on b and is held by the Lease.
-	second := waitWorkloadPodNot(t, ns, labels, first.Name)
-	require.Equal(t, b, second.Spec.NodeName, "the replacement's node")
-	waitFailedMount(t, ns, second.Name, "held by "+a, 90*time.Second)
+	s.replacement = waitWorkloadPodNot(t, s.ns, labels, first.Name)
+	require.Equal(t, b, s.replacement.Spec.NodeName, "the replacement's node")
+	waitFailedMount(t, s.ns, s.replacement.Name, "held by "+a, 90*time.Second)
 	require.True(t, leaseExists(t, pv), "the Lease went before the request")
 	// Before any request: the controller's detection exports the stuck Lease with its
-	// holder's state and the real kubelet's symptoms (issue 26).
+	// holder's state and the real kubelet's symptoms.
 	waitDetected(t, metrics, map[string]string{"kind": "StuckLease", "node": a, "node_state": "Shutdown",
 		"lease_namespace": tridentNS, "lease": pv}, "FailedMount", "ContainerCreating")
 
-	key := request(t, ns, v1alpha1.RemediationRequestSpec{
+	if beforeRequest != nil {
+		beforeRequest(pv)
+	}
+	s.key = request(t, s.ns, v1alpha1.RemediationRequestSpec{
 		Remediation: v1alpha1.RemediationReleaseLUKSLease,
 		Target:      v1alpha1.Target{PersistentVolume: pv},
 		Reason:      fmt.Sprintf("%s powered off during cryptsetup; its replacement on %s cannot mount", a, b),
 	})
-	rr := waitPhase(t, key, 90*time.Second, v1alpha1.PhaseSucceeded, v1alpha1.PhaseFailed, v1alpha1.PhaseRejected)
+	rr := waitPhase(t, s.key, 90*time.Second, v1alpha1.PhaseSucceeded, v1alpha1.PhaseFailed, v1alpha1.PhaseRejected)
 	require.Equal(t, v1alpha1.PhaseSucceeded, rr.Status.Phase, describe(rr))
 	require.Equal(t, "node-shutdown", string(decision(t, rr).Playbook), describe(rr))
 	assert.Equal(t, v1alpha1.NodeShutdown, holderState(rr), "holder state: %s", describe(rr))
+	return s
+}
 
-	waitPodRunning(t, client.ObjectKeyFromObject(second), 120*time.Second)
-	require.Eventually(t, func() bool { return volumeFile(pv, "nodes") == a+"\n"+b }, 30*time.Second, poll,
-		"the replacement on %s appended to what %s wrote: %q", b, a, volumeFile(pv, "nodes"))
+// waitFixHeld waits for the request's FixHeld to reach status.
+func waitFixHeld(t *testing.T, key types.NamespacedName, status metav1.ConditionStatus) *v1alpha1.RemediationRequest {
+	t.Helper()
+	rr := &v1alpha1.RemediationRequest{}
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		require.NoError(c, k8s.Get(context.Background(), key, rr))
+		fh := condition(rr, v1alpha1.ConditionFixHeld)
+		require.NotNil(c, fh, "no FixHeld yet: %s", describe(rr))
+		assert.Equal(c, status, fh.Status, "FixHeld: %+v", fh)
+	}, 120*time.Second, poll, "FixHeld %s", status)
+	return rr
 }
 
 // taintOutOfService sets the out-of-service taint on a node that is shut down, as
