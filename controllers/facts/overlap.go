@@ -16,8 +16,9 @@ import (
 
 // DaemonSetsSeen is what continuous detection remembers of the node-plugin
 // DaemonSets from one scan to the next, so that it sees one recreated: the
-// trident-operator deletes and creates it again, and the old pods' registrars remove
-// the registration socket the new pods made (the deregistration incident's cause).
+// trident-operator deletes and creates it again, and the old pods' registrars
+// remove the registration socket the new pods made (the deregistration incident's
+// cause).
 type DaemonSetsSeen struct {
 	// Scanned is false before the first scan since the detector started: that scan
 	// cannot tell a DaemonSet recreated just before it from one it never saw.
@@ -66,9 +67,8 @@ type pluginOverlap struct {
 // on a node, two or more node-plugin pods of which one is old (its DaemonSet's UID
 // is no longer the current one, or two UIDs of one DaemonSet meet there), one
 // terminates while another runs, two DaemonSets own them, or their DaemonSet was
-// recreated. When the old one ends, its
-// registrar removes the registration socket, and kubelet forgets the driver. It is
-// pure, to be table-tested.
+// recreated. When the old one ends, its registrar removes the registration socket,
+// and kubelet forgets the driver. It is pure, to be table-tested.
 func judgePluginOverlap(in pluginOverlapInput) pluginOverlap {
 	current := map[string]*appsv1.DaemonSet{}
 	for i := range in.daemonSets {

@@ -15,9 +15,9 @@ import (
 	"github.com/remediator/remediator/controllers/facts"
 )
 
-// TestScanSeesPluginDaemonSetRecreated stages the deregistration incident as the trident-operator
-// starts it: the node-plugin DaemonSet deleted and created again under the same name
-// while its old pods still run (envtest runs no garbage collector, as a slow one
+// TestScanSeesPluginDaemonSetRecreated stages the deregistration incident as the
+// trident-operator starts it: the node-plugin DaemonSet deleted and created again
+// under the same name while its old pods still run (envtest runs no garbage collector, as a slow one
 // leaves them). A scan that remembers the DaemonSet's UID finds, before any mount
 // fails, the old and new pods overlapping on the node whose CSINode still lists the
 // driver; on the node whose CSINode already lost it, the one finding is

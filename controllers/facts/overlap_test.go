@@ -13,13 +13,14 @@ import (
 	"k8s.io/utils/ptr"
 )
 
-// TestJudgePluginOverlap: the deregistration incident's cause, judged before any mount fails. Old
-// and new node-plugin pods overlap on a node when one of them belongs to an earlier
-// UID of its DaemonSet (or to none any more), terminates while another runs, or
-// their DaemonSet was recreated (seen by its UID changing between scans, remembered
-// while its pods overlap, or on a detector's first scan by its youth); one pod per
-// node is no overlap, however recreated its DaemonSet. Without the DaemonSets
-// (remediator scan) only the pods say what is old.
+// TestJudgePluginOverlap: the deregistration incident's cause, judged before any
+// mount fails. Old and new node-plugin pods overlap on a node when one of them
+// belongs to an earlier UID of its DaemonSet (or to none any more), terminates while
+// another runs, two DaemonSets own them, or their DaemonSet was recreated (seen by
+// its UID changing between scans, remembered while its pods overlap, or on a
+// detector's first scan by its youth); one pod per node is no overlap, however
+// recreated its DaemonSet. Without the DaemonSets (remediator scan) only the pods
+// say what is old.
 func TestJudgePluginOverlap(t *testing.T) {
 	now := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
 	ds := func(uid types.UID, age time.Duration) appsv1.DaemonSet {

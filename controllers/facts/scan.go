@@ -25,10 +25,10 @@ const (
 	FindingStuckLease            = "StuckLease"
 	FindingDeregisteredDriver    = "DeregisteredDriver"
 	FindingOverlappingPluginPods = "OverlappingPluginPods"
-	// FindingOldPluginPodOverlap is the deregistration incident's cause, seen before any mount fails:
-	// an old node-plugin pod (of a DaemonSet since recreated, or terminating) next to
-	// a new one on a node. A node whose CSINode already lacks the driver gets a
-	// DeregisteredDriver finding instead, with this as its Cause.
+	// FindingOldPluginPodOverlap is the deregistration incident's cause, seen before
+	// any mount fails: an old node-plugin pod (of a DaemonSet since recreated, or
+	// terminating) next to a new one on a node. A node whose CSINode already lacks
+	// the driver gets a DeregisteredDriver finding instead, with this as its Cause.
 	FindingOldPluginPodOverlap = "OldPluginPodOverlap"
 )
 
@@ -150,8 +150,8 @@ type ScanResult struct {
 // Scan looks for the two incidents across the cluster: stuck PV-named Leases in the
 // Trident namespace, nodes whose CSINode lacks the driver while a Ready node-plugin
 // pod runs there, and overlapping node-plugin pods (old and new ones: the
-// deregistration's cause, before its symptoms), each with the workload's symptoms. Findings are
-// sorted by kind, then node, then Lease.
+// deregistration's cause, before its symptoms), each with the workload's symptoms.
+// Findings are sorted by kind, then node, then Lease.
 func (g *Gatherer) Scan(ctx context.Context, opts ScanOptions) ([]Finding, error) {
 	r, err := g.ScanWithHeld(ctx, opts)
 	return r.Findings, err
@@ -445,10 +445,10 @@ func sortSymptoms(s []Symptom) {
 }
 
 // pluginFindings judges the node-plugin pods node by node: overlapping pods, old and
-// new ones overlapping (the deregistration incident's cause, before any mount fails), and a CSINode
-// that lacks the driver while a Ready one runs (its symptom). A node with both the
-// cause and the symptom gets one finding, DeregisteredDriver with its Cause, so that
-// one incident is counted once.
+// new ones overlapping (the deregistration incident's cause, before any mount
+// fails), and a CSINode that lacks the driver while a Ready one runs (its symptom).
+// A node with both the cause and the symptom gets one finding, DeregisteredDriver
+// with its Cause, so that one incident is counted once.
 func (g *Gatherer) pluginFindings(ctx context.Context, opts ScanOptions, now time.Time, mounts []corev1.Event, nodeOf nodeReader) ([]Finding, pluginOverlap, error) {
 	in, err := g.pluginOverlapInput(ctx, opts, now)
 	if err != nil {

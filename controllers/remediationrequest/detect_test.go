@@ -172,9 +172,9 @@ func fmtSeries(s map[string]float64) string { return fmt.Sprint(s) }
 
 // TestDetectorSeesPluginDaemonSetRecreated wires the detector as `remediator
 // controller` does (the Trident namespace's DaemonSets in the manager's cache) and
-// stages the deregistration incident's cause: the node-plugin DaemonSet deleted and created again
-// under its name while its old pod still runs on a node whose CSINode lists the
-// driver (envtest runs no garbage collector). The detector exports the node as
+// stages the deregistration incident's cause: the node-plugin DaemonSet deleted and
+// created again under its name while its old pod still runs on a node whose CSINode
+// lists the driver (envtest runs no garbage collector). The detector exports the node as
 // OldPluginPodOverlap before any mount fails.
 func TestDetectorSeesPluginDaemonSetRecreated(t *testing.T) {
 	ctx := context.Background()
