@@ -44,6 +44,10 @@ type Detector struct {
 	Now func() time.Time
 
 	mu sync.Mutex
+	// daemonSets is what the last successful scan saw of the node-plugin DaemonSets,
+	// to see one recreated; a detector that starts (a restart, a new leader) starts
+	// from nothing, and the scan then counts a young DaemonSet as recreated.
+	daemonSets *facts.DaemonSetsSeen
 	// findings of the last successful scan, keyed for the log's "detected"/"cleared".
 	findings map[string]facts.Finding
 	// lastSuccess is zero until a scan succeeds, and then no series is exported, so
@@ -51,6 +55,9 @@ type Detector struct {
 	lastSuccess time.Time
 	running     bool
 }
+
+// The node-plugin DaemonSets, cached for the detector to see one recreated.
+// +kubebuilder:rbac:groups=apps,namespace=trident,resources=daemonsets,verbs=list;watch
 
 var _ manager.LeaderElectionRunnable = &Detector{}
 
@@ -60,8 +67,8 @@ func (d *Detector) NeedLeaderElection() bool { return true }
 // The detection metrics, collected from the last scan at scrape time.
 var (
 	detectedIncidentDesc = prometheus.NewDesc("remediator_detected_incident",
-		"1 for each incident the last scan found (kind StuckLease, DeregisteredDriver or OverlappingPluginPods), by the node (a stuck Lease's holder), its state (Healthy, Unknown, Unreachable, Shutdown, NotFound) and, for a stuck Lease, its namespace and name (the PV's). Exported by the leader, from its informers, every --detect-interval.",
-		[]string{"kind", "node", "node_state", "lease_namespace", "lease"}, nil)
+		"1 for each incident the last scan found (kind StuckLease, DeregisteredDriver, OverlappingPluginPods or OldPluginPodOverlap), by the node (a stuck Lease's holder), its state (Healthy, Unknown, Unreachable, Shutdown, NotFound), for a stuck Lease its namespace and name (the PV's), and for a DeregisteredDriver its cause when seen too (OldPluginPodOverlap), else empty. Exported by the leader, from its informers, every --detect-interval.",
+		[]string{"kind", "node", "node_state", "lease_namespace", "lease", "cause"}, nil)
 	detectedLeaseAgeDesc = prometheus.NewDesc("remediator_detected_stuck_lease_age_seconds",
 		"Age of each stuck Lease the last scan found (server time, from the later of its creation and acquisition), by Lease and holder node.",
 		[]string{"lease_namespace", "lease", "node"}, nil)
@@ -106,11 +113,11 @@ func (d *Detector) Start(ctx context.Context) error {
 		return fmt.Errorf("detection interval must be positive, got %s", d.Interval)
 	}
 	d.mu.Lock()
-	d.running = true
+	d.running, d.daemonSets = true, &facts.DaemonSetsSeen{}
 	d.mu.Unlock()
 	defer func() {
 		d.mu.Lock()
-		d.running, d.findings, d.lastSuccess = false, nil, time.Time{}
+		d.running, d.findings, d.lastSuccess, d.daemonSets = false, nil, time.Time{}, nil
 		d.mu.Unlock()
 	}()
 	wait.UntilWithContext(ctx, d.Scan, d.Interval)
@@ -124,8 +131,16 @@ func (d *Detector) Scan(ctx context.Context) {
 	// Bounded, so that a hung read does not stop detection.
 	scanCtx, cancel := context.WithTimeout(ctx, max(d.Interval, 30*time.Second))
 	defer cancel()
-	found, err := d.Gatherer.Scan(scanCtx, facts.ScanOptions{LeaseAge: d.LeaseAge,
-		Warn: func(msg string) { log.Info("Scanning for incidents: " + msg) }})
+	d.mu.Lock()
+	seen := d.daemonSets
+	d.mu.Unlock()
+	if seen == nil {
+		// Scan called without Start: one look, from nothing.
+		seen = &facts.DaemonSetsSeen{}
+	}
+	res, err := d.Gatherer.ScanWithHeld(scanCtx, facts.ScanOptions{LeaseAge: d.LeaseAge,
+		Warn:       func(msg string) { log.Info("Scanning for incidents: " + msg) },
+		DaemonSets: seen, RecreatedWithin: d.Interval})
 	if err != nil {
 		if ctx.Err() == nil {
 			detectionFailures.Inc()
@@ -133,20 +148,24 @@ func (d *Detector) Scan(ctx context.Context) {
 		}
 		return
 	}
+	found := res.Findings
+	for _, r := range res.Recreated {
+		log.Info("The node-plugin DaemonSet was recreated; its old pods' registrars may deregister the driver where they overlap the new ones", "daemonSet", r)
+	}
 	next := make(map[string]facts.Finding, len(found))
 	for _, f := range found {
 		next[findingKey(f)] = f
 	}
 	d.mu.Lock()
 	prev := d.findings
-	d.findings, d.lastSuccess = next, d.now()
+	d.findings, d.lastSuccess, d.daemonSets = next, d.now(), res.DaemonSets
 	d.mu.Unlock()
 	for _, f := range found {
 		before, seen := prev[findingKey(f)]
 		switch {
 		case !seen:
 			log.Info("Detected an incident; `remediator scan -o yaml` prints the request that would remediate it, to review and commit",
-				"kind", f.Kind, "node", f.Node, "nodeState", f.NodeState, "lease", f.Lease, "evidence", f.Evidence, "symptoms", symptomStrings(f.Symptoms))
+				"kind", f.Kind, "node", f.Node, "nodeState", f.NodeState, "lease", f.Lease, "cause", f.Cause, "evidence", f.Evidence, "symptoms", symptomStrings(f.Symptoms))
 		case before.NodeState != f.NodeState:
 			log.Info("A detected incident's node changed state", "kind", f.Kind, "node", f.Node, "lease", f.Lease,
 				"from", before.NodeState, "to", f.NodeState, "evidence", f.Evidence)
@@ -191,7 +210,7 @@ func (d *Detector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for _, f := range d.findings {
 		leaseNS, lease, _ := strings.Cut(f.Lease, "/")
-		ch <- prometheus.MustNewConstMetric(detectedIncidentDesc, prometheus.GaugeValue, 1, f.Kind, f.Node, string(f.NodeState), leaseNS, lease)
+		ch <- prometheus.MustNewConstMetric(detectedIncidentDesc, prometheus.GaugeValue, 1, f.Kind, f.Node, string(f.NodeState), leaseNS, lease, f.Cause)
 		if f.Kind == facts.FindingStuckLease {
 			ch <- prometheus.MustNewConstMetric(detectedLeaseAgeDesc, prometheus.GaugeValue, float64(f.AgeSeconds), leaseNS, lease, f.Node)
 		}

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
@@ -24,6 +25,11 @@ const (
 	FindingStuckLease            = "StuckLease"
 	FindingDeregisteredDriver    = "DeregisteredDriver"
 	FindingOverlappingPluginPods = "OverlappingPluginPods"
+	// FindingOldPluginPodOverlap is the deregistration incident's cause, seen before
+	// any mount fails: an old node-plugin pod (of a DaemonSet since recreated, or
+	// terminating) next to a new one on a node. A node whose CSINode already lacks
+	// the driver gets a DeregisteredDriver finding instead, with this as its Cause.
+	FindingOldPluginPodOverlap = "OldPluginPodOverlap"
 )
 
 // Symptom kinds: what an on-call engineer sees first, attached to the finding that
@@ -58,6 +64,9 @@ type Finding struct {
 	RetainedEvents int32    `json:"retainedEvents,omitempty"`
 	PluginPods     []string `json:"pluginPods,omitempty"`
 	Evidence       string   `json:"evidence"`
+	// Cause is, on a DeregisteredDriver finding, FindingOldPluginPodOverlap when old
+	// and new node-plugin pods still overlap on the node: the finding stands for both.
+	Cause string `json:"cause,omitempty"`
 	// Symptoms are the workload's signs of this incident, sorted by kind, then object.
 	Symptoms []Symptom `json:"symptoms,omitempty"`
 }
@@ -96,6 +105,14 @@ type ScanOptions struct {
 	// holds, and one that scan does not find stuck must be seen to be ruled out, not
 	// silently dropped. Matched exactly against the Lease's holderIdentity.
 	HeldBy string
+	// DaemonSets, when set, has the scan read the node-plugin DaemonSets and judge
+	// their pods against what it remembers of them, as continuous detection does; nil
+	// judges from the pods alone, as `remediator scan` does (one look, no memory).
+	DaemonSets *DaemonSetsSeen
+	// RecreatedWithin: on the first scan (DaemonSets.Scanned false), a node-plugin
+	// DaemonSet younger than this counts as recreated, so that a detector that just
+	// started does not miss a recreation it could not see happen.
+	RecreatedWithin time.Duration
 }
 
 // HeldLease is a PV-named Trident Lease that ScanOptions.HeldBy holds, stuck by
@@ -122,12 +139,19 @@ type ScanResult struct {
 	Findings []Finding
 	// Held are the Leases ScanOptions.HeldBy holds, sorted by Lease; nil without HeldBy.
 	Held []HeldLease
+	// DaemonSets is what to remember of the node-plugin DaemonSets for the next scan;
+	// nil without ScanOptions.DaemonSets.
+	DaemonSets *DaemonSetsSeen
+	// Recreated are the node-plugin DaemonSets seen recreated since the last scan, as
+	// "namespace/name: why", sorted.
+	Recreated []string
 }
 
 // Scan looks for the two incidents across the cluster: stuck PV-named Leases in the
 // Trident namespace, nodes whose CSINode lacks the driver while a Ready node-plugin
-// pod runs there, and overlapping node-plugin pods, each with the workload's
-// symptoms. Findings are sorted by kind, then node, then Lease.
+// pod runs there, and overlapping node-plugin pods (old and new ones: the
+// deregistration's cause, before its symptoms), each with the workload's symptoms.
+// Findings are sorted by kind, then node, then Lease.
 func (g *Gatherer) Scan(ctx context.Context, opts ScanOptions) ([]Finding, error) {
 	r, err := g.ScanWithHeld(ctx, opts)
 	return r.Findings, err
@@ -157,7 +181,7 @@ func (g *Gatherer) ScanWithHeld(ctx context.Context, opts ScanOptions) (ScanResu
 	if err != nil {
 		return ScanResult{}, err
 	}
-	csi, err := g.pluginFindings(ctx, now, mounts, nodeOf)
+	csi, judged, err := g.pluginFindings(ctx, opts, now, mounts, nodeOf)
 	if err != nil {
 		return ScanResult{}, err
 	}
@@ -169,7 +193,11 @@ func (g *Gatherer) ScanWithHeld(ctx context.Context, opts ScanOptions) (ScanResu
 	if opts.HeldBy != "" && held == nil {
 		held = []HeldLease{}
 	}
-	return ScanResult{Findings: out, Held: held}, nil
+	res := ScanResult{Findings: out, Held: held, Recreated: judged.recreated}
+	if opts.DaemonSets != nil {
+		res.DaemonSets = &judged.next
+	}
+	return res, nil
 }
 
 // nodeReader reads a node's facts.
@@ -417,18 +445,20 @@ func sortSymptoms(s []Symptom) {
 	})
 }
 
-func (g *Gatherer) pluginFindings(ctx context.Context, now time.Time, mounts []corev1.Event, nodeOf nodeReader) ([]Finding, error) {
-	pods := &corev1.PodList{}
-	if err := g.Reader.List(ctx, pods, client.InNamespace(g.Config.TridentNamespace),
-		client.MatchingLabelsSelector{Selector: g.Config.NodePluginSelector}); err != nil {
-		return nil, fmt.Errorf("listing node-plugin pods: %w", err)
+// pluginFindings judges the node-plugin pods node by node: overlapping pods, old and
+// new ones overlapping (the deregistration incident's cause, before any mount
+// fails), and a CSINode that lacks the driver while a Ready one runs (its symptom).
+// A node with both the cause and the symptom gets one finding, DeregisteredDriver
+// with its Cause, so that one incident is counted once.
+func (g *Gatherer) pluginFindings(ctx context.Context, opts ScanOptions, now time.Time, mounts []corev1.Event, nodeOf nodeReader) ([]Finding, pluginOverlap, error) {
+	in, err := g.pluginOverlapInput(ctx, opts, now)
+	if err != nil {
+		return nil, pluginOverlap{}, err
 	}
+	judged := judgePluginOverlap(in)
 	byNode := map[string][]corev1.Pod{}
-	for _, p := range pods.Items {
-		// The pods NodePluginPods counts: those a DaemonSet controls.
-		if p.Spec.NodeName != "" && isDaemonSetPod(&p) {
-			byNode[p.Spec.NodeName] = append(byNode[p.Spec.NodeName], p)
-		}
+	for _, p := range in.pods {
+		byNode[p.Spec.NodeName] = append(byNode[p.Spec.NodeName], p)
 	}
 	var out []Finding
 	for _, node := range slices.Sorted(maps.Keys(byNode)) {
@@ -445,7 +475,7 @@ func (g *Gatherer) pluginFindings(ctx context.Context, now time.Time, mounts []c
 		}
 		nf, err := nodeOf(ctx, node)
 		if err != nil {
-			return nil, err
+			return nil, pluginOverlap{}, err
 		}
 		if len(ps) > 1 {
 			out = append(out, Finding{
@@ -453,22 +483,65 @@ func (g *Gatherer) pluginFindings(ctx context.Context, now time.Time, mounts []c
 				Evidence: fmt.Sprintf("%d node-plugin pods on %s: %s; when the old one terminates its registrar removes the registration socket", len(ps), node, strings.Join(descr, ", ")),
 			})
 		}
-		if !ready {
-			continue
-		}
-		cn := &storagev1.CSINode{}
-		found, err := g.get(ctx, types.NamespacedName{Name: node}, cn)
+		deregistered, err := g.driverMissing(ctx, node, ready)
 		if err != nil {
-			return nil, err
+			return nil, pluginOverlap{}, err
 		}
-		if found && slices.ContainsFunc(cn.Spec.Drivers, func(d storagev1.CSINodeDriver) bool { return d.Name == g.Config.DriverName }) {
-			continue
+		cause, overlapping := judged.nodes[node]
+		switch {
+		case deregistered:
+			f := Finding{
+				Kind: FindingDeregisteredDriver, Node: node, NodeState: nf.State, PluginPods: descr,
+				Evidence: fmt.Sprintf("CSINode %s does not list %s while node-plugin pod(s) run there: %s", node, g.Config.DriverName, strings.Join(descr, ", ")),
+				Symptoms: g.driverSymptoms(node, now, mounts),
+			}
+			if overlapping {
+				f.Cause = FindingOldPluginPodOverlap
+				f.Evidence += "; cause: old and new node-plugin pods overlap: " + strings.Join(cause, "; ")
+			}
+			out = append(out, f)
+		case overlapping:
+			out = append(out, Finding{
+				Kind: FindingOldPluginPodOverlap, Node: node, NodeState: nf.State, PluginPods: descr,
+				Evidence: fmt.Sprintf("old and new node-plugin pods overlap on %s: %s; when the old one ends, its registrar removes the registration socket and kubelet forgets %s (pods: %s)",
+					node, strings.Join(cause, "; "), g.Config.DriverName, strings.Join(descr, ", ")),
+			})
 		}
-		out = append(out, Finding{
-			Kind: FindingDeregisteredDriver, Node: node, NodeState: nf.State, PluginPods: descr,
-			Evidence: fmt.Sprintf("CSINode %s does not list %s while node-plugin pod(s) run there: %s", node, g.Config.DriverName, strings.Join(descr, ", ")),
-			Symptoms: g.driverSymptoms(node, now, mounts),
-		})
 	}
-	return out, nil
+	return out, judged, nil
+}
+
+// driverMissing: a Ready node-plugin pod runs on node and its CSINode does not list
+// the driver.
+func (g *Gatherer) driverMissing(ctx context.Context, node string, ready bool) (bool, error) {
+	if !ready {
+		return false, nil
+	}
+	cn := &storagev1.CSINode{}
+	found, err := g.get(ctx, types.NamespacedName{Name: node}, cn)
+	if err != nil {
+		return false, err
+	}
+	return !found || !slices.ContainsFunc(cn.Spec.Drivers, func(d storagev1.CSINodeDriver) bool { return d.Name == g.Config.DriverName }), nil
+}
+
+// pluginOverlapInput reads the node-plugin pods (those NodePluginPods counts: a
+// DaemonSet controls them) and, with opts.DaemonSets, the node-plugin DaemonSets.
+func (g *Gatherer) pluginOverlapInput(ctx context.Context, opts ScanOptions, now time.Time) (pluginOverlapInput, error) {
+	in := pluginOverlapInput{now: now, window: opts.RecreatedWithin}
+	pods := &corev1.PodList{}
+	if err := g.Reader.List(ctx, pods, client.InNamespace(g.Config.TridentNamespace),
+		client.MatchingLabelsSelector{Selector: g.Config.NodePluginSelector}); err != nil {
+		return in, fmt.Errorf("listing node-plugin pods: %w", err)
+	}
+	in.pods = slices.DeleteFunc(pods.Items, func(p corev1.Pod) bool { return p.Spec.NodeName == "" || !isDaemonSetPod(&p) })
+	if opts.DaemonSets == nil {
+		return in, nil
+	}
+	list := &appsv1.DaemonSetList{}
+	if err := g.Reader.List(ctx, list, client.InNamespace(g.Config.TridentNamespace)); err != nil {
+		return in, fmt.Errorf("listing DaemonSets in %s: %w", g.Config.TridentNamespace, err)
+	}
+	in.daemonSets, in.known, in.seen = pluginDaemonSets(list.Items, g.Config.NodePluginSelector, in.pods), true, *opts.DaemonSets
+	return in, nil
 }

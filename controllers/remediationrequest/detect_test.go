@@ -3,6 +3,7 @@ package remediationrequest_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -10,8 +11,10 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -145,7 +148,7 @@ func TestDetectorExportsIncidentsWithSymptoms(t *testing.T) {
 		return ok, fmtSeries(s)
 	})
 	incidents := series("remediator_detected_incident")
-	assert.Equal(t, 1.0, incidents["kind=StuckLease,lease=pvc-detect-down,lease_namespace=trident,node=detect-down,node_state=Unreachable"], fmtSeries(incidents))
+	assert.Equal(t, 1.0, incidents["cause=,kind=StuckLease,lease=pvc-detect-down,lease_namespace=trident,node=detect-down,node_state=Unreachable"], fmtSeries(incidents))
 	for k := range incidents {
 		assert.NotContains(t, k, "pvc-detect-up", "a Healthy holder's young Lease without events is an operation in flight")
 	}
@@ -166,3 +169,87 @@ func labelString(m *dto.Metric) string {
 }
 
 func fmtSeries(s map[string]float64) string { return fmt.Sprint(s) }
+
+// TestDetectorSeesPluginDaemonSetRecreated wires the detector as `remediator
+// controller` does (the Trident namespace's DaemonSets in the manager's cache) and
+// stages the deregistration incident's cause: the node-plugin DaemonSet deleted and
+// created again under its name while its old pod still runs on a node whose CSINode
+// lists the driver (envtest runs no garbage collector). The detector exports the node as
+// OldPluginPodOverlap before any mount fails.
+func TestDetectorSeesPluginDaemonSetRecreated(t *testing.T) {
+	ctx := context.Background()
+	env.EnsureNamespaces(t, "trident")
+	create := func(obj client.Object) {
+		t.Helper()
+		require.NoError(t, env.Client.Create(ctx, obj), "creating %T %s", obj, obj.GetName())
+		t.Cleanup(func() { _ = env.Client.Delete(context.Background(), obj, client.GracePeriodSeconds(0)) })
+	}
+	labels := map[string]string{"app": "node.csi.trident.netapp.io"}
+	daemonSet := func() *appsv1.DaemonSet {
+		ds := &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Namespace: "trident", Name: "trident-node-detect"},
+			Spec: appsv1.DaemonSetSpec{Selector: &metav1.LabelSelector{MatchLabels: labels}, Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "main", Image: "registry.example/trident:1"}}}}}}
+		create(ds)
+		return ds
+	}
+	pod := func(name string, owner *appsv1.DaemonSet) {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "trident", Name: name, Labels: labels,
+			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(owner, appsv1.SchemeGroupVersion.WithKind("DaemonSet"))}},
+			Spec: corev1.PodSpec{NodeName: "detect-recreated", Containers: []corev1.Container{{Name: "main", Image: "registry.example/trident:1"}}}}
+		create(p)
+		p.Status = corev1.PodStatus{Phase: corev1.PodRunning, Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}}
+		require.NoError(t, env.Client.Status().Update(ctx, p))
+	}
+	create(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "detect-recreated"}})
+	create(&storagev1.CSINode{ObjectMeta: metav1.ObjectMeta{Name: "detect-recreated"}, Spec: storagev1.CSINodeSpec{
+		Drivers: []storagev1.CSINodeDriver{{Name: facts.DefaultDriverName, NodeID: "detect-recreated"}}}})
+	old := daemonSet()
+	pod("trident-node-detect-old", old)
+
+	cacheOpts, clientOpts := wiring.CacheOptions(facts.DefaultConfig(), nil, types.NamespacedName{}, true)
+	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{Scheme: scheme.Scheme, Cache: cacheOpts, Client: clientOpts,
+		Metrics: metricsserver.Options{BindAddress: "0"}})
+	require.NoError(t, err)
+	require.NoError(t, wiring.PrepareCache(ctx, mgr))
+	d := &detection.Detector{Gatherer: wiring.DetectGatherer(mgr, facts.DefaultConfig()), Interval: 200 * time.Millisecond, LeaseAge: 10 * time.Minute}
+	require.NoError(t, mgr.Add(d))
+	mctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(mctx) }()
+	t.Cleanup(func() {
+		cancel()
+		assert.NoError(t, <-done)
+	})
+	reg := prometheus.NewPedanticRegistry()
+	require.NoError(t, reg.Register(d))
+	series := func(name string) map[string]float64 {
+		families, err := reg.Gather()
+		require.NoError(t, err)
+		out := map[string]float64{}
+		for _, f := range families {
+			for _, m := range f.GetMetric() {
+				if f.GetName() == name {
+					out[labelString(m)] = m.GetGauge().GetValue()
+				}
+			}
+		}
+		return out
+	}
+	overlap := func() (bool, string) {
+		s := series("remediator_detected_incident")
+		for k := range s {
+			if strings.HasPrefix(k, "cause=,kind=OldPluginPodOverlap,lease=,lease_namespace=,node=detect-recreated,") {
+				return true, fmtSeries(s)
+			}
+		}
+		return false, fmtSeries(s)
+	}
+	testenv.Eventually(t, "a first scan, one pod on the node", func() (bool, string) {
+		found, s := overlap()
+		return len(series("remediator_detection_last_success_timestamp_seconds")) == 1 && !found, s
+	})
+	require.NoError(t, env.Client.Delete(ctx, old))
+	pod("trident-node-detect-new", daemonSet())
+	testenv.Eventually(t, "the old and new node-plugin pods overlapping", overlap)
+}

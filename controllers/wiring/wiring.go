@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
@@ -42,7 +43,9 @@ var eventFields = map[string]func(*corev1.Event) string{
 //     namespace: the symptoms the detector attaches to an incident. They expire with
 //     the API server's event TTL (an hour by default), which bounds them. The Trident
 //     namespace's informer holds only LeaseRetained events (one field selector per
-//     namespace), so a FailedMount there, on no workload's pod, is not seen.
+//     namespace), so a FailedMount there, on no workload's pod, is not seen;
+//   - with detect, the DaemonSets in the Trident namespace (a handful): the detector
+//     sees the node-plugin DaemonSet recreated by its UID.
 //
 // Pods are never cached: their number grows with the cluster, and the controller lists
 // them by node only when a request needs them.
@@ -70,6 +73,9 @@ func CacheOptions(fc facts.Config, requestNamespaces []string, pauseKey types.Na
 				Field:      fields.OneTermEqualSelector("metadata.name", pauseKey.Name),
 			},
 		},
+	}
+	if detect {
+		co.ByObject[&appsv1.DaemonSet{}] = cache.ByObject{Namespaces: map[string]cache.Config{fc.TridentNamespace: {}}}
 	}
 	if len(requestNamespaces) > 0 {
 		co.DefaultNamespaces = map[string]cache.Config{}
@@ -198,10 +204,10 @@ func Gatherers(mgr ctrl.Manager, fc facts.Config) (decide, fresh, freshRelease *
 }
 
 // DetectGatherer is the Detector's: everything from the cache as a decision reads it,
-// and the FailedMount events of every namespace too (CacheOptions with detect); pods
-// live.
+// and the FailedMount events of every namespace and the Trident namespace's
+// DaemonSets too (CacheOptions with detect); pods live.
 func DetectGatherer(mgr ctrl.Manager, fc facts.Config) *facts.Gatherer {
-	return &facts.Gatherer{Reader: facts.SplitReader{Cache: mgr.GetClient(), Live: LiveReader(mgr), Cached: cachedReads(fc, live{allEvents: true}),
+	return &facts.Gatherer{Reader: facts.SplitReader{Cache: mgr.GetClient(), Live: LiveReader(mgr), Cached: cachedReads(fc, live{allEvents: true, daemonSets: true}),
 		TrustCacheMisses: true}, Config: fc}
 }
 
@@ -211,6 +217,9 @@ type live struct {
 	// allEvents reads events listed across namespaces from the cache (the detector's
 	// FailedMount events) rather than live.
 	allEvents bool
+	// daemonSets reads the Trident namespace's DaemonSets from the cache, which holds
+	// them only for the detector (CacheOptions with detect).
+	daemonSets bool
 }
 
 // cachedReads is a SplitReader's Cached for l.
@@ -229,6 +238,8 @@ func cachedReads(fc facts.Config, l live) func(runtime.Object, string) bool {
 			return ns == fc.TridentNamespace && !l.leases
 		case *storagev1.CSINode:
 			return !l.leases
+		case *appsv1.DaemonSetList:
+			return ns == fc.TridentNamespace && l.daemonSets
 		case *corev1.EventList:
 			return ns == fc.TridentNamespace || (ns == "" && l.allEvents)
 		case *corev1.PersistentVolume, *corev1.PersistentVolumeClaim,

@@ -357,8 +357,53 @@ var alertTests = map[string][]alertCase{
 			fire: []map[string]string{{"node": "node-3"}},
 		},
 		{
+			name: "missing, caused by old and new plugin pods overlapping: paged by node all the same",
+			series: []string{
+				`remediator_detected_incident{kind="DeregisteredDriver",node="node-3",node_state="Healthy",lease_namespace="",lease="",cause="OldPluginPodOverlap",pod="remediator-0"} 1x3 stale`,
+				`remediator_detected_incident{kind="DeregisteredDriver",node="node-3",node_state="Healthy",lease_namespace="",lease="",cause="",pod="remediator-0"} _x3 1x20`,
+			},
+			at:   10 * time.Minute,
+			fire: []map[string]string{{"node": "node-3"}},
+		},
+		{
 			name:   "missing for 2 minutes during a node-plugin restart",
 			series: []string{`remediator_detected_incident{kind="DeregisteredDriver",node="node-3",node_state="Healthy",lease_namespace="",lease=""} 1x2 stale`},
+			at:     5 * time.Minute,
+		},
+	},
+	"TridentOldNodePluginOverlap": {
+		{
+			name: "old and new node-plugin pods overlap on a node, seen by one scan",
+			series: []string{
+				`remediator_detected_incident{kind="OldPluginPodOverlap",node="node-1",node_state="Healthy",lease_namespace="",lease="",cause="",pod="remediator-0"} 1 stale`,
+				`remediator_detected_incident{kind="OverlappingPluginPods",node="node-1",node_state="Healthy",lease_namespace="",lease="",cause="",pod="remediator-0"} 1 stale`,
+			},
+			at:   time.Minute,
+			fire: []map[string]string{{"node": "node-1"}},
+			annotations: map[string]string{
+				"summary": "Old and new Trident node-plugin pods overlap on node-1",
+			},
+		},
+		{
+			name: "the driver deregistered while the pods still overlap: one alert, kept",
+			series: []string{
+				`remediator_detected_incident{kind="OldPluginPodOverlap",node="node-1",node_state="Healthy",lease_namespace="",lease="",cause="",pod="remediator-0"} 1x2 stale`,
+				`remediator_detected_incident{kind="DeregisteredDriver",node="node-1",node_state="Healthy",lease_namespace="",lease="",cause="OldPluginPodOverlap",pod="remediator-0"} _x2 1x10`,
+			},
+			at:   8 * time.Minute,
+			fire: []map[string]string{{"node": "node-1"}},
+		},
+		{
+			name: "a driver deregistered with no overlap, two pods of one DaemonSet elsewhere",
+			series: []string{
+				`remediator_detected_incident{kind="DeregisteredDriver",node="node-3",node_state="Healthy",lease_namespace="",lease="",cause="",pod="remediator-0"} 1x20`,
+				`remediator_detected_incident{kind="OverlappingPluginPods",node="node-1",node_state="Healthy",lease_namespace="",lease="",cause="",pod="remediator-0"} 1x20`,
+			},
+			at: 10 * time.Minute,
+		},
+		{
+			name:   "an overlap that ended 4 minutes ago",
+			series: []string{`remediator_detected_incident{kind="OldPluginPodOverlap",node="node-1",node_state="Healthy",lease_namespace="",lease="",cause="",pod="remediator-0"} 1 stale`},
 			at:     5 * time.Minute,
 		},
 	},
@@ -403,6 +448,7 @@ var severities = map[string]string{
 	"RemediatorSyncStale":          "warning",
 	"TridentLeaseStuck":            "critical",
 	"TridentCSIDriverDeregistered": "critical",
+	"TridentOldNodePluginOverlap":  "warning",
 	"RemediatorDetectionFailing":   "warning",
 }
 

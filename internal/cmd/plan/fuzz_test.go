@@ -377,7 +377,7 @@ func FuzzScanSuggestions(f *testing.F) {
 	f.Add(uint8(1), strings.Repeat("a", 240)+"."+strings.Repeat("b", 12), "", "e", uint8(1), "m", "\x00\xff")
 	f.Add(uint8(0), "n", strings.Repeat("a", 238)+"-"+strings.Repeat("b", 14), "evidence", uint8(2), "m", "")
 
-	kinds := []string{facts.FindingStuckLease, facts.FindingDeregisteredDriver, facts.FindingOverlappingPluginPods}
+	kinds := []string{facts.FindingStuckLease, facts.FindingDeregisteredDriver, facts.FindingOverlappingPluginPods, facts.FindingOldPluginPodOverlap}
 	f.Fuzz(func(t *testing.T, kind1 uint8, node1, pv1, evidence1 string, kind2 uint8, node2, evidence2 string) {
 		finding := func(kind uint8, node, pv, evidence string) (facts.Finding, bool) {
 			k := kinds[int(kind)%len(kinds)]

@@ -152,24 +152,25 @@ func TestPrometheusRule(t *testing.T) {
 	}
 	// An alert per failure mode; RemediatorSyncStale only with the chart's sync agent.
 	assert.Equal(t, []string{"RemediationFailed", "RemediationWaitingTooLong", "RemediationStuck", "PolicyReloadFailing",
-		"DecisionsFailedClosed", "RemediationFixDidNotHold", "RemediatorPausedTooLong", "TridentLeaseStuck", "TridentCSIDriverDeregistered", "RemediatorDetectionFailing"}, alerts)
+		"DecisionsFailedClosed", "RemediationFixDidNotHold", "RemediatorPausedTooLong", "TridentLeaseStuck", "TridentCSIDriverDeregistered", "TridentOldNodePluginOverlap", "RemediatorDetectionFailing"}, alerts)
 	assert.Contains(t, pr.Spec.Groups[0].Rules[0].Annotations["summary"], "{{ $labels.remediation }}", "Prometheus' template kept")
 
 	t.Run("detection", func(t *testing.T) {
 		values := prometheusRuleOn(nil)
 		values["trident"] = map[string]any{"driverName": "csi.example.com"}
 		values["detectInterval"] = "2m"
-		exprs, summaries := map[string]string{}, map[string]string{}
+		exprs, summaries, descriptions := map[string]string{}, map[string]string{}, map[string]string{}
 		for _, r := range renderPrometheusRule(t, values).Spec.Groups[0].Rules {
-			exprs[r.Alert], summaries[r.Alert] = r.Expr, r.Annotations["summary"]
+			exprs[r.Alert], summaries[r.Alert], descriptions[r.Alert] = r.Expr, r.Annotations["summary"], r.Annotations["description"]
 		}
 		assert.Contains(t, summaries["TridentCSIDriverDeregistered"], "does not list csi.example.com", "the configured driver")
+		assert.Contains(t, descriptions["TridentOldNodePluginOverlap"], "kubelet deregisters csi.example.com", "the configured driver")
 		assert.Equal(t, `time() - max by (namespace) (remediator_detection_last_success_timestamp_seconds{namespace="remediator-system"}) > 1200`+
 			` or absent(remediator_detection_last_success_timestamp_seconds{namespace="remediator-system"})`,
 			exprs["RemediatorDetectionFailing"], "ten scans missed, or none ever succeeded")
 		values["detectInterval"] = "0s"
 		for _, r := range renderPrometheusRule(t, values).Spec.Groups[0].Rules {
-			assert.NotContains(t, []string{"TridentLeaseStuck", "TridentCSIDriverDeregistered", "RemediatorDetectionFailing"}, r.Alert,
+			assert.NotContains(t, []string{"TridentLeaseStuck", "TridentCSIDriverDeregistered", "TridentOldNodePluginOverlap", "RemediatorDetectionFailing"}, r.Alert,
 				"with detection off (detectInterval: 0s) nothing exports what %s reads", r.Alert)
 		}
 	})
@@ -219,6 +220,7 @@ func TestPrometheusRule(t *testing.T) {
 			"RemediatorSyncStale":          "warning",
 			"TridentLeaseStuck":            "critical",
 			"TridentCSIDriverDeregistered": "critical",
+			"TridentOldNodePluginOverlap":  "warning",
 			"RemediatorDetectionFailing":   "warning",
 		}
 		values := prometheusRuleOn(nil)
