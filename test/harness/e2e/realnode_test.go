@@ -571,6 +571,13 @@ func TestRealCSIDeregistrationAndFix(t *testing.T) {
 
 	cp := copyPluginDaemonSet(t)
 	waitRegisteredThrough(t, cp.Name, a)
+	// The cause, seen before anything fails: old and new node-plugin pods overlap on a,
+	// while the copy's pod still runs and a's CSINode still lists the driver.
+	waitDetected(t, metrics, map[string]string{"kind": "OldPluginPodOverlap", "node": a, "node_state": "Healthy"})
+	require.Len(t, simPluginPods(t, cp.Name)[a], 1, "the copy's pod on %s must still run when the overlap is detected", a)
+	drivers, ok := simDrivers(t, a)
+	require.True(t, ok, "no CSINode for %s", a)
+	require.Contains(t, drivers, "csi.trident.netapp.io", "%s's CSINode lost the driver before the overlap was detected", a)
 	require.NoError(t, k8s.Delete(ctx, cp, client.PropagationPolicy(metav1.DeletePropagationBackground)))
 	waitCopyGone(t, cp.Name)
 	waitRealDriver(t, a, false, 60*time.Second)
