@@ -294,7 +294,11 @@ func TestNamespacedRoles(t *testing.T) {
 			want := map[string][]rbacv1.PolicyRule{
 				// Events are read cluster-wide (the ClusterRole): the detector's FailedMount
 				// events are in the workloads' namespaces.
-				tc.tridentNS + "/" + release: {leases("delete", "get", "list", "watch")},
+				// The Trident node plugin's log on a healthy holder, which a decision reads.
+				tc.tridentNS + "/" + release: {
+					{APIGroups: []string{""}, Resources: []string{"pods/log"}, Verbs: []string{"get"}},
+					leases("delete", "get", "list", "watch"),
+				},
 				"kube-node-lease/" + release: {leases("get", "list", "watch")},
 				// The pause ConfigMap, read by the controller (written by the on-call groups),
 				// and the Lease that guards the slots of the cap, kept by the controller.
