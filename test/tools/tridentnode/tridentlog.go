@@ -88,11 +88,15 @@ func (t *TridentLog) write(level, msg string, fields map[string]string) {
 // -._/@^+.
 func logrusValue(s string) string {
 	for _, c := range s {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.ContainsRune("-._/@^+", c)) {
+		if !plainRune(c) {
 			return fmt.Sprintf("%q", s)
 		}
 	}
 	return s
+}
+
+func plainRune(c rune) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.ContainsRune("-._/@^+", c)
 }
 
 // newUUID is a random (version 4) UUID, as Trident's requestIDs are.
