@@ -303,16 +303,17 @@ func judgeRequests(lines []logLine) v1alpha1.LogEvidence {
 	return ev
 }
 
-// cut bounds a line for status, on a UTF-8 boundary.
+// cut bounds a line for status: valid UTF-8 (status is JSON), cut on a rune boundary.
 func cut(s string) string {
+	s = strings.ToValidUTF8(s, "\uFFFD")
 	if len(s) <= maxEvidenceLineBytes {
 		return s
 	}
-	s = s[:maxEvidenceLineBytes]
-	for len(s) > 0 && !utf8.ValidString(s) {
-		s = s[:len(s)-1]
+	n := maxEvidenceLineBytes
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
 	}
-	return s + "..."
+	return s[:n] + "..."
 }
 
 // ReadLogEvidence reads the trident-main log of pod since, bounded by MaxLogBytes and

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -168,4 +169,35 @@ func TestReadLogEvidence(t *testing.T) {
 	assert.True(t, ev.Truncated)
 	assert.Equal(t, int64(facts.MaxLogBytes), ev.BytesRead)
 	assert.Contains(t, ev.ReadError, "longer than 1048576 bytes")
+}
+
+// FuzzClassifyLog classifies arbitrary logs, mixed with Trident's lines, and checks
+// what status may hold: a known state, a line to rest on exactly when there is
+// something about the volume, at most five lines of at most 512 bytes (and the cut
+// marker) in valid UTF-8, the same answer twice, and nothing about a volume no line
+// names.
+func FuzzClassifyLog(f *testing.F) {
+	for _, s := range []string{"", noise, ensureIn1 + "\n" + opening1, opening1 + "\n" + couldNot1 + "\n" + grpcError1,
+		openingJSON + "\n" + failJSON, grpcCall1 + "\n" + passphrase1, "{\"message\":1}", `msg="unterminated`, "a=b c=\"\\xff\""} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, log string) {
+		ev, err := facts.ClassifyLog(strings.NewReader(log), pvc1)
+		if err != nil {
+			return // a line longer than the read limit
+		}
+		again, _ := facts.ClassifyLog(strings.NewReader(log), pvc1)
+		assert.Equal(t, ev, again, "deterministic")
+		assert.Contains(t, []v1alpha1.LogState{v1alpha1.LogRunning, v1alpha1.LogFailed, v1alpha1.LogFinished, v1alpha1.LogNone}, ev.State)
+		assert.Equal(t, ev.State == v1alpha1.LogNone, ev.Line == "", "a line exactly when there is a state: %+v", ev)
+		assert.LessOrEqual(t, len(ev.Lines), 5)
+		for _, l := range append([]string{ev.Line}, ev.Lines...) {
+			assert.LessOrEqual(t, len(l), 512+len("..."))
+			assert.True(t, utf8.ValidString(l), "%q", l)
+		}
+		if !strings.Contains(log, "never-named") {
+			other, _ := facts.ClassifyLog(strings.NewReader(log), []string{"pvc-never-named"})
+			assert.Equal(t, v1alpha1.LogNone, other.State, "no line names it")
+		}
+	})
 }
