@@ -249,9 +249,9 @@ func leaseOldEnough(l *v1alpha1.LeaseFacts, min time.Duration, who string) *Viol
 
 // provenStuck: a healthy holder's Lease goes only on evidence that its operation
 // failed: a LeaseRetained Warning on this hold of the Lease, or an age past the point
-// where cryptsetup, which takes seconds, can still be running together with the
-// holder's Trident log read and showing no operation on the volume running (the
-// runbook reads that log before it calls the Lease stuck). Even after a
+// where cryptsetup, which takes seconds, can still be running, and then only once the
+// holder's Trident log was read in full and shows no operation on the volume running
+// (the runbook reads that log before it calls the Lease stuck). Even after a
 // LeaseRetained Warning, a log that shows the operation running keeps the Lease: the
 // same node may be retrying.
 func provenStuck(l *v1alpha1.LeaseFacts, logs *v1alpha1.LogEvidence, stuck time.Duration) *Violation {
