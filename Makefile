@@ -356,6 +356,7 @@ FUZZ_TARGETS := \
 	./internal/cmd/plan:FuzzScanSuggestions \
 	./policies:FuzzDecide \
 	./controllers/facts:FuzzClassifyNode \
+	./controllers/facts:FuzzClassifyLog \
 	./internal/gitsync:FuzzAdmit
 
 .PHONY: fuzz

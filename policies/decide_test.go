@@ -42,6 +42,7 @@ func TestInputFieldsInSchema(t *testing.T) {
 	fill(reflect.ValueOf(&in).Elem())
 	in.Remediation, in.Mode = v1alpha1.RemediationReleaseLUKSLease, v1alpha1.ModeDryRun
 	in.Facts.Node.State = v1alpha1.NodeHealthy
+	in.Facts.Logs.State = v1alpha1.LogFinished
 	require.True(t, schemaAccepts(t, e, in), "the schema rejects a fully set input")
 	d, err := e.Decide(in)
 	require.NoError(t, err)

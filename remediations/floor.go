@@ -180,7 +180,7 @@ func leaseFloor(in FloorInput) *Violation {
 		}
 		return leaseOldEnough(l, in.Floor.UnreachableMinLeaseAge, fmt.Sprintf("holder node %s is %s", n.Name, n.State))
 	case v1alpha1.NodeHealthy:
-		if v := provenStuck(l, in.Floor.HealthyStuckLeaseAge); v != nil {
+		if v := provenStuck(l, holderLogs(in), in.Floor.HealthyStuckLeaseAge); v != nil {
 			return v
 		}
 		return healthyFloor(in)
@@ -249,16 +249,63 @@ func leaseOldEnough(l *v1alpha1.LeaseFacts, min time.Duration, who string) *Viol
 
 // provenStuck: a healthy holder's Lease goes only on evidence that its operation
 // failed: a LeaseRetained Warning on this hold of the Lease, or an age past the point
-// where cryptsetup, which takes seconds, can still be running.
-func provenStuck(l *v1alpha1.LeaseFacts, stuck time.Duration) *Violation {
+// where cryptsetup, which takes seconds, can still be running, and then only once the
+// holder's Trident log was read in full and shows no operation on the volume running
+// (the runbook reads that log before it calls the Lease stuck). Even after a
+// LeaseRetained Warning, a log that shows the operation running keeps the Lease: the
+// same node may be retrying.
+func provenStuck(l *v1alpha1.LeaseFacts, logs *v1alpha1.LogEvidence, stuck time.Duration) *Violation {
 	age := time.Duration(l.AgeSeconds) * time.Second
-	if l.RetainedEvents > 0 || age >= stuck {
+	if logs != nil && logs.State == v1alpha1.LogRunning {
+		v := violation(InvariantLeaseNotProvenStuck, "holder node %s is healthy and the log of its Trident node pod (%s) shows the LUKS operation on the volume of Lease %s/%s still running: %q",
+			l.HolderIdentity, logSource(logs), l.Namespace, l.Name, logs.Line)
+		v.RecheckAfter = logRecheck
+		return v
+	}
+	if l.RetainedEvents > 0 {
 		return nil
 	}
-	v := violation(InvariantLeaseNotProvenStuck, "holder node %s is healthy and nothing proves its operation on Lease %s/%s failed: no LeaseRetained Warning names this Lease's UID since its hold began, and it is %s old, younger than the floor's %s",
-		l.HolderIdentity, l.Namespace, l.Name, age, stuck)
-	v.RecheckAfter = stuck - age
-	return v
+	if age < stuck {
+		v := violation(InvariantLeaseNotProvenStuck, "holder node %s is healthy and nothing proves its operation on Lease %s/%s failed: no LeaseRetained Warning names this Lease's UID since its hold began, and it is %s old, younger than the floor's %s",
+			l.HolderIdentity, l.Namespace, l.Name, age, stuck)
+		v.RecheckAfter = stuck - age
+		return v
+	}
+	switch {
+	case logs == nil:
+		return violation(InvariantLeaseNotProvenStuck, "holder node %s is healthy, no LeaseRetained Warning names Lease %s/%s, and the log of its Trident node pod was not read, so nothing shows that the operation on the volume no longer runs",
+			l.HolderIdentity, l.Namespace, l.Name)
+	case logs.State == v1alpha1.LogUnread:
+		v := violation(InvariantLeaseNotProvenStuck, "holder node %s is healthy, no LeaseRetained Warning names Lease %s/%s, and the log of its Trident node pod (%s) could not be read in full, so nothing shows that the operation on the volume no longer runs: %s",
+			l.HolderIdentity, l.Namespace, l.Name, logSource(logs), logs.ReadError)
+		v.RecheckAfter = logRecheck
+		return v
+	}
+	return nil
+}
+
+// logRecheck is when a request refused on the holder's log is decided again, on a
+// fresh read: cryptsetup may have finished, the log may read then.
+const logRecheck = 2 * time.Minute
+
+// logSource says which log was read, from when, and how much of it.
+func logSource(e *v1alpha1.LogEvidence) string {
+	since := "its start"
+	if e.SinceTime != nil {
+		since = e.SinceTime.UTC().Format(time.RFC3339)
+	}
+	return fmt.Sprintf("pod %s/%s, container %s, since %s, %d bytes read", e.Namespace, cmp.Or(e.Pod, "none"), e.Container, since, e.BytesRead)
+}
+
+// holderLogs is the log evidence the floor weighs: the one gathered now, else the
+// decision's. Only the decision reads the log; before a step, leaseFloor has checked
+// that the Lease is the one decided on (its UID and resourceVersion), so the decided
+// log is about this very hold.
+func holderLogs(in FloorInput) *v1alpha1.LogEvidence {
+	if in.Fresh.Logs != nil || in.Decided == nil {
+		return in.Fresh.Logs
+	}
+	return in.Decided.Logs
 }
 
 // healthyFloor: a healthy holder may still run cryptsetup for the volume's pods; its

@@ -53,7 +53,21 @@ func leaseFacts(state v1alpha1.NodeState, pods ...string) *v1alpha1.Facts {
 	for _, p := range pods {
 		f.AffectedPods = append(f.AffectedPods, v1alpha1.PodFacts{Namespace: "app", Name: p, UID: p + "-uid", Node: "node-a"})
 	}
+	if state == v1alpha1.NodeHealthy {
+		// A decision reads the holder's log: it shows nothing of the volume.
+		f.Logs = holderLog(v1alpha1.LogNone, "")
+	}
 	return f
+}
+
+// holderLog is the evidence of node-a's Trident log in state, resting on line.
+func holderLog(state v1alpha1.LogState, line string) *v1alpha1.LogEvidence {
+	e := &v1alpha1.LogEvidence{Namespace: "trident", Pod: "trident-node-a", Container: "trident-main", SinceTime: ago(time.Hour + time.Minute),
+		BytesRead: 4096, VolumeNames: []string{"pvc-1"}, State: state, Line: line}
+	if state == v1alpha1.LogUnread {
+		e.BytesRead, e.ReadError = 0, "reading the log of trident/trident-node-a: the server could not find the requested resource"
+	}
+	return e
 }
 
 func csiFacts(registered bool, pods ...string) *v1alpha1.Facts {
@@ -362,4 +376,68 @@ func TestTooYoungSaysWhenToRecheck(t *testing.T) {
 	require.NotNil(t, v)
 	assert.Equal(t, InvariantLeaseTooYoung, v.Invariant)
 	assert.Equal(t, 4*time.Minute, v.RecheckAfter)
+}
+
+// The runbook reads the healthy holder's Trident log before it calls the Lease stuck:
+// each branch of that rule, at decision and before the deletion.
+func TestProvenStuckReadsTheHolderLog(t *testing.T) {
+	move := []string{"cordon", "deleteAffectedPods", "waitPodsGone", "deleteLease", "uncordon"}
+	running := `time="2026-12-02T02:00:05Z" level=info msg="Opening encrypted volume." luks-passphrase-name=luks-key requestID=r1 requestSource=CSI volume=trident_pvc_1`
+	logs := func(e *v1alpha1.LogEvidence) func(*v1alpha1.Facts) { return func(f *v1alpha1.Facts) { f.Logs = e } }
+	retained := func(e *v1alpha1.LogEvidence) func(*v1alpha1.Facts) {
+		return func(f *v1alpha1.Facts) { f.Logs, f.Lease.RetainedEvents = e, 1 }
+	}
+	cases := []struct {
+		name    string
+		decided *v1alpha1.Facts
+		fresh   *v1alpha1.Facts
+		want    Invariant
+		quotes  []string // in the message
+		recheck time.Duration
+	}{
+		{name: "old Lease, the log shows nothing of the volume", fresh: leaseFacts(v1alpha1.NodeHealthy, "web-0")},
+		{name: "old Lease, the log shows the operation failed", fresh: with(leaseFacts(v1alpha1.NodeHealthy, "web-0"), logs(holderLog(v1alpha1.LogFailed, "x")))},
+		{name: "old Lease, the log shows the operation finished", fresh: with(leaseFacts(v1alpha1.NodeHealthy, "web-0"), logs(holderLog(v1alpha1.LogFinished, "x")))},
+		{name: "old Lease, the log shows the operation running", fresh: with(leaseFacts(v1alpha1.NodeHealthy, "web-0"), logs(holderLog(v1alpha1.LogRunning, running))),
+			want: InvariantLeaseNotProvenStuck, recheck: logRecheck,
+			quotes: []string{`"time=\"2026-12-02T02:00:05Z\" level=info msg=\"Opening encrypted volume.\"`, "still running", "pod trident/trident-node-a, container trident-main, since 2026-12-02T01:59:00Z, 4096 bytes read"}},
+		{name: "old Lease, the log could not be read", fresh: with(leaseFacts(v1alpha1.NodeHealthy, "web-0"), logs(holderLog(v1alpha1.LogUnread, ""))),
+			want: InvariantLeaseNotProvenStuck, recheck: logRecheck,
+			quotes: []string{"could not be read in full", "the server could not find the requested resource", "pod trident/trident-node-a, container trident-main", "0 bytes read"}},
+		{name: "old Lease, the log was not read", fresh: with(leaseFacts(v1alpha1.NodeHealthy, "web-0"), logs(nil)),
+			want: InvariantLeaseNotProvenStuck, quotes: []string{"was not read"}},
+		{name: "LeaseRetained, the log could not be read: the Warning is evidence enough", fresh: with(leaseFacts(v1alpha1.NodeHealthy, "web-0"), retained(holderLog(v1alpha1.LogUnread, "")))},
+		{name: "LeaseRetained, the log was not read", fresh: with(leaseFacts(v1alpha1.NodeHealthy, "web-0"), retained(nil))},
+		{name: "LeaseRetained, but the same node runs the operation again", fresh: with(leaseFacts(v1alpha1.NodeHealthy, "web-0"), retained(holderLog(v1alpha1.LogRunning, running))),
+			want: InvariantLeaseNotProvenStuck, recheck: logRecheck, quotes: []string{"Opening encrypted volume."}},
+		{name: "young Lease: the age gate speaks first", fresh: with(leaseFacts(v1alpha1.NodeHealthy, "web-0"), func(f *v1alpha1.Facts) { f.Lease.AgeSeconds = 60 }),
+			want: InvariantLeaseNotProvenStuck, recheck: 540 * time.Second, quotes: []string{"younger than the floor's 10m0s"}},
+		// Before the deletion the fresh facts carry no log (only a decision reads it):
+		// the decided one counts, the Lease being the one decided on.
+		{name: "deleteLease: the decision's log showed the operation running", decided: with(leaseFacts(v1alpha1.NodeHealthy, "web-0"), logs(holderLog(v1alpha1.LogRunning, running))),
+			fresh: with(leaseFacts(v1alpha1.NodeHealthy), logs(nil)), want: InvariantLeaseNotProvenStuck, quotes: []string{"Opening encrypted volume."}, recheck: logRecheck},
+		{name: "deleteLease: the decision's log showed nothing running", decided: leaseFacts(v1alpha1.NodeHealthy, "web-0"), fresh: with(leaseFacts(v1alpha1.NodeHealthy), logs(nil))},
+		{name: "deleteLease: a fresh log that shows the operation running wins", decided: leaseFacts(v1alpha1.NodeHealthy, "web-0"),
+			fresh: with(leaseFacts(v1alpha1.NodeHealthy), logs(holderLog(v1alpha1.LogRunning, running))), want: InvariantLeaseNotProvenStuck, recheck: logRecheck},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			in := FloorInput{Spec: v1alpha1.RemediationRequestSpec{Remediation: v1alpha1.RemediationReleaseLUKSLease}, Steps: move,
+				Decided: tc.decided, Fresh: tc.fresh, Created: requestAt}
+			if tc.decided != nil {
+				in.Step = v1alpha1.StepDeleteLease
+			}
+			v := CheckFloor(in)
+			if tc.want == "" {
+				assert.Nil(t, v)
+				return
+			}
+			require.NotNil(t, v, "want invariant %s", tc.want)
+			assert.Equal(t, tc.want, v.Invariant, v.Message)
+			assert.Equal(t, tc.recheck, v.RecheckAfter)
+			for _, q := range tc.quotes {
+				assert.Contains(t, v.Message, q)
+			}
+		})
+	}
 }

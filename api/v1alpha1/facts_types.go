@@ -56,6 +56,12 @@ type Facts struct {
 	// and the attach/detach machinery report, not how long ago anything happened.
 	// +optional
 	Volume *VolumeFacts `json:"volume,omitempty"`
+	// Logs is what the Trident node plugin on the Lease's holder logged about the
+	// Lease's volume since the hold began (release-luks-lease, a Healthy holder only,
+	// read when the request is decided): the runbook reads them before it calls a
+	// healthy holder's Lease stuck.
+	// +optional
+	Logs *LogEvidence `json:"logs,omitempty"`
 }
 
 // TargetFacts records the resolution chain pod -> PVC -> PV -> Lease.
@@ -302,6 +308,66 @@ type VolumeAttachmentFacts struct {
 	// DeletionTimestamp is set while the volume is being detached.
 	// +optional
 	DeletionTimestamp *metav1.Time `json:"deletionTimestamp,omitempty"`
+}
+
+// LogState is what the Trident node plugin's log says of the LUKS operation on a volume.
+// +kubebuilder:validation:Enum=Running;Failed;Finished;None;Unread
+type LogState string
+
+// The log states; status.facts.logs.state's description says what each means.
+const (
+	LogRunning  LogState = "Running"
+	LogFailed   LogState = "Failed"
+	LogFinished LogState = "Finished"
+	LogNone     LogState = "None"
+	LogUnread   LogState = "Unread"
+)
+
+// LogEvidence is what was read of the log of the Trident node-plugin pod on the
+// Lease's holder, and what it says of the LUKS operation on the Lease's volume.
+type LogEvidence struct {
+	// Namespace is the node-plugin pod's namespace: the Trident namespace.
+	Namespace string `json:"namespace"`
+	// Pod is the node-plugin pod on the holder whose log was read; empty when none
+	// was found.
+	// +optional
+	Pod string `json:"pod,omitempty"`
+	// Container is the container whose log was read (trident-main).
+	Container string `json:"container"`
+	// SinceTime is where the read began: when the Lease's hold began (its acquireTime,
+	// else its creation).
+	// +optional
+	SinceTime *metav1.Time `json:"sinceTime,omitempty"`
+	// BytesRead is how many bytes of the log were read.
+	// +optional
+	BytesRead int64 `json:"bytesRead,omitempty"`
+	// Truncated is true when the read stopped at the controller's byte limit: the
+	// newest lines were not read.
+	// +optional
+	Truncated bool `json:"truncated,omitempty"`
+	// VolumeNames are the names the volume's lines were recognised by: the PV's name,
+	// its volume handle, Trident's internal name of it and its LUKS device's name.
+	// +listType=atomic
+	// +optional
+	VolumeNames []string `json:"volumeNames,omitempty"`
+	// State is Running (an operation on the volume began and its request logged no
+	// end: cryptsetup may still run), Failed (the newest operation ended in a
+	// failure), Finished (the newest operation ended without one), None (no line
+	// about the volume) or Unread (the log could not be read in full: ReadError says
+	// why).
+	State LogState `json:"state"`
+	// Line is the line State rests on (cut to 512 bytes): the unfinished operation's
+	// first line when Running, the failure when Failed, the end when Finished.
+	// +optional
+	Line string `json:"line,omitempty"`
+	// Lines are the newest lines about the volume's LUKS operation (at most 5, each
+	// cut to 512 bytes), oldest first.
+	// +listType=atomic
+	// +optional
+	Lines []string `json:"lines,omitempty"`
+	// ReadError says what could not be read, and why.
+	// +optional
+	ReadError string `json:"readError,omitempty"`
 }
 
 // NewestHeartbeat is the newer of LeaseRenewTime and ReadyHeartbeatTime, or nil.

@@ -125,6 +125,11 @@ type Gatherer struct {
 	// SkipAffectedPods leaves out the pods on the holder that use the volume: the
 	// fresh facts set it when neither the playbook nor the floor looks at them.
 	SkipAffectedPods bool
+	// Logs reads the Trident node plugin's log on a Healthy holder (LogEvidence); nil
+	// reads none. Only the decision's gatherer has one: the log is read once per
+	// decision, not again before each step, whose floor weighs the decided evidence
+	// while the Lease is the one decided on.
+	Logs LogReader
 }
 
 // Gather reads the facts for one request. It returns an error only when the API
@@ -184,6 +189,9 @@ type gathering struct {
 	prev *v1alpha1.Facts
 	// holder is the Node that node read (nil: none): its volumesInUse is evidence too.
 	holder *corev1.Node
+	// pv is the PersistentVolume that volume read (nil: none): the log evidence
+	// recognises the volume by its names.
+	pv *corev1.PersistentVolume
 }
 
 // get reads one object; found is false on NotFound.
@@ -227,6 +235,9 @@ func (s *gathering) lease(ctx context.Context, t v1alpha1.Target) error {
 		return err
 	}
 	if err := s.volume(ctx, pv); err != nil {
+		return err
+	}
+	if err := s.logs(ctx, lease); err != nil {
 		return err
 	}
 	if claim != nil && !s.g.SkipAffectedPods {

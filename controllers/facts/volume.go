@@ -122,6 +122,7 @@ func (s *gathering) volume(ctx context.Context, pvName string) error {
 	if !found {
 		pv = nil
 	}
+	s.pv = pv
 	var driver *storagev1.CSIDriver
 	var va *storagev1.VolumeAttachment
 	if pv != nil && pv.Spec.CSI != nil {

@@ -61,6 +61,8 @@ func (o freshReader) FreshFacts(ctx context.Context) (*v1alpha1.Facts, []string,
 	// The affected pods are read only where the playbook or the floor looks at
 	// them: a playbook that moves them, or a holder decided Healthy.
 	g.SkipAffectedPods = !movesPods(s.rr, r.Playbooks)
+	// The holder's log is read once, by the decision; the floor weighs that reading.
+	g.Logs = nil
 	f, err := g.Gather(ctx, freshTarget(s.rr))
 	if err != nil {
 		return nil, nil, err

@@ -239,8 +239,9 @@ func (r *Reconciler) verify(ctx context.Context, rr *v1alpha1.RemediationRequest
 	}
 	g := *r.Gatherer
 	g.Clock = r.clock()
-	// The pods on the holder that use the volume decide nothing here.
-	g.SkipAffectedPods = true
+	// The pods on the holder that use the volume decide nothing here, nor does the
+	// holder's Trident log, which a decision reads.
+	g.SkipAffectedPods, g.Logs = true, nil
 	f, err := g.Gather(ctx, target)
 	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("gathering facts to verify the fix: %w", err)

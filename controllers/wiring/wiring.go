@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 	toolscache "k8s.io/client-go/tools/cache"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -196,11 +197,27 @@ func PrepareCache(ctx context.Context, mgr ctrl.Manager) error {
 // which the API server checks atomically, a stronger check than any read before it.
 // Anything the cache does not hold, a Lease in a Trident namespace a request
 // overrides for one, is read live by all.
+//
+// Only the decision reads the Trident node plugin's log (facts.Gatherer.Logs): once
+// per decision, however many steps follow.
 func Gatherers(mgr ctrl.Manager, fc facts.Config) (decide, fresh, freshRelease *facts.Gatherer) {
 	gatherer := func(l live) *facts.Gatherer {
 		return &facts.Gatherer{Reader: facts.SplitReader{Cache: mgr.GetClient(), Live: LiveReader(mgr), Cached: cachedReads(fc, l)}, Config: fc}
 	}
-	return gatherer(live{}), gatherer(live{nodes: true, leases: true}), gatherer(live{nodes: true})
+	decide = gatherer(live{})
+	decide.Logs = LogReader(mgr)
+	return decide, gatherer(live{nodes: true, leases: true}), gatherer(live{nodes: true})
+}
+
+// LogReader reads pods' logs with the manager's configuration and HTTP client. A
+// configuration client-go refuses makes every read fail with its error, which the
+// log evidence records: nothing is proven by a log never read.
+func LogReader(mgr ctrl.Manager) facts.LogReader {
+	cs, err := kubernetes.NewForConfigAndClient(mgr.GetConfig(), mgr.GetHTTPClient())
+	if err != nil {
+		return facts.FailedLogs{Err: fmt.Errorf("a client for pods' logs: %w", err)}
+	}
+	return facts.ClientsetLogs{Client: cs}
 }
 
 // DetectGatherer is the Detector's: everything from the cache as a decision reads it,

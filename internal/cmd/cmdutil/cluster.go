@@ -17,6 +17,7 @@ import (
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -211,4 +212,18 @@ func (c *ClusterFlags) Gatherer(ctx context.Context) (client.Reader, *facts.Gath
 		return nil, nil, err
 	}
 	return r, &facts.Gatherer{Reader: r, Config: fc, Clock: sc}, nil
+}
+
+// LogReader reads pods' logs through the cluster: what a decision reads of the
+// holder's Trident log (facts.Gatherer.Logs).
+func (c *ClusterFlags) LogReader() (facts.LogReader, error) {
+	cfg, err := c.RESTConfig()
+	if err != nil {
+		return nil, err
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("a client for pods' logs: %w", err)
+	}
+	return facts.ClientsetLogs{Client: cs}, nil
 }

@@ -337,6 +337,11 @@ func (o *Options) newPlanner(ctx context.Context, policy *policies.Engine, playb
 		if p.reader, p.gatherer, err = o.cluster.Gatherer(ctx); err != nil {
 			return nil, err
 		}
+		// plan decides as the controller does, so it reads the holder's log as the
+		// controller's decision does.
+		if p.gatherer.Logs, err = o.cluster.LogReader(); err != nil {
+			return nil, err
+		}
 	}
 	return p, nil
 }

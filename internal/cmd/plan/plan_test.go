@@ -111,6 +111,17 @@ func TestPlanSavedFacts(t *testing.T) {
 			"note:      spec.mode is DryRun",
 		},
 	}, {
+		name: "the holder's Trident log shows cryptsetup running: refused, the line quoted",
+		args: []string{"-f", planTestdata + "dryrun.yaml", "--facts", planTestdata + "facts/rr-healthy-log-running.yaml", "-o", "wide"},
+		code: 3,
+		want: []string{
+			"logs      trident/trident-node-kwok-node-1 -c trident-main since 2026-11-19T05:49:00Z: Running (8192 bytes read, truncated=false)\n",
+			`          "time=\"2026-11-19T06:29:12Z\" level=debug msg=\">>>> EnsureCryptsetupFormattedAndMappedOnHost\"`,
+			"          volume names=[luks-trident_pvc_75a6fd7f,pvc-75a6fd7f-7aee-45e8-a5fa-d4500272528e,trident_pvc_75a6fd7f]\n",
+			`          | "time=\"2026-11-19T06:29:12Z\" level=info msg=\"Opening encrypted volume.\"`,
+			"REJECTED by rule healthy-operation-running-in-log",
+		},
+	}, {
 		name: "several requests: worst exit code wins, output sorted by name",
 		args: append([]string{"-f", planTestdata + "multi.yaml"}, facts...),
 		code: 3,

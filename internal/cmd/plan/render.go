@@ -278,6 +278,7 @@ func (w resultWriter) facts(res planResult, wide bool) {
 		}
 	}
 	w.volume(f.Volume, wide)
+	w.logs(f.Logs, wide)
 	for _, p := range f.AffectedPods {
 		if wide {
 			w.more("pod       %s/%s %s on %s ready=%t uid=%s deleting=%s", p.Namespace, p.Name, cmp.Or(p.Phase, "-"), cmp.Or(p.Node, "-"), p.Ready, cmp.Or(p.UID, "-"), timeOrDash(p.DeletionTimestamp))
@@ -318,6 +319,32 @@ func (w resultWriter) volume(v *v1alpha1.VolumeFacts, wide bool) {
 	if wide {
 		w.more("          uniqueName=%s volumeAttachment=%s created %s, deleting %s, csiDriver=%t",
 			cmp.Or(v.UniqueName, "-"), cmp.Or(a.Name, "-"), timeOrDash(a.CreationTimestamp), timeOrDash(a.DeletionTimestamp), v.CSIDriverExists)
+	}
+}
+
+// logs writes what the holder's Trident log showed of the volume, if it was read:
+// the state, the line it rests on and, wide, the newest lines. Lines are quoted: they
+// come from a container's log, and a terminal must not interpret them.
+func (w resultWriter) logs(l *v1alpha1.LogEvidence, wide bool) {
+	if l == nil {
+		return
+	}
+	since := "its start"
+	if l.SinceTime != nil {
+		since = l.SinceTime.UTC().Format(time.RFC3339)
+	}
+	w.more("logs      %s/%s -c %s since %s: %s (%d bytes read, truncated=%t)", l.Namespace, cmp.Or(l.Pod, "-"), l.Container, since, l.State, l.BytesRead, l.Truncated)
+	if l.Line != "" {
+		w.more("          %q", l.Line)
+	}
+	if l.ReadError != "" {
+		w.more("          read error: %s", l.ReadError)
+	}
+	if wide {
+		w.more("          volume names=[%s]", strings.Join(l.VolumeNames, ","))
+		for _, line := range l.Lines {
+			w.more("          | %q", line)
+		}
 	}
 }
 

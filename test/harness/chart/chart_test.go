@@ -294,8 +294,10 @@ func TestNamespacedRoles(t *testing.T) {
 			want := map[string][]rbacv1.PolicyRule{
 				// Events are read cluster-wide (the ClusterRole): the detector's FailedMount
 				// events are in the workloads' namespaces.
-				// The DaemonSets, cached for the detector to see the node plugin's recreated.
+				// The Trident node plugin's log on a healthy holder, which a decision reads, and
+				// the DaemonSets, cached for the detector to see the node plugin's recreated.
 				tc.tridentNS + "/" + release: {
+					{APIGroups: []string{""}, Resources: []string{"pods/log"}, Verbs: []string{"get"}},
 					{APIGroups: []string{"apps"}, Resources: []string{"daemonsets"}, Verbs: []string{"list", "watch"}},
 					leases("delete", "get", "list", "watch"),
 				},

@@ -64,6 +64,8 @@ func TestPlanClusterRole(t *testing.T) {
 		{APIGroups: []string{""}, Resources: []string{"configmaps"}, ResourceNames: []string{release + "-settings"}, Verbs: []string{"get"}},
 		{APIGroups: []string{""}, Resources: []string{"events", "nodes", "persistentvolumeclaims", "persistentvolumes", "pods"}, Verbs: read},
 		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: read},
+		// A decision on a healthy holder reads its Trident node pod's log: get only.
+		{APIGroups: []string{""}, Resources: []string{"pods/log"}, Verbs: []string{"get"}},
 		{APIGroups: []string{"remediator.io"}, Resources: []string{"remediationrequests"}, Verbs: read},
 		{APIGroups: []string{"storage.k8s.io"}, Resources: []string{"csinodes"}, Verbs: read},
 		// The volume evidence reads the PV's CSIDriver and its VolumeAttachment on the

@@ -36,6 +36,8 @@ type Driver struct {
 	// cryptsetupSim.
 	Cryptsetup func(ctx context.Context, op, volumeID string) error
 	Log        *slog.Logger
+	// Trident writes Trident's own lines for the LUKS step (TridentLog); nil: none.
+	Trident *TridentLog
 
 	mu    sync.Mutex
 	locks map[string]*sync.Mutex
@@ -144,7 +146,7 @@ func (d *Driver) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 		return &csi.NodeStageVolumeResponse{}, nil
 	}
 	if isLUKS(req.GetVolumeContext()) {
-		if err := d.luksOpen(ctx, log, id); err != nil {
+		if err := d.luksOpen(ctx, log, id, luksName(req.GetVolumeContext(), id)); err != nil {
 			return nil, err
 		}
 		// NodeUnstage has no volume context: record what to close, as Trident's
@@ -165,8 +167,9 @@ func (d *Driver) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 
 // luksOpen runs the LUKS step of staging under the volume's Lease: taken before, deleted
 // after success, kept (with a LeaseRetained event) after a failure. Held by another node, it
-// fails with Aborted, which kubelet reports as FailedMount and retries.
-func (d *Driver) luksOpen(ctx context.Context, log *slog.Logger, id string) error {
+// fails with Aborted, which kubelet reports as FailedMount and retries. name is Trident's
+// name of the volume (luksName), in the Trident lines it writes.
+func (d *Driver) luksOpen(ctx context.Context, log *slog.Logger, id, name string) error {
 	if d.Gate == nil {
 		return status.Errorf(codes.Unavailable, "volume %s is LUKS-encrypted and this plugin has no Kubernetes API access to take its Lease", id)
 	}
@@ -184,7 +187,15 @@ func (d *Driver) luksOpen(ctx context.Context, log *slog.Logger, id string) erro
 		return status.Errorf(codes.Unavailable, "acquiring the Lease of LUKS volume %s: %v", pv, err)
 	}
 	log.Info("Running cryptsetup luksOpen", "lease", lease.Namespace+"/"+lease.Name)
+	tl := d.Trident.Request("node_server=stage")
+	device := filepath.Join(d.VolumesDir, id) // no block device here: the volume's directory
+	tl.Debug(">>>> EnsureCryptsetupFormattedAndMappedOnHost")
+	tl.Info("Opening encrypted volume.", "volume", name, "luks-passphrase-name", "luks-key")
+	tl.Debug("Opening LUKS device.", "device", device, "luksDeviceName", "luks-"+name)
 	if err := d.Cryptsetup(ctx, "luksOpen", id); err != nil {
+		tl.Info("Failed to open LUKS device.", "device", device, "luksDeviceName", "luks-"+name, "output", "", "error", err.Error())
+		tl.Error("Could not open LUKS formatted device.", "error", "could not open LUKS device; "+err.Error())
+		tl.Debug("<<<< EnsureCryptsetupFormattedAndMappedOnHost")
 		// The request's context may be over (kubelet gave up): report with a fresh one.
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), apiTimeout)
 		defer cancel()
@@ -195,12 +206,27 @@ func (d *Driver) luksOpen(ctx context.Context, log *slog.Logger, id string) erro
 		if ctx.Err() != nil {
 			code = codes.DeadlineExceeded
 		}
-		return status.Errorf(code, "LUKS operation on volume %s failed, lease %s/%s retained: %v", pv, lease.Namespace, lease.Name, err)
+		serr := status.Errorf(code, "LUKS operation on volume %s failed, lease %s/%s retained: %v", pv, lease.Namespace, lease.Name, err)
+		tl.Error("GRPC error: " + serr.Error())
+		return serr
 	}
+	tl.Debug("Opened LUKS device.", "device", device, "luksDeviceName", "luks-"+name)
+	tl.Debug("Device is LUKS formatted and open.")
+	tl.Debug("<<<< EnsureCryptsetupFormattedAndMappedOnHost")
 	if err := d.Gate.Release(ctx, lease); err != nil {
 		return status.Errorf(codes.Unavailable, "cryptsetup luksOpen of %s succeeded but its Lease could not be deleted: %v", pv, err)
 	}
 	return nil
+}
+
+// luksName is Trident's name of a volume, which its LUKS code logs and names the LUKS
+// device after (luks-<name>): the volume context's internalName (node_server.go passes
+// req.VolumeContext["internalName"]), else, for a PV without it, the volume handle.
+func luksName(volumeContext map[string]string, id string) string {
+	if n := volumeContext["internalName"]; n != "" {
+		return n
+	}
+	return id
 }
 
 // openPath records, beside the volume's directory, that this node opened the volume's
@@ -307,7 +333,12 @@ func hookPath(volumesDir, id, hook string) string {
 // cryptsetupSim plays the LUKS step. There is no LUKS device: the step takes duration and
 // succeeds, except that tests (from the host, which all nodes share) can make it
 //   - hang: while <volumes dir>/<handle>.cryptsetup-hang exists (empty, or naming this node),
-//     as a node that dies mid-operation does, leaving its Lease behind;
+//     as a node that dies mid-operation does, leaving its Lease behind; the request's end
+//     (kubelet's deadline) ends it as a failure;
+//   - stay stuck: while <volumes dir>/<handle>.cryptsetup-stuck exists (empty, or naming this
+//     node), even past the request's end, as a cryptsetup in uninterruptible sleep does: the
+//     Trident lines of the step then show it begun and never ended, cryptsetup still running;
+//     once the hook goes it completes at once (and fails while the fail hook exists);
 //   - fail: while <volumes dir>/<handle>.cryptsetup-fail exists, with its content as the
 //     error (the Lease is then retained and a LeaseRetained event emitted).
 type cryptsetupSim struct {
@@ -319,16 +350,32 @@ type cryptsetupSim struct {
 	log           *slog.Logger
 }
 
+// hooked reports whether the hook file at path holds for this node: it exists, empty or
+// naming this node.
+func (c *cryptsetupSim) hooked(path string) bool {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return false
+	}
+	who := strings.TrimSpace(string(b))
+	return who == "" || who == c.node
+}
+
 func (c *cryptsetupSim) run(ctx context.Context, op, id string) error {
+	// Not the request's context: a stuck cryptsetup does not notice kubelet giving up.
+	stuck := hookPath(c.volumesDir, id, "stuck")
+	wasStuck := false
+	for ; c.hooked(stuck); wasStuck = true {
+		if !wasStuck {
+			c.log.Warn("cryptsetup "+op+" is stuck while the hook file exists, past the request's end", "volume", id, "hook", stuck)
+		}
+		time.Sleep(pollInterval)
+	}
+	if wasStuck { // it completes when it comes back, whatever became of the request
+		return c.result(op, id)
+	}
 	hang := hookPath(c.volumesDir, id, "hang")
-	for logged := false; ; logged = true {
-		b, err := os.ReadFile(hang)
-		if err != nil {
-			break
-		}
-		if who := strings.TrimSpace(string(b)); who != "" && who != c.node {
-			break
-		}
+	for logged := false; c.hooked(hang); logged = true {
 		if !logged {
 			c.log.Warn("cryptsetup "+op+" hangs while the hook file exists", "volume", id, "hook", hang)
 		}
@@ -343,6 +390,11 @@ func (c *cryptsetupSim) run(ctx context.Context, op, id string) error {
 	if !sleepCtx(ctx, d) {
 		return fmt.Errorf("cryptsetup %s interrupted: %w", op, ctx.Err())
 	}
+	return c.result(op, id)
+}
+
+// result is how cryptsetup ends: failed while the fail hook exists.
+func (c *cryptsetupSim) result(op, id string) error {
 	if b, err := os.ReadFile(hookPath(c.volumesDir, id, "fail")); err == nil {
 		msg := strings.TrimSpace(string(b))
 		if msg == "" {

@@ -54,7 +54,10 @@ func runPlugin(ctx context.Context, log *slog.Logger, args []string) error {
 		return err
 	}
 
-	d := &Driver{Name: *name, Version: *version, NodeID: *nodeID, VolumesDir: *volumesDir, Mounter: sysMounter{}, Log: log}
+	// Trident's lines go to the same stream as the plugin's own, so that the container's log
+	// keeps their order.
+	d := &Driver{Name: *name, Version: *version, NodeID: *nodeID, VolumesDir: *volumesDir, Mounter: sysMounter{}, Log: log,
+		Trident: &TridentLog{W: os.Stderr}}
 	sim := &cryptsetupSim{volumesDir: *volumesDir, node: *nodeID, duration: *duration, closeDuration: *closeDuration, log: log}
 	d.Cryptsetup = sim.run
 	if cs, err := client(*kubeconfig); err != nil {
