@@ -503,6 +503,54 @@ func TestRealHealthyEvictionHonoursGrace(t *testing.T) {
 	assert.False(t, n.Spec.Unschedulable, "%s still cordoned", a)
 }
 
+// TestRealHealthyLogShowsCryptsetupRunning: the runbook reads the holder's trident-main
+// log before it calls a healthy holder's Lease stuck. Here the stand-in's cryptsetup on
+// real node a stays stuck, as a hung luksOpen does, past the healthy age gate and with
+// no LeaseRetained event: the request is rejected, the reason quotes the Trident line
+// that began the operation, the Lease is kept and nothing is cordoned.
+func TestRealHealthyLogShowsCryptsetupRunning(t *testing.T) {
+	a := realNode(t, 0)
+	ctx := context.Background()
+	ns := namespace(t, "e2e-real-logs")
+	startController(t, "--policies-dir", shortGatePolicies(t), "--request-namespaces", ns)
+	pv, pvc := csiVolume(t, ns, true)
+	stuck := filepath.Join(volumesDir, pv+".cryptsetup-stuck")
+	require.NoError(t, os.WriteFile(stuck, []byte(a), 0o644))
+	// Runs before the namespace goes: the operation completes and Trident releases the Lease.
+	t.Cleanup(func() { _ = os.Remove(stuck) })
+	create(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "db-0"}, Spec: realPodSpec(a, pvc, "while true; do sleep 1; done", 5)})
+
+	lease := &coordinationv1.Lease{}
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		require.NoError(c, k8s.Get(ctx, types.NamespacedName{Namespace: tridentNS, Name: pv}, lease))
+		assert.Equal(c, a, ptr.Deref(lease.Spec.HolderIdentity, ""), "the Lease's holder")
+	}, 60*time.Second, poll, "%s taking the Lease for cryptsetup", a)
+	// Old enough for the healthy gate: only the log can keep it now.
+	time.Sleep(time.Until(lease.CreationTimestamp.Add(shortHealthyGate + 2*time.Second)))
+
+	key := request(t, ns, v1alpha1.RemediationRequestSpec{
+		Remediation: v1alpha1.RemediationReleaseLUKSLease,
+		Target:      v1alpha1.Target{PersistentVolume: pv},
+		Reason:      "Lease older than the healthy gate and no LeaseRetained event",
+	})
+	rr := waitPhase(t, key, 60*time.Second, v1alpha1.PhaseRejected, v1alpha1.PhaseRunning, v1alpha1.PhaseSucceeded)
+	require.Equal(t, v1alpha1.PhaseRejected, rr.Status.Phase, describe(rr))
+	logs := rr.Status.Facts.Logs
+	require.NotNil(t, logs, "no log evidence: %s", describe(rr))
+	assert.Equal(t, v1alpha1.LogRunning, logs.State, "log evidence %+v", logs)
+	assert.Equal(t, "trident-main", logs.Container, "log evidence %+v", logs)
+	assert.Contains(t, logs.Line, "Opening encrypted volume.", "the line the state rests on")
+	d := decision(t, rr)
+	assert.Contains(t, d.Message+strings.Join(d.Reasons, "\n"), "Opening encrypted volume.", "the reason quotes the line: %+v", d)
+
+	got := &coordinationv1.Lease{}
+	require.NoError(t, k8s.Get(ctx, client.ObjectKeyFromObject(lease), got), "the Lease must be kept")
+	assert.Equal(t, lease.UID, got.UID, "the Lease must be kept")
+	n := &corev1.Node{}
+	require.NoError(t, k8s.Get(ctx, types.NamespacedName{Name: a}, n))
+	assert.False(t, n.Spec.Unschedulable, "%s was cordoned", a)
+}
+
 // watchVolumeRelease polls, until the returned function is called, whether node's
 // kubelet lists the CSI volume pv (handle pv) in the Node's status.volumesInUse and
 // whether pv's Lease exists; the function returns when the volume was last seen listed
