@@ -110,37 +110,7 @@ func TestDetectorExportsIncidentsWithSymptoms(t *testing.T) {
 		FirstTimestamp: now, LastTimestamp: now, Source: corev1.EventSource{Component: "kubelet", Host: "detect-up"},
 	})
 
-	cacheOpts, clientOpts := wiring.CacheOptions(facts.DefaultConfig(), nil, types.NamespacedName{}, true)
-	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{Scheme: scheme.Scheme, Cache: cacheOpts, Client: clientOpts,
-		Metrics: metricsserver.Options{BindAddress: "0"}})
-	require.NoError(t, err)
-	require.NoError(t, wiring.PrepareCache(ctx, mgr))
-	d := &detection.Detector{Gatherer: wiring.DetectGatherer(mgr, facts.DefaultConfig()), Interval: 200 * time.Millisecond, LeaseAge: 10 * time.Minute}
-	require.NoError(t, mgr.Add(d))
-	mctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(mctx) }()
-	t.Cleanup(func() {
-		cancel()
-		assert.NoError(t, <-done)
-	})
-
-	reg := prometheus.NewPedanticRegistry()
-	require.NoError(t, reg.Register(d))
-	series := func(name string) map[string]float64 {
-		families, err := reg.Gather()
-		require.NoError(t, err)
-		out := map[string]float64{}
-		for _, f := range families {
-			if f.GetName() != name {
-				continue
-			}
-			for _, m := range f.GetMetric() {
-				out[labelString(m)] = m.GetGauge().GetValue()
-			}
-		}
-		return out
-	}
+	series := startDetector(t, ctx)
 	testenv.Eventually(t, "the stuck Lease exported with both symptoms", func() (bool, string) {
 		s := series("remediator_detected_symptoms")
 		ok := s["kind=StuckLease,lease=pvc-detect-down,lease_namespace=trident,node=detect-down,symptom=FailedMount"] == 5 &&
@@ -155,6 +125,43 @@ func TestDetectorExportsIncidentsWithSymptoms(t *testing.T) {
 	assert.Contains(t, series("remediator_detected_stuck_lease_age_seconds"), "lease=pvc-detect-down,lease_namespace=trident,node=detect-down")
 	last := series("remediator_detection_last_success_timestamp_seconds")[""]
 	assert.InDelta(t, float64(time.Now().Unix()), last, 10, "the last scan's time")
+}
+
+// startDetector runs a manager with the controller's cache and a Detector scanning
+// every 200 ms until the test ends, and returns a reader of the Detector's series of
+// a family, by their labels (labelString).
+func startDetector(t *testing.T, ctx context.Context) func(name string) map[string]float64 {
+	t.Helper()
+	cacheOpts, clientOpts := wiring.CacheOptions(facts.DefaultConfig(), nil, types.NamespacedName{}, true)
+	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{Scheme: scheme.Scheme, Cache: cacheOpts, Client: clientOpts,
+		Metrics: metricsserver.Options{BindAddress: "0"}})
+	require.NoError(t, err)
+	require.NoError(t, wiring.PrepareCache(ctx, mgr))
+	d := &detection.Detector{Gatherer: wiring.DetectGatherer(mgr, facts.DefaultConfig()), Interval: 200 * time.Millisecond, LeaseAge: 10 * time.Minute}
+	require.NoError(t, mgr.Add(d))
+	mctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(mctx) }()
+	t.Cleanup(func() {
+		cancel()
+		assert.NoError(t, <-done)
+	})
+	reg := prometheus.NewPedanticRegistry()
+	require.NoError(t, reg.Register(d))
+	return func(name string) map[string]float64 {
+		families, err := reg.Gather()
+		require.NoError(t, err)
+		out := map[string]float64{}
+		for _, f := range families {
+			if f.GetName() != name {
+				continue
+			}
+			for _, m := range f.GetMetric() {
+				out[labelString(m)] = m.GetGauge().GetValue()
+			}
+		}
+		return out
+	}
 }
 
 func labelString(m *dto.Metric) string {
@@ -207,35 +214,7 @@ func TestDetectorSeesPluginDaemonSetRecreated(t *testing.T) {
 	old := daemonSet()
 	pod("trident-node-detect-old", old)
 
-	cacheOpts, clientOpts := wiring.CacheOptions(facts.DefaultConfig(), nil, types.NamespacedName{}, true)
-	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{Scheme: scheme.Scheme, Cache: cacheOpts, Client: clientOpts,
-		Metrics: metricsserver.Options{BindAddress: "0"}})
-	require.NoError(t, err)
-	require.NoError(t, wiring.PrepareCache(ctx, mgr))
-	d := &detection.Detector{Gatherer: wiring.DetectGatherer(mgr, facts.DefaultConfig()), Interval: 200 * time.Millisecond, LeaseAge: 10 * time.Minute}
-	require.NoError(t, mgr.Add(d))
-	mctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(mctx) }()
-	t.Cleanup(func() {
-		cancel()
-		assert.NoError(t, <-done)
-	})
-	reg := prometheus.NewPedanticRegistry()
-	require.NoError(t, reg.Register(d))
-	series := func(name string) map[string]float64 {
-		families, err := reg.Gather()
-		require.NoError(t, err)
-		out := map[string]float64{}
-		for _, f := range families {
-			for _, m := range f.GetMetric() {
-				if f.GetName() == name {
-					out[labelString(m)] = m.GetGauge().GetValue()
-				}
-			}
-		}
-		return out
-	}
+	series := startDetector(t, ctx)
 	overlap := func() (bool, string) {
 		s := series("remediator_detected_incident")
 		for k := range s {
