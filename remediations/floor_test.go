@@ -441,3 +441,73 @@ func TestProvenStuckReadsTheHolderLog(t *testing.T) {
 		})
 	}
 }
+
+// The runbook's alternatives to powering an unreachable holder off, stopping its
+// Trident node container or checking its log, rest on that log: each is accepted only
+// on a log read in full that shows nothing running, and a later line voids it.
+func TestFencingThatRestsOnTheLog(t *testing.T) {
+	release := []string{"deleteLease"}
+	running := `time="2026-12-02T02:40:05Z" level=info msg="Opening encrypted volume." luks-passphrase-name=luks-key requestID=r1 requestSource=CSI volume=trident_pvc_1`
+	stated := func(m v1alpha1.FencingMethod, at *metav1.Time) v1alpha1.RemediationRequestSpec {
+		return v1alpha1.RemediationRequestSpec{Fencing: &v1alpha1.Fencing{Confirmed: true, Method: m, Node: "node-a", FencedAt: at}}
+	}
+	// read is the log read with the decision; newest and newestVolume date its lines.
+	read := func(state v1alpha1.NodeState, e *v1alpha1.LogEvidence, newest, newestVolume *metav1.Time) *v1alpha1.Facts {
+		if e != nil {
+			e.NewestLineAt, e.NewestVolumeLineAt = newest, newestVolume
+		}
+		return with(leaseFacts(state), func(f *v1alpha1.Facts) { f.Logs = e })
+	}
+	stopped, verified, shutdown := v1alpha1.FencingTridentNodeContainerStopped, v1alpha1.FencingLogsVerified, v1alpha1.FencingNodeShutdown
+	statedAt := ago(40 * time.Minute) // the log's lines are dated around it
+	cases := []struct {
+		name   string
+		spec   v1alpha1.RemediationRequestSpec
+		facts  *v1alpha1.Facts
+		want   Invariant
+		quotes []string
+	}{
+		{name: "container stopped, the log read shows nothing of the volume, no line since", spec: stated(stopped, statedAt),
+			facts: read(v1alpha1.NodeUnreachable, holderLog(v1alpha1.LogNone, ""), ago(50*time.Minute), nil)},
+		{name: "logs verified, the operation failed before the statement", spec: stated(verified, statedAt),
+			facts: read(v1alpha1.NodeUnreachable, holderLog(v1alpha1.LogFailed, "x"), ago(45*time.Minute), ago(45*time.Minute))},
+		{name: "logs verified, the statement dated by the request's creation", spec: stated(verified, nil),
+			facts: read(v1alpha1.NodeNotFound, holderLog(v1alpha1.LogFinished, "x"), ago(35*time.Minute), ago(35*time.Minute))},
+		{name: "container stopped, the log was not read", spec: stated(stopped, statedAt), facts: read(v1alpha1.NodeUnreachable, nil, nil, nil),
+			want: InvariantHolderNotFenced, quotes: []string{"rests on the trident-main log", "it was not read", "(method NodeShutdown)"}},
+		{name: "logs verified, the log could not be read", spec: stated(verified, statedAt), facts: read(v1alpha1.NodeUnreachable, holderLog(v1alpha1.LogUnread, ""), nil, nil),
+			want: InvariantHolderNotFenced, quotes: []string{"could not be read in full", "the server could not find the requested resource"}},
+		{name: "logs verified, the log shows the operation running", spec: stated(verified, statedAt),
+			facts: read(v1alpha1.NodeNotFound, holderLog(v1alpha1.LogRunning, running), ago(50*time.Minute), ago(50*time.Minute)),
+			want: InvariantHolderNotFenced, quotes: []string{"still running", "Opening encrypted volume."}},
+		{name: "container stopped, yet it wrote a line after the statement", spec: stated(stopped, statedAt),
+			facts: read(v1alpha1.NodeUnreachable, holderLog(v1alpha1.LogNone, ""), ago(39*time.Minute), nil),
+			want: InvariantFencingStale, quotes: []string{"has a line at 2026-12-02T02:21:00Z", "after the fencing statement (spec.fencing.fencedAt, 2026-12-02T02:20:00Z)"}},
+		{name: "container stopped, a line after a statement dated by the request's creation", spec: stated(stopped, nil),
+			facts: read(v1alpha1.NodeUnreachable, holderLog(v1alpha1.LogNone, ""), ago(29*time.Minute), nil),
+			want: InvariantFencingStale, quotes: []string{"the request's creation"}},
+		{name: "logs verified, a line about the volume after the statement", spec: stated(verified, statedAt),
+			facts: read(v1alpha1.NodeUnreachable, holderLog(v1alpha1.LogFinished, "x"), ago(39*time.Minute), ago(39*time.Minute)),
+			want: InvariantFencingStale, quotes: []string{"a line about the volume's LUKS operation at 2026-12-02T02:21:00Z"}},
+		// The operator checked the volume's operation, not the plugin's silence.
+		{name: "logs verified, only other volumes' lines after the statement", spec: stated(verified, statedAt),
+			facts: read(v1alpha1.NodeUnreachable, holderLog(v1alpha1.LogFinished, "x"), ago(time.Minute), ago(45*time.Minute))},
+		// A shutdown rests on the node's silence; its log is not read and not asked for.
+		{name: "node shut down, the log not read", spec: stated(shutdown, statedAt), facts: read(v1alpha1.NodeUnreachable, nil, nil, nil)},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.spec.Remediation = v1alpha1.RemediationReleaseLUKSLease
+			v := CheckFloor(FloorInput{Spec: tc.spec, Steps: release, Fresh: tc.facts, Created: requestAt})
+			if tc.want == "" {
+				assert.Nil(t, v)
+				return
+			}
+			require.NotNil(t, v, "want invariant %s", tc.want)
+			assert.Equal(t, tc.want, v.Invariant, v.Message)
+			for _, q := range tc.quotes {
+				assert.Contains(t, v.Message, q)
+			}
+		})
+	}
+}

@@ -368,6 +368,16 @@ type LogEvidence struct {
 	// ReadError says what could not be read, and why.
 	// +optional
 	ReadError string `json:"readError,omitempty"`
+	// NewestLineAt is the time of the newest Trident line read, about any volume, by
+	// Trident's own time field (the holder's clock): a line after a fencing statement
+	// says the container still ran then.
+	// +optional
+	NewestLineAt *metav1.Time `json:"newestLineAt,omitempty"`
+	// NewestVolumeLineAt is the time of the newest line about the volume's LUKS
+	// operation (the last of Lines): one after a LogsVerified fencing statement is
+	// news the statement did not see.
+	// +optional
+	NewestVolumeLineAt *metav1.Time `json:"newestVolumeLineAt,omitempty"`
 }
 
 // NewestHeartbeat is the newer of LeaseRenewTime and ReadyHeartbeatTime, or nil.

@@ -142,7 +142,7 @@ func (g *Gatherer) Gather(ctx context.Context, rr *v1alpha1.RemediationRequest) 
 		DriverName:       cmp.Or(rr.Spec.DriverName, g.Config.DriverName),
 		Target:           v1alpha1.TargetFacts{Ref: TargetRef(rr.Spec.Target)},
 	}
-	s := &gathering{g: g, f: f, now: f.GatheredAt.Time, prev: rr.Status.Facts}
+	s := &gathering{g: g, f: f, now: f.GatheredAt.Time, prev: rr.Status.Facts, fencing: rr.Spec.Fencing}
 	// The playbooks delete Leases and evict pods in this namespace, so it is the
 	// controller's to choose: one the settings do not list is not even read.
 	if why := g.Config.notTridentNamespace(f.TridentNamespace); why != "" {
@@ -192,6 +192,9 @@ type gathering struct {
 	// pv is the PersistentVolume that volume read (nil: none): the log evidence
 	// recognises the volume by its names.
 	pv *corev1.PersistentVolume
+	// fencing is the request's fencing statement (nil: none): a method that rests on
+	// the holder's log has it read for an unreachable holder too.
+	fencing *v1alpha1.Fencing
 }
 
 // get reads one object; found is false on NotFound.

@@ -14,11 +14,15 @@ import (
 )
 
 // gatherWithLogs reads facts as a decision does: with a log reader.
-func (w *world) gatherWithLogs(t *testing.T, logs facts.LogReader, pv string) *v1alpha1.Facts {
+// fencing is the request's statement, if any.
+func (w *world) gatherWithLogs(t *testing.T, logs facts.LogReader, pv string, fencing ...v1alpha1.Fencing) *v1alpha1.Facts {
 	t.Helper()
 	g := &facts.Gatherer{Reader: env.Client, Config: facts.DefaultConfig(), Clock: w, Logs: logs}
 	rr := &v1alpha1.RemediationRequest{Spec: v1alpha1.RemediationRequestSpec{Remediation: v1alpha1.RemediationReleaseLUKSLease,
 		Target: v1alpha1.Target{PersistentVolume: pv}}}
+	if len(fencing) > 0 {
+		rr.Spec.Fencing = &fencing[0]
+	}
 	f, err := g.Gather(context.Background(), rr)
 	require.NoError(t, err, "Gather")
 	return f
@@ -26,13 +30,15 @@ func (w *world) gatherWithLogs(t *testing.T, logs facts.LogReader, pv string) *v
 
 // TestGatherLogEvidence: a decision on a healthy holder reads the trident-main log of
 // the holder's node-plugin pod from a minute before the Lease's acquisition; on an
-// unreachable holder, or without a log reader (the re-reads before a step), nothing.
+// unreachable holder only for a fencing statement that rests on that log; without a
+// log reader (the re-reads before a step), nothing.
 func TestGatherLogEvidence(t *testing.T) {
 	w := newWorld(t)
 	w.node("logs-healthy", nodeSpec{ready: corev1.ConditionTrue, renewedAgo: time.Second})
 	w.node("logs-unreachable", nodeSpec{ready: corev1.ConditionUnknown, taints: []string{v1alpha1.TaintUnreachable}, renewedAgo: 10 * time.Minute})
 	w.node("logs-rollout", nodeSpec{ready: corev1.ConditionTrue, renewedAgo: time.Second})
 	w.pluginPod("trident", "trident-node-logs-healthy", "logs-healthy")
+	w.pluginPod("trident", "trident-node-logs-unreachable", "logs-unreachable")
 	w.pluginPod("trident", "trident-node-logs-rollout-old", "logs-rollout")
 	w.pluginPod("trident", "trident-node-logs-rollout-new", "logs-rollout")
 	for _, pv := range []string{"pvc-logs-healthy", "pvc-logs-unreachable", "pvc-logs-rollout"} {
@@ -59,6 +65,19 @@ func TestGatherLogEvidence(t *testing.T) {
 	assert.Equal(t, v1alpha1.NodeUnreachable, f.Node.State)
 	assert.Nil(t, f.Logs, "an unreachable holder's log is not read")
 	assert.Empty(t, logs.pod, "nothing was asked of the kubelet")
+	for _, m := range []v1alpha1.FencingMethod{v1alpha1.FencingLogsVerified, v1alpha1.FencingTridentNodeContainerStopped} {
+		logs = &fakeLogs{log: hang + "\n"}
+		f = w.gatherWithLogs(t, logs, "pvc-logs-unreachable", v1alpha1.Fencing{Confirmed: true, Method: m, Node: "logs-unreachable"})
+		require.NotNil(t, f.Logs, "fenced by %s: the log it rests on is read", m)
+		assert.Equal(t, "trident/trident-node-logs-unreachable", logs.pod)
+		assert.Equal(t, v1alpha1.LogNone, f.Logs.State, "the line names another volume")
+		require.NotNil(t, f.Logs.NewestLineAt, "the newest line is dated")
+		assert.Equal(t, "2026-12-04T17:00:01Z", f.Logs.NewestLineAt.UTC().Format(time.RFC3339))
+	}
+	logs = &fakeLogs{log: hang + "\n"}
+	f = w.gatherWithLogs(t, logs, "pvc-logs-unreachable", v1alpha1.Fencing{Confirmed: true, Method: v1alpha1.FencingNodeShutdown, Node: "logs-unreachable"})
+	assert.Nil(t, f.Logs, "a shutdown does not rest on the log")
+	assert.Empty(t, logs.pod)
 
 	f = w.gatherWithLogs(t, nil, "pvc-logs-healthy")
 	assert.Nil(t, f.Logs, "no log reader, no log")

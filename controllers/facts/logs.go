@@ -13,6 +13,7 @@ package facts
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -222,6 +223,7 @@ func LogVolumeNames(pvName string, pv *corev1.PersistentVolume) []string {
 // It is pure, to be table-tested. It fills State, Line and Lines.
 func ClassifyLog(r io.Reader, names []string) (v1alpha1.LogEvidence, error) {
 	var kept []logLine
+	var newest time.Time
 	about := map[string]bool{} // requests that name the volume
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 0, 64<<10), MaxLogBytes+1)
@@ -229,6 +231,9 @@ func ClassifyLog(r io.Reader, names []string) (v1alpha1.LogEvidence, error) {
 		l, ok := parseLogLine(sc.Text())
 		if !ok {
 			continue
+		}
+		if at, ok := l.time(); ok && at.After(newest) {
+			newest = at
 		}
 		l.named = l.names(names)
 		if l.named && l.requestID() != "" {
@@ -244,7 +249,24 @@ func ClassifyLog(r io.Reader, names []string) (v1alpha1.LogEvidence, error) {
 	kept = slices.DeleteFunc(kept, func(l logLine) bool {
 		return !l.named && (l.requestID() == "" || !about[l.requestID()])
 	})
-	return judgeRequests(kept), nil
+	ev := judgeRequests(kept)
+	if !newest.IsZero() {
+		ev.NewestLineAt = &metav1.Time{Time: newest}
+	}
+	if len(kept) > 0 {
+		if at, ok := kept[len(kept)-1].time(); ok {
+			ev.NewestVolumeLineAt = &metav1.Time{Time: at}
+		}
+	}
+	return ev, nil
+}
+
+// time is when the line was written, by Trident's time field: logrus's "time" in
+// the text format, "@timestamp" in Trident's JSON, both RFC 3339.
+func (l logLine) time() (time.Time, bool) {
+	v := cmp.Or(l.fields["time"], l.fields["@timestamp"])
+	at, err := time.Parse(time.RFC3339Nano, v)
+	return at, err == nil
 }
 
 // requestState follows one request's operation through its lines.
@@ -349,7 +371,7 @@ func ReadLogEvidence(ctx context.Context, logs LogReader, pod *corev1.Pod, since
 		}
 		return unread(err.Error())
 	}
-	base.State, base.Line, base.Lines = ev.State, ev.Line, ev.Lines
+	base.State, base.Line, base.Lines, base.NewestLineAt, base.NewestVolumeLineAt = ev.State, ev.Line, ev.Lines, ev.NewestLineAt, ev.NewestVolumeLineAt
 	return base
 }
 
@@ -364,13 +386,23 @@ func (c *countingReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// logs records the log evidence of the Lease's volume on a Healthy holder, the one
-// state whose rule weighs it: a holder unreachable or shut down does not answer for
-// its log, and reading it would only wait out LogReadTimeout for each request of a
-// storm. Only an error listing the node-plugin pods is returned; what the log read
-// found, or why it failed, is recorded.
+// logs records the log evidence of the Lease's volume on a Healthy holder, and on an
+// Unreachable or NotFound one whose fencing statement rests on the log
+// (LogsRestOnTheLog): the states whose rules weigh it. A holder shut down, or fenced
+// otherwise, is not read: it does not answer for its log, and reading it would only
+// wait out LogReadTimeout for each request of a storm. Only an error listing the
+// node-plugin pods is returned; what the log read found, or why it failed, is recorded.
 func (s *gathering) logs(ctx context.Context, lease *coordinationv1.Lease) error {
-	if s.g.Logs == nil || s.f.Node == nil || s.f.Node.State != v1alpha1.NodeHealthy {
+	if s.g.Logs == nil || s.f.Node == nil {
+		return nil
+	}
+	switch s.f.Node.State {
+	case v1alpha1.NodeHealthy:
+	case v1alpha1.NodeUnreachable, v1alpha1.NodeNotFound:
+		if !FencingRestsOnTheLog(s.fencing) {
+			return nil
+		}
+	default:
 		return nil
 	}
 	node, ns := s.f.Node.Name, s.f.TridentNamespace
@@ -396,6 +428,14 @@ func (s *gathering) logs(ctx context.Context, lease *coordinationv1.Lease) error
 	}
 	s.f.Logs = &ev
 	return nil
+}
+
+// FencingRestsOnTheLog reports whether a fencing statement's method is proven by the
+// holder's trident-main log: the log shows no operation running (LogsVerified), or the
+// container stopped, so that it writes nothing after the statement
+// (TridentNodeContainerStopped). A shutdown is proven by the node's silence instead.
+func FencingRestsOnTheLog(f *v1alpha1.Fencing) bool {
+	return f != nil && (f.Method == v1alpha1.FencingLogsVerified || f.Method == v1alpha1.FencingTridentNodeContainerStopped)
 }
 
 // leaseHoldStart is when the Lease's hold began as its holder dated it: its

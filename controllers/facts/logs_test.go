@@ -119,6 +119,33 @@ func TestClassifyLogBoundsTheLines(t *testing.T) {
 	}
 }
 
+// A fencing statement that rests on the log is voided by a line after it: the newest
+// line read, and the newest about the volume, are dated by Trident's own time field.
+func TestClassifyLogDatesTheNewestLines(t *testing.T) {
+	at := func(s string) *metav1.Time { tm, err := time.Parse(time.RFC3339, s); require.NoError(t, err); return &metav1.Time{Time: tm} }
+	cases := []struct {
+		name                 string
+		log                  []string
+		newest, newestVolume *metav1.Time
+	}{
+		{name: "no dated line", log: []string{"I1204 17:00:00.000000       1 main.go:10] not a logrus line"}},
+		{name: "another volume's line is the newest", log: []string{opening1, couldNot1, ensureIn2, opening2},
+			newest: at("2026-12-04T17:00:05Z"), newestVolume: at("2026-12-04T17:00:03Z")},
+		{name: "the volume's retry is the newest", log: []string{ensureIn2, opening1, opening3, couldNot3},
+			newest: at("2026-12-04T17:01:02Z"), newestVolume: at("2026-12-04T17:01:02Z")},
+		{name: "a periodic line only", log: []string{noise}, newest: at("2026-12-04T17:00:00Z")},
+		{name: "JSON's @timestamp", log: []string{openingJSON, failJSON}, newest: at("2026-12-04T17:00:03Z"), newestVolume: at("2026-12-04T17:00:03Z")},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			ev, err := facts.ClassifyLog(strings.NewReader(strings.Join(tc.log, "\n")+"\n"), pvc1)
+			require.NoError(t, err)
+			assert.Equal(t, tc.newest, ev.NewestLineAt, "newest line")
+			assert.Equal(t, tc.newestVolume, ev.NewestVolumeLineAt, "newest line about the volume")
+		})
+	}
+}
+
 // fakeLogs serves a log and records what was asked.
 type fakeLogs struct {
 	log  string

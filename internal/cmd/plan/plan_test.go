@@ -117,7 +117,7 @@ func TestPlanSavedFacts(t *testing.T) {
 		want: []string{
 			"logs      trident/trident-node-kwok-node-1 -c trident-main since 2026-11-19T05:49:00Z: Running (8192 bytes read, truncated=false)\n",
 			`          "time=\"2026-11-19T06:29:12Z\" level=debug msg=\">>>> EnsureCryptsetupFormattedAndMappedOnHost\"`,
-			"          volume names=[luks-trident_pvc_75a6fd7f,pvc-75a6fd7f-7aee-45e8-a5fa-d4500272528e,trident_pvc_75a6fd7f]\n",
+			"          volume names=[luks-trident_pvc_75a6fd7f,pvc-75a6fd7f-7aee-45e8-a5fa-d4500272528e,trident_pvc_75a6fd7f], newest line 2026-11-19T06:29:40Z, newest about the volume 2026-11-19T06:29:12Z\n",
 			`          | "time=\"2026-11-19T06:29:12Z\" level=info msg=\"Opening encrypted volume.\"`,
 			"REJECTED by rule healthy-operation-running-in-log",
 		},

@@ -341,7 +341,7 @@ func (w resultWriter) logs(l *v1alpha1.LogEvidence, wide bool) {
 		w.more("          read error: %s", l.ReadError)
 	}
 	if wide {
-		w.more("          volume names=[%s]", strings.Join(l.VolumeNames, ","))
+		w.more("          volume names=[%s], newest line %s, newest about the volume %s", strings.Join(l.VolumeNames, ","), timeOrDash(l.NewestLineAt), timeOrDash(l.NewestVolumeLineAt))
 		for _, line := range l.Lines {
 			w.more("          | %q", line)
 		}

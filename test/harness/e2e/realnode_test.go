@@ -40,6 +40,7 @@ import (
 
 	"github.com/remediator/remediator/api/v1alpha1"
 	"github.com/remediator/remediator/controllers/facts"
+	"github.com/remediator/remediator/remediations"
 	"github.com/remediator/remediator/test/cluster"
 )
 
@@ -384,8 +385,9 @@ func waitWorkloadPodNot(t *testing.T, ns string, labels map[string]string, old s
 
 // TestRealPartitionNeedsFencing is incident A on a node cut off from the control
 // plane: only its kubelet stops, the containers go on running with the volume
-// mounted. The request is rejected without fencing; once the operator fences the
-// node, it is released after the age gate.
+// mounted. The request is rejected without fencing, and with a stopped-container
+// statement whose log cannot be read; once the operator powers the node off and says
+// so, it is released after the age gate.
 func TestRealPartitionNeedsFencing(t *testing.T) {
 	// In parallel with the other tests that mostly wait (kube-controller-manager's grace,
 	// the Lease-age gates); TestRealHealthyEvictionHonoursGrace has the other real node.
@@ -416,10 +418,32 @@ func TestRealPartitionNeedsFencing(t *testing.T) {
 	assert.Equal(t, v1alpha1.NodeUnreachable, holderState(rr), "holder state: %s", describe(rr))
 	require.True(t, leaseExists(t, pv), "rejected, yet the Lease was deleted")
 
-	// The operator stops Trident's node container there (the partition keeps the
-	// node's containers running) and says so.
+	// The operator says Trident's node container there was stopped. That statement
+	// rests on the container's log, and with the kubelet down nobody can read it:
+	// refused, saying why and what fences instead.
 	updateSpec(t, key, func(s *v1alpha1.RemediationRequestSpec) {
 		s.Fencing = &v1alpha1.Fencing{Confirmed: true, Method: v1alpha1.FencingTridentNodeContainerStopped, Node: b}
+	})
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		got := &v1alpha1.RemediationRequest{}
+		require.NoError(c, k8s.Get(ctx, key, got))
+		require.Equal(c, got.Generation, got.Status.ObservedGeneration, "the fencing statement is decided")
+		require.Equal(c, v1alpha1.PhaseRejected, got.Status.Phase, describe(got))
+		d := got.Status.Decision
+		require.NotNil(c, d, describe(got))
+		assert.Equal(c, string(remediations.InvariantHolderNotFenced), d.Rule, describe(got))
+		assert.Contains(c, d.Message, "rests on the trident-main log", describe(got))
+		assert.Contains(c, d.Message, "could not be read in full", describe(got))
+		if assert.NotNil(c, got.Status.Facts) && assert.NotNil(c, got.Status.Facts.Logs, "the log read is shown") {
+			assert.Equal(c, v1alpha1.LogUnread, got.Status.Facts.Logs.State)
+		}
+	}, 60*time.Second, poll, "the stopped-container statement refused on an unread log")
+	require.True(t, leaseExists(t, pv), "refused, yet the Lease was deleted")
+
+	// So the operator powers the node off and says so: the node's silence is the proof.
+	require.NoError(t, cluster.NodeOff(ctx, b))
+	updateSpec(t, key, func(s *v1alpha1.RemediationRequestSpec) {
+		s.Fencing = &v1alpha1.Fencing{Confirmed: true, Method: v1alpha1.FencingNodeShutdown, Node: b}
 	})
 	rr = waitPhase(t, key, shortUnreachableGate+60*time.Second, v1alpha1.PhaseSucceeded, v1alpha1.PhaseFailed)
 	require.Equal(t, v1alpha1.PhaseSucceeded, rr.Status.Phase, describe(rr))
