@@ -122,7 +122,11 @@ func TestClassifyLogBoundsTheLines(t *testing.T) {
 // A fencing statement that rests on the log is voided by a line after it: the newest
 // line read, and the newest about the volume, are dated by Trident's own time field.
 func TestClassifyLogDatesTheNewestLines(t *testing.T) {
-	at := func(s string) *metav1.Time { tm, err := time.Parse(time.RFC3339, s); require.NoError(t, err); return &metav1.Time{Time: tm} }
+	at := func(s string) *metav1.Time {
+		tm, err := time.Parse(time.RFC3339, s)
+		require.NoError(t, err)
+		return &metav1.Time{Time: tm}
+	}
 	cases := []struct {
 		name                 string
 		log                  []string
