@@ -46,6 +46,13 @@ CLUSTER_DIR="$BIN/cluster"
 KUBECONFIG_OUT="$CLUSTER_DIR/kubeconfig"
 MANIFESTS="$HERE/manifests"
 KWOKCTL_CONFIG="$HERE/kwokctl.yaml"
+# The trident-main log of the Trident node-plugin pods on kwok nodes. kwok-controller serves
+# it through the kubelet API a kwok node advertises, so the API server's pods/log reads it
+# as it reads a real kubelet's: a decision on a kwok holder finds its log read in full and
+# silent about every volume (state None), as a plugin that is not running cryptsetup would
+# be. Lines in the CRI log format appended to it are served too. The ClusterLogs rule that
+# points kwok at it is added to kwokctl.yaml at creation (kwokctl_config).
+KWOK_TRIDENT_LOG="$CLUSTER_DIR/kwok-trident-main.log"
 # The kube-apiserver's audit policy: the destructive calls the chaos campaigns count.
 AUDIT_POLICY="$HERE/audit-policy.yaml"
 # Nodes declared in manifests/10-nodes.yaml; the DaemonSet must have one ready pod on each.
@@ -90,13 +97,33 @@ LOGS="$CLUSTER_DIR/clusters/$CLUSTER_NAME/logs"
 # creates a cluster, so a changed config (or different binaries) means recreate.
 fingerprint() {
   {
-    sha256sum "$KWOKCTL_CONFIG" "$AUDIT_POLICY"
+    kwokctl_config | sha256sum
+    sha256sum "$AUDIT_POLICY"
     for b in etcd kube-apiserver kube-controller-manager kube-scheduler kwok kwokctl; do
       printf '%s %s\n' "$b" "$(stat -c '%s %Y' "$BIN/$b")"
     done
   } | sha256sum | cut -d' ' -f1
 }
 FINGERPRINT_FILE="$CLUSTER_DIR/fingerprint"
+
+# kwokctl_config prints the configuration kwokctl creates the cluster from: kwokctl.yaml
+# and the ClusterLogs rule of KWOK_TRIDENT_LOG, whose path is only known here.
+kwokctl_config() {
+  cat "$KWOKCTL_CONFIG"
+  cat <<YAML
+---
+apiVersion: kwok.x-k8s.io/v1alpha1
+kind: ClusterLogs
+metadata:
+  name: trident-main
+spec:
+  selector:
+    matchNamespaces: [trident]
+  logs:
+  - containers: [trident-main]
+    logsFile: $KWOK_TRIDENT_LOG
+YAML
+}
 
 # (Re)write the admin kubeconfig from kwokctl's own. Writing it ourselves, instead of letting
 # `create cluster` merge a context into a kubeconfig, keeps ~/.kube/config untouched and gives a
@@ -158,8 +185,10 @@ else
   fi
   # --kubeconfig= : do not merge a context into ~/.kube/config (see write_kubeconfig).
   # --timeout bounds kwokctl itself; it already waits up to 2m for the apiserver to serve.
+  : >>"$KWOK_TRIDENT_LOG"
+  kwokctl_config >"$CLUSTER_DIR/kwokctl.yaml"
   if ! kwokctl create cluster \
-      --config="$KWOKCTL_CONFIG" \
+      --config="$CLUSTER_DIR/kwokctl.yaml" \
       --runtime=binary \
       --kubeconfig= \
       --timeout=5m \
