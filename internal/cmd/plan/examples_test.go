@@ -67,7 +67,8 @@ func TestExampleRequestsChooseTheirPlaybooks(t *testing.T) {
 }
 
 // TestExamplesShowTheVolumeEvidence: the reviewer of a Lease release sees, from the
-// saved facts alone, whether the holder still has the volume.
+// saved facts alone, whether the holder still has the volume, and for a healthy holder
+// what its Trident log said.
 func TestExamplesShowTheVolumeEvidence(t *testing.T) {
 	for name := range examplePlaybooks {
 		if !strings.HasPrefix(name, "release-lease-") {
@@ -79,6 +80,12 @@ func TestExamplesShowTheVolumeEvidence(t *testing.T) {
 			assert.Regexp(t, `volume    on kwok-node-\d: inUse=false \(kubelet [^)]+\), VolumeAttachment absent, attachRequired=true`, out)
 		})
 	}
+	// A healthy holder's Lease goes only on its Trident log: the example shows what was read.
+	out, code, err := runPlanCommand(t, "", "-f", filepath.Join(exampleRequests, "release-lease-healthy-kwok-node-1-app-data.yaml"),
+		"--facts", filepath.Join(exampleFacts, "release-lease-healthy-kwok-node-1-app-data.yaml"))
+	require.Equal(t, 0, code, "exit code (%v):\n%s", err, out)
+	assert.Contains(t, out, "logs      trident/trident-csi-7xk2p -c trident-main since 2026-11-19T05:49:00Z: Failed (6144 bytes read, truncated=false)")
+	assert.Contains(t, out, `could not open LUKS device; exit status 5`)
 }
 
 // TestTemplateShipsNoRequests: whatever is in the template's requests/ is applied as soon
