@@ -136,6 +136,10 @@ type Fencing struct {
 	//     stopped (the node itself may still run);
 	//   - LogsVerified: the trident-main logs show the node can neither acquire nor
 	//     delete the Lease and is not running cryptsetup.
+	// The last two rest on the holder's trident-main log, which the controller reads
+	// with the decision: they count only when it was read in full, shows no LUKS
+	// operation on the volume running, and has no line after the statement. A holder
+	// whose log cannot be read (its kubelet unreachable) is fenced by NodeShutdown.
 	// Required when confirmed is true.
 	// +optional
 	Method FencingMethod `json:"method,omitempty"`
