@@ -209,7 +209,7 @@ func runningOnHost(marker string) bool {
 // and the replacement mounts the volume and runs on b, reading what a wrote. FixHeld
 // turns True only once the replacement runs, at the end of the verification window.
 func TestRealShutdownReleasesLease(t *testing.T) {
-	s := shutdownReleased(t, "e2e-real-down", nil)
+	s := shutdownReleased(t, "e2e-real-down", 30*time.Second, nil)
 	// Until the replacement runs, FixHeld is never True: each poll reads FixHeld first.
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		rr, pod := &v1alpha1.RemediationRequest{}, &corev1.Pod{}
@@ -240,7 +240,10 @@ func TestRealShutdownReleasesLease(t *testing.T) {
 // cryptsetup keeps failing on b after it: the Lease went, the workload did not come
 // back, and FixHeld turns False naming the pod and quoting kubelet's FailedMount.
 func TestRealShutdownFixNotHeldWhileMountFails(t *testing.T) {
-	s := shutdownReleased(t, "e2e-real-down-fail", func(pv string) {
+	// A window long enough for kubelet to fail the replacement's mount, past the 10 s
+	// grace after the fix, even on a loaded machine: False comes with that FailedMount,
+	// not at the window's end (PodsNotReady, which a slow attach under load gave).
+	s := shutdownReleased(t, "e2e-real-down-fail", 90*time.Second, func(pv string) {
 		hook := filepath.Join(volumesDir, pv+".cryptsetup-fail")
 		require.NoError(t, os.WriteFile(hook, []byte("No key available with this passphrase."), 0o644))
 		t.Cleanup(func() { _ = os.Remove(hook) })
@@ -261,15 +264,15 @@ type released struct {
 }
 
 // shutdownReleased runs incident A to the release (see TestRealShutdownReleasesLease),
-// with a 30 s verification window; beforeRequest, if set, runs with the PV's name
-// right before the request is created.
-func shutdownReleased(t *testing.T, nsPrefix string, beforeRequest func(pv string)) released {
+// with a verification window of verifyFor; beforeRequest, if set, runs with the PV's
+// name right before the request is created.
+func shutdownReleased(t *testing.T, nsPrefix string, verifyFor time.Duration, beforeRequest func(pv string)) released {
 	a, b := realNodePair(t)
 	ctx := context.Background()
 	s := released{ns: namespace(t, nsPrefix), a: a, b: b}
 	metrics := freeAddr(t)
 	startController(t, "--policies-dir", shortGatePolicies(t), "--request-namespaces", s.ns, "--metrics-bind-address", metrics,
-		"--verify-fix-for", "30s")
+		"--verify-fix-for", verifyFor.String())
 	pv, pvc := csiVolume(t, s.ns, true)
 	s.pv = pv
 
