@@ -35,6 +35,14 @@ const (
 	FencingLogsVerified                FencingMethod = "LogsVerified"
 )
 
+// RestsOnTheLog reports whether a statement of this method is proven by the holder's
+// trident-main log: the log shows no operation running (LogsVerified), or the
+// container stopped, so that it writes nothing after the statement
+// (TridentNodeContainerStopped). A shutdown is proven by the node's silence instead.
+func (m FencingMethod) RestsOnTheLog() bool {
+	return m == FencingLogsVerified || m == FencingTridentNodeContainerStopped
+}
+
 // RemediationRequestSpec is what an operator commits to Git and a reviewer approves.
 //
 // +kubebuilder:validation:XValidation:rule="self.remediation != 'reregister-csi-driver' || has(self.target.node)",message="remediation reregister-csi-driver needs spec.target.node",fieldPath=".target"

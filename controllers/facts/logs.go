@@ -388,9 +388,9 @@ func (c *countingReader) Read(p []byte) (int, error) {
 
 // logs records the log evidence of the Lease's volume on a Healthy holder, and on an
 // Unreachable or NotFound one whose fencing statement rests on the log
-// (LogsRestOnTheLog): the states whose rules weigh it. A holder shut down, or fenced
-// otherwise, is not read: it does not answer for its log, and reading it would only
-// wait out LogReadTimeout for each request of a storm. Only an error listing the
+// (FencingMethod.RestsOnTheLog): the states whose rules weigh it. A holder shut down,
+// or fenced otherwise, is not read: it does not answer for its log, and reading it
+// would only wait out LogReadTimeout for each request of a storm. Only an error listing the
 // node-plugin pods is returned; what the log read found, or why it failed, is recorded.
 func (s *gathering) logs(ctx context.Context, lease *coordinationv1.Lease) error {
 	if s.g.Logs == nil || s.f.Node == nil {
@@ -399,7 +399,7 @@ func (s *gathering) logs(ctx context.Context, lease *coordinationv1.Lease) error
 	switch s.f.Node.State {
 	case v1alpha1.NodeHealthy:
 	case v1alpha1.NodeUnreachable, v1alpha1.NodeNotFound:
-		if !FencingRestsOnTheLog(s.fencing) {
+		if s.fencing == nil || !s.fencing.Method.RestsOnTheLog() {
 			return nil
 		}
 	default:
@@ -428,14 +428,6 @@ func (s *gathering) logs(ctx context.Context, lease *coordinationv1.Lease) error
 	}
 	s.f.Logs = &ev
 	return nil
-}
-
-// FencingRestsOnTheLog reports whether a fencing statement's method is proven by the
-// holder's trident-main log: the log shows no operation running (LogsVerified), or the
-// container stopped, so that it writes nothing after the statement
-// (TridentNodeContainerStopped). A shutdown is proven by the node's silence instead.
-func FencingRestsOnTheLog(f *v1alpha1.Fencing) bool {
-	return f != nil && (f.Method == v1alpha1.FencingLogsVerified || f.Method == v1alpha1.FencingTridentNodeContainerStopped)
 }
 
 // leaseHoldStart is when the Lease's hold began as its holder dated it: its
