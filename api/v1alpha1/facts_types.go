@@ -44,7 +44,9 @@ type Facts struct {
 	// Node describes the Lease's holder node, or the target node.
 	// +optional
 	Node *NodeFacts `json:"node,omitempty"`
-	// AffectedPods are the pods on the holder node that mount the PVC, sorted.
+	// AffectedPods are the pods on the holder node that mount the PVC, sorted. They
+	// are listed only for a Healthy holder, whose playbook moves them and whose
+	// Lease the floor keeps while they run there.
 	// +listType=atomic
 	// +optional
 	AffectedPods []PodFacts `json:"affectedPods,omitempty"`

@@ -136,6 +136,9 @@ type Gatherer struct {
 // could not answer (so the reconcile is retried); missing objects are recorded.
 func (g *Gatherer) Gather(ctx context.Context, rr *v1alpha1.RemediationRequest) (*v1alpha1.Facts, error) {
 	now := g.now()
+	// The cache counts for a read only as far as it has caught up with the request's
+	// own last write (SplitReader).
+	ctx = AsOf(ctx, rr.ResourceVersion)
 	f := &v1alpha1.Facts{
 		GatheredAt:       metav1.NewTime(now.Truncate(time.Second)),
 		TridentNamespace: cmp.Or(rr.Spec.TridentNamespace, g.Config.TridentNamespace),
@@ -243,7 +246,10 @@ func (s *gathering) lease(ctx context.Context, t v1alpha1.Target) error {
 	if err := s.logs(ctx, lease); err != nil {
 		return err
 	}
-	if claim != nil && !s.g.SkipAffectedPods {
+	// Only a Healthy holder's pods are weighed (the floor) and moved (its playbook):
+	// a holder shut down, cut off or gone runs nothing, and listing its pods would be
+	// a live read in every decision of a power-loss storm.
+	if claim != nil && !s.g.SkipAffectedPods && s.f.Node.State == v1alpha1.NodeHealthy {
 		return s.affectedPods(ctx, lf.HolderIdentity, claim)
 	}
 	return nil

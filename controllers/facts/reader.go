@@ -15,33 +15,60 @@ import (
 )
 
 // SplitReader reads each object from the informer cache or live from the API
-// server. The controller decides on cached facts, and reads live what must not be
-// even milliseconds old (the fresh facts' holder node state) and pods, which it
-// never caches, as all the cache does not hold.
+// server. The controller decides on cached facts, and reads live only where the
+// cache cannot show that it is as new as the request being gathered for (AsOf,
+// Watermarks), and pods, which it never caches, as all the cache does not hold.
 type SplitReader struct {
 	Cache client.Reader
 	Live  client.Reader
 	// Cached reports whether obj, in namespace (empty for cluster-scoped objects and
 	// lists across namespaces), is read from Cache.
 	Cached func(obj runtime.Object, namespace string) bool
+	// Marks are how far the cache's informers have caught up; nil: nowhere, so that
+	// every Fresh read is live and every confirmed miss is confirmed.
+	Marks *Watermarks
+	// Fresh reports whether obj must be as new as the request (AsOf): it is read from
+	// Cache only when Marks cover the request's resourceVersion within Wait, live
+	// otherwise. nil: none.
+	Fresh func(obj runtime.Object, namespace string) bool
+	// Confirm reports whether a NotFound of obj from Cache is confirmed live, unless
+	// Marks show within Wait that the cache holds every change up to the request: an
+	// absence that would let a destructive step go ahead, or reject the request for
+	// good (an object created with the request that the informer has not seen yet).
+	// nil: every miss.
+	Confirm func(obj runtime.Object, namespace string) bool
+	// Wait bounds how long a read waits for the cache to catch up with the request
+	// before it is made live; zero: not at all.
+	Wait time.Duration
 	// TrustCacheMisses makes a NotFound from Cache final: the detector's next scan
-	// sees what the cache missed, and confirming every miss would cost a GET per scan
-	// for each Lease not named after a PV and each holder node gone.
+	// (verification's next check) sees what the cache missed, and confirming every
+	// miss would cost a GET per scan for each Lease not named after a PV and each
+	// holder node gone.
 	TrustCacheMisses bool
 }
 
-// Get implements client.Reader. A NotFound from the cache is confirmed live: the
-// informer can lag behind an object created with the request, and a request rejected
-// as target-unresolved would stay rejected.
+// Get implements client.Reader.
 func (r SplitReader) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
 	if r.Cached == nil || !r.Cached(obj, key.Namespace) {
 		return r.Live.Get(ctx, key, obj, opts...)
 	}
+	if r.Fresh != nil && r.Fresh(obj, key.Namespace) && !r.Marks.WaitCovers(ctx, KindOf(obj), key.Namespace, asOf(ctx), r.Wait) {
+		return r.Live.Get(ctx, key, obj, opts...)
+	}
 	err := r.Cache.Get(ctx, key, obj, opts...)
-	if apierrors.IsNotFound(err) && !r.TrustCacheMisses {
+	if apierrors.IsNotFound(err) && r.confirmMiss(ctx, obj, key.Namespace) {
 		return r.Live.Get(ctx, key, obj, opts...)
 	}
 	return err
+}
+
+// confirmMiss reports whether a NotFound of obj in namespace from the cache is to be
+// confirmed live.
+func (r SplitReader) confirmMiss(ctx context.Context, obj runtime.Object, namespace string) bool {
+	if r.TrustCacheMisses || (r.Confirm != nil && !r.Confirm(obj, namespace)) {
+		return false
+	}
+	return !r.Marks.WaitCovers(ctx, KindOf(obj), namespace, asOf(ctx), r.Wait)
 }
 
 // List implements client.Reader.

@@ -136,7 +136,8 @@ func startDetector(t *testing.T, ctx context.Context) func(name string) map[stri
 	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{Scheme: scheme.Scheme, Cache: cacheOpts, Client: clientOpts,
 		Metrics: metricsserver.Options{BindAddress: "0"}})
 	require.NoError(t, err)
-	require.NoError(t, wiring.PrepareCache(ctx, mgr))
+	_, err = wiring.PrepareCache(ctx, mgr)
+	require.NoError(t, err)
 	d := &detection.Detector{Gatherer: wiring.DetectGatherer(mgr, facts.DefaultConfig()), Interval: 200 * time.Millisecond, LeaseAge: 10 * time.Minute}
 	require.NoError(t, mgr.Add(d))
 	mctx, cancel := context.WithCancel(ctx)

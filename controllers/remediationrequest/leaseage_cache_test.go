@@ -65,8 +65,9 @@ func TestCachedTridentLeaseAgesOnTheAPIServersTimes(t *testing.T) {
 	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{Scheme: scheme.Scheme, Cache: cacheOpts, Client: clientOpts,
 		Metrics: metricsserver.Options{BindAddress: "0"}, Controller: config.Controller{SkipNameValidation: ptr.To(true)}})
 	require.NoError(t, err)
-	require.NoError(t, wiring.PrepareCache(ctx, mgr))
-	decide, _, _ := wiring.Gatherers(mgr, facts.DefaultConfig())
+	marks, err := wiring.PrepareCache(ctx, mgr)
+	require.NoError(t, err)
+	decide, _, _ := wiring.Gatherers(mgr, facts.DefaultConfig(), marks)
 	mctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- mgr.Start(mctx) }()

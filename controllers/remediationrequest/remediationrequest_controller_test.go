@@ -88,8 +88,9 @@ func startManagerLogging(t *testing.T, cfg *rest.Config, log logr.Logger, verify
 	require.NoError(t, err)
 	// The controller's namespace, where admission keeps the slots Lease.
 	env.EnsureNamespaces(t, pause.DefaultConfigMap.Namespace)
-	require.NoError(t, wiring.PrepareCache(context.Background(), mgr))
-	decide, fresh, freshRelease := wiring.Gatherers(mgr, facts.DefaultConfig())
+	marks, err := wiring.PrepareCache(context.Background(), mgr)
+	require.NoError(t, err)
+	decide, fresh, freshRelease := wiring.Gatherers(mgr, facts.DefaultConfig(), marks)
 	managerCache = mgr.GetClient()
 	t.Cleanup(func() { managerCache = nil })
 	policy, err := policies.Embedded()

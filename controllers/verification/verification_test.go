@@ -67,8 +67,9 @@ func startStoppableManager(t *testing.T, window verifyFor) (stop func()) {
 	require.NoError(t, err)
 	// The controller's namespace, where admission keeps the slots Lease.
 	env.EnsureNamespaces(t, pause.DefaultConfigMap.Namespace)
-	require.NoError(t, wiring.PrepareCache(context.Background(), mgr))
-	decide, fresh, freshRelease := wiring.Gatherers(mgr, facts.DefaultConfig())
+	marks, err := wiring.PrepareCache(context.Background(), mgr)
+	require.NoError(t, err)
+	decide, fresh, freshRelease := wiring.Gatherers(mgr, facts.DefaultConfig(), marks)
 	policy, err := policies.Embedded()
 	require.NoError(t, err)
 	playbooks, err := remediations.DefaultPlaybooks()

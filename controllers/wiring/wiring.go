@@ -3,6 +3,7 @@ package wiring
 import (
 	"context"
 	"fmt"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -162,10 +163,11 @@ func stripNode(obj any) (any, error) {
 	return obj, nil
 }
 
-// PrepareCache registers the indexes the gatherer's cached reads select by, and
-// starts the facts' informers with the manager, so that the first decision does not
-// wait for their first list.
-func PrepareCache(ctx context.Context, mgr ctrl.Manager) error {
+// PrepareCache registers the indexes the gatherer's cached reads select by, starts
+// the facts' informers with the manager, so that the first decision does not wait
+// for their first list, and returns the watermarks of how far each has caught up
+// (facts.Watermarks).
+func PrepareCache(ctx context.Context, mgr ctrl.Manager) (*facts.Watermarks, error) {
 	for field, value := range eventFields {
 		err := mgr.GetFieldIndexer().IndexField(ctx, &corev1.Event{}, field, func(o client.Object) []string {
 			if e, ok := o.(*corev1.Event); ok {
@@ -174,17 +176,28 @@ func PrepareCache(ctx context.Context, mgr ctrl.Manager) error {
 			return nil
 		})
 		if err != nil {
-			return fmt.Errorf("indexing events by %s: %w", field, err)
+			return nil, fmt.Errorf("indexing events by %s: %w", field, err)
 		}
 	}
+	marks := facts.NewWatermarks()
 	for _, obj := range []client.Object{&corev1.Node{}, &coordinationv1.Lease{}, &corev1.PersistentVolume{},
 		&corev1.PersistentVolumeClaim{}, &storagev1.CSINode{}, &storagev1.CSIDriver{}, &storagev1.VolumeAttachment{}} {
-		if _, err := mgr.GetCache().GetInformer(ctx, obj); err != nil {
-			return fmt.Errorf("starting the informer for %T: %w", obj, err)
+		inf, err := mgr.GetCache().GetInformer(ctx, obj)
+		if err != nil {
+			return nil, fmt.Errorf("starting the informer for %T: %w", obj, err)
+		}
+		if _, err := inf.AddEventHandler(marks.Handler(facts.KindOf(obj))); err != nil {
+			return nil, fmt.Errorf("following the informer for %T: %w", obj, err)
 		}
 	}
-	return nil
+	return marks, nil
 }
+
+// CatchUpWait bounds how long a read that needs the cache as new as the request (the
+// holder's node Lease before a release, a miss that must be confirmed) waits for it
+// to catch up before it is made live. Every kubelet renews its node Lease every 10 s,
+// so in a cluster of a hundred nodes that cache moves every 0.1 s.
+const CatchUpWait = 250 * time.Millisecond
 
 // Gatherers returns the gatherer a decision reads through (the cache, pods live) and
 // the ones the re-read before a destructive step reads through. Before a step of a
@@ -192,21 +205,60 @@ func PrepareCache(ctx context.Context, mgr ctrl.Manager) error {
 // weighs is read live: the holder Node and its node Lease, the Trident Lease (its
 // holder may have moved) and the CSINode (the driver may be registered again); only
 // PVs and claims, which name the Lease and the pods, come from the cache. Before the
-// Lease deletion of a playbook that only releases it, the Lease itself comes from the
-// cache: the delete carries the decided UID and resourceVersion as preconditions,
-// which the API server checks atomically, a stronger check than any read before it.
-// Anything the cache does not hold, a Lease in a Trident namespace a request
-// overrides for one, is read live by all.
+// Lease deletion of a playbook that only releases it, everything comes from the
+// cache, once the cache of node Leases has caught up with the request's journal
+// write (marks, CatchUpWait; else that node Lease is read live): a kubelet that came
+// back renews its node Lease first thing, and every kubelet renews its own every
+// 10 s, so that cache is always moving and, caught up, is as good as a live read
+// made when the intent was journaled. The Trident Lease comes from the cache too:
+// the delete carries the decided UID and resourceVersion as preconditions, which the
+// API server checks atomically, a stronger check than any read before it. Anything
+// the cache does not hold, a Lease in a Trident namespace a request overrides for
+// one, is read live by all.
+//
+// A cache miss is confirmed live (confirmMisses) only where the absence would let a
+// destructive step go ahead or reject the request for good, and the marks do not
+// show the cache has caught up with the request.
 //
 // Only the decision reads the Trident node plugin's log (facts.Gatherer.Logs): once
 // per decision, however many steps follow.
-func Gatherers(mgr ctrl.Manager, fc facts.Config) (decide, fresh, freshRelease *facts.Gatherer) {
+func Gatherers(mgr ctrl.Manager, fc facts.Config, marks *facts.Watermarks) (decide, fresh, freshRelease *facts.Gatherer) {
 	gatherer := func(l live) *facts.Gatherer {
-		return &facts.Gatherer{Reader: facts.SplitReader{Cache: mgr.GetClient(), Live: LiveReader(mgr), Cached: cachedReads(fc, l)}, Config: fc}
+		r := facts.SplitReader{Cache: mgr.GetClient(), Live: LiveReader(mgr), Cached: cachedReads(fc, l),
+			Marks: marks, Confirm: confirmMisses(), Wait: CatchUpWait}
+		if l.holderAsOfRequest {
+			r.Fresh = holderHeartbeat
+		}
+		return &facts.Gatherer{Reader: r, Config: fc}
 	}
 	decide = gatherer(live{})
 	decide.Logs = LogReader(mgr)
-	return decide, gatherer(live{nodes: true, leases: true}), gatherer(live{nodes: true})
+	return decide, gatherer(live{nodes: true, leases: true}), gatherer(live{holderAsOfRequest: true})
+}
+
+// holderHeartbeat: the holder's node Lease, where a kubelet's return shows first.
+func holderHeartbeat(obj runtime.Object, ns string) bool {
+	_, ok := obj.(*coordinationv1.Lease)
+	return ok && ns == corev1.NamespaceNodeLease
+}
+
+// confirmMisses says which absences are confirmed live (unless the marks cover the
+// request): the objects a request resolves (its PV, claim and Trident Lease, a CSI
+// target's Node and CSINode), whose absence rejects it, and what makes a holder
+// count as silent or gone (its Node, its node Lease), which lets a release go ahead.
+// A VolumeAttachment's or a CSIDriver's absence is not: a missing CSIDriver reads as
+// a driver that attaches (Kubernetes' default, the cautious one), and a
+// VolumeAttachment to a holder is made only for a pod bound to that node, which a
+// Shutdown holder (NotReady, with the out-of-service taint no pod tolerates unasked)
+// is not given, and only a Shutdown holder's release waits on it.
+func confirmMisses() func(runtime.Object, string) bool {
+	return func(obj runtime.Object, _ string) bool {
+		switch obj.(type) {
+		case *storagev1.VolumeAttachment, *storagev1.CSIDriver:
+			return false
+		}
+		return true
+	}
 }
 
 // LogReader reads pods' logs with the manager's configuration and HTTP client. A
@@ -231,6 +283,9 @@ func DetectGatherer(mgr ctrl.Manager, fc facts.Config) *facts.Gatherer {
 // live says what a gatherer reads live that a decision reads from the cache.
 type live struct {
 	nodes, leases bool
+	// holderAsOfRequest reads the holder's node Lease from the cache only once it
+	// has caught up with the request, live otherwise (holderHeartbeat).
+	holderAsOfRequest bool
 	// allEvents reads events listed across namespaces from the cache (the detector's
 	// FailedMount events) rather than live.
 	allEvents bool

@@ -188,14 +188,15 @@ func (o *Options) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := wiring.PrepareCache(ctx, mgr); err != nil {
+	marks, err := wiring.PrepareCache(ctx, mgr)
+	if err != nil {
 		return err
 	}
 	serverClock, err := addServerClock(ctx, mgr, cfg)
 	if err != nil {
 		return err
 	}
-	if err := o.addRunnables(mgr, o.reconciler(mgr, policy, playbooks, namespaces, pause, serverClock), policy, serverClock); err != nil {
+	if err := o.addRunnables(mgr, o.reconciler(mgr, marks, policy, playbooks, namespaces, pause, serverClock), policy, serverClock); err != nil {
 		return err
 	}
 	log.Info("Starting manager", "version", o.version, "tridentNamespace", o.facts.TridentNamespace,
@@ -266,9 +267,9 @@ func addServerClock(ctx context.Context, mgr ctrl.Manager, cfg *rest.Config) (*f
 }
 
 // reconciler is the RemediationRequest reconciler the flags configure.
-func (o *Options) reconciler(mgr ctrl.Manager, policy *policies.Engine, playbooks remediations.Playbooks, namespaces []string,
+func (o *Options) reconciler(mgr ctrl.Manager, marks *facts.Watermarks, policy *policies.Engine, playbooks remediations.Playbooks, namespaces []string,
 	pause types.NamespacedName, serverClock *facts.ServerClock) *remediationrequest.Reconciler {
-	decide, fresh, freshRelease := wiring.Gatherers(mgr, o.facts)
+	decide, fresh, freshRelease := wiring.Gatherers(mgr, o.facts, marks)
 	return &remediationrequest.Reconciler{
 		Client:        mgr.GetClient(),
 		Reader:        wiring.LiveReader(mgr),

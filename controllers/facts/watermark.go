@@ -1,0 +1,141 @@
+package facts
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime"
+	toolscache "k8s.io/client-go/tools/cache"
+)
+
+// Watermarks records how far each informer of the cache has caught up: the newest
+// resourceVersion it has applied, per kind of object and namespace (one watch each).
+// The API server's resourceVersions are its storage's revisions, one counter for
+// every object it stores, and a watch delivers a kind's changes in that order; an
+// informer updates its store before it calls its handlers. So once the handler has
+// seen version V of any object of a kind in a namespace, the cache holds every change
+// to that kind there up to V, deletions included: it is at least as new as a live
+// read made when V was written.
+//
+// A request's own resourceVersion is such a point. A read of the cache that Covers it
+// is as good as a live read made when the request was last written, and a miss there
+// is an absence then, not an informer that has not caught up (or one whose watch is
+// broken and whose cache is minutes old). A resourceVersion that is not a number
+// (an API server that is not backed by etcd) covers nothing: every read it would
+// have vouched for is made live.
+type Watermarks struct {
+	mu    sync.Mutex
+	marks map[markKey]uint64
+	// advanced is closed, and replaced, each time a mark moves: WaitCovers waits on it.
+	advanced chan struct{}
+}
+
+type markKey struct{ kind, namespace string }
+
+// NewWatermarks returns empty watermarks: nothing is covered until the informers
+// report.
+func NewWatermarks() *Watermarks {
+	return &Watermarks{marks: map[markKey]uint64{}, advanced: make(chan struct{})}
+}
+
+// KindOf is the key Watermarks keep obj's kind under: its Go type, as the cache
+// keeps one informer per type.
+func KindOf(obj runtime.Object) string { return fmt.Sprintf("%T", obj) }
+
+// Handler is the informer event handler that moves the marks of obj's kind.
+func (w *Watermarks) Handler(kind string) toolscache.ResourceEventHandler {
+	return toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { w.observe(kind, obj) },
+		UpdateFunc: func(_, obj any) { w.observe(kind, obj) },
+		DeleteFunc: func(obj any) {
+			// A tombstone's object is the last version the informer saw, not the
+			// deletion: it proves nothing newer.
+			if _, ok := obj.(toolscache.DeletedFinalStateUnknown); !ok {
+				w.observe(kind, obj)
+			}
+		},
+	}
+}
+
+func (w *Watermarks) observe(kind string, obj any) {
+	m, err := meta.Accessor(obj)
+	if err != nil {
+		return
+	}
+	rv, err := strconv.ParseUint(m.GetResourceVersion(), 10, 64)
+	if err != nil {
+		return
+	}
+	k := markKey{kind: kind, namespace: m.GetNamespace()}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if rv <= w.marks[k] {
+		return
+	}
+	w.marks[k] = rv
+	close(w.advanced)
+	w.advanced = make(chan struct{})
+}
+
+// Covers reports whether the cache of kind in namespace ("" for cluster-scoped
+// kinds) holds every change up to resourceVersion rv.
+func (w *Watermarks) Covers(kind, namespace, rv string) bool {
+	ok, _ := w.covers(kind, namespace, rv)
+	return ok
+}
+
+func (w *Watermarks) covers(kind, namespace, rv string) (bool, <-chan struct{}) {
+	if w == nil {
+		return false, nil
+	}
+	want, err := strconv.ParseUint(rv, 10, 64)
+	if err != nil {
+		return false, nil
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.marks[markKey{kind: kind, namespace: namespace}] >= want, w.advanced
+}
+
+// WaitCovers waits up to max for Covers(kind, namespace, rv), and reports whether it
+// came: in a cluster of many nodes their heartbeats move the Node and node Lease
+// marks many times a second.
+func (w *Watermarks) WaitCovers(ctx context.Context, kind, namespace, rv string, max time.Duration) bool {
+	ok, advanced := w.covers(kind, namespace, rv)
+	if ok || advanced == nil || max <= 0 {
+		return ok
+	}
+	t := time.NewTimer(max)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-t.C:
+			ok, _ := w.covers(kind, namespace, rv)
+			return ok
+		case <-advanced:
+			if ok, advanced = w.covers(kind, namespace, rv); ok {
+				return true
+			}
+		}
+	}
+}
+
+// asOfKey carries the resourceVersion of the request being gathered for.
+type asOfKey struct{}
+
+// AsOf returns ctx carrying the resourceVersion of the request the reads are made
+// for: SplitReader weighs the cache against it.
+func AsOf(ctx context.Context, rv string) context.Context {
+	return context.WithValue(ctx, asOfKey{}, rv)
+}
+
+func asOf(ctx context.Context) string {
+	rv, _ := ctx.Value(asOfKey{}).(string)
+	return rv
+}

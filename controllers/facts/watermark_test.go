@@ -1,0 +1,110 @@
+package facts
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	toolscache "k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+func nodeLease(name, rv string) *coordinationv1.Lease {
+	return &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: corev1.NamespaceNodeLease, Name: name, ResourceVersion: rv}}
+}
+
+func TestWatermarks(t *testing.T) {
+	kind := KindOf(&coordinationv1.Lease{})
+	w := NewWatermarks()
+	h := w.Handler(kind)
+	assert.False(t, w.Covers(kind, corev1.NamespaceNodeLease, "100"), "nothing seen covers nothing")
+
+	h.OnAdd(nodeLease("n1", "90"), true)
+	h.OnUpdate(nodeLease("n1", "90"), nodeLease("n1", "120"))
+	assert.True(t, w.Covers(kind, corev1.NamespaceNodeLease, "100"), "an update past the request's version")
+	assert.True(t, w.Covers(kind, corev1.NamespaceNodeLease, "120"))
+	assert.False(t, w.Covers(kind, corev1.NamespaceNodeLease, "121"))
+	assert.False(t, w.Covers(kind, "trident", "100"), "another namespace is another watch")
+	assert.False(t, w.Covers(KindOf(&corev1.Node{}), "", "100"), "another kind is another watch")
+	assert.False(t, w.Covers(kind, corev1.NamespaceNodeLease, "not-a-number"), "an opaque version covers nothing")
+
+	h.OnUpdate(nodeLease("n1", "120"), nodeLease("n1", "110"))
+	assert.True(t, w.Covers(kind, corev1.NamespaceNodeLease, "120"), "the mark never moves back")
+	h.OnDelete(toolscache.DeletedFinalStateUnknown{Key: "kube-node-lease/n2", Obj: nodeLease("n2", "500")})
+	assert.False(t, w.Covers(kind, corev1.NamespaceNodeLease, "500"), "a tombstone proves nothing newer")
+	h.OnDelete(nodeLease("n2", "500"))
+	assert.True(t, w.Covers(kind, corev1.NamespaceNodeLease, "500"), "a deletion seen is a change applied")
+
+	var none *Watermarks
+	assert.False(t, none.Covers(kind, corev1.NamespaceNodeLease, "1"))
+	assert.False(t, none.WaitCovers(context.Background(), kind, corev1.NamespaceNodeLease, "1", time.Second))
+}
+
+func TestWatermarksWaitCovers(t *testing.T) {
+	kind := KindOf(&coordinationv1.Lease{})
+	w := NewWatermarks()
+	h := w.Handler(kind)
+	go func() {
+		time.Sleep(20 * time.Millisecond)
+		h.OnAdd(nodeLease("n1", "5"), false)
+		time.Sleep(20 * time.Millisecond)
+		h.OnAdd(nodeLease("n2", "10"), false)
+	}()
+	assert.True(t, w.WaitCovers(context.Background(), kind, corev1.NamespaceNodeLease, "10", 10*time.Second), "caught up while waiting")
+	start := time.Now()
+	assert.False(t, w.WaitCovers(context.Background(), kind, corev1.NamespaceNodeLease, "11", 50*time.Millisecond))
+	assert.GreaterOrEqual(t, time.Since(start), 50*time.Millisecond, "waits its bound before giving up")
+}
+
+// TestSplitReaderWeighsTheCacheAgainstTheRequest: a miss is confirmed live unless
+// the cache has caught up with the request's version or the kind is not confirmed;
+// a Fresh object is read from the cache only once it has caught up.
+func TestSplitReaderWeighsTheCacheAgainstTheRequest(t *testing.T) {
+	gr := schema.GroupResource{Group: "coordination.k8s.io", Resource: "leases"}
+	kind := KindOf(&coordinationv1.Lease{})
+	key := client.ObjectKey{Namespace: corev1.NamespaceNodeLease, Name: "n1"}
+	cached := func(runtime.Object, string) bool { return true }
+	for name, tc := range map[string]struct {
+		mark     string
+		confirm  bool
+		fresh    bool
+		cacheHit bool
+		wantLive int
+	}{
+		"a miss the cache cannot vouch for is confirmed":           {mark: "99", confirm: true, wantLive: 1},
+		"a miss in a cache caught up with the request is final":    {mark: "100", confirm: true},
+		"a miss of a kind not confirmed is final":                  {mark: "1", confirm: false},
+		"a fresh object in a cache behind the request is live":     {mark: "99", fresh: true, cacheHit: true, wantLive: 1},
+		"a fresh object in a cache caught up comes from the cache": {mark: "150", fresh: true, cacheHit: true},
+		"a hit that need not be fresh comes from the cache":        {mark: "1", cacheHit: true},
+	} {
+		t.Run(name, func(t *testing.T) {
+			w := NewWatermarks()
+			w.Handler(kind).OnAdd(nodeLease("other", tc.mark), true)
+			cache := &flakyReader{}
+			if !tc.cacheHit {
+				cache = &flakyReader{err: apierrors.NewNotFound(gr, "n1"), failures: 1 << 30}
+			}
+			live := &flakyReader{}
+			r := SplitReader{Cache: cache, Live: live, Cached: cached, Marks: w, Wait: time.Millisecond,
+				Confirm: func(runtime.Object, string) bool { return tc.confirm },
+				Fresh:   func(runtime.Object, string) bool { return tc.fresh }}
+			_ = r.Get(AsOf(context.Background(), "100"), key, &coordinationv1.Lease{})
+			assert.Equal(t, tc.wantLive, live.calls)
+		})
+	}
+
+	// Without marks nothing is vouched for: the reader behaves as before them.
+	live := &flakyReader{}
+	r := SplitReader{Cache: &flakyReader{err: apierrors.NewNotFound(gr, "n1"), failures: 1 << 30}, Live: live, Cached: cached}
+	require.NoError(t, r.Get(AsOf(context.Background(), "100"), key, &coordinationv1.Lease{}))
+	assert.Equal(t, 1, live.calls)
+}
