@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -204,5 +205,38 @@ func TestWaitingOfAStatusWithoutTheField(t *testing.T) {
 		rr := &v1alpha1.RemediationRequest{}
 		rr.Status.Conditions = []metav1.Condition{{Type: v1alpha1.ConditionProgressing, Status: metav1.ConditionTrue, Reason: reason}}
 		assert.Equal(t, want, lifecycle.WaitingOf(rr), reason)
+	}
+}
+
+func TestEventsOfWrite(t *testing.T) {
+	normal := func(reason, msg string) lifecycle.Event {
+		return lifecycle.Event{Type: corev1.EventTypeNormal, Reason: reason, Message: msg}
+	}
+	warning := func(reason, msg string) lifecycle.Event {
+		return lifecycle.Event{Type: corev1.EventTypeWarning, Reason: reason, Message: msg}
+	}
+	for name, tc := range map[string]struct {
+		queued, want []lifecycle.Event
+	}{
+		"none": {},
+		"a release's first write: accepted, the delete journaled": {
+			queued: []lifecycle.Event{normal(v1alpha1.EventAccepted, "Accepted: node-shutdown"), normal(v1alpha1.EventStepStarted, "Started deleteLease")},
+		},
+		"a release's last write: the step done and the outcome, one Event": {
+			queued: []lifecycle.Event{normal(v1alpha1.EventStepSucceeded, "Deleted Lease trident/pvc-1 held by n1"), normal(v1alpha1.EventDone, "Playbook node-shutdown completed")},
+			want:   []lifecycle.Event{normal(v1alpha1.EventDone, "Deleted Lease trident/pvc-1 held by n1; Playbook node-shutdown completed")},
+		},
+		"a warning is kept apart from the normal ones": {
+			queued: []lifecycle.Event{normal(v1alpha1.EventStepSucceeded, "Evicted"), warning("WindowClosedAfterEviction", "closed"), normal(v1alpha1.EventDone, "completed")},
+			want:   []lifecycle.Event{normal(v1alpha1.EventDone, "Evicted; completed"), warning("WindowClosedAfterEviction", "closed")},
+		},
+		"a rejection is an outcome": {
+			queued: []lifecycle.Event{warning(v1alpha1.EventRejected, "Rejected: holder-healthy")},
+			want:   []lifecycle.Event{warning(v1alpha1.EventRejected, "Rejected: holder-healthy")},
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			assert.Equal(t, tc.want, lifecycle.EventsOfWrite(tc.queued))
+		})
 	}
 }

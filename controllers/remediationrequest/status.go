@@ -58,9 +58,10 @@ func (r *Reconciler) patchStatus(ctx context.Context, s *scope) error {
 	return nil
 }
 
-// recordEvents records the Events s queued, once.
+// recordEvents records the Events s queued, once, as one write records them
+// (lifecycle.EventsOfWrite).
 func (r *Reconciler) recordEvents(s *scope) {
-	for _, e := range s.events {
+	for _, e := range lifecycle.EventsOfWrite(s.events) {
 		r.Recorder.Event(s.rr, e.Type, e.Reason, e.Message)
 	}
 	s.events = nil
