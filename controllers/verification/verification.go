@@ -240,13 +240,18 @@ func (r *Reconciler) verify(ctx context.Context, rr *v1alpha1.RemediationRequest
 	g := *r.Gatherer
 	g.Clock = r.clock()
 	// The pods on the holder that use the volume decide nothing here, nor does the
-	// holder's Trident log, which a decision reads.
+	// holder's Trident log, which a decision reads. What the cache misses, the next
+	// check sees: nothing is acted on here, so no miss is worth a live read.
 	g.SkipAffectedPods, g.Logs = true, nil
+	if sr, ok := g.Reader.(facts.SplitReader); ok {
+		sr.TrustCacheMisses = true
+		g.Reader = sr
+	}
 	f, err := g.Gather(ctx, target)
 	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("gathering facts to verify the fix: %w", err)
 	}
-	w, err := readWorkload(ctx, g.Reader, rr)
+	w, err := readWorkload(ctx, g.Reader, rr, start, !now.Before(end))
 	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("reading the released volume's pods to verify the fix: %w", err)
 	}

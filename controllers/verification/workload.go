@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -30,13 +31,15 @@ func releasedClaim(rr *v1alpha1.RemediationRequest) types.NamespacedName {
 	return types.NamespacedName{Namespace: ns, Name: name}
 }
 
-// readWorkload reads the pods that now use rr's released claim and kubelet's
-// FailedMount Warnings in its namespace; nil when there is no claim. Through the
-// gatherer's reader, which knows what the cache holds: pods are never cached (they
-// are read live, one list of the claim's namespace per check, and only for a release
-// in its window), the claim is, and FailedMount events of workload namespaces are
-// only while the detector runs.
-func readWorkload(ctx context.Context, reader client.Reader, rr *v1alpha1.RemediationRequest) (*workload, error) {
+// readWorkload reads kubelet's FailedMount Warnings in the namespace of rr's released
+// claim and, when they can tell (final, or a Warning after the fix at start that may
+// be about the claim's pods), the pods that now use it; nil when there is no claim.
+// Through the gatherer's reader, which knows what the cache holds: pods are never
+// cached, so they are read live, one list of the claim's namespace, only for the
+// check that ends the window and for a FailedMount to attribute (a storm's checks in
+// the window read nothing live); the claim is cached, and FailedMount events of
+// workload namespaces are while the detector runs.
+func readWorkload(ctx context.Context, reader client.Reader, rr *v1alpha1.RemediationRequest, start time.Time, final bool) (*workload, error) {
 	key := releasedClaim(rr)
 	if key.Name == "" {
 		return nil, nil
@@ -46,6 +49,22 @@ func readWorkload(ctx context.Context, reader client.Reader, rr *v1alpha1.Remedi
 	if err := reader.Get(ctx, key, claim); err != nil {
 		// A claim deleted since the release leaves no pod to wait for.
 		return w, client.IgnoreNotFound(err)
+	}
+	events := &corev1.EventList{}
+	if err := reader.List(ctx, events, client.InNamespace(key.Namespace), client.MatchingFields{"reason": facts.FailedMountReason}); err != nil {
+		return nil, fmt.Errorf("listing the %s events of PersistentVolumeClaim %s's namespace: %w", facts.FailedMountReason, key, err)
+	}
+	afterFix := false
+	for i := range events.Items {
+		ev := &events.Items[i]
+		if ev.Type == corev1.EventTypeWarning && ev.InvolvedObject.Kind == "Pod" {
+			m := failedMount{Pod: ev.InvolvedObject.Namespace + "/" + ev.InvolvedObject.Name, Message: ev.Message, LastSeen: facts.EventLastSeen(ev)}
+			w.Mounts = append(w.Mounts, m)
+			afterFix = afterFix || m.LastSeen.After(start.Add(mountAttemptGrace))
+		}
+	}
+	if !final && !afterFix {
+		return w, nil
 	}
 	pods := &corev1.PodList{}
 	if err := reader.List(ctx, pods, client.InNamespace(key.Namespace)); err != nil {
@@ -61,17 +80,6 @@ func readWorkload(ctx context.Context, reader client.Reader, rr *v1alpha1.Remedi
 			Waiting: waitingFor(p), Volumes: volumes})
 	}
 	slices.SortFunc(w.Pods, func(a, b claimPod) int { return strings.Compare(a.Key, b.Key) })
-	events := &corev1.EventList{}
-	if err := reader.List(ctx, events, client.InNamespace(key.Namespace), client.MatchingFields{"reason": facts.FailedMountReason}); err != nil {
-		return nil, fmt.Errorf("listing the %s events of PersistentVolumeClaim %s's namespace: %w", facts.FailedMountReason, key, err)
-	}
-	for i := range events.Items {
-		ev := &events.Items[i]
-		if ev.Type == corev1.EventTypeWarning && ev.InvolvedObject.Kind == "Pod" {
-			w.Mounts = append(w.Mounts, failedMount{Pod: ev.InvolvedObject.Namespace + "/" + ev.InvolvedObject.Name,
-				Message: ev.Message, LastSeen: facts.EventLastSeen(ev)})
-		}
-	}
 	return w, nil
 }
 
