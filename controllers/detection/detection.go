@@ -44,6 +44,9 @@ type Detector struct {
 	Now func() time.Time
 
 	mu sync.Mutex
+	// symptoms remembers each stuck Lease's symptoms between scans, so that a scan
+	// during a power-loss storm reads no pods again for Leases that did not change.
+	symptoms facts.SymptomsSeen
 	// daemonSets is what the last successful scan saw of the node-plugin DaemonSets,
 	// to see one recreated; a detector that starts (a restart, a new leader) starts
 	// from nothing, and the scan then counts a young DaemonSet as recreated.
@@ -140,7 +143,7 @@ func (d *Detector) Scan(ctx context.Context) {
 	}
 	res, err := d.Gatherer.ScanWithHeld(scanCtx, facts.ScanOptions{LeaseAge: d.LeaseAge,
 		Warn:       func(msg string) { log.Info("Scanning for incidents: " + msg) },
-		DaemonSets: seen, RecreatedWithin: d.Interval})
+		DaemonSets: seen, RecreatedWithin: d.Interval, Symptoms: &d.symptoms})
 	if err != nil {
 		if ctx.Err() == nil {
 			detectionFailures.Inc()

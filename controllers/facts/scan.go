@@ -109,6 +109,10 @@ type ScanOptions struct {
 	// DaemonSet younger than this counts as recreated, so that a detector that just
 	// started does not miss a recreation it could not see happen.
 	RecreatedWithin time.Duration
+	// Symptoms, when set, remembers each stuck Lease's symptoms between scans, as
+	// continuous detection does (SymptomsSeen); nil reads them for every Lease, as
+	// `remediator scan` does.
+	Symptoms *SymptomsSeen
 }
 
 // HeldLease is a PV-named Trident Lease that ScanOptions.HeldBy holds, stuck by
@@ -189,6 +193,7 @@ func (g *Gatherer) ScanWithHeld(ctx context.Context, opts ScanOptions) (ScanResu
 	if opts.HeldBy != "" && held == nil {
 		held = []HeldLease{}
 	}
+	opts.Symptoms.Sweep(now)
 	res := ScanResult{Findings: out, Held: held, Recreated: judged.recreated}
 	if opts.DaemonSets != nil {
 		res.DaemonSets = &judged.next
@@ -237,7 +242,9 @@ func (g *Gatherer) pvLeases(ctx context.Context, opts ScanOptions, now time.Time
 		if !stuck && !listed {
 			continue
 		}
-		symptoms, err := g.volumeSymptoms(ctx, pv, holder, lf.HeldSince.Time, mounts)
+		symptoms, err := opts.Symptoms.of(l, nf.State, pv, now, mounts, func() ([]Symptom, error) {
+			return g.volumeSymptoms(ctx, pv, holder, lf.HeldSince.Time, mounts)
+		})
 		if err != nil {
 			return nil, nil, err
 		}

@@ -231,3 +231,75 @@ func TestScanSymptoms(t *testing.T) {
 	require.Len(t, dereg.Symptoms, 1, "only the recent FailedMount: %+v", dereg.Symptoms)
 	assert.Equal(t, int32(3), dereg.Symptoms[0].Count, "the series' count")
 }
+
+// podListCounter counts the reads of workload pods that pass through it: every
+// list and read of pods but the node-plugin pods' (one list per scan).
+type podListCounter struct {
+	client.Reader
+	pods int
+}
+
+func (c *podListCounter) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
+	o := &client.ListOptions{}
+	o.ApplyOptions(opts)
+	if _, ok := list.(*corev1.PodList); ok && o.Namespace != facts.DefaultTridentNamespace {
+		c.pods++
+	}
+	return c.Reader.List(ctx, list, opts...)
+}
+
+func (c *podListCounter) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	if _, ok := obj.(*corev1.Pod); ok {
+		c.pods++
+	}
+	return c.Reader.Get(ctx, key, obj, opts...)
+}
+
+// TestScanRemembersSymptoms: continuous detection reads a stuck Lease's pods once,
+// and again only when what the symptoms depend on changed or the reading is older
+// than the refresh: a scan during a storm of releases reads no pods again.
+func TestScanRemembersSymptoms(t *testing.T) {
+	w := newWorld(t)
+	w.node("mem-down", nodeSpec{ready: corev1.ConditionUnknown, renewedAgo: 10 * time.Minute})
+	w.node("mem-other", nodeSpec{ready: corev1.ConditionTrue, renewedAgo: time.Second})
+	w.volume("pvc-mem-down", "app", "mem-down")
+	w.tridentLease("pvc-mem-down", "mem-down", time.Minute, 0)
+	p := w.waitingPod("app", "mem-app", "mem-other", "mem-down")
+
+	reads := &podListCounter{Reader: env.Client}
+	g := &facts.Gatherer{Reader: reads, Config: facts.DefaultConfig(), Clock: w}
+	seen := &facts.SymptomsSeen{Refresh: time.Hour}
+	scan := func() []facts.Symptom {
+		t.Helper()
+		got, err := g.Scan(context.Background(), facts.ScanOptions{LeaseAge: 10 * time.Minute, Symptoms: seen})
+		require.NoError(t, err)
+		for _, f := range got {
+			if f.Lease == "trident/pvc-mem-down" {
+				return f.Symptoms
+			}
+		}
+		t.Fatalf("the down holder's Lease is not found stuck: %+v", got)
+		return nil
+	}
+	first := scan()
+	require.NotZero(t, reads.pods, "the first scan reads the pods")
+	reads.pods = 0
+	assert.Equal(t, first, scan())
+	assert.Zero(t, reads.pods, "nothing changed: no pod is read again")
+
+	w.failedMount(p, "mem-other", `MountVolume.MountDevice failed for volume "pvc-mem-down" : rpc error: code = Aborted desc = locked`, 1)
+	require.Eventually(t, func() bool {
+		reads.pods = 0
+		s := scan()
+		return reads.pods > 0 && slices.ContainsFunc(s, func(s facts.Symptom) bool { return s.Kind == facts.SymptomFailedMount })
+	}, 10*time.Second, 100*time.Millisecond, "a FailedMount naming the volume brings a new reading")
+
+	reads.pods = 0
+	scan()
+	assert.Zero(t, reads.pods)
+	*seen = facts.SymptomsSeen{Refresh: time.Nanosecond}
+	scan()
+	reads.pods = 0
+	scan()
+	assert.NotZero(t, reads.pods, "a reading older than the refresh is made again")
+}

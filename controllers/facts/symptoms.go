@@ -1,16 +1,22 @@
 package facts
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/remediator/remediator/api/v1alpha1"
 )
 
 // failedMounts lists kubelet's FailedMount events in every namespace; where that is
@@ -28,6 +34,95 @@ func (g *Gatherer) failedMounts(ctx context.Context, opts ScanOptions) ([]corev1
 		return nil, fmt.Errorf("listing %s events: %w", FailedMountReason, err)
 	}
 	return events.Items, nil
+}
+
+// SymptomsSeen remembers what continuous detection read of each stuck Lease's
+// symptoms, so that a scan reads a Lease's pods again only when something it is
+// watched for changed: the Lease (a new holder, a renewal), its holder's state, or
+// the FailedMount events naming its volume; otherwise at most every Refresh. The
+// pods are read live, one list per holder: a power loss leaves hundreds of Leases
+// stuck, and reading every one's pods on every scan while their requests run would
+// cost the API server more than releasing them.
+type SymptomsSeen struct {
+	// Refresh bounds how long a Lease's symptoms are kept without a change (a pod
+	// that turned Terminating or Ready is not watched); zero: DefaultSymptomsRefresh.
+	Refresh time.Duration
+
+	mu   sync.Mutex
+	seen map[types.UID]symptomsRead
+}
+
+// DefaultSymptomsRefresh is SymptomsSeen's default Refresh.
+const DefaultSymptomsRefresh = 5 * time.Minute
+
+// symptomsRead is one reading of a Lease's symptoms: when, on what, and what.
+type symptomsRead struct {
+	at       time.Time
+	on       string
+	symptoms []Symptom
+}
+
+// of returns the symptoms of Lease l, held by a node in state, of volume pv, read
+// by read unless the last reading, from the same state of things, is younger than
+// Refresh. A nil s reads every time. Leases not asked for since are forgotten.
+func (s *SymptomsSeen) of(l *coordinationv1.Lease, state v1alpha1.NodeState, pv *corev1.PersistentVolume, now time.Time,
+	mounts []corev1.Event, read func() ([]Symptom, error),
+) ([]Symptom, error) {
+	if s == nil {
+		return read()
+	}
+	on := symptomsBasis(l, state, pv, mounts)
+	s.mu.Lock()
+	last, ok := s.seen[l.UID]
+	s.mu.Unlock()
+	if ok && last.on == on && now.Sub(last.at) < cmp.Or(s.Refresh, DefaultSymptomsRefresh) {
+		return last.symptoms, nil
+	}
+	symptoms, err := read()
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.seen == nil {
+		s.seen = map[types.UID]symptomsRead{}
+	}
+	s.seen[l.UID] = symptomsRead{at: now, on: on, symptoms: symptoms}
+	return symptoms, nil
+}
+
+// Sweep forgets the readings that a scan at now would not use any more, so that s
+// holds only the current incidents'.
+func (s *SymptomsSeen) Sweep(now time.Time) {
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	maps.DeleteFunc(s.seen, func(_ types.UID, r symptomsRead) bool {
+		return now.Sub(r.at) >= cmp.Or(s.Refresh, DefaultSymptomsRefresh)
+	})
+}
+
+// symptomsBasis is what a reading of the symptoms depends on, but for the pods: the
+// Lease's version, its holder's state, and the FailedMount events that may be about
+// the volume (each event's UID, count and when it was last seen): those naming the
+// PV, and those in its claim's namespace naming a pod's unmounted volumes.
+func symptomsBasis(l *coordinationv1.Lease, state v1alpha1.NodeState, pv *corev1.PersistentVolume, mounts []corev1.Event) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s|%s", l.ResourceVersion, state)
+	quoted := fmt.Sprintf("%q", pv.Name)
+	claimNS := ""
+	if ref := pv.Spec.ClaimRef; ref != nil {
+		claimNS = ref.Namespace
+	}
+	for i := range mounts {
+		ev := &mounts[i]
+		if strings.Contains(ev.Message, quoted) || (ev.InvolvedObject.Namespace == claimNS && strings.Contains(ev.Message, "unmounted volumes=[")) {
+			fmt.Fprintf(&b, "|%s/%d/%d", ev.UID, eventCount(ev), EventLastSeen(ev).Unix())
+		}
+	}
+	return b.String()
 }
 
 // volumeSymptoms are the signs of a stuck Lease on the pods of its PV's claim: pods
