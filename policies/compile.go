@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"os"
 	"path"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -39,7 +40,19 @@ type compiledPolicy struct {
 	// same compile: cue-lang/cue#2733, #4351), so each evaluation takes a copy of its
 	// own and gives it back; a runaway keeps its copy for good.
 	idle []*instance
+	// evaluating holds a token per evaluation running within its timeout (a
+	// runaway gives its token back when it is abandoned; MaxRunawayEvaluations caps
+	// those). An evaluation is CPU-bound: more at once than the process has CPUs
+	// adds copies, each a full compile of several MiB, not decisions per second; a
+	// storm's ten workers once held ten copies, a third of the controller's heap.
+	evaluating chan struct{}
+	// copies counts the compiled copies made, the first included.
+	copies atomic.Int32
 }
+
+// maxEvaluating is how many evaluations of one policy run at once: one per CPU the
+// Go scheduler uses, at least two so that one slow decision does not stall the rest.
+func maxEvaluating() int { return max(2, runtime.GOMAXPROCS(0)) }
 
 // instance is one compiled copy of a policy source, in a cue.Context of its own:
 // root is the package, policy its #Contract that the input is filled into.
@@ -48,10 +61,6 @@ type instance struct {
 	root   cue.Value
 	policy cue.Value
 }
-
-// maxIdleInstances bounds the copies kept, each a full compile: about as many as
-// evaluate at once (the controller's workers).
-const maxIdleInstances = 8
 
 // sourceFile is one policy file, by base name.
 type sourceFile struct {
@@ -76,7 +85,9 @@ func compile(fsys fs.FS) (*compiledPolicy, error) {
 		h.Write(f.data)
 	}
 	digest := "sha256:" + hex.EncodeToString(h.Sum(nil))
-	return &compiledPolicy{files: files, digest: digest, idle: []*instance{inst}}, nil
+	c := &compiledPolicy{files: files, digest: digest, idle: []*instance{inst}, evaluating: make(chan struct{}, maxEvaluating())}
+	c.copies.Store(1)
+	return c, nil
 }
 
 // schemaFile is the contract between the binary and its policies (#Input, which Go
@@ -222,6 +233,8 @@ func compileInstance(files []sourceFile) (*instance, error) {
 }
 
 // take returns a copy of the policy for one evaluation alone.
+//
+// The caller holds one of c.evaluating's tokens (acquire).
 func (c *compiledPolicy) take() (*instance, error) {
 	c.poolMu.Lock()
 	if n := len(c.idle); n > 0 {
@@ -235,6 +248,7 @@ func (c *compiledPolicy) take() (*instance, error) {
 	if err != nil {
 		return nil, fmt.Errorf("compiling another copy of policy %s: %w", c.digest, err)
 	}
+	c.copies.Add(1)
 	return inst, nil
 }
 
@@ -242,10 +256,14 @@ func (c *compiledPolicy) take() (*instance, error) {
 func (c *compiledPolicy) give(inst *instance) {
 	c.poolMu.Lock()
 	defer c.poolMu.Unlock()
-	if len(c.idle) < maxIdleInstances {
+	if len(c.idle) < cap(c.evaluating) {
 		c.idle = append(c.idle, inst)
 	}
 }
+
+// acquire waits for a token to evaluate c; release gives it back.
+func (c *compiledPolicy) acquire() { c.evaluating <- struct{}{} }
+func (c *compiledPolicy) release() { <-c.evaluating }
 
 // VetCase is `cue vet -c` of one case file (a *_test.cue) against the rules in dir
 // and the controller's schema, loaded as the controller loads them.

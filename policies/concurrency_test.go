@@ -12,14 +12,18 @@ import (
 )
 
 // TestDecisionsEvaluateConcurrently: decisions on one Engine evaluate at the same
-// time, so one slow policy evaluation does not hold up every worker. Each evaluation
-// waits in the test hook until all callers are evaluating at once; an Engine that
-// serialised decisions would never get there (each caller gives up waiting after a
-// bound and the test fails on the count, it does not hang).
+// time, so one slow policy evaluation does not hold up every worker, and no more
+// than maxEvaluating, so that a burst does not compile a copy per worker. Each
+// evaluation waits in the test hook until maxEvaluating are evaluating at once; an
+// Engine that serialised decisions would never get there (each caller gives up
+// waiting after a bound and the test fails on the count, it does not hang).
 func TestDecisionsEvaluateConcurrently(t *testing.T) {
-	const callers = 4
+	// More callers than evaluations may run at once: as many as the process has
+	// CPUs (at least two) run together, and no more.
+	limit := maxEvaluating()
+	callers := limit + 2
 	e := slowEngine(t)
-	// The hook holds every evaluation until all have started; none may time out.
+	// The hook holds every evaluation until limit have started; none may time out.
 	e.Timeout = time.Minute
 	var running, most atomic.Int32
 	all := make(chan struct{})
@@ -29,7 +33,7 @@ func TestDecisionsEvaluateConcurrently(t *testing.T) {
 		defer running.Add(-1)
 		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
 		}
-		if n == callers {
+		if int(n) == limit {
 			once.Do(func() { close(all) })
 		}
 		select {
@@ -46,7 +50,7 @@ func TestDecisionsEvaluateConcurrently(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	assert.EqualValues(t, callers, most.Load(), "evaluations on one Engine did not run at the same time")
+	assert.EqualValues(t, limit, most.Load(), "evaluations on one Engine: %d at once, want %d", most.Load(), limit)
 }
 
 // TestConcurrentDecisionsAgree: decisions made at once, with the embedded policies
@@ -100,7 +104,8 @@ func TestConcurrentDecisionsAgree(t *testing.T) {
 			c := e.current()
 			c.poolMu.Lock()
 			defer c.poolMu.Unlock()
-			assert.LessOrEqual(t, len(c.idle), maxIdleInstances, "the copies of a burst are all kept")
+			assert.LessOrEqual(t, len(c.idle), maxEvaluating(), "the copies of a burst are all kept")
+			assert.LessOrEqual(t, int(c.copies.Load()), maxEvaluating(), "a burst of %d evaluates %d at a time, on as many copies", rounds*len(inputs), maxEvaluating())
 		})
 	}
 }

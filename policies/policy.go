@@ -284,8 +284,10 @@ func (e *Engine) Decide(in Input) (Decision, error) {
 	if n := c.runaway.Load(); n >= MaxRunawayEvaluations {
 		return e.timedOut(c, e.suspendedWhy(c, n, timeout), timeout), nil
 	}
+	c.acquire()
 	inst, err := c.take()
 	if err != nil {
+		c.release()
 		return Decision{}, &EvalError{Reason: EvalReasonError, Err: err}
 	}
 
@@ -316,6 +318,7 @@ func (e *Engine) Decide(in Input) (Decision, error) {
 		if !r.panicked {
 			c.give(inst)
 		}
+		c.release()
 		if r.err != nil {
 			return Decision{}, evalError(r.err)
 		}
@@ -324,6 +327,8 @@ func (e *Engine) Decide(in Input) (Decision, error) {
 		}
 		return r.d.decision(c.digest), nil
 	case <-timer.C:
+		// The runaway keeps its copy, not its token: the runaway cap bounds those.
+		c.release()
 		c.runaway.Add(1)
 		go func() {
 			<-done // the copy is dropped: a runaway's values are never reused
