@@ -63,7 +63,17 @@ func (o freshReader) FreshFacts(ctx context.Context) (*v1alpha1.Facts, []string,
 	g.SkipAffectedPods = !movesPods(s.rr, r.Playbooks)
 	// The holder's log is read once, by the decision; the floor weighs that reading.
 	g.Logs = nil
-	f, err := g.Gather(ctx, freshTarget(s.rr))
+	target := freshTarget(s.rr)
+	if s.decidedAt != "" {
+		// Decided in this reconcile, journaled since: the cache need only be as new
+		// as the request the decision read (the journal write is this reconcile's
+		// own), so the step does not wait for the next heartbeat after it.
+		if target == s.rr {
+			target = s.rr.DeepCopy()
+		}
+		target.ResourceVersion = s.decidedAt
+	}
+	f, err := g.Gather(ctx, target)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -109,6 +109,10 @@ type scope struct {
 	// events are the Events about the changes of state this reconcile made, recorded
 	// once the status write that carries them is applied (patchStatus).
 	events []lifecycle.Event
+	// decidedAt is the request's resourceVersion when this reconcile decided it to
+	// run a playbook; empty when it did not. A Lease release decided here acts in
+	// this reconcile once its intent is journaled, on facts as of this version.
+	decidedAt string
 }
 
 // SetupWithManager registers the reconciler and the guards' index.
@@ -281,7 +285,11 @@ func (r *Reconciler) decide(ctx context.Context, s *scope) (ctrl.Result, error) 
 		return r.gatherFailed(s, err)
 	}
 	decisionSeconds.WithLabelValues(string(rr.Spec.Remediation)).Observe(time.Since(started).Seconds())
+	decidedAt := rr.ResourceVersion
 	s.recordTransition(o.Apply(rr, o.Facts))
+	if rr.Status.Phase == v1alpha1.PhaseRunning {
+		s.decidedAt = decidedAt
+	}
 	ctrl.LoggerFrom(ctx).Info("Decided", "phase", o.Phase, "rule", o.Decision.Rule, "playbook", o.Decision.Playbook)
 	return ctrl.Result{RequeueAfter: o.RequeueAfter}, nil
 }
@@ -350,11 +358,37 @@ func (r *Reconciler) runPlaybook(ctx context.Context, s *scope) (ctrl.Result, er
 			reason = v1alpha1.EventStepStarted
 		}
 		s.record(corev1.EventTypeNormal, reason, p.Transition)
+		if p.Started && s.actsAtOnce(r.Playbooks) {
+			return r.journalThenAct(ctx, s)
+		}
 		// One step per reconcile: the journal is written before the next one starts,
 		// and the watch event of that write (journalAdvanced) starts it.
 		return ctrl.Result{}, nil
 	}
 	return ctrl.Result{RequeueAfter: p.RequeueAfter}, nil
+}
+
+// actsAtOnce: the step this reconcile journaled may run in it too. So for the first
+// step of a playbook that only releases a Lease, decided in this reconcile: its one
+// destructive call follows the decision by the journal write alone, where waiting
+// for that write's watch event to start another reconcile would double a release's
+// time and, in a storm, leave the workers idle between the two.
+func (s *scope) actsAtOnce(playbooks remediations.Playbooks) bool {
+	return s.decidedAt != "" && !playbooks.Disruptive(lifecycle.DecidedPlaybook(s.rr))
+}
+
+// journalThenAct writes the journal that records the step's start, and only once
+// the API server applied it (write-ahead: a crash after it finds the step started,
+// and its Done check then sees what the call did) advances the playbook again in
+// this reconcile. The step re-reads its facts as of the decision (freshReader).
+func (r *Reconciler) journalThenAct(ctx context.Context, s *scope) (ctrl.Result, error) {
+	if err := r.patchStatus(ctx, s); err != nil {
+		return ctrl.Result{}, err
+	}
+	if s.rr.Status.Phase != v1alpha1.PhaseRunning {
+		return ctrl.Result{}, nil
+	}
+	return r.runPlaybook(ctx, s)
 }
 
 // record queues an Event about the request, recorded once the status write that

@@ -201,14 +201,16 @@ func TestReconcileRecordsFacts(t *testing.T) {
 
 // TestShutdownHolderReleasesLease runs the node-shutdown playbook against a real API
 // server: the Lease is deleted with its decision-time preconditions.
-func TestShutdownHolderReleasesLease(t *testing.T) {
+// shutdownRelease stages a shut-down holder node named envtest-<name> holding the
+// Lease of PV pvc-envtest-<name>, and returns the Lease and a request (not created
+// yet) to release it.
+func shutdownRelease(t *testing.T, name string) (*coordinationv1.Lease, *v1alpha1.RemediationRequest) {
+	t.Helper()
 	ctx := context.Background()
 	c := env.Client
 	env.EnsureNamespaces(t, "remediator", "trident", corev1.NamespaceNodeLease)
-	startManager(t)
-
 	node := &corev1.Node{
-		ObjectMeta: metav1.ObjectMeta{Name: "envtest-shutdown"},
+		ObjectMeta: metav1.ObjectMeta{Name: "envtest-" + name},
 		Spec:       corev1.NodeSpec{Taints: []corev1.Taint{{Key: v1alpha1.TaintOutOfService, Value: "nodeshutdown", Effect: corev1.TaintEffectNoExecute}}},
 	}
 	require.NoError(t, c.Create(ctx, node))
@@ -216,7 +218,7 @@ func TestShutdownHolderReleasesLease(t *testing.T) {
 	require.NoError(t, c.Status().Update(ctx, node))
 	holder := node.Name
 	lease := &coordinationv1.Lease{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "trident", Name: "pvc-envtest-shutdown"},
+		ObjectMeta: metav1.ObjectMeta{Namespace: "trident", Name: "pvc-envtest-" + name},
 		Spec:       coordinationv1.LeaseSpec{HolderIdentity: &holder, AcquireTime: &metav1.MicroTime{Time: time.Now().Add(-time.Hour)}},
 	}
 	require.NoError(t, c.Create(ctx, lease))
@@ -229,14 +231,21 @@ func TestShutdownHolderReleasesLease(t *testing.T) {
 		},
 	}
 	require.NoError(t, c.Create(ctx, pv))
-	rr := &v1alpha1.RemediationRequest{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "remediator", Name: "shutdown"},
+	return lease, &v1alpha1.RemediationRequest{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "remediator", Name: name},
 		Spec: v1alpha1.RemediationRequestSpec{
 			Remediation: v1alpha1.RemediationReleaseLUKSLease,
 			Target:      v1alpha1.Target{PersistentVolume: lease.Name},
 			Reason:      "holder was powered off",
 		},
 	}
+}
+
+func TestShutdownHolderReleasesLease(t *testing.T) {
+	ctx := context.Background()
+	c := env.Client
+	startManager(t)
+	lease, rr := shutdownRelease(t, "shutdown")
 	require.NoError(t, c.Create(ctx, rr))
 	got := &v1alpha1.RemediationRequest{}
 	testenv.Eventually(t, "request Succeeded", func() (bool, string) {
