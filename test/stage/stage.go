@@ -11,6 +11,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
@@ -309,9 +310,32 @@ func (s *Stager) cleanup(ctx context.Context, selector string) error {
 	add("pods", s.CS.CoreV1().Pods(s.Apps).DeleteCollection(ctx, now, sel))
 	add("claims", s.CS.CoreV1().PersistentVolumeClaims(s.Apps).DeleteCollection(ctx, del, sel))
 	add("PVs", s.CS.CoreV1().PersistentVolumes().DeleteCollection(ctx, del, sel))
+	// The staged PVs were never provisioned: nothing will release them, and the
+	// pv-protection finalizer can hold thousands for minutes behind a busy
+	// controller manager, in every informer of the next run.
+	add("PV finalizers", s.releasePVs(ctx, sel))
 	add("nodes", s.CS.CoreV1().Nodes().DeleteCollection(ctx, del, sel))
 	if len(errs) > 0 {
 		return fmt.Errorf("cleanup: %v", errs)
 	}
 	return nil
+}
+
+// releasePVs drops the finalizers of the staged PVs already being deleted.
+func (s *Stager) releasePVs(ctx context.Context, sel metav1.ListOptions) error {
+	list, err := s.CS.CoreV1().PersistentVolumes().List(ctx, sel)
+	if err != nil {
+		return err
+	}
+	return Parallel(len(list.Items), func(i int) error {
+		pv := &list.Items[i]
+		if pv.DeletionTimestamp == nil || len(pv.Finalizers) == 0 {
+			return nil
+		}
+		_, err := s.CS.CoreV1().PersistentVolumes().Patch(ctx, pv.Name, types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return err
+	})
 }

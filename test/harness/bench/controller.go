@@ -2,14 +2,19 @@ package main
 
 // The controller under test: bin/remediator controller as its own process with the
 // default flags, as a new user runs it (controllerproc), plus what the bench reads
-// from it (its metrics endpoint, its CPU profile and its memory in /proc).
+// from it (its metrics endpoint, its CPU and heap profiles and its memory in /proc).
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"io"
+	"maps"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
@@ -22,9 +27,9 @@ type controllerProc struct {
 	*controllerproc.Process
 }
 
-// startController starts the controller and waits until it is ready. Only the
-// addresses and the cluster's node-monitor grace period (controllerproc's) differ
-// from the defaults.
+// startController starts the controller and waits until it is ready and its
+// start-up API calls have ended. Only the addresses and the cluster's node-monitor
+// grace period (controllerproc's) differ from the defaults.
 func startController(ctx context.Context, cfg config, name string, extra ...string) (*controllerProc, error) {
 	p, err := controllerproc.Start(ctx, controllerproc.Options{
 		Binary:     cfg.controller,
@@ -37,11 +42,16 @@ func startController(ctx context.Context, cfg config, name string, extra ...stri
 	if err != nil {
 		return nil, err
 	}
-	// Ready means the manager runs; the informers' first lists are done once the
-	// metrics show the first requests answered. Give the caches a moment to sync so
-	// that start-up traffic is not counted against the first requests.
-	time.Sleep(2 * time.Second)
-	return &controllerProc{p}, nil
+	// Ready means the manager runs, not that the informers' first lists and watches
+	// are done: wait for the start-up traffic to end, so that it is not counted
+	// against the first requests. A list counts once answered, and a large one on a
+	// busy API server takes a while: wait at least startupSettle.
+	c := &controllerProc{p}
+	if _, err := c.settle(ctx, startupSettle); err != nil {
+		c.Stop()
+		return nil, fmt.Errorf("waiting for the controller's start-up calls to end: %w", err)
+	}
+	return c, nil
 }
 
 // scrape is one reading of the controller's metrics.
@@ -100,12 +110,123 @@ func callsSince(before, after scrape) (float64, map[string]int) {
 	return total, by
 }
 
-// cpuProfile saves a CPU profile of the controller over d into path.
-func (c *controllerProc) cpuProfile(ctx context.Context, d time.Duration, path string) error {
+// The controller's API calls have settled once rest_client_requests_total is
+// unchanged for settleQuiet; settle gives up waiting after settleBound. After a
+// start the wait is at least startupSettle.
+const (
+	settleQuiet   = time.Second
+	settleBound   = 10 * time.Second
+	startupSettle = 2 * time.Second
+)
+
+// settle waits, for at least atLeast, until the controller's API calls stop
+// changing and returns that reading. After the start it keeps the start-up traffic (the informers' lists and
+// watches) out of what a scenario counts; after a storm, it counts the Events
+// client-go's broadcaster posts asynchronously, after the status write that ended a
+// request.
+// A controller still calling at settleBound (something periodic) is read as it is.
+func (c *controllerProc) settle(ctx context.Context, atLeast time.Duration) (scrape, error) {
+	last, err := c.scrape()
+	if err != nil {
+		return scrape{}, err
+	}
+	start, changed := time.Now(), time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return scrape{}, ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+		cur, err := c.scrape()
+		if err != nil {
+			return scrape{}, err
+		}
+		if !maps.Equal(cur.calls, last.calls) {
+			last, changed = cur, time.Now()
+		}
+		if time.Since(changed) >= settleQuiet && time.Since(start) >= atLeast {
+			return last, nil
+		}
+		if time.Since(start) >= settleBound {
+			logf("The controller's API calls still change after %s; reading them as they are", settleBound)
+			return last, nil
+		}
+	}
+}
+
+// cpuChunk is the length of each CPU profile of a storm: pprof profiles a fixed
+// number of seconds, and a storm's length is not known in advance.
+const cpuChunk = 10 * time.Second
+
+// cpuProfiles profiles the controller's CPU in consecutive chunks of cpuChunk until
+// stop is closed, so that the profiles cover the whole storm however long it runs,
+// and merges them into path. It returns once the chunk running when stop closed
+// has ended.
+func (c *controllerProc) cpuProfiles(ctx context.Context, stop <-chan struct{}, path string) error {
 	if c.Pprof == "" {
 		return nil
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", c.Pprof, int(d.Seconds())), nil)
+	var parts []string
+	for i := 0; ; i++ {
+		part := fmt.Sprintf("%s.part%02d.pprof", strings.TrimSuffix(path, ".pprof"), i)
+		url := fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", c.Pprof, int(cpuChunk.Seconds()))
+		if err := c.saveProfile(ctx, url, part); err != nil {
+			return fmt.Errorf("CPU profile %d: %w", i, err)
+		}
+		parts = append(parts, part)
+		select {
+		case <-stop:
+			return mergeProfiles(ctx, path, parts)
+		default:
+		}
+	}
+}
+
+// mergeProfiles merges the profiles parts into path with the Go toolchain's pprof
+// (the harness's module has no profile package of its own) and removes the parts;
+// without a go command the parts stay, to be merged by hand.
+func mergeProfiles(ctx context.Context, path string, parts []string) error {
+	if len(parts) == 1 {
+		return os.Rename(parts[0], path)
+	}
+	gocmd, err := exec.LookPath("go")
+	if err != nil {
+		return fmt.Errorf("merging %d CPU profiles (they stay as %s.part*): %w", len(parts), strings.TrimSuffix(path, ".pprof"), err)
+	}
+	out, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	cmd := exec.CommandContext(ctx, gocmd, append([]string{"tool", "pprof", "-proto", "-symbolize=none"}, parts...)...)
+	var stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = out, &stderr
+	runErr := cmd.Run()
+	if err := out.Close(); err != nil && runErr == nil {
+		runErr = err
+	}
+	if runErr != nil {
+		_ = os.Remove(path)
+		return fmt.Errorf("go tool pprof -proto %s: %w: %s", strings.Join(parts, " "), runErr, strings.TrimSpace(stderr.String()))
+	}
+	for _, p := range parts {
+		_ = os.Remove(p)
+	}
+	return nil
+}
+
+// heapProfile saves the controller's heap profile into path.
+func (c *controllerProc) heapProfile(ctx context.Context, path string) error {
+	if c.Pprof == "" {
+		return nil
+	}
+	return c.saveProfile(ctx, fmt.Sprintf("http://%s/debug/pprof/heap", c.Pprof), path)
+}
+
+// saveProfile saves what url answers into path. It writes a temporary file and
+// renames it, so that a profile saved again (the heap at each new peak) replaces
+// the last one whole.
+func (c *controllerProc) saveProfile(ctx context.Context, url, path string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return err
 	}
@@ -114,7 +235,13 @@ func (c *controllerProc) cpuProfile(ctx context.Context, d time.Duration, path s
 		return err
 	}
 	defer func() { _ = resp.Body.Close() }()
-	f, err := os.Create(path)
+	if resp.StatusCode != http.StatusOK {
+		// pprof answers in words, e.g. when a CPU profile is already running.
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return fmt.Errorf("GET %s: %s: %s", url, resp.Status, strings.TrimSpace(string(msg)))
+	}
+	tmp := path + ".tmp"
+	f, err := os.Create(tmp)
 	if err != nil {
 		return err
 	}
@@ -123,5 +250,8 @@ func (c *controllerProc) cpuProfile(ctx context.Context, d time.Duration, path s
 		return err
 	}
 	// The profile is written: a failed close may have lost its end.
-	return f.Close()
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
 }

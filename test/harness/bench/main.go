@@ -10,15 +10,18 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -31,9 +34,12 @@ type clientWithWatch = client.WithWatch
 
 // preset sizes a run.
 type preset struct {
-	name               string
-	latencyRequests    int
-	stormRequests      int
+	name            string
+	latencyRequests int
+	// stormSizes are the storm's sizes, smallest first: at each, the API server's
+	// floor and then the storm, on fresh incidents and a fresh controller. The last
+	// is the storm the summary and storm.svg show.
+	stormSizes         []int
 	kwokNodes          int
 	pods               int
 	stormTimeout       time.Duration
@@ -46,20 +52,25 @@ type preset struct {
 }
 
 var presets = map[string]preset{
-	// The issue's figures: 1,000 requests over 1,000 shut-down nodes plus 1,000 kwok
-	// nodes carrying 20,000 pods; 100 disruptive requests; memory at 2,000 and 20,000 pods.
-	"full": {name: "full", latencyRequests: 20, stormRequests: 1000, kwokNodes: 1000, pods: 20000, stormTimeout: 10 * time.Minute,
+	// The issue's figures: storms of up to 1,000 requests over as many shut-down nodes
+	// plus 1,000 kwok nodes carrying 20,000 pods; 100 disruptive requests; memory at
+	// 2,000 and 20,000 pods.
+	"full": {name: "full", latencyRequests: 20, stormSizes: []int{1, 100, 250, 500, 1000}, kwokNodes: 1000, pods: 20000, stormTimeout: 10 * time.Minute,
 		disruptiveRequests: 100, disruptiveTimeout: 10 * time.Minute, memoryRequests: 100, memoryPods: [2]int{2000, 20000}, collapse: 10 * time.Minute},
-	// make test's smoke run: under two minutes, and it fails only on a collapse.
-	"small": {name: "small", latencyRequests: 20, stormRequests: 100, kwokNodes: 40, pods: 2000, stormTimeout: 120 * time.Second,
+	// make test's smoke run: under two minutes; it fails on a collapse, a broken
+	// guarantee or the call budget exceeded, never on a missed goal.
+	"small": {name: "small", latencyRequests: 20, stormSizes: []int{1, 100}, kwokNodes: 40, pods: 2000, stormTimeout: 120 * time.Second,
 		disruptiveRequests: 12, disruptiveTimeout: 120 * time.Second, memoryRequests: 20, memoryPods: [2]int{200, 2000}, collapse: 120 * time.Second},
 }
 
 type config struct {
 	root, kubeconfig, controller, out, workDir string
-	profile                                    bool
-	extraArgs                                  []string
-	scenarios                                  map[string]bool
+	// baseline is the earlier controller's binary (-baseline), empty for none;
+	// baselineVersion what it says it is.
+	baseline, baselineVersion string
+	profile                   bool
+	extraArgs                 []string
+	scenarios                 map[string]bool
 }
 
 func main() {
@@ -94,6 +105,11 @@ func run() error {
 	if err != nil {
 		return err
 	}
+	// An interrupted run leaves its objects behind, in every informer of the
+	// controller measured next.
+	if err := b.sweepOthers(ctx); err != nil {
+		logf("Deleting what earlier runs left: %v", err)
+	}
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
 	go b.track.watchRequests(watchCtx, b.k8s, runID)
@@ -107,7 +123,7 @@ func run() error {
 	}()
 
 	res := &Result{Preset: p.name, StartedAt: time.Now().UTC(), Commit: gitDescribe(cfg.root), Machine: machine(),
-		Command: "make bench BENCH=" + p.name}
+		Command: command(p.name, cfg.baselineVersion)}
 	logf("Run %s, preset %s, work directory %s", runID, p.name, cfg.workDir)
 	if err := b.scenarios(ctx, res); err != nil {
 		return err
@@ -136,14 +152,27 @@ func configure() (config, preset, string, error) {
 	}
 	presetName := flag.String("preset", "small", "full (the issue's sizes) or small (make test's smoke run)")
 	out := flag.String("out", "", "directory for results.json and the plots, relative to the repository root; empty writes them only into the work directory")
-	scen := flag.String("scenarios", "latency,memory,storm,disruptive", "scenarios to run, comma-separated")
+	scen := flag.String("scenarios", "latency,memory,storm,disruptive", "scenarios to run, comma-separated (storm runs the API server's floor at each of its sizes)")
 	controller := flag.String("controller", filepath.Join(root, "bin", "remediator"), "the remediator binary to measure, relative to the repository root")
 	extraArgs := flag.String("controller-args", "", "extra flags for the controller, space-separated (the default is its default flags)")
-	profile := flag.Bool("profile", false, "save a CPU profile of the controller during the storm (pprof) into the work directory")
+	baseline := flag.String("baseline", "", "an earlier remediator binary, relative to the repository root (make bench BASELINE=<git ref> builds bin/remediator-baseline): after the storm at the largest size, the same storm with it (and the same -controller-args), shown side by side and never checked against the call budget; empty runs none")
+	sizes := flag.String("sizes", "", "the storm's sizes, comma-separated, smallest first, instead of the preset's (e.g. 1000 to measure one storm)")
+	profile := flag.Bool("profile", false, "save the controller's CPU profile over the largest storm and its heap profiles at peak RSS and at the end (pprof) into the work directory")
 	flag.Parse()
 	p, ok := presets[*presetName]
 	if !ok {
 		return config{}, p, "", fmt.Errorf("unknown preset %q (full or small)", *presetName)
+	}
+	if *sizes != "" {
+		p.stormSizes = nil
+		for _, f := range strings.Split(*sizes, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || n < 1 {
+				return config{}, p, "", fmt.Errorf("-sizes: %q is not a positive number", f)
+			}
+			p.stormSizes = append(p.stormSizes, n)
+		}
+		slices.Sort(p.stormSizes)
 	}
 	// The harness runs from its own module's directory (test/harness): -out and
 	// -controller name paths of the repository, such as docs/benchmarks.
@@ -156,6 +185,16 @@ func configure() (config, preset, string, error) {
 	cfg := config{root: root, kubeconfig: cluster.Kubeconfig(root), controller: *controller,
 		out: *out, profile: *profile, scenarios: map[string]bool{}}
 	cfg.extraArgs = strings.Fields(*extraArgs)
+	if *baseline != "" {
+		if !filepath.IsAbs(*baseline) {
+			*baseline = filepath.Join(root, *baseline)
+		}
+		// Before anything is staged: a wrong path would otherwise fail the run at its end.
+		if st, err := os.Stat(*baseline); err != nil || st.IsDir() || st.Mode()&0o111 == 0 {
+			return cfg, p, "", fmt.Errorf("-baseline %s: not an executable file (make bench BASELINE=<git ref> builds one)", *baseline)
+		}
+		cfg.baseline, cfg.baselineVersion = *baseline, binaryVersion(*baseline)
+	}
 	for _, s := range strings.Split(*scen, ",") {
 		cfg.scenarios[strings.TrimSpace(s)] = true
 	}
@@ -184,7 +223,21 @@ func newBench(ctx context.Context, cfg config, p preset, runID string) (*bench, 
 	if err != nil {
 		return nil, err
 	}
-	b := &bench{cfg: cfg, p: p, s: &stage.Stager{CS: cs, RunID: runID, Apps: appNamespace, Requests: requestNamespace}, k8s: k8s, rc: rc, track: newTracker()}
+	// A negative QPS turns client-go's rate limiter off: the floor must measure the
+	// API server, not a token bucket the bench chose, and the storm's creates must
+	// not be spread out by one the staging just drained.
+	unlimited := rest.CopyConfig(rc)
+	unlimited.QPS = -1
+	fastCS, err := kubernetes.NewForConfig(unlimited)
+	if err != nil {
+		return nil, err
+	}
+	fast, err := client.NewWithWatch(unlimited, client.Options{Scheme: scheme.Scheme})
+	if err != nil {
+		return nil, err
+	}
+	b := &bench{cfg: cfg, p: p, s: &stage.Stager{CS: cs, RunID: runID, Apps: appNamespace, Requests: requestNamespace},
+		k8s: k8s, fast: fast, fastCS: fastCS, rc: rc, track: newTracker()}
 	if err := b.s.Namespaces(ctx); err != nil {
 		return nil, err
 	}
@@ -218,8 +271,7 @@ func (b *bench) scenarios(ctx context.Context, res *Result) error {
 		if err := b.ensureCarriers(ctx, p.pods); err != nil {
 			return err
 		}
-		logf("Storm: %d requests at once for shut-down holders, %d pods on %d kwok nodes", p.stormRequests, b.pods, len(b.carrier))
-		if res.Storm, err = b.storm(ctx, "storm", p.stormRequests, p.stormTimeout); err != nil {
+		if err := b.scale(ctx, res); err != nil {
 			return fmt.Errorf("storm: %w", err)
 		}
 	}
@@ -245,18 +297,25 @@ func write(res *Result, summary, dir string) error {
 	return err
 }
 
-// verdict fails the run on a collapse or a broken guarantee, never on a missed goal:
-// the machines are shared and noisy, and goals are reported in the summary.
+// verdict fails the run on a collapse, a broken guarantee or a storm size over the
+// call budget, never on a missed goal: the machines are shared and noisy, and goals
+// are reported in the summary. A count of API calls is not noisy.
 func verdict(res *Result, p preset) error {
 	var problems []string
-	if s := res.Storm; s != nil {
+	storms := res.Scale
+	if len(storms) == 0 && res.Storm != nil {
+		s := res.Storm
+		storms = []ScalePoint{{Requests: s.Requests, TerminalSeconds: s.TerminalSeconds, Succeeded: s.Succeeded}}
+	}
+	for _, s := range storms {
 		if s.TerminalSeconds == 0 || s.TerminalSeconds > p.collapse.Seconds() {
 			problems = append(problems, fmt.Sprintf("storm of %d not terminal within %s", s.Requests, p.collapse))
 		}
 		if s.Succeeded != s.Requests {
-			problems = append(problems, fmt.Sprintf("storm: %d of %d Succeeded", s.Succeeded, s.Requests))
+			problems = append(problems, fmt.Sprintf("storm of %d: %d of %d Succeeded", s.Requests, s.Succeeded, s.Requests))
 		}
 	}
+	problems = append(problems, overBudget(res)...)
 	if d := res.Disruptive; d != nil {
 		if d.TerminalSeconds == 0 {
 			problems = append(problems, fmt.Sprintf("disruptive storm of %d not terminal within %s", d.Requests, p.disruptiveTimeout))
@@ -278,10 +337,27 @@ func verdict(res *Result, p preset) error {
 }
 
 func (b *bench) cleanup(ctx context.Context) error {
-	// Requests first, while no controller runs: a finalizer left on one (a disruptive
-	// playbook's) would hold it.
+	b.deleteRequests(ctx, client.MatchingLabels{stage.Label: b.s.RunID})
+	return b.s.Cleanup(ctx)
+}
+
+// sweepOthers deletes the requests and the objects earlier runs left.
+func (b *bench) sweepOthers(ctx context.Context) error {
+	sel, err := labels.Parse(stage.Label + "," + stage.Label + "!=" + b.s.RunID)
+	if err != nil {
+		return err
+	}
+	b.deleteRequests(ctx, client.MatchingLabelsSelector{Selector: sel})
+	return b.s.SweepOthers(ctx)
+}
+
+// deleteRequests deletes the requests sel selects, finalizers first, while no
+// controller runs: a finalizer left on one (a disruptive playbook's) would hold it.
+func (b *bench) deleteRequests(ctx context.Context, sel interface {
+	client.ListOption
+	client.DeleteAllOfOption
+}) {
 	list := &v1alpha1.RemediationRequestList{}
-	sel := client.MatchingLabels{stage.Label: b.s.RunID}
 	if err := b.k8s.List(ctx, list, client.InNamespace(requestNamespace), sel); err == nil {
 		_ = stage.Parallel(len(list.Items), func(i int) error {
 			rr := &list.Items[i]
@@ -296,7 +372,6 @@ func (b *bench) cleanup(ctx context.Context) error {
 	if err := b.k8s.DeleteAllOf(ctx, &v1alpha1.RemediationRequest{}, client.InNamespace(requestNamespace), sel); err != nil {
 		logf("Deleting requests: %v", err)
 	}
-	return b.s.Cleanup(ctx)
 }
 
 func reachable(kubeconfig string) bool {
@@ -311,6 +386,40 @@ func reachable(kubeconfig string) bool {
 	}
 	_, err = cs.CoreV1().Namespaces().List(context.Background(), metav1.ListOptions{Limit: 1})
 	return err == nil
+}
+
+// binaryVersion is what `binary version` prints, "remediator a9f3949"; binary's
+// path when it prints nothing or fails (a build from before the version command).
+func binaryVersion(binary string) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, binary, "version").Output()
+	if v := strings.TrimSpace(string(out)); err == nil && v != "" && !strings.Contains(v, "\n") {
+		return v
+	}
+	return binary
+}
+
+// command is the make command that reproduces the run. The baseline's git ref is
+// its version when the version is a clean git describe ("remediator a9f3949").
+func command(preset, baselineVersion string) string {
+	c := "make bench BENCH=" + preset
+	if baselineVersion == "" {
+		return c
+	}
+	ref, ok := strings.CutPrefix(baselineVersion, "remediator ")
+	if !ok || ref == "dev" || strings.HasSuffix(ref, "-dirty") || strings.ContainsAny(ref, " /") {
+		return c + " BASELINE=<the baseline's git ref>"
+	}
+	return c + " BASELINE=" + ref
+}
+
+// relToRoot is path relative to the repository root when it lies inside it.
+func relToRoot(root, path string) string {
+	if rel, err := filepath.Rel(root, path); err == nil && !strings.HasPrefix(rel, "..") {
+		return rel
+	}
+	return path
 }
 
 func gitDescribe(root string) string {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"image/color"
+	"os"
 	"path/filepath"
 	"slices"
 
@@ -11,6 +12,7 @@ import (
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgsvg"
 )
 
 // Plot size of every SVG written by writePlots.
@@ -25,6 +27,8 @@ var (
 	plotBlue   = color.RGBA{R: 0x1f, G: 0x77, B: 0xb4, A: 0xff}
 	plotOrange = color.RGBA{R: 0xff, G: 0x7f, B: 0x0e, A: 0xff}
 	plotGreen  = color.RGBA{R: 0x2c, G: 0xa0, B: 0x2c, A: 0xff}
+	// plotRed marks the baseline (an earlier controller) on the scale plot.
+	plotRed = color.RGBA{R: 0xd6, G: 0x27, B: 0x28, A: 0xff}
 )
 
 // percentile returns the p-th percentile (p in [0,100], clamped) of samples by linear
@@ -58,41 +62,79 @@ func percentileSorted(sorted []float64, p float64) float64 {
 }
 
 // writePlots writes the plots of r into dir as SVG and returns the paths written:
-// latency.svg (r.Latency), storm.svg (r.Storm), disruptive.svg (r.Disruptive) and
-// memory.svg (r.Memory). A plot is skipped when its section is nil or holds no data.
-// dir must exist.
+// latency.svg (r.Latency), storm.svg (r.Storm), disruptive.svg (r.Disruptive),
+// memory.svg (r.Memory) and scale.svg (r.Scale, with r.Baseline marked). A plot is skipped when its section
+// is nil or holds no data. dir must exist.
 func writePlots(r *Result, dir string) ([]string, error) {
 	if r == nil {
 		return nil, nil
 	}
 	plots := []struct {
 		name string
-		make func() (*plot.Plot, error)
+		// make returns the plot's panels, stacked top to bottom; none skips it.
+		make func() ([]*plot.Plot, error)
 	}{
-		{"latency.svg", func() (*plot.Plot, error) { return latencyPlot(r.Latency) }},
-		{"storm.svg", func() (*plot.Plot, error) { return stormPlot(r.Storm) }},
-		{"disruptive.svg", func() (*plot.Plot, error) { return disruptivePlot(r.Disruptive) }},
-		{"memory.svg", func() (*plot.Plot, error) { return memoryPlot(r.Memory) }},
+		{"latency.svg", func() ([]*plot.Plot, error) { return panel(latencyPlot(r.Latency)) }},
+		{"storm.svg", func() ([]*plot.Plot, error) { return panel(stormPlot(r.Storm)) }},
+		{"disruptive.svg", func() ([]*plot.Plot, error) { return panel(disruptivePlot(r.Disruptive)) }},
+		{"memory.svg", func() ([]*plot.Plot, error) { return panel(memoryPlot(r.Memory)) }},
+		{"scale.svg", func() ([]*plot.Plot, error) { return scalePlots(r.Scale, r.Baseline) }},
 	}
 	var written []string
 	var errs []error
 	for _, pl := range plots {
-		p, err := pl.make()
+		panels, err := pl.make()
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", pl.name, err))
 			continue
 		}
-		if p == nil {
+		if len(panels) == 0 {
 			continue
 		}
 		path := filepath.Join(dir, pl.name)
-		if err := p.Save(plotWidth, plotHeight, path); err != nil {
+		if err := savePanels(panels, path); err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", pl.name, err))
 			continue
 		}
 		written = append(written, path)
 	}
 	return written, errors.Join(errs...)
+}
+
+// panel is a single plot as the panels of writePlots: none when p is nil.
+func panel(p *plot.Plot, err error) ([]*plot.Plot, error) {
+	if p == nil || err != nil {
+		return nil, err
+	}
+	return []*plot.Plot{p}, nil
+}
+
+// savePanels saves panels into path as one SVG: a single plot at the common size,
+// several stacked with their axes aligned, each a little lower than a plot alone.
+func savePanels(panels []*plot.Plot, path string) error {
+	if len(panels) == 1 {
+		return panels[0].Save(plotWidth, plotHeight, path)
+	}
+	height := vg.Length(len(panels)) * plotHeight * 4 / 5
+	c := vgsvg.New(plotWidth, height)
+	grid := make([][]*plot.Plot, len(panels))
+	for i, p := range panels {
+		grid[i] = []*plot.Plot{p}
+	}
+	tiles := draw.Tiles{Rows: len(panels), Cols: 1, PadY: vg.Points(12), PadTop: vg.Points(2), PadBottom: vg.Points(2), PadLeft: vg.Points(2), PadRight: vg.Points(2)}
+	canvases := plot.Align(grid, tiles, draw.New(c))
+	for i, p := range panels {
+		p.Draw(canvases[i][0])
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := c.WriteTo(f); err != nil {
+		_ = f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 // newPlot returns a plot with a title, axis labels, a grid and the legend top left.
@@ -315,4 +357,85 @@ func memoryPlot(m *Memory) (*plot.Plot, error) {
 	}
 	headroom(p, 0.1)
 	return p, nil
+}
+
+// scalePlots are the storm at each size: its seconds to all terminal next to the
+// API server's floor (top), and the controller's API calls per request against the
+// call budget (bottom), with the baseline's storm (if any) marked at its size in
+// both; none without sizes.
+func scalePlots(points []ScalePoint, base *Baseline) ([]*plot.Plot, error) {
+	if len(points) == 0 {
+		return nil, nil
+	}
+	points = slices.Clone(points)
+	slices.SortStableFunc(points, func(a, b ScalePoint) int { return a.Requests - b.Requests })
+	largest := float64(points[len(points)-1].Requests)
+	dashed := []vg.Length{vg.Points(6), vg.Points(3)}
+
+	secs := newPlot("Storm vs the API server's floor (the same releases, minimum calls, no controller)", "requests at once", "seconds")
+	secs.X.Min, secs.X.Max, secs.Y.Min = 0, largest, 0
+	var terminal, floor, calls plotter.XYs
+	for _, p := range points {
+		x := float64(p.Requests)
+		// A storm that never got terminal has no time to plot; the summary says so.
+		if p.TerminalSeconds > 0 {
+			terminal = append(terminal, plotter.XY{X: x, Y: p.TerminalSeconds})
+		}
+		if p.FloorSeconds > 0 {
+			floor = append(floor, plotter.XY{X: x, Y: p.FloorSeconds})
+		}
+		calls = append(calls, plotter.XY{X: x, Y: p.APICallsPerRequest})
+	}
+	if len(terminal) > 0 {
+		if err := addLine(secs, "storm, all terminal", terminal, plotBlue, nil, true); err != nil {
+			return nil, err
+		}
+	}
+	if len(floor) > 0 {
+		if err := addLine(secs, "API server's floor", floor, plotOrange, dashed, true); err != nil {
+			return nil, err
+		}
+	}
+	if base != nil && base.Storm.TerminalSeconds > 0 {
+		pt := plotter.XYs{{X: float64(base.Storm.Requests), Y: base.Storm.TerminalSeconds}}
+		if err := addMarker(secs, "baseline "+base.Version+", all terminal", pt); err != nil {
+			return nil, err
+		}
+	}
+	headroom(secs, 0.15)
+
+	perReq := newPlot(fmt.Sprintf("Controller API calls per request (budget %d)", callBudget), "requests at once", "API calls per request")
+	perReq.X.Min, perReq.X.Max, perReq.Y.Min = 0, largest, 0
+	if err := addLine(perReq, "API calls per request", calls, plotBlue, nil, true); err != nil {
+		return nil, err
+	}
+	budget := plotter.XYs{{X: 0, Y: callBudget}, {X: largest, Y: callBudget}}
+	if err := addLine(perReq, fmt.Sprintf("budget (%d)", callBudget), budget, plotGreen, dashed, false); err != nil {
+		return nil, err
+	}
+	if base != nil {
+		pt := plotter.XYs{{X: float64(base.Storm.Requests), Y: base.Storm.APICallsPerRequest}}
+		if err := addMarker(perReq, "baseline "+base.Version, pt); err != nil {
+			return nil, err
+		}
+	}
+	// The lines run level across: room above them for the legend, top left.
+	perReq.Y.Max = max(perReq.Y.Max, callBudget)
+	headroom(perReq, 0.4)
+	return []*plot.Plot{secs, perReq}, nil
+}
+
+// addMarker adds the baseline's points xys to p as red triangles, with their
+// legend entry.
+func addMarker(p *plot.Plot, name string, xys plotter.XYs) error {
+	s, err := plotter.NewScatter(xys)
+	if err != nil {
+		return err
+	}
+	s.Color = plotRed
+	s.Shape = draw.TriangleGlyph{}
+	s.Radius = vg.Points(4)
+	p.Add(s)
+	p.Legend.Add(name, s)
+	return nil
 }

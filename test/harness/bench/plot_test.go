@@ -74,7 +74,14 @@ func syntheticResult() *Result {
 		},
 		DiffPercent: 10.9,
 	}
-	return &Result{Preset: "small", Latency: lat, Storm: storm, Disruptive: dis, Memory: mem}
+	scale := []ScalePoint{
+		{Requests: 1, TerminalSeconds: 0.4, DecidedSeconds: 0.2, FloorSeconds: 0.02, Ratio: 20, APICallsPerRequest: 12, APICallsByKind: map[string]int{"GET": 8, "PATCH": 2, "DELETE": 1, "POST": 1}, PeakRSSMiB: 60, Succeeded: 1},
+		{Requests: 250, TerminalSeconds: 0, FloorSeconds: 1.1, APICallsPerRequest: 12.2, PeakRSSMiB: 90, Succeeded: 240},
+		{Requests: 100, TerminalSeconds: 6.4, DecidedSeconds: 2.6, FloorSeconds: 0.6, Ratio: 10.7, APICallsPerRequest: 12.5, APICallsByKind: map[string]int{"GET": 830, "PATCH": 200, "DELETE": 100, "POST": 120}, PeakRSSMiB: 111, Succeeded: 100},
+	}
+	base := &Baseline{Version: "remediator a9f3949", Binary: "bin/remediator-baseline",
+		Storm: ScalePoint{Requests: 250, TerminalSeconds: 30, FloorSeconds: 1.2, Ratio: 25, APICallsPerRequest: 14, PeakRSSMiB: 120, Succeeded: 250}}
+	return &Result{Preset: "small", Latency: lat, Storm: storm, Scale: scale, Baseline: base, Disruptive: dis, Memory: mem}
 }
 
 // requireSVG checks that path is a non-empty, well-formed SVG document.
@@ -107,7 +114,7 @@ func TestWritePlots(t *testing.T) {
 		dir := t.TempDir()
 		paths, err := writePlots(syntheticResult(), dir)
 		require.NoError(t, err)
-		names := []string{"latency.svg", "storm.svg", "disruptive.svg", "memory.svg"}
+		names := []string{"latency.svg", "storm.svg", "disruptive.svg", "memory.svg", "scale.svg"}
 		want := make([]string, len(names))
 		for i, n := range names {
 			want[i] = filepath.Join(dir, n)
@@ -119,12 +126,17 @@ func TestWritePlots(t *testing.T) {
 		latency, err := os.ReadFile(want[0])
 		require.NoError(t, err)
 		assert.Contains(t, string(latency), "20 sequential requests")
+		scale, err := os.ReadFile(want[4])
+		require.NoError(t, err)
+		assert.Contains(t, string(scale), "API server")
+		assert.Contains(t, string(scale), "budget (4)")
+		assert.Contains(t, string(scale), "baseline remediator a9f3949")
 	})
 
 	t.Run("nil sections are skipped", func(t *testing.T) {
 		dir := t.TempDir()
 		r := syntheticResult()
-		r.Latency, r.Disruptive, r.Memory = nil, nil, nil
+		r.Latency, r.Disruptive, r.Memory, r.Scale = nil, nil, nil, nil
 		paths, err := writePlots(r, dir)
 		require.NoError(t, err)
 		require.Equal(t, []string{filepath.Join(dir, "storm.svg")}, paths)
@@ -136,7 +148,7 @@ func TestWritePlots(t *testing.T) {
 
 	t.Run("sections without data are skipped", func(t *testing.T) {
 		dir := t.TempDir()
-		r := &Result{Latency: &Latency{}, Storm: &Storm{}, Disruptive: &Disruptive{}, Memory: &Memory{}}
+		r := &Result{Latency: &Latency{}, Storm: &Storm{}, Disruptive: &Disruptive{}, Memory: &Memory{}, Scale: []ScalePoint{}}
 		paths, err := writePlots(r, dir)
 		require.NoError(t, err)
 		assert.Empty(t, paths)
@@ -151,10 +163,11 @@ func TestWritePlots(t *testing.T) {
 			Latency: &Latency{Requests: 1, ControllerMs: []float64{12}},
 			Storm:   &Storm{Requests: 1, Progress: []Point{{Seconds: 0, Decided: 1, Terminal: 1}}},
 			Memory:  &Memory{Samples: []MemorySample{{Pods: 100, RSSMiB: 50, PeakRSSMiB: 55}}},
+			Scale:   []ScalePoint{{Requests: 1, TerminalSeconds: 0.3, FloorSeconds: 0.02, APICallsPerRequest: 5}},
 		}
 		paths, err := writePlots(r, dir)
 		require.NoError(t, err)
-		require.Len(t, paths, 3)
+		require.Len(t, paths, 4)
 		for _, p := range paths {
 			requireSVG(t, p)
 		}

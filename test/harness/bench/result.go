@@ -14,8 +14,14 @@ type Result struct {
 	// Command reproduces the run.
 	Command string `json:"command"`
 
-	Latency    *Latency    `json:"latency,omitempty"`
-	Storm      *Storm      `json:"storm,omitempty"`
+	Latency *Latency `json:"latency,omitempty"`
+	// Storm is the storm at the preset's largest size, Scale the storm and the API
+	// server's floor at every size, smallest first (the last is Storm's).
+	Storm *Storm       `json:"storm,omitempty"`
+	Scale []ScalePoint `json:"scale,omitempty"`
+	// Baseline is the same storm at the largest size with an earlier controller
+	// (-baseline), recorded next to Storm and never checked against the call budget.
+	Baseline   *Baseline   `json:"baseline,omitempty"`
 	Disruptive *Disruptive `json:"disruptive,omitempty"`
 	Memory     *Memory     `json:"memory,omitempty"`
 }
@@ -78,6 +84,41 @@ type Storm struct {
 	APICallsPerRequest float64        `json:"apiCallsPerRequest"`
 	APICallsByKind     map[string]int `json:"apiCallsByKind"`
 	Progress           []Point        `json:"progress"`
+}
+
+// ScalePoint is the storm at one size next to the API server's floor at that size:
+// the same number of fresh shut-down-holder incidents released with the minimum
+// writes by 32 workers and no controller.
+type ScalePoint struct {
+	Requests int `json:"requests"`
+	// TerminalSeconds and DecidedSeconds are the storm's (0: not reached).
+	TerminalSeconds float64 `json:"terminalSeconds"`
+	DecidedSeconds  float64 `json:"decidedSeconds"`
+	// FloorSeconds: from the floor's first create to its last Lease delete.
+	FloorSeconds float64 `json:"floorSeconds"`
+	// Ratio is TerminalSeconds / FloorSeconds: how far above the API server's floor
+	// the controller releases (0 when either is missing).
+	Ratio float64 `json:"ratio"`
+	// APICallsPerRequest is the controller's rest_client_requests_total delta over
+	// the storm, Events included, divided by Requests; APICallsByKind its breakdown
+	// by method (totals, not per request).
+	APICallsPerRequest float64        `json:"apiCallsPerRequest"`
+	APICallsByKind     map[string]int `json:"apiCallsByKind"`
+	PeakRSSMiB         float64        `json:"peakRSSMiB"`
+	Succeeded          int            `json:"succeeded"`
+}
+
+// Baseline is the storm at the preset's largest size with another controller
+// binary, the one built from an earlier commit (make bench BASELINE=<git ref>), on
+// fresh incidents and with its own API server's floor measured just before it, as
+// at every size of the scale.
+type Baseline struct {
+	// Version is what `<Binary> version` prints ("remediator a9f3949"), or Binary
+	// when it prints nothing usable.
+	Version string `json:"version"`
+	// Binary is the baseline's path, relative to the repository root when inside it.
+	Binary string     `json:"binary"`
+	Storm  ScalePoint `json:"storm"`
 }
 
 // Disruptive is scenario 3: healthy-holder requests (cordon, evict, delete,

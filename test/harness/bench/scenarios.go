@@ -8,9 +8,12 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	"github.com/remediator/remediator/api/v1alpha1"
@@ -28,10 +31,14 @@ const (
 // bench is one run: its clients, its staging, and the carrier nodes it shares
 // between scenarios.
 type bench struct {
-	cfg     config
-	p       preset
-	s       *stage.Stager
-	k8s     clientWithWatch
+	cfg config
+	p   preset
+	s   *stage.Stager
+	k8s clientWithWatch
+	// fast and fastCS have no client-side rate limit: they make the storm's creates
+	// and the floor's calls, which the API server must be what limits.
+	fast    clientWithWatch
+	fastCS  kubernetes.Interface
 	rc      *rest.Config
 	track   *tracker
 	carrier []string // kwok node names
@@ -169,7 +176,8 @@ func (b *bench) latency(ctx context.Context) (*Latency, error) {
 		}
 		res.ControllerMs = append(res.ControllerMs, ms(gone.Sub(start)))
 	}
-	after, err := c.scrape()
+	// The last requests' Events are posted after they ended.
+	after, err := c.settle(ctx, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -221,23 +229,44 @@ func (b *bench) follow(kind string, names []string, start time.Time, timeout tim
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
-// storm creates n shut-down-holder requests at once and follows them to the end.
-// It returns the progress and the controller's figures.
-func (b *bench) storm(ctx context.Context, kind string, n int, timeout time.Duration) (*Storm, error) {
+// stormIncidents stages n shut-down-holder incidents: each PV's Lease held by a
+// shut-down node of its own, its pod on a carrier. It returns them and the nodes.
+func (b *bench) stormIncidents(ctx context.Context, kind string, n int) ([]stage.Incident, []string, error) {
 	down, err := b.shutdownNodes(ctx, kind, n)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	incidents, err := b.newIncidents(ctx, kind, n, func(i int) string { return down[i] },
 		func(i int) string { return b.carrier[i%len(b.carrier)] }, false)
+	return incidents, down, err
+}
+
+// storm creates n shut-down-holder requests at once and follows them to the end.
+// It returns the progress and the controller's figures, and the incidents and
+// shut-down nodes it staged. With profile (and -profile) it saves CPU profiles
+// covering the storm from the first create to terminal, and heap profiles at the
+// highest RSS sampled and at terminal.
+func (b *bench) storm(ctx context.Context, kind string, n int, timeout time.Duration, profile bool) (*Storm, []stage.Incident, []string, error) {
+	incidents, down, err := b.stormIncidents(ctx, kind, n)
 	if err != nil {
-		return nil, err
+		return nil, incidents, down, err
 	}
-	c, err := startController(ctx, b.cfg, kind)
+	res, err := b.stormOn(ctx, kind, b.cfg.controller, incidents, timeout, profile && b.cfg.profile)
+	return res, incidents, down, err
+}
+
+// stormOn is storm on incidents already staged, with the controller binary (the
+// one under test, or the baseline's).
+func (b *bench) stormOn(ctx context.Context, kind, binary string, incidents []stage.Incident, timeout time.Duration, profile bool) (*Storm, error) {
+	n := len(incidents)
+	cfg := b.cfg
+	cfg.controller = binary
+	c, err := startController(ctx, cfg, kind)
 	if err != nil {
 		return nil, err
 	}
 	defer c.Stop()
+	// startController waited for the start-up calls to end.
 	before, err := c.scrape()
 	if err != nil {
 		return nil, err
@@ -249,30 +278,26 @@ func (b *bench) storm(ctx context.Context, kind string, n int, timeout time.Dura
 		names[i] = rrs[i].Name
 	}
 	res := &Storm{Requests: n, ShutdownNodes: n, KwokNodes: len(b.carrier), Pods: b.pods}
-	profileDone := make(chan error, 1)
-	if b.cfg.profile {
-		go func() {
-			profileDone <- c.cpuProfile(ctx, 20*time.Second, filepath.Join(b.cfg.workDir, kind+"-cpu.pprof"))
-		}()
-	} else {
-		profileDone <- nil
-	}
+	prof := b.profiler(ctx, c, kind, profile)
 	start := time.Now()
 	if err := stage.Parallel(n, func(i int) error {
 		b.track.created(rrs[i].Name, time.Now())
-		return b.k8s.Create(ctx, rrs[i])
+		return b.fast.Create(ctx, rrs[i])
 	}); err != nil {
+		prof.finish(ctx)
 		return nil, fmt.Errorf("creating requests: %w", err)
 	}
 	res.Progress, res.TerminalSeconds = b.follow(kind, names, start, timeout, func(p Point) {
 		if p.Decided == n && res.DecidedSeconds == 0 {
 			res.DecidedSeconds = p.Seconds
 		}
-		if _, peak, err := c.Memory(); err == nil {
+		if rss, peak, err := c.Memory(); err == nil {
 			res.PeakRSSMiB = max(res.PeakRSSMiB, peak)
+			prof.sampled(ctx, rss)
 		}
 	})
-	after, err := c.scrape()
+	prof.finish(ctx)
+	after, err := c.settle(ctx, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -286,10 +311,73 @@ func (b *bench) storm(ctx context.Context, kind string, n int, timeout time.Dura
 		}
 	}
 	b.track.mu.Unlock()
-	if err := <-profileDone; err != nil {
-		logf("CPU profile: %v", err)
-	}
 	return res, nil
+}
+
+// stormProfiler saves a storm's profiles; its methods do nothing when it is off.
+type stormProfiler struct {
+	on   bool
+	c    *controllerProc
+	base string // the profiles' path without ".pprof"
+	// stop ends the CPU profiles, cpuDone reports their error.
+	stop    chan struct{}
+	cpuDone chan error
+	// peakRSS is the highest RSS sampled; heapBusy is set while a heap profile of a
+	// new peak is being saved, heapWG waits for it.
+	peakRSS  float64
+	heapBusy atomic.Bool
+	heapWG   sync.WaitGroup
+}
+
+// profiler starts the storm's CPU profiles when on, before the first create.
+func (b *bench) profiler(ctx context.Context, c *controllerProc, kind string, on bool) *stormProfiler {
+	p := &stormProfiler{on: on, c: c, base: filepath.Join(b.cfg.workDir, kind), stop: make(chan struct{}), cpuDone: make(chan error, 1)}
+	if !on {
+		return p
+	}
+	go func() { p.cpuDone <- c.cpuProfiles(ctx, p.stop, p.base+"-cpu.pprof") }()
+	// Let the first profile start before the creates: the storm's first moments are
+	// its busiest.
+	time.Sleep(100 * time.Millisecond)
+	return p
+}
+
+// sampled saves a heap profile when rss is the highest sampled so far, in the
+// background (the sampling must keep its pace), skipping peaks while one is saved.
+func (p *stormProfiler) sampled(ctx context.Context, rss float64) {
+	if !p.on || rss <= p.peakRSS {
+		return
+	}
+	p.peakRSS = rss
+	if !p.heapBusy.CompareAndSwap(false, true) {
+		return
+	}
+	p.heapWG.Add(1)
+	go func() {
+		defer p.heapWG.Done()
+		defer p.heapBusy.Store(false)
+		if err := p.c.heapProfile(ctx, p.base+"-heap-peak.pprof"); err != nil {
+			logf("Heap profile at peak RSS: %v", err)
+		}
+	}()
+}
+
+// finish saves the heap profile at terminal, ends the CPU profiles and waits for
+// all of them.
+func (p *stormProfiler) finish(ctx context.Context) {
+	if !p.on {
+		return
+	}
+	if err := p.c.heapProfile(ctx, p.base+"-heap.pprof"); err != nil {
+		logf("Heap profile at terminal: %v", err)
+	}
+	close(p.stop)
+	p.heapWG.Wait()
+	if err := <-p.cpuDone; err != nil {
+		logf("CPU profiles: %v", err)
+		return
+	}
+	logf("Profiles of the storm: %s-{cpu,heap,heap-peak}.pprof", p.base)
 }
 
 // memory is scenario 4: a fresh controller handles the same number of requests
@@ -301,7 +389,7 @@ func (b *bench) memory(ctx context.Context) (*Memory, error) {
 			return nil, err
 		}
 		logf("Memory: %d requests with %d pods in the cluster", b.p.memoryRequests, b.pods)
-		st, err := b.storm(ctx, fmt.Sprintf("mem%d", i), b.p.memoryRequests, 2*time.Minute)
+		st, _, _, err := b.storm(ctx, fmt.Sprintf("mem%d", i), b.p.memoryRequests, 2*time.Minute, true)
 		if err != nil {
 			return nil, err
 		}

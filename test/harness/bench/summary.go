@@ -52,7 +52,102 @@ func summarise(r *Result) string {
 		fmt.Fprintf(w, "peak RSS, %d requests: %d pods vs %d pods\t%.0f vs %.0f MiB (%.1f%%)\t-\t<= %d%%: %s\t\n", a.Requests, a.Pods, z.Pods, a.PeakRSSMiB, z.PeakRSSMiB, m.DiffPercent, goalMemoryDiffPct, mark(m.DiffPercent <= goalMemoryDiffPct))
 	}
 	_ = w.Flush() // into a strings.Builder, which cannot fail
+	scaleTable(&b, r)
+	baselineTable(&b, r)
 	return b.String()
+}
+
+// baselineTable renders the storm at the largest size with the baseline's binary
+// next to the current controller's and the API server's floor. The baseline is
+// recorded, not checked: what it misses is said, never failed on.
+func baselineTable(b *strings.Builder, r *Result) {
+	base := r.Baseline
+	if base == nil {
+		return
+	}
+	bs := base.Storm
+	var now *ScalePoint
+	for i := range r.Scale {
+		if r.Scale[i].Requests == bs.Requests {
+			now = &r.Scale[i]
+		}
+	}
+	fmt.Fprintf(b, "\nThe controller now next to the baseline, %s (%s): a storm of %d on fresh incidents, each after its own floor\n\n",
+		base.Version, base.Binary, bs.Requests)
+	w := tabwriter.NewWriter(b, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(w, "MEASURE\tBASELINE\tNOW\tFLOOR\t")
+	cells := func(f func(p ScalePoint) string) (string, string) {
+		if now == nil {
+			return f(bs), "-"
+		}
+		return f(bs), f(*now)
+	}
+	row := func(measure string, f func(p ScalePoint) string, floor string) {
+		bc, nc := cells(f)
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t\n", measure, bc, nc, floor)
+	}
+	floor := "-"
+	if now != nil && now.FloorSeconds > 0 {
+		floor = fmt.Sprintf("%.2f s (the baseline's %.2f s)", now.FloorSeconds, bs.FloorSeconds)
+	} else if bs.FloorSeconds > 0 {
+		floor = fmt.Sprintf("the baseline's %.2f s", bs.FloorSeconds)
+	}
+	row(fmt.Sprintf("storm of %d, all terminal", bs.Requests), func(p ScalePoint) string {
+		return fmt.Sprintf("%s (%d Succeeded)", secs(p.TerminalSeconds), p.Succeeded)
+	}, floor)
+	row("storm / its floor", func(p ScalePoint) string {
+		if p.Ratio == 0 {
+			return "-"
+		}
+		return fmt.Sprintf("%.1fx", p.Ratio)
+	}, "1.0x")
+	row("API calls per request", func(p ScalePoint) string {
+		return fmt.Sprintf("%.1f (%s)", p.APICallsPerRequest, byMethod(p.APICallsByKind, p.Requests))
+	}, fmt.Sprintf("budget %d (now only)", callBudget))
+	row("peak RSS", func(p ScalePoint) string { return fmt.Sprintf("%.0f MiB", p.PeakRSSMiB) }, "-")
+	_ = w.Flush()
+	var missed []string
+	if bs.TerminalSeconds == 0 {
+		missed = append(missed, "not all terminal")
+	}
+	if bs.Succeeded != bs.Requests {
+		missed = append(missed, fmt.Sprintf("%d of %d Succeeded", bs.Succeeded, bs.Requests))
+	}
+	if bs.APICallsPerRequest > callBudget {
+		missed = append(missed, fmt.Sprintf("over the call budget of %d", callBudget))
+	}
+	if len(missed) > 0 {
+		fmt.Fprintf(b, "\nThe baseline, recorded and not checked: %s\n", strings.Join(missed, ", "))
+	}
+}
+
+// scaleTable renders the storm at each size next to the API server's floor, and
+// the call budget's verdict.
+func scaleTable(b *strings.Builder, r *Result) {
+	if len(r.Scale) == 0 {
+		return
+	}
+	fmt.Fprintf(b, "\nThe storm against the API server's floor (the same releases with the minimum calls, 32 workers, no controller)\n\n")
+	w := tabwriter.NewWriter(b, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(w, "REQUESTS\tALL TERMINAL\tFLOOR\tSTORM / FLOOR\tAPI CALLS PER REQUEST\tPEAK RSS\t")
+	for _, p := range r.Scale {
+		ratio := "-"
+		if p.Ratio > 0 {
+			ratio = fmt.Sprintf("%.1fx", p.Ratio)
+		}
+		fmt.Fprintf(w, "%d\t%s (%d Succeeded)\t%.2f s\t%s\t%.1f (%s)\t%.0f MiB\t\n",
+			p.Requests, secs(p.TerminalSeconds), p.Succeeded, p.FloorSeconds, ratio, p.APICallsPerRequest, byMethod(p.APICallsByKind, p.Requests), p.PeakRSSMiB)
+	}
+	_ = w.Flush()
+	over := overBudget(r)
+	if len(over) == 0 {
+		fmt.Fprintf(b, "\nAPI call budget, <= %d per request at every size: met\n", callBudget)
+		return
+	}
+	fmt.Fprintf(b, "\nAPI call budget, <= %d per request at every size: EXCEEDED\n", callBudget)
+	for _, o := range over {
+		fmt.Fprintf(b, "  %s\n", o)
+	}
 }
 
 func secs(s float64) string {

@@ -1,0 +1,72 @@
+package main
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestVerdictCallBudget(t *testing.T) {
+	p := presets["small"]
+	point := func(n int, calls float64, by map[string]int) ScalePoint {
+		return ScalePoint{Requests: n, TerminalSeconds: 1, FloorSeconds: 0.1, Succeeded: n, APICallsPerRequest: calls, APICallsByKind: by}
+	}
+
+	t.Run("within the budget at every size", func(t *testing.T) {
+		r := &Result{Scale: []ScalePoint{point(1, 4, nil), point(100, 3.5, nil)}}
+		require.NoError(t, verdict(r, p))
+		assert.Contains(t, summarise(r), "per request at every size: met")
+	})
+
+	t.Run("one size over the budget fails the run", func(t *testing.T) {
+		r := &Result{Scale: []ScalePoint{
+			point(1, 4, nil),
+			point(100, 12.5, map[string]int{"GET": 830, "PATCH": 200, "DELETE": 100, "POST": 120}),
+		}}
+		err := verdict(r, p)
+		require.Error(t, err)
+		assert.Contains(t, err.Error(), "storm of 100: 12.5 API calls per request (1250 in all), budget 4 (DELETE 1.0, GET 8.3, PATCH 2.0, POST 1.2)")
+		assert.NotContains(t, err.Error(), "storm of 1:")
+		assert.Contains(t, summarise(r), "EXCEEDED")
+	})
+
+	t.Run("a result without the scale is checked on its storm", func(t *testing.T) {
+		r := &Result{Storm: &Storm{Requests: 100, TerminalSeconds: 5, Succeeded: 100, APICallsPerRequest: 6}}
+		err := verdict(r, p)
+		require.Error(t, err)
+		assert.Contains(t, err.Error(), "storm of 100: 6.0 API calls per request (600 in all)")
+	})
+
+	t.Run("a size not terminal or not all Succeeded fails the run", func(t *testing.T) {
+		stuck := point(100, 3, nil)
+		stuck.TerminalSeconds, stuck.Succeeded = 0, 90
+		err := verdict(&Result{Scale: []ScalePoint{point(1, 3, nil), stuck}}, p)
+		require.Error(t, err)
+		assert.Contains(t, err.Error(), "storm of 100 not terminal")
+		assert.Contains(t, err.Error(), "storm of 100: 90 of 100 Succeeded")
+	})
+	t.Run("the baseline is recorded, never failed on", func(t *testing.T) {
+		base := point(100, 12.5, map[string]int{"GET": 830, "PATCH": 200, "DELETE": 100, "POST": 120})
+		base.TerminalSeconds, base.Succeeded = 0, 90
+		now := point(100, 3.5, map[string]int{"PATCH": 200, "DELETE": 100, "POST": 50})
+		now.TerminalSeconds, now.Ratio, now.PeakRSSMiB = 2.5, 25, 80
+		r := &Result{Scale: []ScalePoint{point(1, 4, nil), now},
+			Baseline: &Baseline{Version: "remediator a9f3949", Binary: "bin/remediator-baseline", Storm: base}}
+		require.NoError(t, verdict(r, p))
+		s := summarise(r)
+		assert.Contains(t, s, "The controller now next to the baseline, remediator a9f3949 (bin/remediator-baseline): a storm of 100")
+		assert.Regexp(t, `MEASURE\s+BASELINE\s+NOW\s+FLOOR`, s)
+		assert.Regexp(t, `storm of 100, all terminal\s+not reached \(90 Succeeded\)\s+2\.5 s \(100 Succeeded\)\s+0\.10 s`, s)
+		assert.Regexp(t, `API calls per request\s+12\.5 \(DELETE 1\.0, GET 8\.3, PATCH 2\.0, POST 1\.2\)\s+3\.5 \(DELETE 1\.0, PATCH 2\.0, POST 0\.5\)`, s)
+		assert.Contains(t, s, "The baseline, recorded and not checked: not all terminal, 90 of 100 Succeeded, over the call budget of 4")
+		assert.Contains(t, s, "per request at every size: met")
+	})
+}
+
+func TestCommand(t *testing.T) {
+	assert.Equal(t, "make bench BENCH=small", command("small", ""))
+	assert.Equal(t, "make bench BENCH=full BASELINE=a9f3949", command("full", "remediator a9f3949"))
+	assert.Equal(t, "make bench BENCH=full BASELINE=<the baseline's git ref>", command("full", "remediator a9f3949-dirty"))
+	assert.Equal(t, "make bench BENCH=full BASELINE=<the baseline's git ref>", command("full", "/work/main/bin/remediator-old"))
+}
