@@ -2,7 +2,9 @@ package policies
 
 import (
 	"encoding/json"
+	"fmt"
 	"reflect"
+	"runtime"
 	"slices"
 	"testing"
 	"time"
@@ -136,4 +138,43 @@ func BenchmarkDecideLatency(b *testing.B) {
 	at := func(q float64) float64 { return float64(durations[int(q*float64(len(durations)-1))].Nanoseconds()) }
 	b.ReportMetric(at(0.50), "p50-ns")
 	b.ReportMetric(at(0.99), "p99-ns")
+}
+
+// TestDecisionsDoNotAccumulate: a compiled copy of the policy makes decision after
+// decision for the life of the controller, so what one decision compiles into its
+// cue.Context must not stay there. Compiling the input as a file of its own
+// (CompileBytes) kept about 20 KiB per distinct input for good: 21 MB over a storm
+// of 1,000, and a controller's heap growing for as long as it ran.
+func TestDecisionsDoNotAccumulate(t *testing.T) {
+	c, err := compile(embedded)
+	require.NoError(t, err)
+	inst, err := c.take()
+	require.NoError(t, err)
+	ins := latencyInputs(&testing.B{})
+	made := 0
+	decide := func(n int) uint64 {
+		for range n {
+			// Each request names its own volume, as in a storm.
+			made++
+			in := ins[made%len(ins)]
+			f := *in.Facts
+			f.Target.Ref = fmt.Sprintf("PersistentVolume pvc-%d", made)
+			in.Facts = &f
+			in.Conflicts = []string{} // as Decide fills it in
+			data, err := json.Marshal(in)
+			require.NoError(t, err)
+			_, err = decideInput(inst.ctx, inst.policy, data)
+			require.NoError(t, err)
+		}
+		runtime.GC()
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		// The copy is measured in use, as the pool keeps it.
+		runtime.KeepAlive(inst)
+		return ms.HeapAlloc
+	}
+	before := decide(100)
+	after := decide(1000)
+	grown := int64(after) - int64(before)
+	assert.Less(t, grown, int64(4<<20), "one copy's heap grew by %d KiB over 1,000 decisions", grown>>10)
 }

@@ -13,6 +13,8 @@ import (
 	"time"
 	"unicode"
 
+	cuejson "cuelang.org/go/encoding/json"
+
 	"cuelang.org/go/cue"
 
 	"github.com/remediator/remediator/api/v1alpha1"
@@ -366,8 +368,14 @@ func (e *Engine) timedOut(c *compiledPolicy, what string, timeout time.Duration)
 
 // decideInput fills the input into the policy, whose only user it must be, and
 // decodes its decision. An input outside #Input fails even where no rule reads it.
+// The input is built as an expression, not compiled as a file: a cue.Context keeps
+// every file compiled into it, and a copy decides for the life of the controller.
 func decideInput(ctx *cue.Context, policy cue.Value, data []byte) (decoded, error) {
-	iv := ctx.CompileBytes(data)
+	expr, err := cuejson.Extract("input.json", data)
+	if err != nil {
+		return decoded{}, fmt.Errorf("compiling policy input: %w", err)
+	}
+	iv := ctx.BuildExpr(expr)
 	if err := iv.Err(); err != nil {
 		return decoded{}, fmt.Errorf("compiling policy input: %w", err)
 	}
