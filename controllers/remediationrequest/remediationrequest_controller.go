@@ -113,6 +113,9 @@ type scope struct {
 	// run a playbook; empty when it did not. A Lease release decided here acts in
 	// this reconcile once its intent is journaled, on facts as of this version.
 	decidedAt string
+	// journaled is true once this reconcile wrote a journal before acting on it
+	// (journalThenAct).
+	journaled bool
 }
 
 // SetupWithManager registers the reconciler and the guards' index.
@@ -385,6 +388,7 @@ func (r *Reconciler) journalThenAct(ctx context.Context, s *scope) (ctrl.Result,
 	if err := r.patchStatus(ctx, s); err != nil {
 		return ctrl.Result{}, err
 	}
+	s.journaled = true
 	if s.rr.Status.Phase != v1alpha1.PhaseRunning {
 		return ctrl.Result{}, nil
 	}

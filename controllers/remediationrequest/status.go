@@ -40,7 +40,11 @@ func (r *Reconciler) patchStatus(ctx context.Context, s *scope) error {
 		// Only a write the API server applied moves the resourceVersion: a patch of
 		// sub-second times that the stored form rounds away changes nothing, and
 		// waiting for the cache to move past from would then wait forever.
-		if s.rr.ResourceVersion != from && !s.rr.Status.Phase.Terminal() {
+		// A terminal write brings no reconcile of its own, so it is not waited for:
+		// but after a journal write earlier in this reconcile (journalThenAct) that
+		// write's watch event is still on its way, and the reconcile it brings must
+		// not act on the journal this one has since moved past.
+		if s.rr.ResourceVersion != from && (!s.rr.Status.Phase.Terminal() || s.journaled) {
 			r.written.wrote(s.rr.UID, from)
 		}
 		// The effects of the write, carried out only once the API server applied it,

@@ -196,8 +196,10 @@ func PrepareCache(ctx context.Context, mgr ctrl.Manager) (*facts.Watermarks, err
 // CatchUpWait bounds how long a read that needs the cache as new as the request (the
 // holder's node Lease before a release, a miss that must be confirmed) waits for it
 // to catch up before it is made live. Every kubelet renews its node Lease every 10 s,
-// so in a cluster of a hundred nodes that cache moves every 0.1 s.
-const CatchUpWait = 250 * time.Millisecond
+// so in a cluster of a hundred nodes that cache moves every 0.1 s; a storm that
+// loads the API server delays every watch, and a worker waiting here would otherwise
+// wait on a live read the API server answers as slowly.
+const CatchUpWait = time.Second
 
 // Gatherers returns the gatherer a decision reads through (the cache, pods live) and
 // the ones the re-read before a destructive step reads through. Before a step of a
