@@ -112,10 +112,13 @@ func callsSince(before, after scrape) (float64, map[string]int) {
 
 // The controller's API calls have settled once rest_client_requests_total is
 // unchanged for settleQuiet; settle gives up waiting after settleBound. After a
-// start the wait is at least startupSettle.
+// start the wait is at least startupSettle. The bound covers a start next to a
+// thousand stuck Leases: detection's first scan reads each one's pods once (a
+// controller that has been running did that when the Leases got stuck, before
+// anyone wrote a request), a minute on this machine.
 const (
 	settleQuiet   = time.Second
-	settleBound   = 10 * time.Second
+	settleBound   = 90 * time.Second
 	startupSettle = 2 * time.Second
 )
 

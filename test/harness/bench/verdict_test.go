@@ -19,6 +19,13 @@ func TestVerdictCallBudget(t *testing.T) {
 		assert.Contains(t, summarise(r), "per request at every size: met")
 	})
 
+	t.Run("a few live reads of a loaded machine pass, a write more does not", func(t *testing.T) {
+		reads := &Result{Scale: []ScalePoint{point(100, 4.03, map[string]int{"GET": 3, "PATCH": 200, "DELETE": 100, "POST": 100})}}
+		require.NoError(t, verdict(reads, p))
+		write := &Result{Scale: []ScalePoint{point(100, 5, map[string]int{"PATCH": 300, "DELETE": 100, "POST": 100})}}
+		require.Error(t, verdict(write, p))
+	})
+
 	t.Run("one size over the budget fails the run", func(t *testing.T) {
 		r := &Result{Scale: []ScalePoint{
 			point(1, 4, nil),
