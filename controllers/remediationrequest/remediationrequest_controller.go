@@ -385,8 +385,14 @@ func (s *scope) actsAtOnce(playbooks remediations.Playbooks) bool {
 // and its Done check then sees what the call did) advances the playbook again in
 // this reconcile. The step re-reads its facts as of the decision (freshReader).
 func (r *Reconciler) journalThenAct(ctx context.Context, s *scope) (ctrl.Result, error) {
+	from := s.rr.ResourceVersion
 	if err := r.patchStatus(ctx, s); err != nil {
 		return ctrl.Result{}, err
+	}
+	if s.rr.ResourceVersion == from {
+		// No journal was applied (the request is gone): nothing destructive runs
+		// without one.
+		return ctrl.Result{}, nil
 	}
 	s.journaled = true
 	if s.rr.Status.Phase != v1alpha1.PhaseRunning {

@@ -60,3 +60,28 @@ func TestEventsFollowTheStatusWrite(t *testing.T) {
 	require.NoError(t, reconcile())
 	assert.Len(t, events.Events, 1)
 }
+
+// TestNoActWithoutTheJournal: a release acts in the reconcile that decided it only
+// once the API server applied the write that journals its step; a request gone
+// before that write (NotFound, which a status write takes as nothing to report)
+// never reaches the step, whose call would then have no journal.
+func TestNoActWithoutTheJournal(t *testing.T) {
+	scheme := runtime.NewScheme()
+	require.NoError(t, v1alpha1.AddToScheme(scheme))
+	stored := &v1alpha1.RemediationRequest{ObjectMeta: metav1.ObjectMeta{Namespace: "remediator", Name: "gone", Generation: 1}}
+	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(stored).WithStatusSubresource(stored).
+		WithInterceptorFuncs(interceptor.Funcs{SubResourcePatch: func(_ context.Context, _ client.Client, _ string, o client.Object, _ client.Patch, _ ...client.SubResourcePatchOption) error {
+			return apierrors.NewNotFound(schema.GroupResource{Group: "remediator.io", Resource: "remediationrequests"}, o.GetName())
+		}}).Build()
+	// No gatherer, no playbooks: a reconcile that went on to the step would fail here.
+	r := &Reconciler{Client: c, Recorder: record.NewFakeRecorder(10)}
+	rr := &v1alpha1.RemediationRequest{}
+	require.NoError(t, c.Get(context.Background(), client.ObjectKeyFromObject(stored), rr))
+	s := &scope{rr: rr, base: rr.DeepCopy(), now: metav1.Now().Time, decidedAt: rr.ResourceVersion}
+	rr.Status.Phase = v1alpha1.PhaseRunning
+	rr.Status.Steps = []v1alpha1.StepStatus{{Name: v1alpha1.StepDeleteLease, State: v1alpha1.StepRunning}}
+	res, err := r.journalThenAct(context.Background(), s)
+	require.NoError(t, err)
+	assert.Zero(t, res)
+	assert.False(t, s.journaled)
+}
