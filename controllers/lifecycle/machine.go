@@ -39,18 +39,19 @@ type Event struct {
 // queued, in order. An Event reports what happened, once: the write that accepts a
 // playbook and journals a step's start before acting records none for them (the
 // conditions and status.steps say so; the step's end follows within the write that
-// records it), and the rest are merged into one Event of each type, with the last
-// one's reason and every message in order. So a Lease release records one Event,
-// when it ends, and the Events of a storm stay one per request: client-go's
-// recorder drops the Events its queue cannot hold, and each costs the API server a
-// write.
+// records it), and the other Normal ones are merged into one, with the last one's
+// reason and every message in order. Warnings are each recorded: few, and each
+// reason is what someone alerts on (BreakGlass, FixNotHeld). So a Lease release
+// records one Event, when it ends, and the Events of a storm stay one per request:
+// client-go's recorder drops the Events its queue cannot hold, and each costs the API
+// server a write.
 func EventsOfWrite(events []Event) []Event {
 	var out []Event
 	for _, e := range events {
 		if e.Type == corev1.EventTypeNormal && (e.Reason == v1alpha1.EventAccepted || e.Reason == v1alpha1.EventStepStarted) {
 			continue
 		}
-		i := slices.IndexFunc(out, func(o Event) bool { return o.Type == e.Type })
+		i := slices.IndexFunc(out, func(o Event) bool { return o.Type == corev1.EventTypeNormal && e.Type == corev1.EventTypeNormal })
 		if i < 0 {
 			out = append(out, e)
 			continue

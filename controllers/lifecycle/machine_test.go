@@ -230,6 +230,10 @@ func TestEventsOfWrite(t *testing.T) {
 			queued: []lifecycle.Event{normal(v1alpha1.EventStepSucceeded, "Evicted"), warning("WindowClosedAfterEviction", "closed"), normal(v1alpha1.EventDone, "completed")},
 			want:   []lifecycle.Event{normal(v1alpha1.EventDone, "Evicted; completed"), warning("WindowClosedAfterEviction", "closed")},
 		},
+		"each warning is its own Event": {
+			queued: []lifecycle.Event{warning("BreakGlass", "written by break glass"), warning(v1alpha1.EventRejected, "Rejected: holder-healthy")},
+			want:   []lifecycle.Event{warning("BreakGlass", "written by break glass"), warning(v1alpha1.EventRejected, "Rejected: holder-healthy")},
+		},
 		"a rejection is an outcome": {
 			queued: []lifecycle.Event{warning(v1alpha1.EventRejected, "Rejected: holder-healthy")},
 			want:   []lifecycle.Event{warning(v1alpha1.EventRejected, "Rejected: holder-healthy")},
