@@ -24,6 +24,10 @@ func TestVerdictCallBudget(t *testing.T) {
 		require.NoError(t, verdict(reads, p))
 		write := &Result{Scale: []ScalePoint{point(100, 5, map[string]int{"PATCH": 300, "DELETE": 100, "POST": 100})}}
 		require.Error(t, verdict(write, p))
+		one := &Result{Scale: []ScalePoint{point(1, 5, map[string]int{"GET": 1, "PATCH": 2, "DELETE": 1, "POST": 1})}}
+		require.NoError(t, verdict(one, p), "one request's one live read")
+		oneWrite := &Result{Scale: []ScalePoint{point(1, 5, map[string]int{"PATCH": 3, "DELETE": 1, "POST": 1})}}
+		require.Error(t, verdict(oneWrite, p), "one request's one write more")
 	})
 
 	t.Run("one size over the budget fails the run", func(t *testing.T) {
