@@ -218,7 +218,7 @@ const CatchUpWait = time.Second
 // the cache does not hold, a Lease in a Trident namespace a request overrides for
 // one, is read live by all.
 //
-// A cache miss is confirmed live (confirmMisses) only where the absence would let a
+// A cache miss is confirmed live (confirmMiss) only where the absence would let a
 // destructive step go ahead or reject the request for good, and the marks do not
 // show the cache has caught up with the request.
 //
@@ -227,7 +227,7 @@ const CatchUpWait = time.Second
 func Gatherers(mgr ctrl.Manager, fc facts.Config, marks *facts.Watermarks) (decide, fresh, freshRelease *facts.Gatherer) {
 	gatherer := func(l live) *facts.Gatherer {
 		r := facts.SplitReader{Cache: mgr.GetClient(), Live: LiveReader(mgr), Cached: cachedReads(fc, l),
-			Marks: marks, Confirm: confirmMisses(), Wait: CatchUpWait}
+			Marks: marks, Confirm: confirmMiss, Wait: CatchUpWait}
 		if l.holderAsOfRequest {
 			r.Fresh = holderHeartbeat
 		}
@@ -244,7 +244,7 @@ func holderHeartbeat(obj runtime.Object, ns string) bool {
 	return ok && ns == corev1.NamespaceNodeLease
 }
 
-// confirmMisses says which absences are confirmed live (unless the marks cover the
+// confirmMiss says which absences are confirmed live (unless the marks cover the
 // request): the objects a request resolves (its PV, claim and Trident Lease, a CSI
 // target's Node and CSINode), whose absence rejects it, and what makes a holder
 // count as silent or gone (its Node, its node Lease), which lets a release go ahead.
@@ -253,14 +253,12 @@ func holderHeartbeat(obj runtime.Object, ns string) bool {
 // VolumeAttachment to a holder is made only for a pod bound to that node, which a
 // Shutdown holder (NotReady, with the out-of-service taint no pod tolerates unasked)
 // is not given, and only a Shutdown holder's release waits on it.
-func confirmMisses() func(runtime.Object, string) bool {
-	return func(obj runtime.Object, _ string) bool {
-		switch obj.(type) {
-		case *storagev1.VolumeAttachment, *storagev1.CSIDriver:
-			return false
-		}
-		return true
+func confirmMiss(obj runtime.Object, _ string) bool {
+	switch obj.(type) {
+	case *storagev1.VolumeAttachment, *storagev1.CSIDriver:
+		return false
 	}
+	return true
 }
 
 // LogReader reads pods' logs with the manager's configuration and HTTP client. A
