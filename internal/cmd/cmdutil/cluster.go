@@ -75,9 +75,9 @@ func NewClusterFlags(withNamespace bool) *ClusterFlags {
 // matter only when facts are read live (plan can take saved ones).
 func (c *ConnectionFlags) AddFlags(fs *pflag.FlagSet, liveOnly string) {
 	c.kube.AddFlags(fs)
-	fs.Float32Var(&c.qps, "kube-api-qps", 50,
-		"Queries per second to the API server. client-go's default of 5 throttles a controller that re-reads facts before every destructive call"+liveOnly)
-	fs.IntVar(&c.burst, "kube-api-burst", 100, "Burst of queries to the API server above --kube-api-qps"+liveOnly)
+	fs.Float32Var(&c.qps, "kube-api-qps", 0,
+		"Queries per second to the API server, a client-side limit; 0 sets none and leaves the pace to the API server's priority and fairness, as controller-runtime does"+liveOnly)
+	fs.IntVar(&c.burst, "kube-api-burst", 100, "Burst of queries to the API server above --kube-api-qps, when it is set"+liveOnly)
 }
 
 // AddFlags registers the connection and Trident flags.
@@ -144,15 +144,25 @@ func (c *ClusterFlags) FactsConfig() (facts.Config, error) {
 
 // RESTConfig loads the kubeconfig the flags name (else $KUBECONFIG or
 // ~/.kube/config, else the in-cluster config), with the rate limit.
+//
+// By default there is no client-side limit. The API server's priority and fairness
+// queues and sheds load per client, fairly, which a token bucket in each client
+// cannot; and a bucket sized for a quiet day paces a storm: 50 queries a second held
+// a storm of 1,000 releases, two status writes each, to 40 s where the API server
+// allowed 24 (docs/benchmarks.md).
 func (c *ConnectionFlags) RESTConfig() (*rest.Config, error) {
-	if c.qps <= 0 || c.burst <= 0 {
-		return nil, fmt.Errorf("--kube-api-qps and --kube-api-burst must be positive, got %v and %d", c.qps, c.burst)
+	if c.qps < 0 || (c.qps > 0 && c.burst <= 0) {
+		return nil, fmt.Errorf("--kube-api-qps must be 0 (no client-side limit) or positive, with a positive --kube-api-burst; got %v and %d", c.qps, c.burst)
 	}
 	cfg, err := c.kube.ToRESTConfig()
 	if err != nil {
 		return nil, fmt.Errorf("loading kubeconfig: %w", err)
 	}
 	cfg.QPS, cfg.Burst = c.qps, c.burst
+	if c.qps == 0 {
+		// client-go reads 0 as its default of 5 a second; a negative QPS is none.
+		cfg.QPS = -1
+	}
 	return cfg, nil
 }
 

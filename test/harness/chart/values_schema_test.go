@@ -41,7 +41,7 @@ func TestSchemaRefusesWrongValues(t *testing.T) {
 		{"not a duration", map[string]any{"evictionTimeout": "ten minutes"}, "evictionTimeout"},
 		{"a duration without unit", map[string]any{"nodeLeaseGracePeriod": 40}, "nodeLeaseGracePeriod"},
 		{"qps a string", map[string]any{"kubeAPI": map[string]any{"qps": "fast"}}, "qps"},
-		{"qps zero", map[string]any{"kubeAPI": map[string]any{"qps": 0}}, "qps"},
+		{"qps negative", map[string]any{"kubeAPI": map[string]any{"qps": -1}}, "qps"},
 		{"no reconcile workers", map[string]any{"maxConcurrentReconciles": 0}, "maxConcurrentReconciles"},
 		{"extraArgs a string", map[string]any{"extraArgs": "--v=4"}, "extraArgs"},
 		{"an env value that is no string", map[string]any{"extraEnv": []any{map[string]any{"name": "KUBERNETES_SERVICE_PORT", "value": 6443}}}, "extraEnv"},
