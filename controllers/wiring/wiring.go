@@ -196,10 +196,14 @@ func PrepareCache(ctx context.Context, mgr ctrl.Manager) (*facts.Watermarks, err
 // CatchUpWait bounds how long a read that needs the cache as new as the request (the
 // holder's node Lease before a release, a miss that must be confirmed) waits for it
 // to catch up before it is made live. Every kubelet renews its node Lease every 10 s,
-// so in a cluster of a hundred nodes that cache moves every 0.1 s; a storm that
-// loads the API server delays every watch, and a worker waiting here would otherwise
-// wait on a live read the API server answers as slowly.
-const CatchUpWait = time.Second
+// so in a cluster of a hundred nodes that cache moves every 0.1 s; but renewals come
+// in bursts where one process renews many (kwok's simulated nodes: a burst every
+// 2.5 s, with gaps of 1.1 to 1.3 s between them, measured while a storm ran), and a
+// storm that loads the API server delays every watch. A wait of 1 s missed such gaps:
+// the whole first wave of a storm, one request per worker, read live (11 GETs in a
+// storm of 100). A worker waiting here costs the API server nothing, where a live
+// read is a call it answers as slowly as the watch it would replace.
+const CatchUpWait = 2 * time.Second
 
 // Gatherers returns the gatherer a decision reads through (the cache, pods live) and
 // the ones the re-read before a destructive step reads through. Before a step of a
