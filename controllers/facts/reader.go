@@ -38,8 +38,11 @@ type SplitReader struct {
 	// nil: every miss.
 	Confirm func(obj runtime.Object, namespace string) bool
 	// Wait bounds how long a read waits for the cache to catch up with the request
-	// before it is made live; zero: not at all.
+	// before it is made live, while the cache does not move; zero: not at all.
 	Wait time.Duration
+	// WaitBound bounds the wait of a cache that moves without catching up: a watch
+	// behind, delivering older changes (Watermarks.WaitCovers). Below Wait: Wait.
+	WaitBound time.Duration
 	// TrustCacheMisses makes a NotFound from Cache final: the detector's next scan
 	// (verification's next check) sees what the cache missed, and confirming every
 	// miss would cost a GET per scan for each Lease not named after a PV and each
@@ -52,7 +55,7 @@ func (r SplitReader) Get(ctx context.Context, key client.ObjectKey, obj client.O
 	if r.Cached == nil || !r.Cached(obj, key.Namespace) {
 		return r.Live.Get(ctx, key, obj, opts...)
 	}
-	if r.Fresh != nil && r.Fresh(obj, key.Namespace) && !r.Marks.WaitCovers(ctx, KindOf(obj), key.Namespace, asOf(ctx), r.Wait) {
+	if r.Fresh != nil && r.Fresh(obj, key.Namespace) && !r.Marks.WaitCovers(ctx, KindOf(obj), key.Namespace, asOf(ctx), r.Wait, r.WaitBound) {
 		return r.Live.Get(ctx, key, obj, opts...)
 	}
 	err := r.Cache.Get(ctx, key, obj, opts...)
@@ -68,7 +71,7 @@ func (r SplitReader) confirmMiss(ctx context.Context, obj runtime.Object, namesp
 	if r.TrustCacheMisses || (r.Confirm != nil && !r.Confirm(obj, namespace)) {
 		return false
 	}
-	return !r.Marks.WaitCovers(ctx, KindOf(obj), namespace, asOf(ctx), r.Wait)
+	return !r.Marks.WaitCovers(ctx, KindOf(obj), namespace, asOf(ctx), r.Wait, r.WaitBound)
 }
 
 // List implements client.Reader.

@@ -84,43 +84,56 @@ func (w *Watermarks) observe(kind string, obj any) {
 // Covers reports whether the cache of kind in namespace ("" for cluster-scoped
 // kinds) holds every change up to resourceVersion rv.
 func (w *Watermarks) Covers(kind, namespace, rv string) bool {
-	ok, _ := w.covers(kind, namespace, rv)
+	ok, _, _ := w.covers(kind, namespace, rv)
 	return ok
 }
 
-func (w *Watermarks) covers(kind, namespace, rv string) (bool, <-chan struct{}) {
+func (w *Watermarks) covers(kind, namespace, rv string) (bool, uint64, <-chan struct{}) {
 	if w == nil {
-		return false, nil
+		return false, 0, nil
 	}
 	want, err := strconv.ParseUint(rv, 10, 64)
 	if err != nil {
-		return false, nil
+		return false, 0, nil
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.marks[markKey{kind: kind, namespace: namespace}] >= want, w.advanced
+	mark := w.marks[markKey{kind: kind, namespace: namespace}]
+	return mark >= want, mark, w.advanced
 }
 
-// WaitCovers waits up to max for Covers(kind, namespace, rv), and reports whether it
-// came: in a cluster of many nodes their heartbeats move the Node and node Lease
-// marks many times a second.
-func (w *Watermarks) WaitCovers(ctx context.Context, kind, namespace, rv string, max time.Duration) bool {
-	ok, advanced := w.covers(kind, namespace, rv)
-	if ok || advanced == nil || max <= 0 {
+// WaitCovers waits for Covers(kind, namespace, rv), and reports whether it came. It
+// gives up once the mark has not moved for quiet, or after bound in all (at least
+// quiet). A mark that moves without reaching rv is a watch delivering changes older
+// than the request: behind, and catching up, where a live read would be answered as
+// slowly as the watch; so each move restarts the quiet wait, until bound. A mark
+// that does not move is a kind nobody is changing (kubelets renew their node Leases
+// every 10 s, so in a cluster of many nodes that cache moves many times a second),
+// or a broken watch: then the read is made live.
+func (w *Watermarks) WaitCovers(ctx context.Context, kind, namespace, rv string, quiet, bound time.Duration) bool {
+	ok, mark, advanced := w.covers(kind, namespace, rv)
+	if ok || advanced == nil || quiet <= 0 {
 		return ok
 	}
-	t := time.NewTimer(max)
+	deadline := time.Now().Add(max(quiet, bound))
+	t := time.NewTimer(quiet)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return false
 		case <-t.C:
-			ok, _ := w.covers(kind, namespace, rv)
+			ok, _, _ := w.covers(kind, namespace, rv)
 			return ok
 		case <-advanced:
-			if ok, advanced = w.covers(kind, namespace, rv); ok {
+			var moved uint64
+			if ok, moved, advanced = w.covers(kind, namespace, rv); ok {
 				return true
+			}
+			if moved > mark {
+				// Behind but moving: wait another quiet, within the bound.
+				mark = moved
+				t.Reset(min(quiet, time.Until(deadline)))
 			}
 		}
 	}

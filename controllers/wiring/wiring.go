@@ -205,6 +205,12 @@ func PrepareCache(ctx context.Context, mgr ctrl.Manager) (*facts.Watermarks, err
 // read is a call it answers as slowly as the watch it would replace.
 const CatchUpWait = 2 * time.Second
 
+// CatchUpBound bounds the wait of a cache that moves without catching up with the
+// request (facts.Watermarks.WaitCovers): its watch is behind, as the API server
+// delays every watch in a storm, and a live read would wait as long in the same
+// queues.
+const CatchUpBound = 10 * time.Second
+
 // Gatherers returns the gatherer a decision reads through (the cache, pods live) and
 // the ones the re-read before a destructive step reads through. Before a step of a
 // disruptive playbook (cordon, eviction, plugin-pod restart) everything the floor
@@ -231,7 +237,7 @@ const CatchUpWait = 2 * time.Second
 func Gatherers(mgr ctrl.Manager, fc facts.Config, marks *facts.Watermarks) (decide, fresh, freshRelease *facts.Gatherer) {
 	gatherer := func(l live) *facts.Gatherer {
 		r := facts.SplitReader{Cache: mgr.GetClient(), Live: LiveReader(mgr), Cached: cachedReads(fc, l),
-			Marks: marks, Confirm: confirmMiss, Wait: CatchUpWait}
+			Marks: marks, Confirm: confirmMiss, Wait: CatchUpWait, WaitBound: CatchUpBound}
 		if l.holderAsOfRequest {
 			r.Fresh = holderHeartbeat
 		}
