@@ -68,18 +68,19 @@ func TestClusterFlagsRefuseBadValues(t *testing.T) {
 	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
 	require.NoError(t, os.WriteFile(kubeconfig, []byte("apiVersion: v1\nkind: Config\n"), 0o600))
 	bad := []struct {
-		flag, value, want string
+		flags []string
+		want  string
 	}{
-		{"node-lease-grace-period", "0s", "--node-lease-grace-period must be positive, got 0s"},
-		{"node-lease-grace-period", "-1m", "--node-lease-grace-period must be positive, got -1m0s"},
-		{"node-plugin-selector", "app in (", "parsing --node-plugin-selector"},
-		{"kube-api-qps", "0", "--kube-api-qps and --kube-api-burst must be positive"},
-		{"kube-api-burst", "-1", "--kube-api-qps and --kube-api-burst must be positive"},
+		{[]string{"--node-lease-grace-period=0s"}, "--node-lease-grace-period must be positive, got 0s"},
+		{[]string{"--node-lease-grace-period=-1m"}, "--node-lease-grace-period must be positive, got -1m0s"},
+		{[]string{"--node-plugin-selector=app in ("}, "parsing --node-plugin-selector"},
+		{[]string{"--kube-api-qps=-1"}, "--kube-api-qps must be 0 (no client-side limit) or positive"},
+		{[]string{"--kube-api-qps=20", "--kube-api-burst=-1"}, "with a positive --kube-api-burst"},
 	}
 	for _, c := range clusterCommands {
 		for _, b := range bad {
-			t.Run(c.name+"/"+b.flag+"="+b.value, func(t *testing.T) {
-				args := append([]string{"--kubeconfig", kubeconfig, "--" + b.flag + "=" + b.value}, c.args...)
+			t.Run(c.name+"/"+strings.Join(b.flags, " "), func(t *testing.T) {
+				args := append(append([]string{"--kubeconfig", kubeconfig}, b.flags...), c.args...)
 				_, err := execute(c.new(), args...)
 				require.Error(t, err)
 				assert.Contains(t, err.Error(), b.want)
