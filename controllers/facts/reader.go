@@ -55,7 +55,7 @@ func (r SplitReader) Get(ctx context.Context, key client.ObjectKey, obj client.O
 	if r.Cached == nil || !r.Cached(obj, key.Namespace) {
 		return r.Live.Get(ctx, key, obj, opts...)
 	}
-	if r.Fresh != nil && r.Fresh(obj, key.Namespace) && !r.Marks.WaitCovers(ctx, KindOf(obj), key.Namespace, asOf(ctx), r.Wait, r.WaitBound) {
+	if r.Fresh != nil && r.Fresh(obj, key.Namespace) && !r.caughtUp(ctx, obj, key.Namespace) {
 		return r.Live.Get(ctx, key, obj, opts...)
 	}
 	err := r.Cache.Get(ctx, key, obj, opts...)
@@ -71,7 +71,14 @@ func (r SplitReader) confirmMiss(ctx context.Context, obj runtime.Object, namesp
 	if r.TrustCacheMisses || (r.Confirm != nil && !r.Confirm(obj, namespace)) {
 		return false
 	}
-	return !r.Marks.WaitCovers(ctx, KindOf(obj), namespace, asOf(ctx), r.Wait, r.WaitBound)
+	return !r.caughtUp(ctx, obj, namespace)
+}
+
+// caughtUp reports whether the cache of obj's kind in namespace holds every change
+// up to the request being gathered for (AsOf), waiting for it within Wait and
+// WaitBound.
+func (r SplitReader) caughtUp(ctx context.Context, obj runtime.Object, namespace string) bool {
+	return r.Marks.WaitCovers(ctx, KindOf(obj), namespace, asOf(ctx), r.Wait, r.WaitBound)
 }
 
 // List implements client.Reader.

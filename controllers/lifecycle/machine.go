@@ -47,16 +47,18 @@ type Event struct {
 // server a write.
 func EventsOfWrite(events []Event) []Event {
 	var out []Event
+	normal := -1 // the index in out of the one Normal Event, once there is one
 	for _, e := range events {
-		if e.Type == corev1.EventTypeNormal && (e.Reason == v1alpha1.EventAccepted || e.Reason == v1alpha1.EventStepStarted) {
-			continue
-		}
-		i := slices.IndexFunc(out, func(o Event) bool { return o.Type == corev1.EventTypeNormal && e.Type == corev1.EventTypeNormal })
-		if i < 0 {
+		switch {
+		case e.Type != corev1.EventTypeNormal:
 			out = append(out, e)
-			continue
+		case e.Reason == v1alpha1.EventAccepted || e.Reason == v1alpha1.EventStepStarted:
+		case normal < 0:
+			normal = len(out)
+			out = append(out, e)
+		default:
+			out[normal].Reason, out[normal].Message = e.Reason, out[normal].Message+"; "+e.Message
 		}
-		out[i].Reason, out[i].Message = e.Reason, out[i].Message+"; "+e.Message
 	}
 	return out
 }

@@ -32,8 +32,8 @@ const callBudget = 4
 
 // liveReadAllowance is how many live reads a storm may make above callBudget, as a
 // share of its requests, and at least one: the controller reads the holder's node
-// Lease live when its cache has not caught up with the request within a second, the
-// safety it must not skip, and a quiet cluster whose simulated kubelets renew their
+// Lease live when its cache has not caught up with the request (facts.Watermarks,
+// wiring.CatchUpWait), the safety it must not skip, and a quiet cluster whose simulated kubelets renew their
 // node Leases in bursts, or a loaded one, makes a request or a few in a hundred pay
 // that read. Only GETs count against it: a status write or an Event more per request
 // still fails.
