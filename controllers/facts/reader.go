@@ -55,7 +55,7 @@ func (r SplitReader) Get(ctx context.Context, key client.ObjectKey, obj client.O
 	if r.Cached == nil || !r.Cached(obj, key.Namespace) {
 		return r.Live.Get(ctx, key, obj, opts...)
 	}
-	if r.Fresh != nil && r.Fresh(obj, key.Namespace) && !r.caughtUp(ctx, obj, key.Namespace) {
+	if r.Fresh != nil && r.Fresh(obj, key.Namespace) && !r.caughtUp(ctx, obj) {
 		return r.Live.Get(ctx, key, obj, opts...)
 	}
 	err := r.Cache.Get(ctx, key, obj, opts...)
@@ -71,14 +71,13 @@ func (r SplitReader) confirmMiss(ctx context.Context, obj runtime.Object, namesp
 	if r.TrustCacheMisses || (r.Confirm != nil && !r.Confirm(obj, namespace)) {
 		return false
 	}
-	return !r.caughtUp(ctx, obj, namespace)
+	return !r.caughtUp(ctx, obj)
 }
 
-// caughtUp reports whether the cache of obj's kind in namespace holds every change
-// up to the request being gathered for (AsOf), waiting for it within Wait and
-// WaitBound.
-func (r SplitReader) caughtUp(ctx context.Context, obj runtime.Object, namespace string) bool {
-	return r.Marks.WaitCovers(ctx, KindOf(obj), namespace, asOf(ctx), r.Wait, r.WaitBound)
+// caughtUp reports whether the cache of obj's kind holds every change up to the
+// request being gathered for (AsOf), waiting for it within Wait and WaitBound.
+func (r SplitReader) caughtUp(ctx context.Context, obj runtime.Object) bool {
+	return r.Marks.WaitCovers(ctx, KindOf(obj), asOf(ctx), r.Wait, r.WaitBound)
 }
 
 // List implements client.Reader.

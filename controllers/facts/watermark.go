@@ -13,13 +13,18 @@ import (
 )
 
 // Watermarks records how far each informer of the cache has caught up: the newest
-// resourceVersion it has applied, per kind of object and namespace (one watch each).
+// resourceVersion it has applied, per kind of object. Each kind it follows is watched
+// in one stream, across all namespaces (wiring.CacheOptions, and its test, hold every
+// followed kind to that): a kind watched namespace by namespace would be several
+// streams, each at its own point, and a mark moved by one would vouch for another.
 // The API server's resourceVersions are its storage's revisions, one counter for
-// every object it stores, and a watch delivers a kind's changes in that order; an
+// every object it stores, and a watch delivers its changes in that order; an
 // informer updates its store before it calls its handlers. So once the handler has
-// seen version V of any object of a kind in a namespace, the cache holds every change
-// to that kind there up to V, deletions included: it is at least as new as a live
-// read made when V was written.
+// seen version V of any object of a kind, in any namespace, the cache holds every
+// change to that kind up to V, deletions included: it is at least as new as a live
+// read made when V was written. One stream across namespaces is also a busier one:
+// a storm's own Lease deletions in the Trident namespace move the mark its reads of
+// node Leases wait on.
 //
 // A request's own resourceVersion is such a point. A read of the cache that Covers it
 // is as good as a live read made when the request was last written, and a miss there
@@ -29,17 +34,15 @@ import (
 // have vouched for is made live.
 type Watermarks struct {
 	mu    sync.Mutex
-	marks map[markKey]uint64
+	marks map[string]uint64
 	// advanced is closed, and replaced, each time a mark moves: WaitCovers waits on it.
 	advanced chan struct{}
 }
 
-type markKey struct{ kind, namespace string }
-
 // NewWatermarks returns empty watermarks: nothing is covered until the informers
 // report.
 func NewWatermarks() *Watermarks {
-	return &Watermarks{marks: map[markKey]uint64{}, advanced: make(chan struct{})}
+	return &Watermarks{marks: map[string]uint64{}, advanced: make(chan struct{})}
 }
 
 // KindOf is the key Watermarks keep obj's kind under: its Go type, as the cache
@@ -70,25 +73,24 @@ func (w *Watermarks) observe(kind string, obj any) {
 	if err != nil {
 		return
 	}
-	k := markKey{kind: kind, namespace: m.GetNamespace()}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if rv <= w.marks[k] {
+	if rv <= w.marks[kind] {
 		return
 	}
-	w.marks[k] = rv
+	w.marks[kind] = rv
 	close(w.advanced)
 	w.advanced = make(chan struct{})
 }
 
-// Covers reports whether the cache of kind in namespace ("" for cluster-scoped
-// kinds) holds every change up to resourceVersion rv.
-func (w *Watermarks) Covers(kind, namespace, rv string) bool {
-	ok, _, _ := w.covers(kind, namespace, rv)
+// Covers reports whether the cache of kind holds every change up to resourceVersion
+// rv, in every namespace.
+func (w *Watermarks) Covers(kind, rv string) bool {
+	ok, _, _ := w.covers(kind, rv)
 	return ok
 }
 
-func (w *Watermarks) covers(kind, namespace, rv string) (bool, uint64, <-chan struct{}) {
+func (w *Watermarks) covers(kind, rv string) (bool, uint64, <-chan struct{}) {
 	if w == nil {
 		return false, 0, nil
 	}
@@ -98,11 +100,11 @@ func (w *Watermarks) covers(kind, namespace, rv string) (bool, uint64, <-chan st
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	mark := w.marks[markKey{kind: kind, namespace: namespace}]
+	mark := w.marks[kind]
 	return mark >= want, mark, w.advanced
 }
 
-// WaitCovers waits for Covers(kind, namespace, rv), and reports whether it came. It
+// WaitCovers waits for Covers(kind, rv), and reports whether it came. It
 // gives up once the mark has not moved for quiet, or after bound in all (at least
 // quiet). A mark that moves without reaching rv is a watch delivering changes older
 // than the request: behind, and catching up, where a live read would be answered as
@@ -110,8 +112,8 @@ func (w *Watermarks) covers(kind, namespace, rv string) (bool, uint64, <-chan st
 // that does not move is a kind nobody is changing (kubelets renew their node Leases
 // every 10 s, so in a cluster of many nodes that cache moves many times a second),
 // or a broken watch: then the read is made live.
-func (w *Watermarks) WaitCovers(ctx context.Context, kind, namespace, rv string, quiet, bound time.Duration) bool {
-	ok, mark, advanced := w.covers(kind, namespace, rv)
+func (w *Watermarks) WaitCovers(ctx context.Context, kind, rv string, quiet, bound time.Duration) bool {
+	ok, mark, advanced := w.covers(kind, rv)
 	if ok || advanced == nil || quiet <= 0 {
 		return ok
 	}
@@ -123,11 +125,11 @@ func (w *Watermarks) WaitCovers(ctx context.Context, kind, namespace, rv string,
 		case <-ctx.Done():
 			return false
 		case <-t.C:
-			ok, _, _ := w.covers(kind, namespace, rv)
+			ok, _, _ := w.covers(kind, rv)
 			return ok
 		case <-advanced:
 			var moved uint64
-			if ok, moved, advanced = w.covers(kind, namespace, rv); ok {
+			if ok, moved, advanced = w.covers(kind, rv); ok {
 				return true
 			}
 			if moved > mark {

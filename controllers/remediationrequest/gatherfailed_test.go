@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -18,13 +19,12 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/remediator/remediator/api/v1alpha1"
-	"github.com/remediator/remediator/controllers/facts"
-	"github.com/remediator/remediator/controllers/remediationrequest"
 	"github.com/remediator/remediator/test/testenv"
 )
 
@@ -32,10 +32,12 @@ import (
 // test's manager impersonates it, bound to the chart's generated RBAC.
 const controllerIdentity = "system:serviceaccount:remediator-system:remediator-controller"
 
-// asChartController returns cfg impersonating the controller's ServiceAccount, with
-// the chart's controller ClusterRole and Roles (charts/remediator/files/rbac) bound to
-// it for the rest of the test binary, as the chart binds them.
-func asChartController(t *testing.T) *rest.Config {
+// asNarrowedChartController returns cfg impersonating the controller's
+// ServiceAccount, with the chart's controller ClusterRole and Roles
+// (charts/remediator/files/rbac) bound to it for the rest of the test binary, as the
+// chart binds them, but narrowed as an administrator might: the ClusterRole without
+// its pod reads.
+func asNarrowedChartController(t *testing.T) *rest.Config {
 	t.Helper()
 	ctx := context.Background()
 	env.EnsureNamespaces(t, "remediator-system", "trident", corev1.NamespaceNodeLease)
@@ -60,6 +62,9 @@ func asChartController(t *testing.T) *rest.Config {
 			continue
 		}
 		u.SetName("envtest-" + u.GetName())
+		if u.GetKind() == "ClusterRole" {
+			withoutPods(t, u)
+		}
 		apply(u)
 		ref := rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: u.GetKind(), Name: u.GetName()}
 		om := metav1.ObjectMeta{Namespace: u.GetNamespace(), Name: u.GetName()}
@@ -74,27 +79,38 @@ func asChartController(t *testing.T) *rest.Config {
 	return cfg
 }
 
+// withoutPods takes the pods resource out of the rules of ClusterRole u.
+func withoutPods(t *testing.T, u *unstructured.Unstructured) {
+	t.Helper()
+	cr := &rbacv1.ClusterRole{}
+	require.NoError(t, runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, cr))
+	var rules []rbacv1.PolicyRule
+	for _, r := range cr.Rules {
+		r.Resources = slices.DeleteFunc(r.Resources, func(res string) bool { return res == "pods" })
+		if len(r.Resources) > 0 {
+			rules = append(rules, r)
+		}
+	}
+	require.NotEqual(t, cr.Rules, rules, "the ClusterRole reads pods")
+	cr.Rules = rules
+	obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(cr)
+	require.NoError(t, err)
+	u.Object = obj
+}
+
 // TestUnreadableFactsAreNotSilent: a request whose facts the API server will not
-// give the controller (its ServiceAccount may not read Leases in the Trident
-// namespace the request names) used to get no phase, no condition and no Event,
-// retried without end. Now it is Pending with Progressing and Ready saying why, the
-// API server's answer naming what to grant, and a Warning Event; and once the
-// permission is granted it is decided without a new commit.
+// give the controller (its ServiceAccount may not read the pod the request names)
+// used to get no phase, no condition and no Event, retried without end. Now it is
+// Pending with Progressing and Ready saying why, the API server's answer naming what
+// to grant, and a Warning Event; and once the permission is granted it is decided
+// without a new commit.
 func TestUnreadableFactsAreNotSilent(t *testing.T) {
 	ctx := context.Background()
-	const other = "envtest-trident-other"
-	env.EnsureNamespaces(t, "remediator", other)
-	startManagerOn(t, asChartController(t), func(r *remediationrequest.Reconciler) {
-		// The settings list the namespace: the request may name it; the controller's
-		// RBAC, as the chart renders it by default, does not cover it.
-		for _, g := range []*facts.Gatherer{r.Gatherer, r.Fresh, r.FreshRelease} {
-			g.Config.AllowedTridentNamespaces = []string{other}
-		}
-	})
+	const podNS = "envtest-unreadable"
+	env.EnsureNamespaces(t, "remediator", podNS)
+	startManagerOn(t, asNarrowedChartController(t))
 
-	key := requestFor(t, "unreadable-facts", v1alpha1.Target{PersistentVolume: "pvc-envtest-unreadable"}, func(s *v1alpha1.RemediationRequestSpec) {
-		s.TridentNamespace = other
-	})
+	key := requestFor(t, "unreadable-facts", v1alpha1.Target{Pod: &v1alpha1.ObjectReference{Namespace: podNS, Name: "app-0"}}, nil)
 	rr := waitFor(t, key, 30*time.Second, "a condition saying why it is not decided", func(rr *v1alpha1.RemediationRequest) bool {
 		c := meta.FindStatusCondition(rr.Status.Conditions, v1alpha1.ConditionProgressing)
 		return c != nil && c.Reason == v1alpha1.ReasonGatherFailed
@@ -104,7 +120,7 @@ func TestUnreadableFactsAreNotSilent(t *testing.T) {
 	assert.Equal(t, rr.Generation, rr.Status.ObservedGeneration, "the status describes the request as it is")
 	c := meta.FindStatusCondition(rr.Status.Conditions, v1alpha1.ConditionProgressing)
 	assert.Equal(t, metav1.ConditionFalse, c.Status)
-	for _, w := range []string{`cannot get resource "leases"`, `"coordination.k8s.io"`, `namespace "` + other + `"`,
+	for _, w := range []string{`cannot get resource "pods"`, `namespace "` + podNS + `"`,
 		"Grant the controller's ServiceAccount that permission", "tries again with backoff"} {
 		assert.Contains(t, c.Message, w, "the condition says what to grant")
 	}
@@ -112,21 +128,20 @@ func TestUnreadableFactsAreNotSilent(t *testing.T) {
 	require.NotNil(t, ready)
 	assert.Equal(t, metav1.ConditionFalse, ready.Status)
 	assert.Equal(t, v1alpha1.ReasonGatherFailed, ready.Reason)
-	warningEvent(t, key.Name, v1alpha1.ReasonGatherFailed, `cannot get resource "leases"`, other)
+	warningEvent(t, key.Name, v1alpha1.ReasonGatherFailed, `cannot get resource "pods"`, podNS)
 
 	// Granted, the request is decided on its next retry, with no new commit.
-	role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: other, Name: "envtest-trident-leases"},
-		Rules: []rbacv1.PolicyRule{{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "list", "watch", "delete"}}}}
+	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "envtest-pods"},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list"}}}}
 	require.NoError(t, env.Client.Create(ctx, role))
-	require.NoError(t, env.Client.Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: other, Name: role.Name},
+	require.NoError(t, env.Client.Create(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: role.Name},
 		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: "remediator-system", Name: "remediator-controller"}},
-		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: role.Name}}))
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name}}))
 	rr = waitFor(t, key, 45*time.Second, "decided once the permission is granted", func(rr *v1alpha1.RemediationRequest) bool {
 		return rr.Status.Decision != nil
 	})
 	if c := meta.FindStatusCondition(rr.Status.Conditions, v1alpha1.ConditionProgressing); c != nil {
 		assert.NotEqual(t, v1alpha1.ReasonGatherFailed, c.Reason, "%+v", c)
 	}
-	assert.Equal(t, "PersistentVolume pvc-envtest-unreadable", rr.Status.Facts.Target.Ref)
-	assert.Equal(t, other, rr.Status.Facts.Lease.Namespace)
+	assert.Equal(t, "Pod "+podNS+"/app-0", rr.Status.Facts.Target.Ref)
 }

@@ -41,16 +41,18 @@ import (
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=storage.k8s.io,resources=csinodes,verbs=get;list;watch
 // +kubebuilder:rbac:groups=storage.k8s.io,resources=csidrivers;volumeattachments,verbs=get;list;watch
-// +kubebuilder:rbac:groups=coordination.k8s.io,namespace=trident,resources=leases,verbs=get;list;watch;delete
-// +kubebuilder:rbac:groups=coordination.k8s.io,namespace=kube-node-lease,resources=leases,verbs=get;list;watch
+// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch
+// +kubebuilder:rbac:groups=coordination.k8s.io,namespace=trident,resources=leases,verbs=delete
 // +kubebuilder:rbac:groups="",namespace=remediator-system,resources=configmaps,verbs=get;list;watch
 // +kubebuilder:rbac:groups=authentication.k8s.io,resources=tokenreviews,verbs=create
 // +kubebuilder:rbac:groups=authorization.k8s.io,resources=subjectaccessreviews,verbs=create
 
-// The list and watch verbs on nodes, node Leases, PVs, claims, CSINodes, CSIDrivers,
-// VolumeAttachments and the Trident namespace's Leases and events serve the informer
-// cache decisions are made from (wiring.go); pods are listed by node only, never
-// watched.
+// The list and watch verbs on nodes, Leases, PVs, claims, CSINodes, CSIDrivers,
+// VolumeAttachments and the Trident namespace's events serve the informer cache
+// decisions are made from (wiring.go); pods are listed by node only, never watched.
+// Leases are read in every namespace because they are watched in one stream, whose
+// progress vouches for the cache of node Leases (facts.Watermarks); only the Trident
+// namespace's are deleted.
 
 // Reconciler reconciles RemediationRequests.
 type Reconciler struct {

@@ -8,7 +8,11 @@ import (
 	"github.com/stretchr/testify/require"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/remediator/remediator/controllers/facts"
 )
@@ -59,4 +63,47 @@ func TestCacheKeepsTheKubeletsWriteTimes(t *testing.T) {
 	obj, err = stripLease("trident")(trident.DeepCopy())
 	require.NoError(t, err)
 	assert.Equal(t, trident.ManagedFields, obj.(*coordinationv1.Lease).ManagedFields, "a Trident Lease keeps its managedFields whole")
+}
+
+// TestCacheStubsOtherLeases: the Leases of other namespaces, watched only for the
+// watch's progress, keep their identity and version and nothing else.
+func TestCacheStubsOtherLeases(t *testing.T) {
+	holder := "kube-controller-manager-1"
+	election := &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: "kube-controller-manager", UID: "u1", ResourceVersion: "42",
+			Labels: map[string]string{"a": "b"}, ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kcm"}}},
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: &holder},
+	}
+	obj, err := stripLease("trident")(election.DeepCopy())
+	require.NoError(t, err)
+	assert.Equal(t, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: "kube-controller-manager",
+		UID: "u1", ResourceVersion: "42"}}, obj)
+}
+
+// TestMarkedKindsAreOneWatchEach: facts.Watermarks keeps one mark per kind, which
+// vouches for the cache only if that kind is one watch: cluster-scoped, or watched
+// across all namespaces, whatever namespaces the requests are confined to.
+func TestMarkedKindsAreOneWatchEach(t *testing.T) {
+	clusterScoped := map[string]bool{}
+	for _, o := range []client.Object{&corev1.Node{}, &corev1.PersistentVolume{}, &storagev1.CSINode{},
+		&storagev1.CSIDriver{}, &storagev1.VolumeAttachment{}} {
+		clusterScoped[facts.KindOf(o)] = true
+	}
+	for _, requestNamespaces := range [][]string{nil, {"team-a", "team-b"}} {
+		co, _ := CacheOptions(facts.Config{TridentNamespace: "trident"}, requestNamespaces, types.NamespacedName{}, true)
+		for _, kind := range markedKinds {
+			var namespaces map[string]cache.Config
+			for o, by := range co.ByObject {
+				if facts.KindOf(o) == facts.KindOf(kind) {
+					namespaces = by.Namespaces
+				}
+			}
+			if clusterScoped[facts.KindOf(kind)] {
+				assert.Empty(t, namespaces, "%s is cluster-scoped", facts.KindOf(kind))
+				continue
+			}
+			assert.Equal(t, map[string]cache.Config{cache.AllNamespaces: {}}, namespaces,
+				"%s is watched across all namespaces (requests in %v)", facts.KindOf(kind), requestNamespaces)
+		}
+	}
 }

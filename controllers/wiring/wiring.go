@@ -40,6 +40,8 @@ var eventFields = map[string]func(*corev1.Event) string{
 //     LeaseRetained events in the Trident namespace, PersistentVolumes, claims,
 //     CSINodes, CSIDrivers and VolumeAttachments (one per volume attached to a node:
 //     they grow with the volumes in use, as PVs do);
+//   - every other namespace's Leases, reduced to their names and versions: the Leases
+//     are watched in one stream (markedKinds);
 //   - the pause ConfigMap, and no other ConfigMap;
 //   - with detect (the Detector runs), kubelet's FailedMount events in every other
 //     namespace: the symptoms the detector attaches to an incident. They expire with
@@ -65,9 +67,10 @@ func CacheOptions(fc facts.Config, requestNamespaces []string, pauseKey types.Na
 		DefaultTransform: cache.TransformStripManagedFields(),
 		ByObject: map[client.Object]cache.ByObject{
 			&corev1.Node{}: {Transform: stripNode},
-			&coordinationv1.Lease{}: {Namespaces: map[string]cache.Config{
-				fc.TridentNamespace: {}, corev1.NamespaceNodeLease: {},
-			}, Transform: stripLease(fc.TridentNamespace)},
+			// One watch of every namespace's Leases, not one per namespace: its progress
+			// is what a read of node Leases waits on (facts.Watermarks), and the storm's
+			// own deletions of Trident Leases keep it moving while kubelets are late.
+			&coordinationv1.Lease{}:         {Namespaces: all, Transform: stripLease(fc.TridentNamespace)},
 			&corev1.Event{}:                 {Namespaces: events, Transform: stripEvent},
 			&corev1.PersistentVolumeClaim{}: {Namespaces: all},
 			&corev1.ConfigMap{}: {
@@ -124,11 +127,22 @@ func stripEvent(obj any) (any, error) {
 // from the API server's time of its holder's last write, which only its managedFields
 // record (facts.LeaseFacts.HeldSince). Trident's Leases are few (one per LUKS
 // operation in flight, or stuck), with an entry or two each. Of the node Leases' it
-// keeps only when each write was made (writeTimes).
+// keeps only when each write was made (writeTimes). Of every other namespace's Leases
+// (leader elections, mostly), which are watched only for the watch's progress and
+// never read from the cache (cachedReads), it keeps only their identity and version.
 func stripLease(tridentNamespace string) toolscache.TransformFunc {
 	return func(obj any) (any, error) {
-		if l, ok := obj.(*coordinationv1.Lease); ok && l.Namespace != tridentNamespace {
+		l, ok := obj.(*coordinationv1.Lease)
+		if !ok {
+			return obj, nil
+		}
+		switch l.Namespace {
+		case tridentNamespace:
+		case corev1.NamespaceNodeLease:
 			l.ManagedFields = writeTimes(l.ManagedFields, func(metav1.ManagedFieldsEntry) bool { return true })
+		default:
+			*l = coordinationv1.Lease{TypeMeta: l.TypeMeta, ObjectMeta: metav1.ObjectMeta{
+				Name: l.Name, Namespace: l.Namespace, UID: l.UID, ResourceVersion: l.ResourceVersion}}
 		}
 		return obj, nil
 	}
@@ -180,8 +194,7 @@ func PrepareCache(ctx context.Context, mgr ctrl.Manager) (*facts.Watermarks, err
 		}
 	}
 	marks := facts.NewWatermarks()
-	for _, obj := range []client.Object{&corev1.Node{}, &coordinationv1.Lease{}, &corev1.PersistentVolume{},
-		&corev1.PersistentVolumeClaim{}, &storagev1.CSINode{}, &storagev1.CSIDriver{}, &storagev1.VolumeAttachment{}} {
+	for _, obj := range markedKinds {
 		inf, err := mgr.GetCache().GetInformer(ctx, obj)
 		if err != nil {
 			return nil, fmt.Errorf("starting the informer for %T: %w", obj, err)
@@ -192,6 +205,12 @@ func PrepareCache(ctx context.Context, mgr ctrl.Manager) (*facts.Watermarks, err
 	}
 	return marks, nil
 }
+
+// markedKinds are the kinds whose informers' progress the watermarks follow: each
+// cluster-scoped or watched across all namespaces (CacheOptions), one watch each, as
+// facts.Watermarks requires.
+var markedKinds = []client.Object{&corev1.Node{}, &coordinationv1.Lease{}, &corev1.PersistentVolume{},
+	&corev1.PersistentVolumeClaim{}, &storagev1.CSINode{}, &storagev1.CSIDriver{}, &storagev1.VolumeAttachment{}}
 
 // CatchUpWait bounds how long a read that needs the cache as new as the request (the
 // holder's node Lease before a release, a miss that must be confirmed) waits for it
