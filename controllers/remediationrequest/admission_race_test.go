@@ -37,7 +37,7 @@ import (
 // election: two of them are two leaders that overlap (a failed election).
 func startAdmitter(t *testing.T, name, ns string, maxConcurrent int, pause types.NamespacedName, opts ...func(*admission.Reconciler)) {
 	t.Helper()
-	cacheOpts, clientOpts := wiring.CacheOptions(facts.DefaultConfig(), []string{ns}, pause, false)
+	cacheOpts, clientOpts := wiring.CacheOptions(facts.DefaultConfig(), []string{ns}, pause, wiring.Runs{})
 	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
 		Scheme: scheme.Scheme, Cache: cacheOpts, Client: clientOpts,
 		Metrics:    metricsserver.Options{BindAddress: "0"},

@@ -132,7 +132,7 @@ func TestDetectorExportsIncidentsWithSymptoms(t *testing.T) {
 // a family, by their labels (labelString).
 func startDetector(t *testing.T, ctx context.Context) func(name string) map[string]float64 {
 	t.Helper()
-	cacheOpts, clientOpts := wiring.CacheOptions(facts.DefaultConfig(), nil, types.NamespacedName{}, true)
+	cacheOpts, clientOpts := wiring.CacheOptions(facts.DefaultConfig(), nil, types.NamespacedName{}, wiring.Runs{Detect: true})
 	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{Scheme: scheme.Scheme, Cache: cacheOpts, Client: clientOpts,
 		Metrics: metricsserver.Options{BindAddress: "0"}})
 	require.NoError(t, err)

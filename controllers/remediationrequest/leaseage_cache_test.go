@@ -61,7 +61,7 @@ func TestCachedTridentLeaseAgesOnTheAPIServersTimes(t *testing.T) {
 	retried.Spec.AcquireTime = ptr.To(metav1.NewMicroTime(time.Now().Add(-10 * time.Minute)))
 	require.NoError(t, env.Client.Update(ctx, retried, client.FieldOwner("trident-node-retry")))
 
-	cacheOpts, clientOpts := wiring.CacheOptions(facts.DefaultConfig(), nil, types.NamespacedName{}, false)
+	cacheOpts, clientOpts := wiring.CacheOptions(facts.DefaultConfig(), nil, types.NamespacedName{}, wiring.Runs{})
 	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{Scheme: scheme.Scheme, Cache: cacheOpts, Client: clientOpts,
 		Metrics: metricsserver.Options{BindAddress: "0"}, Controller: config.Controller{SkipNameValidation: ptr.To(true)}})
 	require.NoError(t, err)

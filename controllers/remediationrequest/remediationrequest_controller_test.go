@@ -72,7 +72,7 @@ func startManagerOn(t *testing.T, cfg *rest.Config, opts ...func(*remediationreq
 // --verify-fix-for wires it.
 func startManagerLogging(t *testing.T, cfg *rest.Config, log logr.Logger, verifyFixFor time.Duration, opts ...func(*remediationrequest.Reconciler)) (stop func()) {
 	t.Helper()
-	cacheOpts, clientOpts := wiring.CacheOptions(facts.DefaultConfig(), nil, types.NamespacedName{}, true)
+	cacheOpts, clientOpts := wiring.CacheOptions(facts.DefaultConfig(), nil, types.NamespacedName{}, wiring.Runs{Detect: true, VerifyFixes: true})
 	mgrOpts := ctrl.Options{
 		Scheme:  scheme.Scheme,
 		Cache:   cacheOpts,
@@ -112,7 +112,7 @@ func startManagerLogging(t *testing.T, cfg *rest.Config, log logr.Logger, verify
 	for _, o := range opts {
 		o(r)
 	}
-	v := &verification.Reconciler{Client: mgr.GetClient(), Gatherer: decide, Window: verifyFixFor, Recorder: r.Recorder, Clock: r.Clock}
+	v := &verification.Reconciler{Client: mgr.GetClient(), Gatherer: wiring.VerifyGatherer(mgr, facts.DefaultConfig()), Window: verifyFixFor, Recorder: r.Recorder, Clock: r.Clock}
 	require.NoError(t, setup.Runnables(mgr, r, v))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

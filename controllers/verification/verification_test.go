@@ -54,7 +54,7 @@ func startManager(t *testing.T, window verifyFor) {
 // the test ends (a controller restart); the test's cleanup stops it otherwise.
 func startStoppableManager(t *testing.T, window verifyFor) (stop func()) {
 	t.Helper()
-	cacheOpts, clientOpts := wiring.CacheOptions(facts.DefaultConfig(), nil, types.NamespacedName{}, true)
+	cacheOpts, clientOpts := wiring.CacheOptions(facts.DefaultConfig(), nil, types.NamespacedName{}, wiring.Runs{Detect: true, VerifyFixes: true})
 	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
 		Scheme:  scheme.Scheme,
 		Cache:   cacheOpts,
@@ -86,7 +86,7 @@ func startStoppableManager(t *testing.T, window verifyFor) (stop func()) {
 		Timeouts:     remediations.DefaultTimeouts,
 		Recorder:     recorder,
 	}
-	v := &verification.Reconciler{Client: mgr.GetClient(), Gatherer: decide, Window: time.Duration(window), Recorder: recorder, Workers: 4}
+	v := &verification.Reconciler{Client: mgr.GetClient(), Gatherer: wiring.VerifyGatherer(mgr, facts.DefaultConfig()), Window: time.Duration(window), Recorder: recorder, Workers: 4}
 	require.NoError(t, setup.Runnables(mgr, r, v))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

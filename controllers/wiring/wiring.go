@@ -43,23 +43,24 @@ var eventFields = map[string]func(*corev1.Event) string{
 //   - every other namespace's Leases, reduced to their names and versions: the Leases
 //     are watched in one stream (markedKinds);
 //   - the pause ConfigMap, and no other ConfigMap;
-//   - with detect (the Detector runs), kubelet's FailedMount events in every other
-//     namespace: the symptoms the detector attaches to an incident. They expire with
+//   - when the Detector or fix verification runs (runs), kubelet's FailedMount events
+//     in every other namespace: the symptoms the detector attaches to an incident, and
+//     what verification watches and reads of a released volume's pods. They expire with
 //     the API server's event TTL (an hour by default), which bounds them. The Trident
 //     namespace's informer holds only LeaseRetained events (one field selector per
 //     namespace), so a FailedMount there, on no workload's pod, is not seen;
-//   - with detect, the DaemonSets in the Trident namespace (a handful): the detector
-//     sees the node-plugin DaemonSet recreated by its UID.
+//   - when the Detector runs, the DaemonSets in the Trident namespace (a handful): the
+//     detector sees the node-plugin DaemonSet recreated by its UID.
 //
 // Pods are never cached: their number grows with the cluster, and the controller lists
 // them by node only when a request needs them.
-func CacheOptions(fc facts.Config, requestNamespaces []string, pauseKey types.NamespacedName, detect bool) (cache.Options, client.Options) {
+func CacheOptions(fc facts.Config, requestNamespaces []string, pauseKey types.NamespacedName, runs Runs) (cache.Options, client.Options) {
 	if pauseKey.Name == "" {
 		pauseKey = pause.DefaultConfigMap
 	}
 	all := map[string]cache.Config{cache.AllNamespaces: {}}
 	events := map[string]cache.Config{fc.TridentNamespace: {FieldSelector: fields.OneTermEqualSelector("reason", fc.RetainedEventReason)}}
-	if detect {
+	if runs.Detect || runs.VerifyFixes {
 		// Every namespace but the Trident one, which keeps its own selector.
 		events[cache.AllNamespaces] = cache.Config{FieldSelector: fields.OneTermEqualSelector("reason", facts.FailedMountReason)}
 	}
@@ -79,7 +80,7 @@ func CacheOptions(fc facts.Config, requestNamespaces []string, pauseKey types.Na
 			},
 		},
 	}
-	if detect {
+	if runs.Detect {
 		co.ByObject[&appsv1.DaemonSet{}] = cache.ByObject{Namespaces: map[string]cache.Config{fc.TridentNamespace: {}}}
 	}
 	if len(requestNamespaces) > 0 {
@@ -93,6 +94,14 @@ func CacheOptions(fc facts.Config, requestNamespaces []string, pauseKey types.Na
 		DisableFor:   []client.Object{&corev1.Pod{}},
 	}}
 	return co, clo
+}
+
+// Runs are the optional runnables the cache serves (CacheOptions).
+type Runs struct {
+	// Detect: the Detector runs (--detect-interval).
+	Detect bool
+	// VerifyFixes: fix verification runs (--verify-fix-for).
+	VerifyFixes bool
 }
 
 // stripEvent keeps of an Event what the facts read: the object it is about, its
@@ -309,6 +318,24 @@ func DetectGatherer(mgr ctrl.Manager, fc facts.Config) *facts.Gatherer {
 		TrustCacheMisses: true}, Config: fc}
 }
 
+// VerifyGatherer is fix verification's (verifyReader): the cache's CacheOptions must
+// have been made with VerifyFixes.
+func VerifyGatherer(mgr ctrl.Manager, fc facts.Config) *facts.Gatherer {
+	return &facts.Gatherer{Reader: verifyReader(mgr.GetClient(), LiveReader(mgr), fc), Config: fc}
+}
+
+// verifyReader reads everything from the cache as a decision does, and the FailedMount
+// events of a released volume's namespace too, and takes every miss as final:
+// verification acts on nothing, and its next check sees what the cache missed. Each
+// request verifying a fix is checked every minute for its window, so a read live here
+// is one call per minute per request: after a storm of 1,000 releases, 1,000 lists of
+// events a minute, for the whole window. Pods are read live, and only when they can
+// tell (verification's readWorkload).
+func verifyReader(cacheReader, liveReader client.Reader, fc facts.Config) facts.SplitReader {
+	return facts.SplitReader{Cache: cacheReader, Live: liveReader, Cached: cachedReads(fc, live{workloadEvents: true}),
+		TrustCacheMisses: true}
+}
+
 // live says what a gatherer reads live that a decision reads from the cache.
 type live struct {
 	nodes, leases bool
@@ -318,6 +345,9 @@ type live struct {
 	// allEvents reads events listed across namespaces from the cache (the detector's
 	// FailedMount events) rather than live.
 	allEvents bool
+	// workloadEvents reads the events of a namespace other than the Trident one (its
+	// pods' FailedMount events) from the cache rather than live.
+	workloadEvents bool
 	// daemonSets reads the Trident namespace's DaemonSets from the cache, which holds
 	// them only for the detector (CacheOptions with detect).
 	daemonSets bool
@@ -342,7 +372,7 @@ func cachedReads(fc facts.Config, l live) func(runtime.Object, string) bool {
 		case *appsv1.DaemonSetList:
 			return ns == fc.TridentNamespace && l.daemonSets
 		case *corev1.EventList:
-			return ns == fc.TridentNamespace || (ns == "" && l.allEvents)
+			return ns == fc.TridentNamespace || (ns == "" && l.allEvents) || (ns != "" && l.workloadEvents)
 		case *corev1.PersistentVolume, *corev1.PersistentVolumeClaim,
 			// The volume evidence, which no floor check weighs: from the cache for all.
 			*storagev1.CSIDriver, *storagev1.VolumeAttachment:

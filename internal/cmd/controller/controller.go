@@ -231,7 +231,7 @@ func (o *Options) loadPolicy(log logr.Logger) (*policies.Engine, error) {
 
 // newManager builds the manager: its cache holds what the controller reads.
 func (o *Options) newManager(cfg *rest.Config, namespaces []string, pause types.NamespacedName) (ctrl.Manager, error) {
-	cacheOpts, clientOpts := wiring.CacheOptions(o.facts, namespaces, pause, o.detectInterval > 0)
+	cacheOpts, clientOpts := wiring.CacheOptions(o.facts, namespaces, pause, wiring.Runs{Detect: o.detectInterval > 0, VerifyFixes: o.verifyFixFor > 0})
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                  cmdutil.NewScheme(),
 		Cache:                   cacheOpts,
@@ -295,11 +295,11 @@ func (o *Options) reconciler(mgr ctrl.Manager, marks *facts.Watermarks, policy *
 }
 
 // verifier verifies the fixes of the requests r makes Succeed (--verify-fix-for), on
-// r's gatherer, namespaces and clock.
+// r's namespaces and clock.
 func (o *Options) verifier(mgr ctrl.Manager, r *remediationrequest.Reconciler) *verification.Reconciler {
 	return &verification.Reconciler{
 		Client:        mgr.GetClient(),
-		Gatherer:      r.Gatherer,
+		Gatherer:      wiring.VerifyGatherer(mgr, o.facts),
 		StuckLeaseAge: o.gates.HealthyStuckLeaseAge,
 		Window:        o.verifyFixFor,
 		Namespaces:    r.Namespaces,
