@@ -74,7 +74,8 @@ type Reconciler struct {
 	// Client reads requests from the cache (unstructured, with IndexVerifying) and
 	// writes their status.
 	Client client.Client
-	// Gatherer gathers the facts of the request's Lease or node: the decision's.
+	// Gatherer gathers the facts of the request's Lease or node: wiring.VerifyGatherer,
+	// from the cache with every miss final.
 	Gatherer *facts.Gatherer
 	// StuckLeaseAge is the safety floor's healthy stuck age, from which a re-taken
 	// Lease without LeaseRetained events counts as retained; zero:
@@ -240,13 +241,9 @@ func (r *Reconciler) verify(ctx context.Context, rr *v1alpha1.RemediationRequest
 	g := *r.Gatherer
 	g.Clock = r.clock()
 	// The pods on the holder that use the volume decide nothing here, nor does the
-	// holder's Trident log, which a decision reads. What the cache misses, the next
-	// check sees: nothing is acted on here, so no miss is worth a live read.
+	// holder's Trident log, which a decision reads. How the cache is read, and that
+	// its misses are final, is the gatherer's (wiring.VerifyGatherer).
 	g.SkipAffectedPods, g.Logs = true, nil
-	if sr, ok := g.Reader.(facts.SplitReader); ok {
-		sr.TrustCacheMisses = true
-		g.Reader = sr
-	}
 	f, err := g.Gather(ctx, target)
 	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("gathering facts to verify the fix: %w", err)

@@ -147,6 +147,7 @@ func stripLease(tridentNamespace string) toolscache.TransformFunc {
 		}
 		switch l.Namespace {
 		case tridentNamespace:
+			// Whole, managedFields included: they date the hold.
 		case corev1.NamespaceNodeLease:
 			l.ManagedFields = writeTimes(l.ManagedFields, func(metav1.ManagedFieldsEntry) bool { return true })
 		default:
