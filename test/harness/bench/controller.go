@@ -51,7 +51,44 @@ func startController(ctx context.Context, cfg config, name string, extra ...stri
 		c.Stop()
 		return nil, fmt.Errorf("waiting for the controller's start-up calls to end: %w", err)
 	}
+	// Detection's first scan lists each stuck Lease's pods once (settleBound). A scan
+	// that fails goes quiet until the next, an interval later: a thousand lists on a
+	// slow API server outlast a scan's bound, and the next scan's lists of the Leases
+	// the first did not reach then fell within the storm. Wait for a scan that
+	// succeeded, and for its calls to end.
+	if err := c.waitDetected(ctx); err != nil {
+		c.Stop()
+		return nil, fmt.Errorf("waiting for the controller's first scan for incidents: %w", err)
+	}
+	if _, err := c.settle(ctx, 0); err != nil {
+		c.Stop()
+		return nil, fmt.Errorf("waiting for the controller's start-up calls to end: %w", err)
+	}
 	return c, nil
+}
+
+// waitDetected waits, up to settleBound, until the controller has exported a
+// successful scan for incidents.
+func (c *controllerProc) waitDetected(ctx context.Context) error {
+	start := time.Now()
+	for {
+		cur, err := c.scrape()
+		if err != nil {
+			return err
+		}
+		if cur.detected {
+			return nil
+		}
+		if time.Since(start) >= settleBound {
+			logf("No scan for incidents succeeded within %s; going on", settleBound)
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }
 
 // scrape is one reading of the controller's metrics.
@@ -60,6 +97,8 @@ type scrape struct {
 	calls map[string]float64
 	// decisions is remediator_decision_duration_seconds' sample count.
 	decisions float64
+	// detected: a scan for incidents has succeeded (its last-success time is exported).
+	detected bool
 }
 
 func (c *controllerProc) scrape() (scrape, error) {
@@ -78,6 +117,9 @@ func (c *controllerProc) scrape() (scrape, error) {
 		for _, m := range f.GetMetric() {
 			out.calls[label(m, "method")] += m.GetCounter().GetValue()
 		}
+	}
+	if f := families["remediator_detection_last_success_timestamp_seconds"]; f != nil {
+		out.detected = len(f.GetMetric()) > 0
 	}
 	if f := families["remediator_decision_duration_seconds"]; f != nil {
 		for _, m := range f.GetMetric() {

@@ -301,6 +301,11 @@ func (b *bench) stormOn(ctx context.Context, kind, binary string, incidents []st
 	if err != nil {
 		return nil, err
 	}
+	// All of the controller's metrics as the storm left them (reconcile and queue
+	// times, decisions, calls by method), for reading where the time went.
+	if err := c.saveProfile(ctx, "http://"+c.Metrics+"/metrics", filepath.Join(b.cfg.workDir, kind+"-metrics.txt")); err != nil {
+		logf("Saving the controller's metrics after the storm: %v", err)
+	}
 	total, by := callsSince(before, after)
 	res.APICallsPerRequest, res.APICallsByKind = total/float64(n), by
 	res.RSSMiB, res.PeakRSSMiB, _ = c.Memory()
