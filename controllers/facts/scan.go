@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/sync/errgroup"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -204,15 +205,31 @@ func (g *Gatherer) ScanWithHeld(ctx context.Context, opts ScanOptions) (ScanResu
 // nodeReader reads a node's facts.
 type nodeReader func(ctx context.Context, name string) (*v1alpha1.NodeFacts, error)
 
+// symptomReaders bounds how many stuck Leases' pods a scan reads at once. A power
+// loss leaves hundreds of Leases stuck at once, and the first scan after it reads
+// every one's pods live: one after the other, a thousand of them outlasted a scan's
+// bound on a loaded API server, and the Leases not reached waited for the next scan.
+const symptomReaders = 8
+
+// judgedLease is a PV-named Lease as pvLeases judged it, before its symptoms are read.
+type judgedLease struct {
+	l      *coordinationv1.Lease
+	pv     *corev1.PersistentVolume
+	lf     *v1alpha1.LeaseFacts
+	nf     *v1alpha1.NodeFacts
+	stuck  bool
+	listed bool
+}
+
 // pvLeases judges the PV-named Leases in the Trident namespace: the stuck ones are
-// findings, and those opts.HeldBy holds are listed too, stuck or not.
+// findings, and those opts.HeldBy holds are listed too, stuck or not. The judging
+// reads the cache; the symptoms, read live, are read symptomReaders at a time.
 func (g *Gatherer) pvLeases(ctx context.Context, opts ScanOptions, now time.Time, mounts []corev1.Event, nodeOf nodeReader) ([]Finding, []HeldLease, error) {
 	list := &coordinationv1.LeaseList{}
 	if err := g.Reader.List(ctx, list, client.InNamespace(g.Config.TridentNamespace)); err != nil {
 		return nil, nil, fmt.Errorf("listing Leases in %s: %w", g.Config.TridentNamespace, err)
 	}
-	var out []Finding
-	var held []HeldLease
+	var judged []judgedLease
 	for i := range list.Items {
 		l := &list.Items[i]
 		holder := ptr.Deref(l.Spec.HolderIdentity, "")
@@ -237,26 +254,46 @@ func (g *Gatherer) pvLeases(ctx context.Context, opts ScanOptions, now time.Time
 			return nil, nil, err
 		}
 		age := time.Duration(lf.AgeSeconds) * time.Second
-		stuck := leaseStuck(nf.State, lf.RetainedEvents, age, opts.LeaseAge)
-		listed := opts.HeldBy != "" && holder == opts.HeldBy
-		if !stuck && !listed {
-			continue
+		j := judgedLease{l: l, pv: pv, lf: lf, nf: nf,
+			stuck:  leaseStuck(nf.State, lf.RetainedEvents, age, opts.LeaseAge),
+			listed: opts.HeldBy != "" && holder == opts.HeldBy}
+		if j.stuck || j.listed {
+			judged = append(judged, j)
 		}
-		symptoms, err := opts.Symptoms.of(l, nf.State, pv, now, mounts, func() ([]Symptom, error) {
-			return g.volumeSymptoms(ctx, pv, holder, lf.HeldSince.Time, mounts)
+	}
+
+	symptoms := make([][]Symptom, len(judged))
+	eg, ectx := errgroup.WithContext(ctx)
+	eg.SetLimit(symptomReaders)
+	for i, j := range judged {
+		eg.Go(func() error {
+			holder := *j.l.Spec.HolderIdentity
+			s, err := opts.Symptoms.of(j.l, j.nf.State, j.pv, now, mounts, func() ([]Symptom, error) {
+				return g.volumeSymptoms(ectx, j.pv, holder, j.lf.HeldSince.Time, mounts)
+			})
+			symptoms[i] = s
+			return err
 		})
-		if err != nil {
-			return nil, nil, err
-		}
+	}
+	if err := eg.Wait(); err != nil {
+		return nil, nil, err
+	}
+
+	var out []Finding
+	var held []HeldLease
+	for i, j := range judged {
+		l, lf, nf := j.l, j.lf, j.nf
+		holder := *l.Spec.HolderIdentity
+		age := time.Duration(lf.AgeSeconds) * time.Second
 		key := l.Namespace + "/" + l.Name
-		if listed {
-			_, why := judgeLease(nf.State, lf.RetainedEvents, age, opts.LeaseAge, len(symptoms))
+		if j.listed {
+			_, why := judgeLease(nf.State, lf.RetainedEvents, age, opts.LeaseAge, len(symptoms[i]))
 			held = append(held, HeldLease{
 				Lease: key, Node: holder, NodeState: nf.State, AgeSeconds: lf.AgeSeconds, RetainedEvents: lf.RetainedEvents,
-				Stuck: stuck, Why: why, Symptoms: symptoms,
+				Stuck: j.stuck, Why: why, Symptoms: symptoms[i],
 			})
 		}
-		if !stuck {
+		if !j.stuck {
 			continue
 		}
 		evidence := fmt.Sprintf("Lease %s held by %s for %s", key, holder, age)
@@ -266,7 +303,7 @@ func (g *Gatherer) pvLeases(ctx context.Context, opts ScanOptions, now time.Time
 		evidence += fmt.Sprintf("; holder %s is %s (%s)", holder, nf.State, nf.StateReason)
 		out = append(out, Finding{
 			Kind: FindingStuckLease, Node: holder, NodeState: nf.State, Lease: key,
-			AgeSeconds: lf.AgeSeconds, RetainedEvents: lf.RetainedEvents, Evidence: evidence, Symptoms: symptoms,
+			AgeSeconds: lf.AgeSeconds, RetainedEvents: lf.RetainedEvents, Evidence: evidence, Symptoms: symptoms[i],
 		})
 	}
 	return out, held, nil

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -236,21 +238,22 @@ func TestScanSymptoms(t *testing.T) {
 // list and read of pods but the node-plugin pods' (one list per scan).
 type podListCounter struct {
 	client.Reader
-	pods int
+	// pods is atomic: a scan reads stuck Leases' pods concurrently.
+	pods atomic.Int32
 }
 
 func (c *podListCounter) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
 	o := &client.ListOptions{}
 	o.ApplyOptions(opts)
 	if _, ok := list.(*corev1.PodList); ok && o.Namespace != facts.DefaultTridentNamespace {
-		c.pods++
+		c.pods.Add(1)
 	}
 	return c.Reader.List(ctx, list, opts...)
 }
 
 func (c *podListCounter) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
 	if _, ok := obj.(*corev1.Pod); ok {
-		c.pods++
+		c.pods.Add(1)
 	}
 	return c.Reader.Get(ctx, key, obj, opts...)
 }
@@ -282,24 +285,101 @@ func TestScanRemembersSymptoms(t *testing.T) {
 		return nil
 	}
 	first := scan()
-	require.NotZero(t, reads.pods, "the first scan reads the pods")
-	reads.pods = 0
+	require.NotZero(t, reads.pods.Load(), "the first scan reads the pods")
+	reads.pods.Store(0)
 	assert.Equal(t, first, scan())
-	assert.Zero(t, reads.pods, "nothing changed: no pod is read again")
+	assert.Zero(t, reads.pods.Load(), "nothing changed: no pod is read again")
 
 	w.failedMount(p, "mem-other", `MountVolume.MountDevice failed for volume "pvc-mem-down" : rpc error: code = Aborted desc = locked`, 1)
 	require.Eventually(t, func() bool {
-		reads.pods = 0
+		reads.pods.Store(0)
 		s := scan()
-		return reads.pods > 0 && slices.ContainsFunc(s, func(s facts.Symptom) bool { return s.Kind == facts.SymptomFailedMount })
+		return reads.pods.Load() > 0 && slices.ContainsFunc(s, func(s facts.Symptom) bool { return s.Kind == facts.SymptomFailedMount })
 	}, 10*time.Second, 100*time.Millisecond, "a FailedMount naming the volume brings a new reading")
 
-	reads.pods = 0
+	reads.pods.Store(0)
 	scan()
-	assert.Zero(t, reads.pods)
+	assert.Zero(t, reads.pods.Load())
 	*seen = facts.SymptomsSeen{Refresh: time.Nanosecond}
 	scan()
-	reads.pods = 0
+	reads.pods.Store(0)
 	scan()
-	assert.NotZero(t, reads.pods, "a reading older than the refresh is made again")
+	assert.NotZero(t, reads.pods.Load(), "a reading older than the refresh is made again")
+}
+
+// TestScanReadsSymptomsConcurrently: after a power loss the first scan reads the
+// pods of every newly stuck Lease live; read one after another, a thousand of them
+// outlasted a scan's bound on a loaded API server. Each pod list here returns only
+// once three are in flight, or after a while: read one at a time, the scan takes
+// that while for each Lease and never has three in flight.
+func TestScanReadsSymptomsConcurrently(t *testing.T) {
+	w := newWorld(t)
+	const n = 3
+	want := map[string]bool{}
+	for i := range n {
+		node, pv := fmt.Sprintf("conc-down-%d", i), fmt.Sprintf("pvc-conc-%d", i)
+		w.node(node, nodeSpec{ready: corev1.ConditionUnknown, renewedAgo: 10 * time.Minute})
+		w.volume(pv, "app", "conc-"+pv)
+		w.tridentLease(pv, node, time.Minute, 0)
+		w.waitingPod("app", "conc-app-"+pv, node, "conc-"+pv)
+		want["trident/"+pv] = true
+	}
+
+	reads := &podListBarrier{Reader: env.Client, n: n, release: make(chan struct{})}
+	g := &facts.Gatherer{Reader: reads, Config: facts.DefaultConfig(), Clock: w}
+	got, err := g.Scan(context.Background(), facts.ScanOptions{LeaseAge: 10 * time.Minute})
+	require.NoError(t, err)
+
+	var leases []string
+	for _, f := range got {
+		if want[f.Lease] {
+			leases = append(leases, f.Lease)
+			assert.NotEmpty(t, f.Symptoms, "%s: the pods were read: %+v", f.Lease, f)
+		}
+	}
+	assert.Equal(t, []string{"trident/pvc-conc-0", "trident/pvc-conc-1", "trident/pvc-conc-2"}, leases, "each stuck Lease, in order")
+	assert.GreaterOrEqual(t, reads.most(), n, "the stuck Leases' pods are read at once")
+}
+
+// podListBarrier holds each list of workload pods until n are in flight, or for a
+// second, and records the most it saw in flight at once.
+type podListBarrier struct {
+	client.Reader
+	n       int
+	release chan struct{}
+
+	once     sync.Once
+	mu       sync.Mutex
+	inFlight int
+	peak     int
+}
+
+func (c *podListBarrier) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
+	o := &client.ListOptions{}
+	o.ApplyOptions(opts)
+	if _, ok := list.(*corev1.PodList); ok && o.Namespace != facts.DefaultTridentNamespace {
+		c.mu.Lock()
+		c.inFlight++
+		c.peak = max(c.peak, c.inFlight)
+		if c.inFlight == c.n {
+			c.once.Do(func() { close(c.release) })
+		}
+		c.mu.Unlock()
+		select {
+		case <-c.release:
+		case <-time.After(time.Second):
+		}
+		defer func() {
+			c.mu.Lock()
+			c.inFlight--
+			c.mu.Unlock()
+		}()
+	}
+	return c.Reader.List(ctx, list, opts...)
+}
+
+func (c *podListBarrier) most() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.peak
 }

@@ -40,9 +40,10 @@ func (g *Gatherer) failedMounts(ctx context.Context, opts ScanOptions) ([]corev1
 // symptoms, so that a scan reads a Lease's pods again only when something it is
 // watched for changed: the Lease (a new holder, a renewal), its holder's state, or
 // the FailedMount events naming its volume; otherwise at most every Refresh. The
-// pods are read live, one list per holder: a power loss leaves hundreds of Leases
-// stuck, and reading every one's pods on every scan while their requests run would
-// cost the API server more than releasing them.
+// pods are read live (symptomReaders Leases' at once): a power loss leaves hundreds
+// of Leases stuck, and reading every one's pods on every scan while their requests
+// run would cost the API server more than releasing them. A scan that fails keeps
+// what it read, and the next one reads the rest.
 type SymptomsSeen struct {
 	// Refresh bounds how long a Lease's symptoms are kept without a change (a pod
 	// that turned Terminating or Ready is not watched); zero: DefaultSymptomsRefresh.
