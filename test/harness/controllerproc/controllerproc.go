@@ -84,8 +84,9 @@ func FreeAddr() (string, error) {
 }
 
 // Start starts `<Binary> controller` with o and, unless o.NoWait, waits until its
-// /readyz answers 200. A process that exits first, or is not ready within a minute,
-// is an error that names the log (the process is stopped in the second case).
+// /readyz answers 200, and with o.Metrics its /metrics too. A process that exits
+// first, or is not ready within a minute, is an error that names the log (the
+// process is stopped in the second case).
 func Start(ctx context.Context, o Options) (*Process, error) {
 	if o.Binary == "" || o.Kubeconfig == "" || o.Log == "" {
 		return nil, errors.New("controllerproc: Binary, Kubeconfig and Log are required")
@@ -168,11 +169,8 @@ func (p *Process) waitReady(ctx context.Context) error {
 			return fmt.Errorf("controller exited before it was ready: %v (log %s)", p.err, p.Log)
 		default:
 		}
-		if resp, err := hc.Get("http://" + p.Probe + "/readyz"); err == nil {
-			_ = resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
+		if answers(hc, "http://"+p.Probe+"/readyz") && (p.Metrics == "" || answers(hc, "http://"+p.Metrics+"/metrics")) {
+			return nil
 		}
 		if time.Now().After(deadline) {
 			p.Stop()
@@ -185,6 +183,18 @@ func (p *Process) waitReady(ctx context.Context) error {
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+// answers reports whether url answers 200. The manager starts its probe and metrics
+// servers each on its own: /readyz may answer before the metrics endpoint listens,
+// and a reader of the metrics right after the start then found the port closed.
+func answers(hc *http.Client, url string) bool {
+	resp, err := hc.Get(url)
+	if err != nil {
+		return false
+	}
+	_ = resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
 }
 
 // Exited reports whether the process has ended.

@@ -59,7 +59,7 @@ func fakeController(args []string) int {
 	fs := flag.NewFlagSet("controller", flag.ContinueOnError)
 	probe := fs.String("health-probe-bind-address", "", "")
 	fs.String("kubeconfig", "", "")
-	fs.String("metrics-bind-address", "", "")
+	metrics := fs.String("metrics-bind-address", "", "")
 	fs.String("node-lease-grace-period", "", "")
 	fs.String("pprof-bind-address", "", "")
 	fs.String("leader-elect", "", "")
@@ -75,6 +75,18 @@ func fakeController(args []string) int {
 	if mode != "never-ready" {
 		http.HandleFunc("/readyz", func(http.ResponseWriter, *http.Request) {})
 		go func() { _ = http.ListenAndServe(*probe, nil) }()
+	}
+	if *metrics != "0" {
+		// The manager starts its metrics server on its own, possibly after /readyz
+		// answers: metrics-late listens half a second after it.
+		ms := http.NewServeMux()
+		ms.HandleFunc("/metrics", func(http.ResponseWriter, *http.Request) {})
+		go func() {
+			if mode == "metrics-late" {
+				time.Sleep(500 * time.Millisecond)
+			}
+			_ = http.ListenAndServe(*metrics, ms)
+		}()
 	}
 	<-term
 	fmt.Println("stopped by SIGTERM")
@@ -115,6 +127,21 @@ func TestStartWaitsForReadinessAndStopsWithSIGTERM(t *testing.T) {
 	assert.Contains(t, logs, "env: given\n")
 	assert.Contains(t, logs, "stopped by SIGTERM")
 	p.Stop() // a second stop is a no-op
+}
+
+// TestStartWaitsForTheMetricsEndpoint: /readyz may answer before the metrics
+// endpoint listens; a caller that reads the metrics right after Start found the
+// port closed (connection refused), and the bench stopped the controller for it.
+func TestStartWaitsForTheMetricsEndpoint(t *testing.T) {
+	o := options(t, "metrics-late")
+	o.Metrics = true
+	p, err := Start(context.Background(), o)
+	require.NoError(t, err)
+	defer p.Stop()
+	resp, err := http.Get("http://" + p.Metrics + "/metrics")
+	require.NoError(t, err, "Start returned before /metrics answered")
+	_ = resp.Body.Close()
+	assert.Equal(t, http.StatusOK, resp.StatusCode)
 }
 
 func TestMetricsOffAndPprof(t *testing.T) {
