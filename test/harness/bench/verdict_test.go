@@ -28,6 +28,12 @@ func TestVerdictCallBudget(t *testing.T) {
 		require.NoError(t, verdict(one, p), "one request's one live read")
 		oneWrite := &Result{Scale: []ScalePoint{point(1, 5, map[string]int{"PATCH": 3, "DELETE": 1, "POST": 1})}}
 		require.Error(t, verdict(oneWrite, p), "one request's one write more")
+		// 4001.0/1000*1000 is 4001.0000000000005 in floating point: counted in
+		// floats, one allowed read of a storm of 1,000 failed the run.
+		big := &Result{Scale: []ScalePoint{point(1000, 4001.0/1000, map[string]int{"GET": 1, "PATCH": 2000, "DELETE": 1000, "POST": 1000})}}
+		require.NoError(t, verdict(big, p), "a storm of 1,000's one live read")
+		bigWrite := &Result{Scale: []ScalePoint{point(1000, 4001.0/1000, map[string]int{"PATCH": 2001, "DELETE": 1000, "POST": 1000})}}
+		require.Error(t, verdict(bigWrite, p), "a storm of 1,000's one write more")
 	})
 
 	t.Run("one size over the budget fails the run", func(t *testing.T) {
