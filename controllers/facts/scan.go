@@ -217,6 +217,8 @@ type judgedLease struct {
 	pv     *corev1.PersistentVolume
 	lf     *v1alpha1.LeaseFacts
 	nf     *v1alpha1.NodeFacts
+	holder string
+	age    time.Duration
 	stuck  bool
 	listed bool
 }
@@ -254,7 +256,7 @@ func (g *Gatherer) pvLeases(ctx context.Context, opts ScanOptions, now time.Time
 			return nil, nil, err
 		}
 		age := time.Duration(lf.AgeSeconds) * time.Second
-		j := judgedLease{l: l, pv: pv, lf: lf, nf: nf,
+		j := judgedLease{l: l, pv: pv, lf: lf, nf: nf, holder: holder, age: age,
 			stuck:  leaseStuck(nf.State, lf.RetainedEvents, age, opts.LeaseAge),
 			listed: opts.HeldBy != "" && holder == opts.HeldBy}
 		if j.stuck || j.listed {
@@ -267,9 +269,8 @@ func (g *Gatherer) pvLeases(ctx context.Context, opts ScanOptions, now time.Time
 	eg.SetLimit(symptomReaders)
 	for i, j := range judged {
 		eg.Go(func() error {
-			holder := *j.l.Spec.HolderIdentity
 			s, err := opts.Symptoms.of(j.l, j.nf.State, j.pv, now, mounts, func() ([]Symptom, error) {
-				return g.volumeSymptoms(ectx, j.pv, holder, j.lf.HeldSince.Time, mounts)
+				return g.volumeSymptoms(ectx, j.pv, j.holder, j.lf.HeldSince.Time, mounts)
 			})
 			symptoms[i] = s
 			return err
@@ -282,9 +283,7 @@ func (g *Gatherer) pvLeases(ctx context.Context, opts ScanOptions, now time.Time
 	var out []Finding
 	var held []HeldLease
 	for i, j := range judged {
-		l, lf, nf := j.l, j.lf, j.nf
-		holder := *l.Spec.HolderIdentity
-		age := time.Duration(lf.AgeSeconds) * time.Second
+		l, lf, nf, holder, age := j.l, j.lf, j.nf, j.holder, j.age
 		key := l.Namespace + "/" + l.Name
 		if j.listed {
 			_, why := judgeLease(nf.State, lf.RetainedEvents, age, opts.LeaseAge, len(symptoms[i]))
