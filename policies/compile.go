@@ -48,6 +48,9 @@ type compiledPolicy struct {
 	evaluating chan struct{}
 	// copies counts the compiled copies made, the first included.
 	copies atomic.Int32
+
+	// onCompile (tests only) is called before take compiles another copy.
+	onCompile func()
 }
 
 // maxEvaluating is how many evaluations of one policy run at once: one per CPU the
@@ -244,6 +247,9 @@ func (c *compiledPolicy) take() (*instance, error) {
 		return inst, nil
 	}
 	c.poolMu.Unlock()
+	if c.onCompile != nil {
+		c.onCompile()
+	}
 	inst, err := compileInstance(c.files)
 	if err != nil {
 		return nil, fmt.Errorf("compiling another copy of policy %s: %w", c.digest, err)

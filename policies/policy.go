@@ -287,13 +287,8 @@ func (e *Engine) Decide(in Input) (Decision, error) {
 		return e.timedOut(c, e.suspendedWhy(c, n, timeout), timeout), nil
 	}
 	c.acquire()
-	inst, err := c.take()
-	if err != nil {
-		c.release()
-		return Decision{}, &EvalError{Reason: EvalReasonError, Err: err}
-	}
-
 	type result struct {
+		inst     *instance // nil when no copy could be taken
 		d        decoded
 		err      error
 		panicked bool // the copy may be half-written: not given back
@@ -311,16 +306,27 @@ func (e *Engine) Decide(in Input) (Decision, error) {
 		if hook != nil {
 			hook()
 		}
+		// Taking a copy is inside the bound: with no idle copy it compiles one, and a
+		// policy whose input-independent part runs away runs away in the compile.
+		inst, err := c.take()
+		if err != nil {
+			r.err = &EvalError{Reason: EvalReasonError, Err: err}
+			return
+		}
+		r.inst = inst
 		r.d, r.err = decideInput(inst.ctx, inst.policy, data)
 	}()
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
 	select {
 	case r := <-done:
-		if !r.panicked {
-			c.give(inst)
+		if r.inst != nil && !r.panicked {
+			c.give(r.inst)
 		}
 		c.release()
+		if ee := (*EvalError)(nil); errors.As(r.err, &ee) {
+			return Decision{}, ee
+		}
 		if r.err != nil {
 			return Decision{}, evalError(r.err)
 		}

@@ -206,3 +206,34 @@ func TestConditionReason(t *testing.T) {
 		})
 	}
 }
+
+// TestDecideTimesOutWhileCompilingACopy: the bound covers the compile of a copy too.
+// A policy whose input-independent part runs away is slow to compile, not only to
+// evaluate, and a decision that finds no idle copy compiles one: if that compile ran
+// outside the bound, a worker would wait for it (and a manager stopping would give up
+// on the worker). The hook holds the compile for as long as the test runs.
+func TestDecideTimesOutWhileCompilingACopy(t *testing.T) {
+	e := slowEngine(t)
+	c := e.current()
+	c.idle = nil // every copy in use: the next decision compiles one
+	hold := make(chan struct{})
+	c.onCompile = func() { <-hold }
+	t.Cleanup(func() {
+		close(hold)
+		waitForRunaways(t, e)
+	})
+
+	got := make(chan Decision, 1)
+	go func() {
+		d, err := e.Decide(input(2))
+		assert.NoError(t, err, "a timeout is a decision, not an error")
+		got <- d
+	}()
+	select {
+	case d := <-got:
+		assertTimedOut(t, e, d)
+	case <-time.After(testTimeout + slack):
+		require.FailNow(t, "Decide waited for the compile of a copy, past its bound")
+	}
+	assert.EqualValues(t, 1, c.runaway.Load(), "the abandoned compile is a runaway: it counts towards the cap")
+}
