@@ -27,10 +27,11 @@ const (
 	LoadReasonNoPolicy        = "no-policy"        // no #Policy
 	LoadReasonSchema          = "schema"           // brings or redefines the schema
 	LoadReasonUnknownPlaybook = "unknown-playbook" // a playbook outside #Playbook
+	LoadReasonTimeout         = "timeout"          // compiling took longer than its bound
 )
 
 // LoadReasons are every LoadError reason, for metrics that list them all.
-var LoadReasons = []string{LoadReasonRead, LoadReasonSyntax, LoadReasonCompile, LoadReasonNoPolicy, LoadReasonSchema, LoadReasonUnknownPlaybook}
+var LoadReasons = []string{LoadReasonRead, LoadReasonSyntax, LoadReasonCompile, LoadReasonNoPolicy, LoadReasonSchema, LoadReasonUnknownPlaybook, LoadReasonTimeout}
 
 // LoadError is a policy source that was refused.
 type LoadError struct {

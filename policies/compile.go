@@ -16,6 +16,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing/fstest"
+	"time"
 
 	"cuelang.org/go/cue"
 	"cuelang.org/go/cue/ast"
@@ -74,23 +75,113 @@ type sourceFile struct {
 // compile compiles the non-test .cue files of fsys with the binary's own schema,
 // keeping the copy for the first evaluation.
 func compile(fsys fs.FS) (*compiledPolicy, error) {
-	files, err := withSchema(fsys)
+	files, digest, err := readSource(fsys)
 	if err != nil {
 		return nil, err
 	}
-	inst, err := compileInstance(files)
+	return compileSource(files, digest)
+}
+
+// readSource reads and checks the non-test .cue files of fsys, with the binary's own
+// schema, and digests them: what a reload compares before it compiles anything.
+func readSource(fsys fs.FS) ([]sourceFile, string, error) {
+	files, err := withSchema(fsys)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	h := sha256.New()
 	for _, f := range files {
 		fmt.Fprintf(h, "%s\x00%d\x00", f.name, len(f.data))
 		h.Write(f.data)
 	}
-	digest := "sha256:" + hex.EncodeToString(h.Sum(nil))
+	return files, "sha256:" + hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// compileSource compiles files read by readSource.
+func compileSource(files []sourceFile, digest string) (*compiledPolicy, error) {
+	inst, err := compileBounded(files, digest)
+	if err != nil {
+		return nil, err
+	}
 	c := &compiledPolicy{files: files, digest: digest, idle: []*instance{inst}, evaluating: make(chan struct{}, maxEvaluating())}
 	c.copies.Store(1)
 	return c, nil
+}
+
+// compileTimeout bounds a load's compile (a variable for tests). Building a policy
+// evaluates every part of it that reads no input, so a comprehension there that runs
+// away runs away in the load: in the controller's reload, and in the sync's check of
+// a revision, which would otherwise sync nothing more until it ended. The embedded
+// policies compile in well under a second.
+var compileTimeout = 30 * time.Second
+
+// maxAbandonedCompiles caps the compiles past compileTimeout still running: CUE
+// cannot cancel one, so each keeps a CPU busy; past the cap a load is refused at once.
+const maxAbandonedCompiles = 2
+
+// abandonedCompiles are the compiles past compileTimeout still running, by digest,
+// across every Engine of the process (the sync checks each revision on a new one).
+var abandonedCompiles = &abandoned{digests: map[string]bool{}}
+
+type abandoned struct {
+	mu      sync.Mutex
+	digests map[string]bool
+}
+
+func (a *abandoned) running() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return len(a.digests)
+}
+
+// admit refuses a compile of digest while one of the same source, or the cap of
+// others, is still running.
+func (a *abandoned) admit(digest string) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.digests[digest] {
+		return loadError(LoadReasonTimeout, "an earlier compile of policy %s took longer than %s and is still running; "+
+			"it is not compiled again until that one ends", digest, compileTimeout)
+	}
+	if n := len(a.digests); n >= maxAbandonedCompiles {
+		return loadError(LoadReasonTimeout, "not compiling policy %s: %d earlier compiles took longer than %s and are still running", digest, n, compileTimeout)
+	}
+	return nil
+}
+
+// compileBounded is compileInstance for at most compileTimeout. A longer compile is
+// abandoned, running on in the background, and the load is refused.
+func compileBounded(files []sourceFile, digest string) (*instance, error) {
+	if err := abandonedCompiles.admit(digest); err != nil {
+		return nil, err
+	}
+	type result struct {
+		inst *instance
+		err  error
+	}
+	done := make(chan result, 1) // an abandoned compile still delivers and ends
+	go func() {
+		inst, err := compileInstance(files)
+		done <- result{inst, err}
+	}()
+	timer := time.NewTimer(compileTimeout)
+	defer timer.Stop()
+	select {
+	case r := <-done:
+		return r.inst, r.err
+	case <-timer.C:
+		abandonedCompiles.mu.Lock()
+		abandonedCompiles.digests[digest] = true
+		abandonedCompiles.mu.Unlock()
+		go func() {
+			<-done
+			abandonedCompiles.mu.Lock()
+			delete(abandonedCompiles.digests, digest)
+			abandonedCompiles.mu.Unlock()
+		}()
+		return nil, loadError(LoadReasonTimeout, "compiling policy %s took longer than %s and was abandoned: a part of it that reads no input "+
+			"(a comprehension over a large list, a deep recursion) is evaluated when the policy is built; bound it, or make it depend on input", digest, compileTimeout)
+	}
 }
 
 // schemaFile is the contract between the binary and its policies (#Input, which Go

@@ -123,7 +123,8 @@ type Engine struct {
 	// mu serialises Reload, so that an older compile is never stored over a newer.
 	mu sync.Mutex
 
-	// onEvaluate (tests only) is called as each evaluation starts, on its goroutine.
+	// onEvaluate (tests only) is called as each evaluation starts, with its copy, on
+	// its goroutine.
 	onEvaluate func()
 }
 
@@ -247,15 +248,23 @@ func (e *Engine) Reload() (changed bool, err error) {
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	n, err := compile(os.DirFS(e.dir))
+	// An unchanged source is not compiled again: a reload every interval would
+	// otherwise build the whole policy each time to find it the same.
+	files, digest, err := readSource(os.DirFS(e.dir))
+	if err == nil {
+		if c := e.current(); c != nil && digest == c.digest {
+			return false, nil
+		}
+	}
+	var n *compiledPolicy
+	if err == nil {
+		n, err = compileSource(files, digest)
+	}
 	if err != nil {
 		if le := (*LoadError)(nil); errors.As(err, &le) && e.current() == nil {
 			e.loadErr.Store(le)
 		}
 		return false, err
-	}
-	if c := e.current(); c != nil && n.digest == c.digest {
-		return false, nil
 	}
 	e.cur.Store(n)
 	return true, nil
@@ -287,37 +296,47 @@ func (e *Engine) Decide(in Input) (Decision, error) {
 		return e.timedOut(c, e.suspendedWhy(c, n, timeout), timeout), nil
 	}
 	c.acquire()
-	type result struct {
-		inst     *instance // nil when no copy could be taken
-		d        decoded
-		err      error
-		panicked bool // the copy may be half-written: not given back
-	}
-	done := make(chan result, 1) // an abandoned evaluation still delivers and ends
+	taken := make(chan struct{})     // closed once the evaluation has its copy, or none
+	done := make(chan evaluation, 1) // an abandoned evaluation still delivers and ends
 	hook := e.onEvaluate
 	go func() {
-		var r result
+		var r evaluation
+		copied := false
 		defer func() {
 			if p := recover(); p != nil {
-				r = result{err: fmt.Errorf("evaluating policy: panic: %v", p), panicked: true}
+				r = evaluation{err: fmt.Errorf("evaluating policy: panic: %v", p), panicked: true}
+			}
+			if !copied {
+				close(taken)
 			}
 			done <- r
 		}()
-		if hook != nil {
-			hook()
-		}
-		// Taking a copy is inside the bound: with no idle copy it compiles one, and a
-		// policy whose input-independent part runs away runs away in the compile.
 		inst, err := c.take()
+		copied = true
+		close(taken)
 		if err != nil {
 			r.err = &EvalError{Reason: EvalReasonError, Err: err}
 			return
 		}
 		r.inst = inst
+		if hook != nil {
+			hook()
+		}
 		r.d, r.err = decideInput(inst.ctx, inst.policy, data)
 	}()
-	timer := time.NewTimer(timeout)
-	defer timer.Stop()
+	// With no idle copy, take compiles one, bounded as a load is (compileTimeout), not
+	// by the evaluation's timeout: a compile takes longer than an evaluation, and a
+	// storm's first decisions each compile one. A policy that runs away in its build
+	// is refused at load, so a copy's compile past that bound is a machine stalled.
+	compiling := time.NewTimer(compileTimeout)
+	defer compiling.Stop()
+	select {
+	case <-taken:
+	case <-compiling.C:
+		return e.abandon(c, done, fmt.Sprintf("Compiling a copy of the policy took longer than %s and was abandoned.", compileTimeout), compileTimeout), nil
+	}
+	evaluating := time.NewTimer(timeout)
+	defer evaluating.Stop()
 	select {
 	case r := <-done:
 		if r.inst != nil && !r.panicked {
@@ -334,16 +353,30 @@ func (e *Engine) Decide(in Input) (Decision, error) {
 			return Decision{}, err
 		}
 		return r.d.decision(c.digest), nil
-	case <-timer.C:
-		// The runaway keeps its copy, not its token: the runaway cap bounds those.
-		c.release()
-		c.runaway.Add(1)
-		go func() {
-			<-done // the copy is dropped: a runaway's values are never reused
-			c.runaway.Add(-1)
-		}()
-		return e.timedOut(c, fmt.Sprintf("Policy evaluation took longer than %s and was abandoned.", timeout), timeout), nil
+	case <-evaluating.C:
+		return e.abandon(c, done, fmt.Sprintf("Policy evaluation took longer than %s and was abandoned.", timeout), timeout), nil
 	}
+}
+
+// evaluation is what one evaluation delivers when it ends.
+type evaluation struct {
+	inst     *instance // nil when no copy could be taken
+	d        decoded
+	err      error
+	panicked bool // the copy may be half-written: not given back
+}
+
+// abandon leaves an evaluation of c that did not end within bound running, counted
+// as a runaway until it delivers on done, and returns the fail-closed decision. The
+// runaway keeps its copy, not its token: the runaway cap bounds those.
+func (e *Engine) abandon(c *compiledPolicy, done <-chan evaluation, what string, bound time.Duration) Decision {
+	c.release()
+	c.runaway.Add(1)
+	go func() {
+		<-done // the copy is dropped: a runaway's values are never reused
+		c.runaway.Add(-1)
+	}()
+	return e.timedOut(c, what, bound)
 }
 
 // waitForPolicy is the decision of an Engine without a policy: not now, not never.

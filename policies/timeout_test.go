@@ -207,12 +207,14 @@ func TestConditionReason(t *testing.T) {
 	}
 }
 
-// TestDecideTimesOutWhileCompilingACopy: the bound covers the compile of a copy too.
-// A policy whose input-independent part runs away is slow to compile, not only to
-// evaluate, and a decision that finds no idle copy compiles one: if that compile ran
-// outside the bound, a worker would wait for it (and a manager stopping would give up
-// on the worker). The hook holds the compile for as long as the test runs.
+// TestDecideTimesOutWhileCompilingACopy: the compile of a copy is bounded too. A
+// decision that finds no idle copy compiles one, and if that compile were unbounded a
+// worker would wait for it (and a manager stopping would give up on the worker). It
+// has a bound of its own, a load's (compileTimeout), as a compile takes longer than an
+// evaluation. The hook holds the compile for as long as the test runs.
 func TestDecideTimesOutWhileCompilingACopy(t *testing.T) {
+	defer func(was time.Duration) { compileTimeout = was }(compileTimeout)
+	compileTimeout = testTimeout
 	e := slowEngine(t)
 	c := e.current()
 	c.idle = nil // every copy in use: the next decision compiles one
@@ -232,8 +234,22 @@ func TestDecideTimesOutWhileCompilingACopy(t *testing.T) {
 	select {
 	case d := <-got:
 		assertTimedOut(t, e, d)
+		assert.True(t, strings.HasPrefix(d.Message, "Compiling a copy of the policy took longer than 25ms and was abandoned."), d.Message)
 	case <-time.After(testTimeout + slack):
 		require.FailNow(t, "Decide waited for the compile of a copy, past its bound")
 	}
 	assert.EqualValues(t, 1, c.runaway.Load(), "the abandoned compile is a runaway: it counts towards the cap")
+}
+
+// TestTheEvaluationBoundExcludesTheCompile: a decision's own bound (Timeout) starts
+// once it has its copy, so a compile that takes longer than an evaluation may (the
+// first decisions of a storm each compile one) does not fail it closed.
+func TestTheEvaluationBoundExcludesTheCompile(t *testing.T) {
+	e := slowEngine(t)
+	c := e.current()
+	c.idle = nil
+	c.onCompile = func() { time.Sleep(4 * testTimeout) }
+	d, _ := decide(t, e, input(2))
+	assert.Equal(t, "slow", d.Rule, d.Message)
+	assert.Zero(t, c.runaway.Load())
 }
