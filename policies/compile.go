@@ -108,58 +108,75 @@ func compileSource(files []sourceFile, digest string) (*compiledPolicy, error) {
 	return c, nil
 }
 
-// compileTimeout bounds a load's compile (a variable for tests). Building a policy
-// evaluates every part of it that reads no input, so a comprehension there that runs
-// away runs away in the load: in the controller's reload, and in the sync's check of
-// a revision, which would otherwise sync nothing more until it ended. The embedded
-// policies compile in well under a second.
-var compileTimeout = 30 * time.Second
+// compileTimeout bounds a build of a policy (a variable for tests): at load, and of
+// each copy a decision takes. Building evaluates every part of a policy that reads no
+// input, so a comprehension there that runs away runs away in the build: in the
+// controller's reload and start, and in the sync's check of a revision, which would
+// otherwise sync nothing more, not even the revert. The embedded policies build in
+// tens of milliseconds; a decision's bound (its build and its evaluation) stays well
+// inside the manager's 30 s grace at shutdown.
+var compileTimeout = 10 * time.Second
 
-// maxAbandonedCompiles caps the compiles past compileTimeout still running: CUE
-// cannot cancel one, so each keeps a CPU busy; past the cap a load is refused at once.
-const maxAbandonedCompiles = 2
+// maxTimedOut bounds how many sources timedOutBuilds remembers.
+const maxTimedOut = 64
 
-// abandonedCompiles are the compiles past compileTimeout still running, by digest,
-// across every Engine of the process (the sync checks each revision on a new one).
-var abandonedCompiles = &abandoned{digests: map[string]bool{}}
+// timedOutBuilds are the digests of the sources whose build took longer than
+// compileTimeout, across every Engine of the process (the sync checks each revision
+// on a new one). CUE cannot cancel a build, so each keeps a CPU busy until it ends;
+// a source is built once, and refused at once afterwards, rather than every reload
+// or sync interval. Bad sources come through reviewed commits, one at a time, so
+// each new one gets its build: a fix is never refused because earlier ones ran away.
+var timedOutBuilds = &timedOut{}
 
-type abandoned struct {
+type timedOut struct {
 	mu      sync.Mutex
-	digests map[string]bool
+	digests []string // oldest first
+	running int      // abandoned builds not ended yet
 }
 
-func (a *abandoned) running() int {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return len(a.digests)
+func (t *timedOut) has(digest string) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return slices.Contains(t.digests, digest)
 }
 
-// admit refuses a compile of digest while one of the same source, or the cap of
-// others, is still running.
-func (a *abandoned) admit(digest string) error {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.digests[digest] {
-		return loadError(LoadReasonTimeout, "an earlier compile of policy %s took longer than %s and is still running; "+
-			"it is not compiled again until that one ends", digest, compileTimeout)
+// abandon records digest and one more build running; the returned func records its end.
+func (t *timedOut) abandon(digest string) (ended func()) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if !slices.Contains(t.digests, digest) {
+		t.digests = append(t.digests, digest)
+		if len(t.digests) > maxTimedOut {
+			t.digests = t.digests[1:]
+		}
 	}
-	if n := len(a.digests); n >= maxAbandonedCompiles {
-		return loadError(LoadReasonTimeout, "not compiling policy %s: %d earlier compiles took longer than %s and are still running", digest, n, compileTimeout)
+	t.running++
+	return func() {
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		t.running--
 	}
-	return nil
 }
 
-// compileBounded is compileInstance for at most compileTimeout. A longer compile is
-// abandoned, running on in the background, and the load is refused.
+// stillRunning counts the abandoned builds that have not ended.
+func (t *timedOut) stillRunning() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.running
+}
+
+// compileBounded is compileInstance for at most compileTimeout. A longer build is
+// abandoned, running on in the background, and the source is refused.
 func compileBounded(files []sourceFile, digest string) (*instance, error) {
-	if err := abandonedCompiles.admit(digest); err != nil {
-		return nil, err
+	if timedOutBuilds.has(digest) {
+		return nil, loadError(LoadReasonTimeout, "policy %s is not built again: an earlier build of it took longer than %s "+
+			"(until the controller restarts); %s", digest, compileTimeout, timeoutHint)
 	}
 	type result struct {
 		inst *instance
 		err  error
 	}
-	done := make(chan result, 1) // an abandoned compile still delivers and ends
+	done := make(chan result, 1) // an abandoned build still delivers and ends
 	go func() {
 		inst, err := compileInstance(files)
 		done <- result{inst, err}
@@ -170,19 +187,18 @@ func compileBounded(files []sourceFile, digest string) (*instance, error) {
 	case r := <-done:
 		return r.inst, r.err
 	case <-timer.C:
-		abandonedCompiles.mu.Lock()
-		abandonedCompiles.digests[digest] = true
-		abandonedCompiles.mu.Unlock()
+		ended := timedOutBuilds.abandon(digest)
 		go func() {
 			<-done
-			abandonedCompiles.mu.Lock()
-			delete(abandonedCompiles.digests, digest)
-			abandonedCompiles.mu.Unlock()
+			ended()
 		}()
-		return nil, loadError(LoadReasonTimeout, "compiling policy %s took longer than %s and was abandoned: a part of it that reads no input "+
-			"(a comprehension over a large list, a deep recursion) is evaluated when the policy is built; bound it, or make it depend on input", digest, compileTimeout)
+		return nil, loadError(LoadReasonTimeout, "building policy %s took longer than %s and was abandoned; %s", digest, compileTimeout, timeoutHint)
 	}
 }
+
+// timeoutHint says what makes a build slow.
+const timeoutHint = "a part of the policy that reads no input (a comprehension over a large list, a deep recursion) " +
+	"is evaluated when it is built: bound it, or make it depend on the input"
 
 // schemaFile is the contract between the binary and its policies (#Input, which Go
 // fills in, #Decision, which it decodes): always the embedded one, so that a policy

@@ -2,6 +2,7 @@ package policies
 
 import (
 	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -22,30 +23,32 @@ import "list"
 }
 `
 
-// waitForAbandonedCompiles waits until the compiles past the bound end, so that they
-// do not take CPU from the tests that follow.
-func waitForAbandonedCompiles(t *testing.T) {
+// waitForAbandonedBuilds waits until the builds past the bound end, so that they do
+// not take CPU from the tests that follow.
+func waitForAbandonedBuilds(t *testing.T) {
 	t.Helper()
-	require.Eventually(t, func() bool { return abandonedCompiles.running() == 0 }, 2*time.Minute, 10*time.Millisecond,
-		"the abandoned compiles never ended")
+	require.Eventually(t, func() bool { return timedOutBuilds.stillRunning() == 0 }, 2*time.Minute, 10*time.Millisecond,
+		"the abandoned builds never ended")
 }
 
-// TestACompileThatRunsAwayIsRefusedAtLoad: a load waits for the compile at most
+// TestABuildThatRunsAwayIsRefusedAtLoad: a load waits for the policy's build at most
 // compileTimeout, and is then refused like any source that cannot be used: the
 // controller's reload keeps the last good policy, and the sync's check of a revision
-// refuses the revision, where either used to wait for as long as the compile ran. A
-// load of the same source while its compile still runs is refused at once, without
-// starting another.
-func TestACompileThatRunsAwayIsRefusedAtLoad(t *testing.T) {
+// refuses the revision, where either used to wait for as long as the build ran. The
+// same source is refused at once afterwards, not built again; another source, the
+// fix, is built whatever runs in the background.
+func TestABuildThatRunsAwayIsRefusedAtLoad(t *testing.T) {
+	waitForAbandonedBuilds(t)
 	good := t.TempDir()
 	copyPolicies(t, good)
 	e, err := FromDir(good)
 	require.NoError(t, err)
 	lastGood := e.Digest()
 
-	defer func(was time.Duration) { compileTimeout = was }(compileTimeout)
+	was := compileTimeout
+	defer func() { compileTimeout = was }()
 	compileTimeout = testTimeout
-	t.Cleanup(func() { waitForAbandonedCompiles(t) })
+	t.Cleanup(func() { waitForAbandonedBuilds(t) })
 
 	dir := t.TempDir()
 	writePolicy(t, dir, "p.cue", runawayAtLoad)
@@ -57,15 +60,17 @@ func TestACompileThatRunsAwayIsRefusedAtLoad(t *testing.T) {
 	assert.Equal(t, LoadReasonTimeout, le.Reason)
 	assert.Contains(t, le.Error(), "took longer than 25ms and was abandoned")
 	assert.Contains(t, le.Error(), "reads no input")
-	assert.Less(t, took, testTimeout+slack, "the load waited for the compile")
-	require.Equal(t, 1, abandonedCompiles.running(), "the compile ended before the test could see it running")
+	assert.Less(t, took, testTimeout+slack, "the load waited for the build")
+	require.Equal(t, 1, timedOutBuilds.stillRunning(), "the build ended before the test could see it running")
 
-	// Again, while the first compile runs: refused at once, and no second compile.
+	// Again: refused at once, without another build.
+	start = time.Now()
 	_, err = FromFS(os.DirFS(dir))
 	require.ErrorAs(t, err, &le)
 	assert.Equal(t, LoadReasonTimeout, le.Reason)
-	assert.Contains(t, le.Error(), "is still running")
-	assert.Equal(t, 1, abandonedCompiles.running())
+	assert.Contains(t, le.Error(), "is not built again")
+	assert.Less(t, time.Since(start), slack)
+	assert.Equal(t, 1, timedOutBuilds.stillRunning())
 
 	// The controller's reload of it keeps the last good policy.
 	e.dir = dir
@@ -75,27 +80,27 @@ func TestACompileThatRunsAwayIsRefusedAtLoad(t *testing.T) {
 	assert.Equal(t, LoadReasonTimeout, le.Reason)
 	assert.Equal(t, lastGood, e.Digest())
 
-	// Another source that runs away is abandoned too, and at the cap a third is
-	// refused at once: abandoned compiles keep a CPU each, so they are bounded.
+	// Another source that runs away gets its build too, and so does the fix, while
+	// both still run.
 	second := t.TempDir()
 	writePolicy(t, second, "p.cue", runawayAtLoad+"// another\n")
 	_, err = FromDir(second)
 	require.ErrorAs(t, err, &le)
 	assert.Contains(t, le.Error(), "took longer than 25ms and was abandoned")
-	require.Equal(t, maxAbandonedCompiles, abandonedCompiles.running())
-	third := t.TempDir()
-	writePolicy(t, third, "p.cue", runawayAtLoad+"// a third\n")
-	start = time.Now()
-	_, err = FromDir(third)
-	require.ErrorAs(t, err, &le)
-	assert.Equal(t, LoadReasonTimeout, le.Reason)
-	assert.Contains(t, le.Error(), "2 earlier compiles took longer than 25ms and are still running")
-	assert.Less(t, time.Since(start), slack)
-	assert.Equal(t, maxAbandonedCompiles, abandonedCompiles.running())
+	require.Equal(t, 2, timedOutBuilds.stillRunning())
+	compileTimeout = was
+	p := filepath.Join(good, "reregister_csi_driver.cue")
+	src, err := os.ReadFile(p)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(p, append(src, "// fixed\n"...), 0o644))
+	e.dir = good
+	changed, err = e.Reload()
+	require.NoError(t, err, "the fix is refused while earlier builds run")
+	assert.True(t, changed)
 
-	// Once they end, a source is compiled again.
-	waitForAbandonedCompiles(t)
-	_, err = FromDir(third)
+	// Once they end, the source that ran away is still refused at once.
+	waitForAbandonedBuilds(t)
+	_, err = FromDir(dir)
 	require.ErrorAs(t, err, &le)
-	assert.Contains(t, le.Error(), "took longer than 25ms and was abandoned")
+	assert.Contains(t, le.Error(), "is not built again")
 }

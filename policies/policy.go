@@ -270,11 +270,12 @@ func (e *Engine) Reload() (changed bool, err error) {
 	return true, nil
 }
 
-// Decide evaluates the policy for one input, for at most the Engine's Timeout. A
-// longer evaluation is abandoned, running on in the background on its own copy of
-// the policy, and the request is rejected with rule RulePolicyTimeout (no error), so
-// a runaway policy cannot stall the workers. Concurrent callers may each add a
-// runaway before the cap is seen (Suspended).
+// Decide evaluates the policy for one input, for at most the Engine's Timeout once it
+// has a copy of the policy of its own (building one, when none is idle, has the
+// bound of a build, compileTimeout). A longer evaluation or build is abandoned,
+// running on in the background, and the request is rejected with rule
+// RulePolicyTimeout (no error), so a runaway policy cannot stall the workers.
+// Concurrent callers may each add a runaway before the cap is seen (Suspended).
 //
 // An error is an *EvalError: the policy could not decide, and the caller must fail
 // closed.
@@ -296,6 +297,12 @@ func (e *Engine) Decide(in Input) (Decision, error) {
 		return e.timedOut(c, e.suspendedWhy(c, n, timeout), timeout), nil
 	}
 	c.acquire()
+	// Waiting for the token, others may have been abandoned up to the cap.
+	if n := c.runaway.Load(); n >= MaxRunawayEvaluations {
+		c.release()
+		return e.timedOut(c, e.suspendedWhy(c, n, timeout), timeout), nil
+	}
+	var late atomic.Bool             // the build was abandoned: the copy is not evaluated for nobody
 	taken := make(chan struct{})     // closed once the evaluation has its copy, or none
 	done := make(chan evaluation, 1) // an abandoned evaluation still delivers and ends
 	hook := e.onEvaluate
@@ -318,22 +325,27 @@ func (e *Engine) Decide(in Input) (Decision, error) {
 			r.err = &EvalError{Reason: EvalReasonError, Err: err}
 			return
 		}
+		if late.Load() {
+			c.give(inst) // built late, never evaluated: the next decision's
+			return
+		}
 		r.inst = inst
 		if hook != nil {
 			hook()
 		}
 		r.d, r.err = decideInput(inst.ctx, inst.policy, data)
 	}()
-	// With no idle copy, take compiles one, bounded as a load is (compileTimeout), not
-	// by the evaluation's timeout: a compile takes longer than an evaluation, and a
-	// storm's first decisions each compile one. A policy that runs away in its build
-	// is refused at load, so a copy's compile past that bound is a machine stalled.
+	// With no idle copy, take builds one, bounded as a load is (compileTimeout), not by
+	// the evaluation's timeout: a build takes longer than an evaluation, and a storm's
+	// first decisions each build one. A policy that runs away in its build is refused
+	// at load, so a copy's build past that bound is a machine stalled.
 	compiling := time.NewTimer(compileTimeout)
 	defer compiling.Stop()
 	select {
 	case <-taken:
 	case <-compiling.C:
-		return e.abandon(c, done, fmt.Sprintf("Compiling a copy of the policy took longer than %s and was abandoned.", compileTimeout), compileTimeout), nil
+		late.Store(true)
+		return e.abandon(c, done, fmt.Sprintf("Building a copy of the policy took longer than %s and was abandoned.", compileTimeout), compileTimeout), nil
 	}
 	evaluating := time.NewTimer(timeout)
 	defer evaluating.Stop()

@@ -213,9 +213,10 @@ func TestConditionReason(t *testing.T) {
 // has a bound of its own, a load's (compileTimeout), as a compile takes longer than an
 // evaluation. The hook holds the compile for as long as the test runs.
 func TestDecideTimesOutWhileCompilingACopy(t *testing.T) {
+	e := slowEngine(t)
+	// Lowered once the policy is loaded, which would otherwise be held to it.
 	defer func(was time.Duration) { compileTimeout = was }(compileTimeout)
 	compileTimeout = testTimeout
-	e := slowEngine(t)
 	c := e.current()
 	c.idle = nil // every copy in use: the next decision compiles one
 	hold := make(chan struct{})
@@ -234,7 +235,7 @@ func TestDecideTimesOutWhileCompilingACopy(t *testing.T) {
 	select {
 	case d := <-got:
 		assertTimedOut(t, e, d)
-		assert.True(t, strings.HasPrefix(d.Message, "Compiling a copy of the policy took longer than 25ms and was abandoned."), d.Message)
+		assert.True(t, strings.HasPrefix(d.Message, "Building a copy of the policy took longer than 25ms and was abandoned."), d.Message)
 	case <-time.After(testTimeout + slack):
 		require.FailNow(t, "Decide waited for the compile of a copy, past its bound")
 	}
@@ -246,9 +247,12 @@ func TestDecideTimesOutWhileCompilingACopy(t *testing.T) {
 // first decisions of a storm each compile one) does not fail it closed.
 func TestTheEvaluationBoundExcludesTheCompile(t *testing.T) {
 	e := slowEngine(t)
+	// The default bound, so that a loaded machine does not fail the evaluation
+	// itself; the build takes half as long again.
+	e.Timeout = DefaultTimeout
 	c := e.current()
 	c.idle = nil
-	c.onCompile = func() { time.Sleep(4 * testTimeout) }
+	c.onCompile = func() { time.Sleep(DefaultTimeout * 3 / 2) }
 	d, _ := decide(t, e, input(2))
 	assert.Equal(t, "slow", d.Rule, d.Message)
 	assert.Zero(t, c.runaway.Load())
