@@ -120,41 +120,73 @@ var compileTimeout = 10 * time.Second
 // maxTimedOut bounds how many sources timedOutBuilds remembers.
 const maxTimedOut = 64
 
-// timedOutBuilds are the digests of the sources whose build took longer than
-// compileTimeout, across every Engine of the process (the sync checks each revision
-// on a new one). CUE cannot cancel a build, so each keeps a CPU busy until it ends;
-// a source is built once, and refused at once afterwards, rather than every reload
-// or sync interval. Bad sources come through reviewed commits, one at a time, so
-// each new one gets its build: a fix is never refused because earlier ones ran away.
+// rebuildAfter is how long a source whose build was abandoned is refused at once,
+// counted from then, and at least until that build ended (a variable for tests).
+var rebuildAfter = 10 * time.Minute
+
+// timedOutBuilds are the sources whose build took longer than compileTimeout, across
+// every Engine of the process (the sync checks each revision on a new one). CUE
+// cannot cancel a build, so each keeps a CPU busy until it ends; such a source is
+// refused at once for a while rather than built again at every reload or sync
+// interval, and then tried again, in case only the machine was stalled. Bad sources
+// come through reviewed commits, one at a time, so any other source gets its build:
+// a fix is never refused because earlier ones ran away.
 var timedOutBuilds = &timedOut{}
 
 type timedOut struct {
-	mu      sync.Mutex
-	digests []string // oldest first
-	running int      // abandoned builds not ended yet
+	mu     sync.Mutex
+	builds []*abandonedBuild // oldest first
 }
 
-func (t *timedOut) has(digest string) bool {
+type abandonedBuild struct {
+	digest  string
+	at      time.Time // when the last build of it was abandoned
+	running int       // its abandoned builds not ended yet
+}
+
+func (t *timedOut) find(digest string) *abandonedBuild {
+	for _, b := range t.builds {
+		if b.digest == digest {
+			return b
+		}
+	}
+	return nil
+}
+
+// refused says why digest is not built now, or "".
+func (t *timedOut) refused(digest string) string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return slices.Contains(t.digests, digest)
+	b := t.find(digest)
+	switch {
+	case b == nil:
+		return ""
+	case b.running > 0:
+		return fmt.Sprintf("a build of it took longer than %s %s ago and still runs", compileTimeout, time.Since(b.at).Round(time.Second))
+	case time.Since(b.at) < rebuildAfter:
+		return fmt.Sprintf("a build of it took longer than %s %s ago; it is built again %s after that", compileTimeout, time.Since(b.at).Round(time.Second), rebuildAfter)
+	}
+	return ""
 }
 
-// abandon records digest and one more build running; the returned func records its end.
+// abandon records a build of digest abandoned now; the returned func records its end.
 func (t *timedOut) abandon(digest string) (ended func()) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if !slices.Contains(t.digests, digest) {
-		t.digests = append(t.digests, digest)
-		if len(t.digests) > maxTimedOut {
-			t.digests = t.digests[1:]
+	b := t.find(digest)
+	if b == nil {
+		b = &abandonedBuild{digest: digest}
+		t.builds = append(t.builds, b)
+		if len(t.builds) > maxTimedOut {
+			t.builds = t.builds[1:]
 		}
 	}
-	t.running++
+	b.at = time.Now()
+	b.running++
 	return func() {
 		t.mu.Lock()
 		defer t.mu.Unlock()
-		t.running--
+		b.running--
 	}
 }
 
@@ -162,15 +194,18 @@ func (t *timedOut) abandon(digest string) (ended func()) {
 func (t *timedOut) stillRunning() int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.running
+	n := 0
+	for _, b := range t.builds {
+		n += b.running
+	}
+	return n
 }
 
 // compileBounded is compileInstance for at most compileTimeout. A longer build is
 // abandoned, running on in the background, and the source is refused.
 func compileBounded(files []sourceFile, digest string) (*instance, error) {
-	if timedOutBuilds.has(digest) {
-		return nil, loadError(LoadReasonTimeout, "policy %s is not built again: an earlier build of it took longer than %s "+
-			"(until the controller restarts); %s", digest, compileTimeout, timeoutHint)
+	if why := timedOutBuilds.refused(digest); why != "" {
+		return nil, loadError(LoadReasonTimeout, "policy %s is not built again yet: %s; %s", digest, why, timeoutHint)
 	}
 	type result struct {
 		inst *instance

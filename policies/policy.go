@@ -294,13 +294,13 @@ func (e *Engine) Decide(in Input) (Decision, error) {
 	}
 	timeout := e.timeout()
 	if n := c.runaway.Load(); n >= MaxRunawayEvaluations {
-		return e.timedOut(c, e.suspendedWhy(c, n, timeout), timeout), nil
+		return e.timedOut(c, e.suspendedWhy(c, n, timeout), evaluationExceeded(timeout)), nil
 	}
 	c.acquire()
 	// Waiting for the token, others may have been abandoned up to the cap.
 	if n := c.runaway.Load(); n >= MaxRunawayEvaluations {
 		c.release()
-		return e.timedOut(c, e.suspendedWhy(c, n, timeout), timeout), nil
+		return e.timedOut(c, e.suspendedWhy(c, n, timeout), evaluationExceeded(timeout)), nil
 	}
 	var late atomic.Bool             // the build was abandoned: the copy is not evaluated for nobody
 	taken := make(chan struct{})     // closed once the evaluation has its copy, or none
@@ -344,8 +344,13 @@ func (e *Engine) Decide(in Input) (Decision, error) {
 	select {
 	case <-taken:
 	case <-compiling.C:
-		late.Store(true)
-		return e.abandon(c, done, fmt.Sprintf("Building a copy of the policy took longer than %s and was abandoned.", compileTimeout), compileTimeout), nil
+		select {
+		case <-taken: // in time after all: both were ready
+		default:
+			late.Store(true)
+			return e.abandon(c, done, fmt.Sprintf("Building a copy of the policy took longer than %s and was abandoned.", compileTimeout),
+				fmt.Sprintf("building a copy of the policy exceeded %s", compileTimeout)), nil
+		}
 	}
 	evaluating := time.NewTimer(timeout)
 	defer evaluating.Stop()
@@ -366,7 +371,7 @@ func (e *Engine) Decide(in Input) (Decision, error) {
 		}
 		return r.d.decision(c.digest), nil
 	case <-evaluating.C:
-		return e.abandon(c, done, fmt.Sprintf("Policy evaluation took longer than %s and was abandoned.", timeout), timeout), nil
+		return e.abandon(c, done, fmt.Sprintf("Policy evaluation took longer than %s and was abandoned.", timeout), evaluationExceeded(timeout)), nil
 	}
 }
 
@@ -378,17 +383,25 @@ type evaluation struct {
 	panicked bool // the copy may be half-written: not given back
 }
 
-// abandon leaves an evaluation of c that did not end within bound running, counted
-// as a runaway until it delivers on done, and returns the fail-closed decision. The
-// runaway keeps its copy, not its token: the runaway cap bounds those.
-func (e *Engine) abandon(c *compiledPolicy, done <-chan evaluation, what string, bound time.Duration) Decision {
+// abandon leaves an evaluation of c that did not end within its bound running,
+// counted as a runaway until it delivers on done, and returns the fail-closed
+// decision. The runaway keeps its copy, not its token (the runaway cap bounds
+// those); the copy is dropped when it ends, unless it was built too late to be
+// evaluated at all.
+func (e *Engine) abandon(c *compiledPolicy, done <-chan evaluation, what, reason string) Decision {
 	c.release()
 	c.runaway.Add(1)
 	go func() {
-		<-done // the copy is dropped: a runaway's values are never reused
+		<-done
 		c.runaway.Add(-1)
 	}()
-	return e.timedOut(c, what, bound)
+	return e.timedOut(c, what, reason)
+}
+
+// evaluationExceeded is the reason of a decision whose evaluation took longer than
+// timeout.
+func evaluationExceeded(timeout time.Duration) string {
+	return fmt.Sprintf("policy evaluation exceeded %s", timeout)
 }
 
 // waitForPolicy is the decision of an Engine without a policy: not now, not never.
@@ -405,11 +418,11 @@ func (e *Engine) waitForPolicy() Decision {
 }
 
 // timedOut is the fail-closed decision for an evaluation of c that did not finish.
-func (e *Engine) timedOut(c *compiledPolicy, what string, timeout time.Duration) Decision {
+func (e *Engine) timedOut(c *compiledPolicy, what, reason string) Decision {
 	return Decision{
 		Verdict: VerdictReject,
 		Rule:    RulePolicyTimeout,
-		Reasons: []string{fmt.Sprintf("policy evaluation exceeded %s", timeout)},
+		Reasons: []string{reason},
 		Message: fmt.Sprintf("%s Nothing is allowed until the policy decides in time: check policy %s (%s) for unbounded recursion or comprehensions over large inputs, and fix or reload it. Deciding again in %ds.",
 			what, c.digest, e.Source(), timeoutRecheckAfterSeconds),
 		RecheckAfterSeconds: timeoutRecheckAfterSeconds,
