@@ -27,7 +27,7 @@ const (
 	LoadReasonNoPolicy        = "no-policy"        // no #Policy
 	LoadReasonSchema          = "schema"           // brings or redefines the schema
 	LoadReasonUnknownPlaybook = "unknown-playbook" // a playbook outside #Playbook
-	LoadReasonTimeout         = "timeout"          // compiling took longer than its bound
+	LoadReasonTimeout         = "timeout"          // building took longer than its bound
 )
 
 // LoadReasons are every LoadError reason, for metrics that list them all.

@@ -190,17 +190,6 @@ func (t *timedOut) abandon(digest string) (ended func()) {
 	}
 }
 
-// stillRunning counts the abandoned builds that have not ended.
-func (t *timedOut) stillRunning() int {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	n := 0
-	for _, b := range t.builds {
-		n += b.running
-	}
-	return n
-}
-
 // compileBounded is compileInstance for at most compileTimeout. A longer build is
 // abandoned, running on in the background, and the source is refused.
 func compileBounded(files []sourceFile, digest string) (*instance, error) {

@@ -23,6 +23,17 @@ import "list"
 }
 `
 
+// stillRunning counts the abandoned builds that have not ended.
+func (t *timedOut) stillRunning() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n := 0
+	for _, b := range t.builds {
+		n += b.running
+	}
+	return n
+}
+
 // waitForAbandonedBuilds waits until the builds past the bound end, so that they do
 // not take CPU from the tests that follow.
 func waitForAbandonedBuilds(t *testing.T) {

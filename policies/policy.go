@@ -251,13 +251,11 @@ func (e *Engine) Reload() (changed bool, err error) {
 	// An unchanged source is not compiled again: a reload every interval would
 	// otherwise build the whole policy each time to find it the same.
 	files, digest, err := readSource(os.DirFS(e.dir))
+	var n *compiledPolicy
 	if err == nil {
 		if c := e.current(); c != nil && digest == c.digest {
 			return false, nil
 		}
-	}
-	var n *compiledPolicy
-	if err == nil {
 		n, err = compileSource(files, digest)
 	}
 	if err != nil {
@@ -293,14 +291,14 @@ func (e *Engine) Decide(in Input) (Decision, error) {
 		return e.waitForPolicy(), nil
 	}
 	timeout := e.timeout()
-	if n := c.runaway.Load(); n >= MaxRunawayEvaluations {
-		return e.timedOut(c, e.suspendedWhy(c, n, timeout), evaluationExceeded(timeout)), nil
+	if d, suspended := e.atRunawayCap(c, timeout); suspended {
+		return d, nil
 	}
 	c.acquire()
 	// Waiting for the token, others may have been abandoned up to the cap.
-	if n := c.runaway.Load(); n >= MaxRunawayEvaluations {
+	if d, suspended := e.atRunawayCap(c, timeout); suspended {
 		c.release()
-		return e.timedOut(c, e.suspendedWhy(c, n, timeout), evaluationExceeded(timeout)), nil
+		return d, nil
 	}
 	var late atomic.Bool             // the build was abandoned: the copy is not evaluated for nobody
 	taken := make(chan struct{})     // closed once the evaluation has its copy, or none
@@ -373,6 +371,16 @@ func (e *Engine) Decide(in Input) (Decision, error) {
 	case <-evaluating.C:
 		return e.abandon(c, done, fmt.Sprintf("Policy evaluation took longer than %s and was abandoned.", timeout), evaluationExceeded(timeout)), nil
 	}
+}
+
+// atRunawayCap is the fail-closed decision, and true, while c has
+// MaxRunawayEvaluations evaluations still running.
+func (e *Engine) atRunawayCap(c *compiledPolicy, timeout time.Duration) (Decision, bool) {
+	n := c.runaway.Load()
+	if n < MaxRunawayEvaluations {
+		return Decision{}, false
+	}
+	return e.timedOut(c, e.suspendedWhy(c, n, timeout), evaluationExceeded(timeout)), true
 }
 
 // evaluation is what one evaluation delivers when it ends.
