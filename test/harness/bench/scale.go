@@ -91,6 +91,9 @@ func (b *bench) point(ctx context.Context, prefix string, n int, binary string, 
 	if err != nil {
 		return ScalePoint{}, nil, err
 	}
+	if err := b.pauseAfterStaging(ctx); err != nil {
+		return ScalePoint{}, nil, err
+	}
 	floor, err := b.floor(ctx, floorKind, incidents)
 	// Gone before any controller starts: the floor's requests, Succeeded without
 	// one, and its incidents, which the storm's controller would otherwise cache
@@ -104,6 +107,9 @@ func (b *bench) point(ctx context.Context, prefix string, n int, binary string, 
 	incidents, down, err = b.stormIncidents(ctx, kind, n)
 	if err != nil {
 		return ScalePoint{}, nil, fmt.Errorf("storm of %d: %w", n, err)
+	}
+	if err := b.pauseAfterStaging(ctx); err != nil {
+		return ScalePoint{}, nil, err
 	}
 	st, err := b.stormOn(ctx, kind, binary, incidents, b.p.stormTimeout, profile)
 	if err != nil {
@@ -119,6 +125,22 @@ func (b *bench) point(ctx context.Context, prefix string, n int, binary string, 
 		pt.Ratio = pt.TerminalSeconds / pt.FloorSeconds
 	}
 	return pt, st, nil
+}
+
+// pauseAfterStaging pauses for -staging-pause, so that the floor and the storm start
+// alike: after the work their incidents' staging set off in the cluster, not during
+// some of it.
+func (b *bench) pauseAfterStaging(ctx context.Context) error {
+	if b.cfg.stagingPause <= 0 {
+		return nil
+	}
+	logf("Pausing %s after staging", b.cfg.stagingPause)
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(b.cfg.stagingPause):
+		return nil
+	}
 }
 
 // floor releases the incidents with the minimum calls a release needs, 32 workers
