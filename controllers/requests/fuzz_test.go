@@ -29,8 +29,9 @@ var fuzzTimes = []time.Time{
 
 // FuzzDecodeRequest decodes objects as the controller reads them from the API server
 // (an unstructured RemediationRequest, numbers as int64 or float64) and checks that
-// nothing a stored object can hold stops the controller: Decode and GuardView
-// never panic; an error names the request; a decoded request keeps the object's
+// nothing a stored object can hold stops the controller: Decode, GuardView and
+// ViewOf never panic; ViewOf gives GuardView's view, decoded or remembered; an error
+// names the request; a decoded request keeps the object's
 // identity, decodes again from its own encoding to the same encoding, and its
 // maintenance window evaluates (MaintenanceWindow, as the decision and the stop check
 // call it) without panicking, to an error or to an answer consistent with its
@@ -77,11 +78,15 @@ func FuzzDecodeRequest(f *testing.F) {
 		u := &unstructured.Unstructured{Object: obj}
 		u.SetGroupVersionKind(GVK)
 
-		// The seeds and the fuzzer give different objects the same UID and
-		// resourceVersion, which the API server never does: the view is checked as
-		// decoded, and GuardView, which remembers views by those, must not panic.
-		view := decodeView(u)
-		_ = GuardView(u)
+		view := GuardView(u)
+		// ViewOf gives the same view, decoded or remembered. The seeds and the
+		// fuzzer give different objects the same UID and resourceVersion, which
+		// the API server never does, so each input starts and ends unremembered.
+		key := viewKey{uid: u.GetUID(), rv: u.GetResourceVersion()}
+		views.Remove(key)
+		require.Equal(t, view, ViewOf(u), "ViewOf decoding")
+		require.Equal(t, view, ViewOf(u), "ViewOf remembering")
+		views.Remove(key)
 		rr, err := Decode(u)
 		if err != nil {
 			require.Nil(t, rr)

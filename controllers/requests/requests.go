@@ -49,39 +49,12 @@ func Decode(u *unstructured.Unstructured) (*v1alpha1.RemediationRequest, error) 
 
 // GuardView decodes a request's metadata and status, so that one whose spec cannot
 // be decoded still counts as running; failing that, only its phase is kept.
-//
-// A version read from the API server (a UID and a resourceVersion) is decoded once
-// (views): each watch event of a request goes through the index functions,
-// predicates and handlers of three controllers, each of which takes this view, and
-// decoding was about seven times per event, 7 % of the controller's CPU in a storm.
-// The caller gets its own deep copy.
 func GuardView(u *unstructured.Unstructured) v1alpha1.RemediationRequest {
-	key := viewKey{uid: u.GetUID(), rv: u.GetResourceVersion()}
-	if key.uid == "" || key.rv == "" {
-		return decodeView(u)
-	}
-	if v, ok := views.Get(key); ok {
-		return *v.(*v1alpha1.RemediationRequest).DeepCopy()
-	}
-	rr := decodeView(u)
-	views.Add(key, rr.DeepCopy())
-	return rr
+	return decodeView(u)
 }
 
-// viewKey identifies a version of a request: the API server never gives two
-// different contents the same UID and resourceVersion.
-type viewKey struct {
-	uid types.UID
-	rv  string
-}
-
-// views remembers the versions decoded last. A version's decodes come close
-// together, as its watch event goes through the handlers (each behind by at most
-// its backlog of events), so a few hundred entries serve a storm of any size, for
-// a few megabytes.
-var views = lru.New(256)
-
-// decodeView is GuardView's decode, a variable for tests to count.
+// decodeView is GuardView's decode, a variable for the tests that count its calls
+// (none of which runs in parallel).
 var decodeView = func(u *unstructured.Unstructured) v1alpha1.RemediationRequest {
 	if rr, err := Decode(u); err == nil {
 		return *rr
@@ -96,14 +69,44 @@ var decodeView = func(u *unstructured.Unstructured) v1alpha1.RemediationRequest 
 	return rr
 }
 
-// ViewOf is GuardView of o, an unstructured request as watches and indexes see it;
+// ViewOf is GuardView of o, an unstructured request exactly as an informer delivered
+// it to a watch's predicate or handler or to an index function, never changed since;
 // any other object is the zero request, which no guard, line or window counts.
+//
+// Each watch event of a request goes through the index functions, predicates and
+// handlers of three controllers, each of which takes this view: decoding it each
+// time was about seven decodes per event, 7 % of the controller's CPU in a storm. So
+// the view of a version (a UID and a resourceVersion, which the API server never
+// gives two contents) is remembered (views) and each caller gets its own deep copy.
+// An object without both is decoded every time.
 func ViewOf(o client.Object) v1alpha1.RemediationRequest {
-	if u, ok := o.(*unstructured.Unstructured); ok {
-		return GuardView(u)
+	u, ok := o.(*unstructured.Unstructured)
+	if !ok {
+		return v1alpha1.RemediationRequest{}
 	}
-	return v1alpha1.RemediationRequest{}
+	key := viewKey{uid: u.GetUID(), rv: u.GetResourceVersion()}
+	if key.uid == "" || key.rv == "" {
+		return decodeView(u)
+	}
+	if v, ok := views.Get(key); ok {
+		return *v.(*v1alpha1.RemediationRequest).DeepCopy()
+	}
+	rr := decodeView(u)
+	views.Add(key, rr.DeepCopy())
+	return rr
 }
+
+// viewKey identifies a version of a request as the API server stored it.
+type viewKey struct {
+	uid types.UID
+	rv  string
+}
+
+// views remembers the views ViewOf decoded last. A version's views are taken close
+// together, as its watch event goes through the handlers (each behind by at most its
+// backlog of events), so a few hundred entries, a few megabytes, serve the watches;
+// a version whose entry was evicted is decoded again.
+var views = lru.New(256)
 
 // InScope reports whether namespace ns is one of namespaces; none means all.
 func InScope(namespaces []string, ns string) bool {
