@@ -50,12 +50,6 @@ func Decode(u *unstructured.Unstructured) (*v1alpha1.RemediationRequest, error) 
 // GuardView decodes a request's metadata and status, so that one whose spec cannot
 // be decoded still counts as running; failing that, only its phase is kept.
 func GuardView(u *unstructured.Unstructured) v1alpha1.RemediationRequest {
-	return decodeView(u)
-}
-
-// decodeView is GuardView's decode, a variable for the tests that count its calls
-// (none of which runs in parallel).
-var decodeView = func(u *unstructured.Unstructured) v1alpha1.RemediationRequest {
 	if rr, err := Decode(u); err == nil {
 		return *rr
 	}
@@ -95,6 +89,10 @@ func ViewOf(o client.Object) v1alpha1.RemediationRequest {
 	views.Add(key, rr.DeepCopy())
 	return rr
 }
+
+// decodeView is the decode ViewOf makes, a variable for the tests that count its
+// calls (none of which runs in parallel).
+var decodeView = GuardView
 
 // viewKey identifies a version of a request as the API server stored it.
 type viewKey struct {
