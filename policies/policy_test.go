@@ -250,3 +250,18 @@ func TestRulesFromADirectoryAreTheEmbeddedPolicy(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, fx.Want.Rule, d.Rule)
 }
+
+// TestDecisionEvaluatesTheInputSchemaOnce: a decision holds the input to #Input once,
+// in #Policy. The rules' definitions take #Policy's input as it is; each of them
+// holding it to #Input again evaluated the schema's defaults twice, at about 4,600
+// allocations (800 KB) a decision against about 3,100 (400 KB). Counted, not timed:
+// the count is the same on any machine.
+func TestDecisionEvaluatesTheInputSchemaOnce(t *testing.T) {
+	e := engine(t)
+	fx := loadFixture(t, "testdata/shutdown-holder.yaml")
+	allocs := testing.AllocsPerRun(20, func() {
+		_, err := e.Decide(fx.Input)
+		require.NoError(t, err)
+	})
+	assert.Less(t, allocs, 3800.0, "allocations per decision")
+}
