@@ -84,6 +84,18 @@ type Storm struct {
 	APICallsPerRequest float64        `json:"apiCallsPerRequest"`
 	APICallsByKind     map[string]int `json:"apiCallsByKind"`
 	Progress           []Point        `json:"progress"`
+	// ControlPlane is the API server's and etcd's CPU seconds from the first create
+	// until every request was terminal (nil: not read).
+	ControlPlane *ControlPlaneCPU `json:"controlPlaneCPUSeconds,omitempty"`
+}
+
+// ControlPlaneCPU is CPU time of the local cluster's API server and etcd: seconds
+// over a floor or a storm, or milliseconds per request (ScalePoint). It includes
+// the cluster's background work over the same time (simulated kubelets' heartbeats,
+// the controllers of kube-controller-manager), which a longer storm pays more of.
+type ControlPlaneCPU struct {
+	APIServer float64 `json:"apiServer"`
+	Etcd      float64 `json:"etcd"`
 }
 
 // ScalePoint is the storm at one size next to the API server's floor at that size:
@@ -106,6 +118,12 @@ type ScalePoint struct {
 	APICallsByKind     map[string]int `json:"apiCallsByKind"`
 	PeakRSSMiB         float64        `json:"peakRSSMiB"`
 	Succeeded          int            `json:"succeeded"`
+	// FloorControlPlane and StormControlPlane are the API server's and etcd's CPU
+	// milliseconds per request over the floor and over the storm (nil: not read):
+	// what each release costs the control plane, which shares the machine's cores
+	// with everything else.
+	FloorControlPlane *ControlPlaneCPU `json:"floorControlPlaneMsPerRequest,omitempty"`
+	StormControlPlane *ControlPlaneCPU `json:"stormControlPlaneMsPerRequest,omitempty"`
 }
 
 // Baseline is the storm at the preset's largest size with another controller

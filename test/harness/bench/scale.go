@@ -94,7 +94,7 @@ func (b *bench) point(ctx context.Context, prefix string, n int, binary string, 
 	if err := b.pauseAfterStaging(ctx); err != nil {
 		return ScalePoint{}, nil, err
 	}
-	floor, err := b.floor(ctx, floorKind, incidents)
+	floor, floorCPU, err := b.floor(ctx, floorKind, incidents)
 	// Gone before any controller starts: the floor's requests, Succeeded without
 	// one, and its incidents, which the storm's controller would otherwise cache
 	// along with its own.
@@ -124,6 +124,9 @@ func (b *bench) point(ctx context.Context, prefix string, n int, binary string, 
 	if pt.TerminalSeconds > 0 && pt.FloorSeconds > 0 {
 		pt.Ratio = pt.TerminalSeconds / pt.FloorSeconds
 	}
+	if floorCPU != nil && st.ControlPlane != nil {
+		pt.FloorControlPlane, pt.StormControlPlane = floorCPU.perRequest(n), st.ControlPlane.perRequest(n)
+	}
 	return pt, st, nil
 }
 
@@ -150,8 +153,9 @@ func (b *bench) pauseAfterStaging(ctx context.Context) error {
 // from the first create to the last delete: the API server's floor under a storm.
 // The requests end Succeeded, which no controller acts on, and the caller deletes
 // them before any controller starts.
-func (b *bench) floor(ctx context.Context, kind string, incidents []stage.Incident) (float64, error) {
+func (b *bench) floor(ctx context.Context, kind string, incidents []stage.Incident) (float64, *ControlPlaneCPU, error) {
 	leases := b.fastCS.CoordinationV1().Leases(stage.TridentNamespace)
+	cpu := b.controlPlane()
 	start := time.Now()
 	err := stage.Parallel(len(incidents), func(i int) error {
 		in := incidents[i]
@@ -176,7 +180,8 @@ func (b *bench) floor(ctx context.Context, kind string, incidents []stage.Incide
 		}
 		return nil
 	})
-	return time.Since(start).Seconds(), err
+	secs := time.Since(start).Seconds()
+	return secs, b.cpuSince(cpu), err
 }
 
 // floorStatus is the floor's one status write on rr: a merge patch of what the

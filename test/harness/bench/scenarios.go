@@ -44,6 +44,8 @@ type bench struct {
 	carrier []string // kwok node names
 	pods    int      // carrier pods staged so far
 	seq     int      // incident counter, for unique names
+	// cpuUnreadable logs once that the control plane's CPU cannot be read.
+	cpuUnreadable sync.Once
 }
 
 func (b *bench) name(kind string, i int) string {
@@ -279,6 +281,7 @@ func (b *bench) stormOn(ctx context.Context, kind, binary string, incidents []st
 	}
 	res := &Storm{Requests: n, ShutdownNodes: n, KwokNodes: len(b.carrier), Pods: b.pods}
 	prof := b.profiler(ctx, c, kind, profile)
+	cpu := b.controlPlane()
 	start := time.Now()
 	if err := stage.Parallel(n, func(i int) error {
 		b.track.created(rrs[i].Name, time.Now())
@@ -296,6 +299,7 @@ func (b *bench) stormOn(ctx context.Context, kind, binary string, incidents []st
 			prof.sampled(ctx, rss)
 		}
 	})
+	res.ControlPlane = b.cpuSince(cpu)
 	prof.finish(ctx)
 	after, err := c.settle(ctx, 0)
 	if err != nil {

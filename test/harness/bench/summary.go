@@ -105,6 +105,12 @@ func baselineTable(b *strings.Builder, r *Result) {
 		return fmt.Sprintf("%.1f (%s)", p.APICallsPerRequest, byMethod(p.APICallsByKind, p.Requests))
 	}, fmt.Sprintf("budget %d (now only)", callBudget))
 	row("peak RSS", func(p ScalePoint) string { return fmt.Sprintf("%.0f MiB", p.PeakRSSMiB) }, "-")
+	row("API server + etcd CPU per request", func(p ScalePoint) string {
+		if p.StormControlPlane == nil {
+			return "-"
+		}
+		return fmt.Sprintf("%.1f + %.1f ms", p.StormControlPlane.APIServer, p.StormControlPlane.Etcd)
+	}, floorCost(now))
 	_ = w.Flush()
 	var missed []string
 	if bs.TerminalSeconds == 0 {
@@ -129,14 +135,15 @@ func scaleTable(b *strings.Builder, r *Result) {
 	}
 	fmt.Fprintf(b, "\nThe storm against the API server's floor (the same releases with the minimum calls, 32 workers, no controller)\n\n")
 	w := tabwriter.NewWriter(b, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(w, "REQUESTS\tALL TERMINAL\tFLOOR\tSTORM / FLOOR\tAPI CALLS PER REQUEST\tPEAK RSS\t")
+	fmt.Fprintln(w, "REQUESTS\tALL TERMINAL\tFLOOR\tSTORM / FLOOR\tAPI CALLS PER REQUEST\tPEAK RSS\tAPI SERVER + ETCD CPU PER REQUEST, FLOOR -> STORM\t")
 	for _, p := range r.Scale {
 		ratio := "-"
 		if p.Ratio > 0 {
 			ratio = fmt.Sprintf("%.1fx", p.Ratio)
 		}
-		fmt.Fprintf(w, "%d\t%s (%d Succeeded)\t%.2f s\t%s\t%.1f (%s)\t%.0f MiB\t\n",
-			p.Requests, secs(p.TerminalSeconds), p.Succeeded, p.FloorSeconds, ratio, p.APICallsPerRequest, byMethod(p.APICallsByKind, p.Requests), p.PeakRSSMiB)
+		fmt.Fprintf(w, "%d\t%s (%d Succeeded)\t%.2f s\t%s\t%.1f (%s)\t%.0f MiB\t%s\t\n",
+			p.Requests, secs(p.TerminalSeconds), p.Succeeded, p.FloorSeconds, ratio, p.APICallsPerRequest, byMethod(p.APICallsByKind, p.Requests), p.PeakRSSMiB,
+			controlPlaneCost(p.FloorControlPlane, p.StormControlPlane))
 	}
 	_ = w.Flush()
 	over := overBudget(r)
@@ -148,6 +155,23 @@ func scaleTable(b *strings.Builder, r *Result) {
 	for _, o := range over {
 		fmt.Fprintf(b, "  %s\n", o)
 	}
+}
+
+// floorCost renders the API server's and etcd's CPU per request over p's floor.
+func floorCost(p *ScalePoint) string {
+	if p == nil || p.FloorControlPlane == nil {
+		return "-"
+	}
+	return fmt.Sprintf("%.1f + %.1f ms", p.FloorControlPlane.APIServer, p.FloorControlPlane.Etcd)
+}
+
+// controlPlaneCost renders the API server's and etcd's CPU per request over the
+// floor and over the storm: "9.8 + 1.1 -> 31.2 + 2.0 ms"; "-" when not read.
+func controlPlaneCost(floor, storm *ControlPlaneCPU) string {
+	if floor == nil || storm == nil {
+		return "-"
+	}
+	return fmt.Sprintf("%.1f + %.1f -> %.1f + %.1f ms", floor.APIServer, floor.Etcd, storm.APIServer, storm.Etcd)
 }
 
 func secs(s float64) string {

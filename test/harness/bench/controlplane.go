@@ -1,0 +1,98 @@
+package main
+
+// What the floor and the storm cost the control plane itself: the CPU time of the
+// local cluster's kube-apiserver and etcd, read from /proc (the bench runs on the
+// cluster's machine). A storm's time is the machine's: with every process on the
+// same cores, what the controller makes the API server do per request is what it
+// pays in seconds.
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// controlPlane reads the control plane's CPU time now, to measure a floor or a storm
+// from; nil, logged once, when it cannot be read (a cluster that is not the local
+// one): the run goes on without the measure.
+func (b *bench) controlPlane() *ControlPlaneCPU {
+	at, err := readControlPlaneCPU(b.cfg.kubeconfig)
+	if err != nil {
+		b.cpuUnreadable.Do(func() { logf("Not measuring the control plane's CPU: %v", err) })
+		return nil
+	}
+	return &at
+}
+
+// cpuSince is the control plane's CPU seconds from the reading start until now;
+// nil when either reading failed.
+func (b *bench) cpuSince(start *ControlPlaneCPU) *ControlPlaneCPU {
+	now := b.controlPlane()
+	if start == nil || now == nil {
+		return nil
+	}
+	return &ControlPlaneCPU{APIServer: now.APIServer - start.APIServer, Etcd: now.Etcd - start.Etcd}
+}
+
+// perRequest is c, in seconds, as milliseconds per request of n.
+func (c *ControlPlaneCPU) perRequest(n int) *ControlPlaneCPU {
+	return &ControlPlaneCPU{APIServer: c.APIServer * 1000 / float64(n), Etcd: c.Etcd * 1000 / float64(n)}
+}
+
+// readControlPlaneCPU reads the CPU seconds the cluster's kube-apiserver and etcd
+// have used since they started, found by the pid files kwokctl keeps next to the
+// kubeconfig (test/cluster/up.sh).
+func readControlPlaneCPU(kubeconfig string) (ControlPlaneCPU, error) {
+	pids := filepath.Join(filepath.Dir(kubeconfig), "clusters", "remediator", "pids")
+	api, err := processCPU(filepath.Join(pids, "kube-apiserver.pid"))
+	if err != nil {
+		return ControlPlaneCPU{}, err
+	}
+	etcd, err := processCPU(filepath.Join(pids, "etcd.pid"))
+	if err != nil {
+		return ControlPlaneCPU{}, err
+	}
+	return ControlPlaneCPU{APIServer: api, Etcd: etcd}, nil
+}
+
+// userHZ is the unit of /proc/<pid>/stat's times: USER_HZ, 100 on every Linux ABI.
+const userHZ = 100
+
+// processCPU is the user and system CPU seconds of the process whose pid file is
+// pidFile.
+func processCPU(pidFile string) (float64, error) {
+	b, err := os.ReadFile(pidFile)
+	if err != nil {
+		return 0, fmt.Errorf("reading the control plane's pid: %w", err)
+	}
+	pid := strings.TrimSpace(string(b))
+	stat, err := os.ReadFile(filepath.Join("/proc", pid, "stat"))
+	if err != nil {
+		return 0, fmt.Errorf("reading the CPU time of %s (pid %s): %w", filepath.Base(pidFile), pid, err)
+	}
+	return statCPU(string(stat))
+}
+
+// statCPU parses utime and stime, fields 14 and 15 of /proc/<pid>/stat, after the
+// command name, which may hold spaces and parentheses.
+func statCPU(stat string) (float64, error) {
+	i := strings.LastIndexByte(stat, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("parsing /proc stat %q: no command name", stat)
+	}
+	f := strings.Fields(stat[i+1:])
+	if len(f) < 13 {
+		return 0, fmt.Errorf("parsing /proc stat: %d fields after the command name, want at least 13", len(f))
+	}
+	var ticks float64
+	for _, s := range f[11:13] {
+		n, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("parsing /proc stat's CPU times: %w", err)
+		}
+		ticks += float64(n)
+	}
+	return ticks / userHZ, nil
+}

@@ -1,0 +1,47 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestStatCPU(t *testing.T) {
+	// A real line's shape: the command name holds a space and a parenthesis.
+	line := "8805 (kube (api) server) S 1 8805 8805 0 -1 4194560 123 0 0 0 2500 730 0 0 20 0 12 0 4321 0 0"
+	got, err := statCPU(line)
+	require.NoError(t, err)
+	assert.InDelta(t, 32.30, got, 1e-9)
+
+	for _, bad := range []string{"no name", "1 (x) S 1 2", "1 (x) S 1 2 3 4 5 6 7 8 9 10 x 5"} {
+		_, err := statCPU(bad)
+		assert.Error(t, err, bad)
+	}
+}
+
+func TestReadControlPlaneCPU(t *testing.T) {
+	// This process stands in for both: its CPU time only grows.
+	dir := t.TempDir()
+	pids := filepath.Join(dir, "clusters", "remediator", "pids")
+	require.NoError(t, os.MkdirAll(pids, 0o755))
+	self := []byte(strconv.Itoa(os.Getpid()))
+	require.NoError(t, os.WriteFile(filepath.Join(pids, "kube-apiserver.pid"), self, 0o600))
+	_, err := readControlPlaneCPU(filepath.Join(dir, "kubeconfig"))
+	require.Error(t, err, "etcd's pid file is missing")
+
+	require.NoError(t, os.WriteFile(filepath.Join(pids, "etcd.pid"), self, 0o600))
+	got, err := readControlPlaneCPU(filepath.Join(dir, "kubeconfig"))
+	require.NoError(t, err)
+	assert.Positive(t, got.APIServer, "a test binary has used some CPU by now")
+	assert.InDelta(t, got.APIServer, got.Etcd, 0.05, "the same process, read twice")
+}
+
+func TestPerRequest(t *testing.T) {
+	c := &ControlPlaneCPU{APIServer: 12.5, Etcd: 2}
+	assert.Equal(t, &ControlPlaneCPU{APIServer: 12.5, Etcd: 2}, c.perRequest(1000).perRequest(1000), "seconds over 1000 are ms per request")
+	assert.Equal(t, &ControlPlaneCPU{APIServer: 125, Etcd: 20}, c.perRequest(100))
+}
