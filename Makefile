@@ -334,7 +334,7 @@ BENCH_OUT = docs/benchmarks$(if $(filter small,$(BENCH)),/small)
 BASELINE ?=
 
 .PHONY: bench
-bench: bins build ## Measure the controller against the kubectl runbook: latency, storms, memory (BENCH=full|small, BASELINE=<git ref>)
+bench: bins build ## Measure the controller against the kubectl runbook: latency, storms, memory, status writes (BENCH=full|small, BASELINE=<git ref>)
 ifneq ($(BASELINE),)
 	@rm -f $(BIN)/remediator-baseline
 	@git worktree remove --force $(BIN)/baseline-src 2>/dev/null || true; git worktree prune

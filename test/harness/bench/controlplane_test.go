@@ -45,3 +45,19 @@ func TestPerRequest(t *testing.T) {
 	assert.Equal(t, &ControlPlaneCPU{APIServer: 12.5, Etcd: 2}, c.perRequest(1000).perRequest(1000), "seconds over 1000 are ms per request")
 	assert.Equal(t, &ControlPlaneCPU{APIServer: 125, Etcd: 20}, c.perRequest(100))
 }
+
+func TestSummaryShowsControlPlaneCost(t *testing.T) {
+	floor, storm := &ControlPlaneCPU{APIServer: 9.84, Etcd: 1.1}, &ControlPlaneCPU{APIServer: 31.2, Etcd: 2}
+	assert.Equal(t, "9.8 + 1.1 -> 31.2 + 2.0 ms", controlPlaneCost(100, floor, storm))
+	assert.Equal(t, "-", controlPlaneCost(1, floor, storm), "a storm of one is mostly the cluster's background")
+	assert.Equal(t, "-", controlPlaneCost(1000, nil, storm), "not read")
+
+	r := &Result{Writes: &Writes{Writes: 400, Costs: []WriteCost{
+		{Status: "as the controller leaves a release", Bytes: 7616, APIServerMs: 11.52, EtcdMs: 1.2},
+		{Status: "as the floor writes it", Bytes: 1819, APIServerMs: 4.6, EtcdMs: 0.6},
+	}}}
+	s := summarise(r)
+	assert.Contains(t, s, "One status write, by what the request carries (400 requests each, no controller running)")
+	assert.Regexp(t, `as the controller leaves a release\s+7616 bytes\s+11\.5 ms\s+1\.2 ms`, s)
+	assert.Regexp(t, `as the floor writes it\s+1819 bytes\s+4\.6 ms\s+0\.6 ms`, s)
+}

@@ -47,6 +47,8 @@ type preset struct {
 	disruptiveTimeout  time.Duration
 	memoryRequests     int
 	memoryPods         [2]int
+	// writes is how many requests carry each status the writes scenario measures.
+	writes int
 	// collapse is the bound under which the run fails: a storm not terminal within it.
 	collapse time.Duration
 }
@@ -56,11 +58,11 @@ var presets = map[string]preset{
 	// plus 1,000 kwok nodes carrying 20,000 pods; 100 disruptive requests; memory at
 	// 2,000 and 20,000 pods.
 	"full": {name: "full", latencyRequests: 20, stormSizes: []int{1, 100, 250, 500, 1000}, kwokNodes: 1000, pods: 20000, stormTimeout: 10 * time.Minute,
-		disruptiveRequests: 100, disruptiveTimeout: 10 * time.Minute, memoryRequests: 100, memoryPods: [2]int{2000, 20000}, collapse: 10 * time.Minute},
+		disruptiveRequests: 100, disruptiveTimeout: 10 * time.Minute, memoryRequests: 100, memoryPods: [2]int{2000, 20000}, writes: 400, collapse: 10 * time.Minute},
 	// make test's smoke run: under two minutes; it fails on a collapse, a broken
 	// guarantee or the call budget exceeded, never on a missed goal.
 	"small": {name: "small", latencyRequests: 20, stormSizes: []int{1, 100}, kwokNodes: 40, pods: 2000, stormTimeout: 120 * time.Second,
-		disruptiveRequests: 12, disruptiveTimeout: 120 * time.Second, memoryRequests: 20, memoryPods: [2]int{200, 2000}, collapse: 120 * time.Second},
+		disruptiveRequests: 12, disruptiveTimeout: 120 * time.Second, memoryRequests: 20, memoryPods: [2]int{200, 2000}, writes: 100, collapse: 120 * time.Second},
 }
 
 type config struct {
@@ -154,7 +156,7 @@ func configure() (config, preset, string, error) {
 	}
 	presetName := flag.String("preset", "small", "full (the issue's sizes) or small (make test's smoke run)")
 	out := flag.String("out", "", "directory for results.json and the plots, relative to the repository root; empty writes them only into the work directory")
-	scen := flag.String("scenarios", "latency,memory,storm,disruptive", "scenarios to run, comma-separated (storm runs the API server's floor at each of its sizes)")
+	scen := flag.String("scenarios", "latency,memory,storm,disruptive,writes", "scenarios to run, comma-separated (storm runs the API server's floor at each of its sizes; writes, what one status write costs the API server by what the request carries, needs storm)")
 	controller := flag.String("controller", filepath.Join(root, "bin", "remediator"), "the remediator binary to measure, relative to the repository root")
 	extraArgs := flag.String("controller-args", "", "extra flags for the controller, space-separated (the default is its default flags)")
 	baseline := flag.String("baseline", "", "an earlier remediator binary, relative to the repository root (make bench BASELINE=<git ref> builds bin/remediator-baseline): after the storm at the largest size, the same storm with it (and the same -controller-args), shown side by side and never checked against the call budget; empty runs none")
@@ -276,6 +278,11 @@ func (b *bench) scenarios(ctx context.Context, res *Result) error {
 		}
 		if err := b.scale(ctx, res); err != nil {
 			return fmt.Errorf("storm: %w", err)
+		}
+	}
+	if cfg.scenarios["writes"] {
+		if res.Writes, err = b.writes(ctx, p.writes); err != nil {
+			return fmt.Errorf("writes: %w", err)
 		}
 	}
 	return nil

@@ -24,6 +24,7 @@ type Result struct {
 	Baseline   *Baseline   `json:"baseline,omitempty"`
 	Disruptive *Disruptive `json:"disruptive,omitempty"`
 	Memory     *Memory     `json:"memory,omitempty"`
+	Writes     *Writes     `json:"writes,omitempty"`
 }
 
 // Machine is where the run happened.

@@ -46,6 +46,8 @@ type bench struct {
 	seq     int      // incident counter, for unique names
 	// cpuUnreadable logs once that the control plane's CPU cannot be read.
 	cpuUnreadable sync.Once
+	// released is a request a storm's controller released, as it left it (writes).
+	released *v1alpha1.RemediationRequest
 }
 
 func (b *bench) name(kind string, i int) string {
@@ -320,6 +322,7 @@ func (b *bench) stormOn(ctx context.Context, kind, binary string, incidents []st
 		}
 	}
 	b.track.mu.Unlock()
+	b.keepReleased(ctx, names)
 	return res, nil
 }
 
