@@ -52,12 +52,19 @@ func TestSummaryShowsControlPlaneCost(t *testing.T) {
 	assert.Equal(t, "-", controlPlaneCost(1, floor, storm), "a storm of one is mostly the cluster's background")
 	assert.Equal(t, "-", controlPlaneCost(1000, nil, storm), "not read")
 
-	r := &Result{Writes: &Writes{Writes: 400, Costs: []WriteCost{
+	r := &Result{Writes: &Writes{Writes: 400, Rounds: 3, Costs: []WriteCost{
 		{Status: "as the controller leaves a release", Bytes: 7616, APIServerMs: 11.52, EtcdMs: 1.2},
 		{Status: "as the floor writes it", Bytes: 1819, APIServerMs: 4.6, EtcdMs: 0.6},
 	}}}
 	s := summarise(r)
-	assert.Contains(t, s, "One status write, by what the request carries (400 requests each, no controller running)")
+	assert.Contains(t, s, "One status write, by what the request carries (400 requests each, no controller running; the median of 3 rounds")
 	assert.Regexp(t, `as the controller leaves a release\s+7616 bytes\s+11\.5 ms\s+1\.2 ms`, s)
 	assert.Regexp(t, `as the floor writes it\s+1819 bytes\s+4\.6 ms\s+0\.6 ms`, s)
+}
+
+func TestMedian(t *testing.T) {
+	api := func(c ControlPlaneCPU) float64 { return c.APIServer }
+	assert.Zero(t, median(nil, api))
+	assert.Equal(t, 2.0, median([]ControlPlaneCPU{{APIServer: 9}, {APIServer: 1}, {APIServer: 2}}, api))
+	assert.Equal(t, 1.5, median([]ControlPlaneCPU{{APIServer: 2}, {APIServer: 1}}, api))
 }

@@ -10,6 +10,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
+	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -20,8 +22,12 @@ import (
 
 // Writes is the cost of a status write with each status a request may carry.
 type Writes struct {
-	// Writes is how many requests carry each status; each gets one write measured.
-	Writes int         `json:"writes"`
+	// Writes is how many requests carry each status; each gets one write measured
+	// per round.
+	Writes int `json:"writes"`
+	// Rounds is how many times each status's writes were measured; Costs are the
+	// medians.
+	Rounds int         `json:"rounds"`
 	Costs  []WriteCost `json:"costs"`
 }
 
@@ -31,7 +37,8 @@ type WriteCost struct {
 	// Bytes is the request's size as the API server returns it, JSON, managed fields
 	// included.
 	Bytes int `json:"bytes"`
-	// APIServerMs and EtcdMs are their CPU time per write.
+	// APIServerMs and EtcdMs are their CPU time per write, less the control plane's
+	// idle work over as long.
 	APIServerMs float64 `json:"apiServerMs"`
 	EtcdMs      float64 `json:"etcdMs"`
 }
@@ -53,7 +60,7 @@ func (b *bench) keepReleased(ctx context.Context, names []string) {
 
 // writes measures, for n requests at a time carrying each status, one merge patch
 // of their status (the step's position, as the controller writes it) with no
-// controller running: the API server's and etcd's CPU per write. The statuses: as
+// controller running: the API server's and etcd's CPU per write (writeCosts). The statuses: as
 // the controller left a request it released in the storm, the same without its
 // facts, conditions or decision, and as the floor writes it.
 func (b *bench) writes(ctx context.Context, n int) (*Writes, error) {
@@ -76,20 +83,20 @@ func (b *bench) writes(ctx context.Context, n int) (*Writes, error) {
 		{"the same without its decision", func() ([]byte, error) { s := rel.Status; s.Decision = nil; return statusPatch(s) }},
 		{"as the floor writes it", func() ([]byte, error) { return floor, nil }},
 	}
-	res := &Writes{Writes: n}
+	patches := make([][]byte, len(variants))
 	for k, v := range variants {
-		patch, err := v.patch()
-		if err != nil {
+		if patches[k], err = v.patch(); err != nil {
 			return nil, err
 		}
-		cost, err := b.writeCost(ctx, fmt.Sprintf("wr%d", k), n, rel.Spec, patch)
-		if err != nil {
-			return nil, fmt.Errorf("writes %q: %w", v.name, err)
-		}
-		cost.Status = v.name
-		res.Costs = append(res.Costs, cost)
 	}
-	return res, nil
+	costs, err := b.writeCosts(ctx, n, rel.Spec, patches)
+	if err != nil {
+		return nil, err
+	}
+	for k := range costs {
+		costs[k].Status = variants[k].name
+	}
+	return &Writes{Writes: n, Rounds: writeRounds, Costs: costs}, nil
 }
 
 // statusPatch is a merge patch that sets status s.
@@ -97,45 +104,92 @@ func statusPatch(s v1alpha1.RemediationRequestStatus) ([]byte, error) {
 	return json.Marshal(map[string]any{"status": s})
 }
 
-// writeCost creates n requests with spec, gives each the status of patch, then
-// measures one more status write of each, and deletes them.
-func (b *bench) writeCost(ctx context.Context, kind string, n int, spec v1alpha1.RemediationRequestSpec, patch []byte) (WriteCost, error) {
-	rrs := make([]*v1alpha1.RemediationRequest, n)
+// writeRounds is how many times each status's write is measured; the median is
+// kept. Rounds go through every status in turn, so that the cluster's own work
+// drifting over the scenario does not favour one.
+const writeRounds = 3
+
+// writeCost creates n requests with spec for each patch, gives each request its
+// patch's status, then measures one more status write of each request, writeRounds
+// times, and deletes them. Each round's CPU less what the control plane used over
+// as long a time right after, idle (kwok's heartbeats go on in a full cluster), is
+// the writes'.
+func (b *bench) writeCosts(ctx context.Context, n int, spec v1alpha1.RemediationRequestSpec, patches [][]byte) ([]WriteCost, error) {
+	rrs := make([][]*v1alpha1.RemediationRequest, len(patches))
 	defer func() {
-		_ = stage.Parallel(n, func(i int) error {
-			if rrs[i] != nil {
-				return client.IgnoreNotFound(b.fast.Delete(ctx, rrs[i]))
-			}
-			return nil
-		})
-	}()
-	if err := stage.Parallel(n, func(i int) error {
-		rr := &v1alpha1.RemediationRequest{}
-		rr.Name, rr.Namespace, rr.Labels, rr.Spec = b.name(kind, i), requestNamespace, map[string]string{stage.Label: b.s.RunID}, spec
-		if err := b.fast.Create(ctx, rr); err != nil {
-			return err
+		for _, set := range rrs {
+			_ = stage.Parallel(len(set), func(i int) error {
+				if set[i] != nil {
+					return client.IgnoreNotFound(b.fast.Delete(ctx, set[i]))
+				}
+				return nil
+			})
 		}
-		rrs[i] = rr
-		return b.fast.Status().Patch(ctx, rr, client.RawPatch(types.MergePatchType, patch))
-	}); err != nil {
-		return WriteCost{}, err
+	}()
+	for k, patch := range patches {
+		rrs[k] = make([]*v1alpha1.RemediationRequest, n)
+		if err := stage.Parallel(n, func(i int) error {
+			rr := &v1alpha1.RemediationRequest{}
+			rr.Name, rr.Namespace, rr.Labels, rr.Spec = b.name(fmt.Sprintf("wr%d", k), i), requestNamespace, map[string]string{stage.Label: b.s.RunID}, spec
+			if err := b.fast.Create(ctx, rr); err != nil {
+				return err
+			}
+			rrs[k][i] = rr
+			return b.fast.Status().Patch(ctx, rr, client.RawPatch(types.MergePatchType, patch))
+		}); err != nil {
+			return nil, err
+		}
 	}
-	step := []byte(`{"status":{"currentStep":"measured"}}`)
-	start := b.controlPlane()
-	if err := stage.Parallel(n, func(i int) error {
-		return b.fast.Status().Patch(ctx, rrs[i], client.RawPatch(types.MergePatchType, step))
-	}); err != nil {
-		return WriteCost{}, err
+	samples := make([][]ControlPlaneCPU, len(patches))
+	for round := range writeRounds {
+		step := fmt.Appendf(nil, `{"status":{"currentStep":"measured %d"}}`, round)
+		for k := range patches {
+			start, t0 := b.controlPlane(), time.Now()
+			if err := stage.Parallel(n, func(i int) error {
+				return b.fast.Status().Patch(ctx, rrs[k][i], client.RawPatch(types.MergePatchType, step))
+			}); err != nil {
+				return nil, err
+			}
+			busy := b.cpuSince(start)
+			idleStart := b.controlPlane()
+			select {
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-time.After(time.Since(t0)):
+			}
+			idle := b.cpuSince(idleStart)
+			if busy == nil || idle == nil {
+				continue
+			}
+			writes := ControlPlaneCPU{APIServer: busy.APIServer - idle.APIServer, Etcd: busy.Etcd - idle.Etcd}
+			samples[k] = append(samples[k], *writes.perRequest(n))
+		}
 	}
-	cost := WriteCost{}
-	if d := b.cpuSince(start); d != nil {
-		per := d.perRequest(n)
-		cost.APIServerMs, cost.EtcdMs = per.APIServer, per.Etcd
+	costs := make([]WriteCost, len(patches))
+	for k := range patches {
+		full, err := json.Marshal(rrs[k][0])
+		if err != nil {
+			return nil, err
+		}
+		costs[k].Bytes = len(full)
+		costs[k].APIServerMs = median(samples[k], func(c ControlPlaneCPU) float64 { return c.APIServer })
+		costs[k].EtcdMs = median(samples[k], func(c ControlPlaneCPU) float64 { return c.Etcd })
 	}
-	full, err := json.Marshal(rrs[0])
-	if err != nil {
-		return WriteCost{}, err
+	return costs, nil
+}
+
+// median is the median of f over samples; 0 for none.
+func median(samples []ControlPlaneCPU, f func(ControlPlaneCPU) float64) float64 {
+	if len(samples) == 0 {
+		return 0
 	}
-	cost.Bytes = len(full)
-	return cost, nil
+	v := make([]float64, len(samples))
+	for i, s := range samples {
+		v[i] = f(s)
+	}
+	slices.Sort(v)
+	if len(v)%2 == 1 {
+		return v[len(v)/2]
+	}
+	return (v[len(v)/2-1] + v[len(v)/2]) / 2
 }
