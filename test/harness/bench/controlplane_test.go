@@ -57,7 +57,7 @@ func TestSummaryShowsControlPlaneCost(t *testing.T) {
 		{Status: "as the floor writes it", Bytes: 1819, APIServerMs: 4.6, EtcdMs: 0.6},
 	}}}
 	s := summarise(r)
-	assert.Contains(t, s, "One status write, by what the request carries (400 requests each, no controller running; the median of 3 rounds")
+	assert.Contains(t, s, "One status write, by what the request carries (400 requests each, 5 writes each a round, no controller running; the median of 3 rounds)")
 	assert.Regexp(t, `as the controller leaves a release\s+7616 bytes\s+11\.5 ms\s+1\.2 ms`, s)
 	assert.Regexp(t, `as the floor writes it\s+1819 bytes\s+4\.6 ms\s+0\.6 ms`, s)
 }

@@ -62,7 +62,7 @@ var presets = map[string]preset{
 	// make test's smoke run: under two minutes; it fails on a collapse, a broken
 	// guarantee or the call budget exceeded, never on a missed goal.
 	"small": {name: "small", latencyRequests: 20, stormSizes: []int{1, 100}, kwokNodes: 40, pods: 2000, stormTimeout: 120 * time.Second,
-		disruptiveRequests: 12, disruptiveTimeout: 120 * time.Second, memoryRequests: 20, memoryPods: [2]int{200, 2000}, writes: 100, collapse: 120 * time.Second},
+		disruptiveRequests: 12, disruptiveTimeout: 120 * time.Second, memoryRequests: 20, memoryPods: [2]int{200, 2000}, writes: 50, collapse: 120 * time.Second},
 }
 
 type config struct {

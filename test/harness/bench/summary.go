@@ -64,8 +64,8 @@ func writesTable(b *strings.Builder, r *Result) {
 	if r.Writes == nil {
 		return
 	}
-	fmt.Fprintf(b, "\nOne status write, by what the request carries (%d requests each, no controller running; the median of %d rounds, less the control plane's idle work)\n\n",
-		r.Writes.Writes, r.Writes.Rounds)
+	fmt.Fprintf(b, "\nOne status write, by what the request carries (%d requests each, %d writes each a round, no controller running; the median of %d rounds)\n\n",
+		r.Writes.Writes, writesPerRound, r.Writes.Rounds)
 	w := tabwriter.NewWriter(b, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(w, "STATUS\tREQUEST SIZE\tAPI SERVER CPU PER WRITE\tETCD CPU PER WRITE\t")
 	for _, c := range r.Writes.Costs {
