@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -67,4 +68,12 @@ func TestMedian(t *testing.T) {
 	assert.Zero(t, median(nil, api))
 	assert.Equal(t, 2.0, median([]ControlPlaneCPU{{APIServer: 9}, {APIServer: 1}, {APIServer: 2}}, api))
 	assert.Equal(t, 1.5, median([]ControlPlaneCPU{{APIServer: 2}, {APIServer: 1}}, api))
+}
+
+func TestWritesWithoutAReleasedRequestMeasureNothing(t *testing.T) {
+	// No storm or memory scenario ran: the run goes on without the measure.
+	w, err := (&bench{}).writes(context.Background(), 10)
+	require.NoError(t, err)
+	assert.Nil(t, w)
+	assert.NotContains(t, summarise(&Result{}), "One status write")
 }

@@ -156,7 +156,7 @@ func configure() (config, preset, string, error) {
 	}
 	presetName := flag.String("preset", "small", "full (the issue's sizes) or small (make test's smoke run)")
 	out := flag.String("out", "", "directory for results.json and the plots, relative to the repository root; empty writes them only into the work directory")
-	scen := flag.String("scenarios", "latency,memory,storm,disruptive,writes", "scenarios to run, comma-separated (storm runs the API server's floor at each of its sizes; writes, what one status write costs the API server by what the request carries, needs storm)")
+	scen := flag.String("scenarios", "latency,memory,storm,disruptive,writes", "scenarios to run, comma-separated (storm runs the API server's floor at each of its sizes; writes, what one status write costs the API server by what the request carries, takes the status from a request storm or memory released)")
 	controller := flag.String("controller", filepath.Join(root, "bin", "remediator"), "the remediator binary to measure, relative to the repository root")
 	extraArgs := flag.String("controller-args", "", "extra flags for the controller, space-separated (the default is its default flags)")
 	baseline := flag.String("baseline", "", "an earlier remediator binary, relative to the repository root (make bench BASELINE=<git ref> builds bin/remediator-baseline): after the storm at the largest size, the same storm with it (and the same -controller-args), shown side by side and never checked against the call budget; empty runs none")
