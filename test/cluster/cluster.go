@@ -66,6 +66,13 @@ func Kubeconfig(root string) string {
 	return filepath.Join(binDir(root), "cluster", "kubeconfig")
 }
 
+// WorkDir is the directory kwokctl keeps the cluster whose admin kubeconfig is
+// kubeconfig in (up.sh's CLUSTER_NAME, remediator): its pid files, logs and audit
+// log.
+func WorkDir(kubeconfig string) string {
+	return filepath.Join(filepath.Dir(kubeconfig), "clusters", "remediator")
+}
+
 func binDir(root string) string {
 	if b := os.Getenv("BIN"); b != "" {
 		return b

@@ -12,6 +12,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/remediator/remediator/test/cluster"
 )
 
 // controlPlane reads the control plane's CPU time now, to measure a floor or a storm
@@ -36,16 +38,21 @@ func (b *bench) cpuSince(start *ControlPlaneCPU) *ControlPlaneCPU {
 	return &ControlPlaneCPU{APIServer: now.APIServer - start.APIServer, Etcd: now.Etcd - start.Etcd}
 }
 
+// pair renders c as the API server's and etcd's figures: "9.8 + 1.1".
+func (c *ControlPlaneCPU) pair() string {
+	return fmt.Sprintf("%.1f + %.1f", c.APIServer, c.Etcd)
+}
+
 // perRequest is c, in seconds, as milliseconds per request of n.
 func (c *ControlPlaneCPU) perRequest(n int) *ControlPlaneCPU {
 	return &ControlPlaneCPU{APIServer: c.APIServer * 1000 / float64(n), Etcd: c.Etcd * 1000 / float64(n)}
 }
 
 // readControlPlaneCPU reads the CPU seconds the cluster's kube-apiserver and etcd
-// have used since they started, found by the pid files kwokctl keeps next to the
-// kubeconfig (test/cluster/up.sh).
+// have used since they started, found by the pid files kwokctl keeps in the
+// cluster's directory (cluster.WorkDir).
 func readControlPlaneCPU(kubeconfig string) (ControlPlaneCPU, error) {
-	pids := filepath.Join(filepath.Dir(kubeconfig), "clusters", "remediator", "pids")
+	pids := filepath.Join(cluster.WorkDir(kubeconfig), "pids")
 	api, err := processCPU(filepath.Join(pids, "kube-apiserver.pid"))
 	if err != nil {
 		return ControlPlaneCPU{}, err

@@ -126,7 +126,7 @@ func baselineTable(b *strings.Builder, r *Result) {
 		if p.StormControlPlane == nil {
 			return "-"
 		}
-		return fmt.Sprintf("%.1f + %.1f ms", p.StormControlPlane.APIServer, p.StormControlPlane.Etcd)
+		return p.StormControlPlane.pair() + " ms"
 	}, floorCost(now))
 	_ = w.Flush()
 	var missed []string
@@ -179,7 +179,7 @@ func floorCost(p *ScalePoint) string {
 	if p == nil || p.FloorControlPlane == nil {
 		return "-"
 	}
-	return fmt.Sprintf("%.1f + %.1f ms", p.FloorControlPlane.APIServer, p.FloorControlPlane.Etcd)
+	return p.FloorControlPlane.pair() + " ms"
 }
 
 // controlPlaneCost renders the API server's and etcd's CPU per request over the
@@ -189,7 +189,7 @@ func controlPlaneCost(n int, floor, storm *ControlPlaneCPU) string {
 	if floor == nil || storm == nil || n < minCostRequests {
 		return "-"
 	}
-	return fmt.Sprintf("%.1f + %.1f -> %.1f + %.1f ms", floor.APIServer, floor.Etcd, storm.APIServer, storm.Etcd)
+	return floor.pair() + " -> " + storm.pair() + " ms"
 }
 
 // minCostRequests is the smallest storm whose control-plane CPU per request the

@@ -10,7 +10,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"slices"
 
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -75,39 +74,32 @@ func (b *bench) writes(ctx context.Context, n int) (*Writes, error) {
 		return nil, nil
 	}
 	logf("Writes: %d requests for each status, %d status writes each, in %d rounds", n, writesPerRound, writeRounds)
+	// Copies of the status, each less one part (the parts are pointers and slices:
+	// setting the copy's leaves the request's as it is).
+	noFacts, noConditions, noDecision := rel.Status, rel.Status, rel.Status
+	noFacts.Facts, noConditions.Conditions, noDecision.Decision = nil, nil, nil
+	names := []string{"as the controller leaves a release", "the same without its facts",
+		"the same without its conditions", "the same without its decision", "as the floor writes it"}
+	var patches [][]byte
+	for _, s := range []v1alpha1.RemediationRequestStatus{rel.Status, noFacts, noConditions, noDecision} {
+		patch, err := json.Marshal(map[string]any{"status": s})
+		if err != nil {
+			return nil, err
+		}
+		patches = append(patches, patch)
+	}
 	floor, err := floorStatus(rel, "00000000-0000-0000-0000-000000000000", "1")
 	if err != nil {
 		return nil, err
 	}
-	variants := []struct {
-		name  string
-		patch func() ([]byte, error)
-	}{
-		{"as the controller leaves a release", func() ([]byte, error) { return statusPatch(rel.Status) }},
-		{"the same without its facts", func() ([]byte, error) { s := rel.Status; s.Facts = nil; return statusPatch(s) }},
-		{"the same without its conditions", func() ([]byte, error) { s := rel.Status; s.Conditions = nil; return statusPatch(s) }},
-		{"the same without its decision", func() ([]byte, error) { s := rel.Status; s.Decision = nil; return statusPatch(s) }},
-		{"as the floor writes it", func() ([]byte, error) { return floor, nil }},
-	}
-	patches := make([][]byte, len(variants))
-	for k, v := range variants {
-		if patches[k], err = v.patch(); err != nil {
-			return nil, err
-		}
-	}
-	costs, err := b.writeCosts(ctx, n, rel.Spec, patches)
+	costs, err := b.writeCosts(ctx, n, rel.Spec, append(patches, floor))
 	if err != nil {
 		return nil, err
 	}
 	for k := range costs {
-		costs[k].Status = variants[k].name
+		costs[k].Status = names[k]
 	}
 	return &Writes{Writes: n, Rounds: writeRounds, Costs: costs}, nil
-}
-
-// statusPatch is a merge patch that sets status s.
-func statusPatch(s v1alpha1.RemediationRequestStatus) ([]byte, error) {
-	return json.Marshal(map[string]any{"status": s})
 }
 
 // writeRounds is how many times each status's writes are measured; the median is
@@ -123,8 +115,8 @@ const writesPerRound = 5
 
 // writeCosts creates n requests with spec for each patch, gives each request its
 // patch's status, then measures writesPerRound more status writes of each request
-// (stage.Parallel's workers at a time), writeRounds times, and deletes them. What the control plane does on
-// its own meanwhile is counted in.
+// (stage.Parallel's workers at a time), writeRounds times, and deletes them. What
+// the control plane does on its own meanwhile is counted in.
 func (b *bench) writeCosts(ctx context.Context, n int, spec v1alpha1.RemediationRequestSpec, patches [][]byte) ([]WriteCost, error) {
 	rrs := make([][]*v1alpha1.RemediationRequest, len(patches))
 	defer func() {
@@ -184,18 +176,11 @@ func (b *bench) writeCosts(ctx context.Context, n int, spec v1alpha1.Remediation
 	return costs, nil
 }
 
-// median is the median of f over samples; 0 for none.
+// median is the median of f over samples (percentile's 50th); 0 for none.
 func median(samples []ControlPlaneCPU, f func(ControlPlaneCPU) float64) float64 {
-	if len(samples) == 0 {
-		return 0
-	}
 	v := make([]float64, len(samples))
 	for i, s := range samples {
 		v[i] = f(s)
 	}
-	slices.Sort(v)
-	if len(v)%2 == 1 {
-		return v[len(v)/2]
-	}
-	return (v[len(v)/2-1] + v[len(v)/2]) / 2
+	return percentile(v, 50)
 }

@@ -204,7 +204,7 @@ func newHarness(ctx context.Context, cfg config, p preset, root string) (*harnes
 	}
 	runID := strconv.FormatInt(time.Now().Unix()%1_000_000, 36)
 	h := &harness{cfg: cfg, p: p, cs: cs, rest: rc, k8s: k8s, gate: fencingGate,
-		audit:   auditLog{path: filepath.Join(filepath.Dir(cfg.kubeconfig), "clusters", "remediator", "logs", "audit.log")},
+		audit:   auditLog{path: filepath.Join(cluster.WorkDir(cfg.kubeconfig), "logs", "audit.log")},
 		workDir: filepath.Join(root, "bin", "chaos", runID)}
 	h.result = Result{Preset: cfg.preset, Seed: cfg.seed, RunID: runID, Commit: gitDescribe(root), Started: time.Now().UTC()}
 	if err := os.MkdirAll(h.workDir, 0o755); err != nil {
