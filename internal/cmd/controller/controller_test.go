@@ -3,6 +3,7 @@ package controller
 import (
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -51,4 +52,28 @@ func TestOwnPodComesFromTheDownwardAPI(t *testing.T) {
 	t.Setenv("POD_NAME", "remediator-7d9f-x2")
 	t.Setenv("POD_UID", "6f1c")
 	assert.Equal(t, &corev1.ObjectReference{APIVersion: "v1", Kind: "Pod", Namespace: "remediator-system", Name: "remediator-7d9f-x2", UID: "6f1c"}, ownPod())
+}
+
+// TestGCPercentDefaultsUnlessGOGCIsSet: the controller collects at DefaultGCPercent
+// when GOGC is unset, and leaves the runtime's target alone when GOGC is set (the
+// runtime applied it before main).
+func TestGCPercentDefaultsUnlessGOGCIsSet(t *testing.T) {
+	prev := debug.SetGCPercent(100)
+	t.Cleanup(func() { debug.SetGCPercent(prev) })
+
+	got, set := defaultGCPercent(func(string) string { return "" })
+	assert.True(t, set)
+	assert.Equal(t, DefaultGCPercent, got)
+	assert.Equal(t, DefaultGCPercent, debug.SetGCPercent(100), "the runtime's target")
+
+	for _, gogc := range []string{"100", "off", "200"} {
+		_, set := defaultGCPercent(func(k string) string {
+			if k == "GOGC" {
+				return gogc
+			}
+			return ""
+		})
+		assert.False(t, set, "GOGC=%s", gogc)
+		assert.Equal(t, 100, debug.SetGCPercent(100), "GOGC=%s: the runtime's target changed", gogc)
+	}
 }
