@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -169,9 +170,7 @@ func (o *Options) Validate() error {
 // Run loads the policies, builds the manager and runs it until ctx ends.
 func (o *Options) Run(ctx context.Context) error {
 	log := ctrl.Log.WithName("setup")
-	if gogc, set := defaultGCPercent(os.Getenv); set {
-		log.V(1).Info("Garbage collection target set", "GOGC", gogc)
-	}
+	gogc := defaultGCPercent(os.Getenv)
 	policy, err := o.loadPolicy(log)
 	if err != nil {
 		return err
@@ -208,7 +207,8 @@ func (o *Options) Run(ctx context.Context) error {
 		return err
 	}
 	log.Info("Starting manager", "version", o.version, "tridentNamespace", o.facts.TridentNamespace,
-		"driver", o.facts.DriverName, "policyDigest", policy.Digest(), "requestNamespaces", o.requestNamespaces, "leaderElect", o.leaderElect)
+		"driver", o.facts.DriverName, "policyDigest", policy.Digest(), "requestNamespaces", o.requestNamespaces, "leaderElect", o.leaderElect,
+		"GOGC", gogc)
 	return mgr.Start(ctx)
 }
 
@@ -222,15 +222,16 @@ func (o *Options) Run(ctx context.Context) error {
 const DefaultGCPercent = 50
 
 // defaultGCPercent sets the garbage collector's target to DefaultGCPercent unless
-// the GOGC environment variable says otherwise, which the runtime has then already
-// applied; it returns the target and whether it set it. GOMEMLIMIT (the chart sets it
-// to the container's memory limit) bounds the heap either way.
-func defaultGCPercent(getenv func(string) string) (int, bool) {
-	if getenv("GOGC") != "" {
-		return 0, false
+// the GOGC environment variable is set, which the runtime has then already applied
+// (an empty one counts as unset, as for the runtime; one it cannot parse it reads as
+// 100). It returns the GOGC the process runs with, for the start-up log. A GOMEMLIMIT
+// in the environment (the chart's extraEnv) bounds the heap either way.
+func defaultGCPercent(getenv func(string) string) string {
+	if v := getenv("GOGC"); v != "" {
+		return v
 	}
 	debug.SetGCPercent(DefaultGCPercent)
-	return DefaultGCPercent, true
+	return strconv.Itoa(DefaultGCPercent)
 }
 
 // loadPolicy loads the policies.

@@ -55,25 +55,23 @@ func TestOwnPodComesFromTheDownwardAPI(t *testing.T) {
 }
 
 // TestGCPercentDefaultsUnlessGOGCIsSet: the controller collects at DefaultGCPercent
-// when GOGC is unset, and leaves the runtime's target alone when GOGC is set (the
-// runtime applied it before main).
+// when GOGC is unset or empty, and leaves the runtime's target alone when GOGC is set
+// (the runtime applied it before main); either way it says which GOGC it runs with.
 func TestGCPercentDefaultsUnlessGOGCIsSet(t *testing.T) {
 	prev := debug.SetGCPercent(100)
 	t.Cleanup(func() { debug.SetGCPercent(prev) })
 
-	got, set := defaultGCPercent(func(string) string { return "" })
-	assert.True(t, set)
-	assert.Equal(t, DefaultGCPercent, got)
+	assert.Equal(t, "50", defaultGCPercent(func(string) string { return "" }))
 	assert.Equal(t, DefaultGCPercent, debug.SetGCPercent(100), "the runtime's target")
 
 	for _, gogc := range []string{"100", "off", "200"} {
-		_, set := defaultGCPercent(func(k string) string {
+		got := defaultGCPercent(func(k string) string {
 			if k == "GOGC" {
 				return gogc
 			}
 			return ""
 		})
-		assert.False(t, set, "GOGC=%s", gogc)
+		assert.Equal(t, gogc, got)
 		assert.Equal(t, 100, debug.SetGCPercent(100), "GOGC=%s: the runtime's target changed", gogc)
 	}
 }
