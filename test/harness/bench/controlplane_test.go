@@ -9,6 +9,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/remediator/remediator/test/cluster"
 )
 
 func TestStatCPU(t *testing.T) {
@@ -26,16 +28,16 @@ func TestStatCPU(t *testing.T) {
 
 func TestReadControlPlaneCPU(t *testing.T) {
 	// This process stands in for both: its CPU time only grows.
-	dir := t.TempDir()
-	pids := filepath.Join(dir, "clusters", "remediator", "pids")
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	pids := filepath.Join(cluster.WorkDir(kubeconfig), "pids")
 	require.NoError(t, os.MkdirAll(pids, 0o755))
 	self := []byte(strconv.Itoa(os.Getpid()))
 	require.NoError(t, os.WriteFile(filepath.Join(pids, "kube-apiserver.pid"), self, 0o600))
-	_, err := readControlPlaneCPU(filepath.Join(dir, "kubeconfig"))
+	_, err := readControlPlaneCPU(kubeconfig)
 	require.Error(t, err, "etcd's pid file is missing")
 
 	require.NoError(t, os.WriteFile(filepath.Join(pids, "etcd.pid"), self, 0o600))
-	got, err := readControlPlaneCPU(filepath.Join(dir, "kubeconfig"))
+	got, err := readControlPlaneCPU(kubeconfig)
 	require.NoError(t, err)
 	assert.Positive(t, got.APIServer, "a test binary has used some CPU by now")
 	assert.InDelta(t, got.APIServer, got.Etcd, 0.05, "the same process, read twice")
