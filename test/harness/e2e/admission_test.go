@@ -198,6 +198,17 @@ func TestGitIsTheOnlyWriter(t *testing.T) {
 		assert.Contains(c, err.Error(), prMessage)
 	}, 60*time.Second, poll, "the policy refuses edit's create with the pull-request message")
 
+	// The API server loads each policy and binding on its own, so the requests'
+	// policy in force says nothing of the policies ConfigMap's: wait for that one
+	// too, with a dry run (admission judges it; nothing is stored, nothing to undo).
+	policies := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: system, Name: release + "-remediator-policies"},
+		Data: map[string]string{"schema.cue": "package policies\n"}}
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		err := edit.Create(ctx, policies.DeepCopy(), client.DryRunAll)
+		require.Error(c, err, "edit's dry-run create of the policies ConfigMap was allowed")
+		assert.Contains(c, err.Error(), prMessage)
+	}, 60*time.Second, poll, "the policy refuses edit's create of the policies ConfigMap")
+
 	// The policies type-check against the CRD's and the Node's schemas (the
 	// controller-manager's policy status controller).
 	for _, name := range []string{"-git-writers", "-policies-writers", "-node-writes"} {
@@ -275,8 +286,6 @@ func TestGitIsTheOnlyWriter(t *testing.T) {
 	require.NoError(t, oncall.Delete(ctx, admissionRequest(ns, "glass", nil)), "break glass deletes its request")
 
 	// The policies ConfigMap from Git: the sync agent writes it, edit may not.
-	policies := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: system, Name: release + "-remediator-policies"},
-		Data: map[string]string{"schema.cue": "package policies\n"}}
 	require.NoError(t, syncAgent.Create(ctx, policies), "the sync agent creates the policies ConfigMap")
 	require.NoError(t, mergePatch(ctx, syncAgent, policies, map[string]any{"data": map[string]any{"schema.cue": "package policies\n\n"}}),
 		"the sync agent updates the policies ConfigMap")
