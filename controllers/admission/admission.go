@@ -110,7 +110,7 @@ func (a *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	})
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("admission").
-		Watches(requests.NewUnstructured(), toAdmission, builder.WithPredicates(a.lineChanged())).
+		Watches(&v1alpha1.RemediationRequest{}, toAdmission, builder.WithPredicates(a.lineChanged())).
 		Watches(&corev1.ConfigMap{}, toAdmission, builder.WithPredicates(pause.IsObject(a.Pause))).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 1, RateLimiter: requests.RateLimiter()}).
 		Complete(a)

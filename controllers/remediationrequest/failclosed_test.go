@@ -355,7 +355,8 @@ func TestStatusCannotChooseWhichPodsAreEvicted(t *testing.T) {
 	}
 	// The controller writes the request too (the refused eviction's retries).
 	require.NoError(t, retry.RetryOnConflict(retry.DefaultBackoff, func() error {
-		u := requests.NewUnstructured()
+		u := &unstructured.Unstructured{}
+		u.SetGroupVersionKind(requests.GVK)
 		if err := env.Client.Get(ctx, key, u); err != nil {
 			return err
 		}
@@ -428,6 +429,40 @@ func TestUndecodableRequestDoesNotStallOthers(t *testing.T) {
 		}
 		return false
 	}, 10*time.Second, 100*time.Millisecond, "the poison request must be reported by name")
+
+	// A poison request created while the controller runs comes by the watch, whose
+	// decode of it fails: the informer lists again, and the requests after it are
+	// decided as well.
+	late := poison.DeepCopy()
+	late.SetName("poison-late")
+	late.SetResourceVersion("")
+	require.NoError(t, c.Create(ctx, late))
+	lateAt := time.Now()
+	after := good.DeepCopy()
+	after.ObjectMeta = metav1.ObjectMeta{Namespace: "remediator", Name: "after"}
+	require.NoError(t, c.Create(ctx, after))
+	require.Eventually(t, func() bool {
+		got := &v1alpha1.RemediationRequest{}
+		return c.Get(ctx, client.ObjectKeyFromObject(after), got) == nil && got.Status.Phase != ""
+	}, 20*time.Second, 100*time.Millisecond, "a request created after a poison one must be decided within 20 s")
+	t.Logf("the request after the late poison decided %s after it", time.Since(lateAt).Round(time.Millisecond))
+	require.Eventually(t, func() bool {
+		events := &corev1.EventList{}
+		if c.List(ctx, events, client.InNamespace("remediator")) != nil {
+			return false
+		}
+		for _, ev := range events.Items {
+			if ev.InvolvedObject.Name == "poison-late" && ev.Reason == requests.EventUndecodable && strings.Contains(ev.Message, "duration") {
+				return true
+			}
+		}
+		return false
+	}, 20*time.Second, 100*time.Millisecond, "the poison request created later must be reported by name")
+	got := &unstructured.Unstructured{}
+	got.SetGroupVersionKind(testenv.GVK)
+	require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(late), got))
+	assert.Empty(t, got.Object["status"], "what the controller decoded of a poison request is never written")
+	assert.NotContains(t, got.GetAnnotations(), v1alpha1.AnnotationUndecodable)
 }
 
 // dropDurationRule removes the CEL rule on spec.maintenanceWindow.duration from the

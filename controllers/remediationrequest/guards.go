@@ -84,9 +84,9 @@ func guardKeys(rr *v1alpha1.RemediationRequest, playbooks remediations.Playbooks
 	return keys
 }
 
-// IndexRequests registers IndexGuard on the manager's cache of unstructured requests.
+// IndexRequests registers IndexGuard on the manager's cache of requests.
 func IndexRequests(ctx context.Context, indexer client.FieldIndexer, playbooks remediations.Playbooks) error {
-	return indexer.IndexField(ctx, requests.NewUnstructured(), IndexGuard, func(o client.Object) []string {
+	return indexer.IndexField(ctx, &v1alpha1.RemediationRequest{}, IndexGuard, func(o client.Object) []string {
 		rr := requests.ViewOf(o)
 		return guardKeys(&rr, playbooks)
 	})

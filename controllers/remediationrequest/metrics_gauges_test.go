@@ -10,8 +10,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/remediator/remediator/api/v1alpha1"
@@ -24,14 +22,7 @@ type listed struct {
 }
 
 func (l listed) List(_ context.Context, list client.ObjectList, _ ...client.ListOption) error {
-	u := list.(*unstructured.UnstructuredList)
-	for i := range l.requests {
-		obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&l.requests[i])
-		if err != nil {
-			return err
-		}
-		u.Items = append(u.Items, unstructured.Unstructured{Object: obj})
-	}
+	list.(*v1alpha1.RemediationRequestList).Items = append([]v1alpha1.RemediationRequest(nil), l.requests...)
 	return nil
 }
 

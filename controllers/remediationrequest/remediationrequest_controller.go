@@ -127,8 +127,8 @@ type scope struct {
 // itself with most of its own patches; the status writes that must start a reconcile
 // pass watches.go's predicates. A running playbook goes on with its next step from
 // the watch event of the write that journaled the last one, so the next reconcile
-// reads that journal from the cache. Requests are watched unstructured (package
-// requests): one the Go type cannot decode must not keep the informer from syncing.
+// reads that journal from the cache. One request the Go type cannot decode does not
+// keep the informer from syncing (package requests).
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	// Every Event is bounded; the runnables wired beside it share the recorder.
 	r.Recorder = requests.BoundEvents(r.Recorder)
@@ -136,9 +136,9 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		return fmt.Errorf("indexing requests for the guards: %w", err)
 	}
 	return ctrl.NewControllerManagedBy(mgr).
-		For(requests.NewUnstructured(), builder.WithPredicates(
+		For(&v1alpha1.RemediationRequest{}, builder.WithPredicates(
 			predicate.Or(predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}, journalAdvanced, slotGranted, slotGivenBack))).
-		Watches(requests.NewUnstructured(), handler.EnqueueRequestsFromMapFunc(r.wake), builder.WithPredicates(stoppedRunning)).
+		Watches(&v1alpha1.RemediationRequest{}, handler.EnqueueRequestsFromMapFunc(r.wake), builder.WithPredicates(stoppedRunning)).
 		Watches(&corev1.ConfigMap{}, handler.EnqueueRequestsFromMapFunc(r.wakePaused), builder.WithPredicates(pause.IsObject(r.PauseKey()))).
 		WithOptions(controller.Options{MaxConcurrentReconciles: max(1, r.Workers), RateLimiter: requests.RateLimiter()}).
 		Named("remediationrequest").
@@ -156,24 +156,24 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	if !requests.InScope(r.Namespaces, req.Namespace) {
 		return ctrl.Result{}, nil
 	}
-	u := requests.NewUnstructured()
-	if err := r.Client.Get(ctx, req.NamespacedName, u); err != nil {
+	rr := &v1alpha1.RemediationRequest{}
+	if err := r.Client.Get(ctx, req.NamespacedName, rr); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	if r.written.behind(u.GetUID(), u.GetResourceVersion()) {
+	if r.written.behind(rr.UID, rr.ResourceVersion) {
 		// Requeue, not RequeueAfter: the work queue's rate limiter backs off while the
 		// cache catches up with this controller's own write, where a fixed delay would
 		// either wait too long or spin.
 		return ctrl.Result{Requeue: true}, nil //nolint:staticcheck // see above: the rate-limited requeue is the point
 	}
-	log := ctrl.LoggerFrom(ctx).WithValues("remediationRequest", klog.KObj(u))
+	log := ctrl.LoggerFrom(ctx).WithValues("remediationRequest", klog.KObj(rr))
 	ctx = ctrl.LoggerInto(ctx, log)
-	rr, err := requests.Decode(u)
-	if err != nil {
+	if err := rr.DecodeError(); err != nil {
 		// Not retried: only an edit of the object (a new generation) can fix it, and
-		// that triggers a reconcile. Every other request goes on being decided.
+		// that triggers a reconcile. Every other request goes on being decided. What
+		// of it was decoded is never written back.
 		log.Error(err, "Cannot decode the request; it is not decided until it is fixed")
-		r.Recorder.Eventf(u, corev1.EventTypeWarning, requests.EventUndecodable,
+		r.Recorder.Eventf(rr, corev1.EventTypeWarning, requests.EventUndecodable,
 			"The controller cannot decode this request (%v); it is not decided until it is fixed. Other requests are not affected.", err)
 		return ctrl.Result{}, nil
 	}

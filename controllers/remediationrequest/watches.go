@@ -7,7 +7,6 @@ package remediationrequest
 import (
 	"slices"
 
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
@@ -17,18 +16,12 @@ import (
 	"github.com/remediator/remediator/controllers/requests"
 )
 
-// stepStates reads status.steps[*].state without decoding the rest of the object.
-func stepStates(o client.Object) []string {
-	u, ok := o.(*unstructured.Unstructured)
-	if !ok {
-		return nil
-	}
-	steps, _, _ := unstructured.NestedSlice(u.Object, "status", "steps")
-	out := make([]string, 0, len(steps))
+// stepStates is status.steps[*].state.
+func stepStates(o client.Object) []v1alpha1.StepState {
+	steps := requests.ViewOf(o).Status.Steps
+	out := make([]v1alpha1.StepState, 0, len(steps))
 	for _, st := range steps {
-		m, _ := st.(map[string]any)
-		state, _ := m["state"].(string)
-		out = append(out, state)
+		out = append(out, st.State)
 	}
 	return out
 }

@@ -4,23 +4,17 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/assert"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	"github.com/remediator/remediator/api/v1alpha1"
-	"github.com/remediator/remediator/controllers/requests"
 )
 
 // TestStoppedRunningWakesOnEveryStop: the wake-up of the requests waiting for a slot
 // follows every stop of a request the cache sees, including one whose Running phase it
 // never saw (a watch cut while it ran).
 func TestStoppedRunningWakesOnEveryStop(t *testing.T) {
-	withPhase := func(p v1alpha1.Phase) *unstructured.Unstructured {
-		u := requests.NewUnstructured()
-		if p != "" {
-			_ = unstructured.SetNestedField(u.Object, string(p), "status", "phase")
-		}
-		return u
+	withPhase := func(p v1alpha1.Phase) *v1alpha1.RemediationRequest {
+		return &v1alpha1.RemediationRequest{Status: v1alpha1.RemediationRequestStatus{Phase: p}}
 	}
 	for _, tc := range []struct {
 		old, cur v1alpha1.Phase

@@ -2,6 +2,7 @@ package requests
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -9,9 +10,10 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	utiljson "k8s.io/apimachinery/pkg/util/json"
+	kjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
 
 	"github.com/remediator/remediator/api/v1alpha1"
@@ -28,15 +30,15 @@ var fuzzTimes = []time.Time{
 }
 
 // FuzzDecodeRequest decodes objects as the controller reads them from the API server
-// (an unstructured RemediationRequest, numbers as int64 or float64) and checks that
-// nothing a stored object can hold stops the controller: Decode, GuardView and
-// ViewOf never panic; ViewOf gives GuardView's view, decoded or remembered; an error
-// names the request; a decoded request keeps the object's
-// identity, decodes again from its own encoding to the same encoding, and its
-// maintenance window evaluates (MaintenanceWindow, as the decision and the stop check
-// call it) without panicking, to an error or to an answer consistent with its
-// bounds; and the guards' view of a request whose spec cannot be decoded keeps its
-// name and its status.phase, so that a Running request still holds its node.
+// (JSON items of a RemediationRequestList, which its informer and its live lists
+// decode) and checks that nothing a stored object can hold stops the controller:
+// the list decodes whenever the item's metadata does (the API server validates
+// metadata); a request the Go type cannot hold is marked, its DecodeError names it,
+// and the guards' view of it keeps its name and its status.phase, so that a Running
+// request still holds its node; a decoded request is what a strict decode gives,
+// decodes again from its own encoding to the same encoding, and its maintenance
+// window evaluates (MaintenanceWindow, as the decision and the stop check call it)
+// without panicking, to an error or to an answer consistent with its bounds.
 func FuzzDecodeRequest(f *testing.F) {
 	var seeds []string
 	for _, glob := range []string{"../../examples/requests/*.yaml", "../../examples/remediation-repo/examples/requests/*.yaml", "../../internal/cmd/plan/testdata/plan/*.yaml"} {
@@ -75,48 +77,40 @@ func FuzzDecodeRequest(f *testing.F) {
 		if err := utiljson.Unmarshal(data, &obj); err != nil || obj == nil {
 			return // the API server stores only JSON objects
 		}
-		u := &unstructured.Unstructured{Object: obj}
-		u.SetGroupVersionKind(GVK)
-
-		view := GuardView(u)
-		// ViewOf gives the same view, decoded or remembered. The seeds and the
-		// fuzzer give different objects the same UID and resourceVersion, which
-		// the API server never does, so each input starts and ends unremembered.
-		key := viewKey{uid: u.GetUID(), rv: u.GetResourceVersion()}
-		views.Remove(key)
-		require.Equal(t, view, ViewOf(u), "ViewOf decoding")
-		require.Equal(t, view, ViewOf(u), "ViewOf remembering")
-		views.Remove(key)
-		rr, err := Decode(u)
+		rr, err := decodeItem(data)
 		if err != nil {
-			require.Nil(t, rr)
-			require.True(t, strings.HasPrefix(err.Error(), "decoding RemediationRequest "+u.GetNamespace()+"/"+u.GetName()+": "), "the error does not name the request: %v", err)
-			if phase, ok, _ := unstructured.NestedString(u.Object, "status", "phase"); ok {
-				require.Equal(t, v1alpha1.Phase(phase), view.Status.Phase, "the guards lost the phase of an undecodable request")
-			}
-			if md, ok := u.Object["metadata"].(map[string]any); ok {
-				if name, ok := md["name"].(string); ok && metadataDecodes(md) {
-					require.Equal(t, name, view.Name, "the guards lost the name of an undecodable request")
-				}
-			}
+			md, _ := obj["metadata"].(map[string]any)
+			require.False(t, metadataDecodes(md), "a list failed on an item whose metadata decodes: %v", err)
 			return
 		}
-		require.Equal(t, *rr, view, "the guards' view of a decodable request is not the request")
-		require.Equal(t, u.GetName(), rr.Name)
-		require.Equal(t, u.GetNamespace(), rr.Namespace)
-		require.Equal(t, u.GetUID(), rr.UID)
-		require.Equal(t, u.GetResourceVersion(), rr.ResourceVersion)
+		if derr := rr.DecodeError(); derr != nil {
+			require.True(t, strings.HasPrefix(derr.Error(), "decoding RemediationRequest "+rr.Namespace+"/"+rr.Name+": "), "the error does not name the request: %v", derr)
+			require.Error(t, kjson.UnmarshalCaseSensitivePreserveInts(data, &v1alpha1.RemediationRequest{}), "a decodable request was marked")
+			if phase, ok, _ := unstructured.NestedString(obj, "status", "phase"); ok {
+				require.Equal(t, v1alpha1.Phase(phase), rr.Status.Phase, "the guards lost the phase of an undecodable request")
+			}
+			if md, ok := obj["metadata"].(map[string]any); ok {
+				if name, ok := md["name"].(string); ok {
+					require.Equal(t, name, rr.Name, "the guards lost the name of an undecodable request")
+				}
+			}
+			require.Empty(t, rr.Spec, "an undecodable request kept part of a spec")
+			return
+		}
+		strict := &v1alpha1.RemediationRequest{}
+		require.NoError(t, kjson.UnmarshalCaseSensitivePreserveInts(data, strict))
+		require.Equal(t, strict, rr, "a decodable item is not the request")
+		require.NotContains(t, rr.Annotations, v1alpha1.AnnotationUndecodable)
 
 		// The decoded request survives its own encoding: the controller patches status
 		// from it, and reads back what it wrote.
-		enc, err := runtime.DefaultUnstructuredConverter.ToUnstructured(rr)
+		e1, err := json.Marshal(rr)
 		require.NoError(t, err)
-		again, err := Decode(&unstructured.Unstructured{Object: enc})
-		require.NoError(t, err, "a decoded request does not decode from its own encoding")
-		enc2, err := runtime.DefaultUnstructuredConverter.ToUnstructured(again)
+		again, err := decodeItem(e1)
 		require.NoError(t, err)
-		e1, _ := json.Marshal(enc)
-		e2, _ := json.Marshal(enc2)
+		require.NoError(t, again.DecodeError(), "a decoded request does not decode from its own encoding")
+		e2, err := json.Marshal(again)
+		require.NoError(t, err)
 		require.JSONEq(t, string(e1), string(e2), "encoding a decoded request is not stable")
 
 		w := rr.Spec.MaintenanceWindow
@@ -139,9 +133,24 @@ func FuzzDecodeRequest(f *testing.F) {
 	})
 }
 
-// metadataDecodes reports whether the object's metadata alone decodes, which is what
-// GuardView needs to keep the name.
+// decodeItem decodes data as the one item of a RemediationRequestList.
+func decodeItem(data []byte) (*v1alpha1.RemediationRequest, error) {
+	list := &v1alpha1.RemediationRequestList{}
+	if err := json.Unmarshal([]byte(`{"items":[`+string(data)+`]}`), list); err != nil {
+		return nil, err
+	}
+	if len(list.Items) != 1 {
+		return nil, fmt.Errorf("%d items decoded from one", len(list.Items))
+	}
+	return &list.Items[0], nil
+}
+
+// metadataDecodes reports whether the object's metadata alone decodes, which is all
+// a list needs to keep an item.
 func metadataDecodes(md map[string]any) bool {
-	rr := v1alpha1.RemediationRequest{}
-	return runtime.DefaultUnstructuredConverter.FromUnstructured(map[string]any{"metadata": md}, &rr) == nil
+	data, err := json.Marshal(md)
+	if err != nil {
+		return false
+	}
+	return kjson.UnmarshalCaseSensitivePreserveInts(data, &metav1.ObjectMeta{}) == nil
 }

@@ -13,6 +13,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	kerrors "k8s.io/apimachinery/pkg/util/errors"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -20,6 +21,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/remediator/remediator/api/v1alpha1"
 	"github.com/remediator/remediator/controllers/requests"
 	"github.com/remediator/remediator/remediations"
 )
@@ -127,7 +129,8 @@ func (s *Sweeper) requestOver(ctx context.Context, owner string) (string, error)
 		ctrl.LoggerFrom(ctx).Info("A node's cordoned-by mark names no request; left alone", "mark", owner)
 		return "", nil
 	}
-	u := requests.NewUnstructured()
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(requests.GVK)
 	err := s.Reader.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, u)
 	switch {
 	case apierrors.IsNotFound(err):
@@ -138,7 +141,8 @@ func (s *Sweeper) requestOver(ctx context.Context, owner string) (string, error)
 	case err != nil:
 		return "", fmt.Errorf("reading request %s: %w", owner, err)
 	}
-	if p := requests.PhaseOf(u); p.Terminal() && u.GetDeletionTimestamp() == nil {
+	// Read unstructured: a request the Go type cannot hold still has a phase.
+	if p, _, _ := unstructured.NestedString(u.Object, "status", "phase"); v1alpha1.Phase(p).Terminal() && u.GetDeletionTimestamp() == nil {
 		return "ended " + string(p), nil
 	}
 	return "", nil

@@ -101,13 +101,13 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		return nil
 	}
 	r.Recorder = requests.BoundEvents(r.Recorder)
-	if err := mgr.GetFieldIndexer().IndexField(context.Background(), requests.NewUnstructured(), IndexVerifying, indexKeys); err != nil {
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &v1alpha1.RemediationRequest{}, IndexVerifying, indexKeys); err != nil {
 		return fmt.Errorf("indexing requests for verification: %w", err)
 	}
 	notNodeLease := predicate.NewPredicateFuncs(func(o client.Object) bool { return o.GetNamespace() != corev1.NamespaceNodeLease })
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("verification").
-		Watches(requests.NewUnstructured(), r.enqueue(), builder.WithPredicates(toVerify)).
+		Watches(&v1alpha1.RemediationRequest{}, r.enqueue(), builder.WithPredicates(toVerify)).
 		Watches(&coordinationv1.Lease{}, handler.EnqueueRequestsFromMapFunc(r.verifyingOn), builder.WithPredicates(notNodeLease)).
 		Watches(&corev1.Event{}, handler.EnqueueRequestsFromMapFunc(r.verifyingOn)).
 		Watches(&storagev1.CSINode{}, handler.EnqueueRequestsFromMapFunc(r.verifyingOn)).
@@ -188,14 +188,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 	if !requests.InScope(r.Namespaces, req.Namespace) {
 		return ctrl.Result{}, nil
 	}
-	u := requests.NewUnstructured()
-	if err := r.Client.Get(ctx, req.NamespacedName, u); err != nil {
+	rr := &v1alpha1.RemediationRequest{}
+	if err := r.Client.Get(ctx, req.NamespacedName, rr); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	log := ctrl.LoggerFrom(ctx).WithValues("remediationRequest", klog.KObj(u))
+	log := ctrl.LoggerFrom(ctx).WithValues("remediationRequest", klog.KObj(rr))
 	ctx = ctrl.LoggerInto(ctx, log)
-	rr, err := requests.Decode(u)
-	if err != nil {
+	if err := rr.DecodeError(); err != nil {
 		// The request reconciler reports it; the edit that fixes it brings it back.
 		log.V(1).Info("Cannot decode the request; its fix is not verified", "error", err.Error())
 		return ctrl.Result{}, nil

@@ -32,8 +32,8 @@ var eventFields = map[string]func(*corev1.Event) string{
 }
 
 // CacheOptions are the manager's cache and client options. The cache holds:
-//   - RemediationRequests, as unstructured objects (see package requests), in the request
-//     namespaces (all when none are given), indexed for the guards;
+//   - RemediationRequests, in the request namespaces (all when none are given), indexed
+//     for the guards; one the Go type cannot hold is cached marked (package requests);
 //   - what a decision weighs and that stays small as the cluster grows: Nodes (without
 //     their image lists), the node Leases in kube-node-lease, the Trident Leases (with
 //     their managedFields, which every other object is cached without) and
@@ -89,9 +89,10 @@ func CacheOptions(fc facts.Config, requestNamespaces []string, pauseKey types.Na
 			co.DefaultNamespaces[ns] = cache.Config{}
 		}
 	}
+	// Unstructured reads are not cached: each would start an informer of its own,
+	// beside the typed one, holding every request again as maps.
 	clo := client.Options{Cache: &client.CacheOptions{
-		Unstructured: true,
-		DisableFor:   []client.Object{&corev1.Pod{}},
+		DisableFor: []client.Object{&corev1.Pod{}},
 	}}
 	return co, clo
 }

@@ -17,13 +17,11 @@ import (
 	"unicode/utf8"
 
 	"github.com/stretchr/testify/require"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/yaml"
 
 	"github.com/remediator/remediator/api/v1alpha1"
 	"github.com/remediator/remediator/controllers/facts"
-	"github.com/remediator/remediator/controllers/requests"
 	"github.com/remediator/remediator/internal/cmd/scan"
 	"github.com/remediator/remediator/remediations"
 )
@@ -289,11 +287,12 @@ func checkAcceptedRequest(t *testing.T, rr *v1alpha1.RemediationRequest, doc []b
 	}
 	require.LessOrEqual(t, len(s.DriverName), 63)
 
-	// What plan accepts, the controller can decode.
-	var obj map[string]any
-	require.NoError(t, json.Unmarshal(doc, &obj))
-	_, err := requests.Decode(&unstructured.Unstructured{Object: obj})
-	require.NoError(t, err, "plan accepts a request the controller cannot decode")
+	// What plan accepts, the controller can decode: it reads requests as items of a
+	// list, each decoded apart.
+	var list v1alpha1.RemediationRequestList
+	require.NoError(t, json.Unmarshal([]byte(`{"items":[`+string(doc)+`]}`), &list))
+	require.Len(t, list.Items, 1)
+	require.NoError(t, list.Items[0].DecodeError(), "plan accepts a request the controller cannot decode")
 
 	// And plan accepts its own reading of the request again.
 	re, err := json.Marshal(rr)
