@@ -87,3 +87,25 @@ func TestCommand(t *testing.T) {
 	assert.Equal(t, "make bench BENCH=full BASELINE=<the baseline's git ref>", command("full", "remediator a9f3949-dirty"))
 	assert.Equal(t, "make bench BENCH=full BASELINE=<the baseline's git ref>", command("full", "/work/main/bin/remediator-old"))
 }
+
+// The summary judges a run against the storm issue's goals: the storm within twice
+// its floor, the call budget, 150 MiB, one request 30 times faster than the script.
+func TestSummaryGoals(t *testing.T) {
+	r := &Result{
+		Latency: &Latency{Requests: 20, P50Ms: 49, ScriptP50Ms: 1618, Ratio: 33.1},
+		Storm:   &Storm{Requests: 1000, Pods: 20000, TerminalSeconds: 45, Succeeded: 1000, APICallsPerRequest: 4, PeakRSSMiB: 189},
+		Scale:   []ScalePoint{{Requests: 1000, TerminalSeconds: 45, FloorSeconds: 16.07, Succeeded: 1000, APICallsPerRequest: 4}},
+	}
+	s := summarise(r)
+	assert.Regexp(t, `p50\s+49 ms\s+1618 ms \(33\.1x\)\s+>= 30x faster than the script: met`, s)
+	assert.Regexp(t, `all terminal\s+45\.0 s \(1000 Succeeded\)\s+-\s+<= 2x the floor \(16\.07 s\): MISSED`, s)
+	assert.Regexp(t, `storm API calls per request\s+4\.0 .*<= 4: met`, s)
+	assert.Regexp(t, `peak RSS\s+189 MiB\s+-\s+<= 150 MiB: MISSED`, s)
+
+	r.Latency.Ratio, r.Storm.TerminalSeconds, r.Storm.PeakRSSMiB, r.Storm.APICallsPerRequest = 29.9, 32.1, 150, 4.1
+	s = summarise(r)
+	assert.Contains(t, s, "faster than the script: MISSED")
+	assert.Regexp(t, `<= 2x the floor \(16\.07 s\): met`, s)
+	assert.Contains(t, s, "<= 150 MiB: met")
+	assert.Regexp(t, `storm API calls per request\s+4\.1 .*<= 4: MISSED`, s)
+}
