@@ -237,6 +237,16 @@ func (b *bench) drop(ctx context.Context, kind string, incidents []stage.Inciden
 	logf("Deleted the %d %s incidents in %s", len(incidents), kind, time.Since(start).Round(100*time.Millisecond))
 }
 
+// withinBudget reports whether storm p made at most callBudget API calls per request,
+// besides its allowance of live reads (liveReadAllowance).
+func withinBudget(p ScalePoint) bool {
+	n := float64(max(p.Requests, 1))
+	reads := float64(p.APICallsByKind["GET"])
+	// Whole calls: 4001.0/1000*1000 is a hair above 4001 in floating point.
+	total := math.Round(p.APICallsPerRequest * n)
+	return total-min(reads, max(1, liveReadAllowance*n)) <= callBudget*n
+}
+
 // overBudget names each storm size whose API calls per request exceed callBudget,
 // with its calls per request by method.
 func overBudget(r *Result) []string {
@@ -248,11 +258,7 @@ func overBudget(r *Result) []string {
 	}
 	var over []string
 	for _, p := range points {
-		n := float64(max(p.Requests, 1))
-		reads := float64(p.APICallsByKind["GET"])
-		// Whole calls: 4001.0/1000*1000 is a hair above 4001 in floating point.
-		total := math.Round(p.APICallsPerRequest * n)
-		if total-min(reads, max(1, liveReadAllowance*n)) > callBudget*n {
+		if !withinBudget(p) {
 			// The total too: 401 calls for 100 requests read 4.0 per request.
 			over = append(over, fmt.Sprintf("storm of %d: %.1f API calls per request (%.0f in all), budget %d (%s)",
 				p.Requests, p.APICallsPerRequest, p.APICallsPerRequest*float64(p.Requests), callBudget, byMethod(p.APICallsByKind, p.Requests)))
