@@ -5,13 +5,16 @@ import (
 	"fmt"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	kjson "sigs.k8s.io/json"
 )
 
 // AnnotationUndecodable marks a request that RemediationRequestList's decode could
 // not hold in the Go type; its value is why. The key is not a valid annotation key
-// (it has spaces), so the API server never stores it: no object can carry it but one
-// this decode made, and a write of such an object is refused.
+// (it has spaces), so the API server never stores it: no object read from it carries
+// it but one this decode made, and an update of the whole object is refused. A patch
+// computed from such a request leaves its annotations alone, so DecodeError is what
+// keeps it from being written: check it before deciding on or writing a request.
 const AnnotationUndecodable = "remediator.io/undecodable (never stored)"
 
 // UnmarshalJSON decodes each item apart. An item the Go type cannot hold (an
@@ -52,10 +55,25 @@ func decodeItem(data []byte, rr *RemediationRequest) error {
 	var meta struct {
 		Metadata metav1.ObjectMeta `json:"metadata"`
 	}
-	if err := kjson.UnmarshalCaseSensitivePreserveInts(data, &meta); err != nil {
-		return err
+	if kjson.UnmarshalCaseSensitivePreserveInts(data, &meta) == nil {
+		rr.ObjectMeta = meta.Metadata
+	} else {
+		// The API server validates metadata, so this is a stored object it did not
+		// write: keep what identifies it, else the list fails.
+		var id struct {
+			Metadata struct {
+				Name            string    `json:"name"`
+				Namespace       string    `json:"namespace"`
+				UID             types.UID `json:"uid"`
+				ResourceVersion string    `json:"resourceVersion"`
+			} `json:"metadata"`
+		}
+		if err := kjson.UnmarshalCaseSensitivePreserveInts(data, &id); err != nil {
+			return err
+		}
+		m := id.Metadata
+		rr.Name, rr.Namespace, rr.UID, rr.ResourceVersion = m.Name, m.Namespace, m.UID, m.ResourceVersion
 	}
-	rr.ObjectMeta = meta.Metadata
 	_ = kjson.UnmarshalCaseSensitivePreserveInts(data, &rr.TypeMeta)
 	var status struct {
 		Status RemediationRequestStatus `json:"status"`

@@ -34,6 +34,11 @@ func TestListDecodesEachRequestApart(t *testing.T) {
 			phase: v1alpha1.PhaseRunning, why: "cannot unmarshal",
 		},
 		{
+			name:  "metadata the API server would not write: its identity is kept",
+			item:  `{"metadata":{"name":"bad","namespace":"ops","creationTimestamp":"not a time"},"spec":{},"status":{"phase":"Running"}}`,
+			phase: v1alpha1.PhaseRunning, why: "not a time",
+		},
+		{
 			name: "not even the phase",
 			item: `{"metadata":{"name":"bad","namespace":"ops"},"status":{"phase":5}}`,
 			why:  "cannot unmarshal number",

@@ -305,8 +305,8 @@ type Grant struct {
 // which hold the slots then, and how many wait. The reserved (by UID, with their
 // line) were granted by another pass not yet written to them: they are granted
 // first. Then the oldest in line, up to the cap, passing over a request whose Lease
-// or node a holder works on: it would only wait on that one, and must not hold up
-// the line behind it.
+// or node a holder works on (it would only wait on that one, and must not hold up
+// the line behind it) and one the controller cannot decode.
 func Admit(all []v1alpha1.RemediationRequest, reserved map[types.UID]string, maxConcurrent int, playbooks remediations.Playbooks) (grants []Grant, holders []v1alpha1.RemediationRequest, waiting int) {
 	var line []v1alpha1.RemediationRequest
 	for _, rr := range all {
@@ -335,6 +335,11 @@ func Admit(all []v1alpha1.RemediationRequest, reserved map[types.UID]string, max
 	for _, rr := range rest {
 		if maxConcurrent > 0 && len(holders) >= maxConcurrent {
 			break
+		}
+		if rr.DecodeError() != nil {
+			// Its spec is unknown, so no playbook of it may start: a slot granted
+			// would only wait out the step timeout. It keeps its place in line.
+			continue
 		}
 		if len(lifecycle.ConflictsIn(holders, rr.UID, rr.Status.Facts)) > 0 {
 			continue

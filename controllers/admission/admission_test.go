@@ -50,6 +50,11 @@ func TestAdmit(t *testing.T) {
 		return rr
 	}
 	expired := req("expired", time.Hour, v1alpha1.PhaseWaiting, v1alpha1.ReasonSlotExpired, disruptive, "node-x")
+	undecodable := func(rr v1alpha1.RemediationRequest) v1alpha1.RemediationRequest {
+		rr.Spec = v1alpha1.RemediationRequestSpec{}
+		rr.Annotations = map[string]string{v1alpha1.AnnotationUndecodable: `time: invalid duration "9999999999h"`}
+		return rr
+	}
 
 	cases := []struct {
 		name     string
@@ -72,6 +77,8 @@ func TestAdmit(t *testing.T) {
 		{"a request being deleted leaves the line", []v1alpha1.RemediationRequest{deleting(inLine("old", time.Hour, "n2")), inLine("young", time.Minute, "n1")}, nil, 1, []string{"young"}, 1},
 		{"a grant given back holds nothing and is not in line", []v1alpha1.RemediationRequest{expired, inLine("old", time.Hour, "n2")}, nil, 1, []string{"old"}, 1},
 		{"a grant another admitter reserved holds a slot and is granted first", []v1alpha1.RemediationRequest{inLine("old", time.Hour, "n2"), inLine("young", time.Minute, "n1")}, map[types.UID]string{"young": "7"}, 1, []string{"young"}, 2},
+		{"an undecodable request in line is passed over", []v1alpha1.RemediationRequest{undecodable(inLine("old", time.Hour, "n2")), inLine("young", time.Minute, "n1")}, nil, 1, []string{"young"}, 2},
+		{"an undecodable request keeps the slot it holds", []v1alpha1.RemediationRequest{undecodable(running("r", disruptive, "n9")), inLine("old", time.Hour, "n2")}, nil, 1, nil, 1},
 		{"no cap", []v1alpha1.RemediationRequest{running("r1", disruptive, "n8"), inLine("old", time.Hour, "n2"), inLine("young", time.Minute, "n1")}, nil, 0, []string{"old", "young"}, 2},
 	}
 	for _, tc := range cases {

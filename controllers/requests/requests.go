@@ -23,8 +23,12 @@ import (
 // schema), and an informer whose list fails never syncs, so that one request would
 // stop every other from being decided. A watch event the Go type cannot hold ends
 // the watch with a decoding error, and the informer lists again, which marks it.
-// Such a request is decided on by no one (DecodeError) and never written; the guards
-// still count it by what of its status could be decoded.
+// No playbook runs for such a request (DecodeError): the reconciler and fix
+// verification write nothing to it, and admission grants it no slot but gives back
+// one it holds. The guards still count it by what of its status could be decoded.
+// The watch it ends is started again after the reflector's backoff (under a second
+// at first, longer while such events repeat), during which the cache of requests
+// stands still.
 
 // GVK is the RemediationRequest kind.
 var GVK = v1alpha1.GroupVersion.WithKind("RemediationRequest")
