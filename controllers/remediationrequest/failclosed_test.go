@@ -417,18 +417,7 @@ func TestUndecodableRequestDoesNotStallOthers(t *testing.T) {
 		return c.Get(ctx, client.ObjectKeyFromObject(good), got) == nil && got.Status.Phase != ""
 	}, 10*time.Second, 100*time.Millisecond, "the good request must be decided within 10 s")
 
-	require.Eventually(t, func() bool {
-		events := &corev1.EventList{}
-		if c.List(ctx, events, client.InNamespace("remediator")) != nil {
-			return false
-		}
-		for _, ev := range events.Items {
-			if ev.InvolvedObject.Name == "poison" && ev.Reason == requests.EventUndecodable && strings.Contains(ev.Message, "duration") {
-				return true
-			}
-		}
-		return false
-	}, 10*time.Second, 100*time.Millisecond, "the poison request must be reported by name")
+	require.Eventually(t, reportedUndecodable(ctx, c, "poison"), 10*time.Second, 100*time.Millisecond, "the poison request must be reported by name")
 
 	// A poison request created while the controller runs comes by the watch, whose
 	// decode of it fails: the informer lists again, and the requests after it are
@@ -446,23 +435,29 @@ func TestUndecodableRequestDoesNotStallOthers(t *testing.T) {
 		return c.Get(ctx, client.ObjectKeyFromObject(after), got) == nil && got.Status.Phase != ""
 	}, 20*time.Second, 100*time.Millisecond, "a request created after a poison one must be decided within 20 s")
 	t.Logf("the request after the late poison decided %s after it", time.Since(lateAt).Round(time.Millisecond))
-	require.Eventually(t, func() bool {
-		events := &corev1.EventList{}
-		if c.List(ctx, events, client.InNamespace("remediator")) != nil {
-			return false
-		}
-		for _, ev := range events.Items {
-			if ev.InvolvedObject.Name == "poison-late" && ev.Reason == requests.EventUndecodable && strings.Contains(ev.Message, "duration") {
-				return true
-			}
-		}
-		return false
-	}, 20*time.Second, 100*time.Millisecond, "the poison request created later must be reported by name")
+	require.Eventually(t, reportedUndecodable(ctx, c, "poison-late"), 20*time.Second, 100*time.Millisecond, "the poison request created later must be reported by name")
 	got := &unstructured.Unstructured{}
 	got.SetGroupVersionKind(testenv.GVK)
 	require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(late), got))
 	assert.Empty(t, got.Object["status"], "what the controller decoded of a poison request is never written")
 	assert.NotContains(t, got.GetAnnotations(), v1alpha1.AnnotationUndecodable)
+}
+
+// reportedUndecodable reports whether request name in namespace remediator carries
+// the Undecodable Warning about its duration.
+func reportedUndecodable(ctx context.Context, c client.Client, name string) func() bool {
+	return func() bool {
+		events := &corev1.EventList{}
+		if c.List(ctx, events, client.InNamespace("remediator")) != nil {
+			return false
+		}
+		for _, ev := range events.Items {
+			if ev.InvolvedObject.Name == name && ev.Reason == requests.EventUndecodable && strings.Contains(ev.Message, "duration") {
+				return true
+			}
+		}
+		return false
+	}
 }
 
 // dropDurationRule removes the CEL rule on spec.maintenanceWindow.duration from the
