@@ -28,6 +28,15 @@ realnodes_down() {
   ROOT="$ROOT" BIN="$BIN" "$REALNODE_SH" down 9>&- || die "removing the real nodes failed"
 }
 
+# An envtest control plane (bin/etcd and bin/kube-apiserver with a k8s_test_framework
+# directory) outlives a test binary that died before its teardown (a panic): the host must
+# not keep it. Only orphans (parent 1): a running test's own are its children.
+for pid in $(pgrep -f -- "^$BIN/(etcd|kube-apiserver) .*k8s_test_framework_" || true); do
+  [[ "$(awk '{print $4}' "/proc/$pid/stat" 2>/dev/null)" == 1 ]] || continue
+  log "killing envtest process $pid left by a test that did not stop it"
+  kill -KILL "$pid" 2>/dev/null || true
+done
+
 if [[ ! -d "$CLUSTER_DIR" ]]; then
   realnodes_down
   log "no cluster under $CLUSTER_DIR; nothing to do"
