@@ -7,6 +7,7 @@ package main
 // pays in seconds.
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -102,4 +103,31 @@ func statCPU(stat string) (float64, error) {
 		ticks += float64(n)
 	}
 	return ticks / userHZ, nil
+}
+
+// apiServerProfileSeconds is how long the API server is profiled from the start of
+// a profiled floor and of its storm: shorter than the floor of the largest size, so
+// that both profiles cover the same kind of window, the releases in full flow.
+const apiServerProfileSeconds = 12
+
+// apiServerProfile profiles kube-apiserver's CPU (its /debug/pprof, on by default)
+// for apiServerProfileSeconds from now into path, in the background; wait returns
+// once it is saved. Failing to profile is logged, never the run's failure: the
+// profile is for reading, the figures come from /proc.
+func (b *bench) apiServerProfile(ctx context.Context, path string) (wait func()) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		raw, err := b.fastCS.CoreV1().RESTClient().Get().AbsPath("/debug/pprof/profile").
+			Param("seconds", strconv.Itoa(apiServerProfileSeconds)).DoRaw(ctx)
+		if err == nil {
+			err = os.WriteFile(path, raw, 0o644)
+		}
+		if err != nil {
+			logf("Profiling kube-apiserver into %s: %v", path, err)
+			return
+		}
+		logf("Profile of kube-apiserver over %d s: %s", apiServerProfileSeconds, path)
+	}()
+	return func() { <-done }
 }

@@ -162,7 +162,7 @@ func configure() (config, preset, string, error) {
 	baseline := flag.String("baseline", "", "an earlier remediator binary, relative to the repository root (make bench BASELINE=<git ref> builds bin/remediator-baseline): after the storm at the largest size, the same storm with it (and the same -controller-args), shown side by side and never checked against the call budget; empty runs none")
 	sizes := flag.String("sizes", "", "the storm's sizes, comma-separated, smallest first, instead of the preset's (e.g. 1000 to measure one storm)")
 	stagingPause := flag.Duration("staging-pause", 0, "a pause after staging the incidents of each floor and each storm, before it starts: the work their staging sets off in the cluster (claims bound, the new nodes seen by the node lifecycle controller) then ends before either is timed; 0 starts each at once")
-	profile := flag.Bool("profile", false, "save the controller's CPU profile over the largest storm and its heap profiles at peak RSS and at the end (pprof) into the work directory")
+	profile := flag.Bool("profile", false, "save the controller's CPU profile over the largest storm and its heap profiles at peak RSS and at the end, and kube-apiserver's CPU profile over the first 12 s of that floor and that storm (pprof), into the work directory")
 	flag.Parse()
 	p, ok := presets[*presetName]
 	if !ok {

@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"path/filepath"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -94,7 +95,12 @@ func (b *bench) point(ctx context.Context, prefix string, n int, binary string, 
 	if err := b.pauseAfterStaging(ctx); err != nil {
 		return ScalePoint{}, nil, err
 	}
+	wait := func() {}
+	if profile {
+		wait = b.apiServerProfile(ctx, filepath.Join(b.cfg.workDir, floorKind+"-apiserver-cpu.pprof"))
+	}
 	floor, floorCPU, err := b.floor(ctx, floorKind, incidents)
+	wait()
 	// Gone before any controller starts: the floor's requests, Succeeded without
 	// one, and its incidents, which the storm's controller would otherwise cache
 	// along with its own.

@@ -283,6 +283,11 @@ func (b *bench) stormOn(ctx context.Context, kind, binary string, incidents []st
 	}
 	res := &Storm{Requests: n, ShutdownNodes: n, KwokNodes: len(b.carrier), Pods: b.pods}
 	prof := b.profiler(ctx, c, kind, profile)
+	waitAPI := func() {}
+	if profile {
+		waitAPI = b.apiServerProfile(ctx, filepath.Join(b.cfg.workDir, kind+"-apiserver-cpu.pprof"))
+	}
+	defer waitAPI()
 	cpu := b.controlPlane()
 	start := time.Now()
 	if err := stage.Parallel(n, func(i int) error {
