@@ -226,10 +226,17 @@ type RemediationRequestStatus struct {
 	// Phase is one of Pending, Rejected, Waiting, Running, Succeeded or Failed.
 	// +optional
 	Phase Phase `json:"phase,omitempty"`
+	// The facts, the decision and the outcome are atomic: the controller writes each
+	// whole, so the API server tracks each as one field in metadata.managedFields
+	// rather than each of its leaves. It processes every status write in full,
+	// managed fields included, and a release writes the status twice.
+
 	// Facts is the live evidence the decision was made on.
+	// +structType=atomic
 	// +optional
 	Facts *Facts `json:"facts,omitempty"`
 	// Decision is the policy outcome.
+	// +structType=atomic
 	// +optional
 	Decision *Decision `json:"decision,omitempty"`
 	// Steps is the journal of the playbook: one entry per step, in order.
@@ -254,6 +261,7 @@ type RemediationRequestStatus struct {
 	// +optional
 	CurrentStep string `json:"currentStep,omitempty"`
 	// Outcome records how the request ended (Succeeded, Failed or Rejected).
+	// +structType=atomic
 	// +optional
 	Outcome *Outcome `json:"outcome,omitempty"`
 	// Conditions are Ready, Stalled, Accepted, Progressing, Succeeded, BreakGlass
