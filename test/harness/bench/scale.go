@@ -101,6 +101,10 @@ func (b *bench) point(ctx context.Context, prefix string, n int, binary string, 
 	}
 	floor, floorCPU, err := b.floor(ctx, floorKind, incidents)
 	wait()
+	if profile && floor < apiServerProfileSeconds {
+		logf("The floor of %d took %.2f s, less than the %d s its kube-apiserver profile covers: that profile includes what followed it",
+			n, floor, apiServerProfileSeconds)
+	}
 	// Gone before any controller starts: the floor's requests, Succeeded without
 	// one, and its incidents, which the storm's controller would otherwise cache
 	// along with its own.
@@ -117,7 +121,7 @@ func (b *bench) point(ctx context.Context, prefix string, n int, binary string, 
 	if err := b.pauseAfterStaging(ctx); err != nil {
 		return ScalePoint{}, nil, err
 	}
-	st, err := b.stormOn(ctx, kind, binary, incidents, b.p.stormTimeout, profile)
+	st, err := b.stormOn(ctx, kind, binary, incidents, b.p.stormTimeout, profile, profile)
 	if err != nil {
 		return ScalePoint{}, nil, fmt.Errorf("storm of %d: %w", n, err)
 	}

@@ -255,13 +255,14 @@ func (b *bench) storm(ctx context.Context, kind string, n int, timeout time.Dura
 	if err != nil {
 		return nil, incidents, down, err
 	}
-	res, err := b.stormOn(ctx, kind, b.cfg.controller, incidents, timeout, profile && b.cfg.profile)
+	res, err := b.stormOn(ctx, kind, b.cfg.controller, incidents, timeout, profile && b.cfg.profile, false)
 	return res, incidents, down, err
 }
 
 // stormOn is storm on incidents already staged, with the controller binary (the
-// one under test, or the baseline's).
-func (b *bench) stormOn(ctx context.Context, kind, binary string, incidents []stage.Incident, timeout time.Duration, profile bool) (*Storm, error) {
+// one under test, or the baseline's). profile saves the controller's profiles;
+// profileAPIServer profiles kube-apiserver over the storm's first seconds too.
+func (b *bench) stormOn(ctx context.Context, kind, binary string, incidents []stage.Incident, timeout time.Duration, profile, profileAPIServer bool) (*Storm, error) {
 	n := len(incidents)
 	cfg := b.cfg
 	cfg.controller = binary
@@ -284,7 +285,7 @@ func (b *bench) stormOn(ctx context.Context, kind, binary string, incidents []st
 	res := &Storm{Requests: n, ShutdownNodes: n, KwokNodes: len(b.carrier), Pods: b.pods}
 	prof := b.profiler(ctx, c, kind, profile)
 	waitAPI := func() {}
-	if profile {
+	if profileAPIServer {
 		waitAPI = b.apiServerProfile(ctx, filepath.Join(b.cfg.workDir, kind+"-apiserver-cpu.pprof"))
 	}
 	defer waitAPI()
