@@ -120,9 +120,13 @@ const apiServerProfileSlack = 30 * time.Second
 
 // apiServerProfile profiles kube-apiserver's CPU (its /debug/pprof, on by default)
 // for apiServerProfileSeconds from now into path, in the background; wait returns
-// once it is saved. Failing to profile is logged, never the run's failure: the
-// profile is for reading, the figures come from /proc.
-func (b *bench) apiServerProfile(ctx context.Context, path string) (wait func()) {
+// once it is saved. Off, it does nothing and wait returns at once. Failing to
+// profile is logged, never the run's failure: the profile is for reading, the
+// figures come from /proc.
+func (b *bench) apiServerProfile(ctx context.Context, on bool, path string) (wait func()) {
+	if !on {
+		return func() {}
+	}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)

@@ -95,10 +95,7 @@ func (b *bench) point(ctx context.Context, prefix string, n int, binary string, 
 	if err := b.pauseAfterStaging(ctx); err != nil {
 		return ScalePoint{}, nil, err
 	}
-	wait := func() {}
-	if profile {
-		wait = b.apiServerProfile(ctx, filepath.Join(b.cfg.workDir, floorKind+"-apiserver-cpu.pprof"))
-	}
+	wait := b.apiServerProfile(ctx, profile, filepath.Join(b.cfg.workDir, floorKind+"-apiserver-cpu.pprof"))
 	floor, floorCPU, err := b.floor(ctx, floorKind, incidents)
 	wait()
 	if profile && floor < apiServerProfileSeconds {

@@ -284,11 +284,7 @@ func (b *bench) stormOn(ctx context.Context, kind, binary string, incidents []st
 	}
 	res := &Storm{Requests: n, ShutdownNodes: n, KwokNodes: len(b.carrier), Pods: b.pods}
 	prof := b.profiler(ctx, c, kind, profile)
-	waitAPI := func() {}
-	if profileAPIServer {
-		waitAPI = b.apiServerProfile(ctx, filepath.Join(b.cfg.workDir, kind+"-apiserver-cpu.pprof"))
-	}
-	defer waitAPI()
+	defer b.apiServerProfile(ctx, profileAPIServer, filepath.Join(b.cfg.workDir, kind+"-apiserver-cpu.pprof"))()
 	cpu := b.controlPlane()
 	start := time.Now()
 	if err := stage.Parallel(n, func(i int) error {
