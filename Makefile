@@ -126,8 +126,8 @@ GO_BUILD_FLAGS = -trimpath -ldflags "-s -w -X main.version=$(VERSION)"
 .PHONY: build
 # The same build line as the Dockerfile's (cmd/remediator/dockerfile_test.go checks that
 # one), so the local binary is the image's binary and the two builds share the Go cache.
-build: ## Build bin/remediator (static, as in the image)
-	CGO_ENABLED=0 $(GO) build $(GO_BUILD_FLAGS) -o $(BIN)/remediator ./cmd/remediator
+build: ## Build bin/remediator (the CLI) and bin/remediator-controller (static, as in the image)
+	CGO_ENABLED=0 $(GO) build $(GO_BUILD_FLAGS) -o $(BIN)/ ./cmd/remediator ./cmd/remediator-controller
 
 # The release's tools (release/go.mod): ociimage writes images with go-containerregistry,
 # pack writes the archives, the krew manifest and the checksums. Neither needs Kubernetes.
@@ -141,9 +141,10 @@ $(BIN)/helm: $(RELEASE_MOD)/go.mod $(RELEASE_MOD)/go.sum
 	@mkdir -p $(BIN)
 	cd $(RELEASE_MOD) && $(GO) build -trimpath -o $(BIN)/helm helm.sh/helm/v4/cmd/helm
 
-# The controller image, built without docker, a registry or Kubernetes: bin/remediator
-# (the same static binary as the Dockerfile's) as /remediator, user 65532, entrypoint
-# /remediator, written by bin/ociimage (release/ociimage) as a docker-archive tarball that
+# The controller image, built without docker, a registry or Kubernetes:
+# bin/remediator-controller and bin/remediator (the same static binaries as the
+# Dockerfile's) as /remediator-controller (the entrypoint) and /remediator, user 65532,
+# written by bin/ociimage (release/ociimage) as a docker-archive tarball that
 # `docker load` and `ctr images import` read. The real nodes of `make cluster REAL_NODES=N`
 # run it. `make image-docker` builds the Dockerfile with docker or podman instead;
 # `make release` the multi-platform image.
@@ -167,13 +168,14 @@ image-docker: ## Build the Dockerfile's image remediator:<VERSION> with docker o
 
 # ---------------------------------------------------------------------------
 # Release (docs/release.md): `make release VERSION=vX.Y.Z` writes DIST (dist/):
-#   remediator_<version>_<os>_<arch>.tar.gz  the binary and LICENSE, per RELEASE_PLATFORMS
-#   remediator-image/                        the image: an OCI layout, an index of the linux platforms
+#   remediator_<version>_<os>_<arch>.tar.gz  the CLI and LICENSE, per RELEASE_PLATFORMS
+#   remediator-image/                        the image: an OCI layout, an index of the linux platforms,
+#                                            each with remediator-controller (the entrypoint) and the CLI
 #   remediator-image_<version>.tar           that layout as a tarball (`ctr images import`)
 #   remediator-<chart version>.tgz           the chart (`helm package`), appVersion = the version
 #   remediator.yaml                          the krew plugin manifest (kubectl remediator)
 #   completions/remediator.{bash,zsh,fish}   shell completions
-#   sbom.cdx.json                            CycloneDX SBOM of the binary's modules
+#   sbom.cdx.json, sbom-controller.cdx.json  CycloneDX SBOMs of the CLI's and the controller's modules
 #   checksums.txt                            SHA-256 of every file above (sha256sum -c)
 # then checks it (release/disttest). Helm and cyclonedx-gomod run as `go tool`s of the
 # release module; krew's own validate-krew-manifest checks the manifest.
@@ -196,9 +198,12 @@ release: $(BIN)/ociimage $(BIN)/pack $(BIN)/helm ## Write dist/ for VERSION=vX.Y
 	@[[ -n "$(RELEASE_LINUX)" ]] || { echo "make release: RELEASE_PLATFORMS=$(RELEASE_PLATFORMS) has no linux platform for the image" >&2; exit 2; }
 	@[[ -f "$(RELEASE_CA_CERTS)" ]] || { echo "make release: no CA bundle at RELEASE_CA_CERTS=$(RELEASE_CA_CERTS) (Debian: ca-certificates)" >&2; exit 2; }
 	rm -rf $(DIST) $(RELEASE_STAGE) && mkdir -p $(DIST)/completions $(RELEASE_STAGE)
-	@# Every platform's binary, and the host's for the completions.
+	@# Every platform's CLI, and the host's for the completions; the controller for the image's.
 	for p in $(sort $(RELEASE_PLATFORMS) $(GOHOSTPLATFORM)); do \
 		CGO_ENABLED=0 GOOS=$${p%/*} GOARCH=$${p#*/} $(GO) build $(GO_BUILD_FLAGS) -o $(RELEASE_STAGE)/$${p/\//_}/remediator ./cmd/remediator; \
+	done
+	for p in $(RELEASE_LINUX); do \
+		CGO_ENABLED=0 GOOS=$${p%/*} GOARCH=$${p#*/} $(GO) build $(GO_BUILD_FLAGS) -o $(RELEASE_STAGE)/$${p/\//_}/remediator-controller ./cmd/remediator-controller; \
 	done
 	for p in $(RELEASE_PLATFORMS); do \
 		$(BIN)/pack archive -o $(DIST)/remediator_$(VERSION)_$${p/\//_}.tar.gz $(RELEASE_STAGE)/$${p/\//_}/remediator LICENSE; \
@@ -207,9 +212,10 @@ release: $(BIN)/ociimage $(BIN)/pack $(BIN)/helm ## Write dist/ for VERSION=vX.Y
 	printf 'root:x:0:\nnonroot:x:65532:\n' >$(RELEASE_STAGE)/group
 	$(BIN)/ociimage -oci-layout $(DIST)/remediator-image -oci-tar $(DIST)/remediator-image_$(VERSION).tar \
 		-t $(RELEASE_IMAGE):$(VERSION) $(addprefix -platform ,$(RELEASE_LINUX)) \
+		-file '$(RELEASE_STAGE)/{os}_{arch}/remediator-controller:/remediator-controller:0755' \
 		-file '$(RELEASE_STAGE)/{os}_{arch}/remediator:/remediator:0755' -file $(RELEASE_STAGE)/passwd:/etc/passwd:0644 \
 		-file $(RELEASE_STAGE)/group:/etc/group:0644 -file $(RELEASE_CA_CERTS):/etc/ssl/certs/ca-certificates.crt:0644 \
-		-user 65532:65532 -entrypoint '["/remediator"]' -cmd '["controller"]'
+		-user 65532:65532 -entrypoint '["/remediator-controller"]'
 	$(BIN)/helm package $(ROOT)/charts/remediator --app-version $(VERSION) -d $(DIST)
 	$(BIN)/pack krew -o $(DIST)/remediator.yaml -version $(VERSION) -url $(RELEASE_URL) \
 		$(foreach p,$(RELEASE_PLATFORMS),$(DIST)/remediator_$(VERSION)_$(subst /,_,$(p)).tar.gz)
@@ -219,6 +225,8 @@ release: $(BIN)/ociimage $(BIN)/pack $(BIN)/helm ## Write dist/ for VERSION=vX.Y
 	done
 	$(GO) -C $(RELEASE_MOD) tool cyclonedx-gomod bin -json -version $(VERSION) -output $(DIST)/sbom.cdx.json \
 		$(RELEASE_STAGE)/$(subst /,_,$(RELEASE_SBOM_PLATFORM))/remediator
+	$(GO) -C $(RELEASE_MOD) tool cyclonedx-gomod bin -json -version $(VERSION) -output $(DIST)/sbom-controller.cdx.json \
+		$(RELEASE_STAGE)/$(subst /,_,$(firstword $(RELEASE_LINUX)))/remediator-controller
 	$(BIN)/pack checksums -o $(DIST)/checksums.txt $(DIST)
 	cd $(RELEASE_MOD) && $(RELEASE_CHECK_ENV) $(GO) test -count=1 ./disttest/
 
@@ -339,9 +347,12 @@ ifneq ($(BASELINE),)
 	@rm -f $(BIN)/remediator-baseline
 	@git worktree remove --force $(BIN)/baseline-src 2>/dev/null || true; git worktree prune
 	git worktree add --detach $(BIN)/baseline-src $(BASELINE)
-	rc=0; (cd $(BIN)/baseline-src && CGO_ENABLED=0 $(GO) build -trimpath \
+	@# The controller's own binary, or, in a ref from before it had one, the remediator
+	@# binary, which the harness runs as `remediator controller`.
+	rc=0; (cd $(BIN)/baseline-src && pkg=./cmd/remediator-controller && { [ -d $$pkg ] || pkg=./cmd/remediator; } && \
+		CGO_ENABLED=0 $(GO) build -trimpath \
 		-ldflags "-s -w -X main.version=$$(git describe --tags --always $(BASELINE))" \
-		-o $(BIN)/remediator-baseline ./cmd/remediator) || rc=$$?; \
+		-o $(BIN)/remediator-baseline $$pkg) || rc=$$?; \
 	git worktree remove --force $(BIN)/baseline-src; exit $$rc
 endif
 	cd $(HARNESS_MOD) && $(GO) run ./bench -preset $(BENCH) -out $(BENCH_OUT) $(if $(BASELINE),-baseline bin/remediator-baseline)
@@ -436,7 +447,7 @@ CHAOS ?= full
 
 .PHONY: build-failpoints
 build-failpoints: ## Build bin/remediator-failpoints: the controller with crash points for make chaos
-	CGO_ENABLED=0 $(GO) build -tags failpoints -trimpath -ldflags "-X main.version=$(VERSION)-failpoints" -o $(BIN)/remediator-failpoints ./cmd/remediator
+	CGO_ENABLED=0 $(GO) build -tags failpoints -trimpath -ldflags "-X main.version=$(VERSION)-failpoints" -o $(BIN)/remediator-failpoints ./cmd/remediator-controller
 
 # R3's bad-input campaign on envtest: the malformed-request table (admission and
 # the controller) and the broken policies. Its fuzz targets are `make fuzz`.

@@ -8,7 +8,7 @@
 #   2. create a remediation repository from examples/remediation-repo and open one
 #      "pull request" per request, each checked by the template's CI script
 #      (`remediator plan pull-request`: `remediator plan` on live facts) before it is merged;
-#   3. run `remediator sync` (gitops-engine) and `remediator controller`;
+#   3. run `remediator sync` (gitops-engine) and `remediator-controller`;
 #   4. show each request's phase and conditions as they change, then a summary table;
 #   5. check every outcome against the runbook, and stop the cluster unless KEEP=1.
 #
@@ -113,7 +113,7 @@ shorten_gate "$POLICIES/release_luks_lease.cue" '#HealthyStuckLeaseAgeSeconds' "
 
 say "Starting the controller on those policies (log: $STATE/remediator.log)"
 stop_all # a re-run picks up a rebuilt binary
-"$BIN/remediator" controller --kubeconfig "$KUBECONFIG" \
+"$BIN/remediator-controller" --kubeconfig "$KUBECONFIG" \
   --health-probe-bind-address "$PROBE" --metrics-bind-address "$METRICS" \
   --policies-dir "$POLICIES" \
   --floor-unreachable-lease-age "${UNREACHABLE_GATE}s" --floor-healthy-lease-age "${HEALTHY_GATE}s" \

@@ -17,15 +17,15 @@ import (
 )
 
 // TestChartArgsAreControllerFlags: the chart's Deployment runs the image's
-// entrypoint with its args, so every arg it renders must be a flag the controller
-// command accepts, with a value it parses.
+// /remediator-controller with its args, so every arg it renders must be a flag the
+// controller accepts, with a value it parses.
 func TestChartArgsAreControllerFlags(t *testing.T) {
 	// The chart rendered with its defaults, with every controller value set, and with
 	// metrics off (chartRender: the values are in test/harness/chart/cmd_fixtures_test.go).
 	for _, name := range []string{"defaults", "everything set", "metrics off"} {
 		t.Run(name, func(t *testing.T) {
 			objs := cmdtest.ChartRender(t, strings.ReplaceAll(name, " ", "-"))
-			var args []string
+			var command, args []string
 			var env []corev1.EnvVar
 			configMaps := map[string]map[string]string{}
 			for _, o := range objs {
@@ -37,11 +37,12 @@ func TestChartArgsAreControllerFlags(t *testing.T) {
 				case "Deployment":
 					d := &appsv1.Deployment{}
 					require.NoError(t, runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, d))
-					args, env = d.Spec.Template.Spec.Containers[0].Args, d.Spec.Template.Spec.Containers[0].Env
+					c := d.Spec.Template.Spec.Containers[0]
+					command, args, env = c.Command, c.Args, c.Env
 				}
 			}
 			require.NotEmpty(t, args, "the chart renders no Deployment args")
-			require.Equal(t, "controller", args[0], "args %q: want the controller subcommand first", args)
+			require.Equal(t, []string{"/remediator-controller"}, command, "the Deployment's command")
 			// $(VAR) of a variable from a ConfigMap, expanded as the kubelet does.
 			var pairs []string
 			for _, e := range env {
@@ -56,7 +57,7 @@ func TestChartArgsAreControllerFlags(t *testing.T) {
 				args[i] = expand.Replace(args[i])
 			}
 			cmd := newControllerCommand()
-			require.NoError(t, cmd.ParseFlags(args[1:]), "the controller refuses the chart's args %q", args)
+			require.NoError(t, cmd.ParseFlags(args), "the controller refuses the chart's args %q", args)
 			assert.Empty(t, cmd.Flags().Args(), "args %q leave positional arguments, which the controller refuses", args)
 			// The controller runs with the settings plan reads, each parsed as plan parses it.
 			settings := configMaps["remediator-settings"]

@@ -23,7 +23,7 @@ var updateReference = flag.Bool("update", false, "rewrite "+cliReference+" from 
 func TestCLIReference(t *testing.T) {
 	var b bytes.Buffer
 	// As installed as remediator, not kubectl-remediator: the help names commands so.
-	require.NoError(t, clidoc.Write(&b, newRootCommand("remediator")))
+	require.NoError(t, clidoc.Write(&b, newRootCommand("remediator"), newControllerCommand()))
 	if *updateReference {
 		require.NoError(t, os.WriteFile(cliReference, b.Bytes(), 0o644))
 		return
@@ -34,6 +34,6 @@ func TestCLIReference(t *testing.T) {
 
 	// Generated twice, the same: nothing in it depends on the machine or the day.
 	var again bytes.Buffer
-	require.NoError(t, clidoc.Write(&again, newRootCommand("remediator")))
+	require.NoError(t, clidoc.Write(&again, newRootCommand("remediator"), newControllerCommand()))
 	assert.Equal(t, b.String(), again.String())
 }

@@ -19,8 +19,8 @@ import (
 
 // TestDockerfile checks the image's build the way it runs in `docker build`,
 // without a container engine: the build stage's single `go build` line is run as it
-// is (only its output path moved into a temporary directory), from the repository
-// root, and the binary it makes is inspected.
+// is (only its output directory moved into a temporary directory), from the
+// repository root, and the two binaries it makes are inspected.
 func TestDockerfile(t *testing.T) {
 	if _, err := exec.LookPath("go"); err != nil {
 		t.Skip("no go command on PATH")
@@ -43,43 +43,42 @@ func TestDockerfile(t *testing.T) {
 	require.Len(t, goBuilds, 1, "want exactly one RUN ... go build in the build stage")
 	line := goBuilds[0]
 	assert.True(t, strings.HasPrefix(line.Args, "CGO_ENABLED=0 go build "), "Dockerfile:%d: want `RUN CGO_ENABLED=0 go build ...`, got %q", line.Line, line.Args)
-	for _, want := range []string{" -trimpath ", "-X main.version=${VERSION}", " -o /out/remediator ", "-s -w"} {
+	for _, want := range []string{" -trimpath ", "-X main.version=${VERSION}", " -o /out/ ", "-s -w"} {
 		assert.Contains(t, line.Args, want, "Dockerfile:%d: the build line lacks %q", line.Line, want)
 	}
-	assert.True(t, strings.HasSuffix(line.Args, " ./cmd/remediator"), "Dockerfile:%d: want the build of ./cmd/remediator, got %s", line.Line, line.Args)
+	assert.True(t, strings.HasSuffix(line.Args, " ./cmd/remediator ./cmd/remediator-controller"),
+		"Dockerfile:%d: want the build of ./cmd/remediator and ./cmd/remediator-controller, got %s", line.Line, line.Args)
 	assert.True(t, slices.ContainsFunc(build.Instructions, func(in dockerInstruction) bool {
 		return in.Cmd == "ARG" && strings.HasPrefix(in.Args, "VERSION") && in.Line < line.Line
 	}), "the build stage declares no ARG VERSION before its build line, so --build-arg VERSION would not reach it")
 	checkBuildContext(t, root, build)
 
-	// The final stage: the binary alone, as a non-root user.
+	// The final stage: the two binaries alone, as a non-root user.
 	assert.Contains(t, final.From, "distroless", "final stage FROM %s: want a distroless :nonroot base", final.From)
 	assert.True(t, strings.HasSuffix(final.From, ":nonroot"), "final stage FROM %s: want a distroless :nonroot base", final.From)
 	if users := final.all("USER"); assert.Len(t, users, 1, "final stage USER") {
 		assert.Equal(t, "65532:65532", users[0].Args, "final stage USER")
 	}
-	copies := final.all("COPY")
-	if assert.Len(t, copies, 1, "final stage: want only `COPY --from=build /out/remediator /remediator`") {
-		assert.Equal(t, "--from=build /out/remediator /remediator", copies[0].Args, "final stage COPY")
+	var copies []string
+	for _, in := range final.all("COPY") {
+		copies = append(copies, in.Args)
 	}
+	assert.ElementsMatch(t, []string{"--from=build /out/remediator-controller /remediator-controller", "--from=build /out/remediator /remediator"},
+		copies, "final stage COPY: want the two binaries only")
 	for _, in := range final.Instructions {
 		assert.Contains(t, []string{"COPY", "USER", "ENTRYPOINT", "CMD", "LABEL"}, in.Cmd, "Dockerfile:%d: unexpected %s in the final stage", in.Line, in.Cmd)
 	}
-	execForm := func(cmd string) []string {
-		ins := final.all(cmd)
-		if !assert.Len(t, ins, 1, "final stage: want one %s", cmd) {
-			return nil
-		}
+	if entrypoints := final.all("ENTRYPOINT"); assert.Len(t, entrypoints, 1, "final stage: want one ENTRYPOINT") {
 		var v []string
-		assert.NoError(t, json.Unmarshal([]byte(ins[0].Args), &v), "Dockerfile:%d: %s is not in exec form", ins[0].Line, cmd)
-		return v
+		assert.NoError(t, json.Unmarshal([]byte(entrypoints[0].Args), &v), "Dockerfile:%d: ENTRYPOINT is not in exec form", entrypoints[0].Line)
+		assert.Equal(t, []string{"/remediator-controller"}, v, "ENTRYPOINT")
 	}
-	assert.Equal(t, []string{"/remediator"}, execForm("ENTRYPOINT"), "ENTRYPOINT")
-	assert.Equal(t, []string{"controller"}, execForm("CMD"), "CMD")
+	// The controller takes no arguments but its flags: a CMD would be one.
+	assert.Empty(t, final.all("CMD"), "final stage: CMD")
 
 	// Run the build line.
-	out := filepath.Join(t.TempDir(), "remediator")
-	script := strings.Replace(line.Args, " -o /out/remediator ", " -o "+out+" ", 1)
+	outDir := t.TempDir()
+	script := strings.Replace(line.Args, " -o /out/ ", " -o "+outDir+"/ ", 1)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "bash", "-c", script)
@@ -88,36 +87,45 @@ func TestDockerfile(t *testing.T) {
 	b, err := cmd.CombinedOutput()
 	require.NoError(t, err, "running the Dockerfile's build line %q:\n%s", script, b)
 
-	b, err = exec.CommandContext(ctx, "go", "version", "-m", out).CombinedOutput()
-	require.NoError(t, err, "go version -m:\n%s", b)
+	for _, program := range []string{"remediator", "remediator-controller"} {
+		checkDockerfileBinary(t, ctx, root, program, filepath.Join(outDir, program))
+	}
+}
+
+// checkDockerfileBinary inspects the binary program that the Dockerfile's build line
+// wrote at out.
+func checkDockerfileBinary(t *testing.T, ctx context.Context, root, program, out string) {
+	t.Helper()
+	b, err := exec.CommandContext(ctx, "go", "version", "-m", out).CombinedOutput()
+	require.NoError(t, err, "go version -m %s:\n%s", program, b)
 	info := string(b)
 	for _, want := range []*regexp.Regexp{
 		regexp.MustCompile(`(?m)^\s*build\s+CGO_ENABLED=0$`),
 		regexp.MustCompile(`(?m)^\s*build\s+-trimpath=true$`),
-		regexp.MustCompile(`(?m)^\s*path\s+github\.com/remediator/remediator/cmd/remediator$`),
+		regexp.MustCompile(`(?m)^\s*path\s+github\.com/remediator/remediator/cmd/` + regexp.QuoteMeta(program) + `$`),
 	} {
-		assert.Regexp(t, want, info, "go version -m: no line matching %s", want)
+		assert.Regexp(t, want, info, "go version -m %s: no line matching %s", program, want)
 	}
-	assert.NotContains(t, info, root, "the binary's build info mentions the source path despite -trimpath")
+	assert.NotContains(t, info, root, "%s: the build info mentions the source path despite -trimpath", program)
 
 	// Go leaves -ldflags out of the build info when -trimpath is set (go.dev/issue/52372),
 	// so their effects are checked instead: -X by `version` below, -s -w here (no
 	// symbol table, no DWARF). And static: no ELF interpreter, so it runs on
 	// distroless/static.
-	if f, err := elf.Open(out); assert.NoError(t, err, "reading the binary as ELF") {
+	if f, err := elf.Open(out); assert.NoError(t, err, "reading %s as ELF", program) {
 		for _, p := range f.Progs {
-			assert.NotEqual(t, elf.PT_INTERP, p.Type, "the binary is dynamically linked (it has a PT_INTERP segment)")
+			assert.NotEqual(t, elf.PT_INTERP, p.Type, "%s is dynamically linked (it has a PT_INTERP segment)", program)
 		}
 		for _, s := range f.Sections {
 			assert.False(t, s.Name == ".symtab" || strings.HasPrefix(s.Name, ".debug_") || strings.HasPrefix(s.Name, ".zdebug_"),
-				"the binary has section %s despite -ldflags \"-s -w\"", s.Name)
+				"%s has section %s despite -ldflags \"-s -w\"", program, s.Name)
 		}
 		_ = f.Close()
 	}
 
 	b, err = exec.CommandContext(ctx, out, "version").CombinedOutput()
 	require.NoError(t, err, "%s version:\n%s", out, b)
-	assert.Equal(t, "remediator dockerfile-test\n", string(b), "version output")
+	assert.Equal(t, program+" dockerfile-test\n", string(b), "%s version output", program)
 }
 
 // checkBuildContext: the build stage copies go.mod and go.sum and every directory
@@ -140,15 +148,15 @@ func checkBuildContext(t *testing.T, root string, build dockerStage) {
 	for _, f := range []string{"go.mod", "go.sum"} {
 		assert.Contains(t, copied, f, "the build stage does not copy %s", f)
 	}
-	cmd := exec.Command("go", "list", "-deps", "-f", `{{if .Module}}{{if .Module.Main}}{{.Dir}}{{end}}{{end}}`, "./cmd/remediator")
+	cmd := exec.Command("go", "list", "-deps", "-f", `{{if .Module}}{{if .Module.Main}}{{.Dir}}{{end}}{{end}}`, "./cmd/remediator", "./cmd/remediator-controller")
 	cmd.Dir = root
 	b, err := cmd.Output()
-	require.NoError(t, err, "go list -deps ./cmd/remediator")
+	require.NoError(t, err, "go list -deps ./cmd/remediator ./cmd/remediator-controller")
 	for dir := range strings.FieldsSeq(string(b)) {
 		rel, err := filepath.Rel(root, dir)
 		require.NoError(t, err)
 		rel = filepath.ToSlash(rel)
 		assert.True(t, slices.ContainsFunc(copied, func(c string) bool { return rel == c || strings.HasPrefix(rel, c+"/") }),
-			"package directory %s, which ./cmd/remediator imports, is not copied into the build stage (COPY %s/ %s/)", rel, strings.Split(rel, "/")[0], strings.Split(rel, "/")[0])
+			"package directory %s, which the binaries import, is not copied into the build stage (COPY %s/ %s/)", rel, strings.Split(rel, "/")[0], strings.Split(rel, "/")[0])
 	}
 }

@@ -58,7 +58,7 @@ func TestExitCodes(t *testing.T) {
 		{name: "a flag value the command refuses", args: []string{"scan", "--node-lease-grace-period", "0s"}, code: 2,
 			stderr: []string{"--node-lease-grace-period must be positive"}},
 		{name: "plan with nothing to plan", args: []string{"plan"}, code: 2, stderr: []string{"-f is required"}},
-		{name: "controller's bad flag value", args: []string{"controller", "--max-concurrent-reconciles", "0"}, code: 2},
+		{name: "the controller is a binary of its own", args: []string{"controller"}, code: 2, stderr: []string{`unknown command "controller" for "remediator"`}},
 		{name: "sync's bad flag value", args: []string{"sync", "--repo", "https://git.example.com/r.git", "--timeout", "0s"}, code: 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -66,7 +66,7 @@ func TestExitCodes(t *testing.T) {
 			var out, stderr bytes.Buffer
 			root.SetOut(&out)
 			root.SetErr(&stderr)
-			code := run(root, tc.args, &stderr)
+			code := cmdutil.Main(root, tc.args, &stderr)
 			t.Logf("exit %d, stdout:\n%s\nstderr:\n%s", code, out.String(), stderr.String())
 			assert.Equal(t, tc.code, code, "exit code")
 			for _, w := range tc.stderr {

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,7 +8,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/remediator/remediator/internal/cmd/cmdutil"
-	"github.com/remediator/remediator/internal/cmd/controller"
 	"github.com/remediator/remediator/internal/cmd/pause"
 	"github.com/remediator/remediator/internal/cmd/plan"
 	"github.com/remediator/remediator/internal/cmd/scan"
@@ -31,7 +28,7 @@ func newRootCommand(argv0 string) *cobra.Command {
 	if strings.TrimSuffix(filepath.Base(argv0), ".exe") == "kubectl-remediator" {
 		root.Annotations = map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl remediator"}
 	}
-	root.AddCommand(controller.NewCommand(version), scan.NewCommand(), sync.NewCommand(), plan.NewCommand(version), pause.NewCommand(), pause.NewResumeCommand(), newVersionCommand())
+	root.AddCommand(scan.NewCommand(), sync.NewCommand(), plan.NewCommand(version), pause.NewCommand(), pause.NewResumeCommand(), cmdutil.NewVersionCommand("remediator", version))
 	// The completion command now, not when the root executes, so that its usage
 	// errors exit 2 too.
 	root.InitDefaultCompletionCmd()
@@ -40,20 +37,5 @@ func newRootCommand(argv0 string) *cobra.Command {
 }
 
 func main() {
-	os.Exit(run(newRootCommand(os.Args[0]), os.Args[1:], os.Stderr))
-}
-
-// run executes root with args and returns the exit code (cmdutil.Exit*), having
-// printed the error to stderr unless the command's output already says why.
-func run(root *cobra.Command, args []string, stderr io.Writer) int {
-	root.SetArgs(args)
-	cmd, err := cmdutil.Execute(root)
-	code, print := cmdutil.ExitCode(err)
-	if print {
-		fmt.Fprintln(stderr, "Error:", err)
-		if code == cmdutil.ExitUsage {
-			fmt.Fprintf(stderr, "Run '%s --help' for usage.\n", cmd.CommandPath())
-		}
-	}
-	return code
+	os.Exit(cmdutil.Main(newRootCommand(os.Args[0]), os.Args[1:], os.Stderr))
 }

@@ -46,7 +46,7 @@ var managerCache client.Reader
 
 func TestMain(m *testing.M) { testenv.Main(m, &env) }
 
-// startManager runs the reconciler the way `remediator controller` wires it; opts
+// startManager runs the reconciler the way `remediator-controller` wires it; opts
 // adjust it (a cap, an injected clock) before it starts.
 func startManager(t *testing.T, opts ...func(*remediationrequest.Reconciler)) {
 	t.Helper()

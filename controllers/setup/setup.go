@@ -1,5 +1,5 @@
 // Package setup wires the request reconciler and the runnables that share its
-// settings to a manager, in one place, for `remediator controller` and the envtests
+// settings to a manager, in one place, for `remediator-controller` and the envtests
 // alike: the tests run what production runs.
 package setup
 

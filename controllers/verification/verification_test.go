@@ -44,7 +44,7 @@ func TestMain(m *testing.M) { testenv.Main(m, &env) }
 type verifyFor time.Duration
 
 // startManager runs the request reconciler and the verification of fixes for window,
-// the way `remediator controller` wires them.
+// the way `remediator-controller` wires them.
 func startManager(t *testing.T, window verifyFor) {
 	t.Helper()
 	startStoppableManager(t, window)

@@ -157,19 +157,22 @@ func TestArchives(t *testing.T) {
 		t.Errorf("archives %v, want %v", got, want)
 	}
 	for p, bin := range binaries(t, r) {
-		checkBinary(t, r, p, bin)
+		checkBinary(t, r, p, "remediator", bin)
 	}
 }
 
-func checkBinary(t *testing.T, r release, platform string, bin []byte) {
+// checkBinary: bin is program (remediator, remediator-controller), built from
+// ./cmd/<program> for platform, static, trimmed and stamped with the version; the
+// host's says so when run.
+func checkBinary(t *testing.T, r release, platform, program string, bin []byte) {
 	t.Helper()
 	info, err := buildinfo.Read(bytes.NewReader(bin))
 	if err != nil {
 		t.Errorf("%s: build info: %v", platform, err)
 		return
 	}
-	if info.Path != "github.com/remediator/remediator/cmd/remediator" {
-		t.Errorf("%s: built from %s, want ./cmd/remediator", platform, info.Path)
+	if info.Path != "github.com/remediator/remediator/cmd/"+program {
+		t.Errorf("%s: %s built from %s, want ./cmd/%s", platform, program, info.Path, program)
 	}
 	settings := map[string]string{}
 	for _, s := range info.Settings {
@@ -187,13 +190,13 @@ func checkBinary(t *testing.T, r release, platform string, bin []byte) {
 	if platform != runtime.GOOS+"/"+runtime.GOARCH {
 		return
 	}
-	path := filepath.Join(t.TempDir(), "remediator")
+	path := filepath.Join(t.TempDir(), program)
 	if err := os.WriteFile(path, bin, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	out, err := exec.Command(path, "version").CombinedOutput()
-	if err != nil || string(out) != "remediator "+r.version+"\n" {
-		t.Errorf("%s version: %q (%v), want %q", platform, out, err, "remediator "+r.version+"\n")
+	if want := program + " " + r.version + "\n"; err != nil || string(out) != want {
+		t.Errorf("%s %s version: %q (%v), want %q", platform, program, out, err, want)
 	}
 }
 
@@ -220,7 +223,7 @@ func TestImage(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		checkImage(t, p, img, bins[p])
+		checkImage(t, r, p, img, bins[p])
 	}
 	slices.Sort(platforms)
 	if !slices.Equal(platforms, r.linux()) {
@@ -338,8 +341,10 @@ func checkLayout(t *testing.T, r release, dir string) v1.ImageIndex {
 	return idx
 }
 
-// checkImage: the image runs /remediator controller as 65532, and /remediator is bin.
-func checkImage(t *testing.T, platform string, img v1.Image, bin []byte) {
+// checkImage: the image runs /remediator-controller as 65532, with no default
+// arguments; /remediator is bin, the archive's CLI (the chart's sync agent runs it),
+// and /remediator-controller the controller built for platform.
+func checkImage(t *testing.T, r release, platform string, img v1.Image, bin []byte) {
 	t.Helper()
 	cf, err := img.ConfigFile()
 	if err != nil {
@@ -348,8 +353,8 @@ func checkImage(t *testing.T, platform string, img v1.Image, bin []byte) {
 	if cf.OS+"/"+cf.Architecture != platform {
 		t.Errorf("%s: the image's config says %s/%s", platform, cf.OS, cf.Architecture)
 	}
-	if !slices.Equal(cf.Config.Entrypoint, []string{"/remediator"}) || !slices.Equal(cf.Config.Cmd, []string{"controller"}) || cf.Config.User != "65532:65532" {
-		t.Errorf("%s: entrypoint %v cmd %v user %q, want [/remediator] [controller] 65532:65532", platform, cf.Config.Entrypoint, cf.Config.Cmd, cf.Config.User)
+	if !slices.Equal(cf.Config.Entrypoint, []string{"/remediator-controller"}) || len(cf.Config.Cmd) != 0 || cf.Config.User != "65532:65532" {
+		t.Errorf("%s: entrypoint %v cmd %v user %q, want [/remediator-controller] [] 65532:65532", platform, cf.Config.Entrypoint, cf.Config.Cmd, cf.Config.User)
 	}
 	layers, err := img.Layers()
 	if err != nil || len(layers) != 1 {
@@ -360,20 +365,29 @@ func checkImage(t *testing.T, platform string, img v1.Image, bin []byte) {
 		t.Fatal(err)
 	}
 	defer func() { _ = rc.Close() }()
+	files := map[string][]byte{}
 	tr := tar.NewReader(rc)
 	for {
 		hdr, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
 		if err != nil {
-			t.Errorf("%s: no /remediator in the image (%v)", platform, err)
-			return
+			t.Fatalf("%s: reading the image's layer: %v", platform, err)
 		}
-		if hdr.Name == "remediator" {
-			b, err := io.ReadAll(tr)
-			if err != nil || sha(b) != sha(bin) {
-				t.Errorf("%s: the image's /remediator is not the archive's binary (%v)", platform, err)
+		if hdr.Name == "remediator" || hdr.Name == "remediator-controller" {
+			if files[hdr.Name], err = io.ReadAll(tr); err != nil {
+				t.Fatalf("%s: reading /%s: %v", platform, hdr.Name, err)
 			}
-			return
 		}
+	}
+	if cli, ok := files["remediator"]; !ok || sha(cli) != sha(bin) {
+		t.Errorf("%s: the image's /remediator is not the archive's binary (present: %t)", platform, ok)
+	}
+	if ctl, ok := files["remediator-controller"]; !ok {
+		t.Errorf("%s: no /remediator-controller in the image", platform)
+	} else {
+		checkBinary(t, r, platform, "remediator-controller", ctl)
 	}
 }
 
@@ -451,24 +465,37 @@ func TestCompletions(t *testing.T) {
 	}
 }
 
-// TestSBOM: a CycloneDX document of the binary's version and modules.
+// TestSBOM: a CycloneDX document of each binary's version and modules: the CLI's,
+// and the controller's, which the image holds besides the CLI.
 func TestSBOM(t *testing.T) {
 	r := fromEnv(t)
-	var bom struct {
-		BOMFormat string `json:"bomFormat"`
-		Metadata  struct {
-			Component struct{ Name, Version string }
+	for _, tc := range []struct{ file, has, hasNot string }{
+		// The CLI links the sync agent's gitops-engine; the controller does not.
+		{file: "sbom.cdx.json", has: "github.com/argoproj/gitops-engine"},
+		{file: "sbom-controller.cdx.json", has: "sigs.k8s.io/controller-runtime", hasNot: "github.com/argoproj/gitops-engine"},
+	} {
+		var bom struct {
+			BOMFormat string `json:"bomFormat"`
+			Metadata  struct {
+				Component struct{ Name, Version string }
+			}
+			Components []struct{ Name, Version string }
 		}
-		Components []struct{ Name, Version string }
-	}
-	if err := json.Unmarshal(readFile(t, filepath.Join(r.dist, "sbom.cdx.json")), &bom); err != nil {
-		t.Fatal(err)
-	}
-	if bom.BOMFormat != "CycloneDX" || bom.Metadata.Component.Version != r.version {
-		t.Errorf("sbom.cdx.json: format %q, component version %q; want CycloneDX, %s", bom.BOMFormat, bom.Metadata.Component.Version, r.version)
-	}
-	if !slices.ContainsFunc(bom.Components, func(c struct{ Name, Version string }) bool { return c.Name == "github.com/spf13/cobra" }) {
-		t.Errorf("sbom.cdx.json: %d components, none github.com/spf13/cobra", len(bom.Components))
+		if err := json.Unmarshal(readFile(t, filepath.Join(r.dist, tc.file)), &bom); err != nil {
+			t.Fatal(err)
+		}
+		if bom.BOMFormat != "CycloneDX" || bom.Metadata.Component.Version != r.version {
+			t.Errorf("%s: format %q, component version %q; want CycloneDX, %s", tc.file, bom.BOMFormat, bom.Metadata.Component.Version, r.version)
+		}
+		has := func(name string) bool {
+			return slices.ContainsFunc(bom.Components, func(c struct{ Name, Version string }) bool { return c.Name == name })
+		}
+		if !has("github.com/spf13/cobra") || !has(tc.has) {
+			t.Errorf("%s: %d components, without github.com/spf13/cobra or %s", tc.file, len(bom.Components), tc.has)
+		}
+		if tc.hasNot != "" && has(tc.hasNot) {
+			t.Errorf("%s: lists %s, which that binary does not link", tc.file, tc.hasNot)
+		}
 	}
 }
 

@@ -6,7 +6,7 @@
 #   pause.tar         registry.k8s.io/pause:3.10           the sandbox image (test/tools/pause)
 #   busybox.tar       remediator.local/busybox:latest       Debian's busybox-static, every applet linked
 #   trident-node.tar  remediator.local/trident-node:latest  test/tools/tridentnode (skipped while absent)
-#   remediator.tar    remediator.local/remediator:latest    $BIN/remediator (make build), as `make image`
+#   remediator.tar    remediator.local/remediator:latest    $BIN/remediator-controller and $BIN/remediator (make build), as `make image`
 #
 # Usage: test/realnode/images.sh [pause|busybox|trident-node|remediator]...   (default: all)
 #   ROOT, BIN as for test/cluster/up.sh. Each image is rebuilt only when an input is newer.
@@ -108,18 +108,22 @@ build_trident_node() {
   log "built $OUT/trident-node.tar (remediator.local/trident-node:latest)"
 }
 
-# The controller's image, as the Dockerfile's (static binary, user 65532, entrypoint
-# /remediator, cmd controller) but from $BIN/remediator and without the distroless base.
+# The controller's image, as the Dockerfile's (static binaries, user 65532, entrypoint
+# /remediator-controller, the CLI as /remediator) but from $BIN and without the
+# distroless base.
 build_remediator() {
-  [[ -x "$BIN/remediator" ]] || die "missing $BIN/remediator; build it with 'make build'"
+  local b
+  for b in remediator remediator-controller; do
+    [[ -x "$BIN/$b" ]] || die "missing $BIN/$b; build it with 'make build'"
+  done
   etc_files
   local certs=()
   [[ -f /etc/ssl/certs/ca-certificates.crt ]] && certs=(-file /etc/ssl/certs/ca-certificates.crt:/etc/ssl/certs/ca-certificates.crt:0644)
-  fresh "$OUT/remediator.tar" "$BIN/remediator" && return
+  fresh "$OUT/remediator.tar" "$BIN/remediator" "$BIN/remediator-controller" && return
   "$OCIIMAGE" -o "$OUT/remediator.tar" -t "${REMEDIATOR_IMAGE:-remediator.local/remediator:latest}" \
-    -file "$BIN/remediator:/remediator:0755" -file "$OUT/src/passwd:/etc/passwd:0644" \
-    -file "$OUT/src/group:/etc/group:0644" "${certs[@]}" \
-    -user 65532:65532 -entrypoint '["/remediator"]' -cmd '["controller"]'
+    -file "$BIN/remediator-controller:/remediator-controller:0755" -file "$BIN/remediator:/remediator:0755" \
+    -file "$OUT/src/passwd:/etc/passwd:0644" -file "$OUT/src/group:/etc/group:0644" "${certs[@]}" \
+    -user 65532:65532 -entrypoint '["/remediator-controller"]'
   built "$OUT/remediator.tar"
   log "built $OUT/remediator.tar (${REMEDIATOR_IMAGE:-remediator.local/remediator:latest})"
 }

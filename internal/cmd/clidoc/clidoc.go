@@ -20,20 +20,24 @@ import (
 // Header opens the generated file; it says how to refresh it.
 const Header = `# Command reference
 
-<!-- Generated from the remediator command tree by ` + "`make cli-reference`" + `. Do not edit: change the commands' help and flags, then regenerate. -->
+<!-- Generated from the remediator and remediator-controller command trees by ` + "`make cli-reference`" + `. Do not edit: change the commands' help and flags, then regenerate. -->
 
-Every command of ` + "`remediator`" + ` (also ` + "`kubectl remediator`" + `), with its help and every flag
-and default, as ` + "`--help`" + ` prints them. What the commands are for, the exit codes and shell
+Every command of ` + "`remediator`" + ` (also ` + "`kubectl remediator`" + `) and of
+` + "`remediator-controller`" + `, the controller's own binary, with its help and every flag and
+default, as ` + "`--help`" + ` prints them. What the commands are for, the exit codes and shell
 completion: [cli.md](cli.md).
 `
 
-// Write writes the reference of root and every command under it to w: the header,
-// then one section per available command, depth first, in cobra's order.
-func Write(w io.Writer, root *cobra.Command) error {
+// Write writes the reference of each root (one per binary) and every command under
+// it to w: the header, then one section per available command, depth first, in
+// cobra's order, root after root.
+func Write(w io.Writer, roots ...*cobra.Command) error {
 	var b bytes.Buffer
 	b.WriteString(Header)
 	var cmds []*cobra.Command
-	walk(root, &cmds)
+	for _, root := range roots {
+		walk(root, &cmds)
+	}
 	b.WriteString("\n")
 	for _, c := range cmds {
 		fmt.Fprintf(&b, "- [%s](#%s): %s\n", c.CommandPath(), anchor(c.CommandPath()), c.Short)

@@ -2,6 +2,7 @@ package clidoc
 
 import (
 	"bytes"
+	"strings"
 	"testing"
 
 	"github.com/spf13/cobra"
@@ -38,6 +39,18 @@ func TestWrite(t *testing.T) {
 	} {
 		assert.Contains(t, doc, want)
 	}
+	for _, deny := range []string{"## tool secret", "## tool help", "Hidden"} {
+		assert.NotContains(t, doc, deny)
+	}
+
+	// A second binary's tree follows the first's, in the index and the sections.
+	other := &cobra.Command{Use: "tool-daemon", Short: "Run the daemon", RunE: run}
+	b.Reset()
+	require.NoError(t, Write(&b, root, other))
+	doc = b.String()
+	assert.Contains(t, doc, "- [tool do again](#tool-do-again): Do it again\n- [tool-daemon](#tool-daemon): Run the daemon\n")
+	assert.Contains(t, doc, "\n## tool-daemon\n\nRun the daemon\n")
+	assert.Less(t, strings.Index(doc, "\n## tool do again\n"), strings.Index(doc, "\n## tool-daemon\n"))
 	for _, deny := range []string{"## tool secret", "## tool help", "Hidden"} {
 		assert.NotContains(t, doc, deny)
 	}

@@ -1,6 +1,8 @@
-// Package controller is `remediator controller`: the RemediationRequest controller
-// manager. What it runs lives in controllers; this package reads its flags and
-// wires the manager.
+// Package controller is `remediator-controller`: the RemediationRequest controller
+// manager, a binary of its own (cmd/remediator-controller) so that its process
+// neither maps nor initialises the CLI's packages (the sync agent's gitops-engine
+// and kubectl, the printers). What it runs lives in controllers; this package
+// reads its flags and wires the manager.
 package controller
 
 import (
@@ -77,13 +79,19 @@ func NewOptions(version string) *Options {
 	return &Options{version: version, cluster: cmdutil.NewClusterFlags(false)}
 }
 
-// NewCommand returns `remediator controller`; version is the binary's.
+// NewCommand returns the command of the remediator-controller binary, which runs
+// the controller manager and has one subcommand, version; version is the binary's.
 func NewCommand(version string) *cobra.Command {
 	o := NewOptions(version)
 	cmd := &cobra.Command{
-		Use:   "controller",
+		Use:   "remediator-controller",
 		Short: "Run the RemediationRequest controller manager",
 		Args:  cobra.NoArgs,
+		// main prints errors itself (cmdutil.Main).
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		// A binary for Deployments, not for a shell: no completion command.
+		CompletionOptions: cobra.CompletionOptions{DisableDefaultCmd: true},
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			// Stops at SIGINT or SIGTERM, or when the command's context ends (tests).
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
@@ -98,6 +106,8 @@ func NewCommand(version string) *cobra.Command {
 		},
 	}
 	o.addFlags(cmd.Flags())
+	cmd.AddCommand(cmdutil.NewVersionCommand(cmd.Name(), version))
+	cmdutil.MarkUsageErrors(cmd)
 	return cmd
 }
 

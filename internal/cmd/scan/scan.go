@@ -402,7 +402,7 @@ func (o *Options) only(findings []facts.Finding) []facts.Finding {
 
 // symptomsSummary counts a finding's symptoms by kind, in the order Scan sorts them:
 // "3 FailedMount, 1 ContainerCreating" ("-" for none). The pods and messages are in
-// the controller's log (remediator controller, "Detected an incident").
+// the controller's log (remediator-controller, "Detected an incident").
 func symptomsSummary(symptoms []facts.Symptom) string {
 	var kinds []string
 	counts := map[string]int32{}

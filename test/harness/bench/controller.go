@@ -1,6 +1,6 @@
 package main
 
-// The controller under test: bin/remediator controller as its own process with the
+// The controller under test: bin/remediator-controller as its own process with the
 // default flags, as a new user runs it (controllerproc), plus what the bench reads
 // from it (its metrics endpoint, its CPU and heap profiles and its memory in /proc).
 
@@ -31,8 +31,14 @@ type controllerProc struct {
 // start-up API calls have ended. Only the addresses and the cluster's node-monitor
 // grace period (controllerproc's) differ from the defaults.
 func startController(ctx context.Context, cfg config, name string, extra ...string) (*controllerProc, error) {
+	// A baseline may be a remediator binary from before the controller had its own.
+	sub, err := controllerproc.Subcommand(ctx, cfg.controller)
+	if err != nil {
+		return nil, err
+	}
 	p, err := controllerproc.Start(ctx, controllerproc.Options{
 		Binary:     cfg.controller,
+		Subcommand: sub,
 		Kubeconfig: cfg.kubeconfig,
 		Args:       append(append([]string{}, cfg.extraArgs...), extra...),
 		Log:        filepath.Join(cfg.workDir, name+"-controller.log"),

@@ -1,4 +1,4 @@
-// Command bench is `make bench`: it measures bin/remediator on the local kwok cluster
+// Command bench is `make bench`: it measures bin/remediator-controller on the local kwok cluster
 // (make cluster) in the four scenarios of docs/benchmarks.md - sequential latency next
 // to the kubectl runbook, a storm of shut-down-holder requests over a cluster carrying
 // many pods, a storm of disruptive (healthy-holder) requests under the cap, and memory

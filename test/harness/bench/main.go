@@ -157,9 +157,9 @@ func configure() (config, preset, string, error) {
 	presetName := flag.String("preset", "small", "full (the issue's sizes) or small (make test's smoke run)")
 	out := flag.String("out", "", "directory for results.json and the plots, relative to the repository root; empty writes them only into the work directory")
 	scen := flag.String("scenarios", "latency,memory,storm,disruptive,writes", "scenarios to run, comma-separated (storm runs the API server's floor at each of its sizes; writes, what one status write costs the API server by what the request carries, takes the status from a request storm or memory released)")
-	controller := flag.String("controller", filepath.Join(root, "bin", "remediator"), "the remediator binary to measure, relative to the repository root")
+	controller := flag.String("controller", filepath.Join(root, "bin", "remediator-controller"), "the controller binary to measure, relative to the repository root (a remediator binary from before the controller had its own runs as `remediator controller`)")
 	extraArgs := flag.String("controller-args", "", "extra flags for the controller, space-separated (the default is its default flags)")
-	baseline := flag.String("baseline", "", "an earlier remediator binary, relative to the repository root (make bench BASELINE=<git ref> builds bin/remediator-baseline): after the storm at the largest size, the same storm with it (and the same -controller-args), shown side by side and never checked against the call budget; empty runs none")
+	baseline := flag.String("baseline", "", "an earlier controller binary, relative to the repository root (make bench BASELINE=<git ref> builds bin/remediator-baseline; one from before the controller had its own binary is a remediator binary, run as `remediator controller`): after the storm at the largest size, the same storm with it (and the same -controller-args), shown side by side and never checked against the call budget; empty runs none")
 	sizes := flag.String("sizes", "", "the storm's sizes, comma-separated, smallest first, instead of the preset's (e.g. 1000 to measure one storm)")
 	stagingPause := flag.Duration("staging-pause", 0, "a pause after staging the incidents of each floor and each storm, before it starts: the work their staging sets off in the cluster (claims bound, the new nodes seen by the node lifecycle controller) then ends before either is timed; 0 starts each at once")
 	profile := flag.Bool("profile", false, "save the controller's CPU profile over the largest storm and its heap profiles at peak RSS and at the end, and kube-apiserver's CPU profile over the first 12 s of that floor and that storm (pprof), into the work directory")
@@ -398,7 +398,8 @@ func reachable(kubeconfig string) bool {
 	return err == nil
 }
 
-// binaryVersion is what `binary version` prints, "remediator a9f3949"; binary's
+// binaryVersion is what `binary version` prints, "remediator-controller v0.4.0" or
+// "remediator a9f3949" (a build from before the controller had its own binary); binary's
 // path when it prints nothing or fails (a build from before the version command).
 func binaryVersion(binary string) string {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -411,13 +412,15 @@ func binaryVersion(binary string) string {
 }
 
 // command is the make command that reproduces the run. The baseline's git ref is
-// its version when the version is a clean git describe ("remediator a9f3949").
+// its version when the version is a clean git describe ("remediator a9f3949", or
+// "remediator-controller v0.4.0" from a baseline with the controller's own binary).
 func command(preset, baselineVersion string) string {
 	c := "make bench BENCH=" + preset
 	if baselineVersion == "" {
 		return c
 	}
-	ref, ok := strings.CutPrefix(baselineVersion, "remediator ")
+	program, ref, ok := strings.Cut(baselineVersion, " ")
+	ok = ok && (program == "remediator" || program == "remediator-controller")
 	if !ok || ref == "dev" || strings.HasSuffix(ref, "-dirty") || strings.ContainsAny(ref, " /") {
 		return c + " BASELINE=<the baseline's git ref>"
 	}

@@ -86,6 +86,8 @@ func TestCommand(t *testing.T) {
 	assert.Equal(t, "make bench BENCH=full BASELINE=a9f3949", command("full", "remediator a9f3949"))
 	assert.Equal(t, "make bench BENCH=full BASELINE=<the baseline's git ref>", command("full", "remediator a9f3949-dirty"))
 	assert.Equal(t, "make bench BENCH=full BASELINE=<the baseline's git ref>", command("full", "/work/main/bin/remediator-old"))
+	assert.Equal(t, "make bench BENCH=full BASELINE=v0.4.0", command("full", "remediator-controller v0.4.0"))
+	assert.Equal(t, "make bench BENCH=full BASELINE=<the baseline's git ref>", command("full", "kubectl v0.4.0"))
 }
 
 // The summary judges a run against the storm issue's goals: the storm within twice

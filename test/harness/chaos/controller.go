@@ -1,6 +1,6 @@
 package main
 
-// The controller under test: bin/remediator-failpoints controller as its own
+// The controller under test: bin/remediator-failpoints as its own
 // process (controllerproc), killed with SIGKILL (by a failpoint or by the campaign)
 // and started again, the way a node failure or an OOM kill ends a real one.
 

@@ -421,7 +421,7 @@ func TestDeploymentArgs(t *testing.T) {
 	}{{
 		name: "defaults",
 		want: []string{
-			"controller", "--leader-elect", "--leader-election-namespace=$(POD_NAMESPACE)",
+			"--leader-elect", "--leader-election-namespace=$(POD_NAMESPACE)",
 			"--metrics-bind-address=:8080", "--health-probe-bind-address=:8081",
 			"--trident-namespace=trident", "--driver-name=csi.trident.netapp.io",
 			"--node-plugin-selector=app=node.csi.trident.netapp.io",
@@ -455,12 +455,12 @@ func TestDeploymentArgs(t *testing.T) {
 		// Widening is explicit, and then the list no longer applies.
 		name:    "every namespace",
 		values:  map[string]any{"watchAllNamespaces": true},
-		want:    []string{"controller"},
+		want:    []string{"--leader-elect"},
 		wantNot: []string{"--request-namespaces"},
 	}, {
 		name:    "every namespace despite a list",
 		values:  map[string]any{"watchAllNamespaces": true, "requestNamespaces": []any{"team-a"}},
-		want:    []string{"controller"},
+		want:    []string{"--leader-elect"},
 		wantNot: []string{"--request-namespaces"},
 	}, {
 		name:    "metrics off",
@@ -473,10 +473,8 @@ func TestDeploymentArgs(t *testing.T) {
 			c := deployment(t, objs).Spec.Template.Spec.Containers[0]
 			// The settings' $(VAR)s resolved from the settings ConfigMap, as the kubelet does.
 			c.Args = controllerArgs(t, objs)
-			assert.Empty(t, c.Command, "command overrides the image's entrypoint")
-			if assert.NotEmpty(t, c.Args, "args: want the controller subcommand first") {
-				assert.Equal(t, "controller", c.Args[0], "args %q: want the controller subcommand first", c.Args)
-			}
+			// The image's two binaries: the Deployment names the controller's.
+			assert.Equal(t, []string{"/remediator-controller"}, c.Command, "command")
 			for _, w := range tc.want {
 				assert.Contains(t, c.Args, w)
 			}

@@ -59,6 +59,7 @@ func TestSyncRunsAsItsOwnLeastPrivilegeServiceAccount(t *testing.T) {
 	pod := d.Spec.Template.Spec
 	assert.Equal(t, sa, pod.ServiceAccountName)
 	require.Len(t, pod.Containers, 1)
+	assert.Equal(t, []string{"/remediator"}, pod.Containers[0].Command, "the image's CLI, not its default command (the controller)")
 	assert.Equal(t, []string{"sync", "--repo=https://git.example.com/platform/remediation.git", "--revision=HEAD", "--path=requests",
 		"--namespaces=remediator,remediator-staging", "--prune=true", "--interval=30s", "--timeout=5m", "--work-dir=/work",
 		"--metrics-bind-address=:8080", "--health-probe-bind-address=:8081", "--v=0", "--logging-format=text"},

@@ -1,4 +1,4 @@
-// Package controllerproc starts the controller binary (bin/remediator, or
+// Package controllerproc starts the controller binary (bin/remediator-controller, or
 // bin/remediator-failpoints for the chaos campaigns) as a process of its own against
 // the local cluster, the way an operator runs it, for every harness that does: the
 // e2e suite, the benchmark and the chaos campaigns. It is the one place that knows
@@ -37,9 +37,13 @@ var stopTimeout = 20 * time.Second
 type Options struct {
 	// Binary is the controller's binary.
 	Binary string
+	// Subcommand goes before the flags: "controller" for a remediator binary from
+	// before the controller had a binary of its own (a benchmark's baseline, see
+	// Subcommand), empty for remediator-controller.
+	Subcommand string
 	// Kubeconfig is --kubeconfig: the local cluster's, or a proxy's in front of it.
 	Kubeconfig string
-	// Args are more flags, after the ones Start passes (controller, --kubeconfig,
+	// Args are more flags, after the ones Start passes (--kubeconfig,
 	// --metrics-bind-address, --health-probe-bind-address, --node-lease-grace-period,
 	// --pprof-bind-address): a flag given again here wins, as the last value of a
 	// flag is the one the controller keeps.
@@ -83,7 +87,7 @@ func FreeAddr() (string, error) {
 	return l.Addr().String(), nil
 }
 
-// Start starts `<Binary> controller` with o and, unless o.NoWait, waits until its
+// Start starts `<Binary> [<Subcommand>]` with o and, unless o.NoWait, waits until its
 // /readyz answers 200, and with o.Metrics its /metrics too. A process that exits
 // first, or is not ready within a minute, is an error that names the log (the
 // process is stopped in the second case).
@@ -128,9 +132,13 @@ func start(ctx context.Context, o Options) (*Process, error) {
 		}
 		metrics = p.Metrics
 	}
-	args := []string{"controller", "--kubeconfig", o.Kubeconfig,
+	var args []string
+	if o.Subcommand != "" {
+		args = append(args, o.Subcommand)
+	}
+	args = append(args, "--kubeconfig", o.Kubeconfig,
 		"--metrics-bind-address", metrics, "--health-probe-bind-address", p.Probe,
-		"--node-lease-grace-period", NodeLeaseGracePeriod.String()}
+		"--node-lease-grace-period", NodeLeaseGracePeriod.String())
 	if o.Pprof {
 		if p.Pprof, err = FreeAddr(); err != nil {
 			return nil, err
@@ -288,4 +296,23 @@ func (p *Process) Memory() (rss, peak float64, err error) {
 		return 0, 0, fmt.Errorf("no VmRSS for pid %d", p.cmd.Process.Pid)
 	}
 	return rss, peak, nil
+}
+
+// Subcommand is the Subcommand that binary needs: "controller" when it is a
+// remediator binary from before the controller had its own (its version command
+// prints "remediator <version>"), empty for remediator-controller ("remediator-controller
+// <version>"). A benchmark's baseline may be built from either side of that change.
+func Subcommand(ctx context.Context, binary string) (string, error) {
+	out, err := exec.CommandContext(ctx, binary, "version").Output()
+	if err != nil {
+		return "", fmt.Errorf("%s version: %w", binary, err)
+	}
+	switch program, _, _ := strings.Cut(strings.TrimSpace(string(out)), " "); program {
+	case "remediator-controller":
+		return "", nil
+	case "remediator":
+		return "controller", nil
+	default:
+		return "", fmt.Errorf("%s version printed %q: neither remediator-controller nor remediator", binary, out)
+	}
 }

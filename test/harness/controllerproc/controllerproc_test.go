@@ -24,6 +24,8 @@ const (
 	fakeMode = "CONTROLLERPROC_FAKE_MODE"
 	// markerEnv names the file in which the port-taken modes count their starts.
 	markerEnv = "CONTROLLERPROC_MARKER"
+	// versionEnv is what the fake's version command prints.
+	versionEnv = "CONTROLLERPROC_VERSION"
 )
 
 func TestMain(m *testing.M) {
@@ -33,10 +35,16 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// fakeController stands in for `remediator controller`: it logs its command line,
+// fakeController stands in for remediator-controller (or, given the subcommand
+// controller first, a remediator binary from before): `version` prints
+// $CONTROLLERPROC_VERSION; otherwise it logs its command line,
 // serves /readyz on --health-probe-bind-address (unless the mode is "exit" or
 // "never-ready") and exits 0 on SIGTERM (unless the mode is "ignore-term").
 func fakeController(args []string) int {
+	if len(args) == 1 && args[0] == "version" {
+		fmt.Println(os.Getenv(versionEnv))
+		return 0
+	}
 	fmt.Println("args:", strings.Join(args, " "))
 	fmt.Println("env:", os.Getenv("EXTRA"))
 	mode := os.Getenv(fakeMode)
@@ -63,7 +71,10 @@ func fakeController(args []string) int {
 	fs.String("node-lease-grace-period", "", "")
 	fs.String("pprof-bind-address", "", "")
 	fs.String("leader-elect", "", "")
-	if err := fs.Parse(args[1:]); err != nil {
+	if len(args) > 0 && args[0] == "controller" {
+		args = args[1:]
+	}
+	if err := fs.Parse(args); err != nil {
 		return 2
 	}
 	term := make(chan os.Signal, 1)
@@ -121,12 +132,38 @@ func TestStartWaitsForReadinessAndStopsWithSIGTERM(t *testing.T) {
 	assert.NoError(t, p.Err())
 	assert.False(t, p.KilledBySIGKILL())
 	logs := p.Logs()
-	assert.Contains(t, logs, "args: controller --kubeconfig /the/kubeconfig --metrics-bind-address "+p.Metrics+
+	assert.Contains(t, logs, "args: --kubeconfig /the/kubeconfig --metrics-bind-address "+p.Metrics+
 		" --health-probe-bind-address "+p.Probe+" --node-lease-grace-period 20s --leader-elect true\n",
 		"the flags the harnesses share, then the Options' Args")
 	assert.Contains(t, logs, "env: given\n")
 	assert.Contains(t, logs, "stopped by SIGTERM")
 	p.Stop() // a second stop is a no-op
+}
+
+// TestSubcommand: a remediator binary from before the controller had its own runs
+// as `remediator controller`, remediator-controller with its flags alone; what it
+// is, its version command says.
+func TestSubcommand(t *testing.T) {
+	t.Setenv(fakeEnv, "1")
+	for version, want := range map[string]string{
+		"remediator-controller v0.4.0": "",
+		"remediator a9f3949":           "controller",
+	} {
+		t.Setenv(versionEnv, version)
+		got, err := Subcommand(context.Background(), os.Args[0])
+		require.NoError(t, err, version)
+		assert.Equal(t, want, got, version)
+	}
+	t.Setenv(versionEnv, "kubectl v1.34.2")
+	_, err := Subcommand(context.Background(), os.Args[0])
+	assert.ErrorContains(t, err, "neither remediator-controller nor remediator")
+
+	o := options(t, "")
+	o.Subcommand = "controller"
+	p, err := Start(context.Background(), o)
+	require.NoError(t, err)
+	p.Stop()
+	assert.Contains(t, p.Logs(), "args: controller --kubeconfig /the/kubeconfig ", "the subcommand before the flags")
 }
 
 // TestStartWaitsForTheMetricsEndpoint: /readyz may answer before the metrics

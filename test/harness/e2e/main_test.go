@@ -87,14 +87,14 @@ func reachable(kubeconfig string) bool {
 	return c.List(context.Background(), &corev1.NamespaceList{}) == nil
 }
 
-// startController runs bin/remediator controller against the local cluster
+// startController runs bin/remediator-controller against the local cluster
 // (controllerproc) and waits until it reports ready. It is stopped when the test
 // ends, and its log is printed if the test failed.
 func startController(t *testing.T, extraArgs ...string) *controllerproc.Process {
 	t.Helper()
 	logPath := filepath.Join(t.TempDir(), "controller.log")
 	c, err := controllerproc.Start(context.Background(), controllerproc.Options{
-		Binary:     filepath.Join(root, "bin", "remediator"),
+		Binary:     filepath.Join(root, "bin", "remediator-controller"),
 		Kubeconfig: kubeconfig,
 		Args: append([]string{
 			// The safety floor's gates, shortened as shortGatePolicies shortens the
