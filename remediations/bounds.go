@@ -21,9 +21,10 @@ const (
 	ReasonRestoreFailed = "RestoreFailed"
 )
 
-// FieldManager is the field manager of every write the steps make to a node, fixed
-// because uncordon tells its own cordon from another's by the managers of
-// spec.unschedulable (CordonAssertedBy).
+// FieldManager is the field manager of every write the controller makes (its
+// client carries it), fixed because uncordon tells its own cordon from another's by
+// the managers of spec.unschedulable (CordonAssertedBy), and so that a request's
+// status entries keep their manager whatever the binary is called.
 const FieldManager = "remediator"
 
 // RefusedForGood reports whether err is an API server answer that retrying cannot

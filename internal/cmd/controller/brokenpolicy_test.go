@@ -21,6 +21,7 @@ import (
 	"github.com/remediator/remediator/api/v1alpha1"
 	"github.com/remediator/remediator/controllers/lifecycle"
 	"github.com/remediator/remediator/internal/cmd/cmdtest"
+	"github.com/remediator/remediator/remediations"
 	"github.com/remediator/remediator/test/testenv"
 )
 
@@ -112,6 +113,15 @@ func TestControllerStartsOnABrokenPolicy(t *testing.T) {
 		assert.Contains(c, cond.Message, "p.cue:2:")
 		assert.LessOrEqual(c, len(cond.Message), 32768)
 		assert.Equal(c, v1alpha1.PhaseWaiting, got.Status.Phase, "a request nothing decided must not be final")
+		// The status write's field manager is the controller's own name, not the
+		// (test) binary's.
+		var managers []string
+		for _, mf := range got.ManagedFields {
+			if mf.Subresource == "status" {
+				managers = append(managers, mf.Manager)
+			}
+		}
+		assert.Equal(c, []string{remediations.FieldManager}, managers, "the status entries' managers")
 	}, 60*time.Second, 200*time.Millisecond)
 
 	// A policy that loads: the shipped rules.

@@ -25,6 +25,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
@@ -272,6 +273,7 @@ func (o *Options) newManager(cfg *rest.Config, namespaces []string, pause types.
 		Scheme:                  cmdutil.NewScheme(),
 		Cache:                   cacheOpts,
 		Client:                  clientOpts,
+		NewClient:               newClient,
 		Metrics:                 metricsOptions(o),
 		HealthProbeBindAddress:  o.probeAddr,
 		PprofBindAddress:        o.pprofAddr,
@@ -283,6 +285,21 @@ func (o *Options) newManager(cfg *rest.Config, namespaces []string, pause types.
 		return nil, fmt.Errorf("creating manager: %w", err)
 	}
 	return mgr, nil
+}
+
+// newClient is the manager's client (controller-runtime's, cache-backed for reads)
+// with remediations.FieldManager as the field manager of every write, so that the
+// managedFields of what the controller writes (a request's status, a node's cordon)
+// name it by one name. Without it the API server would take the name from the User-Agent,
+// that is the binary's name: the controller's status entries were "remediator" when it
+// ran as `remediator controller`, and a request in flight across that change would
+// carry an entry of each name.
+func newClient(cfg *rest.Config, opts client.Options) (client.Client, error) {
+	c, err := client.New(cfg, opts)
+	if err != nil {
+		return nil, err
+	}
+	return client.WithFieldOwner(c, remediations.FieldManager), nil
 }
 
 // addServerClock measures the API server's clock and keeps it measured.
