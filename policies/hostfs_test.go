@@ -9,7 +9,7 @@ import (
 )
 
 // TestLoadingReadsNoHostPath: policies are compiled from memory, never from the host path
-// they are named under. In the chart's image /remediator is the controller's binary, and
+// they are named under. In the chart's image /remediator is a binary, and
 // loading through the host's /remediator/policies crashed every start ("readDir: open
 // /remediator/policies: not a directory"). Here the host has a file where the policy root's
 // parent would be, as in the image.

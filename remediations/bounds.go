@@ -21,8 +21,8 @@ const (
 	ReasonRestoreFailed = "RestoreFailed"
 )
 
-// FieldManager is the field manager of every write the controller makes (its
-// client carries it), fixed because uncordon tells its own cordon from another's by
+// FieldManager is the field manager of every write through the controller's
+// client (Events and the leader-election Lease use clients of their own), fixed because uncordon tells its own cordon from another's by
 // the managers of spec.unschedulable (CordonAssertedBy), and so that a request's
 // status entries keep their manager whatever the binary is called.
 const FieldManager = "remediator"

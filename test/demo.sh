@@ -67,7 +67,9 @@ if [[ "${1:-}" == stop ]]; then
 fi
 
 [[ -s "$KUBECONFIG" ]] || die "no cluster at $KUBECONFIG; run 'make cluster' (make demo does)"
-[[ -x "$BIN/remediator" ]] || die "no $BIN/remediator; run 'make build'"
+for b in remediator remediator-controller; do
+  [[ -x "$BIN/$b" ]] || die "no $BIN/$b; run 'make build'"
+done
 
 finish() {
   local rc=$?

@@ -288,7 +288,8 @@ func (o *Options) newManager(cfg *rest.Config, namespaces []string, pause types.
 }
 
 // newClient is the manager's client (controller-runtime's, cache-backed for reads)
-// with remediations.FieldManager as the field manager of every write, so that the
+// with remediations.FieldManager as the field manager of every write through it
+// (Events and the leader-election Lease go through clients of their own), so that the
 // managedFields of what the controller writes (a request's status, a node's cordon)
 // name it by one name. Without it the API server would take the name from the User-Agent,
 // that is the binary's name: the controller's status entries were "remediator" when it

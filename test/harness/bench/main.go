@@ -27,6 +27,7 @@ import (
 
 	"github.com/remediator/remediator/api/v1alpha1"
 	"github.com/remediator/remediator/test/cluster"
+	"github.com/remediator/remediator/test/harness/controllerproc"
 	"github.com/remediator/remediator/test/stage"
 )
 
@@ -199,6 +200,19 @@ func configure() (config, preset, string, error) {
 			return cfg, p, "", fmt.Errorf("-baseline %s: not an executable file (make bench BASELINE=<git ref> builds one)", *baseline)
 		}
 		cfg.baseline, cfg.baselineVersion = *baseline, binaryVersion(*baseline)
+	}
+	// Before anything is staged: a binary that is neither controller build would
+	// otherwise fail the run when its first storm starts.
+	for _, bin := range []string{cfg.controller, cfg.baseline} {
+		if bin == "" {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		_, err := controllerproc.Subcommand(ctx, bin)
+		cancel()
+		if err != nil {
+			return cfg, p, "", fmt.Errorf("%w (make build builds bin/remediator-controller)", err)
+		}
 	}
 	for _, s := range strings.Split(*scen, ",") {
 		cfg.scenarios[strings.TrimSpace(s)] = true

@@ -311,6 +311,11 @@ func Subcommand(ctx context.Context, binary string) (string, error) {
 	case "remediator-controller":
 		return "", nil
 	case "remediator":
+		// The CLI of today has no controller command: say so now, not when the
+		// controller fails to start.
+		if err := exec.CommandContext(ctx, binary, "controller", "--help").Run(); err != nil {
+			return "", fmt.Errorf("%s has no controller command (%w): the controller is bin/remediator-controller", binary, err)
+		}
 		return "controller", nil
 	default:
 		return "", fmt.Errorf("%s version printed %q: neither remediator-controller nor remediator", binary, out)

@@ -26,6 +26,8 @@ const (
 	markerEnv = "CONTROLLERPROC_MARKER"
 	// versionEnv is what the fake's version command prints.
 	versionEnv = "CONTROLLERPROC_VERSION"
+	// noControllerEnv makes the fake a remediator CLI without a controller command.
+	noControllerEnv = "CONTROLLERPROC_NO_CONTROLLER"
 )
 
 func TestMain(m *testing.M) {
@@ -43,6 +45,13 @@ func TestMain(m *testing.M) {
 func fakeController(args []string) int {
 	if len(args) == 1 && args[0] == "version" {
 		fmt.Println(os.Getenv(versionEnv))
+		return 0
+	}
+	if len(args) == 2 && args[0] == "controller" && args[1] == "--help" {
+		if os.Getenv(noControllerEnv) != "" {
+			fmt.Println(`Error: unknown command "controller" for "remediator"`)
+			return 2
+		}
 		return 0
 	}
 	fmt.Println("args:", strings.Join(args, " "))
@@ -157,6 +166,12 @@ func TestSubcommand(t *testing.T) {
 	t.Setenv(versionEnv, "kubectl v1.34.2")
 	_, err := Subcommand(context.Background(), os.Args[0])
 	assert.ErrorContains(t, err, "neither remediator-controller nor remediator")
+	// The remediator CLI of today: no controller command.
+	t.Setenv(versionEnv, "remediator v0.4.0")
+	t.Setenv(noControllerEnv, "1")
+	_, err = Subcommand(context.Background(), os.Args[0])
+	assert.ErrorContains(t, err, "has no controller command")
+	t.Setenv(noControllerEnv, "")
 
 	o := options(t, "")
 	o.Subcommand = "controller"
