@@ -31,14 +31,10 @@ type controllerProc struct {
 // start-up API calls have ended. Only the addresses and the cluster's node-monitor
 // grace period (controllerproc's) differ from the defaults.
 func startController(ctx context.Context, cfg config, name string, extra ...string) (*controllerProc, error) {
-	// A baseline may be a remediator binary from before the controller had its own.
-	sub, err := controllerproc.Subcommand(ctx, cfg.controller)
-	if err != nil {
-		return nil, err
-	}
 	p, err := controllerproc.Start(ctx, controllerproc.Options{
-		Binary:     cfg.controller,
-		Subcommand: sub,
+		Binary: cfg.controller,
+		// A baseline may be a remediator binary from before the controller had its own.
+		Subcommand: cfg.subcommands[cfg.controller],
 		Kubeconfig: cfg.kubeconfig,
 		Args:       append(append([]string{}, cfg.extraArgs...), extra...),
 		Log:        filepath.Join(cfg.workDir, name+"-controller.log"),

@@ -71,7 +71,10 @@ type config struct {
 	// baseline is the earlier controller's binary (-baseline), empty for none;
 	// baselineVersion what it says it is.
 	baseline, baselineVersion string
-	profile                   bool
+	// subcommands is controllerproc.Subcommand of the controller and the baseline,
+	// asked once, before anything is staged.
+	subcommands map[string]string
+	profile     bool
 	// stagingPause is the pause after staging a floor's or a storm's incidents (-staging-pause).
 	stagingPause time.Duration
 	extraArgs    []string
@@ -203,16 +206,18 @@ func configure() (config, preset, string, error) {
 	}
 	// Before anything is staged: a binary that is neither controller build would
 	// otherwise fail the run when its first storm starts.
+	cfg.subcommands = map[string]string{}
 	for _, bin := range []string{cfg.controller, cfg.baseline} {
 		if bin == "" {
 			continue
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		_, err := controllerproc.Subcommand(ctx, bin)
+		sub, err := controllerproc.Subcommand(ctx, bin)
 		cancel()
 		if err != nil {
 			return cfg, p, "", fmt.Errorf("%w (make build builds bin/remediator-controller)", err)
 		}
+		cfg.subcommands[bin] = sub
 	}
 	for _, s := range strings.Split(*scen, ",") {
 		cfg.scenarios[strings.TrimSpace(s)] = true
